@@ -1,0 +1,156 @@
+/* The recipe: what a Lua recipe file declares, as plain C structs.
+ * dsl/recipe.c runs the recipe once in a sandboxed Lua state, validates every field against a
+ * schema and copies the result here; nothing calls Lua after tr_recipe_load returns. */
+#ifndef TR_RECIPE_H
+#define TR_RECIPE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define TR_NAME_MAX 64
+#define TR_PATH_MAX 1024
+#define TR_MAX_KNOBS 64
+#define TR_MAX_SETS 64
+
+/* The model is a tree of nodes. Containers: SEQUENCE (the model itself), STACK (children
+ * repeated `repeat` times), RESIDUAL (x + children(x)). Everything else is a leaf layer. */
+typedef enum {
+    TR_NODE_SEQUENCE = 0,
+    TR_NODE_STACK,
+    TR_NODE_RESIDUAL,
+    TR_NODE_EMBEDDING, /* token embedding, (vocab, dim) */
+    TR_NODE_POSITIONS, /* learned absolute positions, (seq_len, dim), added to x */
+    TR_NODE_ROPE,      /* rotary positions: every attention after it rotates q and k */
+    TR_NODE_LAYERNORM,
+    TR_NODE_RMSNORM,
+    TR_NODE_ATTENTION, /* causal self-attention */
+    TR_NODE_MLP,
+    TR_NODE_LM_HEAD, /* projection to the vocabulary + cross entropy */
+    TR_NODE_KIND_COUNT
+} tr_node_kind;
+
+typedef enum { TR_ACT_GELU = 0, TR_ACT_SWIGLU } tr_activation;
+
+typedef struct tr_node {
+    tr_node_kind kind;
+    int line; /* recipe line of the constructor call, for messages */
+    /* containers */
+    int repeat; /* STACK: how many times the children repeat */
+    int n_children;
+    struct tr_node *children;
+    /* leaves (only the fields of the node's kind are meaningful) */
+    int heads;    /* ATTENTION */
+    int kv_heads; /* ATTENTION: grouped-query heads; == heads for plain multi-head */
+    int hidden;   /* MLP: hidden width (per branch for SwiGLU) */
+    tr_activation activation; /* MLP */
+    int bias;                 /* ATTENTION, MLP, LAYERNORM: learn a bias */
+    float eps;                /* LAYERNORM, RMSNORM */
+    float rope_theta;         /* ROPE: base; ATTENTION: copied from the ROPE before it, 0 = none */
+    int tied;                 /* LM_HEAD: reuse the embedding matrix */
+} tr_node;
+
+typedef struct {
+    int vocab;   /* vocabulary size */
+    int dim;     /* width of the residual stream */
+    int seq_len; /* context length (the longest sequence the model sees) */
+    tr_node root; /* kind SEQUENCE */
+} tr_model_desc;
+
+typedef enum { TR_TOKENIZER_BYTE = 0 } tr_tokenizer_kind;
+
+typedef struct {
+    char text[TR_PATH_MAX]; /* corpus path, resolved against the recipe's folder */
+    tr_tokenizer_kind tokenizer;
+    float val_fraction; /* held-out tail of the corpus */
+} tr_data_desc;
+
+typedef struct {
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay; /* applied to matrices (parameters of 2 or more dimensions) only */
+    float grad_clip;    /* clip by global norm; 0 = off */
+} tr_optim_desc;
+
+typedef enum {
+    TR_DECAY_COSINE = 0,
+    TR_DECAY_LINEAR,
+    TR_DECAY_CONSTANT,
+    TR_DECAY_WSD /* warmup-stable-decay: constant, then linear to min_lr over the last decay_frac */
+} tr_decay_kind;
+
+typedef struct {
+    int warmup;        /* steps of linear warmup from 0 */
+    tr_decay_kind decay;
+    float min_lr;      /* the floor the decay ends at */
+    float decay_frac;  /* WSD: fraction of steps spent decaying */
+} tr_schedule_desc;
+
+typedef struct {
+    long batch_tokens;  /* tokens per optimizer step (global) */
+    int micro_batch;    /* sequences per forward/backward; 0 = auto */
+    int steps;
+    int eval_every;     /* 0 = never */
+    long eval_tokens;   /* tokens of validation data per evaluation */
+    unsigned long long seed;
+    char out[TR_PATH_MAX];
+    int sample_tokens;  /* bytes of text sampled at the end; 0 = none */
+    int log_every;      /* progress line period in steps */
+} tr_train_desc;
+
+typedef struct {
+    int is_auto; /* "auto" (the default) */
+    int dp, tp, pp, zero; /* 0 = auto; ignored until the parallel runtime lands */
+} tr_parallel_desc;
+
+typedef enum { TR_KNOB_NUMBER = 0, TR_KNOB_STRING, TR_KNOB_BOOL } tr_knob_type;
+
+typedef struct {
+    char name[TR_NAME_MAX];
+    tr_knob_type type;
+    double number;
+    char string[TR_NAME_MAX * 2];
+    int boolean;
+    int overridden; /* set from the command line */
+} tr_knob;
+
+typedef struct {
+    char path[TR_PATH_MAX]; /* the recipe file as given */
+    tr_model_desc model;
+    tr_data_desc data;
+    tr_optim_desc optim;
+    tr_schedule_desc schedule;
+    tr_train_desc train;
+    tr_parallel_desc parallel;
+    int n_knobs;
+    tr_knob knobs[TR_MAX_KNOBS];
+} tr_recipe;
+
+/* A command-line override: `--set name=value`. */
+typedef struct {
+    char name[TR_NAME_MAX];
+    char value[TR_NAME_MAX * 2];
+} tr_knob_set;
+
+/* Run the recipe file at `path` with the overrides `sets` (may be NULL when n_sets is 0).
+ * Returns 0 and fills *out, or -1 and writes one line to err, in the form
+ * `path:line: message` when a line is known. */
+int tr_recipe_load(tr_recipe *out, const char *path, const tr_knob_set *sets, int n_sets,
+                   char *err, size_t errlen);
+
+/* Same, from text in memory; `chunkname` names it in messages and `basedir` resolves paths. */
+int tr_recipe_load_string(tr_recipe *out, const char *text, const char *chunkname,
+                          const char *basedir, const tr_knob_set *sets, int n_sets, char *err,
+                          size_t errlen);
+
+/* Parse "name=value" into a tr_knob_set; -1 with a message when there is no '='. */
+int tr_knob_set_parse(tr_knob_set *out, const char *arg, char *err, size_t errlen);
+
+/* Write the fully resolved recipe as a Lua recipe that loads back to the same structs. */
+int tr_recipe_write_lua(const tr_recipe *r, FILE *f);
+
+/* Free the node tree. tr_recipe_free(NULL) is a no-op. */
+void tr_recipe_free(tr_recipe *r);
+
+const char *tr_node_kind_name(tr_node_kind k);
+
+#endif
