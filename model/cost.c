@@ -1,0 +1,85 @@
+/* The cost of every layer: parameters, FLOPs and activation bytes per token, from the
+ * description alone. `trainer show`, the MFU figure and (later) the planner all read these;
+ * model.c's measuring pass allocates exactly the activations counted here. */
+#include "model/model.h"
+
+static void cost_add(tr_cost *a, const tr_cost *b, double times) {
+    a->params += b->params * times;
+    a->matrix_params += b->matrix_params * times;
+    a->fwd_flops += b->fwd_flops * times;
+    a->act_bytes += b->act_bytes * times;
+}
+
+void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out) {
+    const double C = d->dim, V = d->vocab, F = 4.0; /* F: bytes per float */
+    tr_cost c = {0};
+    switch (n->kind) {
+    case TR_NODE_SEQUENCE:
+    case TR_NODE_STACK:
+    case TR_NODE_RESIDUAL:
+        for (int i = 0; i < n->n_children; i++) {
+            tr_cost k;
+            tr_cost_node(d, &n->children[i], T, &k);
+            cost_add(&c, &k, 1);
+        }
+        if (n->kind == TR_NODE_STACK) {
+            tr_cost once = c;
+            c = (tr_cost){0};
+            cost_add(&c, &once, n->repeat);
+        }
+        if (n->kind == TR_NODE_RESIDUAL) c.act_bytes += F * C; /* the sum */
+        break;
+    case TR_NODE_EMBEDDING:
+        c.params = c.matrix_params = V * C;
+        c.act_bytes = F * C;
+        break;
+    case TR_NODE_POSITIONS: /* added in place to the embedding output */
+        c.params = c.matrix_params = (double)d->seq_len * C;
+        break;
+    case TR_NODE_ROPE:
+        break;
+    case TR_NODE_LAYERNORM:
+        c.params = C * (n->bias ? 2 : 1);
+        c.act_bytes = F * (C + 2); /* output, mean, rstd */
+        break;
+    case TR_NODE_RMSNORM:
+        c.params = C;
+        c.act_bytes = F * (C + 1);
+        break;
+    case TR_NODE_ATTENTION: {
+        double hd = C / n->heads, q = n->heads * hd, qkv = (n->heads + 2.0 * n->kv_heads) * hd;
+        c.matrix_params = qkv * C + C * q;
+        c.params = c.matrix_params + (n->bias ? qkv + C : 0);
+        /* projections, then QK^T and PV over the causal half: query t sees t+1 keys */
+        c.fwd_flops = 2 * C * qkv + 2 * q * C + 2.0 * 2.0 * q * (T + 1) / 2.0;
+        c.act_bytes = F * (qkv + q + n->heads + C); /* qkv, attention out, lse, output */
+        break;
+    }
+    case TR_NODE_MLP: {
+        double h = n->hidden, fc = n->activation == TR_ACT_SWIGLU ? 2 * h : h;
+        c.matrix_params = fc * C + C * h;
+        c.params = c.matrix_params + (n->bias ? fc + C : 0);
+        c.fwd_flops = 2 * C * fc + 2 * h * C;
+        c.act_bytes = F * (fc + h + C); /* pre-activation, activation, output */
+        break;
+    }
+    case TR_NODE_LM_HEAD:
+        c.params = c.matrix_params = n->tied ? 0 : V * C;
+        c.fwd_flops = 2 * C * V;
+        c.act_bytes = F * (1 + C); /* per-token loss, gradient seeded into the stream */
+        break;
+    case TR_NODE_KIND_COUNT:
+        break;
+    }
+    *out = c;
+}
+
+void tr_cost_model(const tr_model_desc *d, int T, tr_cost *out) {
+    tr_cost_node(d, &d->root, T, out);
+}
+
+double tr_cost_train_flops_per_token(const tr_model_desc *d, int T) {
+    tr_cost c;
+    tr_cost_model(d, T, &c);
+    return 3.0 * c.fwd_flops;
+}

@@ -1,0 +1,664 @@
+/* The model executor: the recipe's layer tree is flattened once into a program of ops
+ * (embedding, norms, attention, MLP, residual begin/end, head); a measuring pass over that
+ * program assigns every activation its offset in one arena, and forward/backward walk it,
+ * calling only the backend table. */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum {
+    OP_EMBED,
+    OP_POS,
+    OP_LAYERNORM,
+    OP_RMSNORM,
+    OP_ATTENTION,
+    OP_MLP,
+    OP_RES_BEGIN,
+    OP_RES_END,
+    OP_HEAD
+} op_kind;
+
+typedef struct {
+    op_kind kind;
+    const tr_node *node;
+    int p[4];       /* parameter tensors: weight, bias, weight2, bias2 (-1: none) */
+    size_t in, out; /* activation offsets (floats) of the input and output streams, (N, C) */
+    size_t s[3];    /* saved tensors: LN mean, rstd; ATTN qkv, att, lse; MLP fc, act;
+                       RES_END s[0] = the skip stream */
+    int depth;      /* residual nesting level the op runs at */
+} op_t;
+
+struct tr_model {
+    tr_model_desc desc; /* root points into the caller's recipe: it must outlive the model */
+    const tr_backend *be;
+    int maxB, maxT;
+    op_t *ops;
+    int n_ops, cap_ops;
+    tr_param *params;
+    int n_params, cap_params;
+    size_t n_floats;      /* parameter slab size (floats, with alignment padding) */
+    size_t act_floats;    /* activation arena size */
+    size_t width_scratch; /* widest per-token scratch (floats) for attention/MLP backward */
+    int max_depth;
+    int n_attention;
+    size_t head_rows; /* rows of logits computed at once */
+    int head_param;   /* parameter index of the head's weight (embedding's when tied) */
+    int embed_param;
+    /* backend memory */
+    float *param, *grad, *adam_m, *adam_v, *act;
+    float *scratch1, *scratch2, *logits, *losses;
+    float **gbuf; /* 2 * (max_depth + 1) gradient streams, (N, C) each */
+    int *tokens, *targets;
+    float *host_losses;
+    long adam_t;
+    int lastB, lastT;
+    float last_scale;
+};
+
+/* ---- building the program ------------------------------------------------------------- */
+
+typedef struct {
+    tr_model *m;
+    size_t cursor; /* activation arena cursor (floats) */
+    size_t N;      /* rows of the largest micro-batch */
+    int depth;
+    char err[256];
+} builder;
+
+static size_t align16(size_t n) {
+    return (n + 15) & ~(size_t)15;
+}
+
+static size_t act_take(builder *b, size_t width) {
+    size_t off = b->cursor;
+    b->cursor += align16(width * b->N);
+    return off;
+}
+
+static op_t *op_push(builder *b, op_kind kind, const tr_node *n) {
+    tr_model *m = b->m;
+    if (m->n_ops == m->cap_ops) {
+        m->cap_ops = m->cap_ops ? 2 * m->cap_ops : 64;
+        m->ops = realloc(m->ops, (size_t)m->cap_ops * sizeof(op_t));
+    }
+    op_t *op = &m->ops[m->n_ops++];
+    memset(op, 0, sizeof(*op));
+    op->kind = kind;
+    op->node = n;
+    op->p[0] = op->p[1] = op->p[2] = op->p[3] = -1;
+    op->depth = b->depth;
+    return op;
+}
+
+static int param_add(builder *b, const char *prefix, const char *name, int ndim, int s0, int s1,
+                     float std, int one) {
+    tr_model *m = b->m;
+    if (m->n_params == m->cap_params) {
+        m->cap_params = m->cap_params ? 2 * m->cap_params : 64;
+        m->params = realloc(m->params, (size_t)m->cap_params * sizeof(tr_param));
+    }
+    tr_param *p = &m->params[m->n_params];
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s%s", prefix, name);
+    p->ndim = ndim;
+    p->shape[0] = s0;
+    p->shape[1] = ndim > 1 ? s1 : 1;
+    p->numel = (size_t)s0 * (size_t)p->shape[1];
+    p->offset = m->n_floats;
+    p->decay = ndim >= 2;
+    p->init_std = std;
+    p->init_one = one;
+    m->n_floats += align16(p->numel);
+    return m->n_params++;
+}
+
+static int count_attention(const tr_node *n) {
+    if (n->kind == TR_NODE_ATTENTION) return 1;
+    int c = 0;
+    for (int i = 0; i < n->n_children; i++) c += count_attention(&n->children[i]);
+    return n->kind == TR_NODE_STACK ? c * n->repeat : c;
+}
+
+/* A child is named by its kind, with its ordinal among same-kind siblings when there are
+ * several: "residual0", "residual1", "layernorm". */
+static void child_name(const tr_node *parent, int i, char *out, size_t len) {
+    const tr_node *c = &parent->children[i];
+    int same = 0, ord = 0;
+    for (int j = 0; j < parent->n_children; j++) {
+        if (parent->children[j].kind == c->kind) {
+            if (j < i) ord++;
+            same++;
+        }
+    }
+    if (same > 1)
+        snprintf(out, len, "%s%d", tr_node_kind_name(c->kind), ord);
+    else
+        snprintf(out, len, "%s", tr_node_kind_name(c->kind));
+}
+
+/* cur: offset of the stream entering the node; returns the offset of the stream leaving it. */
+static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t cur);
+
+static size_t flatten_children(builder *b, const tr_node *n, const char *prefix, size_t cur) {
+    for (int i = 0; i < n->n_children; i++) {
+        char name[64], sub[TR_PARAM_NAME_MAX];
+        child_name(n, i, name, sizeof(name));
+        snprintf(sub, sizeof(sub), "%s%s.", prefix, name);
+        cur = flatten(b, &n->children[i], sub, cur);
+        if (b->err[0]) return cur;
+    }
+    return cur;
+}
+
+static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t cur) {
+    tr_model *m = b->m;
+    const int C = m->desc.dim, V = m->desc.vocab;
+    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)(m->n_attention > 0 ? m->n_attention : 1));
+    op_t *op;
+    switch (n->kind) {
+    case TR_NODE_SEQUENCE:
+        return flatten_children(b, n, prefix, cur);
+    case TR_NODE_STACK:
+        for (int r = 0; r < n->repeat; r++) {
+            char sub[TR_PARAM_NAME_MAX];
+            snprintf(sub, sizeof(sub), "%s%d.", prefix, r);
+            cur = flatten_children(b, n, sub, cur);
+            if (b->err[0]) return cur;
+        }
+        return cur;
+    case TR_NODE_RESIDUAL: {
+        op = op_push(b, OP_RES_BEGIN, n);
+        op->in = op->out = cur;
+        b->depth++;
+        if (b->depth > m->max_depth) m->max_depth = b->depth;
+        size_t branch = flatten_children(b, n, prefix, cur);
+        b->depth--;
+        op = op_push(b, OP_RES_END, n);
+        op->in = branch;
+        op->s[0] = cur;
+        op->out = act_take(b, (size_t)C);
+        return op->out;
+    }
+    case TR_NODE_EMBEDDING:
+        op = op_push(b, OP_EMBED, n);
+        op->p[0] = param_add(b, prefix, "weight", 2, V, C, std, 0);
+        m->embed_param = op->p[0];
+        op->out = act_take(b, (size_t)C);
+        return op->out;
+    case TR_NODE_POSITIONS:
+        op = op_push(b, OP_POS, n);
+        op->p[0] = param_add(b, prefix, "weight", 2, m->desc.seq_len, C, std, 0);
+        op->in = op->out = cur; /* added in place: the embedding output is not needed later */
+        return cur;
+    case TR_NODE_ROPE: /* applied inside the attention layers that follow */
+        return cur;
+    case TR_NODE_LAYERNORM:
+    case TR_NODE_RMSNORM:
+        op = op_push(b, n->kind == TR_NODE_LAYERNORM ? OP_LAYERNORM : OP_RMSNORM, n);
+        op->p[0] = param_add(b, prefix, "weight", 1, C, 1, 0, 1);
+        if (n->kind == TR_NODE_LAYERNORM && n->bias)
+            op->p[1] = param_add(b, prefix, "bias", 1, C, 1, 0, 0);
+        op->in = cur;
+        op->out = act_take(b, (size_t)C);
+        op->s[0] = act_take(b, 1); /* mean (unused by RMSNorm) */
+        op->s[1] = act_take(b, 1); /* rstd */
+        return op->out;
+    case TR_NODE_ATTENTION: {
+        int hd = C / n->heads, q = n->heads * hd, qkv = (n->heads + 2 * n->kv_heads) * hd;
+        op = op_push(b, OP_ATTENTION, n);
+        op->p[0] = param_add(b, prefix, "qkv.weight", 2, qkv, C, std, 0);
+        if (n->bias) op->p[1] = param_add(b, prefix, "qkv.bias", 1, qkv, 1, 0, 0);
+        op->p[2] = param_add(b, prefix, "out.weight", 2, C, q, proj_std, 0);
+        if (n->bias) op->p[3] = param_add(b, prefix, "out.bias", 1, C, 1, 0, 0);
+        op->in = cur;
+        op->s[0] = act_take(b, (size_t)qkv);
+        op->s[1] = act_take(b, (size_t)q);
+        op->s[2] = act_take(b, (size_t)n->heads);
+        op->out = act_take(b, (size_t)C);
+        if ((size_t)qkv > m->width_scratch) m->width_scratch = (size_t)qkv;
+        return op->out;
+    }
+    case TR_NODE_MLP: {
+        int h = n->hidden, fc = n->activation == TR_ACT_SWIGLU ? 2 * h : h;
+        op = op_push(b, OP_MLP, n);
+        op->p[0] = param_add(b, prefix, "fc.weight", 2, fc, C, std, 0);
+        if (n->bias) op->p[1] = param_add(b, prefix, "fc.bias", 1, fc, 1, 0, 0);
+        op->p[2] = param_add(b, prefix, "proj.weight", 2, C, h, proj_std, 0);
+        if (n->bias) op->p[3] = param_add(b, prefix, "proj.bias", 1, C, 1, 0, 0);
+        op->in = cur;
+        op->s[0] = act_take(b, (size_t)fc);
+        op->s[1] = act_take(b, (size_t)h);
+        op->out = act_take(b, (size_t)C);
+        if ((size_t)fc > m->width_scratch) m->width_scratch = (size_t)fc;
+        return op->out;
+    }
+    case TR_NODE_LM_HEAD:
+        op = op_push(b, OP_HEAD, n);
+        if (n->tied) {
+            op->p[0] = m->embed_param;
+        } else {
+            op->p[0] = param_add(b, prefix, "weight", 2, V, C, std, 0);
+        }
+        m->head_param = op->p[0];
+        op->in = cur;
+        op->s[0] = act_take(b, 1); /* per-token losses */
+        return cur;
+    case TR_NODE_KIND_COUNT:
+        break;
+    }
+    snprintf(b->err, sizeof(b->err), "model: unknown layer kind %d", (int)n->kind);
+    return cur;
+}
+
+static int build(tr_model *m, const tr_model_desc *desc, int B, int T, char *err, size_t errlen) {
+    if (B < 1 || T < 1 || T > desc->seq_len) {
+        snprintf(err, errlen, "model: micro-batch %d x %d does not fit seq_len %d", B, T,
+                 desc->seq_len);
+        return -1;
+    }
+    const tr_node *root = &desc->root;
+    if (root->n_children < 2 || root->children[0].kind != TR_NODE_EMBEDDING ||
+        root->children[root->n_children - 1].kind != TR_NODE_LM_HEAD) {
+        snprintf(err, errlen, "model: must start with an embedding and end with an lm_head");
+        return -1;
+    }
+    m->desc = *desc;
+    m->maxB = B;
+    m->maxT = T;
+    m->embed_param = m->head_param = -1;
+    m->n_attention = count_attention(root);
+    builder b = {.m = m, .N = (size_t)B * (size_t)T};
+    flatten(&b, root, "", 0);
+    if (!b.err[0] && m->max_depth >= 63)
+        snprintf(b.err, sizeof(b.err), "model: residuals nested %d deep (at most 62)",
+                 m->max_depth);
+    if (b.err[0]) {
+        snprintf(err, errlen, "%s", b.err);
+        return -1;
+    }
+    m->act_floats = b.cursor;
+    /* logits chunk: as many rows as fit in 8M floats, so a 50k vocabulary never needs the
+       whole (N, V) matrix */
+    size_t rows = (size_t)(8u << 20) / (size_t)desc->vocab;
+    if (rows < 1) rows = 1;
+    if (rows > b.N) rows = b.N;
+    m->head_rows = rows;
+    return 0;
+}
+
+static tr_memory memory_of(const tr_model *m) {
+    size_t N = (size_t)m->maxB * (size_t)m->maxT, C = (size_t)m->desc.dim, F = sizeof(float);
+    tr_memory mem;
+    mem.params = m->n_floats * F;
+    mem.grads = m->n_floats * F;
+    mem.optimizer = 2 * m->n_floats * F;
+    mem.activations = m->act_floats * F;
+    mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->desc.vocab +
+                   align16(N) + 2 * (size_t)(m->max_depth + 1) * align16(N * C)) * F +
+                  2 * N * sizeof(int);
+    return mem;
+}
+
+int tr_model_measure(const tr_model_desc *desc, int B, int T, tr_memory *mem, char *err,
+                     size_t errlen) {
+    tr_model m;
+    memset(&m, 0, sizeof(m));
+    int rc = build(&m, desc, B, T, err, errlen);
+    if (rc == 0) *mem = memory_of(&m);
+    free(m.ops);
+    free(m.params);
+    return rc;
+}
+
+int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *be, int B, int T,
+                  char *err, size_t errlen) {
+    *out = NULL;
+    tr_model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        snprintf(err, errlen, "model: out of memory");
+        return -1;
+    }
+    m->be = be;
+    if (build(m, desc, B, T, err, errlen)) {
+        tr_model_free(m);
+        return -1;
+    }
+    size_t N = (size_t)B * (size_t)T, C = (size_t)desc->dim, F = sizeof(float);
+    int ng = 2 * (m->max_depth + 1);
+    m->param = be->alloc(m->n_floats * F);
+    m->grad = be->alloc(m->n_floats * F);
+    m->adam_m = be->alloc(m->n_floats * F);
+    m->adam_v = be->alloc(m->n_floats * F);
+    m->act = be->alloc(m->act_floats * F);
+    m->scratch1 = be->alloc(align16(m->width_scratch * N) * F);
+    m->scratch2 = be->alloc(align16(m->width_scratch * N) * F);
+    m->logits = be->alloc(m->head_rows * (size_t)desc->vocab * F);
+    m->losses = be->alloc(align16(N) * F);
+    m->tokens = be->alloc(N * sizeof(int));
+    m->targets = be->alloc(N * sizeof(int));
+    m->host_losses = malloc(N * F);
+    m->gbuf = calloc((size_t)ng, sizeof(float *));
+    int ok = m->param && m->grad && m->adam_m && m->adam_v && m->act && m->scratch1 && m->scratch2 &&
+             m->logits && m->losses && m->tokens && m->targets && m->host_losses && m->gbuf;
+    for (int i = 0; ok && i < ng; i++) ok = (m->gbuf[i] = be->alloc(align16(N * C) * F)) != NULL;
+    if (!ok) {
+        tr_memory mem = memory_of(m);
+        snprintf(err, errlen, "model: cannot allocate %.2f GiB on the %s backend",
+                 (double)(mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch) /
+                     (1 << 30),
+                 be->name);
+        tr_model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+void tr_model_free(tr_model *m) {
+    if (!m) return;
+    const tr_backend *be = m->be;
+    if (be) {
+        be->free(m->param);
+        be->free(m->grad);
+        be->free(m->adam_m);
+        be->free(m->adam_v);
+        be->free(m->act);
+        be->free(m->scratch1);
+        be->free(m->scratch2);
+        be->free(m->logits);
+        be->free(m->losses);
+        be->free(m->tokens);
+        be->free(m->targets);
+        if (m->gbuf)
+            for (int i = 0; i < 2 * (m->max_depth + 1); i++) be->free(m->gbuf[i]);
+    }
+    free(m->gbuf);
+    free(m->host_losses);
+    free(m->ops);
+    free(m->params);
+    free(m);
+}
+
+tr_memory tr_model_memory(const tr_model *m) {
+    return memory_of(m);
+}
+int tr_model_num_params(const tr_model *m) {
+    return m->n_params;
+}
+const tr_param *tr_model_param(const tr_model *m, int i) {
+    return &m->params[i];
+}
+size_t tr_model_num_elements(const tr_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params; i++) n += m->params[i].numel;
+    return n;
+}
+float *tr_model_params(tr_model *m) {
+    return m->param;
+}
+float *tr_model_grads(tr_model *m) {
+    return m->grad;
+}
+const tr_model_desc *tr_model_desc_of(const tr_model *m) {
+    return &m->desc;
+}
+const tr_backend *tr_model_backend(const tr_model *m) {
+    return m->be;
+}
+
+/* ---- initialisation ------------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* Standard normal for element i of a stream: Box-Muller on two counter-based uniforms. */
+static float normal_at(uint64_t key, uint64_t i) {
+    uint64_t a = mix64(key + 2 * i * 0x9e3779b97f4a7c15ULL + 1);
+    uint64_t b = mix64(key + (2 * i + 1) * 0x9e3779b97f4a7c15ULL + 1);
+    double u1 = ((double)(a >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+    double u2 = (double)(b >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+void tr_model_init_params(tr_model *m, unsigned long long seed) {
+    size_t maxn = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (m->params[i].numel > maxn) maxn = m->params[i].numel;
+    float *host = malloc(maxn * sizeof(float));
+    for (int i = 0; i < m->n_params; i++) {
+        const tr_param *p = &m->params[i];
+        uint64_t key = mix64(seed ^ hash_name(p->name));
+        for (size_t j = 0; j < p->numel; j++)
+            host[j] = p->init_one ? 1.0f : p->init_std * (p->init_std > 0 ? normal_at(key, j) : 0);
+        m->be->upload(m->param + p->offset, host, p->numel * sizeof(float));
+    }
+    free(host);
+    m->be->zero(m->grad, m->n_floats * sizeof(float));
+    m->be->zero(m->adam_m, m->n_floats * sizeof(float));
+    m->be->zero(m->adam_v, m->n_floats * sizeof(float));
+    m->adam_t = 0;
+}
+
+/* ---- forward / backward --------------------------------------------------------------- */
+
+#define ACT(off) (m->act + (off))
+
+static float *P(tr_model *m, int i) {
+    return i < 0 ? NULL : m->param + m->params[i].offset;
+}
+static float *G(tr_model *m, int i) {
+    return i < 0 ? NULL : m->grad + m->params[i].offset;
+}
+
+/* Run every op but the head; returns the head op. */
+static const op_t *forward_body(tr_model *m, int B, int T) {
+    const tr_backend *be = m->be;
+    const int N = B * T, C = m->desc.dim;
+    for (int i = 0; i < m->n_ops; i++) {
+        const op_t *op = &m->ops[i];
+        const tr_node *n = op->node;
+        switch (op->kind) {
+        case OP_EMBED:
+            be->embedding_forward(ACT(op->out), m->tokens, P(m, op->p[0]), N, C);
+            break;
+        case OP_POS:
+            be->positions_forward(ACT(op->out), P(m, op->p[0]), B, T, C);
+            break;
+        case OP_LAYERNORM:
+            be->layernorm_forward(ACT(op->out), ACT(op->s[0]), ACT(op->s[1]), ACT(op->in),
+                                  P(m, op->p[0]), P(m, op->p[1]), N, C, n->eps);
+            break;
+        case OP_RMSNORM:
+            be->rmsnorm_forward(ACT(op->out), ACT(op->s[1]), ACT(op->in), P(m, op->p[0]), N, C,
+                                n->eps);
+            break;
+        case OP_ATTENTION: {
+            int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
+            be->linear_forward(ACT(op->s[0]), ACT(op->in), P(m, op->p[0]), P(m, op->p[1]), N, C,
+                               qkv);
+            if (n->rope_theta > 0) be->rope_forward(ACT(op->s[0]), B, T, H, KV, hd, n->rope_theta);
+            be->attention_forward(ACT(op->s[1]), ACT(op->s[2]), ACT(op->s[0]), B, T, H, KV, hd);
+            be->linear_forward(ACT(op->out), ACT(op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N,
+                               H * hd, C);
+            break;
+        }
+        case OP_MLP: {
+            int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
+            be->linear_forward(ACT(op->s[0]), ACT(op->in), P(m, op->p[0]), P(m, op->p[1]), N, C,
+                               swiglu ? 2 * h : h);
+            if (swiglu)
+                be->swiglu_forward(ACT(op->s[1]), ACT(op->s[0]), N, h);
+            else
+                be->gelu_forward(ACT(op->s[1]), ACT(op->s[0]), (size_t)N * (size_t)h);
+            be->linear_forward(ACT(op->out), ACT(op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N, h,
+                               C);
+            break;
+        }
+        case OP_RES_BEGIN:
+            break;
+        case OP_RES_END:
+            be->add(ACT(op->out), ACT(op->s[0]), ACT(op->in), (size_t)N * (size_t)C);
+            break;
+        case OP_HEAD:
+            return op;
+        }
+    }
+    return NULL; /* unreachable: build() checked the model ends with a head */
+}
+
+float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B, int T,
+                       float grad_scale) {
+    const tr_backend *be = m->be;
+    const int N = B * T, C = m->desc.dim, V = m->desc.vocab;
+    be->upload(m->tokens, tokens, (size_t)N * sizeof(int));
+    const op_t *head = forward_body(m, B, T);
+    m->lastB = B;
+    m->lastT = T;
+    m->last_scale = targets ? grad_scale : 0;
+    if (!targets) return 0;
+    be->upload(m->targets, targets, (size_t)N * sizeof(int));
+    const float *x = ACT(head->in), *w = P(m, head->p[0]);
+    float *dw = G(m, head->p[0]), *dx = m->gbuf[0];
+    int want = grad_scale > 0;
+    float dscale = grad_scale / (float)N;
+    for (int r = 0; r < N; r += (int)m->head_rows) {
+        int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
+        be->linear_forward(m->logits, x + (size_t)r * C, w, NULL, n, C, V);
+        be->softmax_xent(m->logits, m->losses + r, m->targets + r, n, V, dscale, want);
+        if (want)
+            be->linear_backward(dx + (size_t)r * C, dw, NULL, m->logits, x + (size_t)r * C, w, n,
+                                C, V);
+    }
+    be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += m->host_losses[i];
+    return (float)(sum / N);
+}
+
+void tr_model_backward(tr_model *m) {
+    const tr_backend *be = m->be;
+    const int B = m->lastB, T = m->lastT, N = B * T, C = m->desc.dim;
+    /* Gradient streams: level d of residual nesting ping-pongs between gbuf[2d] and
+       gbuf[2d+1]; a residual's skip gradient stays in the enclosing level's buffer, so the
+       branch never overwrites it and no copy is needed. */
+    float *g = m->gbuf[0];
+    float *skip[64];
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        const op_t *op = &m->ops[i];
+        const tr_node *n = op->node;
+        float *a = m->gbuf[2 * op->depth], *b = m->gbuf[2 * op->depth + 1];
+        float *next = g == a ? b : a;
+        switch (op->kind) {
+        case OP_HEAD:
+            break;
+        case OP_RES_END:
+            skip[op->depth] = g;
+            break;
+        case OP_RES_BEGIN:
+            be->add(skip[op->depth], skip[op->depth], g, (size_t)N * (size_t)C);
+            g = skip[op->depth];
+            break;
+        case OP_LAYERNORM:
+            be->layernorm_backward(next, G(m, op->p[0]), G(m, op->p[1]), g, ACT(op->in),
+                                   P(m, op->p[0]), ACT(op->s[0]), ACT(op->s[1]), N, C);
+            g = next;
+            break;
+        case OP_RMSNORM:
+            be->rmsnorm_backward(next, G(m, op->p[0]), g, ACT(op->in), P(m, op->p[0]),
+                                 ACT(op->s[1]), N, C);
+            g = next;
+            break;
+        case OP_ATTENTION: {
+            int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
+            be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g, ACT(op->s[1]),
+                                P(m, op->p[2]), N, H * hd, C);
+            be->attention_backward(m->scratch2, m->scratch1, ACT(op->s[0]), ACT(op->s[1]),
+                                   ACT(op->s[2]), B, T, H, KV, hd);
+            if (n->rope_theta > 0) be->rope_backward(m->scratch2, B, T, H, KV, hd, n->rope_theta);
+            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2, ACT(op->in),
+                                P(m, op->p[0]), N, C, qkv);
+            g = next;
+            break;
+        }
+        case OP_MLP: {
+            int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
+            be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g, ACT(op->s[1]),
+                                P(m, op->p[2]), N, h, C);
+            if (swiglu)
+                be->swiglu_backward(m->scratch2, m->scratch1, ACT(op->s[0]), N, h);
+            else
+                be->gelu_backward(m->scratch2, m->scratch1, ACT(op->s[0]), (size_t)N * (size_t)h);
+            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2, ACT(op->in),
+                                P(m, op->p[0]), N, C, swiglu ? 2 * h : h);
+            g = next;
+            break;
+        }
+        case OP_POS:
+            be->positions_backward(G(m, op->p[0]), g, B, T, C);
+            break;
+        case OP_EMBED:
+            be->embedding_backward(G(m, op->p[0]), g, m->tokens, N, C);
+            break;
+        }
+    }
+}
+
+void tr_model_zero_grad(tr_model *m) {
+    m->be->zero(m->grad, m->n_floats * sizeof(float));
+}
+
+double tr_model_grad_norm(tr_model *m) {
+    /* padding between tensors is never written, so the whole slab can be summed at once */
+    return sqrt(m->be->sumsq(m->grad, m->n_floats));
+}
+
+void tr_model_adamw_step(tr_model *m, const tr_adamw *o) {
+    m->adam_t++;
+    float bc1 = (float)(1.0 - pow((double)o->beta1, (double)m->adam_t));
+    float bc2 = (float)(1.0 - pow((double)o->beta2, (double)m->adam_t));
+    for (int i = 0; i < m->n_params; i++) {
+        const tr_param *p = &m->params[i];
+        size_t off = p->offset;
+        m->be->adamw(m->param + off, m->grad + off, m->adam_m + off, m->adam_v + off, p->numel, o->lr,
+                     o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, bc1, bc2,
+                     o->grad_scale);
+    }
+}
+
+void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *logits) {
+    const tr_backend *be = m->be;
+    const int C = m->desc.dim, V = m->desc.vocab;
+    be->upload(m->tokens, tokens, (size_t)B * T * sizeof(int));
+    const op_t *head = forward_body(m, B, T);
+    for (int b = 0; b < B; b++) {
+        const float *x = ACT(head->in) + ((size_t)b * T + (size_t)(T - 1)) * C;
+        be->linear_forward(m->logits, x, P(m, head->p[0]), NULL, 1, C, V);
+        be->download(logits + (size_t)b * V, m->logits, (size_t)V * sizeof(float));
+    }
+}
+
+void tr_model_all_logits(tr_model *m, const int *tokens, int B, int T, float *logits) {
+    const tr_backend *be = m->be;
+    const int N = B * T, C = m->desc.dim, V = m->desc.vocab;
+    be->upload(m->tokens, tokens, (size_t)N * sizeof(int));
+    const op_t *head = forward_body(m, B, T);
+    for (int r = 0; r < N; r += (int)m->head_rows) {
+        int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
+        be->linear_forward(m->logits, ACT(head->in) + (size_t)r * C, P(m, head->p[0]), NULL, n,
+                           C, V);
+        be->download(logits + (size_t)r * V, m->logits, (size_t)n * V * sizeof(float));
+    }
+}

@@ -1,0 +1,107 @@
+/* The model: a recipe's layer tree flattened into a program of layer ops that run on one
+ * backend. Parameters live in one slab, activations in one arena sized before the first step
+ * (by a measuring pass over the program), so peak memory is known up front. Also the cost of
+ * every layer (FLOPs and bytes), shared by `trainer show`, the MFU figure and the planner. */
+#ifndef TR_MODEL_H
+#define TR_MODEL_H
+
+#include <stddef.h>
+
+#include "dsl/recipe.h"
+#include "model/backend.h"
+
+/* ---- cost model (model/cost.c): pure functions of the description ---------------------- */
+
+/* Costs of one node (and everything under it), per token at sequence length T.
+ * FLOP convention: 2 per multiply-add of every matrix product (linear layers, the LM head and
+ * attention's two products); attention counts only the causal half (position t attends to
+ * t+1 keys, averaged over t). Norms and element-wise ops are not counted. Training FLOPs are
+ * 3x forward (backward = 2x forward). */
+typedef struct {
+    double params;             /* parameters owned (a tied head owns none) */
+    double matrix_params;      /* of which in tensors of 2+ dims (those get weight decay) */
+    double fwd_flops;          /* forward FLOPs per token */
+    double act_bytes;          /* bytes of activations kept for the backward, per token */
+} tr_cost;
+
+void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out);
+void tr_cost_model(const tr_model_desc *d, int T, tr_cost *out);
+
+/* Training FLOPs per token (3x forward), the figure MFU divides by. */
+double tr_cost_train_flops_per_token(const tr_model_desc *d, int T);
+
+/* ---- the model ------------------------------------------------------------------------- */
+
+typedef struct tr_model tr_model;
+
+#define TR_PARAM_NAME_MAX 128
+
+typedef struct {
+    char name[TR_PARAM_NAME_MAX]; /* e.g. "stack.0.residual0.attention.qkv.weight" */
+    int ndim;
+    int shape[2];
+    size_t offset; /* in floats, into the parameter (and gradient, m, v) slab */
+    size_t numel;
+    int decay;     /* weight decay applies (matrices only) */
+    float init_std; /* 0 with init_one = 1: ones; 0: zeros */
+    int init_one;
+} tr_param;
+
+typedef struct {
+    size_t params, grads, optimizer, activations, scratch; /* bytes */
+} tr_memory;
+
+/* Build a model for micro-batches of at most B sequences of at most T tokens (T <= seq_len).
+ * Allocates everything on `be`; returns -1 with a message on failure. */
+int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *be, int B, int T,
+                  char *err, size_t errlen);
+void tr_model_free(tr_model *m);
+
+/* Bytes the model would allocate for (B, T), without allocating (the measuring pass). */
+int tr_model_measure(const tr_model_desc *desc, int B, int T, tr_memory *mem, char *err,
+                     size_t errlen);
+tr_memory tr_model_memory(const tr_model *m);
+
+int tr_model_num_params(const tr_model *m); /* parameter tensors */
+const tr_param *tr_model_param(const tr_model *m, int i);
+size_t tr_model_num_elements(const tr_model *m); /* total parameter count */
+float *tr_model_params(tr_model *m);        /* the slab, in backend memory */
+float *tr_model_grads(tr_model *m);
+
+/* Deterministic initialisation: element i of a tensor depends only on (seed, name, i), so
+ * any process holding any slice of a tensor initialises it the same way. GPT-2's scheme:
+ * N(0, 0.02), residual output projections N(0, 0.02/sqrt(2*attention layers)), norms 1,
+ * biases 0. */
+void tr_model_init_params(tr_model *m, unsigned long long seed);
+
+/* Forward over tokens (B, T) (host ids; B, T within the sizes given at init). With targets,
+ * returns the mean cross entropy; with grad_scale > 0 it also seeds the backward with
+ * d(loss)/d(logits) * grad_scale (use 1/accumulation_steps), computed chunk by chunk so the
+ * (B, T, V) logits never exist at once. Without targets returns 0. */
+float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B, int T,
+                       float grad_scale);
+
+/* Backward of the last forward (which had grad_scale > 0): accumulates into the gradients. */
+void tr_model_backward(tr_model *m);
+
+void tr_model_zero_grad(tr_model *m);
+double tr_model_grad_norm(tr_model *m);
+
+/* Logits (B, V) of the last position of each sequence, into host memory. */
+void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *logits);
+
+/* Logits (B, T, V) of every position, into host memory (tests and tools; memory B*T*V). */
+void tr_model_all_logits(tr_model *m, const int *tokens, int B, int T, float *logits);
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_scale; /* multiplies every gradient first (gradient clipping) */
+} tr_adamw;
+
+/* One AdamW step over every parameter (weight decay on matrices only). */
+void tr_model_adamw_step(tr_model *m, const tr_adamw *opt);
+
+const tr_model_desc *tr_model_desc_of(const tr_model *m);
+const tr_backend *tr_model_backend(const tr_model *m);
+
+#endif

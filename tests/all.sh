@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Every test: build with warnings as errors and run ctest, then the same tests again in an
+# AddressSanitizer + UndefinedBehaviorSanitizer build. This is what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./setup.sh -DTR_WERROR=ON
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+ctest --test-dir build --output-on-failure
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTR_WERROR=ON -DTR_SANITIZE=ON >/dev/null
+cmake --build build-asan -j "$(nproc)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure

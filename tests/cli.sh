@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The command line: help, bad flags, bad files. Every mistake must give one line on stderr
+# that names what is wrong, and a non-zero exit.
+set -u
+T="$1"
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect CODE PATTERN -- ARGS: exit status CODE (or "nonzero") and one stderr line matching PATTERN
+expect() {
+    local code="$1" pat="$2"
+    shift 3
+    "$T" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$? lines
+    lines=$(wc -l <"$tmp/err")
+    if { [ "$code" = nonzero ] && [ $rc -eq 0 ]; } || { [ "$code" != nonzero ] && [ $rc -ne "$code" ]; } ||
+        ! grep -q -- "$pat" "$tmp/err" || [ "$lines" -ne 1 ]; then
+        echo "FAIL trainer $*: exit $rc, stderr ($lines lines):"
+        sed 's/^/    /' "$tmp/err"
+        fail=1
+    else
+        echo "ok   trainer $*: $(cat "$tmp/err")"
+    fi
+}
+
+# help goes to stdout with exit 0
+for args in "--help" "run --help" "show --help"; do
+    if $T $args >"$tmp/out" 2>&1 && grep -q "usage: trainer" "$tmp/out"; then
+        echo "ok   trainer $args"
+    else
+        echo "FAIL trainer $args"; fail=1
+    fi
+done
+
+expect 2 "unknown command 'frobnicate'" -- frobnicate
+expect 2 "unknown option '--stepz'" -- run recipes/shakespeare_char.lua --stepz 3
+expect 2 "--steps needs a positive integer, got 'three'" -- run recipes/shakespeare_char.lua --steps three
+expect 2 "--set widht: expected NAME=VALUE" -- run recipes/shakespeare_char.lua --set widht
+expect 2 "no recipe given" -- run
+expect 1 "nope.lua: cannot read recipe" -- show nope.lua
+expect 1 "unknown knob (knobs: batch_tokens, heads, layers, lr, seq, steps, width)" -- show recipes/shakespeare_char.lua --set widht=3
+expect 1 "knob 'layers'" -- show recipes/shakespeare_char.lua --set layers=many
+expect 1 "micro-batch 5 does not divide" -- show recipes/shakespeare_char.lua --micro-batch 5
+
+# a recipe whose corpus is missing: the loader names the file
+sed 's#../data/corpora/tinyshakespeare.txt#missing/corpus.txt#' recipes/shakespeare_char.lua >"$tmp/r.lua"
+expect 1 "missing/corpus.txt': No such file" -- run "$tmp/r.lua" --out "$tmp/run"
+
+# show prints the tree and the totals of every shipped recipe
+for r in recipes/*.lua; do
+    if $T show "$r" >"$tmp/out" 2>&1 && grep -q "parameters" "$tmp/out" && grep -q "attention" "$tmp/out"; then
+        echo "ok   trainer show $r"
+    else
+        echo "FAIL trainer show $r"; cat "$tmp/out"; fail=1
+    fi
+done
+grep -q "124.44M" <("$T" show recipes/gpt2_124m.lua) && echo "ok   GPT-2 small shows 124.44M parameters" ||
+    { echo "FAIL GPT-2 small parameter count"; fail=1; }
+
+[ $fail -eq 0 ] && echo "cli: all passed" || echo "cli: FAILED"
+exit $fail

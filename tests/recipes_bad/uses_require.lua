@@ -1,0 +1,13 @@
+-- expect: uses_require.lua:2: attempt to call a nil value (global 'require')
+local x = require "socket"
+model {
+  vocab = 256, dim = 32, seq_len = 16,
+  embedding {},
+  positions {},
+  residual { layernorm {}, attention { heads = 4 } },
+  residual { layernorm {}, mlp {} },
+  layernorm {},
+  lm_head {},
+}
+data { text = "corpus.txt" }
+train { batch_tokens = 256, steps = 10 }

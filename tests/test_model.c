@@ -1,0 +1,237 @@
+/* The model executor: finite-difference gradients through unusual structures (nested
+ * residuals, stacks, GQA, untied heads), gradient accumulation over micro-batches, bitwise
+ * determinism, and the cost model agreeing with what is allocated. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsl/recipe.h"
+#include "model/model.h"
+
+static int failures;
+
+/* what: the check, with the two figures it compares */
+static void check(int ok, const char *what, double a, double b) {
+    if (!ok) failures++;
+    printf("%s %s: %.9g vs %.9g\n", ok ? "ok  " : "FAIL", what, a, b);
+}
+
+static const char *nested =
+    "model { vocab = 40, dim = 24, seq_len = 12,\n"
+    "  embedding {}, positions {},\n"
+    "  stack { n = 2,\n"
+    "    residual { layernorm { bias = false }, attention { heads = 6, kv_heads = 2 } },\n"
+    "    residual { rmsnorm {}, residual { mlp { hidden = 20, activation = 'swiglu' } },\n"
+    "               mlp { hidden = 36, bias = false } },\n"
+    "  },\n"
+    "  layernorm {}, lm_head { tied = false } }\n"
+    "data { text = 'x' } train { batch_tokens = 36, steps = 1 }\n";
+
+static const char *roped =
+    "model { vocab = 33, dim = 16, seq_len = 9, embedding {}, rope { theta = 100 },\n"
+    "  residual { rmsnorm {}, attention { heads = 4, kv_heads = 1, bias = false } },\n"
+    "  residual { rmsnorm {}, mlp { hidden = 24, activation = 'swiglu' } },\n"
+    "  rmsnorm {}, lm_head {} }\n"
+    "data { text = 'x' } train { batch_tokens = 27, steps = 1 }\n";
+
+static tr_model *make(tr_recipe *r, const char *text, int B, int T) {
+    char err[512];
+    if (tr_recipe_load_string(r, text, "test", ".", NULL, 0, err, sizeof(err))) {
+        fprintf(stderr, "FAIL recipe: %s\n", err);
+        exit(1);
+    }
+    tr_model *m;
+    if (tr_model_init(&m, &r->model, tr_backend_cpu(), B, T, err, sizeof(err))) {
+        fprintf(stderr, "FAIL model: %s\n", err);
+        exit(1);
+    }
+    /* larger than GPT-2's init so that every path carries a visible gradient */
+    tr_model_init_params(m, 7);
+    float *p = tr_model_params(m);
+    for (int i = 0; i < tr_model_num_params(m); i++) {
+        const tr_param *q = tr_model_param(m, i);
+        for (size_t j = 0; j < q->numel; j++) {
+            float *x = &p[q->offset + j];
+            *x = q->init_one ? 1.0f + 0.1f * sinf((float)j) : (*x) * 10.0f + 0.05f * cosf((float)j * 1.3f);
+        }
+    }
+    return m;
+}
+
+static void tokens_for(int *tok, int *tgt, int n, int V, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        tok[i] = (int)((seed >> 8) % (unsigned)V);
+        seed = seed * 1103515245u + 12345u;
+        tgt[i] = (int)((seed >> 8) % (unsigned)V);
+    }
+}
+
+/* Central differences in fp32 on the elements with the largest gradients of every tensor.
+ * fp32 losses limit this to ~1e-2 relative; the exact check is test_reference's. */
+static void fd_check(const char *text, const char *label) {
+    tr_recipe r;
+    int B = 3, T = text == nested ? 12 : 9;
+    tr_model *m = make(&r, text, B, T);
+    int V = r.model.vocab, N = B * T;
+    int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
+    tokens_for(tok, tgt, N, V, 11);
+    tr_model_zero_grad(m);
+    tr_model_forward(m, tok, tgt, B, T, 1.0f);
+    tr_model_backward(m);
+    float *p = tr_model_params(m), *g = tr_model_grads(m);
+    double worst = 0;
+    for (int i = 0; i < tr_model_num_params(m); i++) {
+        const tr_param *q = tr_model_param(m, i);
+        for (int pick = 0; pick < 3; pick++) { /* the 3 largest |grad| elements */
+            size_t best = 0;
+            double bv = -1;
+            for (size_t j = 0; j < q->numel; j++) {
+                double v = fabs(g[q->offset + j]);
+                int taken = 0;
+                (void)taken;
+                if (v > bv && v < 1e30) {
+                    bv = v;
+                    best = j;
+                }
+            }
+            float *x = &p[q->offset + best];
+            float saved = *x, h = 1e-2f * (fabsf(saved) > 1 ? fabsf(saved) : 1);
+            *x = saved + h;
+            double lp = tr_model_forward(m, tok, tgt, B, T, 0);
+            *x = saved - h;
+            double lm = tr_model_forward(m, tok, tgt, B, T, 0);
+            *x = saved;
+            double fd = (lp - lm) / (2.0 * h), an = g[q->offset + best];
+            double err = fabs(fd - an) / (fabs(an) + 1e-3);
+            if (err > worst) worst = err;
+            if (err > 3e-2)
+                printf("     %s %s[%zu]: analytic %.6g, finite difference %.6g\n", label, q->name,
+                       best, an, fd);
+            g[q->offset + best] = 1e31f; /* exclude from the next pick */
+        }
+    }
+    char what[128];
+    snprintf(what, sizeof(what), "fd gradients (%s): worst rel err vs tol", label);
+    check(worst <= 3e-2, what, worst, 3e-2);
+    free(tok);
+    free(tgt);
+    tr_model_free(m);
+    tr_recipe_free(&r);
+}
+
+/* Two micro-batches with grad_scale 1/2 give the gradient of one batch of both. */
+static void accumulation(void) {
+    tr_recipe r1, r2;
+    int T = 12;
+    tr_model *one = make(&r1, nested, 4, T), *two = make(&r2, nested, 2, T);
+    int N = 4 * T, V = r1.model.vocab;
+    int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
+    tokens_for(tok, tgt, N, V, 5);
+    tr_model_zero_grad(one);
+    float l1 = tr_model_forward(one, tok, tgt, 4, T, 1.0f);
+    tr_model_backward(one);
+    tr_model_zero_grad(two);
+    float la = tr_model_forward(two, tok, tgt, 2, T, 0.5f);
+    tr_model_backward(two);
+    float lb = tr_model_forward(two, tok + N / 2, tgt + N / 2, 2, T, 0.5f);
+    tr_model_backward(two);
+    size_t n = tr_model_num_elements(one);
+    (void)n;
+    double num = 0, den = 0;
+    for (int i = 0; i < tr_model_num_params(one); i++) {
+        const tr_param *q = tr_model_param(one, i);
+        for (size_t j = 0; j < q->numel; j++) {
+            double a = tr_model_grads(one)[q->offset + j], b = tr_model_grads(two)[q->offset + j];
+            if (fabs(a - b) > num) num = fabs(a - b);
+            if (fabs(a) > den) den = fabs(a);
+        }
+    }
+    check(fabs(l1 - 0.5 * (la + lb)) < 1e-5, "accumulation: loss vs mean of the halves", l1,
+          0.5 * (la + lb));
+    check(num / den < 1e-5, "accumulation: gradients rel err vs tol", num / den, 1e-5);
+    free(tok);
+    free(tgt);
+    tr_model_free(one);
+    tr_model_free(two);
+    tr_recipe_free(&r1);
+    tr_recipe_free(&r2);
+}
+
+/* Same inputs, same seed: bitwise-identical losses and gradients over a few steps. */
+static void determinism(void) {
+    float loss[2][4];
+    double gsum[2];
+    for (int run = 0; run < 2; run++) {
+        tr_recipe r;
+        tr_model *m = make(&r, nested, 3, 12);
+        int N = 36, V = r.model.vocab;
+        int tok[36], tgt[36];
+        for (int s = 0; s < 4; s++) {
+            tokens_for(tok, tgt, N, V, 100 + (unsigned)s);
+            tr_model_zero_grad(m);
+            loss[run][s] = tr_model_forward(m, tok, tgt, 3, 12, 1.0f);
+            tr_model_backward(m);
+            tr_adamw o = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                          .weight_decay = 0.1f, .grad_scale = 1.0f};
+            tr_model_adamw_step(m, &o);
+        }
+        gsum[run] = tr_model_grad_norm(m);
+        tr_model_free(m);
+        tr_recipe_free(&r);
+    }
+    check(!memcmp(loss[0], loss[1], sizeof(loss[0])) && gsum[0] == gsum[1],
+          "determinism: two runs bitwise equal, last losses", loss[0][3], loss[1][3]);
+}
+
+/* Parameter counts from the cost model equal what the model allocates, for every recipe. */
+static void costs(void) {
+    const char *recipes[] = {"../recipes/shakespeare_char.lua", "../recipes/llama_tiny.lua",
+                             "../recipes/gpt2_124m.lua"};
+    for (int i = 0; i < 3; i++) {
+        tr_recipe r;
+        char err[512];
+        if (tr_recipe_load(&r, recipes[i], NULL, 0, err, sizeof(err))) {
+            fprintf(stderr, "FAIL %s\n", err);
+            failures++;
+            continue;
+        }
+        tr_model *m;
+        if (tr_model_init(&m, &r.model, tr_backend_cpu(), 1, 8, err, sizeof(err))) {
+            fprintf(stderr, "FAIL %s\n", err);
+            failures++;
+            tr_recipe_free(&r);
+            continue;
+        }
+        tr_cost c;
+        tr_cost_model(&r.model, r.model.seq_len, &c);
+        char what[256];
+        snprintf(what, sizeof(what), "cost: %s parameters (cost model vs allocated)",
+                 recipes[i]);
+        check(c.params == (double)tr_model_num_elements(m), what, c.params,
+              (double)tr_model_num_elements(m));
+        tr_model_free(m);
+        tr_recipe_free(&r);
+    }
+    /* GPT-2 small has 124,439,808 parameters with its tied head */
+    tr_recipe r;
+    char err[512];
+    if (!tr_recipe_load(&r, "../recipes/gpt2_124m.lua", NULL, 0, err, sizeof(err))) {
+        tr_cost c;
+        tr_cost_model(&r.model, 1024, &c);
+        check(c.params == 124439808.0, "cost: GPT-2 small parameters vs 124,439,808",
+              c.params, 124439808.0);
+        tr_recipe_free(&r);
+    }
+}
+
+int main(void) {
+    fd_check(nested, "nested residuals, GQA, untied");
+    fd_check(roped, "rope, kv_heads 1, tied");
+    accumulation();
+    determinism();
+    costs();
+    printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}

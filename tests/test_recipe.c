@@ -1,0 +1,576 @@
+/* Tests for the recipe DSL (dsl/recipe.c): fields and defaults of GPT- and Llama-like recipes,
+ * --set overrides, the write_lua round trip, the sandbox, and the exact one-line errors with
+ * their line numbers. Plain C: prints ok/FAIL per check, exits non-zero on any failure. */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include "dsl/recipe.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int n_fail, n_ok;
+
+#ifdef __GNUC__
+__attribute__((format(printf, 2, 3)))
+#endif
+static int check(int cond, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", cond ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (cond)
+        n_ok++;
+    else
+        n_fail++;
+    return cond;
+}
+
+static char err[4096];
+
+static int load(tr_recipe *r, const char *text, const char *chunk, const tr_knob_set *sets,
+                int n_sets)
+{
+    int rc = tr_recipe_load_string(r, text, chunk, ".", sets, n_sets, err, sizeof err);
+    if (rc)
+        printf("     (load of %s failed: %s)\n", chunk, err);
+    return rc;
+}
+
+/* Loading must fail with exactly this message. */
+static void expect_error(const char *what, const char *text, const char *chunk,
+                         const tr_knob_set *sets, int n_sets, const char *expected)
+{
+    tr_recipe r;
+    int rc = tr_recipe_load_string(&r, text, chunk, ".", sets, n_sets, err, sizeof err);
+    if (!check(rc != 0 && strcmp(err, expected) == 0, "error: %s", what))
+        printf("     expected: %s\n     got (rc %d): %s\n", expected, rc, err);
+    tr_recipe_free(&r);
+}
+
+static int feq(float a, float b)
+{
+    return a == b;
+}
+
+static const char *gpt_text =
+    "local k = knobs { layers = 4, width = 256, heads = 4, seq = 128, lr = 2e-3, steps = 1500 }\n"
+    "\n"
+    "model {\n"
+    "  vocab = 256, dim = k.width, seq_len = k.seq,\n"
+    "  embedding {},\n"
+    "  positions {},                            -- learned absolute positions\n"
+    "  stack { n = k.layers,\n"
+    "    residual { layernorm {}, attention { heads = k.heads } },\n"
+    "    residual { layernorm {}, mlp { hidden = 4 * k.width, activation = \"gelu\" } },\n"
+    "  },\n"
+    "  layernorm {},\n"
+    "  lm_head { tied = true },\n"
+    "}\n"
+    "data { text = \"data/corpora/tinyshakespeare.txt\", tokenizer = \"byte\", val_fraction = 0.1 }\n"
+    "optimizer { lr = k.lr, betas = { 0.9, 0.99 }, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0 }\n"
+    "schedule { warmup = 100, decay = \"cosine\", min_lr = 0.1 * k.lr }\n"
+    "train { batch_tokens = 8192, micro_batch = \"auto\", steps = k.steps, eval_every = 250,\n"
+    "        eval_tokens = 32768, seed = 1337, out = \"runs/shakespeare_char\", sample_tokens = 300 }\n"
+    "parallel \"auto\"\n";
+
+static const char *llama_text =
+    "local k = knobs { tie = false, name = \"llama\", layers = 2 }\n"
+    "model { vocab = 256, dim = 64, seq_len = 32,\n"
+    "  embedding {},\n"
+    "  rope { theta = 500000 },\n"
+    "  stack { n = k.layers,\n"
+    "    residual { rmsnorm {}, attention { heads = 8, kv_heads = 2, bias = false } },\n"
+    "    residual { rmsnorm { eps = 1e-6 }, mlp { hidden = 172, activation = \"swiglu\", bias = false } },\n"
+    "  },\n"
+    "  rmsnorm {},\n"
+    "  lm_head { tied = k.tie },\n"
+    "}\n"
+    "data { text = \"/nonexistent/corpus.txt\" }\n"
+    "train { batch_tokens = 4096, steps = 100, out = \"runs/\" .. k.name .. \"-\" .. k.layers }\n"
+    "parallel { dp = 2, zero = 1 }\n";
+
+static void test_gpt(void)
+{
+    tr_recipe r;
+    if (!check(tr_recipe_load_string(&r, gpt_text, "gpt.lua", "..", NULL, 0, err, sizeof err) == 0,
+               "gpt: loads (%s)", err))
+        return;
+    const tr_model_desc *m = &r.model;
+    check(m->vocab == 256 && m->dim == 256 && m->seq_len == 128, "gpt: vocab, dim, seq_len");
+    const tr_node *root = &m->root;
+    check(root->kind == TR_NODE_SEQUENCE && root->n_children == 5 && root->line == 3,
+          "gpt: root is a sequence of 5 at line 3");
+    if (root->n_children == 5) {
+        const tr_node *c = root->children;
+        check(c[0].kind == TR_NODE_EMBEDDING && c[1].kind == TR_NODE_POSITIONS &&
+                  c[2].kind == TR_NODE_STACK && c[3].kind == TR_NODE_LAYERNORM &&
+                  c[4].kind == TR_NODE_LM_HEAD,
+              "gpt: top-level kinds");
+    }
+    if (root->n_children == 5) {
+        const tr_node *st = &root->children[2];
+        check(st->repeat == 4 && st->n_children == 2 && st->line == 7, "gpt: stack n=4, line 7");
+        if (st->n_children == 2) {
+            const tr_node *a = &st->children[0], *b = &st->children[1];
+            check(a->kind == TR_NODE_RESIDUAL && a->n_children == 2 && a->line == 8,
+                  "gpt: residual 1");
+            check(b->kind == TR_NODE_RESIDUAL && b->n_children == 2 && b->line == 9,
+                  "gpt: residual 2");
+            if (a->n_children == 2 && b->n_children == 2) {
+                const tr_node *ln = &a->children[0], *at = &a->children[1], *mlp = &b->children[1];
+                check(ln->kind == TR_NODE_LAYERNORM && feq(ln->eps, 1e-5f) && ln->bias == 1,
+                      "gpt: layernorm defaults eps=1e-5 bias=true");
+                check(at->kind == TR_NODE_ATTENTION && at->heads == 4 && at->kv_heads == 4 &&
+                          at->bias == 1 && at->rope_theta == 0 && at->line == 8,
+                      "gpt: attention heads=4 kv_heads=4 bias rope_theta=0");
+                check(mlp->kind == TR_NODE_MLP && mlp->hidden == 1024 &&
+                          mlp->activation == TR_ACT_GELU && mlp->bias == 1,
+                      "gpt: mlp hidden=1024 gelu bias");
+            }
+        }
+        check(root->children[4].tied == 1, "gpt: lm_head tied");
+    }
+    check(strcmp(r.data.text, "../data/corpora/tinyshakespeare.txt") == 0,
+          "gpt: data.text resolved against basedir (%s)", r.data.text);
+    check(r.data.tokenizer == TR_TOKENIZER_BYTE && feq(r.data.val_fraction, 0.1f), "gpt: data");
+    check(feq(r.optim.lr, 2e-3f) && feq(r.optim.beta1, 0.9f) && feq(r.optim.beta2, 0.99f) &&
+              feq(r.optim.eps, 1e-8f) && feq(r.optim.weight_decay, 0.1f) &&
+              feq(r.optim.grad_clip, 1.0f),
+          "gpt: optimizer");
+    check(r.schedule.warmup == 100 && r.schedule.decay == TR_DECAY_COSINE &&
+              feq(r.schedule.min_lr, (float)(0.1 * 2e-3)) && feq(r.schedule.decay_frac, 0.2f),
+          "gpt: schedule");
+    const tr_train_desc *t = &r.train;
+    check(t->batch_tokens == 8192 && t->micro_batch == 0 && t->steps == 1500 &&
+              t->eval_every == 250 && t->eval_tokens == 32768 && t->seed == 1337 &&
+              strcmp(t->out, "runs/shakespeare_char") == 0 && t->sample_tokens == 300 &&
+              t->log_every == 10,
+          "gpt: train");
+    check(r.parallel.is_auto == 1, "gpt: parallel auto");
+    check(strcmp(r.path, "gpt.lua") == 0, "gpt: path");
+    const char *names[] = {"heads", "layers", "lr", "seq", "steps", "width"};
+    int knobs_ok = r.n_knobs == 6;
+    for (int i = 0; knobs_ok && i < 6; i++)
+        knobs_ok = strcmp(r.knobs[i].name, names[i]) == 0 &&
+                   r.knobs[i].type == TR_KNOB_NUMBER && !r.knobs[i].overridden;
+    check(knobs_ok && r.knobs[2].number == 2e-3 && r.knobs[5].number == 256,
+          "gpt: knobs recorded, sorted");
+    tr_recipe_free(&r);
+}
+
+static void test_llama(void)
+{
+    tr_recipe r;
+    if (!check(load(&r, llama_text, "llama.lua", NULL, 0) == 0, "llama: loads"))
+        return;
+    const tr_node *root = &r.model.root;
+    check(root->n_children == 5, "llama: 5 top-level layers");
+    if (root->n_children == 5) {
+        const tr_node *rope = &root->children[1], *st = &root->children[2];
+        check(rope->kind == TR_NODE_ROPE && feq(rope->rope_theta, 500000.0f), "llama: rope theta");
+        const tr_node *at = &st->children[0].children[1];
+        const tr_node *norm = &st->children[1].children[0], *mlp = &st->children[1].children[1];
+        check(at->kind == TR_NODE_ATTENTION && at->heads == 8 && at->kv_heads == 2 &&
+                  at->bias == 0 && feq(at->rope_theta, 500000.0f),
+              "llama: attention gqa, no bias, rope_theta from the rope");
+        check(norm->kind == TR_NODE_RMSNORM && feq(norm->eps, 1e-6f), "llama: rmsnorm eps");
+        check(st->children[0].children[0].kind == TR_NODE_RMSNORM &&
+                  feq(st->children[0].children[0].eps, 1e-5f),
+              "llama: rmsnorm default eps");
+        check(mlp->hidden == 172 && mlp->activation == TR_ACT_SWIGLU && mlp->bias == 0,
+              "llama: mlp swiglu");
+        check(root->children[4].kind == TR_NODE_LM_HEAD && root->children[4].tied == 0,
+              "llama: lm_head untied");
+    }
+    check(feq(r.optim.lr, 3e-4f) && feq(r.optim.beta1, 0.9f) && feq(r.optim.beta2, 0.95f) &&
+              feq(r.optim.eps, 1e-8f) && feq(r.optim.weight_decay, 0.1f) &&
+              feq(r.optim.grad_clip, 1.0f),
+          "llama: optimizer defaults");
+    check(r.schedule.warmup == 0 && r.schedule.decay == TR_DECAY_COSINE &&
+              feq(r.schedule.min_lr, 0.1f * 3e-4f) && feq(r.schedule.decay_frac, 0.2f),
+          "llama: schedule defaults, min_lr = 0.1 * lr");
+    const tr_train_desc *t = &r.train;
+    check(t->micro_batch == 0 && t->eval_every == 0 && t->eval_tokens == 0 && t->seed == 1337 &&
+              t->sample_tokens == 200 && t->log_every == 10,
+          "llama: train defaults");
+    check(strcmp(t->out, "runs/llama-2") == 0, "llama: string and integer knobs in out (%s)",
+          t->out);
+    check(strcmp(r.data.text, "/nonexistent/corpus.txt") == 0 && feq(r.data.val_fraction, 0.1f),
+          "llama: absolute data path kept, val_fraction default");
+    check(!r.parallel.is_auto && r.parallel.dp == 2 && r.parallel.tp == 0 &&
+              r.parallel.pp == 0 && r.parallel.zero == 1,
+          "llama: parallel table");
+    tr_recipe_free(&r);
+
+    /* defaults that only show when left out */
+    const char *minimal = "model { vocab = 10, dim = 8, seq_len = 4, embedding {}, rope {},\n"
+                          "  residual { attention { heads = 2 }, mlp {} }, lm_head {} }\n"
+                          "data { text = \"c.txt\" }\ntrain { batch_tokens = 8, steps = 1 }\n";
+    if (check(tr_recipe_load_string(&r, minimal, "dir/min.lua", "dir", NULL, 0, err, sizeof err) == 0,
+              "minimal: loads (%s)", err)) {
+        const tr_node *res = &r.model.root.children[2];
+        check(feq(r.model.root.children[1].rope_theta, 10000.0f), "minimal: rope theta default");
+        check(res->children[1].hidden == 32 && res->children[1].activation == TR_ACT_GELU,
+              "minimal: mlp hidden default 4 * dim");
+        check(strcmp(r.train.out, "runs/min") == 0, "minimal: default out runs/<stem> (%s)",
+              r.train.out);
+        check(strcmp(r.data.text, "dir/c.txt") == 0, "minimal: data relative to basedir");
+        check(r.parallel.is_auto && r.n_knobs == 0, "minimal: parallel auto, no knobs");
+        tr_recipe_free(&r);
+    }
+}
+
+static void test_sets(void)
+{
+    tr_knob_set s[4];
+    tr_recipe r;
+    check(tr_knob_set_parse(&s[0], "layers=6", err, sizeof err) == 0 &&
+              strcmp(s[0].name, "layers") == 0 && strcmp(s[0].value, "6") == 0,
+          "set: parse name=value");
+    check(tr_knob_set_parse(&s[3], "noequals", err, sizeof err) != 0 && strstr(err, "name=value"),
+          "set: parse without '=' fails (%s)", err);
+    check(tr_knob_set_parse(&s[3], "=3", err, sizeof err) != 0, "set: parse empty name fails");
+    tr_knob_set_parse(&s[1], "lr=1e-3", err, sizeof err);
+    if (check(load(&r, gpt_text, "gpt.lua", s, 2) == 0, "set: number overrides load")) {
+        check(r.model.root.children[2].repeat == 6, "set: layers=6 reaches stack n");
+        check(feq(r.optim.lr, 1e-3f) && feq(r.schedule.min_lr, (float)(0.1 * 1e-3)),
+              "set: lr=1e-3 reaches optimizer and schedule");
+        check(r.knobs[1].overridden && r.knobs[1].number == 6 && r.knobs[2].overridden &&
+                  !r.knobs[0].overridden,
+              "set: knobs record overridden");
+        tr_recipe_free(&r);
+    }
+    tr_knob_set_parse(&s[0], "tie=true", err, sizeof err);
+    tr_knob_set_parse(&s[1], "name=big", err, sizeof err);
+    tr_knob_set_parse(&s[2], "layers=12", err, sizeof err);
+    if (check(load(&r, llama_text, "llama.lua", s, 3) == 0, "set: bool and string overrides load")) {
+        check(r.model.root.children[4].tied == 1, "set: tie=true reaches lm_head");
+        check(strcmp(r.train.out, "runs/big-12") == 0, "set: name=big and layers=12 (%s)",
+              r.train.out);
+        tr_recipe_free(&r);
+    }
+    tr_knob_set_parse(&s[0], "lr=abc", err, sizeof err);
+    expect_error("set: bad number", gpt_text, "gpt.lua", s, 1,
+                 "gpt.lua:1: --set lr=abc: 'abc' is not a number (knob 'lr' defaults to 0.002)");
+    tr_knob_set_parse(&s[0], "layers=12abc", err, sizeof err);
+    expect_error("set: number must parse completely", gpt_text, "gpt.lua", s, 1,
+                 "gpt.lua:1: --set layers=12abc: '12abc' is not a number (knob 'layers' defaults to 4)");
+    tr_knob_set_parse(&s[0], "tie=yes", err, sizeof err);
+    expect_error("set: bad boolean", llama_text, "llama.lua", s, 1,
+                 "llama.lua:1: --set tie=yes: 'yes' is not a boolean; use true or false (knob 'tie' defaults to false)");
+    tr_knob_set_parse(&s[0], "widht=3", err, sizeof err);
+    expect_error("set: unknown knob", gpt_text, "gpt.lua", s, 1,
+                 "gpt.lua:1: --set widht: unknown knob (knobs: heads, layers, lr, seq, steps, width)");
+    expect_error("set: recipe without knobs",
+                 "model { vocab = 10, dim = 8, seq_len = 4, embedding {}, lm_head {} }\n"
+                 "data { text = \"c\" } train { batch_tokens = 8, steps = 1 }\n",
+                 "plain.lua", s, 1, "plain.lua: --set given but the recipe declares no knobs");
+}
+
+/* Every field of two node trees, recursively. */
+static int nodes_equal(const tr_node *a, const tr_node *b)
+{
+    if (a->kind != b->kind || a->repeat != b->repeat || a->n_children != b->n_children ||
+        a->heads != b->heads || a->kv_heads != b->kv_heads || a->hidden != b->hidden ||
+        a->activation != b->activation || a->bias != b->bias || !feq(a->eps, b->eps) ||
+        !feq(a->rope_theta, b->rope_theta) || a->tied != b->tied)
+        return 0;
+    for (int i = 0; i < a->n_children; i++)
+        if (!nodes_equal(&a->children[i], &b->children[i]))
+            return 0;
+    return 1;
+}
+
+/* Everything write_lua promises to keep (knobs live in its comment header, path is new). */
+static int recipes_equal(const tr_recipe *a, const tr_recipe *b, int compare_text)
+{
+    return a->model.vocab == b->model.vocab && a->model.dim == b->model.dim &&
+           a->model.seq_len == b->model.seq_len && nodes_equal(&a->model.root, &b->model.root) &&
+           (!compare_text || strcmp(a->data.text, b->data.text) == 0) &&
+           a->data.tokenizer == b->data.tokenizer && memcmp(&a->optim, &b->optim, sizeof a->optim) == 0 &&
+           memcmp(&a->schedule, &b->schedule, sizeof a->schedule) == 0 &&
+           memcmp(&a->train, &b->train, sizeof a->train) == 0 &&
+           memcmp(&a->parallel, &b->parallel, sizeof a->parallel) == 0 &&
+           feq(a->data.val_fraction, b->data.val_fraction);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = calloc(1, 1 << 20);
+    if (buf)
+        fread(buf, 1, (1 << 20) - 1, f);
+    fclose(f);
+    return buf;
+}
+
+/* The text after the leading comment lines (the header names the source file and knobs). */
+static const char *body(const char *text)
+{
+    while (strncmp(text, "--", 2) == 0) {
+        const char *nl = strchr(text, '\n');
+        if (!nl)
+            return "";
+        text = nl + 1;
+    }
+    return text;
+}
+
+static int write_file(const char *path, const tr_recipe *r)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int rc = tr_recipe_write_lua(r, f);
+    return fclose(f) || rc;
+}
+
+static void round_trip(const char *name, const char *text, const char *basedir,
+                       const tr_knob_set *sets, int n_sets)
+{
+    char dir[] = "/tmp/test_recipe_XXXXXX", p1[64], p2[64];
+    if (!check(mkdtemp(dir) != NULL, "%s: make a temporary folder", name))
+        return;
+    snprintf(p1, sizeof p1, "%s/first.lua", dir);
+    snprintf(p2, sizeof p2, "%s/second.lua", dir);
+    tr_recipe a, b, c;
+    memset(&b, 0, sizeof b);
+    memset(&c, 0, sizeof c);
+    char *t1 = NULL, *t2 = NULL;
+    if (tr_recipe_load_string(&a, text, name, basedir, sets, n_sets, err, sizeof err) != 0) {
+        check(0, "%s: loads (%s)", name, err);
+        goto out;
+    }
+    check(write_file(p1, &a) == 0, "%s: write_lua", name);
+    if (!check(tr_recipe_load(&b, p1, NULL, 0, err, sizeof err) == 0, "%s: written recipe loads (%s)",
+               name, err))
+        goto out;
+    check(write_file(p2, &b) == 0, "%s: write_lua again", name);
+    t1 = slurp(p1);
+    t2 = slurp(p2);
+    check(t1 && t2 && strcmp(body(t1), body(t2)) == 0, "%s: the two written texts are identical",
+          name);
+    check(t1 && strstr(t1, "stack {") != NULL, "%s: stack kept as a stack", name);
+    char *real = realpath(a.data.text, NULL);
+    check(b.data.text[0] == '/' && (!real || strcmp(real, b.data.text) == 0),
+          "%s: data.text written as an absolute path (%s)", name, b.data.text);
+    free(real);
+    check(recipes_equal(&a, &b, 0), "%s: reloaded structs equal the original", name);
+    if (check(tr_recipe_load(&c, p2, NULL, 0, err, sizeof err) == 0, "%s: second write loads", name))
+        check(recipes_equal(&b, &c, 1), "%s: second reload equal, data.text too", name);
+    if (n_sets > 0)
+        check(t1 && strstr(t1, "(--set)") != NULL, "%s: header marks overridden knobs", name);
+out:
+    free(t1);
+    free(t2);
+    tr_recipe_free(&a);
+    tr_recipe_free(&b);
+    tr_recipe_free(&c);
+    unlink(p1);
+    unlink(p2);
+    rmdir(dir);
+}
+
+static void test_round_trip(void)
+{
+    tr_knob_set s[1];
+    tr_knob_set_parse(&s[0], "lr=1e-3", err, sizeof err);
+    round_trip("rt-gpt", gpt_text, "..", s, 1);
+    round_trip("rt-llama", llama_text, ".", NULL, 0);
+    /* odd floats and every optional value changed from its default */
+    round_trip("rt-odd",
+               "model { vocab = 300, dim = 12, seq_len = 6, embedding {}, positions {},\n"
+               "  stack { n = 3, stack { n = 2, residual { layernorm { eps = 3.3e-7, bias = false },\n"
+               "    attention { heads = 3, kv_heads = 1, bias = false } } },\n"
+               "    residual { mlp { hidden = 7, activation = \"swiglu\", bias = false } } },\n"
+               "  rmsnorm { eps = 0.123456789 }, lm_head { tied = false } }\n"
+               "data { text = \"weird \\\"name\\\"\\n.txt\", val_fraction = 0.37 }\n"
+               "optimizer { lr = 0.1234567, betas = { 0, 0.999999 }, eps = 1e-30, weight_decay = 0,\n"
+               "  grad_clip = 0 }\n"
+               "schedule { warmup = 7, decay = \"wsd\", min_lr = 0, decay_frac = 1 }\n"
+               "train { batch_tokens = 36, micro_batch = 3, steps = 2, eval_every = 1, eval_tokens = 5,\n"
+               "  seed = 9007199254740993, out = \"x/y\", sample_tokens = 0, log_every = 1 }\n"
+               "parallel { dp = 1, tp = 2, pp = \"auto\", zero = 3 }\n",
+               "/tmp", NULL, 0);
+}
+
+static void test_sandbox(void)
+{
+    tr_recipe r;
+    const char *tail = "model { vocab = 10, dim = 8, seq_len = 4, embedding {}, lm_head {} }\n"
+                       "data { text = \"c\" } train { batch_tokens = 8, steps = 1 }\n";
+    char text[4096];
+    snprintf(text, sizeof text,
+             "assert(io == nil and os == nil and require == nil and package == nil)\n"
+             "assert(debug == nil and dofile == nil and loadfile == nil and string.dump == nil)\n"
+             "assert(coroutine == nil and math and table and string and utf8)\n"
+             "local f, e = load(\"\\27LuaT\\0\\25\\147\\r\\n\\26\\n\")\n"
+             "assert(f == nil and e:find('binary'), 'bytecode must be refused')\n"
+             "assert(load(\"\\27Lua\", \"x\", \"b\") == nil, 'mode b is ignored')\n"
+             "assert(load('return 1 + 1')() == 2)\n"
+             "local k = knobs { a = 1, b = 'x' }\n"
+             "local n = 0 for name, v in pairs(k) do n = n + 1 end\n"
+             "assert(n == 2 and getmetatable(k) == 'knobs')\n%s",
+             tail);
+    if (check(load(&r, text, "sandbox.lua", NULL, 0) == 0,
+              "sandbox: io/os/require/debug absent, bytecode refused, text load works"))
+        tr_recipe_free(&r);
+    expect_error("sandbox: endless loop", "local n = 0\nwhile true do n = n + 1 end\n", "loop.lua",
+                 NULL, 0, "loop.lua:2: recipe did not finish within 100000000 instructions (an endless loop?)");
+    tr_recipe_load_string(&r, "while true do pcall(function() while true do end end) end\n",
+                          "pl.lua", ".", NULL, 0, err, sizeof err);
+    check(strstr(err, "did not finish") != NULL, "sandbox: endless loop under pcall stops (%s)", err);
+    expect_error("sandbox: huge string", "local s = string.rep('x', 100 * 1024 * 1024)\n", "mem.lua",
+                 NULL, 0, "mem.lua: recipe used more than 64 MiB");
+    expect_error("sandbox: growing table", "local t = {}\nfor i = 1, 1e8 do t[i] = i end\n",
+                 "mem.lua", NULL, 0, "mem.lua: recipe used more than 64 MiB");
+    expect_error("sandbox: precompiled recipe", "\033LuaT\001\002", "bin.lua", NULL, 0,
+                 "bin.lua: binary (precompiled) recipes are not allowed");
+    expect_error("sandbox: io is nil", "io.write('x')\n", "io.lua", NULL, 0,
+                 "io.lua:1: attempt to index a nil value (global 'io')");
+    check(tr_recipe_load(&r, "no/such/recipe.lua", NULL, 0, err, sizeof err) != 0 &&
+              strcmp(err, "no/such/recipe.lua: cannot read recipe: No such file or directory") == 0,
+          "sandbox: missing file (%s)", err);
+}
+
+static void test_files(void)
+{
+    tr_recipe r;
+    if (check(tr_recipe_load(&r, "recipes_good/tiny.lua", NULL, 0, err, sizeof err) == 0,
+              "file: recipes_good/tiny.lua loads (%s)", err)) {
+        check(strcmp(r.data.text, "recipes_good/../../data/corpora/tinyshakespeare.txt") == 0,
+              "file: data.text relative to the recipe's folder (%s)", r.data.text);
+        check(strcmp(r.train.out, "runs/tiny") == 0, "file: default out (%s)", r.train.out);
+        check(strcmp(r.path, "recipes_good/tiny.lua") == 0, "file: path as given");
+        tr_recipe_free(&r);
+    }
+    tr_recipe zero;
+    memset(&zero, 0, sizeof zero);
+    tr_recipe_free(&zero);
+    tr_recipe_free(NULL);
+    check(1, "free: zeroed struct and NULL");
+    check(strcmp(tr_node_kind_name(TR_NODE_ATTENTION), "attention") == 0 &&
+              strcmp(tr_node_kind_name(TR_NODE_LM_HEAD), "lm_head") == 0 &&
+              strcmp(tr_node_kind_name(TR_NODE_KIND_COUNT), "?") == 0,
+          "kind names");
+}
+
+/* Errors: one line, the user's line number, the message of the spec. */
+static void test_errors(void)
+{
+    static const char *tail = "data { text = \"c\" }\ntrain { batch_tokens = 64, steps = 1 }\n";
+    struct {
+        const char *what, *text, *expected;
+    } cases[] = {
+        {"unknown field",
+         "model { vocab = 10, dim = 32, seq_len = 4,\n  embedding {},\n  residual {\n"
+         "    attention { head = 4 } },\n  lm_head {} }\n",
+         "t.lua:4: attention: unknown field 'head' (fields: bias, heads, kv_heads)"},
+        {"wrong type", "local a = attention {\n  heads = 'four' }\n",
+         "t.lua:1: attention: field 'heads' must be an integer, got string"},
+        {"not an integer", "\n\nlocal s = stack { n = 2.5, mlp {} }\n",
+         "t.lua:3: stack: field 'n' must be an integer, got 2.5"},
+        {"out of range", "local x = 1\nlocal n = layernorm { eps = -1 }\n",
+         "t.lua:2: layernorm: field 'eps' must be > 0, got -1"},
+        {"bad enum", "mlp { activation = 'relu' }\n",
+         "t.lua:1: mlp: field 'activation' must be one of gelu, swiglu, got 'relu'"},
+        {"enum of wrong type", "schedule { decay = 3 }\n",
+         "t.lua:1: schedule: field 'decay' must be one of cosine, linear, constant, wsd, got number"},
+        {"missing required", "\nattention { bias = false }\n",
+         "t.lua:2: attention: field 'heads' is required"},
+        {"heads do not divide dim",
+         "model { vocab = 10, dim = 32, seq_len = 4,\n  embedding {},\n  stack { n = 2,\n"
+         "    residual { layernorm {},\n      attention { heads = 5 } } },\n  lm_head {} }\n",
+         "t.lua:5: attention: heads (5) must divide dim (32)"},
+        {"kv_heads do not divide heads",
+         "model { vocab = 10, dim = 32, seq_len = 4,\n  embedding {},\n"
+         "  attention { heads = 8, kv_heads = 3 },\n  lm_head {} }\n",
+         "t.lua:3: attention: kv_heads (3) must divide heads (8)"},
+        {"non-layer child", "residual {\n  layernorm {}, 5 }\n",
+         "t.lua:1: residual: item 2 is a number (5), not a layer (a layer is made by a constructor such as mlp { ... })"},
+        {"nil hole in children", "local x\nresidual { layernorm {}, x, mlp {} }\n",
+         "t.lua:2: residual: item 2 is nil (a misspelled or undefined variable?)"},
+        {"positional item in a leaf", "mlp { 4 }\n",
+         "t.lua:1: mlp: unexpected number at position 1; fields are written name = value"},
+        {"not a table", "attention(4)\n",
+         "t.lua:1: attention: expected a table of fields, as in attention { ... }, got number"},
+        {"lm_head not last",
+         "model { vocab = 10, dim = 32, seq_len = 4,\n  embedding {},\n  lm_head {},\n  layernorm {} }\n",
+         "t.lua:3: lm_head: must be the last layer of model, but layernorm (line 4) follows it"},
+        {"rope nested", "model { vocab = 10, dim = 32, seq_len = 4, embedding {},\n"
+                        "  residual { rope {} }, lm_head {} }\n",
+         "t.lua:2: rope: only allowed at the top level of model, not inside residual"},
+        {"both positions and rope",
+         "model { vocab = 10, dim = 32, seq_len = 4,\n  embedding {},\n  rope {},\n  positions {},\n  lm_head {} }\n",
+         "t.lua:4: positions: a model has positions {} or rope {}, not both (rope at line 3)"},
+        {"empty stack", "model { vocab = 10, dim = 32, seq_len = 4, embedding {},\n  stack { n = 2 },\n  lm_head {} }\n",
+         "t.lua:2: stack: needs at least one layer inside it"},
+        {"duplicate section", "optimizer {}\n\noptimizer { lr = 1 }\n",
+         "t.lua:3: optimizer: declared twice (first at line 1)"},
+        {"betas", "optimizer { betas = { 0.9 } }\n",
+         "t.lua:1: optimizer: field 'betas' must be a table of two numbers, as in betas = { 0.9, 0.95 }, got another table"},
+        {"val_fraction", "data { text = 'x', val_fraction = 0.7 }\n",
+         "t.lua:1: data: field 'val_fraction' must be <= 0.5, got 0.7"},
+        {"micro_batch", "train { batch_tokens = 64, steps = 1, micro_batch = 'max' }\n",
+         "t.lua:1: train: field 'micro_batch' must be an integer or \"auto\", got 'max'"},
+        {"zero out of range", "parallel { zero = 4 }\n",
+         "t.lua:1: parallel: field 'zero' must be <= 3, got 4"},
+        {"unknown knob read", "local k = knobs { width = 32, depth = 2 }\nlocal w = k.width\nlocal x = k.widht\n",
+         "t.lua:3: unknown knob 'widht' (knobs: depth, width)"},
+        {"knob write", "local k = knobs { width = 32 }\n\nk.width = 3\n",
+         "t.lua:3: knobs are read-only: change 'width' with --set width=VALUE or in knobs { ... }"},
+        {"knobs twice", "knobs {}\nknobs {}\n", "t.lua:2: knobs: declared twice (first at line 1)"},
+        {"bad knob value", "knobs { f = print }\n",
+         "t.lua:1: knobs: knob 'f' must be a number, string or boolean, got function"},
+        {"syntax error", "model {\n  vocab = 10\n  dim = 3 }\n",
+         "t.lua:3: '}' expected (to close '{' at line 1) near 'dim'"},
+        {"runtime error", "local x = 1\nattenton { heads = 2 }\n",
+         "t.lua:2: attempt to call a nil value (global 'attenton')"},
+        {"error without position", "\nerror('plain', 0)\n", "t.lua:2: plain"},
+        {"error with a table", "\n\nerror({})\n",
+         "t.lua:3: recipe raised a table as an error (error() takes a message string)"},
+        {"error inside load", "local f = load('error(\"inner\")')\nf()\n",
+         "t.lua:2: [string \"error(\"inner\")\"]:1: inner"},
+        {"multi-line error message", "error('first\\nsecond')\n", "t.lua:1: first"},
+        {"missing model", "data { text = 'c' }\n", "t.lua: no model { ... } declared"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_error(cases[i].what, cases[i].text, "t.lua", NULL, 0, cases[i].expected);
+
+    char text[1024];
+    snprintf(text, sizeof text,
+             "model { vocab = 10, dim = 32, seq_len = 16, embedding {}, lm_head {} }\n%s",
+             "data { text = \"c\" }\n\ntrain { batch_tokens = 100, steps = 1 }\n");
+    expect_error("batch_tokens not a multiple of seq_len", text, "t.lua", NULL, 0,
+                 "t.lua:4: train: batch_tokens (100) must be a multiple of the model's seq_len (16)");
+    snprintf(text, sizeof text, "model { vocab = 10, dim = 32, seq_len = 4, embedding {}, lm_head {} }\n%s", tail);
+    tr_recipe r;
+    if (check(load(&r, text, "t.lua", NULL, 0) == 0, "errors: the base recipe is fine"))
+        tr_recipe_free(&r);
+    /* Lua shortens long chunk names in its own messages; the full name must come back */
+    const char *long_name =
+        "a/very/long/folder/name/that/goes/on/and/on/for/more/than/sixty/bytes/recipe.lua";
+    char expected[512];
+    snprintf(expected, sizeof expected, "%s:2: unexpected symbol near '}'", long_name);
+    expect_error("long chunk name", "local x = 1\n}\n", long_name, NULL, 0, expected);
+}
+
+int main(void)
+{
+    test_gpt();
+    test_llama();
+    test_sets();
+    test_round_trip();
+    test_sandbox();
+    test_files();
+    test_errors();
+    printf("%d ok, %d failed\n", n_ok, n_fail);
+    return n_fail ? 1 : 0;
+}

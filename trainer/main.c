@@ -1,0 +1,154 @@
+/* trainer: the command line. Dispatches to the subcommands and parses the options they
+ * share; every mistake gets one line naming the flag and a non-zero exit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/trainer.h"
+
+#define TR_VERSION "0.1.0"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "trainer %s: train transformer language models declared in a Lua recipe\n"
+            "\n"
+            "usage: trainer COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  run RECIPE     train the model the recipe declares\n"
+            "  show RECIPE    print the model tree: parameters, FLOPs and memory per layer\n"
+            "\n"
+            "Run `trainer COMMAND --help` for a command's options.\n"
+            "Example: trainer run recipes/shakespeare_char.lua --set steps=200\n",
+            TR_VERSION);
+}
+
+static const char *run_help =
+    "usage: trainer run RECIPE [--set NAME=VALUE]... [--steps N] [--out DIR]\n"
+    "                          [--micro-batch B] [--peak-gflops X]\n"
+    "\n"
+    "Train the model RECIPE declares on the CPU backend.\n"
+    "\n"
+    "  --set NAME=VALUE  override one of the recipe's knobs (repeatable); an unknown NAME\n"
+    "                    lists the knobs the recipe declares\n"
+    "  --steps N         optimizer steps (overrides the recipe's train.steps)\n"
+    "  --out DIR         output folder (overrides train.out)\n"
+    "  --micro-batch B   sequences per forward/backward (overrides train.micro_batch)\n"
+    "  --peak-gflops X   the machine's peak for MFU (default: measured sgemm rate)\n"
+    "\n"
+    "Writes DIR/recipe.lua (the fully resolved recipe), DIR/metrics.jsonl (one JSON object\n"
+    "per step: step, loss, lr, grad_norm, tokens_per_s, gflops, mfu; val_loss on eval steps)\n"
+    "and DIR/sample.txt (text sampled from the trained model).\n";
+
+static const char *show_help =
+    "usage: trainer show RECIPE [--set NAME=VALUE]... [--micro-batch B]\n"
+    "\n"
+    "Print the model tree with the parameters, forward FLOPs per token and activation memory\n"
+    "per token of every component, and the memory one training process needs. Runs no\n"
+    "training; a bad recipe is reported exactly as `trainer run` would.\n";
+
+static int need_value(const char *cmd, const char *flag, int i, int argc) {
+    if (i + 1 >= argc) {
+        fprintf(stderr, "trainer %s: %s needs a value (see trainer %s --help)\n", cmd, flag, cmd);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_positive(const char *cmd, const char *flag, const char *s, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < 1 || v > 1000000000L) {
+        fprintf(stderr, "trainer %s: %s needs a positive integer, got '%s'\n", cmd, flag, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int first) {
+    memset(o, 0, sizeof(*o));
+    char err[256];
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
+        if (!strcmp(a, "--set") || !strncmp(a, "--set=", 6)) {
+            const char *v = a[5] == '=' ? a + 6 : NULL;
+            if (!v) {
+                if (need_value(cmd, a, i, argc)) return -1;
+                v = argv[++i];
+            }
+            if (o->n_sets == TR_MAX_SETS) {
+                fprintf(stderr, "trainer %s: more than %d --set options\n", cmd, TR_MAX_SETS);
+                return -1;
+            }
+            if (tr_knob_set_parse(&o->sets[o->n_sets], v, err, sizeof(err))) {
+                fprintf(stderr, "trainer %s: --set %s: %s\n", cmd, v, err);
+                return -1;
+            }
+            o->n_sets++;
+        } else if (!strcmp(a, "--steps")) {
+            if (need_value(cmd, a, i, argc) || parse_positive(cmd, a, argv[++i], &o->steps))
+                return -1;
+        } else if (!strcmp(a, "--micro-batch")) {
+            if (need_value(cmd, a, i, argc) ||
+                parse_positive(cmd, a, argv[++i], &o->micro_batch))
+                return -1;
+        } else if (!strcmp(a, "--out")) {
+            if (need_value(cmd, a, i, argc)) return -1;
+            o->out = argv[++i];
+        } else if (!strcmp(a, "--peak-gflops")) {
+            if (need_value(cmd, a, i, argc)) return -1;
+            char *end;
+            o->peak_gflops = strtod(argv[++i], &end);
+            if (*end != '\0' || !(o->peak_gflops > 0)) {
+                fprintf(stderr, "trainer %s: --peak-gflops needs a positive number, got '%s'\n",
+                        cmd, argv[i]);
+                return -1;
+            }
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "trainer %s: unknown option '%s' (see trainer %s --help)\n", cmd, a,
+                    cmd);
+            return -1;
+        } else if (!o->recipe) {
+            o->recipe = a;
+        } else {
+            fprintf(stderr, "trainer %s: unexpected argument '%s' (one recipe only)\n", cmd, a);
+            return -1;
+        }
+    }
+    if (!o->recipe) {
+        fprintf(stderr, "trainer %s: no recipe given (see trainer %s --help)\n", cmd, cmd);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("trainer %s\n", TR_VERSION);
+        return 0;
+    }
+    int is_run = !strcmp(cmd, "run"), is_show = !strcmp(cmd, "show");
+    if (!is_run && !is_show) {
+        fprintf(stderr, "trainer: unknown command '%s' (commands: run, show; see trainer --help)\n",
+                cmd);
+        return 2;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(is_run ? run_help : show_help, stdout);
+            return 0;
+        }
+    }
+    return is_run ? tr_cmd_run(argc, argv) : tr_cmd_show(argc, argv);
+}

@@ -1,0 +1,43 @@
+/* Private header of the trainer binary: the subcommands and the small helpers they share. */
+#ifndef TR_TRAINER_H
+#define TR_TRAINER_H
+
+#include <stddef.h>
+
+#include "dsl/recipe.h"
+#include "model/model.h"
+
+/* Options shared by the subcommands that read a recipe. */
+typedef struct {
+    const char *recipe;
+    tr_knob_set sets[TR_MAX_SETS];
+    int n_sets;
+    int steps;          /* --steps, 0 = the recipe's */
+    const char *out;    /* --out, NULL = the recipe's */
+    int micro_batch;    /* --micro-batch, 0 = the recipe's */
+    double peak_gflops; /* --peak-gflops, 0 = measure */
+} tr_options;
+
+/* Parse argv[first..argc) into opts. Returns 0, 1 when --help was asked, -1 on a bad flag
+ * (message printed). `cmd` names the subcommand in messages. */
+int tr_parse_options(tr_options *opts, const char *cmd, int argc, char **argv, int first);
+
+int tr_cmd_run(int argc, char **argv);
+int tr_cmd_show(int argc, char **argv);
+
+/* Load the recipe named by opts and apply the command-line overrides; prints the error. */
+int tr_load_recipe(tr_recipe *r, const tr_options *opts, const char *cmd);
+
+/* Micro-batch (sequences) for a recipe: the recipe's, or the largest divisor of the
+ * sequences per step whose activations fit the memory budget. */
+int tr_resolve_micro_batch(const tr_recipe *r, int world, int *micro, int *accum, char *err,
+                           size_t errlen);
+
+double tr_now(void);
+int tr_mkdirs(const char *path, char *err, size_t errlen);
+double tr_measure_peak_gflops(void);
+void tr_fmt_count(double x, char *buf, size_t n);
+void tr_fmt_bytes(double x, char *buf, size_t n);
+void tr_fmt_duration(double s, char *buf, size_t n);
+
+#endif
