@@ -49,6 +49,7 @@ typedef struct {
     long long instr;
     int knobs_line, model_line, data_line, optim_line, sched_line, train_line, parallel_line;
     int min_lr_set;
+    int done;                   /* the chunk has finished: constructors refuse to run */
     int check_line;             /* model-time check that failed: where, and what */
     char check_msg[1024];
     char where[LUA_IDSIZE];     /* source of a caller outside the recipe chunk (a load()ed one) */
@@ -177,6 +178,22 @@ static int sandbox_load(lua_State *L)
         lua_settop(L, 3);
     lua_pushliteral(L, "t");
     lua_replace(L, 3);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* setmetatable without __gc: Lua runs finalizers with hooks off, so an endless loop in one
+ * (during a collection or at lua_close) would escape the instruction limit. */
+static int sandbox_setmetatable(lua_State *L)
+{
+    if (lua_type(L, 2) == LUA_TTABLE) {
+        lua_pushliteral(L, "__gc");
+        if (lua_rawget(L, 2) != LUA_TNIL)
+            raise_at(L, 0, "setmetatable: __gc finalizers are not allowed in recipes");
+        lua_pop(L, 1);
+    }
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
@@ -871,6 +888,8 @@ static const field_spec model_fields[] = {INT_FIELD("vocab", REQ, 1), INT_FIELD(
 static int l_model(lua_State *L)
 {
     recipe_ctx *c = get_ctx(L);
+    if (c->done)
+        raise_at(L, 0, "model: called after the recipe finished (from a __gc finalizer?)");
     int line = caller_line(L, NULL);
     if (c->model_line)
         raise_at(L, line, "model: declared twice (first at line %d)", c->model_line);
@@ -898,6 +917,10 @@ static int l_model(lua_State *L)
         free_node(&m.root);
         raise_at(L, c->check_line, "%s", c->check_msg);
     }
+    if (c->model_line) { /* a __gc finalizer run by an allocation above declared one */
+        free_node(&m.root);
+        raise_at(L, line, "model: declared twice (first at line %d)", c->model_line);
+    }
     c->r.model = m;
     c->model_line = line;
     return 0;
@@ -907,6 +930,8 @@ static int l_model(lua_State *L)
 
 static int section_start(lua_State *L, int *line_slot, const char *name)
 {
+    if (get_ctx(L)->done)
+        raise_at(L, 0, "%s: called after the recipe finished (from a __gc finalizer?)", name);
     int line = caller_line(L, NULL);
     if (*line_slot)
         raise_at(L, line, "%s: declared twice (first at line %d)", name, *line_slot);
@@ -1281,6 +1306,9 @@ static int setup(lua_State *L)
     lua_pushnil(L);
     lua_setfield(L, -2, "dump"); /* makes bytecode, which nothing here may load */
     lua_pop(L, 1);
+    lua_getglobal(L, "setmetatable");
+    lua_pushcclosure(L, sandbox_setmetatable, 1);
+    lua_setglobal(L, "setmetatable");
     lua_pushcfunction(L, sandbox_print);
     lua_setglobal(L, "print");
     lua_getglobal(L, "load");
@@ -1321,13 +1349,12 @@ static void set_error(recipe_ctx *c, const char *msg, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %.*s", c->chunk, (int)line_len, msg);
 }
 
-TR_PRINTF(4, 5) static int fail(recipe_ctx *c, char *err, size_t errlen, const char *fmt, ...)
+TR_PRINTF(3, 4) static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-    (void)c;
     return -1;
 }
 
@@ -1336,15 +1363,15 @@ static int finish(recipe_ctx *c, char *err, size_t errlen)
 {
     tr_recipe *r = &c->r;
     if (c->n_sets > 0 && !c->knobs_line)
-        return fail(c, err, errlen, "%s: --set given but the recipe declares no knobs", c->chunk);
+        return fail(err, errlen, "%s: --set given but the recipe declares no knobs", c->chunk);
     if (!c->model_line)
-        return fail(c, err, errlen, "%s: no model { ... } declared", c->chunk);
+        return fail(err, errlen, "%s: no model { ... } declared", c->chunk);
     if (!c->data_line)
-        return fail(c, err, errlen, "%s: no data { ... } declared", c->chunk);
+        return fail(err, errlen, "%s: no data { ... } declared", c->chunk);
     if (!c->train_line)
-        return fail(c, err, errlen, "%s: no train { ... } declared", c->chunk);
+        return fail(err, errlen, "%s: no train { ... } declared", c->chunk);
     if (r->train.batch_tokens % r->model.seq_len != 0)
-        return fail(c, err, errlen,
+        return fail(err, errlen,
                     "%s:%d: train: batch_tokens (%ld) must be a multiple of the model's seq_len (%d)",
                     c->chunk, c->train_line, r->train.batch_tokens, r->model.seq_len);
     if (!c->min_lr_set)
@@ -1358,7 +1385,7 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
 {
     recipe_ctx *c = calloc(1, sizeof *c); /* ~20 KiB of message scratch: keep it off the stack */
     if (!c)
-        return fail(NULL, err, errlen, "%s: out of memory", chunk);
+        return fail(err, errlen, "%s: out of memory", chunk);
     int rc = -1;
     c->chunk = chunk;
     c->basedir = basedir;
@@ -1384,17 +1411,17 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
     r->parallel.is_auto = 1;
 
     if (strlen(chunk) >= TR_PATH_MAX) {
-        fail(c, err, errlen, "%.64s...: recipe path is longer than %d bytes", chunk,
+        fail(err, errlen, "%.64s...: recipe path is longer than %d bytes", chunk,
              TR_PATH_MAX - 1);
         goto done;
     }
     if (len > 0 && text[0] == LUA_SIGNATURE[0]) {
-        fail(c, err, errlen, "%s: binary (precompiled) recipes are not allowed", chunk);
+        fail(err, errlen, "%s: binary (precompiled) recipes are not allowed", chunk);
         goto done;
     }
     lua_State *L = lua_newstate(sandbox_alloc, c);
     if (!L) {
-        fail(c, err, errlen, "%s: cannot start Lua (out of memory)", chunk);
+        fail(err, errlen, "%s: cannot start Lua (out of memory)", chunk);
         goto done;
     }
     lua_pushcfunction(L, setup);
@@ -1406,15 +1433,17 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
         lua_insert(L, 1);
         lua_sethook(L, instr_hook, LUA_MASKCOUNT, HOOK_EVERY);
         status = lua_pcall(L, 0, 0, 1);
-        lua_sethook(L, NULL, 0, 0);
     }
+    /* Nothing may declare anything from here on. setmetatable refuses __gc, so no recipe
+     * code should run during lua_close; `done` makes sure of it. */
+    c->done = 1;
     if (status != LUA_OK) {
         if (c->mem_exceeded && (status == LUA_ERRMEM || status == LUA_ERRERR))
-            fail(c, err, errlen, "%s: recipe used more than %d MiB", chunk, MEM_LIMIT_MIB);
+            fail(err, errlen, "%s: recipe used more than %d MiB", chunk, MEM_LIMIT_MIB);
         else if (lua_type(L, -1) == LUA_TSTRING)
             set_error(c, lua_tostring(L, -1), err, errlen);
         else
-            fail(c, err, errlen, "%s: recipe failed (error %d)", chunk, status);
+            fail(err, errlen, "%s: recipe failed (error %d)", chunk, status);
         lua_close(L);
         goto done;
     }
@@ -1453,20 +1482,20 @@ int tr_recipe_load(tr_recipe *out, const char *path, const tr_knob_set *sets, in
     clear_out(out, err, errlen);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return fail(NULL, err, errlen, "%s: cannot read recipe: %s", path, strerror(errno));
+        return fail(err, errlen, "%s: cannot read recipe: %s", path, strerror(errno));
     size_t cap = 1 << 16, len = 0;
     char *text = malloc(cap + 1);
     int rc = 0;
     while (text) {
         len += fread(text + len, 1, cap - len, f);
         if (ferror(f)) {
-            rc = fail(NULL, err, errlen, "%s: cannot read recipe: %s", path, strerror(errno));
+            rc = fail(err, errlen, "%s: cannot read recipe: %s", path, strerror(errno));
             break;
         }
         if (feof(f))
             break;
         if (cap >= FILE_LIMIT) {
-            rc = fail(NULL, err, errlen, "%s: cannot read recipe: larger than %zu MiB", path,
+            rc = fail(err, errlen, "%s: cannot read recipe: larger than %zu MiB", path,
                       FILE_LIMIT >> 20);
             break;
         }
@@ -1478,7 +1507,7 @@ int tr_recipe_load(tr_recipe *out, const char *path, const tr_knob_set *sets, in
     }
     fclose(f);
     if (!text)
-        return fail(NULL, err, errlen, "%s: cannot read recipe: out of memory", path);
+        return fail(err, errlen, "%s: cannot read recipe: out of memory", path);
     if (rc == 0) {
         text[len] = 0;
         char dir[TR_PATH_MAX];
@@ -1500,15 +1529,15 @@ int tr_knob_set_parse(tr_knob_set *out, const char *arg, char *err, size_t errle
     memset(out, 0, sizeof *out);
     const char *eq = strchr(arg, '=');
     if (!eq)
-        return fail(NULL, err, errlen, "--set %s: expected name=value, as in --set lr=1e-3", arg);
+        return fail(err, errlen, "--set %s: expected name=value, as in --set lr=1e-3", arg);
     size_t n = (size_t)(eq - arg);
     if (n == 0)
-        return fail(NULL, err, errlen, "--set %s: the knob name before '=' is empty", arg);
+        return fail(err, errlen, "--set %s: the knob name before '=' is empty", arg);
     if (n >= sizeof out->name)
-        return fail(NULL, err, errlen, "--set %.*s: knob name is longer than %zu bytes", (int)n,
+        return fail(err, errlen, "--set %.*s: knob name is longer than %zu bytes", (int)n,
                     arg, sizeof out->name - 1);
     if (strlen(eq + 1) >= sizeof out->value)
-        return fail(NULL, err, errlen, "--set %.*s: value is longer than %zu bytes", (int)n, arg,
+        return fail(err, errlen, "--set %.*s: value is longer than %zu bytes", (int)n, arg,
                     sizeof out->value - 1);
     memcpy(out->name, arg, n);
     out->name[n] = 0;

@@ -36,7 +36,7 @@ done
 expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 2 "unknown option '--stepz'" -- run recipes/shakespeare_char.lua --stepz 3
 expect 2 "--steps needs a positive integer, got 'three'" -- run recipes/shakespeare_char.lua --steps three
-expect 2 "--set widht: expected NAME=VALUE" -- run recipes/shakespeare_char.lua --set widht
+expect 2 "trainer run: --set widht: expected name=value" -- run recipes/shakespeare_char.lua --set widht
 expect 2 "no recipe given" -- run
 expect 1 "nope.lua: cannot read recipe" -- show nope.lua
 expect 1 "unknown knob (knobs: batch_tokens, heads, layers, lr, seq, steps, width)" -- show recipes/shakespeare_char.lua --set widht=3

@@ -360,7 +360,7 @@ static void round_trip(const char *name, const char *text, const char *basedir,
     check(t1 && strstr(t1, "stack {") != NULL, "%s: stack kept as a stack", name);
     char *real = realpath(a.data.text, NULL);
     check(b.data.text[0] == '/' && (!real || strcmp(real, b.data.text) == 0),
-          "%s: data.text written as an absolute path (%s)", name, b.data.text);
+          "%s: data.text written as an absolute path", name);
     free(real);
     check(recipes_equal(&a, &b, 0), "%s: reloaded structs equal the original", name);
     if (check(tr_recipe_load(&c, p2, NULL, 0, err, sizeof err) == 0, "%s: second write loads", name))
@@ -539,6 +539,8 @@ static void test_errors(void)
         {"error inside load", "local f = load('error(\"inner\")')\nf()\n",
          "t.lua:2: [string \"error(\"inner\")\"]:1: inner"},
         {"multi-line error message", "error('first\\nsecond')\n", "t.lua:1: first"},
+        {"__gc refused", "\nsetmetatable({}, { __gc = print })\n",
+         "t.lua:2: setmetatable: __gc finalizers are not allowed in recipes"},
         {"missing model", "data { text = 'c' }\n", "t.lua: no model { ... } declared"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

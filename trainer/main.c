@@ -25,7 +25,8 @@ static void usage(FILE *f) {
 
 static const char *run_help =
     "usage: trainer run RECIPE [--set NAME=VALUE]... [--steps N] [--out DIR]\n"
-    "                          [--micro-batch B] [--peak-gflops X]\n"
+    "                          [--micro-batch B] [--eval-every N] [--sample-tokens N]\n"
+    "                          [--peak-gflops X]\n"
     "\n"
     "Train the model RECIPE declares on the CPU backend.\n"
     "\n"
@@ -34,6 +35,8 @@ static const char *run_help =
     "  --steps N         optimizer steps (overrides the recipe's train.steps)\n"
     "  --out DIR         output folder (overrides train.out)\n"
     "  --micro-batch B   sequences per forward/backward (overrides train.micro_batch)\n"
+    "  --eval-every N    evaluate every N steps, 0 = never (overrides train.eval_every)\n"
+    "  --sample-tokens N tokens to sample at the end, 0 = none (overrides train.sample_tokens)\n"
     "  --peak-gflops X   the machine's peak for MFU (default: measured sgemm rate)\n"
     "\n"
     "Writes DIR/recipe.lua (the fully resolved recipe), DIR/metrics.jsonl (one JSON object\n"
@@ -55,11 +58,12 @@ static int need_value(const char *cmd, const char *flag, int i, int argc) {
     return 0;
 }
 
-static int parse_positive(const char *cmd, const char *flag, const char *s, int *out) {
+static int parse_int(const char *cmd, const char *flag, const char *s, int min, int *out) {
     char *end;
     long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < 1 || v > 1000000000L) {
-        fprintf(stderr, "trainer %s: %s needs a positive integer, got '%s'\n", cmd, flag, s);
+    if (*s == '\0' || *end != '\0' || v < min || v > 1000000000L) {
+        fprintf(stderr, "trainer %s: %s needs a %s integer, got '%s'\n", cmd, flag,
+                min > 0 ? "positive" : "non-negative", s);
         return -1;
     }
     *out = (int)v;
@@ -68,6 +72,7 @@ static int parse_positive(const char *cmd, const char *flag, const char *s, int 
 
 int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int first) {
     memset(o, 0, sizeof(*o));
+    o->eval_every = o->sample_tokens = -1;
     char err[256];
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -83,16 +88,23 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
                 return -1;
             }
             if (tr_knob_set_parse(&o->sets[o->n_sets], v, err, sizeof(err))) {
-                fprintf(stderr, "trainer %s: --set %s: %s\n", cmd, v, err);
+                fprintf(stderr, "trainer %s: %s\n", cmd, err);
                 return -1;
             }
             o->n_sets++;
         } else if (!strcmp(a, "--steps")) {
-            if (need_value(cmd, a, i, argc) || parse_positive(cmd, a, argv[++i], &o->steps))
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, &o->steps))
                 return -1;
         } else if (!strcmp(a, "--micro-batch")) {
             if (need_value(cmd, a, i, argc) ||
-                parse_positive(cmd, a, argv[++i], &o->micro_batch))
+                parse_int(cmd, a, argv[++i], 1, &o->micro_batch))
+                return -1;
+        } else if (!strcmp(a, "--eval-every")) {
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->eval_every))
+                return -1;
+        } else if (!strcmp(a, "--sample-tokens")) {
+            if (need_value(cmd, a, i, argc) ||
+                parse_int(cmd, a, argv[++i], 0, &o->sample_tokens))
                 return -1;
         } else if (!strcmp(a, "--out")) {
             if (need_value(cmd, a, i, argc)) return -1;

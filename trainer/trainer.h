@@ -16,6 +16,8 @@ typedef struct {
     const char *out;    /* --out, NULL = the recipe's */
     int micro_batch;    /* --micro-batch, 0 = the recipe's */
     double peak_gflops; /* --peak-gflops, 0 = measure */
+    int eval_every;     /* --eval-every, -1 = the recipe's */
+    int sample_tokens;  /* --sample-tokens, -1 = the recipe's */
 } tr_options;
 
 /* Parse argv[first..argc) into opts. Returns 0, 1 when --help was asked, -1 on a bad flag

@@ -108,6 +108,8 @@ int tr_load_recipe(tr_recipe *r, const tr_options *o, const char *cmd) {
         return -1;
     }
     if (o->steps) r->train.steps = o->steps;
+    if (o->eval_every >= 0) r->train.eval_every = o->eval_every;
+    if (o->sample_tokens >= 0) r->train.sample_tokens = o->sample_tokens;
     if (o->out) snprintf(r->train.out, sizeof(r->train.out), "%s", o->out);
     if (o->micro_batch) {
         long seqs = r->train.batch_tokens / r->model.seq_len;
