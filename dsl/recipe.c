@@ -1071,20 +1071,18 @@ static int l_parallel(lua_State *L)
         if (strcmp(lua_tostring(L, 1), "auto") != 0)
             raise_at(L, 0, "parallel: expected \"auto\" or a table { dp = ..., tp = ..., pp = ..., zero = ... }, got '%s'",
                      lua_tostring(L, 1));
-        memset(p, 0, sizeof *p);
-        p->is_auto = 1;
+        *p = (tr_parallel_desc){.is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1};
     } else {
         if (lua_type(L, 1) != LUA_TTABLE)
             raise_at(L, 0, "parallel: expected \"auto\" or a table { dp = ..., tp = ..., pp = ..., zero = ... }, got %s",
                      lua_isnone(L, 1) ? "no value" : type_word(L, 1));
         field_val v[4];
         read_fields(L, "parallel", parallel_fields, 4, v, NULL, NULL);
-        p->dp = (int)v[0].i;
-        p->tp = (int)v[1].i;
-        p->pp = (int)v[2].i;
-        p->zero = (int)v[3].i;
+        /* -1 = auto (absent or "auto"): zero = 0 is a real choice, "don't shard" */
+        int *dst[4] = {&p->dp, &p->tp, &p->pp, &p->zero};
+        for (int i = 0; i < 4; i++) *dst[i] = v[i].present && !v[i].is_auto ? (int)v[i].i : -1;
         /* everything left to "auto" is the same plan as parallel "auto" */
-        p->is_auto = !p->dp && !p->tp && !p->pp && !p->zero;
+        p->is_auto = p->dp < 0 && p->tp < 0 && p->pp < 0 && p->zero < 0;
     }
     c->parallel_line = line;
     return 0;
@@ -1408,7 +1406,7 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
     r->optim = (tr_optim_desc){.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                .weight_decay = 0.1f, .grad_clip = 1.0f};
     r->schedule = (tr_schedule_desc){.warmup = 0, .decay = TR_DECAY_COSINE, .decay_frac = 0.2f};
-    r->parallel.is_auto = 1;
+    r->parallel = (tr_parallel_desc){.is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1};
 
     if (strlen(chunk) >= TR_PATH_MAX) {
         fail(err, errlen, "%.64s...: recipe path is longer than %d bytes", chunk,
@@ -1731,7 +1729,7 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f)
         int vals[4] = {p->dp, p->tp, p->pp, p->zero};
         fputs("parallel {", f);
         for (int i = 0; i < 4; i++) {
-            if (vals[i])
+            if (vals[i] >= 0)
                 fprintf(f, "%s %s = %d", i ? "," : "", names[i], vals[i]);
             else
                 fprintf(f, "%s %s = \"auto\"", i ? "," : "", names[i]);

@@ -99,7 +99,7 @@ typedef struct {
 
 typedef struct {
     int is_auto; /* "auto" (the default) */
-    int dp, tp, pp, zero; /* 0 = auto; ignored until the parallel runtime lands */
+    int dp, tp, pp, zero; /* -1 = auto; ignored until the parallel runtime lands */
 } tr_parallel_desc;
 
 typedef enum { TR_KNOB_NUMBER = 0, TR_KNOB_STRING, TR_KNOB_BOOL } tr_knob_type;

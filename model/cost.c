@@ -6,6 +6,9 @@
 static void cost_add(tr_cost *a, const tr_cost *b, double times) {
     a->params += b->params * times;
     a->matrix_params += b->matrix_params * times;
+    a->param_bytes += b->param_bytes * times;
+    a->grad_bytes += b->grad_bytes * times;
+    a->optim_bytes += b->optim_bytes * times;
     a->fwd_flops += b->fwd_flops * times;
     a->act_bytes += b->act_bytes * times;
 }
@@ -70,6 +73,11 @@ void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out)
         break;
     case TR_NODE_KIND_COUNT:
         break;
+    }
+    if (n->kind != TR_NODE_SEQUENCE && n->kind != TR_NODE_STACK && n->kind != TR_NODE_RESIDUAL) {
+        c.param_bytes = F * c.params; /* fp32 weights, gradients, and Adam's m and v */
+        c.grad_bytes = F * c.params;
+        c.optim_bytes = 2 * F * c.params;
     }
     *out = c;
 }

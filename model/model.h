@@ -18,10 +18,13 @@
  * t+1 keys, averaged over t). Norms and element-wise ops are not counted. Training FLOPs are
  * 3x forward (backward = 2x forward). */
 typedef struct {
-    double params;             /* parameters owned (a tied head owns none) */
-    double matrix_params;      /* of which in tensors of 2+ dims (those get weight decay) */
-    double fwd_flops;          /* forward FLOPs per token */
-    double act_bytes;          /* bytes of activations kept for the backward, per token */
+    double params;        /* parameters owned (a tied head owns none) */
+    double matrix_params; /* of which in tensors of 2+ dims (those get weight decay) */
+    double param_bytes;   /* bytes of parameters, gradients and AdamW state (m, v) in fp32 */
+    double grad_bytes;
+    double optim_bytes;
+    double fwd_flops;     /* forward FLOPs per token */
+    double act_bytes;     /* bytes of activations kept for the backward, per token */
 } tr_cost;
 
 void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out);

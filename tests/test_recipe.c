@@ -202,8 +202,8 @@ static void test_llama(void)
           t->out);
     check(strcmp(r.data.text, "/nonexistent/corpus.txt") == 0 && feq(r.data.val_fraction, 0.1f),
           "llama: absolute data path kept, val_fraction default");
-    check(!r.parallel.is_auto && r.parallel.dp == 2 && r.parallel.tp == 0 &&
-              r.parallel.pp == 0 && r.parallel.zero == 1,
+    check(!r.parallel.is_auto && r.parallel.dp == 2 && r.parallel.tp == -1 &&
+              r.parallel.pp == -1 && r.parallel.zero == 1,
           "llama: parallel table");
     tr_recipe_free(&r);
 
@@ -220,7 +220,8 @@ static void test_llama(void)
         check(strcmp(r.train.out, "runs/min") == 0, "minimal: default out runs/<stem> (%s)",
               r.train.out);
         check(strcmp(r.data.text, "dir/c.txt") == 0, "minimal: data relative to basedir");
-        check(r.parallel.is_auto && r.n_knobs == 0, "minimal: parallel auto, no knobs");
+        check(r.parallel.is_auto && r.parallel.zero == -1 && r.n_knobs == 0,
+              "minimal: parallel auto (-1 everywhere), no knobs");
         tr_recipe_free(&r);
     }
 }
@@ -397,7 +398,7 @@ static void test_round_trip(void)
                "schedule { warmup = 7, decay = \"wsd\", min_lr = 0, decay_frac = 1 }\n"
                "train { batch_tokens = 36, micro_batch = 3, steps = 2, eval_every = 1, eval_tokens = 5,\n"
                "  seed = 9007199254740993, out = \"x/y\", sample_tokens = 0, log_every = 1 }\n"
-               "parallel { dp = 1, tp = 2, pp = \"auto\", zero = 3 }\n",
+               "parallel { dp = 1, tp = 2, pp = \"auto\", zero = 0 }\n",
                "/tmp", NULL, 0);
 }
 

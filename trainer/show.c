@@ -56,19 +56,21 @@ static void describe(const tr_model_desc *d, const tr_node *n, char *buf, size_t
 
 static void print_node(const tr_model_desc *d, const tr_node *n, int T, const char *prefix,
                        const char *branch) {
-    char what[160], line[256], p[32], f[32], a[32];
+    char what[160], line[256], p[32], f[32], a[32], st[32];
     describe(d, n, what, sizeof(what));
     tr_cost c;
     tr_cost_node(d, n, T, &c);
     tr_fmt_count(c.params, p, sizeof(p));
     tr_fmt_count(c.fwd_flops, f, sizeof(f));
     tr_fmt_bytes(c.act_bytes, a, sizeof(a));
+    tr_fmt_bytes(c.param_bytes + c.grad_bytes + c.optim_bytes, st, sizeof(st));
     snprintf(line, sizeof(line), "%s%s%s", prefix, branch, what);
     /* the tree glyphs are 3 bytes but 1 column wide: pad by columns, not bytes */
     int cols = 0;
     for (const char *s = line; *s; s++) cols += ((unsigned char)*s & 0xC0) != 0x80;
-    printf("%s%*s %10s %12s %12s\n", line, cols < 64 ? 64 - cols : 0, "", c.params > 0 ? p : "-",
-           c.fwd_flops > 0 ? f : "-", c.act_bytes > 0 ? a : "-");
+    printf("%s%*s %8s %11s %11s %11s\n", line, cols < 60 ? 60 - cols : 0, "",
+           c.params > 0 ? p : "-", c.params > 0 ? st : "-", c.fwd_flops > 0 ? f : "-",
+           c.act_bytes > 0 ? a : "-");
     char sub[256];
     for (int i = 0; i < n->n_children; i++) {
         int last = i == n->n_children - 1;
@@ -94,7 +96,7 @@ int tr_cmd_show(int argc, char **argv) {
         tr_recipe_free(&r);
         return 1;
     }
-    printf("%-64s %10s %12s %12s\n", r.path, "params", "FLOPs/token", "act/token");
+    printf("%-60s %8s %11s %11s %11s\n", r.path, "params", "p+g+adam", "FLOPs/tok", "act/tok");
     print_node(d, &d->root, T, "", "");
 
     tr_cost c;
@@ -108,7 +110,9 @@ int tr_cmd_show(int argc, char **argv) {
     char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
     tr_fmt_count(c.params, b1, sizeof(b1));
     tr_fmt_count(c.matrix_params, b2, sizeof(b2));
-    printf("\nparameters       %s (%s in matrices, which get weight decay)\n", b1, b2);
+    printf("\ncolumns: parameters | fp32 parameters + gradients + AdamW state | forward FLOPs "
+           "per token | activation bytes kept per token\n");
+    printf("parameters       %s (%s in matrices, which get weight decay)\n", b1, b2);
     tr_fmt_count(c.fwd_flops, b1, sizeof(b1));
     tr_fmt_count(3 * c.fwd_flops, b2, sizeof(b2));
     printf("FLOPs per token  %s forward, %s training (matrix products; attention's causal "
