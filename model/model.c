@@ -40,18 +40,22 @@ struct tr_model {
     int n_ops, cap_ops;
     tr_param *params;
     int n_params, cap_params;
-    size_t n_floats;      /* parameter slab size (floats, with alignment padding) */
-    size_t act_floats;    /* activation arena size */
+    size_t n_floats;      /* parameter slab size (elements, with alignment padding) */
+    size_t act_floats;    /* activation arena size (storage elements) */
+    size_t stat_floats;   /* fp32 statistics arena size (norm mean/rstd, attention lse) */
+    size_t es;            /* bytes of one storage element */
     size_t width_scratch; /* widest per-token scratch (floats) for attention/MLP backward */
     int max_depth;
     int n_attention;
     size_t head_rows; /* rows of logits computed at once */
     int head_param;   /* parameter index of the head's weight (embedding's when tied) */
     int embed_param;
-    /* backend memory */
-    float *param, *grad, *adam_m, *adam_v, *act;
-    float *scratch1, *scratch2, *logits, *losses;
-    float **gbuf; /* 2 * (max_depth + 1) gradient streams, (N, C) each */
+    /* backend memory; tr_buf in the storage dtype, float always fp32 */
+    tr_buf *param, *grad, *act;
+    float *master, *adam_m, *adam_v, *stats; /* master == param when the storage is fp32 */
+    tr_buf *scratch1, *scratch2, *logits;
+    float *losses;
+    tr_buf **gbuf; /* 2 * (max_depth + 1) gradient streams, (N, C) each */
     int *tokens, *targets;
     float *host_losses;
     long adam_t;
@@ -63,7 +67,8 @@ struct tr_model {
 
 typedef struct {
     tr_model *m;
-    size_t cursor; /* activation arena cursor (floats) */
+    size_t cursor;      /* activation arena cursor (storage elements) */
+    size_t stat_cursor; /* statistics arena cursor (floats) */
     size_t N;      /* rows of the largest micro-batch */
     int depth;
     char err[256];
@@ -76,6 +81,12 @@ static size_t align16(size_t n) {
 static size_t act_take(builder *b, size_t width) {
     size_t off = b->cursor;
     b->cursor += align16(width * b->N);
+    return off;
+}
+
+static size_t stat_take(builder *b, size_t width) {
+    size_t off = b->stat_cursor;
+    b->stat_cursor += align16(width * b->N);
     return off;
 }
 
@@ -204,8 +215,8 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
             op->p[1] = param_add(b, prefix, "bias", 1, C, 1, 0, 0);
         op->in = cur;
         op->out = act_take(b, (size_t)C);
-        op->s[0] = act_take(b, 1); /* mean (unused by RMSNorm) */
-        op->s[1] = act_take(b, 1); /* rstd */
+        op->s[0] = stat_take(b, 1); /* mean (unused by RMSNorm) */
+        op->s[1] = stat_take(b, 1); /* rstd */
         return op->out;
     case TR_NODE_ATTENTION: {
         int hd = C / n->heads, q = n->heads * hd, qkv = (n->heads + 2 * n->kv_heads) * hd;
@@ -217,7 +228,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         op->in = cur;
         op->s[0] = act_take(b, (size_t)qkv);
         op->s[1] = act_take(b, (size_t)q);
-        op->s[2] = act_take(b, (size_t)n->heads);
+        op->s[2] = stat_take(b, (size_t)n->heads); /* lse */
         op->out = act_take(b, (size_t)C);
         if ((size_t)qkv > m->width_scratch) m->width_scratch = (size_t)qkv;
         return op->out;
@@ -245,7 +256,6 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         }
         m->head_param = op->p[0];
         op->in = cur;
-        op->s[0] = act_take(b, 1); /* per-token losses */
         return cur;
     case TR_NODE_KIND_COUNT:
         break;
@@ -281,6 +291,7 @@ static int build(tr_model *m, const tr_model_desc *desc, int B, int T, char *err
         return -1;
     }
     m->act_floats = b.cursor;
+    m->stat_floats = b.stat_cursor;
     /* logits chunk: as many rows as fit in 8M floats, so a 50k vocabulary never needs the
        whole (N, V) matrix */
     size_t rows = (size_t)(8u << 20) / (size_t)desc->vocab;
@@ -292,21 +303,25 @@ static int build(tr_model *m, const tr_model_desc *desc, int B, int T, char *err
 
 static tr_memory memory_of(const tr_model *m) {
     size_t N = (size_t)m->maxB * (size_t)m->maxT, C = (size_t)m->desc.dim, F = sizeof(float);
+    size_t es = m->es;
     tr_memory mem;
-    mem.params = m->n_floats * F;
-    mem.grads = m->n_floats * F;
+    /* storage-dtype weights and gradients; fp32 master weights (unless the storage is fp32)
+       and AdamW m, v */
+    mem.params = m->n_floats * (es == F ? es : es + F);
+    mem.grads = m->n_floats * es;
     mem.optimizer = 2 * m->n_floats * F;
-    mem.activations = m->act_floats * F;
+    mem.activations = m->act_floats * es + m->stat_floats * F;
     mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->desc.vocab +
-                   align16(N) + 2 * (size_t)(m->max_depth + 1) * align16(N * C)) * F +
-                  2 * N * sizeof(int);
+                   2 * (size_t)(m->max_depth + 1) * align16(N * C)) * es +
+                  align16(N) * F + 2 * N * sizeof(int);
     return mem;
 }
 
-int tr_model_measure(const tr_model_desc *desc, int B, int T, tr_memory *mem, char *err,
-                     size_t errlen) {
+int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, int B, int T, tr_memory *mem,
+                     char *err, size_t errlen) {
     tr_model m;
     memset(&m, 0, sizeof(m));
+    m.es = tr_dtype_size(dtype);
     int rc = build(&m, desc, B, T, err, errlen);
     if (rc == 0) *mem = memory_of(&m);
     free(m.ops);
@@ -323,28 +338,32 @@ int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *b
         return -1;
     }
     m->be = be;
+    m->es = tr_dtype_size(be->dtype);
     if (build(m, desc, B, T, err, errlen)) {
         tr_model_free(m);
         return -1;
     }
-    size_t N = (size_t)B * (size_t)T, C = (size_t)desc->dim, F = sizeof(float);
+    size_t N = (size_t)B * (size_t)T, C = (size_t)desc->dim, F = sizeof(float), es = m->es;
     int ng = 2 * (m->max_depth + 1);
-    m->param = be->alloc(m->n_floats * F);
-    m->grad = be->alloc(m->n_floats * F);
+    m->param = be->alloc(m->n_floats * es);
+    m->master = be->dtype == TR_DTYPE_F32 ? m->param : be->alloc(m->n_floats * F);
+    m->grad = be->alloc(m->n_floats * es);
     m->adam_m = be->alloc(m->n_floats * F);
     m->adam_v = be->alloc(m->n_floats * F);
-    m->act = be->alloc(m->act_floats * F);
-    m->scratch1 = be->alloc(align16(m->width_scratch * N) * F);
-    m->scratch2 = be->alloc(align16(m->width_scratch * N) * F);
-    m->logits = be->alloc(m->head_rows * (size_t)desc->vocab * F);
+    m->act = be->alloc(m->act_floats * es);
+    m->stats = be->alloc(m->stat_floats * F);
+    m->scratch1 = be->alloc(align16(m->width_scratch * N) * es);
+    m->scratch2 = be->alloc(align16(m->width_scratch * N) * es);
+    m->logits = be->alloc(m->head_rows * (size_t)desc->vocab * es);
     m->losses = be->alloc(align16(N) * F);
     m->tokens = be->alloc(N * sizeof(int));
     m->targets = be->alloc(N * sizeof(int));
     m->host_losses = malloc(N * F);
-    m->gbuf = calloc((size_t)ng, sizeof(float *));
-    int ok = m->param && m->grad && m->adam_m && m->adam_v && m->act && m->scratch1 && m->scratch2 &&
-             m->logits && m->losses && m->tokens && m->targets && m->host_losses && m->gbuf;
-    for (int i = 0; ok && i < ng; i++) ok = (m->gbuf[i] = be->alloc(align16(N * C) * F)) != NULL;
+    m->gbuf = calloc((size_t)ng, sizeof(tr_buf *));
+    int ok = m->param && m->master && m->grad && m->adam_m && m->adam_v && m->act && m->stats &&
+             m->scratch1 && m->scratch2 && m->logits && m->losses && m->tokens && m->targets &&
+             m->host_losses && m->gbuf;
+    for (int i = 0; ok && i < ng; i++) ok = (m->gbuf[i] = be->alloc(align16(N * C) * es)) != NULL;
     if (!ok) {
         tr_memory mem = memory_of(m);
         snprintf(err, errlen, "model: cannot allocate %.2f GiB on the %s backend",
@@ -362,11 +381,13 @@ void tr_model_free(tr_model *m) {
     if (!m) return;
     const tr_backend *be = m->be;
     if (be) {
+        if (m->master != m->param) be->free(m->master);
         be->free(m->param);
         be->free(m->grad);
         be->free(m->adam_m);
         be->free(m->adam_v);
         be->free(m->act);
+        be->free(m->stats);
         be->free(m->scratch1);
         be->free(m->scratch2);
         be->free(m->logits);
@@ -397,17 +418,28 @@ size_t tr_model_num_elements(const tr_model *m) {
     for (int i = 0; i < m->n_params; i++) n += m->params[i].numel;
     return n;
 }
-float *tr_model_params(tr_model *m) {
-    return m->param;
-}
-float *tr_model_grads(tr_model *m) {
-    return m->grad;
-}
 const tr_model_desc *tr_model_desc_of(const tr_model *m) {
     return &m->desc;
 }
 const tr_backend *tr_model_backend(const tr_model *m) {
     return m->be;
+}
+
+void tr_model_get_param(const tr_model *m, int i, float *host) {
+    const tr_param *p = &m->params[i];
+    m->be->download(host, m->master + p->offset, p->numel * sizeof(float));
+}
+
+void tr_model_set_param(tr_model *m, int i, const float *host) {
+    const tr_param *p = &m->params[i];
+    m->be->upload(m->master + p->offset, host, p->numel * sizeof(float));
+    if (m->master != m->param)
+        m->be->to_storage(tr_buf_at(m->be, m->param, p->offset), host, p->numel);
+}
+
+void tr_model_get_grad(const tr_model *m, int i, float *host) {
+    const tr_param *p = &m->params[i];
+    m->be->from_storage(host, tr_buf_at(m->be, m->grad, p->offset), p->numel);
 }
 
 /* ---- initialisation ------------------------------------------------------------------- */
@@ -442,11 +474,11 @@ void tr_model_init_params(tr_model *m, unsigned long long seed) {
         const tr_param *p = &m->params[i];
         uint64_t key = mix64(seed ^ hash_name(p->name));
         for (size_t j = 0; j < p->numel; j++)
-            host[j] = p->init_one ? 1.0f : p->init_std * (p->init_std > 0 ? normal_at(key, j) : 0);
-        m->be->upload(m->param + p->offset, host, p->numel * sizeof(float));
+            host[j] = p->init_one ? 1.0f : p->init_std > 0 ? p->init_std * normal_at(key, j) : 0;
+        tr_model_set_param(m, i, host);
     }
     free(host);
-    m->be->zero(m->grad, m->n_floats * sizeof(float));
+    m->be->zero(m->grad, m->n_floats * m->es);
     m->be->zero(m->adam_m, m->n_floats * sizeof(float));
     m->be->zero(m->adam_v, m->n_floats * sizeof(float));
     m->adam_t = 0;
@@ -454,13 +486,21 @@ void tr_model_init_params(tr_model *m, unsigned long long seed) {
 
 /* ---- forward / backward --------------------------------------------------------------- */
 
-#define ACT(off) (m->act + (off))
-
-static float *P(tr_model *m, int i) {
-    return i < 0 ? NULL : m->param + m->params[i].offset;
+static tr_buf *ACT(const tr_model *m, size_t off) {
+    return tr_buf_at(m->be, m->act, off);
 }
-static float *G(tr_model *m, int i) {
-    return i < 0 ? NULL : m->grad + m->params[i].offset;
+static float *STAT(const tr_model *m, size_t off) {
+    return m->stats + off;
+}
+static tr_buf *P(const tr_model *m, int i) {
+    return i < 0 ? NULL : tr_buf_at(m->be, m->param, m->params[i].offset);
+}
+static tr_buf *G(const tr_model *m, int i) {
+    return i < 0 ? NULL : tr_buf_at(m->be, m->grad, m->params[i].offset);
+}
+/* row r of an (N, width) storage buffer */
+static tr_buf *ROW(const tr_model *m, const tr_buf *base, size_t r, size_t width) {
+    return tr_buf_at(m->be, base, r * width);
 }
 
 /* Run every op but the head; returns the head op. */
@@ -472,45 +512,47 @@ static const op_t *forward_body(tr_model *m, int B, int T) {
         const tr_node *n = op->node;
         switch (op->kind) {
         case OP_EMBED:
-            be->embedding_forward(ACT(op->out), m->tokens, P(m, op->p[0]), N, C);
+            be->embedding_forward(ACT(m, op->out), m->tokens, P(m, op->p[0]), N, C);
             break;
         case OP_POS:
-            be->positions_forward(ACT(op->out), P(m, op->p[0]), B, T, C);
+            be->positions_forward(ACT(m, op->out), P(m, op->p[0]), B, T, C);
             break;
         case OP_LAYERNORM:
-            be->layernorm_forward(ACT(op->out), ACT(op->s[0]), ACT(op->s[1]), ACT(op->in),
-                                  P(m, op->p[0]), P(m, op->p[1]), N, C, n->eps);
+            be->layernorm_forward(ACT(m, op->out), STAT(m, op->s[0]), STAT(m, op->s[1]),
+                                  ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]), N, C, n->eps);
             break;
         case OP_RMSNORM:
-            be->rmsnorm_forward(ACT(op->out), ACT(op->s[1]), ACT(op->in), P(m, op->p[0]), N, C,
-                                n->eps);
+            be->rmsnorm_forward(ACT(m, op->out), STAT(m, op->s[1]), ACT(m, op->in),
+                                P(m, op->p[0]), N, C, n->eps);
             break;
         case OP_ATTENTION: {
             int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
-            be->linear_forward(ACT(op->s[0]), ACT(op->in), P(m, op->p[0]), P(m, op->p[1]), N, C,
-                               qkv);
-            if (n->rope_theta > 0) be->rope_forward(ACT(op->s[0]), B, T, H, KV, hd, n->rope_theta);
-            be->attention_forward(ACT(op->s[1]), ACT(op->s[2]), ACT(op->s[0]), B, T, H, KV, hd);
-            be->linear_forward(ACT(op->out), ACT(op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N,
-                               H * hd, C);
+            be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]),
+                               N, C, qkv);
+            if (n->rope_theta > 0)
+                be->rope_forward(ACT(m, op->s[0]), B, T, H, KV, hd, n->rope_theta);
+            be->attention_forward(ACT(m, op->s[1]), STAT(m, op->s[2]), ACT(m, op->s[0]), B, T, H,
+                                  KV, hd);
+            be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]),
+                               N, H * hd, C);
             break;
         }
         case OP_MLP: {
             int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
-            be->linear_forward(ACT(op->s[0]), ACT(op->in), P(m, op->p[0]), P(m, op->p[1]), N, C,
-                               swiglu ? 2 * h : h);
+            be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]),
+                               N, C, swiglu ? 2 * h : h);
             if (swiglu)
-                be->swiglu_forward(ACT(op->s[1]), ACT(op->s[0]), N, h);
+                be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
             else
-                be->gelu_forward(ACT(op->s[1]), ACT(op->s[0]), (size_t)N * (size_t)h);
-            be->linear_forward(ACT(op->out), ACT(op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N, h,
-                               C);
+                be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
+            be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]),
+                               N, h, C);
             break;
         }
         case OP_RES_BEGIN:
             break;
         case OP_RES_END:
-            be->add(ACT(op->out), ACT(op->s[0]), ACT(op->in), (size_t)N * (size_t)C);
+            be->add(ACT(m, op->out), ACT(m, op->s[0]), ACT(m, op->in), (size_t)N * (size_t)C);
             break;
         case OP_HEAD:
             return op;
@@ -530,17 +572,17 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
     m->last_scale = targets ? grad_scale : 0;
     if (!targets) return 0;
     be->upload(m->targets, targets, (size_t)N * sizeof(int));
-    const float *x = ACT(head->in), *w = P(m, head->p[0]);
-    float *dw = G(m, head->p[0]), *dx = m->gbuf[0];
+    const tr_buf *x = ACT(m, head->in), *w = P(m, head->p[0]);
+    tr_buf *dw = G(m, head->p[0]), *dx = m->gbuf[0];
     int want = grad_scale > 0;
     float dscale = grad_scale / (float)N;
     for (int r = 0; r < N; r += (int)m->head_rows) {
         int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
-        be->linear_forward(m->logits, x + (size_t)r * C, w, NULL, n, C, V);
+        be->linear_forward(m->logits, ROW(m, x, (size_t)r, (size_t)C), w, NULL, n, C, V);
         be->softmax_xent(m->logits, m->losses + r, m->targets + r, n, V, dscale, want);
         if (want)
-            be->linear_backward(dx + (size_t)r * C, dw, NULL, m->logits, x + (size_t)r * C, w, n,
-                                C, V);
+            be->linear_backward(ROW(m, dx, (size_t)r, (size_t)C), dw, NULL, m->logits,
+                                ROW(m, x, (size_t)r, (size_t)C), w, n, C, V);
     }
     be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
@@ -554,13 +596,13 @@ void tr_model_backward(tr_model *m) {
     /* Gradient streams: level d of residual nesting ping-pongs between gbuf[2d] and
        gbuf[2d+1]; a residual's skip gradient stays in the enclosing level's buffer, so the
        branch never overwrites it and no copy is needed. */
-    float *g = m->gbuf[0];
-    float *skip[64];
+    tr_buf *g = m->gbuf[0];
+    tr_buf *skip[64];
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const op_t *op = &m->ops[i];
         const tr_node *n = op->node;
-        float *a = m->gbuf[2 * op->depth], *b = m->gbuf[2 * op->depth + 1];
-        float *next = g == a ? b : a;
+        tr_buf *a = m->gbuf[2 * op->depth], *b = m->gbuf[2 * op->depth + 1];
+        tr_buf *next = g == a ? b : a;
         switch (op->kind) {
         case OP_HEAD:
             break;
@@ -572,37 +614,39 @@ void tr_model_backward(tr_model *m) {
             g = skip[op->depth];
             break;
         case OP_LAYERNORM:
-            be->layernorm_backward(next, G(m, op->p[0]), G(m, op->p[1]), g, ACT(op->in),
-                                   P(m, op->p[0]), ACT(op->s[0]), ACT(op->s[1]), N, C);
+            be->layernorm_backward(next, G(m, op->p[0]), G(m, op->p[1]), g, ACT(m, op->in),
+                                   P(m, op->p[0]), STAT(m, op->s[0]), STAT(m, op->s[1]), N, C);
             g = next;
             break;
         case OP_RMSNORM:
-            be->rmsnorm_backward(next, G(m, op->p[0]), g, ACT(op->in), P(m, op->p[0]),
-                                 ACT(op->s[1]), N, C);
+            be->rmsnorm_backward(next, G(m, op->p[0]), g, ACT(m, op->in), P(m, op->p[0]),
+                                 STAT(m, op->s[1]), N, C);
             g = next;
             break;
         case OP_ATTENTION: {
             int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
-            be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g, ACT(op->s[1]),
+            be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g, ACT(m, op->s[1]),
                                 P(m, op->p[2]), N, H * hd, C);
-            be->attention_backward(m->scratch2, m->scratch1, ACT(op->s[0]), ACT(op->s[1]),
-                                   ACT(op->s[2]), B, T, H, KV, hd);
-            if (n->rope_theta > 0) be->rope_backward(m->scratch2, B, T, H, KV, hd, n->rope_theta);
-            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2, ACT(op->in),
-                                P(m, op->p[0]), N, C, qkv);
+            be->attention_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), ACT(m, op->s[1]),
+                                   STAT(m, op->s[2]), B, T, H, KV, hd);
+            if (n->rope_theta > 0)
+                be->rope_backward(m->scratch2, B, T, H, KV, hd, n->rope_theta);
+            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2,
+                                ACT(m, op->in), P(m, op->p[0]), N, C, qkv);
             g = next;
             break;
         }
         case OP_MLP: {
             int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
-            be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g, ACT(op->s[1]),
+            be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g, ACT(m, op->s[1]),
                                 P(m, op->p[2]), N, h, C);
             if (swiglu)
-                be->swiglu_backward(m->scratch2, m->scratch1, ACT(op->s[0]), N, h);
+                be->swiglu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), N, h);
             else
-                be->gelu_backward(m->scratch2, m->scratch1, ACT(op->s[0]), (size_t)N * (size_t)h);
-            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2, ACT(op->in),
-                                P(m, op->p[0]), N, C, swiglu ? 2 * h : h);
+                be->gelu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]),
+                                  (size_t)N * (size_t)h);
+            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2,
+                                ACT(m, op->in), P(m, op->p[0]), N, C, swiglu ? 2 * h : h);
             g = next;
             break;
         }
@@ -617,7 +661,7 @@ void tr_model_backward(tr_model *m) {
 }
 
 void tr_model_zero_grad(tr_model *m) {
-    m->be->zero(m->grad, m->n_floats * sizeof(float));
+    m->be->zero(m->grad, m->n_floats * m->es);
 }
 
 double tr_model_grad_norm(tr_model *m) {
@@ -632,9 +676,10 @@ void tr_model_adamw_step(tr_model *m, const tr_adamw *o) {
     for (int i = 0; i < m->n_params; i++) {
         const tr_param *p = &m->params[i];
         size_t off = p->offset;
-        m->be->adamw(m->param + off, m->grad + off, m->adam_m + off, m->adam_v + off, p->numel, o->lr,
-                     o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, bc1, bc2,
-                     o->grad_scale);
+        m->be->adamw(m->master + off, tr_buf_at(m->be, m->param, off),
+                     tr_buf_at(m->be, m->grad, off), m->adam_m + off, m->adam_v + off, p->numel,
+                     o->lr, o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, bc1,
+                     bc2, o->grad_scale);
     }
 }
 
@@ -644,9 +689,9 @@ void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *l
     be->upload(m->tokens, tokens, (size_t)B * T * sizeof(int));
     const op_t *head = forward_body(m, B, T);
     for (int b = 0; b < B; b++) {
-        const float *x = ACT(head->in) + ((size_t)b * T + (size_t)(T - 1)) * C;
+        const tr_buf *x = ROW(m, ACT(m, head->in), (size_t)b * T + (size_t)(T - 1), (size_t)C);
         be->linear_forward(m->logits, x, P(m, head->p[0]), NULL, 1, C, V);
-        be->download(logits + (size_t)b * V, m->logits, (size_t)V * sizeof(float));
+        be->from_storage(logits + (size_t)b * V, m->logits, (size_t)V);
     }
 }
 
@@ -657,8 +702,8 @@ void tr_model_all_logits(tr_model *m, const int *tokens, int B, int T, float *lo
     const op_t *head = forward_body(m, B, T);
     for (int r = 0; r < N; r += (int)m->head_rows) {
         int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
-        be->linear_forward(m->logits, ACT(head->in) + (size_t)r * C, P(m, head->p[0]), NULL, n,
-                           C, V);
-        be->download(logits + (size_t)r * V, m->logits, (size_t)n * V * sizeof(float));
+        be->linear_forward(m->logits, ROW(m, ACT(m, head->in), (size_t)r, (size_t)C),
+                           P(m, head->p[0]), NULL, n, C, V);
+        be->from_storage(logits + (size_t)r * V, m->logits, (size_t)n * V);
     }
 }

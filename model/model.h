@@ -43,7 +43,7 @@ typedef struct {
     char name[TR_PARAM_NAME_MAX]; /* e.g. "stack.0.residual0.attention.qkv.weight" */
     int ndim;
     int shape[2];
-    size_t offset; /* in floats, into the parameter (and gradient, m, v) slab */
+    size_t offset; /* in elements, into the parameter (and gradient, master, m, v) slabs */
     size_t numel;
     int decay;     /* weight decay applies (matrices only) */
     float init_std; /* 0 with init_one = 1: ones; 0: zeros */
@@ -60,16 +60,21 @@ int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *b
                   char *err, size_t errlen);
 void tr_model_free(tr_model *m);
 
-/* Bytes the model would allocate for (B, T), without allocating (the measuring pass). */
-int tr_model_measure(const tr_model_desc *desc, int B, int T, tr_memory *mem, char *err,
-                     size_t errlen);
+/* Bytes the model would allocate for (B, T) with storage dtype `dtype`, without allocating
+ * (the measuring pass). */
+int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, int B, int T, tr_memory *mem,
+                     char *err, size_t errlen);
 tr_memory tr_model_memory(const tr_model *m);
 
 int tr_model_num_params(const tr_model *m); /* parameter tensors */
 const tr_param *tr_model_param(const tr_model *m, int i);
 size_t tr_model_num_elements(const tr_model *m); /* total parameter count */
-float *tr_model_params(tr_model *m);        /* the slab, in backend memory */
-float *tr_model_grads(tr_model *m);
+
+/* Parameter tensor i to / from host fp32 (host holds tr_model_param(m, i)->numel floats).
+ * Setting writes the fp32 master weights and the storage-dtype working copy. */
+void tr_model_get_param(const tr_model *m, int i, float *host);
+void tr_model_set_param(tr_model *m, int i, const float *host);
+void tr_model_get_grad(const tr_model *m, int i, float *host);
 
 /* Deterministic initialisation: element i of a tensor depends only on (seed, name, i), so
  * any process holding any slice of a tensor initialises it the same way. GPT-2's scheme:

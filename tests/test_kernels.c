@@ -750,7 +750,7 @@ static void test_adamw(void) {
             vd[i] = b2 * vd[i] + (1 - (double)b2) * gi * gi;
             pd[i] -= lr * (md[i] / bc1) / (sqrt(vd[i] / bc2) + eps);
         }
-        be->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, (float)bc1, (float)bc2, gs);
+        be->adamw(p, p, g, m, v, n, lr, b1, b2, eps, wd, (float)bc1, (float)bc2, gs);
         free(g);
     }
     check("adamw 3 steps: p", p, pd, n, 1e-6);

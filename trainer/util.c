@@ -158,7 +158,7 @@ int tr_resolve_micro_batch(const tr_recipe *r, int world, int *micro, int *accum
     for (long b = per_rank; b >= 1; b--) {
         if (per_rank % b) continue;
         tr_memory mem;
-        if (tr_model_measure(&r->model, (int)b, r->model.seq_len, &mem, err, errlen)) return -1;
+        if (tr_model_measure(&r->model, TR_DTYPE_F32, (int)b, r->model.seq_len, &mem, err, errlen)) return -1;
         if ((double)(mem.activations + mem.scratch) <= budget || b == 1) {
             *micro = (int)b;
             *accum = (int)(per_rank / b);

@@ -71,11 +71,21 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) {
 static void cpu_zero(void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
 }
+static void cpu_to_storage(tr_buf *dst, const float *src, size_t n) {
+    cpu_copy(dst, src, n * sizeof(float));
+}
+static void cpu_from_storage(float *dst, const tr_buf *src, size_t n) {
+    cpu_copy(dst, src, n * sizeof(float));
+}
 
 /* ---- linear ---------------------------------------------------------------------------- */
 
-static void linear_forward(float *out, const float *inp, const float *w, const float *bias,
+static void linear_forward(tr_buf *out_, const tr_buf *inp_, const tr_buf *w_, const tr_buf *bias_,
                            int N, int IC, int OC) {
+    float *out = out_;
+    const float *inp = inp_;
+    const float *w = w_;
+    const float *bias = bias_;
     float beta = 0.0f;
     if (bias) {
         /* out starts as the broadcast bias; the product accumulates onto it (beta = 1) */
@@ -87,8 +97,14 @@ static void linear_forward(float *out, const float *inp, const float *w, const f
                 out, OC);
 }
 
-static void linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC) {
+static void linear_backward(tr_buf *dinp_, tr_buf *dw_, tr_buf *dbias_, const tr_buf *dout_,
+                            const tr_buf *inp_, const tr_buf *w_, int N, int IC, int OC) {
+    float *dinp = dinp_;
+    float *dw = dw_;
+    float *dbias = dbias_;
+    const float *dout = dout_;
+    const float *inp = inp_;
+    const float *w = w_;
     if (dinp) /* (N,IC) = (N,OC) @ (OC,IC) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
                     0.0f, dinp, IC);
@@ -113,7 +129,9 @@ static void linear_backward(float *dinp, float *dw, float *dbias, const float *d
 
 /* ---- embeddings ------------------------------------------------------------------------ */
 
-static void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C) {
+static void embedding_forward(tr_buf *out_, const int *tokens, const tr_buf *wte_, int N, int C) {
+    float *out = out_;
+    const float *wte = wte_;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, sizeof(float) * C);
@@ -121,7 +139,9 @@ static void embedding_forward(float *out, const int *tokens, const float *wte, i
 
 /* Each thread owns a slice of the C columns and walks the tokens in order, so a row of dwte
  * hit by many tokens is summed in token order whatever the thread count. */
-static void embedding_backward(float *dwte, const float *dout, const int *tokens, int N, int C) {
+static void embedding_backward(tr_buf *dwte_, const tr_buf *dout_, const int *tokens, int N, int C) {
+    float *dwte = dwte_;
+    const float *dout = dout_;
 #pragma omp parallel
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
@@ -135,7 +155,9 @@ static void embedding_backward(float *dwte, const float *dout, const int *tokens
     }
 }
 
-static void positions_forward(float *x, const float *wpe, int B, int T, int C) {
+static void positions_forward(tr_buf *x_, const tr_buf *wpe_, int B, int T, int C) {
+    float *x = x_;
+    const float *wpe = wpe_;
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         float *restrict r = x + (size_t)bt * C;
@@ -144,7 +166,9 @@ static void positions_forward(float *x, const float *wpe, int B, int T, int C) {
     }
 }
 
-static void positions_backward(float *dwpe, const float *dx, int B, int T, int C) {
+static void positions_backward(tr_buf *dwpe_, const tr_buf *dx_, int B, int T, int C) {
+    float *dwpe = dwpe_;
+    const float *dx = dx_;
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++) {
         float *restrict d = dwpe + (size_t)t * C;
@@ -157,8 +181,12 @@ static void positions_backward(float *dwpe, const float *dx, int B, int T, int C
 
 /* ---- norms ----------------------------------------------------------------------------- */
 
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C, float eps) {
+static void layernorm_forward(tr_buf *out_, float *mean, float *rstd, const tr_buf *inp_,
+                              const tr_buf *w_, const tr_buf *b_, int N, int C, float eps) {
+    float *out = out_;
+    const float *inp = inp_;
+    const float *w = w_;
+    const float *b = b_;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;
@@ -195,9 +223,15 @@ static void reduce_chunks(float *restrict acc, const float *restrict part, int n
 
 /* dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w;
  * dw += sum_n dout * norm, db += sum_n dout, via fixed NORM_CHUNK-row partials. */
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
+static void layernorm_backward(tr_buf *dinp_, tr_buf *dw_, tr_buf *db_, const tr_buf *dout_,
+                               const tr_buf *inp_, const tr_buf *w_, const float *mean,
                                const float *rstd, int N, int C) {
+    float *dinp = dinp_;
+    float *dw = dw_;
+    float *db = db_;
+    const float *dout = dout_;
+    const float *inp = inp_;
+    const float *w = w_;
     int nchunk = (N + NORM_CHUNK - 1) / NORM_CHUNK;
     float *part = malloc(sizeof(float) * (size_t)nchunk * C * 2); /* [dw | db] partials */
     if (!part) abort(); /* out of host memory in a kernel: nothing sane to return */
@@ -234,8 +268,11 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
     free(part);
 }
 
-static void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N,
+static void rmsnorm_forward(tr_buf *out_, float *rstd, const tr_buf *inp_, const tr_buf *w_, int N,
                             int C, float eps) {
+    float *out = out_;
+    const float *inp = inp_;
+    const float *w = w_;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;
@@ -250,8 +287,13 @@ static void rmsnorm_forward(float *out, float *rstd, const float *inp, const flo
 }
 
 /* y = x * r * w, r = (mean(x^2)+eps)^-1/2: dx = r * (dout*w) - x * r^3 * mean(dout*w*x) */
-static void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                             const float *w, const float *rstd, int N, int C) {
+static void rmsnorm_backward(tr_buf *dinp_, tr_buf *dw_, const tr_buf *dout_, const tr_buf *inp_,
+                             const tr_buf *w_, const float *rstd, int N, int C) {
+    float *dinp = dinp_;
+    float *dw = dw_;
+    const float *dout = dout_;
+    const float *inp = inp_;
+    const float *w = w_;
     int nchunk = (N + NORM_CHUNK - 1) / NORM_CHUNK;
     float *part = malloc(sizeof(float) * (size_t)nchunk * C);
     if (!part) abort();
@@ -317,10 +359,12 @@ static void rope_apply(float *qkv, int B, int T, int H, int KV, int hd, float th
     }
     free(tab);
 }
-static void rope_forward(float *qkv, int B, int T, int H, int KV, int hd, float theta) {
+static void rope_forward(tr_buf *qkv_, int B, int T, int H, int KV, int hd, float theta) {
+    float *qkv = qkv_;
     rope_apply(qkv, B, T, H, KV, hd, theta, 1.0f);
 }
-static void rope_backward(float *dqkv, int B, int T, int H, int KV, int hd, float theta) {
+static void rope_backward(tr_buf *dqkv_, int B, int T, int H, int KV, int hd, float theta) {
+    float *dqkv = dqkv_;
     rope_apply(dqkv, B, T, H, KV, hd, theta, -1.0f);
 }
 
@@ -348,8 +392,10 @@ static void scores_tile(float *restrict s, const float *q, const float *kt, int 
 
 /* FlashAttention-2 forward: one work item = (b, h, query tile); an online softmax over the key
  * tiles at or below the diagonal; the output accumulates in place in out. */
-static void attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H,
+static void attention_forward(tr_buf *out_, float *lse, const tr_buf *qkv_, int B, int T, int H,
                               int KV, int hd) {
+    float *out = out_;
+    const float *qkv = qkv_;
     int S = (H + 2 * KV) * hd, OS = H * hd, G = H / KV, nqt = (T + BQ - 1) / BQ;
     float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel
@@ -415,8 +461,12 @@ static void attention_forward(float *out, float *lse, const float *qkv, int B, i
  * G query heads that read g, so there are no races and every sum runs in a fixed order. For
  * each key tile: P = exp(S - lse), dV += P^T dO, dP = dO V^T, dS = P * (dP - D),
  * dQ += scale dS K, dK += scale dS^T Q, with D = rowsum(dO * O). */
-static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+static void attention_backward(tr_buf *dqkv_, const tr_buf *dout_, const tr_buf *qkv_, const tr_buf *out_,
                                const float *lse, int B, int T, int H, int KV, int hd) {
+    float *dqkv = dqkv_;
+    const float *dout = dout_;
+    const float *qkv = qkv_;
+    const float *out = out_;
     int S = (H + 2 * KV) * hd, OS = H * hd, G = H / KV;
     float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel
@@ -512,7 +562,9 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
 #define GELU_C 0.044715f
 
 /* 0.5x(1 + tanh(u)) = x * sigmoid(2u), u = k(x + c x^3): one exp, no cancellation */
-static void gelu_forward(float *out, const float *inp, size_t n) {
+static void gelu_forward(tr_buf *out_, const tr_buf *inp_, size_t n) {
+    float *out = out_;
+    const float *inp = inp_;
     float *restrict y = out;
     const float *restrict x = inp;
 #pragma omp parallel for schedule(static)
@@ -524,7 +576,10 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
 
 /* d/dx = 0.5(1+tanh u) + 0.5x(1-tanh^2 u) u'; with s = sigmoid(2u): 1+tanh = 2s,
  * 1-tanh^2 = 4s(1-s), u' = k(1 + 3c x^2) */
-static void gelu_backward(float *dinp, const float *dout, const float *inp, size_t n) {
+static void gelu_backward(tr_buf *dinp_, const tr_buf *dout_, const tr_buf *inp_, size_t n) {
+    float *dinp = dinp_;
+    const float *dout = dout_;
+    const float *inp = inp_;
     float *restrict dx = dinp;
     const float *restrict g = dout, *restrict x = inp;
 #pragma omp parallel for schedule(static)
@@ -536,7 +591,9 @@ static void gelu_backward(float *dinp, const float *dout, const float *inp, size
     }
 }
 
-static void swiglu_forward(float *out, const float *inp, int N, int Hd) {
+static void swiglu_forward(tr_buf *out_, const tr_buf *inp_, int N, int Hd) {
+    float *out = out_;
+    const float *inp = inp_;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *restrict gt = inp + (size_t)n * 2 * Hd;
@@ -547,7 +604,10 @@ static void swiglu_forward(float *out, const float *inp, int N, int Hd) {
 }
 
 /* silu'(g) = sig(g) (1 + g (1 - sig(g))) */
-static void swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int Hd) {
+static void swiglu_backward(tr_buf *dinp_, const tr_buf *dout_, const tr_buf *inp_, int N, int Hd) {
+    float *dinp = dinp_;
+    const float *dout = dout_;
+    const float *inp = inp_;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *restrict gt = inp + (size_t)n * 2 * Hd;
@@ -564,7 +624,10 @@ static void swiglu_backward(float *dinp, const float *dout, const float *inp, in
 }
 
 /* out may alias a or b, so no restrict; gcc still vectorizes (elementwise, same index) */
-static void add(float *out, const float *a, const float *b, size_t n) {
+static void add(tr_buf *out_, const tr_buf *a_, const tr_buf *b_, size_t n) {
+    float *out = out_;
+    const float *a = a_;
+    const float *b = b_;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
@@ -572,8 +635,9 @@ static void add(float *out, const float *a, const float *b, size_t n) {
 /* ---- loss ------------------------------------------------------------------------------ */
 
 /* loss = log(sum exp(x - max)) - (x[t] - max); grad = (softmax - onehot) * dscale */
-static void softmax_xent(float *logits, float *losses, const int *targets, int N, int V,
+static void softmax_xent(tr_buf *logits_, float *losses, const int *targets, int N, int V,
                          float dscale, int want_grad) {
+    float *logits = logits_;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *restrict x = logits + (size_t)n * V;
@@ -618,7 +682,8 @@ static void softmax_xent(float *logits, float *losses, const int *targets, int N
 
 #define SUMSQ_CHUNK 65536 /* fixed chunks: the sum does not depend on the thread count */
 
-static double sumsq(const float *x, size_t n) {
+static double sumsq(const tr_buf *x_, size_t n) {
+    const float *x = x_;
     size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     if (nchunk == 0) return 0.0;
     double *part = malloc(sizeof(double) * nchunk);
@@ -637,16 +702,20 @@ static double sumsq(const float *x, size_t n) {
     return s;
 }
 
-static void scale(float *x, float s, size_t n) {
+static void scale(tr_buf *x_, float s, size_t n) {
+    float *x = x_;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-/* torch.optim.AdamW: p *= 1 - lr*wd; m, v updated with g*gscale; p -= lr mhat/(sqrt(vhat)+eps) */
-static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float wd, float bc1, float bc2, float gscale) {
-    float *restrict pp = p, *restrict mm = m, *restrict vv = v;
-    const float *restrict gg = g;
+/* torch.optim.AdamW: p *= 1 - lr*wd; m, v updated with g*gscale; p -= lr mhat/(sqrt(vhat)+eps).
+ * The storage dtype is fp32, so the master weights are the parameters (param == master). */
+static void adamw(float *master, tr_buf *param, const tr_buf *g_, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2,
+                  float gscale) {
+    (void)param;
+    float *restrict pp = master, *restrict mm = m, *restrict vv = v;
+    const float *restrict gg = g_;
     float decay = 1.0f - lr * wd, ib1 = 1.0f / bc1, ib2 = 1.0f / bc2;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
@@ -663,11 +732,14 @@ static void adamw(float *p, const float *g, float *m, float *v, size_t n, float 
 
 static const tr_backend cpu_backend = {
     .name = "cpu",
+    .dtype = TR_DTYPE_F32,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
     .zero = cpu_zero,
+    .to_storage = cpu_to_storage,
+    .from_storage = cpu_from_storage,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
     .embedding_forward = embedding_forward,
