@@ -119,4 +119,13 @@ tr_buf *tr_buf_at(const tr_backend *be, const tr_buf *base, size_t i);
 /* The CPU backend (model/cpu/): fp32, OpenMP, BLAS. */
 const tr_backend *tr_backend_cpu(void);
 
+/* The CUDA backend (model/cuda/) on the current GPU with storage dtype `dtype`, or NULL with
+ * the reason in `why` (this build has no CUDA, no GPU is present, ...). Not thread-safe: one
+ * GPU per process. */
+const tr_backend *tr_backend_cuda(tr_dtype dtype, char *why, size_t whylen);
+
+/* The current GPU's name and its peak dense rate in FLOP/s for `dtype` from a table of known
+ * devices (H100/H200 SXM bf16: 989e12, A100: 312e12, ...); 0 when the device is unknown. */
+double tr_backend_cuda_peak(tr_dtype dtype, char *name, size_t namelen);
+
 #endif

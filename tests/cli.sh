@@ -38,6 +38,12 @@ expect 2 "unknown option '--stepz'" -- run recipes/shakespeare_char.lua --stepz 
 expect 2 "--steps needs a positive integer, got 'three'" -- run recipes/shakespeare_char.lua --steps three
 expect 2 "trainer run: --set widht: expected name=value" -- run recipes/shakespeare_char.lua --set widht
 expect 2 "no recipe given" -- run
+expect 2 "--device must be auto, cpu or cuda, got 'gpu'" -- run recipes/shakespeare_char.lua --device gpu
+expect 2 "--precision must be bf16 or fp32, got 'fp8'" -- run recipes/shakespeare_char.lua --precision fp8
+# no GPU here (CI has none): asking for CUDA must fail with the reason, not fall back silently
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    expect 1 "trainer run: --device cuda: " -- run recipes/shakespeare_char.lua --device cuda --out "$tmp/cuda"
+fi
 expect 1 "nope.lua: cannot read recipe" -- show nope.lua
 expect 1 "unknown knob (knobs: batch_tokens, heads, layers, lr, seq, steps, width)" -- show recipes/shakespeare_char.lua --set widht=3
 expect 1 "knob 'layers'" -- show recipes/shakespeare_char.lua --set layers=many

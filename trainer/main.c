@@ -26,9 +26,10 @@ static void usage(FILE *f) {
 static const char *run_help =
     "usage: trainer run RECIPE [--set NAME=VALUE]... [--steps N] [--out DIR]\n"
     "                          [--micro-batch B] [--eval-every N] [--sample-tokens N]\n"
+    "                          [--device auto|cpu|cuda] [--precision bf16|fp32]\n"
     "                          [--peak-gflops X]\n"
     "\n"
-    "Train the model RECIPE declares on the CPU backend.\n"
+    "Train the model RECIPE declares.\n"
     "\n"
     "  --set NAME=VALUE  override one of the recipe's knobs (repeatable); an unknown NAME\n"
     "                    lists the knobs the recipe declares\n"
@@ -37,7 +38,10 @@ static const char *run_help =
     "  --micro-batch B   sequences per forward/backward (overrides train.micro_batch)\n"
     "  --eval-every N    evaluate every N steps, 0 = never (overrides train.eval_every)\n"
     "  --sample-tokens N tokens to sample at the end, 0 = none (overrides train.sample_tokens)\n"
-    "  --peak-gflops X   the machine's peak for MFU (default: measured sgemm rate)\n"
+    "  --device D        auto (default: CUDA when a GPU is present, else the CPU), cpu, cuda\n"
+    "  --precision P     storage precision on CUDA: bf16 (default) or fp32; the CPU is fp32\n"
+    "  --peak-gflops X   the machine's peak for MFU (default: the GPU's dense bf16 rate from\n"
+    "                    a table of devices, or the CPU's measured sgemm rate)\n"
     "\n"
     "Writes DIR/recipe.lua (the fully resolved recipe), DIR/metrics.jsonl (one JSON object\n"
     "per step: step, loss, lr, grad_norm, tokens_per_s, gflops, mfu; val_loss on eval steps)\n"
@@ -106,6 +110,20 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             if (need_value(cmd, a, i, argc) ||
                 parse_int(cmd, a, argv[++i], 0, &o->sample_tokens))
                 return -1;
+        } else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
+            if (need_value(cmd, a, i, argc)) return -1;
+            const char *v = argv[++i];
+            int dev = a[2] == 'd';
+            if (dev ? strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")
+                    : strcmp(v, "bf16") && strcmp(v, "fp32")) {
+                fprintf(stderr, "trainer %s: %s must be %s, got '%s'\n", cmd, a,
+                        dev ? "auto, cpu or cuda" : "bf16 or fp32", v);
+                return -1;
+            }
+            if (dev)
+                o->device = v;
+            else
+                o->precision = v;
         } else if (!strcmp(a, "--out")) {
             if (need_value(cmd, a, i, argc)) return -1;
             o->out = argv[++i];

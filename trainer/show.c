@@ -91,7 +91,7 @@ int tr_cmd_show(int argc, char **argv) {
     const tr_model_desc *d = &r.model;
     int T = d->seq_len, micro, accum;
     char err[512];
-    if (tr_resolve_micro_batch(&r, 1, &micro, &accum, err, sizeof(err))) {
+    if (tr_resolve_micro_batch(&r, 1, TR_DTYPE_F32, 0, &micro, &accum, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         tr_recipe_free(&r);
         return 1;

@@ -130,8 +130,16 @@ int tr_cmd_run(int argc, char **argv) {
     FILE *metrics = NULL;
     const char *out = r.train.out;
 
+    double peak;
+    char device_desc[512];
+    const tr_backend *be =
+        tr_choose_backend(&o, &peak, device_desc, sizeof(device_desc), err, sizeof(err));
+    if (!be) {
+        fprintf(stderr, "trainer run: %s\n", err);
+        goto done;
+    }
     int micro, accum;
-    if (tr_resolve_micro_batch(&r, 1, &micro, &accum, err, sizeof(err))) {
+    if (tr_resolve_micro_batch(&r, 1, be->dtype, 0, &micro, &accum, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
     }
@@ -167,7 +175,6 @@ int tr_cmd_run(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
     }
-    const tr_backend *be = tr_backend_cpu();
     if (tr_model_init(&s.model, &r.model, be, s.B, s.T, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
@@ -177,17 +184,16 @@ int tr_cmd_run(int argc, char **argv) {
     s.targets = malloc((size_t)s.B * s.T * sizeof(int));
 
     double flops_tok = tr_cost_train_flops_per_token(&r.model, s.T);
-    double peak = o.peak_gflops;
-    if (peak <= 0) peak = tr_measure_peak_gflops();
+    peak /= 1e9; /* GFLOP/s from here on */
     {
         char np[32], ft[32], tt[32], vt[32];
         tr_fmt_count((double)tr_model_num_elements(s.model), np, sizeof(np));
         tr_fmt_count(flops_tok, ft, sizeof(ft));
         tr_fmt_count((double)tr_loader_train_tokens(s.loader), tt, sizeof(tt));
         tr_fmt_count((double)tr_loader_val_tokens(s.loader), vt, sizeof(vt));
-        printf("model %s params, %s training FLOPs/token | data %s train + %s val tokens | "
-               "backend %s, peak %.1f GFLOP/s (%s)\n",
-               np, ft, tt, vt, be->name, peak, o.peak_gflops > 0 ? "given" : "measured sgemm");
+        printf("model %s params, %s training FLOPs/token | data %s train + %s val tokens\n"
+               "device %s\n",
+               np, ft, tt, vt, device_desc);
         printf("training %d steps of %ld tokens, micro-batch %d x %d, output in %s/\n",
                r.train.steps, r.train.batch_tokens, s.B, s.T, out);
     }

@@ -17,6 +17,8 @@ typedef struct {
     int micro_batch;    /* --micro-batch, 0 = the recipe's */
     double peak_gflops; /* --peak-gflops, 0 = measure */
     int eval_every;     /* --eval-every, -1 = the recipe's */
+    const char *device; /* --device auto|cpu|cuda, NULL = auto */
+    const char *precision; /* --precision bf16|fp32, NULL = the device's default */
     int sample_tokens;  /* --sample-tokens, -1 = the recipe's */
 } tr_options;
 
@@ -31,9 +33,16 @@ int tr_cmd_show(int argc, char **argv);
 int tr_load_recipe(tr_recipe *r, const tr_options *opts, const char *cmd);
 
 /* Micro-batch (sequences) for a recipe: the recipe's, or the largest divisor of the
- * sequences per step whose activations fit the memory budget. */
-int tr_resolve_micro_batch(const tr_recipe *r, int world, int *micro, int *accum, char *err,
-                           size_t errlen);
+ * sequences per step whose activations fit `budget` bytes (0: a host-memory default). */
+int tr_resolve_micro_batch(const tr_recipe *r, int world, tr_dtype dtype, double budget,
+                           int *micro, int *accum, char *err, size_t errlen);
+
+/* The backend for --device (auto: CUDA when a GPU is there, else the CPU) and --precision.
+ * Fills the peak rate MFU is measured against (FLOP/s; 0 = measure the CPU's sgemm) and a
+ * one-line description of the choice. Returns NULL with a message when the choice is
+ * impossible (--device cuda without a GPU). */
+const tr_backend *tr_choose_backend(const tr_options *o, double *peak, char *desc, size_t desclen,
+                                    char *err, size_t errlen);
 
 double tr_now(void);
 int tr_mkdirs(const char *path, char *err, size_t errlen);

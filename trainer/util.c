@@ -133,8 +133,8 @@ static double memory_budget(void) {
     return b < 8.0 * (1 << 30) ? b : 8.0 * (1 << 30);
 }
 
-int tr_resolve_micro_batch(const tr_recipe *r, int world, int *micro, int *accum, char *err,
-                           size_t errlen) {
+int tr_resolve_micro_batch(const tr_recipe *r, int world, tr_dtype dtype, double budget,
+                           int *micro, int *accum, char *err, size_t errlen) {
     long seqs = r->train.batch_tokens / r->model.seq_len;
     if (seqs % world) {
         snprintf(err, errlen, "train: %ld sequences per step do not split over %d ranks", seqs,
@@ -154,11 +154,12 @@ int tr_resolve_micro_batch(const tr_recipe *r, int world, int *micro, int *accum
         return 0;
     }
     /* auto: the largest divisor whose activations and scratch fit the budget */
-    double budget = memory_budget();
+    if (budget <= 0) budget = memory_budget();
     for (long b = per_rank; b >= 1; b--) {
         if (per_rank % b) continue;
         tr_memory mem;
-        if (tr_model_measure(&r->model, TR_DTYPE_F32, (int)b, r->model.seq_len, &mem, err, errlen)) return -1;
+        if (tr_model_measure(&r->model, dtype, (int)b, r->model.seq_len, &mem, err, errlen))
+            return -1;
         if ((double)(mem.activations + mem.scratch) <= budget || b == 1) {
             *micro = (int)b;
             *accum = (int)(per_rank / b);
@@ -167,4 +168,34 @@ int tr_resolve_micro_batch(const tr_recipe *r, int world, int *micro, int *accum
     }
     snprintf(err, errlen, "train: no micro-batch fits");
     return -1;
+}
+
+const tr_backend *tr_choose_backend(const tr_options *o, double *peak, char *desc, size_t desclen,
+                                    char *err, size_t errlen) {
+    const char *dev = o->device ? o->device : "auto";
+    tr_dtype dtype = o->precision && !strcmp(o->precision, "fp32") ? TR_DTYPE_F32 : TR_DTYPE_BF16;
+    *peak = o->peak_gflops * 1e9;
+    char why[256] = "";
+    if (strcmp(dev, "cpu") != 0) {
+        const tr_backend *be = tr_backend_cuda(dtype, why, sizeof(why));
+        if (be) {
+            char name[128];
+            double table = tr_backend_cuda_peak(dtype, name, sizeof(name));
+            if (*peak <= 0) *peak = table;
+            snprintf(desc, desclen, "cuda (%s), %s storage, peak %.0f TFLOP/s (%s)", name,
+                     dtype == TR_DTYPE_BF16 ? "bf16" : "fp32", *peak / 1e12,
+                     o->peak_gflops > 0 ? "given" : table > 0 ? "device table" : "unknown device");
+            return be;
+        }
+        if (!strcmp(dev, "cuda")) {
+            snprintf(err, errlen, "--device cuda: %s", why);
+            return NULL;
+        }
+    }
+    if (*peak <= 0) *peak = tr_measure_peak_gflops() * 1e9;
+    snprintf(desc, desclen, "cpu, fp32, peak %.1f GFLOP/s (%s)%s%s%s", *peak / 1e9,
+             o->peak_gflops > 0 ? "given" : "measured sgemm",
+             o->precision && dtype == TR_DTYPE_BF16 ? "; --precision bf16 applies to CUDA only" : "",
+             why[0] ? "; no GPU: " : "", why);
+    return tr_backend_cpu();
 }

@@ -1,0 +1,17 @@
+/* Stand-in for model/cuda/ when this build has no CUDA compiler: the CUDA backend is reported
+ * as unavailable, with the reason, so `--device auto` falls back to the CPU. */
+#include <stdio.h>
+
+#include "model/backend.h"
+
+const tr_backend *tr_backend_cuda(tr_dtype dtype, char *why, size_t whylen) {
+    (void)dtype;
+    snprintf(why, whylen, "this trainer was built without CUDA (no nvcc found when configuring)");
+    return NULL;
+}
+
+double tr_backend_cuda_peak(tr_dtype dtype, char *name, size_t namelen) {
+    (void)dtype;
+    snprintf(name, namelen, "none");
+    return 0;
+}
