@@ -30,7 +30,14 @@ typedef struct {
     size_t s[3];    /* saved tensors: LN mean, rstd; ATTN qkv, att, lse; MLP fc, act;
                        RES_END s[0] = the skip stream */
     int depth;      /* residual nesting level the op runs at */
+    int match;      /* RES_END: index of its RES_BEGIN */
 } op_t;
+
+/* Offsets with this bit set live in the transient arenas, which the recompute levels reuse:
+ * "selective" keeps one MLP activation buffer there (recomputed from the pre-activation in
+ * the backward), "full" every tensor inside a top-level residual branch (the branch's forward
+ * runs again from its saved input just before its backward). */
+#define TRANSIENT ((size_t)1 << 62)
 
 struct tr_model {
     tr_model_desc desc; /* root points into the caller's recipe: it must outlive the model */
@@ -43,16 +50,19 @@ struct tr_model {
     size_t n_floats;      /* parameter slab size (elements, with alignment padding) */
     size_t act_floats;    /* activation arena size (storage elements) */
     size_t stat_floats;   /* fp32 statistics arena size (norm mean/rstd, attention lse) */
+    size_t tact_floats, tstat_floats; /* transient arenas (recompute) */
+    tr_recompute recompute;
     size_t es;            /* bytes of one storage element */
     size_t width_scratch; /* widest per-token scratch (floats) for attention/MLP backward */
     int max_depth;
+    int last_branch_end; /* the last top-level RES_END: its branch is intact at backward */
     int n_attention;
     size_t head_rows; /* rows of logits computed at once */
     int head_param;   /* parameter index of the head's weight (embedding's when tied) */
     int embed_param;
     /* backend memory; tr_buf in the storage dtype, float always fp32 */
-    tr_buf *param, *grad, *act;
-    float *master, *adam_m, *adam_v, *stats; /* master == param when the storage is fp32 */
+    tr_buf *param, *grad, *act, *tact;
+    float *master, *adam_m, *adam_v, *stats, *tstats; /* master == param when storage is fp32 */
     tr_buf *scratch1, *scratch2, *logits;
     float *losses;
     tr_buf **gbuf; /* 2 * (max_depth + 1) gradient streams, (N, C) each */
@@ -69,6 +79,7 @@ typedef struct {
     tr_model *m;
     size_t cursor;      /* activation arena cursor (storage elements) */
     size_t stat_cursor; /* statistics arena cursor (floats) */
+    size_t tcursor, tstat_cursor; /* transient arenas' cursors, reset per top-level branch */
     size_t N;      /* rows of the largest micro-batch */
     int depth;
     char err[256];
@@ -78,16 +89,27 @@ static size_t align16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
 
-static size_t act_take(builder *b, size_t width) {
-    size_t off = b->cursor;
-    b->cursor += align16(width * b->N);
+/* Under full recompute, everything inside a top-level residual branch is transient. */
+static int in_branch(const builder *b) {
+    return b->m->recompute == TR_RECOMPUTE_FULL && b->depth >= 1;
+}
+
+static size_t take(size_t *cursor, size_t *high, size_t width, size_t N) {
+    size_t off = *cursor;
+    *cursor += align16(width * N);
+    if (high && *cursor > *high) *high = *cursor;
     return off;
 }
 
+static size_t act_take(builder *b, size_t width) {
+    if (in_branch(b)) return TRANSIENT | take(&b->tcursor, &b->m->tact_floats, width, b->N);
+    return take(&b->cursor, NULL, width, b->N);
+}
+
 static size_t stat_take(builder *b, size_t width) {
-    size_t off = b->stat_cursor;
-    b->stat_cursor += align16(width * b->N);
-    return off;
+    if (in_branch(b))
+        return TRANSIENT | take(&b->tstat_cursor, &b->m->tstat_floats, width, b->N);
+    return take(&b->stat_cursor, NULL, width, b->N);
 }
 
 static op_t *op_push(builder *b, op_kind kind, const tr_node *n) {
@@ -184,11 +206,15 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
     case TR_NODE_RESIDUAL: {
         op = op_push(b, OP_RES_BEGIN, n);
         op->in = op->out = cur;
+        int begin = m->n_ops - 1;
+        if (b->depth == 0) b->tcursor = b->tstat_cursor = 0; /* a new top-level branch */
         b->depth++;
         if (b->depth > m->max_depth) m->max_depth = b->depth;
         size_t branch = flatten_children(b, n, prefix, cur);
         b->depth--;
         op = op_push(b, OP_RES_END, n);
+        op->match = begin;
+        if (b->depth == 0) m->last_branch_end = m->n_ops - 1;
         op->in = branch;
         op->s[0] = cur;
         op->out = act_take(b, (size_t)C);
@@ -242,7 +268,10 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         if (n->bias) op->p[3] = param_add(b, prefix, "proj.bias", 1, C, 1, 0, 0);
         op->in = cur;
         op->s[0] = act_take(b, (size_t)fc);
-        op->s[1] = act_take(b, (size_t)h);
+        if (m->recompute == TR_RECOMPUTE_SELECTIVE) /* one shared buffer, recomputed */
+            op->s[1] = TRANSIENT | take(&(size_t){0}, &m->tact_floats, (size_t)h, b->N);
+        else
+            op->s[1] = act_take(b, (size_t)h);
         op->out = act_take(b, (size_t)C);
         if ((size_t)fc > m->width_scratch) m->width_scratch = (size_t)fc;
         return op->out;
@@ -264,7 +293,10 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
     return cur;
 }
 
-static int build(tr_model *m, const tr_model_desc *desc, int B, int T, char *err, size_t errlen) {
+static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o, char *err,
+                 size_t errlen) {
+    int B = o->B, T = o->T;
+    m->recompute = o->recompute;
     if (B < 1 || T < 1 || T > desc->seq_len) {
         snprintf(err, errlen, "model: micro-batch %d x %d does not fit seq_len %d", B, T,
                  desc->seq_len);
@@ -310,19 +342,19 @@ static tr_memory memory_of(const tr_model *m) {
     mem.params = m->n_floats * (es == F ? es : es + F);
     mem.grads = m->n_floats * es;
     mem.optimizer = 2 * m->n_floats * F;
-    mem.activations = m->act_floats * es + m->stat_floats * F;
+    mem.activations = (m->act_floats + m->tact_floats) * es + (m->stat_floats + m->tstat_floats) * F;
     mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->desc.vocab +
                    2 * (size_t)(m->max_depth + 1) * align16(N * C)) * es +
                   align16(N) * F + 2 * N * sizeof(int);
     return mem;
 }
 
-int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, int B, int T, tr_memory *mem,
-                     char *err, size_t errlen) {
+int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, const tr_model_opts *o,
+                     tr_memory *mem, char *err, size_t errlen) {
     tr_model m;
     memset(&m, 0, sizeof(m));
     m.es = tr_dtype_size(dtype);
-    int rc = build(&m, desc, B, T, err, errlen);
+    int rc = build(&m, desc, o, err, errlen);
     if (rc == 0) *mem = memory_of(&m);
     free(m.ops);
     free(m.params);
@@ -331,6 +363,13 @@ int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, int B, int T, tr
 
 int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *be, int B, int T,
                   char *err, size_t errlen) {
+    tr_model_opts o = {.B = B, .T = T, .recompute = TR_RECOMPUTE_NONE};
+    return tr_model_init_opts(out, desc, be, &o, err, errlen);
+}
+
+int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backend *be,
+                       const tr_model_opts *o, char *err, size_t errlen) {
+    int B = o->B, T = o->T;
     *out = NULL;
     tr_model *m = calloc(1, sizeof(*m));
     if (!m) {
@@ -339,7 +378,7 @@ int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *b
     }
     m->be = be;
     m->es = tr_dtype_size(be->dtype);
-    if (build(m, desc, B, T, err, errlen)) {
+    if (build(m, desc, o, err, errlen)) {
         tr_model_free(m);
         return -1;
     }
@@ -352,6 +391,8 @@ int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *b
     m->adam_v = be->alloc(m->n_floats * F);
     m->act = be->alloc(m->act_floats * es);
     m->stats = be->alloc(m->stat_floats * F);
+    m->tact = be->alloc((m->tact_floats ? m->tact_floats : 16) * es);
+    m->tstats = be->alloc((m->tstat_floats ? m->tstat_floats : 16) * F);
     m->scratch1 = be->alloc(align16(m->width_scratch * N) * es);
     m->scratch2 = be->alloc(align16(m->width_scratch * N) * es);
     m->logits = be->alloc(m->head_rows * (size_t)desc->vocab * es);
@@ -361,6 +402,7 @@ int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *b
     m->host_losses = malloc(N * F);
     m->gbuf = calloc((size_t)ng, sizeof(tr_buf *));
     int ok = m->param && m->master && m->grad && m->adam_m && m->adam_v && m->act && m->stats &&
+             m->tact && m->tstats &&
              m->scratch1 && m->scratch2 && m->logits && m->losses && m->tokens && m->targets &&
              m->host_losses && m->gbuf;
     for (int i = 0; ok && i < ng; i++) ok = (m->gbuf[i] = be->alloc(align16(N * C) * es)) != NULL;
@@ -388,6 +430,8 @@ void tr_model_free(tr_model *m) {
         be->free(m->adam_v);
         be->free(m->act);
         be->free(m->stats);
+        be->free(m->tact);
+        be->free(m->tstats);
         be->free(m->scratch1);
         be->free(m->scratch2);
         be->free(m->logits);
@@ -487,9 +531,11 @@ void tr_model_init_params(tr_model *m, unsigned long long seed) {
 /* ---- forward / backward --------------------------------------------------------------- */
 
 static tr_buf *ACT(const tr_model *m, size_t off) {
+    if (off & TRANSIENT) return tr_buf_at(m->be, m->tact, off & ~TRANSIENT);
     return tr_buf_at(m->be, m->act, off);
 }
 static float *STAT(const tr_model *m, size_t off) {
+    if (off & TRANSIENT) return m->tstats + (off & ~TRANSIENT);
     return m->stats + off;
 }
 static tr_buf *P(const tr_model *m, int i) {
@@ -503,11 +549,11 @@ static tr_buf *ROW(const tr_model *m, const tr_buf *base, size_t r, size_t width
     return tr_buf_at(m->be, base, r * width);
 }
 
-/* Run every op but the head; returns the head op. */
-static const op_t *forward_body(tr_model *m, int B, int T) {
+/* Run ops [from, to) forward, stopping at the head; returns the head op when reached. */
+static const op_t *forward_range(tr_model *m, int from, int to, int B, int T) {
     const tr_backend *be = m->be;
     const int N = B * T, C = m->desc.dim;
-    for (int i = 0; i < m->n_ops; i++) {
+    for (int i = from; i < to; i++) {
         const op_t *op = &m->ops[i];
         const tr_node *n = op->node;
         switch (op->kind) {
@@ -558,7 +604,12 @@ static const op_t *forward_body(tr_model *m, int B, int T) {
             return op;
         }
     }
-    return NULL; /* unreachable: build() checked the model ends with a head */
+    return NULL;
+}
+
+/* Run every op but the head; returns the head op (build() checked there is one). */
+static const op_t *forward_body(tr_model *m, int B, int T) {
+    return forward_range(m, 0, m->n_ops, B, T);
 }
 
 float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B, int T,
@@ -608,6 +659,10 @@ void tr_model_backward(tr_model *m) {
             break;
         case OP_RES_END:
             skip[op->depth] = g;
+            /* full recompute: the branch's tensors were overwritten by later branches; run
+               its forward again from its input (kept) before going back through it */
+            if (m->recompute == TR_RECOMPUTE_FULL && op->depth == 0 && i != m->last_branch_end)
+                forward_range(m, op->match + 1, i, B, T);
             break;
         case OP_RES_BEGIN:
             be->add(skip[op->depth], skip[op->depth], g, (size_t)N * (size_t)C);
@@ -638,6 +693,12 @@ void tr_model_backward(tr_model *m) {
         }
         case OP_MLP: {
             int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
+            if (m->recompute == TR_RECOMPUTE_SELECTIVE) { /* the shared activation buffer */
+                if (swiglu)
+                    be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
+                else
+                    be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
+            }
             be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g, ACT(m, op->s[1]),
                                 P(m, op->p[2]), N, h, C);
             if (swiglu)

@@ -54,16 +54,31 @@ typedef struct {
     size_t params, grads, optimizer, activations, scratch; /* bytes */
 } tr_memory;
 
+/* Activation recomputation: trade FLOPs for activation memory.
+ *  NONE      keep every activation the backward needs;
+ *  SELECTIVE recompute each MLP's activation (GELU/SwiGLU output, the widest tensor) from its
+ *            pre-activation during the backward: one shared buffer instead of one per layer;
+ *  FULL      keep only the residual stream between top-level residual branches; each branch's
+ *            forward runs again just before its backward (about one more forward in all). */
+typedef enum { TR_RECOMPUTE_NONE = 0, TR_RECOMPUTE_SELECTIVE, TR_RECOMPUTE_FULL } tr_recompute;
+
+typedef struct {
+    int B, T; /* the largest micro-batch: B sequences of T tokens */
+    tr_recompute recompute;
+} tr_model_opts;
+
 /* Build a model for micro-batches of at most B sequences of at most T tokens (T <= seq_len).
  * Allocates everything on `be`; returns -1 with a message on failure. */
 int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *be, int B, int T,
                   char *err, size_t errlen);
+int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backend *be,
+                       const tr_model_opts *opts, char *err, size_t errlen);
 void tr_model_free(tr_model *m);
 
-/* Bytes the model would allocate for (B, T) with storage dtype `dtype`, without allocating
- * (the measuring pass). */
-int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, int B, int T, tr_memory *mem,
-                     char *err, size_t errlen);
+/* Bytes the model would allocate with storage dtype `dtype`, without allocating (the
+ * measuring pass). */
+int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, const tr_model_opts *opts,
+                     tr_memory *mem, char *err, size_t errlen);
 tr_memory tr_model_memory(const tr_model *m);
 
 int tr_model_num_params(const tr_model *m); /* parameter tensors */

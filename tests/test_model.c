@@ -193,6 +193,53 @@ static void determinism(void) {
           "determinism: two runs bitwise equal, last losses", loss[0][3], loss[1][3]);
 }
 
+/* Recomputation changes memory, never the numbers: losses and every gradient are bitwise
+ * equal at every level, and the activation memory shrinks. */
+static void recompute(void) {
+    const char *levels[3] = {"none", "selective", "full"};
+    float *grads[3] = {0};
+    size_t act[3];
+    float loss[3];
+    int T = 12, B = 3, N = B * T;
+    for (int lv = 0; lv < 3; lv++) {
+        tr_recipe r;
+        char err[512];
+        if (tr_recipe_load_string(&r, nested, "test", ".", NULL, 0, err, sizeof(err))) exit(1);
+        tr_model_opts o = {.B = B, .T = T, .recompute = (tr_recompute)lv};
+        tr_model *m;
+        if (tr_model_init_opts(&m, &r.model, tr_backend_cpu(), &o, err, sizeof(err))) {
+            fprintf(stderr, "FAIL %s\n", err);
+            exit(1);
+        }
+        tr_model_init_params(m, 3);
+        int tok[36], tgt[36];
+        tokens_for(tok, tgt, N, r.model.vocab, 77);
+        tr_model_zero_grad(m);
+        loss[lv] = tr_model_forward(m, tok, tgt, B, T, 1.0f);
+        tr_model_backward(m);
+        size_t n = tr_model_num_elements(m), at = 0;
+        grads[lv] = malloc(n * sizeof(float));
+        for (int i = 0; i < tr_model_num_params(m); i++) {
+            tr_model_get_grad(m, i, grads[lv] + at);
+            at += tr_model_param(m, i)->numel;
+        }
+        act[lv] = tr_model_memory(m).activations;
+        if (lv > 0) {
+            char what[160];
+            snprintf(what, sizeof(what), "recompute %s: loss and gradients bitwise equal to none",
+                     levels[lv]);
+            check(loss[lv] == loss[0] && !memcmp(grads[lv], grads[0], n * sizeof(float)), what,
+                  loss[lv], loss[0]);
+            snprintf(what, sizeof(what), "recompute %s: activation bytes below the previous level",
+                     levels[lv]);
+            check(act[lv] < act[lv - 1], what, (double)act[lv], (double)act[lv - 1]);
+        }
+        tr_model_free(m);
+        tr_recipe_free(&r);
+    }
+    for (int lv = 0; lv < 3; lv++) free(grads[lv]);
+}
+
 /* Parameter counts from the cost model equal what the model allocates, for every recipe. */
 static void costs(void) {
     const char *recipes[] = {"../recipes/shakespeare_char.lua", "../recipes/llama_tiny.lua",
@@ -239,6 +286,7 @@ int main(void) {
     fd_check(roped, "rope, kv_heads 1, tied");
     accumulation();
     determinism();
+    recompute();
     costs();
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;

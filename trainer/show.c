@@ -102,7 +102,8 @@ int tr_cmd_show(int argc, char **argv) {
     tr_cost c;
     tr_cost_model(d, T, &c);
     tr_memory mem;
-    if (tr_model_measure(d, TR_DTYPE_F32, micro, T, &mem, err, sizeof(err))) {
+    tr_model_opts mo = {.B = micro, .T = T, .recompute = TR_RECOMPUTE_NONE};
+    if (tr_model_measure(d, TR_DTYPE_F32, &mo, &mem, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         tr_recipe_free(&r);
         return 1;

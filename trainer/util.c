@@ -158,7 +158,8 @@ int tr_resolve_micro_batch(const tr_recipe *r, int world, tr_dtype dtype, double
     for (long b = per_rank; b >= 1; b--) {
         if (per_rank % b) continue;
         tr_memory mem;
-        if (tr_model_measure(&r->model, dtype, (int)b, r->model.seq_len, &mem, err, errlen))
+        tr_model_opts mo = {.B = (int)b, .T = r->model.seq_len, .recompute = TR_RECOMPUTE_NONE};
+        if (tr_model_measure(&r->model, dtype, &mo, &mem, err, errlen))
             return -1;
         if ((double)(mem.activations + mem.scratch) <= budget || b == 1) {
             *micro = (int)b;
