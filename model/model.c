@@ -486,6 +486,26 @@ void tr_model_get_grad(const tr_model *m, int i, float *host) {
     m->be->from_storage(host, tr_buf_at(m->be, m->grad, p->offset), p->numel);
 }
 
+void tr_model_get_state(const tr_model *m, int i, tr_state_kind k, float *host) {
+    const tr_param *p = &m->params[i];
+    const float *src = (k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + p->offset;
+    m->be->download(host, src, p->numel * sizeof(float));
+}
+
+void tr_model_set_state(tr_model *m, int i, tr_state_kind k, const float *host) {
+    const tr_param *p = &m->params[i];
+    float *dst = (k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + p->offset;
+    m->be->upload(dst, host, p->numel * sizeof(float));
+}
+
+long tr_model_adam_steps(const tr_model *m) {
+    return m->adam_t;
+}
+
+void tr_model_set_adam_steps(tr_model *m, long t) {
+    m->adam_t = t;
+}
+
 /* ---- initialisation ------------------------------------------------------------------- */
 
 static uint64_t mix64(uint64_t z) {

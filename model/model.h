@@ -91,6 +91,14 @@ void tr_model_get_param(const tr_model *m, int i, float *host);
 void tr_model_set_param(tr_model *m, int i, const float *host);
 void tr_model_get_grad(const tr_model *m, int i, float *host);
 
+/* The optimizer state, for checkpoints: AdamW's first and second moments of tensor i, and the
+ * number of steps taken (the bias corrections depend on it). */
+typedef enum { TR_STATE_ADAM_M = 0, TR_STATE_ADAM_V } tr_state_kind;
+void tr_model_get_state(const tr_model *m, int i, tr_state_kind k, float *host);
+void tr_model_set_state(tr_model *m, int i, tr_state_kind k, const float *host);
+long tr_model_adam_steps(const tr_model *m);
+void tr_model_set_adam_steps(tr_model *m, long t);
+
 /* Deterministic initialisation: element i of a tensor depends only on (seed, name, i), so
  * any process holding any slice of a tensor initialises it the same way. GPT-2's scheme:
  * N(0, 0.02), residual output projections N(0, 0.02/sqrt(2*attention layers)), norms 1,
