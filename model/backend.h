@@ -82,6 +82,13 @@ typedef struct tr_backend {
     void (*attention_backward)(tr_buf *dqkv, const tr_buf *dout, const tr_buf *qkv, const tr_buf *out,
                                const float *lse, int B, int T, int H, int KV, int hd);
 
+    /* Optional (NULL: this backend cannot decode incrementally). One new token of one
+     * sequence at position `pos`: rotates its q and k by position pos when theta > 0 (in place
+     * in qkv, (H+2KV)*hd), appends its k and v to the caches kc, vc (rows of KV*hd) at row pos,
+     * and writes out (H*hd) = the attention of q over cache rows 0..pos. */
+    void (*decode_attention)(tr_buf *out, tr_buf *qkv, tr_buf *kc, tr_buf *vc, int pos, int H,
+                             int KV, int hd, float theta);
+
     /* GELU, tanh approximation */
     void (*gelu_forward)(tr_buf *out, const tr_buf *inp, size_t n);
     void (*gelu_backward)(tr_buf *dinp, const tr_buf *dout, const tr_buf *inp, size_t n);

@@ -47,9 +47,9 @@ struct tr_model {
     int n_ops, cap_ops;
     tr_param *params;
     int n_params, cap_params;
-    size_t n_floats;      /* parameter slab size (elements, with alignment padding) */
-    size_t act_floats;    /* activation arena size (storage elements) */
-    size_t stat_floats;   /* fp32 statistics arena size (norm mean/rstd, attention lse) */
+    size_t n_floats;    /* parameter slab size (elements, with alignment padding) */
+    size_t act_floats;  /* activation arena size (storage elements) */
+    size_t stat_floats; /* fp32 statistics arena size (norm mean/rstd, attention lse) */
     size_t tact_floats, tstat_floats; /* transient arenas (recompute) */
     tr_recompute recompute;
     size_t es;            /* bytes of one storage element */
@@ -77,10 +77,10 @@ struct tr_model {
 
 typedef struct {
     tr_model *m;
-    size_t cursor;      /* activation arena cursor (storage elements) */
-    size_t stat_cursor; /* statistics arena cursor (floats) */
+    size_t cursor;                /* activation arena cursor (storage elements) */
+    size_t stat_cursor;           /* statistics arena cursor (floats) */
     size_t tcursor, tstat_cursor; /* transient arenas' cursors, reset per top-level branch */
-    size_t N;      /* rows of the largest micro-batch */
+    size_t N;                     /* rows of the largest micro-batch */
     int depth;
     char err[256];
 } builder;
@@ -107,8 +107,7 @@ static size_t act_take(builder *b, size_t width) {
 }
 
 static size_t stat_take(builder *b, size_t width) {
-    if (in_branch(b))
-        return TRANSIENT | take(&b->tstat_cursor, &b->m->tstat_floats, width, b->N);
+    if (in_branch(b)) return TRANSIENT | take(&b->tstat_cursor, &b->m->tstat_floats, width, b->N);
     return take(&b->stat_cursor, NULL, width, b->N);
 }
 
@@ -152,7 +151,8 @@ static int param_add(builder *b, const char *prefix, const char *name, int ndim,
 static int count_attention(const tr_node *n) {
     if (n->kind == TR_NODE_ATTENTION) return 1;
     int c = 0;
-    for (int i = 0; i < n->n_children; i++) c += count_attention(&n->children[i]);
+    for (int i = 0; i < n->n_children; i++)
+        c += count_attention(&n->children[i]);
     return n->kind == TR_NODE_STACK ? c * n->repeat : c;
 }
 
@@ -190,7 +190,8 @@ static size_t flatten_children(builder *b, const tr_node *n, const char *prefix,
 static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t cur) {
     tr_model *m = b->m;
     const int C = m->desc.dim, V = m->desc.vocab;
-    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)(m->n_attention > 0 ? m->n_attention : 1));
+    const float std = 0.02f,
+                proj_std = 0.02f / sqrtf(2.0f * (float)(m->n_attention > 0 ? m->n_attention : 1));
     op_t *op;
     switch (n->kind) {
     case TR_NODE_SEQUENCE:
@@ -342,9 +343,11 @@ static tr_memory memory_of(const tr_model *m) {
     mem.params = m->n_floats * (es == F ? es : es + F);
     mem.grads = m->n_floats * es;
     mem.optimizer = 2 * m->n_floats * F;
-    mem.activations = (m->act_floats + m->tact_floats) * es + (m->stat_floats + m->tstat_floats) * F;
+    mem.activations =
+        (m->act_floats + m->tact_floats) * es + (m->stat_floats + m->tstat_floats) * F;
     mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->desc.vocab +
-                   2 * (size_t)(m->max_depth + 1) * align16(N * C)) * es +
+                   2 * (size_t)(m->max_depth + 1) * align16(N * C)) *
+                      es +
                   align16(N) * F + 2 * N * sizeof(int);
     return mem;
 }
@@ -402,10 +405,10 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     m->host_losses = malloc(N * F);
     m->gbuf = calloc((size_t)ng, sizeof(tr_buf *));
     int ok = m->param && m->master && m->grad && m->adam_m && m->adam_v && m->act && m->stats &&
-             m->tact && m->tstats &&
-             m->scratch1 && m->scratch2 && m->logits && m->losses && m->tokens && m->targets &&
-             m->host_losses && m->gbuf;
-    for (int i = 0; ok && i < ng; i++) ok = (m->gbuf[i] = be->alloc(align16(N * C) * es)) != NULL;
+             m->tact && m->tstats && m->scratch1 && m->scratch2 && m->logits && m->losses &&
+             m->tokens && m->targets && m->host_losses && m->gbuf;
+    for (int i = 0; ok && i < ng; i++)
+        ok = (m->gbuf[i] = be->alloc(align16(N * C) * es)) != NULL;
     if (!ok) {
         tr_memory mem = memory_of(m);
         snprintf(err, errlen, "model: cannot allocate %.2f GiB on the %s backend",
@@ -439,7 +442,8 @@ void tr_model_free(tr_model *m) {
         be->free(m->tokens);
         be->free(m->targets);
         if (m->gbuf)
-            for (int i = 0; i < 2 * (m->max_depth + 1); i++) be->free(m->gbuf[i]);
+            for (int i = 0; i < 2 * (m->max_depth + 1); i++)
+                be->free(m->gbuf[i]);
     }
     free(m->gbuf);
     free(m->host_losses);
@@ -459,7 +463,8 @@ const tr_param *tr_model_param(const tr_model *m, int i) {
 }
 size_t tr_model_num_elements(const tr_model *m) {
     size_t n = 0;
-    for (int i = 0; i < m->n_params; i++) n += m->params[i].numel;
+    for (int i = 0; i < m->n_params; i++)
+        n += m->params[i].numel;
     return n;
 }
 const tr_model_desc *tr_model_desc_of(const tr_model *m) {
@@ -516,7 +521,8 @@ static uint64_t mix64(uint64_t z) {
 
 static uint64_t hash_name(const char *s) {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
     return h;
 }
 
@@ -569,60 +575,64 @@ static tr_buf *ROW(const tr_model *m, const tr_buf *base, size_t r, size_t width
     return tr_buf_at(m->be, base, r * width);
 }
 
-/* Run ops [from, to) forward, stopping at the head; returns the head op when reached. */
-static const op_t *forward_range(tr_model *m, int from, int to, int B, int T) {
+/* One op forward over B sequences of T tokens (the head is not run here). */
+static void forward_op(tr_model *m, const op_t *op, int B, int T) {
     const tr_backend *be = m->be;
     const int N = B * T, C = m->desc.dim;
+    const tr_node *n = op->node;
+    switch (op->kind) {
+    case OP_EMBED:
+        be->embedding_forward(ACT(m, op->out), m->tokens, P(m, op->p[0]), N, C);
+        break;
+    case OP_POS:
+        be->positions_forward(ACT(m, op->out), P(m, op->p[0]), B, T, C);
+        break;
+    case OP_LAYERNORM:
+        be->layernorm_forward(ACT(m, op->out), STAT(m, op->s[0]), STAT(m, op->s[1]), ACT(m, op->in),
+                              P(m, op->p[0]), P(m, op->p[1]), N, C, n->eps);
+        break;
+    case OP_RMSNORM:
+        be->rmsnorm_forward(ACT(m, op->out), STAT(m, op->s[1]), ACT(m, op->in), P(m, op->p[0]), N,
+                            C, n->eps);
+        break;
+    case OP_ATTENTION: {
+        int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
+        be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]), N, C,
+                           qkv);
+        if (n->rope_theta > 0) be->rope_forward(ACT(m, op->s[0]), B, T, H, KV, hd, n->rope_theta);
+        be->attention_forward(ACT(m, op->s[1]), STAT(m, op->s[2]), ACT(m, op->s[0]), B, T, H, KV,
+                              hd);
+        be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N,
+                           H * hd, C);
+        break;
+    }
+    case OP_MLP: {
+        int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
+        be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]), N, C,
+                           swiglu ? 2 * h : h);
+        if (swiglu)
+            be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
+        else
+            be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
+        be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N, h,
+                           C);
+        break;
+    }
+    case OP_RES_BEGIN:
+        break;
+    case OP_RES_END:
+        be->add(ACT(m, op->out), ACT(m, op->s[0]), ACT(m, op->in), (size_t)N * (size_t)C);
+        break;
+    case OP_HEAD:
+        break;
+    }
+}
+
+/* Run ops [from, to) forward, stopping at the head; returns the head op when reached. */
+static const op_t *forward_range(tr_model *m, int from, int to, int B, int T) {
     for (int i = from; i < to; i++) {
-        const op_t *op = &m->ops[i];
-        const tr_node *n = op->node;
-        switch (op->kind) {
-        case OP_EMBED:
-            be->embedding_forward(ACT(m, op->out), m->tokens, P(m, op->p[0]), N, C);
-            break;
-        case OP_POS:
-            be->positions_forward(ACT(m, op->out), P(m, op->p[0]), B, T, C);
-            break;
-        case OP_LAYERNORM:
-            be->layernorm_forward(ACT(m, op->out), STAT(m, op->s[0]), STAT(m, op->s[1]),
-                                  ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]), N, C, n->eps);
-            break;
-        case OP_RMSNORM:
-            be->rmsnorm_forward(ACT(m, op->out), STAT(m, op->s[1]), ACT(m, op->in),
-                                P(m, op->p[0]), N, C, n->eps);
-            break;
-        case OP_ATTENTION: {
-            int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
-            be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]),
-                               N, C, qkv);
-            if (n->rope_theta > 0)
-                be->rope_forward(ACT(m, op->s[0]), B, T, H, KV, hd, n->rope_theta);
-            be->attention_forward(ACT(m, op->s[1]), STAT(m, op->s[2]), ACT(m, op->s[0]), B, T, H,
-                                  KV, hd);
-            be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]),
-                               N, H * hd, C);
-            break;
-        }
-        case OP_MLP: {
-            int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
-            be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]),
-                               N, C, swiglu ? 2 * h : h);
-            if (swiglu)
-                be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
-            else
-                be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
-            be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]),
-                               N, h, C);
-            break;
-        }
-        case OP_RES_BEGIN:
-            break;
-        case OP_RES_END:
-            be->add(ACT(m, op->out), ACT(m, op->s[0]), ACT(m, op->in), (size_t)N * (size_t)C);
-            break;
-        case OP_HEAD:
-            return op;
-        }
+        if (m->ops[i].kind == OP_HEAD) return &m->ops[i];
+        forward_op(m, &m->ops[i], B, T);
     }
     return NULL;
 }
@@ -657,7 +667,8 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
     }
     be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
-    for (int i = 0; i < N; i++) sum += m->host_losses[i];
+    for (int i = 0; i < N; i++)
+        sum += m->host_losses[i];
     return (float)(sum / N);
 }
 
@@ -704,10 +715,9 @@ void tr_model_backward(tr_model *m) {
                                 P(m, op->p[2]), N, H * hd, C);
             be->attention_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), ACT(m, op->s[1]),
                                    STAT(m, op->s[2]), B, T, H, KV, hd);
-            if (n->rope_theta > 0)
-                be->rope_backward(m->scratch2, B, T, H, KV, hd, n->rope_theta);
-            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2,
-                                ACT(m, op->in), P(m, op->p[0]), N, C, qkv);
+            if (n->rope_theta > 0) be->rope_backward(m->scratch2, B, T, H, KV, hd, n->rope_theta);
+            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2, ACT(m, op->in),
+                                P(m, op->p[0]), N, C, qkv);
             g = next;
             break;
         }
@@ -726,8 +736,8 @@ void tr_model_backward(tr_model *m) {
             else
                 be->gelu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]),
                                   (size_t)N * (size_t)h);
-            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2,
-                                ACT(m, op->in), P(m, op->p[0]), N, C, swiglu ? 2 * h : h);
+            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2, ACT(m, op->in),
+                                P(m, op->p[0]), N, C, swiglu ? 2 * h : h);
             g = next;
             break;
         }
@@ -759,8 +769,8 @@ void tr_model_adamw_step(tr_model *m, const tr_adamw *o) {
         size_t off = p->offset;
         m->be->adamw(m->master + off, tr_buf_at(m->be, m->param, off),
                      tr_buf_at(m->be, m->grad, off), m->adam_m + off, m->adam_v + off, p->numel,
-                     o->lr, o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, bc1,
-                     bc2, o->grad_scale);
+                     o->lr, o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, bc1, bc2,
+                     o->grad_scale);
     }
 }
 
@@ -786,5 +796,78 @@ void tr_model_all_logits(tr_model *m, const int *tokens, int B, int T, float *lo
         be->linear_forward(m->logits, ROW(m, ACT(m, head->in), (size_t)r, (size_t)C),
                            P(m, head->p[0]), NULL, n, C, V);
         be->from_storage(logits + (size_t)r * V, m->logits, (size_t)n * V);
+    }
+}
+
+/* ---- incremental decoding ------------------------------------------------------------- */
+
+struct tr_kv_cache {
+    tr_model *m;
+    tr_buf **k, **v; /* per op: (seq_len, KV*hd) caches of the attention ops, NULL elsewhere */
+};
+
+int tr_kv_cache_init(tr_kv_cache **out, tr_model *m, char *err, size_t errlen) {
+    *out = NULL;
+    if (!m->be->decode_attention) {
+        snprintf(err, errlen, "the %s backend cannot decode with a KV cache", m->be->name);
+        return -1;
+    }
+    tr_kv_cache *c = calloc(1, sizeof(*c));
+    c->m = m;
+    c->k = calloc((size_t)m->n_ops, sizeof(tr_buf *));
+    c->v = calloc((size_t)m->n_ops, sizeof(tr_buf *));
+    for (int i = 0; i < m->n_ops; i++) {
+        const tr_node *n = m->ops[i].node;
+        if (m->ops[i].kind != OP_ATTENTION) continue;
+        size_t bytes = (size_t)m->desc.seq_len * (size_t)(n->kv_heads * (m->desc.dim / n->heads)) *
+                       m->es;
+        c->k[i] = m->be->alloc(bytes);
+        c->v[i] = m->be->alloc(bytes);
+        if (!c->k[i] || !c->v[i]) {
+            snprintf(err, errlen, "cannot allocate the KV cache");
+            tr_kv_cache_free(c);
+            return -1;
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+void tr_kv_cache_free(tr_kv_cache *c) {
+    if (!c) return;
+    for (int i = 0; i < c->m->n_ops; i++) {
+        c->m->be->free(c->k[i]);
+        c->m->be->free(c->v[i]);
+    }
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *logits) {
+    const tr_backend *be = m->be;
+    const int C = m->desc.dim, V = m->desc.vocab;
+    be->upload(m->tokens, &token, sizeof(int));
+    for (int i = 0; i < m->n_ops; i++) {
+        const op_t *op = &m->ops[i];
+        const tr_node *n = op->node;
+        if (op->kind == OP_POS) { /* row `pos` of the position table */
+            be->positions_forward(ACT(m, op->out), ROW(m, P(m, op->p[0]), (size_t)pos, (size_t)C),
+                                  1, 1, C);
+        } else if (op->kind == OP_ATTENTION) {
+            int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
+            be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]),
+                               1, C, qkv);
+            be->decode_attention(ACT(m, op->s[1]), ACT(m, op->s[0]), c->k[i], c->v[i], pos, H, KV,
+                                 hd, n->rope_theta);
+            be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]),
+                               1, H * hd, C);
+        } else if (op->kind == OP_HEAD) {
+            be->linear_forward(m->logits, ACT(m, op->in), P(m, op->p[0]), NULL, 1, C, V);
+            be->from_storage(logits, m->logits, (size_t)V);
+            return;
+        } else {
+            forward_op(m, op, 1, 1);
+        }
     }
 }

@@ -124,6 +124,15 @@ void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *l
 /* Logits (B, T, V) of every position, into host memory (tests and tools; memory B*T*V). */
 void tr_model_all_logits(tr_model *m, const int *tokens, int B, int T, float *logits);
 
+/* Incremental decoding (sampling): a KV cache per attention layer, for one sequence of up to
+ * seq_len tokens. Feed tokens at positions 0, 1, 2, ...; each call costs one token's forward,
+ * the prefix is never recomputed. Needs a backend with decode_attention. */
+typedef struct tr_kv_cache tr_kv_cache;
+int tr_kv_cache_init(tr_kv_cache **out, tr_model *m, char *err, size_t errlen);
+void tr_kv_cache_free(tr_kv_cache *c);
+/* Feed `token` at position `pos` (< seq_len); logits (V) of the next token into host memory. */
+void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *logits);
+
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     float grad_scale; /* multiplies every gradient first (gradient clipping) */

@@ -240,6 +240,41 @@ static void recompute(void) {
     for (int lv = 0; lv < 3; lv++) free(grads[lv]);
 }
 
+/* Decoding with the KV cache gives, token by token, the logits of the full forward. */
+static void decode(const char *text, const char *label) {
+    tr_recipe r;
+    int T = text == nested ? 12 : 9;
+    tr_model *m = make(&r, text, 1, T);
+    int V = r.model.vocab, tok[16], tgt[16];
+    tokens_for(tok, tgt, T, V, 21);
+    float *all = malloc((size_t)T * V * sizeof(float)), *one = malloc((size_t)V * sizeof(float));
+    tr_model_all_logits(m, tok, 1, T, all);
+    tr_kv_cache *c;
+    char err[256];
+    if (tr_kv_cache_init(&c, m, err, sizeof(err))) {
+        fprintf(stderr, "FAIL %s\n", err);
+        exit(1);
+    }
+    double num = 0, den = 0;
+    for (int t = 0; t < T; t++) {
+        tr_model_decode(m, c, tok[t], t, one);
+        for (int v = 0; v < V; v++) {
+            double d = fabs((double)one[v] - all[(size_t)t * V + v]);
+            if (!(d <= num)) num = d;
+            if (fabs(all[(size_t)t * V + v]) > den) den = fabs(all[(size_t)t * V + v]);
+        }
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "decode (%s): KV-cache logits vs full forward, rel err vs tol",
+             label);
+    check(num / den < 1e-5, what, num / den, 1e-5);
+    tr_kv_cache_free(c);
+    free(all);
+    free(one);
+    tr_model_free(m);
+    tr_recipe_free(&r);
+}
+
 /* Parameter counts from the cost model equal what the model allocates, for every recipe. */
 static void costs(void) {
     const char *recipes[] = {"../recipes/shakespeare_char.lua", "../recipes/llama_tiny.lua",
@@ -287,6 +322,8 @@ int main(void) {
     accumulation();
     determinism();
     recompute();
+    decode(nested, "learned positions, GQA");
+    decode(roped, "rope, kv_heads 1");
     costs();
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;

@@ -556,6 +556,48 @@ static void attention_backward(tr_buf *dqkv_, const tr_buf *dout_, const tr_buf 
     }
 }
 
+/* One query row against the cache, like one row of attention_forward (same exp, same
+ * scaling), without the tiling: the decode step of sampling. */
+static void decode_attention(tr_buf *out_, tr_buf *qkv_, tr_buf *kc_, tr_buf *vc_, int pos, int H,
+                             int KV, int hd, float theta) {
+    float *out = out_, *qkv = qkv_, *kc = kc_, *vc = vc_;
+    int h2 = hd / 2, G = H / KV, KS = KV * hd;
+    if (theta > 0) /* rotate q and k heads by this position, as rope_forward would */
+        for (int h = 0; h < H + KV; h++) {
+            float *x1 = qkv + (size_t)h * hd, *x2 = x1 + h2;
+            for (int i = 0; i < h2; i++) {
+                double ang = pos * pow((double)theta, -2.0 * i / hd);
+                float c = (float)cos(ang), sn = (float)sin(ang), a = x1[i], b = x2[i];
+                x1[i] = a * c - b * sn;
+                x2[i] = b * c + a * sn;
+            }
+        }
+    memcpy(kc + (size_t)pos * KS, qkv + (size_t)H * hd, sizeof(float) * (size_t)KS);
+    memcpy(vc + (size_t)pos * KS, qkv + (size_t)(H + KV) * hd, sizeof(float) * (size_t)KS);
+    float scale = 1.0f / sqrtf((float)hd);
+    float *s = malloc(sizeof(float) * (size_t)(pos + 1));
+    if (!s) abort();
+    for (int h = 0; h < H; h++) {
+        const float *q = qkv + (size_t)h * hd;
+        const float *k = kc + (size_t)(h / G) * hd, *v = vc + (size_t)(h / G) * hd;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j <= pos; j++) {
+            float d = 0.0f;
+            for (int c = 0; c < hd; c++) d += q[c] * k[(size_t)j * KS + c];
+            s[j] = d * scale;
+            mx = s[j] > mx ? s[j] : mx;
+        }
+        for (int j = 0; j <= pos; j++) sum += (s[j] = fast_expf(s[j] - mx));
+        float *o = out + (size_t)h * hd;
+        for (int c = 0; c < hd; c++) o[c] = 0.0f;
+        for (int j = 0; j <= pos; j++) {
+            float p = s[j] / sum;
+            for (int c = 0; c < hd; c++) o[c] += p * v[(size_t)j * KS + c];
+        }
+    }
+    free(s);
+}
+
 /* ---- pointwise ------------------------------------------------------------------------- */
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -754,6 +796,7 @@ static const tr_backend cpu_backend = {
     .rope_backward = rope_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .decode_attention = decode_attention,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .swiglu_forward = swiglu_forward,
