@@ -68,7 +68,7 @@ static const char *const kind_names[TR_NODE_KIND_COUNT] = {
     "model", "stack",     "residual", "embedding", "positions", "rope",
     "layernorm", "rmsnorm", "attention", "mlp",  "lm_head"};
 static const char *const activation_names[] = {"gelu", "swiglu", NULL};
-static const char *const tokenizer_names[] = {"byte", NULL};
+static const char *const tokenizer_names[] = {"byte", "gpt2", NULL};
 static const char *const decay_names[] = {"cosine", "linear", "constant", "wsd", NULL};
 
 const char *tr_node_kind_name(tr_node_kind k)
@@ -245,7 +245,7 @@ static int message_handler(lua_State *L)
 
 /* ---- field schema ------------------------------------------------------------------------- */
 
-typedef enum { FK_INT, FK_NUM, FK_BOOL, FK_STR, FK_ENUM, FK_INT_AUTO, FK_PAIR } field_kind;
+typedef enum { FK_INT, FK_NUM, FK_BOOL, FK_STR, FK_ENUM, FK_INT_AUTO, FK_PAIR, FK_TABLE } field_kind;
 enum { LO_NONE = 0, LO_GE, LO_GT };
 enum { HI_NONE = 0, HI_LE, HI_LT };
 
@@ -429,6 +429,11 @@ static void read_value(lua_State *L, const char *ctor, const field_spec *fs, fie
         }
         raise_at(L, 0, "%s: field '%s' must be one of %s, got '%s'", ctor, fs->name, list, s);
     }
+    case FK_TABLE: /* checked by the constructor, which reads it from its argument */
+        if (t != LUA_TTABLE)
+            raise_at(L, 0, "%s: field '%s' must be a table, got %s", ctor, fs->name,
+                     type_word(L, idx));
+        return;
     case FK_PAIR: {
         int ok = t == LUA_TTABLE;
         if (ok) {
@@ -939,28 +944,135 @@ static int section_start(lua_State *L, int *line_slot, const char *name)
 }
 
 static const field_spec data_fields[] = {
-    {"text", FK_STR, REQ, 0, 0, 0, 0, NULL},
+    {"text", FK_STR, OPT, 0, 0, 0, 0, NULL},
     {"tokenizer", FK_ENUM, OPT, 0, 0, 0, 0, tokenizer_names},
-    {"val_fraction", FK_NUM, OPT, LO_GT, 0, HI_LE, 0.5, NULL}};
+    {"val_fraction", FK_NUM, OPT, LO_GT, 0, HI_LE, 0.5, NULL},
+    {"shards", FK_STR, OPT, 0, 0, 0, 0, NULL},
+    {"val_shards", FK_STR, OPT, 0, 0, 0, 0, NULL},
+    {"mix", FK_TABLE, OPT, 0, 0, 0, 0, NULL},
+    {"encoder", FK_STR, OPT, 0, 0, 0, 0, NULL},
+    {"merges", FK_STR, OPT, 0, 0, 0, 0, NULL}};
+enum { D_TEXT, D_TOKENIZER, D_VAL_FRACTION, D_SHARDS, D_VAL_SHARDS, D_MIX, D_ENCODER, D_MERGES,
+       D_COUNT };
+
+static const field_spec mix_fields[] = {
+    {"shards", FK_STR, REQ, 0, 0, 0, 0, NULL},
+    {"weight", FK_NUM, REQ, LO_GT, 0, HI_NONE, 0, NULL}};
+
+#ifndef TR_DATA_DIR
+#define TR_DATA_DIR "data"
+#endif
+
+/* A data path as written in the recipe, resolved against the recipe's folder. */
+static void resolve_path(lua_State *L, char *dst, size_t cap, const char *src, const char *what)
+{
+    const char *base = get_ctx(L)->basedir;
+    int n;
+    if (src[0] == '/' || !base || !base[0] || strcmp(base, ".") == 0)
+        n = snprintf(dst, cap, "%s", src);
+    else
+        n = snprintf(dst, cap, "%s%s%s", base, base[strlen(base) - 1] == '/' ? "" : "/", src);
+    if (n < 0 || (size_t)n >= cap)
+        raise_at(L, 0, "data: the path of '%s' is longer than %zu bytes", what, cap - 1);
+}
+
+/* mix = { { shards = "...", weight = w }, ... }: the table is field `mix` of argument 1. */
+static void read_mix(lua_State *L, tr_data_desc *d)
+{
+    lua_getfield(L, 1, "mix");
+    int idx = lua_gettop(L);
+    lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
+    int count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        count++;
+        int ok = lua_type(L, -2) == LUA_TNUMBER && lua_isinteger(L, -2) &&
+                 lua_tointeger(L, -2) >= 1 && lua_tointeger(L, -2) <= len;
+        lua_pop(L, 1);
+        if (!ok)
+            raise_at(L, 0, "data: 'mix' must be a list of { shards = \"...\", weight = w }, "
+                           "without named fields or gaps");
+    }
+    if (count == 0 || count != len)
+        raise_at(L, 0, "data: 'mix' needs at least one { shards = \"...\", weight = w }");
+    if (count > TR_MAX_MIX)
+        raise_at(L, 0, "data: 'mix' has %d sources; at most %d are supported", count, TR_MAX_MIX);
+    for (int k = 1; k <= count; k++) {
+        char ctor[32];
+        snprintf(ctor, sizeof ctor, "data: mix[%d]", k);
+        lua_rawgeti(L, idx, k);
+        int e = lua_gettop(L);
+        if (lua_type(L, e) != LUA_TTABLE)
+            raise_at(L, 0, "%s: expected a table { shards = \"...\", weight = w }, got %s", ctor,
+                     type_word(L, e));
+        lua_pushnil(L);
+        while (lua_next(L, e)) {
+            const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+            if (!key || (strcmp(key, "shards") != 0 && strcmp(key, "weight") != 0))
+                raise_at(L, 0, "%s: unknown field '%s' (fields: shards, weight)", ctor,
+                         key ? key : type_word(L, -2));
+            lua_pop(L, 1);
+        }
+        field_val v[2];
+        for (int f = 0; f < 2; f++) {
+            memset(&v[f], 0, sizeof v[f]);
+            lua_getfield(L, e, mix_fields[f].name);
+            if (lua_isnil(L, -1))
+                raise_at(L, 0, "%s: field '%s' is required", ctor, mix_fields[f].name);
+            read_value(L, ctor, &mix_fields[f], &v[f]);
+            if (f == 0)
+                resolve_path(L, d->mix[k - 1].shards, sizeof d->mix[k - 1].shards, v[0].s,
+                             "shards");
+            lua_pop(L, 1);
+        }
+        d->mix[k - 1].weight = (float)v[1].n;
+        lua_pop(L, 1);
+    }
+    d->n_mix = count;
+    lua_pop(L, 1);
+}
 
 static int l_data(lua_State *L)
 {
     recipe_ctx *c = get_ctx(L);
     int line = section_start(L, &c->data_line, "data");
-    field_val v[3];
-    read_fields(L, "data", data_fields, 3, v, NULL, NULL);
+    field_val v[D_COUNT];
+    read_fields(L, "data", data_fields, D_COUNT, v, NULL, NULL);
     tr_data_desc *d = &c->r.data;
-    const char *text = v[0].s, *base = c->basedir;
-    int n;
-    if (text[0] == '/' || !base || !base[0] || strcmp(base, ".") == 0)
-        n = snprintf(d->text, sizeof d->text, "%s", text);
-    else
-        n = snprintf(d->text, sizeof d->text, "%s%s%s", base,
-                     base[strlen(base) - 1] == '/' ? "" : "/", text);
-    if (n < 0 || (size_t)n >= sizeof d->text)
-        raise_at(L, 0, "data: the path of 'text' is longer than %zu bytes", sizeof d->text - 1);
-    d->tokenizer = v[1].present ? (tr_tokenizer_kind)v[1].choice : TR_TOKENIZER_BYTE;
-    d->val_fraction = v[2].present ? (float)v[2].n : 0.1f;
+    int sources = v[D_TEXT].present + v[D_SHARDS].present + v[D_MIX].present;
+    if (sources == 0)
+        raise_at(L, 0, "data: one of 'text', 'shards' or 'mix' is required");
+    if (sources > 1)
+        raise_at(L, 0, "data: give only one of 'text', 'shards' and 'mix'");
+    d->tokenizer = v[D_TOKENIZER].present ? (tr_tokenizer_kind)v[D_TOKENIZER].choice
+                                          : TR_TOKENIZER_BYTE;
+    if (v[D_TEXT].present && v[D_VAL_SHARDS].present)
+        raise_at(L, 0, "data: 'val_shards' goes with 'shards' or 'mix'; a 'text' corpus is "
+                       "split by val_fraction");
+    if (!v[D_TEXT].present && v[D_VAL_FRACTION].present)
+        raise_at(L, 0, "data: 'val_fraction' goes with 'text'; shards take 'val_shards'");
+    if (d->tokenizer != TR_TOKENIZER_GPT2 && (v[D_ENCODER].present || v[D_MERGES].present))
+        raise_at(L, 0, "data: '%s' goes with tokenizer = \"gpt2\"",
+                 v[D_ENCODER].present ? "encoder" : "merges");
+    if (v[D_TEXT].present)
+        resolve_path(L, d->text, sizeof d->text, v[D_TEXT].s, "text");
+    if (v[D_SHARDS].present)
+        resolve_path(L, d->shards, sizeof d->shards, v[D_SHARDS].s, "shards");
+    if (v[D_VAL_SHARDS].present)
+        resolve_path(L, d->val_shards, sizeof d->val_shards, v[D_VAL_SHARDS].s, "val_shards");
+    if (v[D_MIX].present)
+        read_mix(L, d);
+    if (d->tokenizer == TR_TOKENIZER_GPT2) {
+        if (v[D_ENCODER].present)
+            resolve_path(L, d->encoder, sizeof d->encoder, v[D_ENCODER].s, "encoder");
+        else
+            snprintf(d->encoder, sizeof d->encoder, "%s", TR_DATA_DIR "/gpt2/encoder.json");
+        if (v[D_MERGES].present)
+            resolve_path(L, d->merges, sizeof d->merges, v[D_MERGES].s, "merges");
+        else
+            snprintf(d->merges, sizeof d->merges, "%s", TR_DATA_DIR "/gpt2/vocab.bpe");
+    }
+    d->val_fraction = v[D_VAL_FRACTION].present ? (float)v[D_VAL_FRACTION].n : 0.1f;
     c->data_line = line;
     return 0;
 }
@@ -1031,14 +1143,16 @@ static const field_spec train_fields[] = {
     {"seed", FK_INT, OPT, LO_GE, 0, HI_NONE, 0, NULL},
     {"out", FK_STR, OPT, 0, 0, 0, 0, NULL},
     INT_FIELD("sample_tokens", OPT, 0),
-    INT_FIELD("log_every", OPT, 1)};
+    INT_FIELD("log_every", OPT, 1),
+    INT_FIELD("checkpoint_every", OPT, 0),
+    INT_FIELD("keep_checkpoints", OPT, 1)};
 
 static int l_train(lua_State *L)
 {
     recipe_ctx *c = get_ctx(L);
     int line = section_start(L, &c->train_line, "train");
-    field_val v[9];
-    read_fields(L, "train", train_fields, 9, v, NULL, NULL);
+    field_val v[11];
+    read_fields(L, "train", train_fields, 11, v, NULL, NULL);
     tr_train_desc *t = &c->r.train;
     t->batch_tokens = (long)v[0].i;
     t->micro_batch = v[1].present ? (int)v[1].i : 0;
@@ -1052,6 +1166,8 @@ static int l_train(lua_State *L)
         snprintf(t->out, sizeof t->out, "runs/%s", c->stem);
     t->sample_tokens = v[7].present ? (int)v[7].i : 200;
     t->log_every = v[8].present ? (int)v[8].i : 10;
+    t->checkpoint_every = v[9].present ? (int)v[9].i : 0;
+    t->keep_checkpoints = v[10].present ? (int)v[10].i : 3;
     c->train_line = line;
     return 0;
 }
@@ -1267,6 +1383,31 @@ static int l_knobs(lua_State *L)
     return 1;
 }
 
+/* `init = hf "DIR"`: a Hugging Face model directory to start from, resolved against the
+ * recipe's folder. hf returns a marker that load_text finds in the global `init`. */
+#define HF_MT "tr.hf"
+
+static int l_hf(lua_State *L)
+{
+    recipe_ctx *c = get_ctx(L);
+    if (c->done)
+        return 0;
+    if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TSTRING)
+        raise_at(L, 0, "hf: expects a directory path, as in init = hf \"path/to/model\"");
+    const char *dir = lua_tostring(L, 1), *base = c->basedir;
+    char *path = lua_newuserdatauv(L, TR_PATH_MAX, 0);
+    int n;
+    if (dir[0] == '/' || !base || !base[0] || strcmp(base, ".") == 0)
+        n = snprintf(path, TR_PATH_MAX, "%s", dir);
+    else
+        n = snprintf(path, TR_PATH_MAX, "%s%s%s", base, base[strlen(base) - 1] == '/' ? "" : "/",
+                     dir);
+    if (n < 0 || n >= TR_PATH_MAX)
+        raise_at(L, 0, "hf: the path is longer than %d bytes", TR_PATH_MAX - 1);
+    luaL_setmetatable(L, HF_MT);
+    return 1;
+}
+
 /* ---- load --------------------------------------------------------------------------------- */
 
 static const luaL_Reg constructors[] = {
@@ -1275,7 +1416,8 @@ static const luaL_Reg constructors[] = {
     {"rmsnorm", l_rmsnorm},     {"attention", l_attention}, {"mlp", l_mlp},
     {"residual", l_residual},   {"stack", l_stack},         {"lm_head", l_lm_head},
     {"data", l_data},           {"optimizer", l_optimizer}, {"schedule", l_schedule},
-    {"train", l_train},         {"parallel", l_parallel},   {NULL, NULL}};
+    {"train", l_train},         {"parallel", l_parallel},   {"hf", l_hf},
+    {NULL, NULL}};
 
 /* Runs protected: opens the allowed libraries, registers the constructors, compiles the
  * recipe (text only) and leaves the chunk on the stack. */
@@ -1313,6 +1455,10 @@ static int setup(lua_State *L)
     lua_pushcclosure(L, sandbox_load, 1);
     lua_setglobal(L, "load");
 
+    luaL_newmetatable(L, HF_MT);
+    lua_pushliteral(L, "hf");
+    lua_setfield(L, -2, "__metatable");
+    lua_pop(L, 1);
     luaL_newmetatable(L, LAYER_MT);
     lua_pushcfunction(L, layer_tostring);
     lua_setfield(L, -2, "__tostring");
@@ -1372,6 +1518,10 @@ static int finish(recipe_ctx *c, char *err, size_t errlen)
         return fail(err, errlen,
                     "%s:%d: train: batch_tokens (%ld) must be a multiple of the model's seq_len (%d)",
                     c->chunk, c->train_line, r->train.batch_tokens, r->model.seq_len);
+    if (r->data.tokenizer == TR_TOKENIZER_GPT2 && r->model.vocab < 50257)
+        return fail(err, errlen,
+                    "%s:%d: data: the gpt2 tokenizer has 50257 tokens but model.vocab is %d",
+                    c->chunk, c->data_line, r->model.vocab);
     if (!c->min_lr_set)
         r->schedule.min_lr = 0.1f * r->optim.lr;
     return 0;
@@ -1444,6 +1594,20 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
             fail(err, errlen, "%s: recipe failed (error %d)", chunk, status);
         lua_close(L);
         goto done;
+    }
+    /* `init = hf "DIR"`, read raw: no metamethod (so no recipe code) runs here */
+    lua_pushglobaltable(L);
+    lua_pushliteral(L, "init");
+    lua_rawget(L, -2);
+    if (!lua_isnil(L, -1)) {
+        const char *hf_path = luaL_testudata(L, -1, HF_MT);
+        if (!hf_path) {
+            fail(err, errlen, "%s: init must be hf \"path/to/model\" (a Hugging Face model directory)",
+                 chunk);
+            lua_close(L);
+            goto done;
+        }
+        snprintf(c->r.init_hf, sizeof c->r.init_hf, "%s", hf_path);
     }
     lua_close(L);
     rc = finish(c, err, errlen);
@@ -1681,10 +1845,39 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f)
         put_node(f, &m->root.children[i], 1);
     fputs("}\n\n", f);
 
-    fputs("data { text = ", f);
-    put_data_path(f, r->data.text);
-    fprintf(f, ", tokenizer = \"%s\", val_fraction = ", tokenizer_names[0]);
-    put_float(f, r->data.val_fraction);
+    const tr_data_desc *d = &r->data;
+    fputs("data { ", f);
+    if (d->text[0]) {
+        fputs("text = ", f);
+        put_data_path(f, d->text);
+        fputs(", val_fraction = ", f);
+        put_float(f, d->val_fraction);
+    } else if (d->n_mix > 0) {
+        fputs("mix = {", f);
+        for (int i = 0; i < d->n_mix; i++) {
+            fputs(i ? ", { shards = " : " { shards = ", f);
+            put_data_path(f, d->mix[i].shards);
+            fputs(", weight = ", f);
+            put_float(f, d->mix[i].weight);
+            fputs(" }", f);
+        }
+        fputs(" }", f);
+    } else {
+        fputs("shards = ", f);
+        put_data_path(f, d->shards);
+    }
+    if (d->val_shards[0]) {
+        fputs(", val_shards = ", f);
+        put_data_path(f, d->val_shards);
+    }
+    int tk = d->tokenizer == TR_TOKENIZER_GPT2 ? 1 : 0;
+    fprintf(f, ",\n       tokenizer = \"%s\"", tokenizer_names[tk]);
+    if (tk) {
+        fputs(", encoder = ", f);
+        put_data_path(f, d->encoder);
+        fputs(", merges = ", f);
+        put_data_path(f, d->merges);
+    }
     fputs(" }\n", f);
 
     const tr_optim_desc *o = &r->optim;
@@ -1719,7 +1912,13 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f)
     fprintf(f, ", steps = %d, eval_every = %d, eval_tokens = %ld,\n        seed = %llu, out = ",
             t->steps, t->eval_every, t->eval_tokens, t->seed);
     put_string(f, t->out);
-    fprintf(f, ", sample_tokens = %d, log_every = %d }\n", t->sample_tokens, t->log_every);
+    fprintf(f, ", sample_tokens = %d, log_every = %d,\n        checkpoint_every = %d, keep_checkpoints = %d }\n",
+            t->sample_tokens, t->log_every, t->checkpoint_every, t->keep_checkpoints);
+    if (r->init_hf[0]) {
+        fputs("init = hf ", f);
+        put_data_path(f, r->init_hf);
+        fputs("\n", f);
+    }
 
     const tr_parallel_desc *p = &r->parallel;
     if (p->is_auto) {

@@ -56,12 +56,28 @@ typedef struct {
     tr_node root; /* kind SEQUENCE */
 } tr_model_desc;
 
-typedef enum { TR_TOKENIZER_BYTE = 0 } tr_tokenizer_kind;
+typedef enum { TR_TOKENIZER_BYTE = 0, TR_TOKENIZER_GPT2 } tr_tokenizer_kind;
 
+#define TR_MAX_MIX 8
+
+/* One source of a blend: token shards and their share of the training batches. */
 typedef struct {
-    char text[TR_PATH_MAX]; /* corpus path, resolved against the recipe's folder */
+    char shards[TR_PATH_MAX]; /* glob, resolved against the recipe's folder */
+    float weight;             /* > 0; weights are normalized over the mix */
+} tr_data_source;
+
+/* Exactly one of text, shards and mix (n_mix > 0) is set; paths are resolved against the
+ * recipe's folder. */
+typedef struct {
+    char text[TR_PATH_MAX]; /* corpus path; "" when the data are shards */
     tr_tokenizer_kind tokenizer;
-    float val_fraction; /* held-out tail of the corpus */
+    float val_fraction; /* held-out tail of the corpus (text only) */
+    char shards[TR_PATH_MAX];     /* glob of training shards; "" = none */
+    char val_shards[TR_PATH_MAX]; /* glob of validation shards; "" = none (shards, mix) */
+    int n_mix;
+    tr_data_source mix[TR_MAX_MIX];
+    char encoder[TR_PATH_MAX]; /* gpt2: encoder.json (default: the project's data/gpt2/) */
+    char merges[TR_PATH_MAX];  /* gpt2: vocab.bpe */
 } tr_data_desc;
 
 typedef struct {
@@ -95,6 +111,8 @@ typedef struct {
     char out[TR_PATH_MAX];
     int sample_tokens;  /* bytes of text sampled at the end; 0 = none */
     int log_every;      /* progress line period in steps */
+    int checkpoint_every; /* save a checkpoint every N steps (and at the end); 0 = never */
+    int keep_checkpoints; /* newest checkpoints kept; older ones are deleted once a newer one is complete */
 } tr_train_desc;
 
 typedef struct {
@@ -121,6 +139,7 @@ typedef struct {
     tr_schedule_desc schedule;
     tr_train_desc train;
     tr_parallel_desc parallel;
+    char init_hf[TR_PATH_MAX]; /* `init = hf "DIR"`: start from a Hugging Face model directory; "" = none */
     int n_knobs;
     tr_knob knobs[TR_MAX_KNOBS];
 } tr_recipe;

@@ -3,7 +3,8 @@
 -- embedding, vocabulary 50257. The knobs default to GPT-2's training setup (0.5M-token
 -- batches); on a CPU, run a few small steps instead:
 --   trainer run recipes/gpt2_124m.lua --set seq=256 --set batch_tokens=1024 --steps 5
--- Until the BPE data pipeline lands, it reads Tiny Shakespeare as bytes (ids < 256).
+-- It reads Tiny Shakespeare through GPT-2's BPE (tokenized into cached shards on first use);
+-- for a real corpus: trainer tokenize CORPUS --out DIR, then data { shards = "DIR/train_*.bin", ... }.
 local k = knobs {
     seq = 1024,
     batch_tokens = 524288,
@@ -24,7 +25,7 @@ model {
     lm_head { tied = true },
 }
 
-data { text = "../data/corpora/tinyshakespeare.txt", tokenizer = "byte", val_fraction = 0.1 }
+data { text = "../data/corpora/tinyshakespeare.txt", tokenizer = "gpt2", val_fraction = 0.1 }
 optimizer { lr = k.lr, betas = { 0.9, 0.95 }, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0 }
 schedule { warmup = k.warmup, decay = "cosine", min_lr = 0.1 * k.lr }
 train {

@@ -196,8 +196,9 @@ static void test_llama(void)
           "llama: schedule defaults, min_lr = 0.1 * lr");
     const tr_train_desc *t = &r.train;
     check(t->micro_batch == 0 && t->eval_every == 0 && t->eval_tokens == 0 && t->seed == 1337 &&
-              t->sample_tokens == 200 && t->log_every == 10,
-          "llama: train defaults");
+              t->sample_tokens == 200 && t->log_every == 10 && t->checkpoint_every == 0 &&
+              t->keep_checkpoints == 3 && r.init_hf[0] == 0,
+          "llama: train defaults (no checkpoints, keep 3, no init)");
     check(strcmp(t->out, "runs/llama-2") == 0, "llama: string and integer knobs in out (%s)",
           t->out);
     check(strcmp(r.data.text, "/nonexistent/corpus.txt") == 0 && feq(r.data.val_fraction, 0.1f),
@@ -397,9 +398,49 @@ static void test_round_trip(void)
                "  grad_clip = 0 }\n"
                "schedule { warmup = 7, decay = \"wsd\", min_lr = 0, decay_frac = 1 }\n"
                "train { batch_tokens = 36, micro_batch = 3, steps = 2, eval_every = 1, eval_tokens = 5,\n"
-               "  seed = 9007199254740993, out = \"x/y\", sample_tokens = 0, log_every = 1 }\n"
+               "  seed = 9007199254740993, out = \"x/y\", sample_tokens = 0, log_every = 1,\n"
+               "  checkpoint_every = 4, keep_checkpoints = 5 }\n"
                "parallel { dp = 1, tp = 2, pp = \"auto\", zero = 0 }\n",
                "/tmp", NULL, 0);
+}
+
+/* checkpoint_every, keep_checkpoints and `init = hf "DIR"` load, write and load again. */
+static void test_checkpoint_fields(void)
+{
+    const char *text = "model { vocab = 10, dim = 8, seq_len = 4, embedding {}, lm_head {} }\n"
+                       "data { text = \"c\" }\n"
+                       "train { batch_tokens = 8, steps = 1, checkpoint_every = 4, keep_checkpoints = 5 }\n"
+                       "init = hf \"models/gpt2\"\n";
+    tr_recipe a, b;
+    if (!check(tr_recipe_load_string(&a, text, "ck.lua", "/base", NULL, 0, err, sizeof err) == 0,
+               "checkpoint fields load (%s)", err))
+        return;
+    check(a.train.checkpoint_every == 4 && a.train.keep_checkpoints == 5 &&
+              strcmp(a.init_hf, "/base/models/gpt2") == 0,
+          "checkpoint_every, keep_checkpoints, init = hf (resolved against the recipe's folder: %s)",
+          a.init_hf);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    tr_recipe_write_lua(&a, f);
+    fclose(f);
+    check(strstr(buf, "checkpoint_every = 4, keep_checkpoints = 5") != NULL &&
+              strstr(buf, "init = hf \"/base/models/gpt2\"") != NULL,
+          "write_lua writes the checkpoint settings and init");
+    if (check(tr_recipe_load_string(&b, buf, "ck2.lua", ".", NULL, 0, err, sizeof err) == 0,
+              "the written recipe loads (%s)", err)) {
+        check(b.train.checkpoint_every == 4 && b.train.keep_checkpoints == 5 &&
+                  strcmp(b.init_hf, a.init_hf) == 0,
+              "checkpoint settings and init survive the round trip");
+        tr_recipe_free(&b);
+    }
+    free(buf);
+    tr_recipe_free(&a);
+    expect_error("checkpoint: hf needs a string",
+                 "model { vocab = 10, dim = 8, seq_len = 4, embedding {}, lm_head {} }\n"
+                 "data { text = \"c\" } train { batch_tokens = 8, steps = 1 }\ninit = hf(3)\n",
+                 "hf.lua", NULL, 0,
+                 "hf.lua:3: hf: expects a directory path, as in init = hf \"path/to/model\"");
 }
 
 static void test_sandbox(void)
@@ -565,6 +606,95 @@ static void test_errors(void)
     expect_error("long chunk name", "local x = 1\n}\n", long_name, NULL, 0, expected);
 }
 
+/* The data fields: shards, val_shards, mix, gpt2 vocabulary files; resolved against the
+ * recipe's folder and written back (absolute) so that the saved recipe loads to the same. */
+static void test_data_fields(void)
+{
+    static const char *model = "model { vocab = 50304, dim = 32, seq_len = 8, embedding {}, lm_head {} }\n"
+                               "train { batch_tokens = 64, steps = 1 }\n";
+    char text[2048];
+    tr_recipe a, b;
+    snprintf(text, sizeof text, "%sdata { mix = { { shards = \"a/*.bin\", weight = 0.7 },\n"
+             "  { shards = \"/abs/b_*.bin\", weight = 0.3 } }, val_shards = \"v/*.bin\",\n"
+             "  tokenizer = \"gpt2\", merges = \"m.bpe\" }\n", model);
+    if (check(tr_recipe_load_string(&a, text, "d.lua", "dir", NULL, 0, err, sizeof err) == 0, "data mix: loads (%s)", err)) {
+        const tr_data_desc *d = &a.data;
+        check(d->n_mix == 2 && strcmp(d->mix[0].shards, "dir/a/*.bin") == 0 &&
+                  strcmp(d->mix[1].shards, "/abs/b_*.bin") == 0 && feq(d->mix[0].weight, 0.7f) &&
+                  strcmp(d->val_shards, "dir/v/*.bin") == 0 && d->text[0] == 0 && d->shards[0] == 0,
+              "data mix: sources, weights and val_shards resolved against the recipe's folder");
+        check(d->tokenizer == TR_TOKENIZER_GPT2 && strcmp(d->merges, "dir/m.bpe") == 0 &&
+                  strstr(d->encoder, "data/gpt2/encoder.json") && d->encoder[0] == '/',
+              "data mix: gpt2 merges given, encoder defaults to the project's (%s)", d->encoder);
+        char dir[] = "/tmp/test_recipe_XXXXXX", p1[64];
+        if (mkdtemp(dir)) {
+            snprintf(p1, sizeof p1, "%s/first.lua", dir);
+            write_file(p1, &a);
+            if (check(tr_recipe_load(&b, p1, NULL, 0, err, sizeof err) == 0,
+                      "data mix: written recipe loads (%s)", err)) {
+                const tr_data_desc *e = &b.data;
+                check(e->n_mix == 2 && e->mix[0].shards[0] == '/' &&
+                          strstr(e->mix[0].shards, "/dir/a/*.bin") &&
+                          strcmp(e->mix[1].shards, "/abs/b_*.bin") == 0 &&
+                          feq(e->mix[1].weight, 0.3f) && strstr(e->val_shards, "/dir/v/*.bin") &&
+                          e->tokenizer == TR_TOKENIZER_GPT2 && strcmp(e->encoder, a.data.encoder) == 0 &&
+                          strstr(e->merges, "/dir/m.bpe"),
+                      "data mix: round trip keeps every source, weight and file (absolute)");
+                tr_recipe_free(&b);
+            }
+            unlink(p1);
+            rmdir(dir);
+        }
+        tr_recipe_free(&a);
+    }
+    snprintf(text, sizeof text, "%sdata { shards = \"s/train_*.bin\", tokenizer = \"gpt2\" }\n", model);
+    if (check(tr_recipe_load_string(&a, text, "d.lua", "dir", NULL, 0, err, sizeof err) == 0, "data shards: loads (%s)", err)) {
+        check(strcmp(a.data.shards, "dir/s/train_*.bin") == 0 && a.data.val_shards[0] == 0 &&
+                  a.data.n_mix == 0,
+              "data shards: glob resolved, no validation shards");
+        tr_recipe_free(&a);
+    }
+    struct {
+        const char *what, *data, *expected;
+    } cases[] = {
+        {"no source", "data { tokenizer = 'gpt2' }",
+         "d.lua:3: data: one of 'text', 'shards' or 'mix' is required"},
+        {"two sources", "data { text = 'x', shards = 'y' }",
+         "d.lua:3: data: give only one of 'text', 'shards' and 'mix'"},
+        {"val_fraction with shards", "data { shards = 'x', val_fraction = 0.2 }",
+         "d.lua:3: data: 'val_fraction' goes with 'text'; shards take 'val_shards'"},
+        {"val_shards with text", "data { text = 'x', val_shards = 'v' }",
+         "d.lua:3: data: 'val_shards' goes with 'shards' or 'mix'"},
+        {"mix without weight", "data { mix = { { shards = 'a' } } }",
+         "d.lua:3: data: mix[1]: field 'weight' is required"},
+        {"mix zero weight", "data { mix = { { shards = 'a', weight = 1 }, { shards = 'b', weight = 0 } } }",
+         "d.lua:3: data: mix[2]: field 'weight' must be > 0, got 0"},
+        {"mix empty", "data { mix = {} }", "d.lua:3: data: 'mix' needs at least one"},
+        {"mix not a list", "data { mix = { a = 1 } }", "d.lua:3: data: 'mix' must be a list"},
+        {"mix unknown field", "data { mix = { { shards = 'a', weight = 1, wieght = 2 } } }",
+         "d.lua:3: data: mix[1]: unknown field 'wieght' (fields: shards, weight)"},
+        {"mix of strings", "data { mix = { 'a' } }",
+         "d.lua:3: data: mix[1]: expected a table { shards = \"...\", weight = w }, got string"},
+        {"mix not a table", "data { mix = 'a' }", "d.lua:3: data: field 'mix' must be a table, got string"},
+        {"encoder with bytes", "data { text = 'x', encoder = 'e.json' }",
+         "d.lua:3: data: 'encoder' goes with tokenizer = \"gpt2\""},
+        {"bad tokenizer", "data { text = 'x', tokenizer = 'bpe' }",
+         "d.lua:3: data: field 'tokenizer' must be one of byte, gpt2, got 'bpe'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, "%s%s\n", model, cases[i].data);
+        int rc = tr_recipe_load_string(&a, text, "d.lua", "dir", NULL, 0, err, sizeof err);
+        if (!check(rc != 0 && strstr(err, cases[i].expected) == err, "error: %s", cases[i].what))
+            printf("     expected: %s\n     got (rc %d): %s\n", cases[i].expected, rc, err);
+        tr_recipe_free(&a);
+    }
+    expect_error("gpt2 with a small vocab",
+                 "model { vocab = 256, dim = 32, seq_len = 8, embedding {}, lm_head {} }\n"
+                 "train { batch_tokens = 64, steps = 1 }\ndata { text = 'x', tokenizer = 'gpt2' }\n",
+                 "d.lua", NULL, 0,
+                 "d.lua:3: data: the gpt2 tokenizer has 50257 tokens but model.vocab is 256");
+}
+
 int main(void)
 {
     test_gpt();
@@ -572,8 +702,10 @@ int main(void)
     test_sets();
     test_round_trip();
     test_sandbox();
+    test_checkpoint_fields();
     test_files();
     test_errors();
+    test_data_fields();
     printf("%d ok, %d failed\n", n_ok, n_fail);
     return n_fail ? 1 : 0;
 }

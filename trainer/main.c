@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
 #define TR_VERSION "0.1.0"
@@ -17,6 +18,10 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run RECIPE     train the model the recipe declares\n"
             "  show RECIPE    print the model tree: parameters, FLOPs and memory per layer\n"
+            "  export CKPT --format hf --out DIR\n"
+            "                 write a checkpoint as a Hugging Face model folder\n"
+            "  tokenize INPUT... --out DIR\n"
+            "                 text, folders or JSONL to token shards (GPT-2 BPE or bytes)\n"
             "\n"
             "Run `trainer COMMAND --help` for a command's options.\n"
             "Example: trainer run recipes/shakespeare_char.lua --set steps=200\n",
@@ -27,7 +32,7 @@ static const char *run_help =
     "usage: trainer run RECIPE [--set NAME=VALUE]... [--steps N] [--out DIR]\n"
     "                          [--micro-batch B] [--eval-every N] [--sample-tokens N]\n"
     "                          [--device auto|cpu|cuda] [--precision bf16|fp32]\n"
-    "                          [--peak-gflops X]\n"
+    "                          [--peak-gflops X] [--resume]\n"
     "\n"
     "Train the model RECIPE declares.\n"
     "\n"
@@ -40,6 +45,8 @@ static const char *run_help =
     "  --sample-tokens N tokens to sample at the end, 0 = none (overrides train.sample_tokens)\n"
     "  --device D        auto (default: CUDA when a GPU is present, else the CPU), cpu, cuda\n"
     "  --precision P     storage precision on CUDA: bf16 (default) or fp32; the CPU is fp32\n"
+    "  --resume          continue from the newest good checkpoint in the output folder (the\n"
+    "                    recipe must match it in model, data, optimizer and batch)\n"
     "  --peak-gflops X   the machine's peak for MFU (default: the GPU's dense bf16 rate from\n"
     "                    a table of devices, or the CPU's measured sgemm rate)\n"
     "\n"
@@ -124,6 +131,8 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
                 o->device = v;
             else
                 o->precision = v;
+        } else if (!strcmp(a, "--resume")) {
+            o->resume = 1;
         } else if (!strcmp(a, "--out")) {
             if (need_value(cmd, a, i, argc)) return -1;
             o->out = argv[++i];
@@ -169,8 +178,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     int is_run = !strcmp(cmd, "run"), is_show = !strcmp(cmd, "show");
+    if (!strcmp(cmd, "tokenize")) return tr_cmd_tokenize(argc, argv);
+    if (!strcmp(cmd, "export")) return tr_cmd_export(argc, argv);
     if (!is_run && !is_show) {
-        fprintf(stderr, "trainer: unknown command '%s' (commands: run, show; see trainer --help)\n",
+        fprintf(stderr,
+                "trainer: unknown command '%s' (commands: run, show, tokenize, export; see trainer --help)\n",
                 cmd);
         return 2;
     }

@@ -2,13 +2,16 @@
  * backend, and runs: data -> forward/backward over the micro-batches of a step -> clip ->
  * AdamW, with a live progress line, metrics.jsonl, evaluations and a sample at the end. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "data/corpus.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
 /* Learning rate at `step` (0-based): linear warmup from 0, then the recipe's decay to min_lr. */
@@ -45,29 +48,38 @@ typedef struct {
     int *inputs, *targets;
 } run_state;
 
-/* Mean loss over the first eval_tokens of the validation split (the same batches every time). */
-static double evaluate(run_state *s) {
+/* Mean loss over the first eval_tokens of the validation split (the same batches every time);
+ * NAN when there are no validation data, -1 with a message on bad data. */
+static int evaluate(run_state *s, double *loss) {
     long want = s->r->train.eval_tokens / ((long)s->B * s->T);
     long have = tr_loader_val_batches(s->loader);
     if (want < 1) want = 1;
     if (want > have) want = have;
     double sum = 0;
     for (long i = 0; i < want; i++) {
-        tr_loader_val_batch(s->loader, i, s->inputs, s->targets);
+        if (tr_loader_val_batch(s->loader, i, s->inputs, s->targets) < 0) return -1;
         sum += tr_model_forward(s->model, s->inputs, s->targets, s->B, s->T, 0);
     }
-    return sum / (double)want;
+    *loss = want > 0 ? sum / (double)want : NAN;
+    return 0;
 }
 
-/* Sample n tokens after a newline, temperature 1, from the model's full distribution. */
+/* Sample n tokens, temperature 1, from the model's full distribution, after <|endoftext|>
+ * (GPT-2) or a newline (byte-level); tokens are decoded to their exact bytes. */
 static void sample(run_state *s, int n, unsigned long long seed, FILE *out) {
-    tr_tokenizer tok;
-    char err[128];
-    if (tr_tokenizer_init(&tok, s->r->data.tokenizer, err, sizeof(err))) return;
+    tr_tokenizer *tok;
+    char err[512];
+    const tr_data_desc *d = &s->r->data;
+    if (tr_tokenizer_open(&tok, d->tokenizer, d->encoder, d->merges, err, sizeof(err))) {
+        fprintf(stderr, "%s: sample: %s\n", s->r->path, err);
+        return;
+    }
     int V = s->r->model.vocab, T = s->T;
     int *ctx = malloc((size_t)(n + 1) * sizeof(int));
     float *logits = malloc((size_t)V * sizeof(float));
-    int len = (int)tr_tokenizer_encode(&tok, "\n", 1, ctx);
+    int len = 1;
+    ctx[0] = tr_tokenizer_eot(tok);
+    if (ctx[0] < 0) len = (int)tr_tokenizer_encode(tok, "\n", 1, ctx);
     unsigned long long st = seed * 0x9e3779b97f4a7c15ULL + 7;
     for (int i = 0; i < n; i++) {
         int start = len > T ? len - T : 0;
@@ -87,10 +99,11 @@ static void sample(run_state *s, int n, unsigned long long seed, FILE *out) {
             }
         }
         ctx[len++] = pick;
-        char bytes[8];
-        size_t nb = tr_tokenizer_decode(&tok, pick, bytes);
-        fwrite(bytes, 1, nb, out);
+        size_t nb = 0;
+        const char *bytes = tr_tokenizer_token(tok, pick, &nb);
+        if (bytes) fwrite(bytes, 1, nb, out);
     }
+    tr_tokenizer_free(tok);
     free(ctx);
     free(logits);
 }
@@ -118,6 +131,40 @@ static void write_sample(run_state *s, const char *outdir) {
     free(buf);
 }
 
+/* --resume: the newest checkpoint in OUT that verifies, if the recipe still matches it. Restores
+ * the parameters, the AdamW state and step count, and the loader position; *start is the
+ * number of steps done. */
+static int resume_from(run_state *s, const tr_recipe *r, int *start, char *err, size_t errlen) {
+    tr_ckpt c;
+    double t0 = tr_now();
+    if (tr_ckpt_find_resume(r->train.out, &c, 1, stdout, err, errlen)) return -1;
+    double t_read = tr_now() - t0, bytes = 0;
+    for (int i = 0; i < c.n_files; i++) bytes += (double)c.files[i].size;
+    tr_recipe saved;
+    char chunk[TR_PATH_MAX + 32];
+    snprintf(chunk, sizeof(chunk), "%s/manifest.yaml", c.dir);
+    int rc = tr_recipe_load_string(&saved, c.recipe, chunk, ".", NULL, 0, err, errlen);
+    if (!rc) {
+        rc = tr_ckpt_compare_recipes(&saved, r, stdout, err, errlen);
+        tr_recipe_free(&saved);
+    }
+    if (!rc) rc = tr_ckpt_apply(&c, s->model, err, errlen);
+    if (!rc && c.has_loader) rc = tr_loader_set_pos(s->loader, c.loader, err, errlen);
+    if (!rc && c.step >= r->train.steps) {
+        rc = -1;
+        if (snprintf(err, errlen, "%s is at step %ld and the recipe trains %d steps: nothing to "
+                     "do (raise --steps)", c.dir, c.step, r->train.steps) < 0)
+            err[0] = 0;
+    }
+    if (!rc) {
+        *start = (int)c.step;
+        printf("resuming from %s (step %ld; read and verified %.3f GB in %.2f s, %.2f GB/s)\n",
+               c.dir, c.step, bytes / 1e9, t_read, bytes / 1e9 / (t_read > 0 ? t_read : 1e-9));
+    }
+    tr_ckpt_free(&c);
+    return rc;
+}
+
 int tr_cmd_run(int argc, char **argv) {
     tr_options o;
     int rc = tr_parse_options(&o, "run", argc, argv, 2);
@@ -128,6 +175,7 @@ int tr_cmd_run(int argc, char **argv) {
     int status = 1;
     run_state s = {.r = &r};
     FILE *metrics = NULL;
+    tr_ckpt_writer *ckw = NULL;
     const char *out = r.train.out;
 
     double peak;
@@ -164,12 +212,26 @@ int tr_cmd_run(int argc, char **argv) {
     }
     fclose(rf);
     snprintf(path, sizeof(path), "%s/metrics.jsonl", out);
-    metrics = fopen(path, "w");
+    metrics = fopen(path, o.resume ? "a" : "w"); /* a resumed run appends */
     if (!metrics) {
         fprintf(stderr, "trainer run: cannot write '%s'\n", path);
         goto done;
     }
 
+    if (r.data.text[0] && r.data.tokenizer != TR_TOKENIZER_BYTE) {
+        /* a text corpus for BPE: tokenized once into cached shards, on first use */
+        char dir[TR_PATH_MAX + 64];
+        int made = 0;
+        double t0 = tr_now();
+        if (tr_corpus_cache(&r.data, dir, sizeof(dir), &made, NULL, NULL, err, sizeof(err))) {
+            fprintf(stderr, "%s: %s\n", r.path, err);
+            goto done;
+        }
+        if (made)
+            printf("tokenized %s with %s into %s/ in %.1f s (first use; cached from now on)\n",
+                   r.data.text, r.data.tokenizer == TR_TOKENIZER_GPT2 ? "gpt2" : "byte", dir,
+                   tr_now() - t0);
+    }
     if (tr_loader_open(&s.loader, &r.data, r.model.vocab, 0, 1, s.B, s.T, r.train.seed, err,
                        sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
@@ -180,6 +242,29 @@ int tr_cmd_run(int argc, char **argv) {
         goto done;
     }
     tr_model_init_params(s.model, r.train.seed);
+    int start_step = 0;
+    if (o.resume) {
+        if (resume_from(&s, &r, &start_step, err, sizeof(err))) {
+            fprintf(stderr, "trainer run: --resume: %s\n", err);
+            goto done;
+        }
+    } else if (r.init_hf[0]) {
+        if (tr_hf_import(s.model, r.init_hf, err, sizeof(err))) {
+            fprintf(stderr, "%s: %s\n", r.path, err);
+            goto done;
+        }
+        printf("initialized from the Hugging Face model in %s\n", r.init_hf);
+    }
+    if (r.train.checkpoint_every > 0) {
+        const char *sync = getenv("TR_CKPT_SYNC"); /* benchmarks: the synchronous baseline */
+        tr_ckpt_opts co = {.out = out, .keep = r.train.keep_checkpoints, .rank = 0, .world = 1,
+                           .sync = sync && *sync && strcmp(sync, "0"),
+                           .overlap = !strcmp(be->name, "cpu")};
+        if (tr_ckpt_writer_init(&ckw, s.model, &r, &co, err, sizeof(err))) {
+            fprintf(stderr, "trainer run: %s\n", err);
+            goto done;
+        }
+    }
     s.inputs = malloc((size_t)s.B * s.T * sizeof(int));
     s.targets = malloc((size_t)s.B * s.T * sizeof(int));
 
@@ -205,13 +290,23 @@ int tr_cmd_run(int argc, char **argv) {
                     .beta2 = r.optim.beta2,
                     .eps = r.optim.eps,
                     .weight_decay = r.optim.weight_decay};
-    for (int step = 0; step < r.train.steps; step++) {
+    const char *kill_env = getenv("TR_FAULT_KILL_AFTER_STEP"); /* tests: die right after a save */
+    long kill_step = kill_env && *kill_env ? atol(kill_env) : -1;
+    for (int step = start_step; step < r.train.steps; step++) {
+        if (step == kill_step && step > start_step) {
+            tr_ckpt_wait(ckw, err, sizeof(err));
+            fflush(NULL);
+            raise(SIGKILL); /* as if killed after the step that saved */
+        }
         double t0 = tr_now();
         float lr = lr_at(&r, step);
         tr_model_zero_grad(s.model);
         double loss = 0;
         for (int a = 0; a < accum; a++) {
-            tr_loader_next(s.loader, s.inputs, s.targets);
+            if (tr_loader_next(s.loader, s.inputs, s.targets)) {
+                fprintf(stderr, "%s%s: %s\n", tty ? "\n" : "", r.path, tr_loader_error(s.loader));
+                goto done;
+            }
             loss += tr_model_forward(s.model, s.inputs, s.targets, s.B, s.T, 1.0f / (float)accum);
             tr_model_backward(s.model);
         }
@@ -227,6 +322,7 @@ int tr_cmd_run(int argc, char **argv) {
         opt.grad_scale = 1.0f;
         if (r.optim.grad_clip > 0 && norm > r.optim.grad_clip)
             opt.grad_scale = (float)(r.optim.grad_clip / (norm + 1e-6));
+        tr_ckpt_fence(ckw); /* the checkpoint's copy of the state must be taken first */
         tr_model_adamw_step(s.model, &opt);
         double dt = tr_now() - t0;
         t_train += dt;
@@ -234,11 +330,19 @@ int tr_cmd_run(int argc, char **argv) {
         double mfu = gflops / peak;
 
         int last = step + 1 == r.train.steps;
+        if (ckw && ((step + 1) % r.train.checkpoint_every == 0 || last)) {
+            tr_loader_pos pos = tr_loader_get_pos(s.loader);
+            tr_ckpt_save(ckw, step + 1, &pos);
+        }
         int do_eval = r.train.eval_every > 0 && ((step + 1) % r.train.eval_every == 0 || last);
         double val = NAN;
         if (do_eval) {
-            val = evaluate(&s);
+            if (evaluate(&s, &val)) {
+                fprintf(stderr, "%s%s: %s\n", tty ? "\n" : "", r.path, tr_loader_error(s.loader));
+                goto done;
+            }
             if (val < best_val) best_val = val;
+            do_eval = isfinite(val); /* no validation data: nothing to report */
         }
         fprintf(metrics,
                 "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
@@ -251,9 +355,10 @@ int tr_cmd_run(int argc, char **argv) {
         /* progress: rolling figures since the start (after the first, warm-up step) */
         int show = tty || (step + 1) % r.train.log_every == 0 || step == 0 || last || do_eval;
         if (show) {
-            double avg_tps = (double)tokens_step * (step + 1) / t_train;
+            double avg_tps = (double)tokens_step * (step + 1 - start_step) / t_train;
             char eta[32], tk[32];
-            tr_fmt_duration((r.train.steps - step - 1) * (t_train / (step + 1)), eta, sizeof(eta));
+            tr_fmt_duration((r.train.steps - step - 1) * (t_train / (step + 1 - start_step)), eta,
+                            sizeof(eta));
             tr_fmt_count(avg_tps, tk, sizeof(tk));
             printf("%sstep %*d/%d | loss %.4f | lr %.2e | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | "
                    "ETA %s",
@@ -268,14 +373,28 @@ int tr_cmd_run(int argc, char **argv) {
     {
         char tt[32], tk[32];
         tr_fmt_duration(tr_now() - t_start, tt, sizeof(tt));
-        tr_fmt_count((double)tokens_step * r.train.steps / t_train, tk, sizeof(tk));
-        printf("done: %d steps in %s, %s tok/s on average", r.train.steps, tt, tk);
+        tr_fmt_count((double)tokens_step * (r.train.steps - start_step) / t_train, tk, sizeof(tk));
+        printf("done: %d steps in %s, %s tok/s on average, waited for data %.3f%% of the time",
+               r.train.steps, tt, tk, 100.0 * tr_loader_wait_seconds(s.loader) / t_train);
         if (isfinite(best_val)) printf(", best val_loss %.4f", best_val);
         printf("\n");
+    }
+    if (ckw) {
+        int failed = tr_ckpt_wait(ckw, err, sizeof(err));
+        tr_ckpt_stats cs = tr_ckpt_writer_stats(ckw);
+        printf("checkpoints: %d saved in %s/checkpoints/ (%.2f GB each, written in %.2f s on "
+               "average); training waited %.3f s for them (%.2f%% of the training time)\n",
+               cs.saves, out, (double)cs.bytes / 1e9, cs.saves ? cs.write_s / cs.saves : 0.0,
+               cs.stall_s, 100.0 * cs.stall_s / t_train);
+        if (failed) {
+            fprintf(stderr, "trainer run: %s\n", err);
+            goto done;
+        }
     }
     write_sample(&s, out);
     status = 0;
 done:
+    tr_ckpt_writer_free(ckw); /* before the model: the writer reads it */
     if (metrics) fclose(metrics);
     free(s.inputs);
     free(s.targets);

@@ -20,6 +20,7 @@ typedef struct {
     const char *device; /* --device auto|cpu|cuda, NULL = auto */
     const char *precision; /* --precision bf16|fp32, NULL = the device's default */
     int sample_tokens;  /* --sample-tokens, -1 = the recipe's */
+    int resume;         /* --resume: continue from the newest good checkpoint in the output folder */
 } tr_options;
 
 /* Parse argv[first..argc) into opts. Returns 0, 1 when --help was asked, -1 on a bad flag
@@ -28,6 +29,7 @@ int tr_parse_options(tr_options *opts, const char *cmd, int argc, char **argv, i
 
 int tr_cmd_run(int argc, char **argv);
 int tr_cmd_show(int argc, char **argv);
+int tr_cmd_tokenize(int argc, char **argv);
 
 /* Load the recipe named by opts and apply the command-line overrides; prints the error. */
 int tr_load_recipe(tr_recipe *r, const tr_options *opts, const char *cmd);
@@ -43,6 +45,11 @@ int tr_resolve_micro_batch(const tr_recipe *r, int world, tr_dtype dtype, double
  * impossible (--device cuda without a GPU). */
 const tr_backend *tr_choose_backend(const tr_options *o, double *peak, char *desc, size_t desclen,
                                     char *err, size_t errlen);
+
+/* Sample n_new tokens after the prompt into out, with the KV cache (trainer/sample.c).
+ * Temperature 0 is greedy; top_k 0 keeps the whole vocabulary. */
+int tr_sample_tokens(tr_model *m, const int *prompt, int n_prompt, int n_new, float temperature,
+                     int top_k, unsigned long long seed, int *out, char *err, size_t errlen);
 
 double tr_now(void);
 int tr_mkdirs(const char *path, char *err, size_t errlen);

@@ -1,0 +1,278 @@
+/* The CUDA backend's tables (bf16 and fp32 storage), its lazy initialisation (device check,
+ * the one stream, cuBLASLt), device memory, host fp32 <-> storage conversions, scratch, and the
+ * table of peak rates that MFU divides by. The kernels live in cuda_ops.cu, cuda_linear.cu and
+ * cuda_attention.cu; every entry here is a thin wrapper that passes the storage dtype on. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/cuda/cuda_private.h"
+
+cudaStream_t tr_cuda_stream;
+
+void tr_cuda_fail(const char *what, const char *err, const char *file, int line) {
+    fprintf(stderr, "cuda: %s failed: %s (%s:%d)\n", what, err, file, line);
+    fflush(stderr);
+    abort();
+}
+
+/* ---- scratch --------------------------------------------------------------------------- */
+
+static void *scr[SCR_COUNT];
+static size_t scr_cap[SCR_COUNT];
+
+void *tr_cuda_scratch(int slot, size_t bytes) {
+    if (bytes <= scr_cap[slot]) return scr[slot];
+    size_t cap = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB */
+    CK(cudaFree(scr[slot])); /* synchronizes the device: no kernel still reads the old block */
+    scr[slot] = NULL;
+    scr_cap[slot] = 0;
+    CK(cudaMalloc(&scr[slot], cap));
+    scr_cap[slot] = cap;
+    return scr[slot];
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+static void *cu_alloc(size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 256;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is reported as NULL, not sticky */
+        return NULL;
+    }
+    CK(cudaMemsetAsync(p, 0, bytes, tr_cuda_stream));
+    return p;
+}
+static void cu_free(void *p) {
+    if (p) CK(cudaFree(p));
+}
+/* Host memory may be reused as soon as these return, so each one waits for its copy. */
+static void cu_upload(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, tr_cuda_stream));
+    CK(cudaStreamSynchronize(tr_cuda_stream));
+}
+static void cu_download(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, tr_cuda_stream));
+    CK(cudaStreamSynchronize(tr_cuda_stream));
+}
+static void cu_zero(void *p, size_t bytes) {
+    if (bytes) CK(cudaMemsetAsync(p, 0, bytes, tr_cuda_stream));
+}
+
+/* host fp32 <-> bf16 with round-to-nearest-even, as __float2bfloat16_rn; NaN stays NaN */
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+#define CONV_CHUNK ((size_t)1 << 20)
+static uint16_t *conv_buf;
+
+static uint16_t *conv(void) {
+    if (!conv_buf) conv_buf = (uint16_t *)malloc(CONV_CHUNK * sizeof(uint16_t));
+    if (!conv_buf) tr_cuda_fail("malloc (conversion buffer)", "out of memory", __FILE__, __LINE__);
+    return conv_buf;
+}
+static void bf_to_storage(tr_buf *dst, const float *src, size_t n) {
+    uint16_t *h = conv();
+    for (size_t i = 0; i < n; i += CONV_CHUNK) {
+        size_t k = n - i < CONV_CHUNK ? n - i : CONV_CHUNK;
+        for (size_t j = 0; j < k; j++) h[j] = f2bf(src[i + j]);
+        cu_upload((uint16_t *)dst + i, h, k * sizeof(uint16_t));
+    }
+}
+static void bf_from_storage(float *dst, const tr_buf *src, size_t n) {
+    uint16_t *h = conv();
+    for (size_t i = 0; i < n; i += CONV_CHUNK) {
+        size_t k = n - i < CONV_CHUNK ? n - i : CONV_CHUNK;
+        cu_download(h, (const uint16_t *)src + i, k * sizeof(uint16_t));
+        for (size_t j = 0; j < k; j++) dst[i + j] = bf2f(h[j]);
+    }
+}
+static void f32_to_storage(tr_buf *dst, const float *src, size_t n) {
+    cu_upload(dst, src, n * sizeof(float));
+}
+static void f32_from_storage(float *dst, const tr_buf *src, size_t n) {
+    cu_download(dst, src, n * sizeof(float));
+}
+
+/* ---- the two tables: one wrapper per dtype and op -------------------------------------- */
+
+#define WRAP(name, params, ...)                                            \
+    static void bf_##name params { tr_cuda_##name(1, __VA_ARGS__); }      \
+    static void f32_##name params { tr_cuda_##name(0, __VA_ARGS__); }
+
+WRAP(linear_forward,
+     (tr_buf * out, const tr_buf *inp, const tr_buf *w, const tr_buf *bias, int N, int IC, int OC),
+     out, inp, w, bias, N, IC, OC)
+WRAP(linear_backward,
+     (tr_buf * dinp, tr_buf *dw, tr_buf *dbias, const tr_buf *dout, const tr_buf *inp,
+      const tr_buf *w, int N, int IC, int OC),
+     dinp, dw, dbias, dout, inp, w, N, IC, OC)
+WRAP(embedding_forward, (tr_buf * out, const int *tokens, const tr_buf *wte, int N, int C), out,
+     tokens, wte, N, C)
+WRAP(embedding_backward, (tr_buf * dwte, const tr_buf *dout, const int *tokens, int N, int C), dwte,
+     dout, tokens, N, C)
+WRAP(positions_forward, (tr_buf * x, const tr_buf *wpe, int B, int T, int C), x, wpe, B, T, C)
+WRAP(positions_backward, (tr_buf * dwpe, const tr_buf *dx, int B, int T, int C), dwpe, dx, B, T, C)
+WRAP(layernorm_forward,
+     (tr_buf * out, float *mean, float *rstd, const tr_buf *inp, const tr_buf *w, const tr_buf *b,
+      int N, int C, float eps),
+     out, mean, rstd, inp, w, b, N, C, eps)
+WRAP(layernorm_backward,
+     (tr_buf * dinp, tr_buf *dw, tr_buf *db, const tr_buf *dout, const tr_buf *inp, const tr_buf *w,
+      const float *mean, const float *rstd, int N, int C),
+     dinp, dw, db, dout, inp, w, mean, rstd, N, C)
+WRAP(rmsnorm_forward,
+     (tr_buf * out, float *rstd, const tr_buf *inp, const tr_buf *w, int N, int C, float eps), out,
+     rstd, inp, w, N, C, eps)
+WRAP(rmsnorm_backward,
+     (tr_buf * dinp, tr_buf *dw, const tr_buf *dout, const tr_buf *inp, const tr_buf *w,
+      const float *rstd, int N, int C),
+     dinp, dw, dout, inp, w, rstd, N, C)
+WRAP(rope_forward, (tr_buf * qkv, int B, int T, int H, int KV, int hd, float theta), qkv, B, T, H,
+     KV, hd, theta)
+WRAP(rope_backward, (tr_buf * dqkv, int B, int T, int H, int KV, int hd, float theta), dqkv, B, T,
+     H, KV, hd, theta)
+WRAP(attention_forward,
+     (tr_buf * out, float *lse, const tr_buf *qkv, int B, int T, int H, int KV, int hd), out, lse,
+     qkv, B, T, H, KV, hd)
+WRAP(attention_backward,
+     (tr_buf * dqkv, const tr_buf *dout, const tr_buf *qkv, const tr_buf *out, const float *lse,
+      int B, int T, int H, int KV, int hd),
+     dqkv, dout, qkv, out, lse, B, T, H, KV, hd)
+WRAP(gelu_forward, (tr_buf * out, const tr_buf *inp, size_t n), out, inp, n)
+WRAP(gelu_backward, (tr_buf * dinp, const tr_buf *dout, const tr_buf *inp, size_t n), dinp, dout,
+     inp, n)
+WRAP(swiglu_forward, (tr_buf * out, const tr_buf *inp, int N, int Hd), out, inp, N, Hd)
+WRAP(swiglu_backward, (tr_buf * dinp, const tr_buf *dout, const tr_buf *inp, int N, int Hd), dinp,
+     dout, inp, N, Hd)
+WRAP(add, (tr_buf * out, const tr_buf *a, const tr_buf *b, size_t n), out, a, b, n)
+WRAP(softmax_xent,
+     (tr_buf * logits, float *losses, const int *targets, int N, int V, float dscale,
+      int want_grad),
+     logits, losses, targets, N, V, dscale, want_grad)
+WRAP(scale, (tr_buf * x, float s, size_t n), x, s, n)
+WRAP(adamw,
+     (float *master, tr_buf *param, const tr_buf *g, float *m, float *v, size_t n, float lr,
+      float beta1, float beta2, float eps, float wd, float bc1, float bc2, float gscale),
+     master, param, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, gscale)
+
+static double bf_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(1, x, n); }
+static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, n); }
+
+/* Filled field by field at initialisation (designated initializers are C++20), so an entry
+ * added to backend.h later starts as NULL here instead of shifting every other one. */
+#define FILL(t, P, NAME, DT)                                                                      \
+    do {                                                                                          \
+        memset(&(t), 0, sizeof(t));                                                               \
+        (t).name = NAME, (t).dtype = DT;                                                          \
+        (t).alloc = cu_alloc, (t).free = cu_free, (t).upload = cu_upload;                         \
+        (t).download = cu_download, (t).zero = cu_zero;                                           \
+        (t).to_storage = P##_to_storage, (t).from_storage = P##_from_storage;                     \
+        (t).linear_forward = P##_linear_forward, (t).linear_backward = P##_linear_backward;       \
+        (t).embedding_forward = P##_embedding_forward;                                            \
+        (t).embedding_backward = P##_embedding_backward;                                          \
+        (t).positions_forward = P##_positions_forward;                                            \
+        (t).positions_backward = P##_positions_backward;                                          \
+        (t).layernorm_forward = P##_layernorm_forward;                                            \
+        (t).layernorm_backward = P##_layernorm_backward;                                          \
+        (t).rmsnorm_forward = P##_rmsnorm_forward, (t).rmsnorm_backward = P##_rmsnorm_backward;   \
+        (t).rope_forward = P##_rope_forward, (t).rope_backward = P##_rope_backward;               \
+        (t).attention_forward = P##_attention_forward;                                            \
+        (t).attention_backward = P##_attention_backward;                                          \
+        (t).decode_attention = NULL; /* optional: not implemented on CUDA yet */                  \
+        (t).gelu_forward = P##_gelu_forward, (t).gelu_backward = P##_gelu_backward;               \
+        (t).swiglu_forward = P##_swiglu_forward, (t).swiglu_backward = P##_swiglu_backward;       \
+        (t).add = P##_add, (t).softmax_xent = P##_softmax_xent, (t).sumsq = P##_sumsq;            \
+        (t).scale = P##_scale, (t).adamw = P##_adamw;                                             \
+    } while (0)
+
+static tr_backend bf16_table, f32_table;
+
+/* ---- initialisation -------------------------------------------------------------------- */
+
+static int init_state; /* 0: not tried, 1: ready, -1: failed (reason kept) */
+static char init_why[512];
+
+static int init(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(init_why, sizeof(init_why), "no CUDA device (%s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+        (void)cudaGetLastError();
+        return -1;
+    }
+    int dev = 0;
+    cudaDeviceProp p;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&p, dev)) != cudaSuccess) {
+        snprintf(init_why, sizeof(init_why), "cannot query the CUDA device: %s",
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    if (p.major < 8) {
+        snprintf(init_why, sizeof(init_why),
+                 "%.200s has compute capability %d.%d; the CUDA backend needs 8.0 (Ampere) or newer",
+                 p.name, p.major, p.minor);
+        return -1;
+    }
+    if ((e = cudaStreamCreateWithFlags(&tr_cuda_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        snprintf(init_why, sizeof(init_why), "cudaStreamCreate failed: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    if (tr_cuda_linear_init(init_why, sizeof(init_why))) return -1;
+    FILL(bf16_table, bf, "cuda-bf16", TR_DTYPE_BF16);
+    FILL(f32_table, f32, "cuda-fp32", TR_DTYPE_F32);
+    return 0;
+}
+
+extern "C" const tr_backend *tr_backend_cuda(tr_dtype dtype, char *why, size_t whylen) {
+    if (init_state == 0) init_state = init() ? -1 : 1;
+    if (init_state < 0) {
+        if (why && whylen) snprintf(why, whylen, "%s", init_why);
+        return NULL;
+    }
+    return dtype == TR_DTYPE_BF16 ? &bf16_table : &f32_table;
+}
+
+/* Dense peak rates by device name (datasheets): bf16 tensor cores with fp32 accumulation,
+ * and plain fp32 (the fp32 backend uses no TF32). First match wins, so specific names first. */
+static const struct {
+    const char *name;
+    double bf16, fp32;
+} peaks[] = {
+    {"GH200", 989e12, 67e12},    {"H200", 989e12, 67e12},      {"H100 PCIe", 756e12, 51e12},
+    {"H100 NVL", 835e12, 60e12}, {"H100", 989e12, 67e12},      {"H800", 989e12, 67e12},
+    {"A100", 312e12, 19.5e12},   {"A800", 312e12, 19.5e12},    {"L40S", 362e12, 91.6e12},
+    {"L4", 121e12, 30.3e12},     {"A10G", 70e12, 31.2e12},     {"RTX 4090", 165e12, 82.6e12},
+    {"RTX 3090", 71e12, 35.6e12}, {"RTX 6000 Ada", 364e12, 91.1e12},
+};
+
+extern "C" double tr_backend_cuda_peak(tr_dtype dtype, char *name, size_t namelen) {
+    int dev = 0;
+    cudaDeviceProp p;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (name && namelen) snprintf(name, namelen, "none");
+        return 0;
+    }
+    if (name && namelen) snprintf(name, namelen, "%s", p.name);
+    for (size_t i = 0; i < sizeof(peaks) / sizeof(peaks[0]); i++)
+        if (strstr(p.name, peaks[i].name))
+            return dtype == TR_DTYPE_BF16 ? peaks[i].bf16 : peaks[i].fp32;
+    return 0;
+}

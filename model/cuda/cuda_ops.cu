@@ -1,0 +1,733 @@
+/* The CUDA backend's memory-bound operations: embeddings, norms, rotary embedding, GELU and
+ * SwiGLU, residual add, softmax cross entropy, and the optimizer's helpers. Each launcher takes
+ * bf (1: bf16 storage, 0: fp32) and works for both; all arithmetic and every sum is fp32 (sumsq:
+ * double), and every reduction runs in a fixed order, so results are bitwise reproducible. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/cuda/cuda_private.h"
+
+/* Rows per partial-sum chunk of the column sums (dbias, norm weight grads): fixed, so the
+ * order of every sum depends only on N. */
+#define COLSUM_ROWS 256
+
+/* ---- column sums: per-chunk partials, then a fixed-order reduce ------------------------- */
+
+/* grid (ceil(C/32), nchunk), block (32, 8): part[s][c] (and part2) over rows of chunk s */
+static __global__ void colsum_partial(float *part, float *part2, const void *x, const void *y,
+                                      const float *mean, const float *rstd, int N, int C, int mode,
+                                      int bf) {
+    __shared__ float red[8][33], red2[8][33];
+    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx, s = blockIdx.y;
+    int r0 = s * COLSUM_ROWS, r1 = min(N, r0 + COLSUM_ROWS);
+    float a = 0.0f, a2 = 0.0f;
+    if (c < C) {
+        for (int r = r0 + ty; r < r1; r += 8) {
+            size_t i = (size_t)r * C + c;
+            float g = ldf(x, i, bf);
+            if (mode == 0) {
+                a += g;
+            } else if (mode == 1) {
+                a += g * (ldf(y, i, bf) - mean[r]) * rstd[r];
+                a2 += g;
+            } else {
+                a += g * ldf(y, i, bf) * rstd[r];
+            }
+        }
+    }
+    red[ty][tx] = a;
+    red2[ty][tx] = a2;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t = 0.0f, t2 = 0.0f;
+        for (int k = 0; k < 8; k++) {
+            t += red[k][tx];
+            t2 += red2[k][tx];
+        }
+        part[(size_t)s * C + c] = t;
+        if (part2) part2[(size_t)s * C + c] = t2;
+    }
+}
+
+static __global__ void colsum_finish(void *acc, const float *part, int nchunk, int C, int bf) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+    for (int s = 0; s < nchunk; s++) t += part[(size_t)s * C + c];
+    stf(acc, c, ldf(acc, c, bf) + t, bf);
+}
+
+extern "C" void tr_cuda_colsum(int bf, tr_buf *acc, tr_buf *acc2, const tr_buf *x, const tr_buf *y,
+                               const float *mean, const float *rstd, int N, int C, int mode) {
+    int nchunk = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    if (nchunk == 0 || C == 0) return;
+    float *part = (float *)tr_cuda_scratch(SCR_REDUCE, sizeof(float) * (size_t)nchunk * C * 2);
+    float *part2 = acc2 ? part + (size_t)nchunk * C : NULL;
+    dim3 grid((C + 31) / 32, nchunk), block(32, 8);
+    colsum_partial<<<grid, block, 0, tr_cuda_stream>>>(part, part2, x, y, mean, rstd, N, C, mode, bf);
+    CK_LAUNCH();
+    colsum_finish<<<(C + TPB - 1) / TPB, TPB, 0, tr_cuda_stream>>>(acc, part, nchunk, C, bf);
+    CK_LAUNCH();
+    if (acc2) {
+        colsum_finish<<<(C + TPB - 1) / TPB, TPB, 0, tr_cuda_stream>>>(acc2, part2, nchunk, C, bf);
+        CK_LAUNCH();
+    }
+}
+
+/* ---- embeddings ------------------------------------------------------------------------ */
+
+/* one thread per 8 columns of a row: out[n, c..c+7] = wte[tokens[n], c..c+7] */
+static __global__ void embedding_fwd_k(void *out, const int *tokens, const void *wte, int N, int C,
+                                       int bf, int vec) {
+    int C8 = (C + 7) / 8;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < (size_t)N * C8;
+         t += (size_t)gridDim.x * blockDim.x) {
+        size_t n = t / C8, c = (t % C8) * 8;
+        size_t src = (size_t)tokens[n] * C, dst = n * C;
+        float v[8];
+        ld8(v, wte, src + c, src + C, bf, vec);
+        st8(out, dst + c, dst + C, v, bf, vec);
+    }
+}
+
+extern "C" void tr_cuda_embedding_forward(int bf, tr_buf *out, const int *tokens, const tr_buf *wte,
+                                          int N, int C) {
+    int vec = C % 8 == 0 && tr_cuda_aligned16(out, wte, out, out);
+    size_t work = (size_t)N * ((C + 7) / 8);
+    embedding_fwd_k<<<tr_cuda_grid(work, TPB), TPB, 0, tr_cuda_stream>>>(out, tokens, wte, N, C, bf,
+                                                                        vec);
+    CK_LAUNCH();
+}
+
+/* One block row per distinct token u: its rows perm[start[u] .. start[u+1]) (in token order,
+ * from a stable sort) are summed in that order, then added to dwte[tok[u]]. No atomics. */
+static __global__ void embedding_bwd_k(void *dwte, const void *dout, const int *perm,
+                                       const int *seg_tok, const int *seg_start, int C, int bf,
+                                       int vec) {
+    int u = blockIdx.x;
+    size_t c = ((size_t)blockIdx.y * blockDim.x + threadIdx.x) * 8;
+    if (c >= (size_t)C) return;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
+    for (int r = seg_start[u]; r < seg_start[u + 1]; r++) {
+        size_t row = (size_t)perm[r] * C;
+        ld8(v, dout, row + c, row + C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc[k] += v[k];
+    }
+    size_t row = (size_t)seg_tok[u] * C;
+    ld8(v, dwte, row + c, row + C, bf, vec);
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] += acc[k];
+    st8(dwte, row + c, row + C, v, bf, vec);
+}
+
+/* host buffers for the token sort: grown, never shrunk (one GPU per process) */
+static int *h_tok, *h_pack, *h_count;
+static size_t h_tok_cap, h_pack_cap, h_count_cap;
+
+static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return p;
+    void *q = realloc(p, need * elem);
+    if (!q) tr_cuda_fail("realloc (embedding backward host buffers)", "out of memory", __FILE__,
+                         __LINE__);
+    *cap = need;
+    return q;
+}
+
+extern "C" void tr_cuda_embedding_backward(int bf, tr_buf *dwte, const tr_buf *dout,
+                                           const int *tokens, int N, int C) {
+    if (N <= 0) return;
+    /* The tokens are needed on the host for a stable counting sort. This is the last op of a
+     * backward, so waiting for the stream here costs next to nothing. */
+    h_tok = (int *)grow(h_tok, &h_tok_cap, (size_t)N, sizeof(int));
+    h_pack = (int *)grow(h_pack, &h_pack_cap, (size_t)3 * N + 1, sizeof(int));
+    CK(cudaMemcpyAsync(h_tok, tokens, sizeof(int) * (size_t)N, cudaMemcpyDeviceToHost,
+                       tr_cuda_stream));
+    CK(cudaStreamSynchronize(tr_cuda_stream));
+    int maxt = 0;
+    for (int n = 0; n < N; n++) maxt = h_tok[n] > maxt ? h_tok[n] : maxt;
+    h_count = (int *)grow(h_count, &h_count_cap, (size_t)maxt + 2, sizeof(int));
+    memset(h_count, 0, sizeof(int) * ((size_t)maxt + 2));
+    for (int n = 0; n < N; n++) h_count[h_tok[n] + 1]++;
+    /* pack: perm (N) | seg_tok (U) | seg_start (U + 1), U distinct tokens */
+    int U = 0;
+    for (int t = 0; t <= maxt; t++) U += h_count[t + 1] > 0;
+    int *perm = h_pack, *seg_tok = h_pack + N, *seg_start = seg_tok + U;
+    int u = 0;
+    for (int t = 0; t <= maxt; t++) {
+        if (h_count[t + 1] > 0) {
+            seg_tok[u] = t;
+            seg_start[u] = h_count[t];
+            u++;
+        }
+        h_count[t + 1] += h_count[t]; /* exclusive prefix: h_count[t] = first slot of t */
+    }
+    seg_start[U] = N;
+    for (int n = 0; n < N; n++) perm[h_count[h_tok[n]]++] = n; /* stable */
+    size_t bytes = sizeof(int) * ((size_t)N + 2 * (size_t)U + 1);
+    int *d = (int *)tr_cuda_scratch(SCR_EMBED, bytes);
+    CK(cudaMemcpyAsync(d, h_pack, bytes, cudaMemcpyHostToDevice, tr_cuda_stream));
+    int vec = C % 8 == 0 && tr_cuda_aligned16(dwte, dout, dwte, dwte);
+    int C8 = (C + 7) / 8, bx = 128;
+    dim3 grid(U, (C8 + bx - 1) / bx);
+    embedding_bwd_k<<<grid, bx, 0, tr_cuda_stream>>>(dwte, dout, d, d + N, d + N + U, C, bf, vec);
+    CK_LAUNCH();
+    /* h_pack is rewritten by the next call only after its own stream synchronize above */
+}
+
+/* x[b, t, :] += wpe[t, :] */
+static __global__ void positions_fwd_k(void *x, const void *wpe, int BT, int T, int C, int bf,
+                                       int vec) {
+    int C8 = (C + 7) / 8;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)BT * C8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C8, c = (i % C8) * 8, row = bt * C, prow = (bt % T) * C;
+        float a[8], p[8];
+        ld8(a, x, row + c, row + C, bf, vec);
+        ld8(p, wpe, prow + c, prow + C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) a[k] += p[k];
+        st8(x, row + c, row + C, a, bf, vec);
+    }
+}
+
+extern "C" void tr_cuda_positions_forward(int bf, tr_buf *x, const tr_buf *wpe, int B, int T, int C) {
+    int vec = C % 8 == 0 && tr_cuda_aligned16(x, wpe, x, x);
+    size_t work = (size_t)B * T * ((C + 7) / 8);
+    positions_fwd_k<<<tr_cuda_grid(work, TPB), TPB, 0, tr_cuda_stream>>>(x, wpe, B * T, T, C, bf,
+                                                                        vec);
+    CK_LAUNCH();
+}
+
+/* dwpe[t, :] += sum over b in order of dx[b, t, :] */
+static __global__ void positions_bwd_k(void *dwpe, const void *dx, int B, int T, int C, int bf,
+                                       int vec) {
+    int C8 = (C + 7) / 8;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)T * C8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / C8, c = (i % C8) * 8;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
+        for (int b = 0; b < B; b++) {
+            size_t row = ((size_t)b * T + t) * C;
+            ld8(v, dx, row + c, row + C, bf, vec);
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[k] += v[k];
+        }
+        ld8(v, dwpe, t * C + c, t * C + C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] += acc[k];
+        st8(dwpe, t * C + c, t * C + C, v, bf, vec);
+    }
+}
+
+extern "C" void tr_cuda_positions_backward(int bf, tr_buf *dwpe, const tr_buf *dx, int B, int T,
+                                           int C) {
+    int vec = C % 8 == 0 && tr_cuda_aligned16(dwpe, dx, dwpe, dwpe);
+    size_t work = (size_t)T * ((C + 7) / 8);
+    positions_bwd_k<<<tr_cuda_grid(work, TPB), TPB, 0, tr_cuda_stream>>>(dwpe, dx, B, T, C, bf, vec);
+    CK_LAUNCH();
+}
+
+/* ---- norms: one warp per row, 8 rows per block ----------------------------------------- */
+
+#define ROWS_PER_BLOCK 8
+
+static __global__ void layernorm_fwd_k(void *out, float *mean, float *rstd, const void *inp,
+                                       const void *w, const void *b, int N, int C, float eps, int bf,
+                                       int vec) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y, lane = threadIdx.x;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+    float v[8], s = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(v, inp, base + c, base + C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += v[k]; /* missing elements read as 0 */
+    }
+    float m = warp_sum(s) / C, q = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) { /* two-pass variance: no cancellation */
+        ld8(v, inp, base + c, base + C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float d = c + k < C ? v[k] - m : 0.0f;
+            q += d * d;
+        }
+    }
+    float rs = 1.0f / sqrtf(warp_sum(q) / C + eps);
+    for (int c = lane * 8; c < C; c += 256) {
+        float wv[8], bv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        ld8(v, inp, base + c, base + C, bf, vec);
+        ld8(wv, w, c, C, bf, vec);
+        if (b) ld8(bv, b, c, C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = (v[k] - m) * rs * wv[k] + bv[k];
+        st8(out, base + c, base + C, v, bf, vec);
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
+extern "C" void tr_cuda_layernorm_forward(int bf, tr_buf *out, float *mean, float *rstd,
+                                          const tr_buf *inp, const tr_buf *w, const tr_buf *b, int N,
+                                          int C, float eps) {
+    int vec = C % 8 == 0 && tr_cuda_aligned16(out, inp, w, b ? b : w);
+    dim3 block(32, ROWS_PER_BLOCK);
+    layernorm_fwd_k<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, block, 0, tr_cuda_stream>>>(
+        out, mean, rstd, inp, w, b, N, C, eps, bf, vec);
+    CK_LAUNCH();
+}
+
+/* dinp = rstd * (dout*w - mean(dout*w) - nrm * mean(dout*w*nrm)) */
+static __global__ void layernorm_bwd_k(void *dinp, const void *dout, const void *inp, const void *w,
+                                       const float *mean, const float *rstd, int N, int C, int bf,
+                                       int vec) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y, lane = threadIdx.x;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+    float m = mean[row], rs = rstd[row], a = 0.0f, bs = 0.0f;
+    float x[8], g[8], wv[8];
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x, inp, base + c, base + C, bf, vec);
+        ld8(g, dout, base + c, base + C, bf, vec);
+        ld8(wv, w, c, C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) { /* missing elements: g = 0, so they add nothing */
+            float dn = g[k] * wv[k];
+            a += dn;
+            bs += dn * (x[k] - m) * rs;
+        }
+    }
+    a = warp_sum(a) / C;
+    bs = warp_sum(bs) / C;
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x, inp, base + c, base + C, bf, vec);
+        ld8(g, dout, base + c, base + C, bf, vec);
+        ld8(wv, w, c, C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = rs * (g[k] * wv[k] - a - (x[k] - m) * rs * bs);
+        st8(dinp, base + c, base + C, x, bf, vec);
+    }
+}
+
+extern "C" void tr_cuda_layernorm_backward(int bf, tr_buf *dinp, tr_buf *dw, tr_buf *db,
+                                           const tr_buf *dout, const tr_buf *inp, const tr_buf *w,
+                                           const float *mean, const float *rstd, int N, int C) {
+    int vec = C % 8 == 0 && tr_cuda_aligned16(dinp, dout, inp, w);
+    dim3 block(32, ROWS_PER_BLOCK);
+    layernorm_bwd_k<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, block, 0, tr_cuda_stream>>>(
+        dinp, dout, inp, w, mean, rstd, N, C, bf, vec);
+    CK_LAUNCH();
+    tr_cuda_colsum(bf, dw, db, dout, inp, mean, rstd, N, C, 1);
+}
+
+static __global__ void rmsnorm_fwd_k(void *out, float *rstd, const void *inp, const void *w, int N,
+                                     int C, float eps, int bf, int vec) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y, lane = threadIdx.x;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+    float v[8], wv[8], s = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(v, inp, base + c, base + C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += v[k] * v[k];
+    }
+    float rs = 1.0f / sqrtf(warp_sum(s) / C + eps);
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(v, inp, base + c, base + C, bf, vec);
+        ld8(wv, w, c, C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = v[k] * rs * wv[k];
+        st8(out, base + c, base + C, v, bf, vec);
+    }
+    if (lane == 0 && rstd) rstd[row] = rs;
+}
+
+extern "C" void tr_cuda_rmsnorm_forward(int bf, tr_buf *out, float *rstd, const tr_buf *inp,
+                                        const tr_buf *w, int N, int C, float eps) {
+    int vec = C % 8 == 0 && tr_cuda_aligned16(out, inp, w, w);
+    dim3 block(32, ROWS_PER_BLOCK);
+    rmsnorm_fwd_k<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, block, 0, tr_cuda_stream>>>(
+        out, rstd, inp, w, N, C, eps, bf, vec);
+    CK_LAUNCH();
+}
+
+/* dx = rs * dout*w - x * rs^3 * mean(dout*w*x) */
+static __global__ void rmsnorm_bwd_k(void *dinp, const void *dout, const void *inp, const void *w,
+                                     const float *rstd, int N, int C, int bf, int vec) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y, lane = threadIdx.x;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+    float rs = rstd[row], s = 0.0f, x[8], g[8], wv[8];
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x, inp, base + c, base + C, bf, vec);
+        ld8(g, dout, base + c, base + C, bf, vec);
+        ld8(wv, w, c, C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += g[k] * wv[k] * x[k];
+    }
+    float k3 = rs * rs * rs * warp_sum(s) / C;
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x, inp, base + c, base + C, bf, vec);
+        ld8(g, dout, base + c, base + C, bf, vec);
+        ld8(wv, w, c, C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = rs * g[k] * wv[k] - x[k] * k3;
+        st8(dinp, base + c, base + C, x, bf, vec);
+    }
+}
+
+extern "C" void tr_cuda_rmsnorm_backward(int bf, tr_buf *dinp, tr_buf *dw, const tr_buf *dout,
+                                         const tr_buf *inp, const tr_buf *w, const float *rstd,
+                                         int N, int C) {
+    int vec = C % 8 == 0 && tr_cuda_aligned16(dinp, dout, inp, w);
+    dim3 block(32, ROWS_PER_BLOCK);
+    rmsnorm_bwd_k<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, block, 0, tr_cuda_stream>>>(
+        dinp, dout, inp, w, rstd, N, C, bf, vec);
+    CK_LAUNCH();
+    tr_cuda_colsum(bf, dw, NULL, dout, inp, NULL, rstd, N, C, 2);
+}
+
+/* ---- rotary embedding ------------------------------------------------------------------ */
+
+/* tab[t, i] = (cos, sin) of t * theta^(-2i/hd), the angle in double as on the CPU */
+static __global__ void rope_table_k(float2 *tab, int T, int h2, int hd, float theta) {
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < (size_t)T * h2;
+         j += (size_t)gridDim.x * blockDim.x) {
+        int t = (int)(j / h2), i = (int)(j % h2);
+        double ang = t * pow((double)theta, -2.0 * i / hd);
+        tab[j] = make_float2((float)cos(ang), (float)sin(ang));
+    }
+}
+
+/* pairs (i, i + hd/2) of the H query and KV key heads of each row, rotated by dir * angle */
+static __global__ void rope_apply_k(void *qkv, const float2 *tab, int BT, int T, int H, int KV,
+                                    int hd, float dir, int bf) {
+    int h2 = hd / 2, nh = H + KV;
+    size_t S = (size_t)(H + 2 * KV) * hd, total = (size_t)BT * nh * h2;
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < total;
+         j += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(j % h2);
+        size_t rest = j / h2;
+        int h = (int)(rest % nh);
+        size_t bt = rest / nh;
+        float2 cs = tab[(bt % T) * h2 + i];
+        float c = cs.x, s = dir * cs.y;
+        size_t i1 = bt * S + (size_t)h * hd + i, i2 = i1 + h2;
+        float a = ldf(qkv, i1, bf), b = ldf(qkv, i2, bf);
+        stf(qkv, i1, a * c - b * s, bf);
+        stf(qkv, i2, b * c + a * s, bf);
+    }
+}
+
+static void rope(int bf, tr_buf *qkv, int B, int T, int H, int KV, int hd, float theta, float dir) {
+    int h2 = hd / 2;
+    float2 *tab = (float2 *)tr_cuda_scratch(SCR_ROPE, sizeof(float2) * (size_t)T * h2);
+    rope_table_k<<<tr_cuda_grid((size_t)T * h2, TPB), TPB, 0, tr_cuda_stream>>>(tab, T, h2, hd, theta);
+    CK_LAUNCH();
+    size_t work = (size_t)B * T * (H + KV) * h2;
+    rope_apply_k<<<tr_cuda_grid(work, TPB), TPB, 0, tr_cuda_stream>>>(qkv, tab, B * T, T, H, KV, hd,
+                                                                     dir, bf);
+    CK_LAUNCH();
+}
+extern "C" void tr_cuda_rope_forward(int bf, tr_buf *qkv, int B, int T, int H, int KV, int hd,
+                                     float theta) {
+    rope(bf, qkv, B, T, H, KV, hd, theta, 1.0f);
+}
+extern "C" void tr_cuda_rope_backward(int bf, tr_buf *dqkv, int B, int T, int H, int KV, int hd,
+                                      float theta) {
+    rope(bf, dqkv, B, T, H, KV, hd, theta, -1.0f);
+}
+
+/* ---- pointwise ------------------------------------------------------------------------- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+/* grid-stride over 8-element chunks of n elements */
+#define FOR_CHUNKS(i, n)                                                                          \
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 8; i < (n);                \
+         i += (size_t)gridDim.x * blockDim.x * 8)
+
+/* 0.5x(1 + tanh(u)) = x * sigmoid(2u), u = k(x + c x^3) */
+static __global__ void gelu_fwd_k(void *out, const void *inp, size_t n, int bf, int vec) {
+    FOR_CHUNKS(i, n) {
+        float x[8];
+        ld8(x, inp, i, n, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float u = GELU_K * (x[k] + GELU_C * x[k] * x[k] * x[k]);
+            x[k] = x[k] / (1.0f + expf(-2.0f * u));
+        }
+        st8(out, i, n, x, bf, vec);
+    }
+}
+
+static __global__ void gelu_bwd_k(void *dinp, const void *dout, const void *inp, size_t n, int bf,
+                                  int vec) {
+    FOR_CHUNKS(i, n) {
+        float x[8], g[8];
+        ld8(x, inp, i, n, bf, vec);
+        ld8(g, dout, i, n, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float xi = x[k], u = GELU_K * (xi + GELU_C * xi * xi * xi);
+            float s = 1.0f / (1.0f + expf(-2.0f * u));
+            float du = GELU_K * (1.0f + 3.0f * GELU_C * xi * xi);
+            x[k] = g[k] * (s + 2.0f * xi * s * (1.0f - s) * du);
+        }
+        st8(dinp, i, n, x, bf, vec);
+    }
+}
+
+extern "C" void tr_cuda_gelu_forward(int bf, tr_buf *out, const tr_buf *inp, size_t n) {
+    int vec = tr_cuda_aligned16(out, inp, out, out);
+    gelu_fwd_k<<<tr_cuda_grid(n, TPB * 8), TPB, 0, tr_cuda_stream>>>(out, inp, n, bf, vec);
+    CK_LAUNCH();
+}
+extern "C" void tr_cuda_gelu_backward(int bf, tr_buf *dinp, const tr_buf *dout, const tr_buf *inp,
+                                      size_t n) {
+    int vec = tr_cuda_aligned16(dinp, dout, inp, inp);
+    gelu_bwd_k<<<tr_cuda_grid(n, TPB * 8), TPB, 0, tr_cuda_stream>>>(dinp, dout, inp, n, bf, vec);
+    CK_LAUNCH();
+}
+
+/* inp (N, 2Hd) = [gate | up], out (N, Hd) = silu(gate) * up; one thread per 8 outputs */
+static __global__ void swiglu_fwd_k(void *out, const void *inp, int N, int Hd, int bf, int vec) {
+    int H8 = (Hd + 7) / 8;
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < (size_t)N * H8;
+         j += (size_t)gridDim.x * blockDim.x) {
+        size_t n = j / H8, i = (j % H8) * 8, gb = n * 2 * Hd, ob = n * Hd;
+        float g[8], u[8];
+        ld8(g, inp, gb + i, gb + Hd, bf, vec);
+        ld8(u, inp, gb + Hd + i, gb + 2 * Hd, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) g[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+        st8(out, ob + i, ob + Hd, g, bf, vec);
+    }
+}
+
+/* silu'(g) = sig(g) (1 + g (1 - sig(g))) */
+static __global__ void swiglu_bwd_k(void *dinp, const void *dout, const void *inp, int N, int Hd,
+                                    int bf, int vec) {
+    int H8 = (Hd + 7) / 8;
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < (size_t)N * H8;
+         j += (size_t)gridDim.x * blockDim.x) {
+        size_t n = j / H8, i = (j % H8) * 8, gb = n * 2 * Hd, ob = n * Hd;
+        float g[8], u[8], d[8], dg[8], du[8];
+        ld8(g, inp, gb + i, gb + Hd, bf, vec);
+        ld8(u, inp, gb + Hd + i, gb + 2 * Hd, bf, vec);
+        ld8(d, dout, ob + i, ob + Hd, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float sg = 1.0f / (1.0f + expf(-g[k]));
+            dg[k] = d[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
+            du[k] = d[k] * g[k] * sg;
+        }
+        st8(dinp, gb + i, gb + Hd, dg, bf, vec);
+        st8(dinp, gb + Hd + i, gb + 2 * Hd, du, bf, vec);
+    }
+}
+
+extern "C" void tr_cuda_swiglu_forward(int bf, tr_buf *out, const tr_buf *inp, int N, int Hd) {
+    int vec = Hd % 8 == 0 && tr_cuda_aligned16(out, inp, out, out);
+    size_t work = (size_t)N * ((Hd + 7) / 8);
+    swiglu_fwd_k<<<tr_cuda_grid(work, TPB), TPB, 0, tr_cuda_stream>>>(out, inp, N, Hd, bf, vec);
+    CK_LAUNCH();
+}
+extern "C" void tr_cuda_swiglu_backward(int bf, tr_buf *dinp, const tr_buf *dout, const tr_buf *inp,
+                                        int N, int Hd) {
+    int vec = Hd % 8 == 0 && tr_cuda_aligned16(dinp, dout, inp, inp);
+    size_t work = (size_t)N * ((Hd + 7) / 8);
+    swiglu_bwd_k<<<tr_cuda_grid(work, TPB), TPB, 0, tr_cuda_stream>>>(dinp, dout, inp, N, Hd, bf,
+                                                                     vec);
+    CK_LAUNCH();
+}
+
+/* out = a + b; out may alias a or b (each element is read before it is written, by the same
+ * thread) */
+static __global__ void add_k(void *out, const void *a, const void *b, size_t n, int bf, int vec) {
+    FOR_CHUNKS(i, n) {
+        float x[8], y[8];
+        ld8(x, a, i, n, bf, vec);
+        ld8(y, b, i, n, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] += y[k];
+        st8(out, i, n, x, bf, vec);
+    }
+}
+extern "C" void tr_cuda_add(int bf, tr_buf *out, const tr_buf *a, const tr_buf *b, size_t n) {
+    int vec = tr_cuda_aligned16(out, a, b, out);
+    add_k<<<tr_cuda_grid(n, TPB * 8), TPB, 0, tr_cuda_stream>>>(out, a, b, n, bf, vec);
+    CK_LAUNCH();
+}
+
+static __global__ void scale_k(void *x, float s, size_t n, int bf, int vec) {
+    FOR_CHUNKS(i, n) {
+        float v[8];
+        ld8(v, x, i, n, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] *= s;
+        st8(x, i, n, v, bf, vec);
+    }
+}
+extern "C" void tr_cuda_scale(int bf, tr_buf *x, float s, size_t n) {
+    int vec = tr_cuda_aligned16(x, x, x, x);
+    scale_k<<<tr_cuda_grid(n, TPB * 8), TPB, 0, tr_cuda_stream>>>(x, s, n, bf, vec);
+    CK_LAUNCH();
+}
+
+/* ---- softmax cross entropy: one block per row, logits read twice, written once ---------- */
+
+#define XENT_THREADS 512
+
+/* (m, s) pairs: s = sum exp(x - m); combining rescales to the larger m */
+static __device__ __forceinline__ void lse_combine(float *m, float *s, float m2, float s2) {
+    float M = fmaxf(*m, m2);
+    float a = *m == -INFINITY ? 0.0f : *s * expf(*m - M);
+    float b = m2 == -INFINITY ? 0.0f : s2 * expf(m2 - M);
+    *m = M;
+    *s = a + b;
+}
+
+static __global__ void softmax_xent_k(void *logits, float *losses, const int *targets, int V,
+                                      float dscale, int want_grad, int bf) {
+    __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
+    int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+    size_t base = (size_t)n * V;
+    int t = targets[n];
+    if (t < 0) { /* ignored position: loss 0, gradient 0 */
+        if (tid == 0) losses[n] = 0.0f;
+        if (want_grad)
+            for (int j = tid; j < V; j += blockDim.x) stf(logits, base + j, 0.0f, bf);
+        return;
+    }
+    float m = -INFINITY, s = 0.0f;
+    for (int j = tid; j < V; j += blockDim.x) {
+        float x = ldf(logits, base + j, bf);
+        if (x > m) {
+            s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        lse_combine(&m, &s, m2, s2);
+    }
+    if (lane == 0) {
+        sm[wid] = m;
+        ss[wid] = s;
+    }
+    __syncthreads();
+    m = sm[0];
+    s = ss[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) lse_combine(&m, &s, sm[w], ss[w]);
+    /* every thread now holds the same (m, s), combined in the same order */
+    float xt = ldf(logits, base + t, bf);
+    if (tid == 0) losses[n] = logf(s) - (xt - m);
+    if (want_grad) {
+        __syncthreads(); /* every thread has read x[t] before anyone overwrites it */
+        float k = dscale / s;
+        for (int j = tid; j < V; j += blockDim.x) {
+            float p = expf(ldf(logits, base + j, bf) - m) * k;
+            stf(logits, base + j, j == t ? p - dscale : p, bf);
+        }
+    }
+}
+
+extern "C" void tr_cuda_softmax_xent(int bf, tr_buf *logits, float *losses, const int *targets,
+                                     int N, int V, float dscale, int want_grad) {
+    if (N <= 0) return;
+    softmax_xent_k<<<N, XENT_THREADS, 0, tr_cuda_stream>>>(logits, losses, targets, V, dscale,
+                                                           want_grad, bf);
+    CK_LAUNCH();
+}
+
+/* ---- optimizer helpers ----------------------------------------------------------------- */
+
+#define SUMSQ_BLOCKS 1024
+
+/* block partials in double over a grid that depends only on n, then one block sums them */
+static __global__ void sumsq_k(double *part, const void *x, size_t n, int bf, int vec) {
+    __shared__ double red[TPB];
+    double s = 0.0;
+    FOR_CHUNKS(i, n) {
+        float v[8];
+        ld8(v, x, i, n, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += (double)v[k] * v[k];
+    }
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = TPB / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = red[0];
+}
+
+static __global__ void sumsq_finish_k(double *out, const double *part, int nb) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        double s = 0.0;
+        for (int i = 0; i < nb; i++) s += part[i];
+        out[0] = s;
+    }
+}
+
+extern "C" double tr_cuda_sumsq(int bf, const tr_buf *x, size_t n) {
+    if (n == 0) return 0.0;
+    unsigned nb = tr_cuda_grid(n, TPB * 8);
+    if (nb > SUMSQ_BLOCKS) nb = SUMSQ_BLOCKS;
+    double *part = (double *)tr_cuda_scratch(SCR_SUMSQ, sizeof(double) * (SUMSQ_BLOCKS + 1));
+    int vec = tr_cuda_aligned16(x, x, x, x);
+    sumsq_k<<<nb, TPB, 0, tr_cuda_stream>>>(part + 1, x, n, bf, vec);
+    CK_LAUNCH();
+    sumsq_finish_k<<<1, 32, 0, tr_cuda_stream>>>(part, part + 1, (int)nb);
+    CK_LAUNCH();
+    double s;
+    CK(cudaMemcpyAsync(&s, part, sizeof(double), cudaMemcpyDeviceToHost, tr_cuda_stream));
+    CK(cudaStreamSynchronize(tr_cuda_stream));
+    return s;
+}
+
+/* torch.optim.AdamW on fp32 master weights; the bf16 working copy is rounded from them */
+static __global__ void adamw_k(float *master, void *param, const void *g, float *m, float *v,
+                               size_t n, float lr, float beta1, float beta2, float eps, float decay,
+                               float ib1, float ib2, float gscale, int bf, int vec, int copy) {
+    FOR_CHUNKS(i, n) {
+        float p[8], gg[8], mm[8], vv[8];
+        ld8f(p, master, i, n, vec);
+        ld8(gg, g, i, n, bf, vec);
+        ld8f(mm, m, i, n, vec);
+        ld8f(vv, v, i, n, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float gi = gg[k] * gscale;
+            mm[k] = beta1 * mm[k] + (1.0f - beta1) * gi;
+            vv[k] = beta2 * vv[k] + (1.0f - beta2) * gi * gi;
+            p[k] = p[k] * decay - lr * (mm[k] * ib1) / (sqrtf(vv[k] * ib2) + eps);
+        }
+        st8f(master, i, n, p, vec);
+        st8f(m, i, n, mm, vec);
+        st8f(v, i, n, vv, vec);
+        if (copy) st8(param, i, n, p, bf, vec);
+    }
+}
+
+extern "C" void tr_cuda_adamw(int bf, float *master, tr_buf *param, const tr_buf *g, float *m,
+                              float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                              float wd, float bc1, float bc2, float gscale) {
+    if (n == 0) return;
+    int copy = (void *)param != (void *)master;
+    int vec = tr_cuda_aligned16(master, param, g, m) && tr_cuda_aligned16(v, v, v, v);
+    adamw_k<<<tr_cuda_grid(n, TPB * 8), TPB, 0, tr_cuda_stream>>>(
+        master, param, g, m, v, n, lr, beta1, beta2, eps, 1.0f - lr * wd, 1.0f / bc1, 1.0f / bc2,
+        gscale, bf, vec, copy);
+    CK_LAUNCH();
+}

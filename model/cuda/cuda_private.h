@@ -1,0 +1,182 @@
+/* Private to model/cuda/: error checks, the backend's one stream, its scratch memory, the
+ * storage-dtype load/store helpers every kernel uses, and the launchers each .cu file exports
+ * to the table in cuda_backend.cu. Included by .cu files only.
+ *
+ * The device helpers below have bodies in this header on purpose: without relocatable device
+ * code (-rdc, which costs inlining and speed) a __device__ function must be visible in every
+ * translation unit that calls it. They are static inline, so each file gets its own copy. */
+#ifndef TR_CUDA_PRIVATE_H
+#define TR_CUDA_PRIVATE_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "model/backend.h"
+}
+
+/* A device error mid-step is not recoverable: one line naming the call and place, then abort. */
+void tr_cuda_fail(const char *what, const char *err, const char *file, int line);
+#define CK(call)                                                                                \
+    do {                                                                                        \
+        cudaError_t e_ = (call);                                                                \
+        if (e_ != cudaSuccess) tr_cuda_fail(#call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+/* after every kernel launch: a bad configuration shows here, not at the next sync */
+#define CK_LAUNCH() CK(cudaGetLastError())
+
+/* The single stream every operation is ordered on (created in tr_backend_cuda). */
+extern cudaStream_t tr_cuda_stream;
+
+/* Backend-private device scratch, one slot per user so that no two live uses overlap. Grows
+ * (freeing the old block, which synchronizes the device) and never shrinks. */
+enum { SCR_REDUCE, SCR_EMBED, SCR_ROPE, SCR_ATTN, SCR_SUMSQ, SCR_COUNT };
+void *tr_cuda_scratch(int slot, size_t bytes);
+
+/* Threads per block for the simple kernels, and a grid large enough to cover n items with
+ * grid-stride loops (capped; the loops do the rest). */
+#define TPB 256
+static inline unsigned tr_cuda_grid(size_t n, unsigned per_block) {
+    size_t g = (n + per_block - 1) / per_block;
+    if (g < 1) g = 1;
+    if (g > 65535u * 8u) g = 65535u * 8u;
+    return (unsigned)g;
+}
+
+/* 1 when every pointer given is 16-byte aligned: 128-bit loads and stores are then legal on
+ * any 8-element chunk that starts at an index divisible by 8. */
+static inline int tr_cuda_aligned16(const void *a, const void *b, const void *c, const void *d) {
+    return ((uintptr_t)a % 16 == 0) && ((uintptr_t)b % 16 == 0) && ((uintptr_t)c % 16 == 0) &&
+           ((uintptr_t)d % 16 == 0);
+}
+
+/* ---- storage-dtype access on the device; bf = 1 for bf16 storage, 0 for fp32 ---------- */
+
+static __device__ __forceinline__ float ldf(const void *p, size_t i, int bf) {
+    return bf ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : ((const float *)p)[i];
+}
+static __device__ __forceinline__ void stf(void *p, size_t i, float v, int bf) {
+    if (bf)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+/* Elements i..i+7 (i divisible by 8) into v; 128-bit loads when vec and the chunk is whole,
+ * else element by element up to n (missing elements read as 0). */
+static __device__ __forceinline__ void ld8(float v[8], const void *p, size_t i, size_t n, int bf,
+                                           int vec) {
+    if (vec && i + 8 <= n) {
+        if (bf) {
+            uint4 u = *(const uint4 *)((const __nv_bfloat16 *)p + i);
+            const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 f = __bfloat1622float2(h[k]);
+                v[2 * k] = f.x;
+                v[2 * k + 1] = f.y;
+            }
+        } else {
+            float4 a = *(const float4 *)((const float *)p + i);
+            float4 b = *(const float4 *)((const float *)p + i + 4);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+            v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        }
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = i + k < n ? ldf(p, i + k, bf) : 0.0f;
+}
+static __device__ __forceinline__ void st8(void *p, size_t i, size_t n, const float v[8], int bf,
+                                           int vec) {
+    if (vec && i + 8 <= n) {
+        if (bf) {
+            uint4 u;
+            __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+#pragma unroll
+            for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+            *(uint4 *)((__nv_bfloat16 *)p + i) = u;
+        } else {
+            *(float4 *)((float *)p + i) = make_float4(v[0], v[1], v[2], v[3]);
+            *(float4 *)((float *)p + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        }
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (i + k < n) stf(p, i + k, v[k], bf);
+}
+/* fp32 arrays (master weights, AdamW state) with the same chunking */
+static __device__ __forceinline__ void ld8f(float v[8], const float *p, size_t i, size_t n,
+                                            int vec) {
+    ld8(v, p, i, n, 0, vec);
+}
+static __device__ __forceinline__ void st8f(float *p, size_t i, size_t n, const float v[8],
+                                            int vec) {
+    st8(p, i, n, v, 0, vec);
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---- launchers (extern "C" so that the table file, or C, can call them) --------------- */
+extern "C" {
+/* cuda_linear.cu */
+int tr_cuda_linear_init(char *why, size_t whylen);
+void tr_cuda_linear_forward(int bf, tr_buf *out, const tr_buf *inp, const tr_buf *w, const tr_buf *bias,
+                            int N, int IC, int OC);
+void tr_cuda_linear_backward(int bf, tr_buf *dinp, tr_buf *dw, tr_buf *dbias, const tr_buf *dout,
+                             const tr_buf *inp, const tr_buf *w, int N, int IC, int OC);
+/* cuda_ops.cu: mode 0 sums x; mode 1 sums x * (y - mean) * rstd and x (LayerNorm dw, db);
+ * mode 2 sums x * y * rstd (RMSNorm dw); into acc (and acc2) with +=, deterministic */
+void tr_cuda_colsum(int bf, tr_buf *acc, tr_buf *acc2, const tr_buf *x, const tr_buf *y,
+                    const float *mean, const float *rstd, int N, int C, int mode);
+void tr_cuda_embedding_forward(int bf, tr_buf *out, const int *tokens, const tr_buf *wte, int N,
+                               int C);
+void tr_cuda_embedding_backward(int bf, tr_buf *dwte, const tr_buf *dout, const int *tokens, int N,
+                                int C);
+void tr_cuda_positions_forward(int bf, tr_buf *x, const tr_buf *wpe, int B, int T, int C);
+void tr_cuda_positions_backward(int bf, tr_buf *dwpe, const tr_buf *dx, int B, int T, int C);
+void tr_cuda_layernorm_forward(int bf, tr_buf *out, float *mean, float *rstd, const tr_buf *inp,
+                               const tr_buf *w, const tr_buf *b, int N, int C, float eps);
+void tr_cuda_layernorm_backward(int bf, tr_buf *dinp, tr_buf *dw, tr_buf *db, const tr_buf *dout,
+                                const tr_buf *inp, const tr_buf *w, const float *mean,
+                                const float *rstd, int N, int C);
+void tr_cuda_rmsnorm_forward(int bf, tr_buf *out, float *rstd, const tr_buf *inp, const tr_buf *w,
+                             int N, int C, float eps);
+void tr_cuda_rmsnorm_backward(int bf, tr_buf *dinp, tr_buf *dw, const tr_buf *dout,
+                              const tr_buf *inp, const tr_buf *w, const float *rstd, int N, int C);
+void tr_cuda_rope_forward(int bf, tr_buf *qkv, int B, int T, int H, int KV, int hd, float theta);
+void tr_cuda_rope_backward(int bf, tr_buf *dqkv, int B, int T, int H, int KV, int hd, float theta);
+void tr_cuda_gelu_forward(int bf, tr_buf *out, const tr_buf *inp, size_t n);
+void tr_cuda_gelu_backward(int bf, tr_buf *dinp, const tr_buf *dout, const tr_buf *inp, size_t n);
+void tr_cuda_swiglu_forward(int bf, tr_buf *out, const tr_buf *inp, int N, int Hd);
+void tr_cuda_swiglu_backward(int bf, tr_buf *dinp, const tr_buf *dout, const tr_buf *inp, int N,
+                             int Hd);
+void tr_cuda_add(int bf, tr_buf *out, const tr_buf *a, const tr_buf *b, size_t n);
+void tr_cuda_softmax_xent(int bf, tr_buf *logits, float *losses, const int *targets, int N, int V,
+                          float dscale, int want_grad);
+double tr_cuda_sumsq(int bf, const tr_buf *x, size_t n);
+void tr_cuda_scale(int bf, tr_buf *x, float s, size_t n);
+void tr_cuda_adamw(int bf, float *master, tr_buf *param, const tr_buf *g, float *m, float *v,
+                   size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                   float bc2, float gscale);
+/* cuda_attention.cu */
+void tr_cuda_attention_forward(int bf, tr_buf *out, float *lse, const tr_buf *qkv, int B, int T,
+                               int H, int KV, int hd);
+void tr_cuda_attention_backward(int bf, tr_buf *dqkv, const tr_buf *dout, const tr_buf *qkv,
+                                const tr_buf *out, const float *lse, int B, int T, int H, int KV,
+                                int hd);
+}
+
+#endif

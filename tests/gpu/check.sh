@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The one GPU check: build for Hopper (sm_90a) in build-gpu/, run every GPU test (ctest -L gpu),
+# run the GPU benchmark (bench/gpu.sh), and print a short table last: tests passed / failed /
+# skipped, tokens/s and MFU. Logs go to $OUT when it is set (the device tool brings them back),
+# else build-gpu/logs/. Meant to finish in well under 8 minutes on one H200.
+#
+# The GPU machine's image may lack Lua, OpenBLAS, libyaml and pkg-config and cannot reach a
+# package registry: run tests/gpu/fetch_debs.sh beforehand on a machine that can, carry .deps/
+# along, and this script unpacks the .deb files into a private prefix (dpkg -x, nothing is
+# installed) and builds against it. Without a GPU it still builds, reports the tests as skipped
+# and prints the table.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BUILD="$ROOT/build-gpu"
+ARCH="${TR_CUDA_ARCH:-90a}"
+# a build folder configured for other architectures starts over
+[ -f "$BUILD/CMakeCache.txt" ] && ! grep -q "^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=$ARCH\$" "$BUILD/CMakeCache.txt" &&
+    rm -rf "$BUILD"
+LOGS="${OUT:-$BUILD/logs}"
+mkdir -p "$LOGS"
+T0=$(date +%s)
+say() { echo "check: $*" | tee -a "$LOGS/check.log"; }
+: >"$LOGS/check.log"
+
+# ---- GPU present? ------------------------------------------------------------------------
+GPU="none"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >"$LOGS/nvidia-smi.txt" 2>&1; then
+    GPU=$(head -1 "$LOGS/nvidia-smi.txt")
+    nvidia-smi >>"$LOGS/nvidia-smi.txt" 2>&1
+fi
+say "GPU: $GPU"
+
+# ---- dependencies: system packages, else the carried .deb files --------------------------
+have_deps() {
+    command -v pkg-config >/dev/null 2>&1 && pkg-config --exists lua5.4 &&
+        { [ -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ] ||
+          [ -e /usr/include/openblas/cblas.h ] || [ -e /usr/include/cblas.h ]; }
+}
+CMAKE_DEPS=()
+if have_deps && [ -z "${TR_USE_DEPS:-}" ]; then  # TR_USE_DEPS=1: use .deps/ even so (to test it)
+    say "dependencies: system packages"
+elif ls "$ROOT"/.deps/*.deb >/dev/null 2>&1; then
+    PREFIX="$ROOT/.deps/root"
+    rm -rf "$PREFIX"
+    mkdir -p "$PREFIX"
+    for f in "$ROOT"/.deps/*.deb; do dpkg -x "$f" "$PREFIX" || say "cannot unpack $f"; done
+    LIBDIR="$PREFIX/usr/lib/x86_64-linux-gnu"
+    export PATH="$PREFIX/usr/bin:$PATH"
+    export LD_LIBRARY_PATH="$LIBDIR:$LIBDIR/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export PKG_CONFIG_SYSROOT_DIR="$PREFIX"
+    export PKG_CONFIG_LIBDIR="$LIBDIR/pkgconfig:$PREFIX/usr/share/pkgconfig"
+    # pkg-config may be a symlink to pkgconf inside the prefix; either name works
+    command -v pkg-config >/dev/null 2>&1 || ln -sf "$PREFIX/usr/bin/pkgconf" "$PREFIX/usr/bin/pkg-config"
+    CMAKE_DEPS=(-DTR_DEPS_PREFIX="$PREFIX" -DPKG_CONFIG_EXECUTABLE="$(command -v pkg-config)")
+    say "dependencies: unpacked $(ls "$ROOT"/.deps/*.deb | wc -l) .deb files into $PREFIX"
+else
+    say "dependencies: missing, and no .deps/*.deb to unpack (run tests/gpu/fetch_debs.sh and carry .deps)"
+fi
+
+# ---- build ---------------------------------------------------------------------------------
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+BUILD_OK=0
+if cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DTR_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES="$ARCH" "${CMAKE_DEPS[@]}" >"$LOGS/configure.log" 2>&1 &&
+    cmake --build "$BUILD" -j "$(nproc)" --target trainer test_cuda_kernels test_cuda_train \
+        >"$LOGS/build.log" 2>&1; then
+    BUILD_OK=1
+    say "build: ok ($(( $(date +%s) - T0 )) s)"
+else
+    say "build: FAILED (see configure.log / build.log)"
+    tail -30 "$LOGS/build.log" "$LOGS/configure.log" 2>/dev/null
+fi
+
+# ---- GPU tests -----------------------------------------------------------------------------
+TESTS="not run"
+if [ $BUILD_OK = 1 ]; then
+    (cd "$BUILD" && ctest -L gpu --timeout 300 --output-on-failure) >"$LOGS/ctest_gpu.log" 2>&1
+    for t in test_cuda_kernels test_cuda_train; do
+        (cd "$ROOT/tests" && timeout 300 "$BUILD/tests/$t") >"$LOGS/$t.log" 2>&1
+        echo "$t: exit $?" >>"$LOGS/check.log"
+    done
+    summary=$(grep -E "tests passed|tests failed" "$LOGS/ctest_gpu.log" | tail -1)
+    nskip=$(grep -c '\*\*\*Skipped' "$LOGS/ctest_gpu.log")
+    ok=$(cat "$LOGS"/test_cuda_*.log 2>/dev/null | grep -c "^ok ")
+    bad=$(cat "$LOGS"/test_cuda_*.log 2>/dev/null | grep -c "^FAIL")
+    TESTS="${summary:-no summary}; skipped $nskip; checks ok $ok, FAIL $bad"
+    say "tests: $TESTS ($(( $(date +%s) - T0 )) s)"
+    grep -h "^FAIL\|^SKIP" "$LOGS"/test_cuda_*.log | head -20
+fi
+
+# ---- benchmark -----------------------------------------------------------------------------
+BENCH="$LOGS/bench_results.txt"
+: >"$BENCH"
+if [ $BUILD_OK = 1 ] && [ "$GPU" != none ]; then
+    OUT="$LOGS" BENCH_RUNS="$BUILD/bench-runs" "$ROOT/bench/gpu.sh" "$BUILD/trainer" \
+        >"$LOGS/bench_stdout.log" 2>&1
+    say "bench: done ($(( $(date +%s) - T0 )) s)"
+else
+    printf '%-12s %12s %8s %s\n' gpt2_124m n/a n/a skipped gpt2_xl n/a n/a skipped >"$BENCH"
+    say "bench: skipped (no GPU or no build)"
+fi
+
+# ---- the table, last -----------------------------------------------------------------------
+{
+    echo
+    echo "=============================== GPU check ==============================="
+    echo "device     $GPU"
+    echo "arch       sm_$ARCH   build $([ $BUILD_OK = 1 ] && echo ok || echo FAILED)   wall $(( $(date +%s) - T0 )) s"
+    echo "gpu tests  $TESTS"
+    printf '%-12s %12s %8s %s\n' model tokens/s mfu status
+    cat "$BENCH"
+    echo "logs       $LOGS"
+    echo "========================================================================="
+} | tee "$LOGS/table.txt"

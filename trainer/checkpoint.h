@@ -1,0 +1,202 @@
+/* Checkpoints (trainer/checkpoint.c) and Hugging Face interchange (trainer/export.c).
+ *
+ * Layout: OUT/checkpoints/step_NNNNNNNN/ holds manifest.yaml and one safetensors file per
+ * writing rank (rank_RRRRR.safetensors); OUT/checkpoints/latest names the newest complete one.
+ * The manifest (YAML) records the step, the resolved recipe and its SHA-256, the model
+ * description, the parallel layout, the RNG seed, the loader position, and for every global
+ * tensor its shape, dtype and slices (file, key, start, shape, CRC32C). Its last line is a YAML
+ * comment `# crc32c: XXXXXXXX` over every byte before it.
+ *
+ * A save is written into a temporary folder, fsynced, renamed into place, and only then is
+ * `latest` replaced (also by rename), so a process killed at any point leaves nothing that a
+ * resume would take. Saves run on a writer thread: the caller stalls only for the host copy of
+ * the state (on the CPU backend the copy itself overlaps the next step's forward/backward and
+ * only has to finish before the next optimizer update: tr_ckpt_fence). */
+#ifndef TR_CHECKPOINT_H
+#define TR_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data/loader.h"
+#include "dsl/recipe.h"
+#include "model/model.h"
+
+/* ---- checksums ------------------------------------------------------------------------- */
+
+/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the iSCSI/ext4 checksum: start with
+ * crc = 0; tr_crc32c(tr_crc32c(0, a, n), b, m) == tr_crc32c(0, a||b, n+m). Uses the SSE4.2
+ * instruction when the build has it. */
+uint32_t tr_crc32c(uint32_t crc, const void *data, size_t n);
+
+/* SHA-256 (FIPS 180-4) of data as 64 lowercase hex digits. */
+void tr_sha256_hex(const void *data, size_t n, char hex[65]);
+
+/* ---- JSON (safetensors headers, config.json) --------------------------------------------- */
+
+typedef enum { TR_JSON_NULL = 0, TR_JSON_BOOL, TR_JSON_NUM, TR_JSON_STR, TR_JSON_ARR, TR_JSON_OBJ } tr_json_type;
+
+typedef struct tr_json {
+    tr_json_type type;
+    char *key;  /* member name inside an object */
+    char *str;  /* STR */
+    double num; /* NUM, BOOL */
+    int n;      /* ARR, OBJ: members */
+    struct tr_json *kids;
+} tr_json;
+
+/* Parse text[0..len) into *out; -1 with a message naming the byte offset. */
+int tr_json_parse(tr_json *out, const char *text, size_t len, char *err, size_t errlen);
+const tr_json *tr_json_get(const tr_json *obj, const char *key);
+void tr_json_free(tr_json *j);
+
+/* ---- safetensors --------------------------------------------------------------------------
+ * u64 little-endian header length N, N bytes of JSON {"name": {"dtype", "shape",
+ * "data_offsets": [begin, end]}, ..., "__metadata__": {string: string}}, then the data. */
+
+typedef enum { TR_ST_F32 = 0, TR_ST_F16, TR_ST_BF16, TR_ST_OTHER } tr_st_dtype;
+
+typedef struct {
+    char name[TR_PARAM_NAME_MAX + 16];
+    tr_st_dtype dtype;
+    int ndim;
+    long shape[4];
+    size_t begin, end; /* byte offsets into the data */
+} tr_st_entry;
+
+typedef struct {
+    char path[TR_PATH_MAX];
+    unsigned char *buf; /* the whole file */
+    size_t size;
+    const unsigned char *data; /* after the header */
+    size_t data_len;
+    int n;
+    tr_st_entry *e;
+} tr_st_file;
+
+/* Read a whole safetensors file and check its header against its size (a truncated file is
+ * refused). Messages name the file. */
+int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen);
+const tr_st_entry *tr_st_find(const tr_st_file *f, const char *name);
+/* Tensor e as fp32 (F32, F16 and BF16 are converted). */
+int tr_st_read_f32(const tr_st_file *f, const tr_st_entry *e, float *out, char *err,
+                   size_t errlen);
+void tr_st_close(tr_st_file *f);
+
+typedef struct {
+    const char *name;
+    int ndim;
+    long shape[2];
+    const float *data;
+} tr_st_tensor;
+
+/* Write tensors as one F32 safetensors file (fsynced); metadata: NULL or "k1", "v1", ...,
+ * NULL pairs. */
+int tr_st_write(const char *path, const tr_st_tensor *t, int n, const char *const *metadata,
+                char *err, size_t errlen);
+
+/* ---- saving ----------------------------------------------------------------------------- */
+
+typedef struct tr_ckpt_writer tr_ckpt_writer;
+
+typedef struct {
+    const char *out; /* the run folder; checkpoints go to OUT/checkpoints/ */
+    int keep;        /* newest checkpoints kept (>= 1) */
+    int rank, world; /* this process and how many write (one today) */
+    int sync;        /* 1: tr_ckpt_save returns once the checkpoint is on disk (benchmarks) */
+    int overlap;     /* 1: copy the state on the writer thread while the caller goes on with
+                      * forward/backward (needs concurrent reads of the model to be safe: the
+                      * CPU backend); the caller must tr_ckpt_fence before the next update */
+} tr_ckpt_opts;
+
+typedef struct {
+    int saves, failed;
+    double stall_s;    /* caller time spent in tr_ckpt_save and tr_ckpt_fence */
+    double copy_s;     /* host copy of the state */
+    double write_s;    /* writing, checksums, fsync, rename (writer thread) */
+    double last_write_s;
+    size_t bytes;      /* bytes of the last save */
+} tr_ckpt_stats;
+
+/* `recipe` is the fully resolved recipe (saved in every manifest). */
+int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *recipe,
+                        const tr_ckpt_opts *opts, char *err, size_t errlen);
+/* Save the state after `step` optimizer steps. Waits (and says so) if the previous save is
+ * still being written. Returns seconds the caller was held. */
+double tr_ckpt_save(tr_ckpt_writer *w, long step, const tr_loader_pos *pos);
+/* Wait until the state copy of the last save is done: call before changing the parameters or
+ * the optimizer state. Returns seconds waited. */
+double tr_ckpt_fence(tr_ckpt_writer *w);
+/* Wait for the save in flight; -1 with a message when any save failed. */
+int tr_ckpt_wait(tr_ckpt_writer *w, char *err, size_t errlen);
+tr_ckpt_stats tr_ckpt_writer_stats(const tr_ckpt_writer *w);
+/* Waits for the save in flight, stops the thread. NULL is a no-op. */
+void tr_ckpt_writer_free(tr_ckpt_writer *w);
+
+/* ---- loading ---------------------------------------------------------------------------- */
+
+typedef struct {
+    char name[TR_PARAM_NAME_MAX + 16]; /* "x.weight", "adam_m/x.weight", "adam_v/x.weight" */
+    int ndim;
+    long shape[2];
+    size_t numel;
+    float *data;
+    int owned; /* data was allocated (else it points into a file buffer) */
+} tr_ckpt_tensor;
+
+typedef struct {
+    char dir[TR_PATH_MAX];
+    long step, adam_steps;
+    unsigned long long seed;
+    tr_loader_pos loader;
+    int has_loader;
+    char *recipe; /* the resolved recipe text */
+    char recipe_sha256[65];
+    int n;
+    tr_ckpt_tensor *t;
+    int n_files;
+    tr_st_file *files;
+} tr_ckpt;
+
+/* Read and verify a checkpoint folder (manifest checksum, file sizes, every tensor's CRC32C).
+ * with_optimizer = 0 skips the AdamW moments. Messages name the damaged file. */
+int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, size_t errlen);
+const tr_ckpt_tensor *tr_ckpt_find(const tr_ckpt *c, const char *name);
+/* Copy the checkpoint's parameters (and, when present, AdamW moments and step count) into
+ * the model; -1 when a tensor is missing or has another shape. */
+int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen);
+void tr_ckpt_free(tr_ckpt *c);
+
+/* The newest checkpoint under OUT/checkpoints that verifies; every one skipped gets a line on
+ * `log`. Returns 0 (c filled), 1 when there is none, -1 on error. */
+int tr_ckpt_find_resume(const char *out, tr_ckpt *c, int with_optimizer, FILE *log, char *err,
+                        size_t errlen);
+
+/* A checkpoint folder given on a command line: a step folder, or a run folder (its newest
+ * good checkpoint). */
+int tr_ckpt_open_arg(const char *arg, tr_ckpt *c, int with_optimizer, FILE *log, char *err,
+                     size_t errlen);
+
+/* Compare the recipe a checkpoint was saved with against the current one: -1 with the fields
+ * that matter (model, data, optimizer, schedule, batch, micro-batch, seed) listed in err;
+ * harmless differences (steps, evaluation, logging, sampling, checkpoint settings, out) are
+ * printed to log, one line each. */
+int tr_ckpt_compare_recipes(const tr_recipe *saved, const tr_recipe *now, FILE *log, char *err,
+                            size_t errlen);
+
+/* ---- Hugging Face (trainer/export.c) ------------------------------------------------------ */
+
+/* Which Hugging Face architecture a model description maps onto: GPT2LMHeadModel or
+ * LlamaForCausalLM; NULL with the reason otherwise. Fills the number of blocks. */
+const char *tr_hf_arch(const tr_model_desc *d, int *n_layers, char *err, size_t errlen);
+/* Write OUT_DIR/config.json and OUT_DIR/model.safetensors from a checkpoint. */
+int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, const char *out_dir, char *err,
+                 size_t errlen);
+/* Load a Hugging Face model folder (config.json + model.safetensors) into m's parameters;
+ * -1 when the architecture or a shape does not match the model. */
+int tr_hf_import(tr_model *m, const char *hf_dir, char *err, size_t errlen);
+
+int tr_cmd_export(int argc, char **argv);
+
+#endif
