@@ -834,7 +834,7 @@ int tr_kv_cache_init(tr_kv_cache **out, tr_model *m, char *err, size_t errlen) {
 }
 
 void tr_kv_cache_free(tr_kv_cache *c) {
-    if (!c) return;
+    if (!c) return; /* NULL is a no-op */
     for (int i = 0; i < c->m->n_ops; i++) {
         c->m->be->free(c->k[i]);
         c->m->be->free(c->v[i]);

@@ -1,6 +1,7 @@
 /* Sampling from a model with the KV cache: each new token costs one token's forward. When the
  * context reaches seq_len, the cache restarts from the last half of the context (the only
- * time a prefix is recomputed). Temperature 0 is greedy; top_k 0 keeps the whole vocabulary. */
+ * time a prefix is recomputed). Temperature 0 is greedy; top_k 0 keeps the whole vocabulary.
+ * A backend without incremental decoding recomputes the window for every token instead. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,8 +52,9 @@ int tr_sample_tokens(tr_model *m, const int *prompt, int n_prompt, int n_new, fl
         snprintf(err, errlen, "sampling needs a prompt of at least one token");
         return -1;
     }
-    tr_kv_cache *c;
-    if (tr_kv_cache_init(&c, m, err, errlen)) return -1;
+    tr_kv_cache *c = NULL;
+    char why[256];
+    int cached = tr_kv_cache_init(&c, m, why, sizeof(why)) == 0;
     int total = n_prompt + n_new;
     int *ctx = malloc((size_t)total * sizeof(int));
     float *logits = malloc((size_t)V * sizeof(float));
@@ -62,12 +64,20 @@ int tr_sample_tokens(tr_model *m, const int *prompt, int n_prompt, int n_new, fl
     if (!rng) rng = 1;
     /* the prompt: only its last T-1 tokens fit with room for one more */
     int start = n_prompt > T - 1 ? n_prompt - (T - 1) : 0, pos = 0;
-    for (int i = start; i < n_prompt; i++) tr_model_decode(m, c, ctx[i], pos++, logits);
+    if (cached)
+        for (int i = start; i < n_prompt; i++) tr_model_decode(m, c, ctx[i], pos++, logits);
+    else
+        tr_model_last_logits(m, ctx + start, 1, n_prompt - start, logits);
     for (int i = n_prompt; i < total; i++) {
         int next = pick(logits, V, temperature, top_k, &rng, scratch);
         ctx[i] = next;
         out[i - n_prompt] = next;
         if (i + 1 == total) break;
+        if (!cached) {
+            int from = i + 1 > T ? i + 1 - T : 0;
+            tr_model_last_logits(m, ctx + from, 1, i + 1 - from, logits);
+            continue;
+        }
         if (pos == T) { /* the window is full: restart from its last half */
             pos = 0;
             for (int j = i + 1 - T / 2; j < i; j++) tr_model_decode(m, c, ctx[j], pos++, logits);

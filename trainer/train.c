@@ -74,38 +74,20 @@ static void sample(run_state *s, int n, unsigned long long seed, FILE *out) {
         fprintf(stderr, "%s: sample: %s\n", s->r->path, err);
         return;
     }
-    int V = s->r->model.vocab, T = s->T;
-    int *ctx = malloc((size_t)(n + 1) * sizeof(int));
-    float *logits = malloc((size_t)V * sizeof(float));
-    int len = 1;
-    ctx[0] = tr_tokenizer_eot(tok);
-    if (ctx[0] < 0) len = (int)tr_tokenizer_encode(tok, "\n", 1, ctx);
-    unsigned long long st = seed * 0x9e3779b97f4a7c15ULL + 7;
+    int prompt[8], len = 1, *ids = malloc((size_t)n * sizeof(int));
+    prompt[0] = tr_tokenizer_eot(tok);
+    if (prompt[0] < 0) len = (int)tr_tokenizer_encode(tok, "\n", 1, prompt);
+    if (tr_sample_tokens(s->model, prompt, len, n, 1.0f, 0, seed, ids, err, sizeof(err))) {
+        fprintf(stderr, "%s: sample: %s\n", s->r->path, err);
+        n = 0;
+    }
     for (int i = 0; i < n; i++) {
-        int start = len > T ? len - T : 0;
-        tr_model_last_logits(s->model, ctx + start, 1, len - start, logits);
-        float mx = logits[0];
-        for (int v = 1; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
-        double sum = 0;
-        for (int v = 0; v < V; v++) sum += exp((double)(logits[v] - mx));
-        st ^= st << 13, st ^= st >> 7, st ^= st << 17; /* xorshift64 */
-        double u = (double)(st >> 11) / 9007199254740992.0 * sum, acc = 0;
-        int pick = V - 1;
-        for (int v = 0; v < V; v++) {
-            acc += exp((double)(logits[v] - mx));
-            if (acc > u) {
-                pick = v;
-                break;
-            }
-        }
-        ctx[len++] = pick;
         size_t nb = 0;
-        const char *bytes = tr_tokenizer_token(tok, pick, &nb);
+        const char *bytes = tr_tokenizer_token(tok, ids[i], &nb);
         if (bytes) fwrite(bytes, 1, nb, out);
     }
     tr_tokenizer_free(tok);
-    free(ctx);
-    free(logits);
+    free(ids);
 }
 
 static void write_sample(run_state *s, const char *outdir) {
@@ -382,10 +364,11 @@ int tr_cmd_run(int argc, char **argv) {
     if (ckw) {
         int failed = tr_ckpt_wait(ckw, err, sizeof(err));
         tr_ckpt_stats cs = tr_ckpt_writer_stats(ckw);
-        printf("checkpoints: %d saved in %s/checkpoints/ (%.2f GB each, written in %.2f s on "
-               "average); training waited %.3f s for them (%.2f%% of the training time)\n",
-               cs.saves, out, (double)cs.bytes / 1e9, cs.saves ? cs.write_s / cs.saves : 0.0,
-               cs.stall_s, 100.0 * cs.stall_s / t_train);
+        printf("checkpoints: %d saved in %s/checkpoints/ (%.2f GB each; host copy %.3f s, "
+               "written in %.2f s on average); training waited %.3f s for them (%.2f%% of the "
+               "training time)\n",
+               cs.saves, out, (double)cs.bytes / 1e9, cs.saves ? cs.copy_s / cs.saves : 0.0,
+               cs.saves ? cs.write_s / cs.saves : 0.0, cs.stall_s, 100.0 * cs.stall_s / t_train);
         if (failed) {
             fprintf(stderr, "trainer run: %s\n", err);
             goto done;
