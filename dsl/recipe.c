@@ -70,6 +70,8 @@ static const char *const kind_names[TR_NODE_KIND_COUNT] = {
 static const char *const activation_names[] = {"gelu", "swiglu", NULL};
 static const char *const tokenizer_names[] = {"byte", "gpt2", NULL};
 static const char *const decay_names[] = {"cosine", "linear", "constant", "wsd", NULL};
+static const char *const precision_names[] = {"bf16", "fp32", NULL};
+static const char *const recompute_names[] = {"none", "selective", "full", NULL};
 
 const char *tr_node_kind_name(tr_node_kind k)
 {
@@ -1145,14 +1147,17 @@ static const field_spec train_fields[] = {
     INT_FIELD("sample_tokens", OPT, 0),
     INT_FIELD("log_every", OPT, 1),
     INT_FIELD("checkpoint_every", OPT, 0),
-    INT_FIELD("keep_checkpoints", OPT, 1)};
+    INT_FIELD("keep_checkpoints", OPT, 1),
+    {"precision", FK_ENUM, OPT, 0, 0, 0, 0, precision_names},
+    {"recompute", FK_ENUM, OPT, 0, 0, 0, 0, recompute_names},
+    {"peak_tflops", FK_NUM, OPT, LO_GE, 0, HI_NONE, 0, NULL}};
 
 static int l_train(lua_State *L)
 {
     recipe_ctx *c = get_ctx(L);
     int line = section_start(L, &c->train_line, "train");
-    field_val v[11];
-    read_fields(L, "train", train_fields, 11, v, NULL, NULL);
+    field_val v[14];
+    read_fields(L, "train", train_fields, 14, v, NULL, NULL);
     tr_train_desc *t = &c->r.train;
     t->batch_tokens = (long)v[0].i;
     t->micro_batch = v[1].present ? (int)v[1].i : 0;
@@ -1168,6 +1173,9 @@ static int l_train(lua_State *L)
     t->log_every = v[8].present ? (int)v[8].i : 10;
     t->checkpoint_every = v[9].present ? (int)v[9].i : 0;
     t->keep_checkpoints = v[10].present ? (int)v[10].i : 3;
+    t->precision = v[11].present ? (tr_precision)v[11].choice : TR_PRECISION_BF16;
+    t->recompute = v[12].present ? v[12].choice : 0;
+    t->peak_tflops = v[13].present ? v[13].n : 0;
     c->train_line = line;
     return 0;
 }
@@ -1912,8 +1920,10 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f)
     fprintf(f, ", steps = %d, eval_every = %d, eval_tokens = %ld,\n        seed = %llu, out = ",
             t->steps, t->eval_every, t->eval_tokens, t->seed);
     put_string(f, t->out);
-    fprintf(f, ", sample_tokens = %d, log_every = %d,\n        checkpoint_every = %d, keep_checkpoints = %d }\n",
+    fprintf(f, ", sample_tokens = %d, log_every = %d,\n        checkpoint_every = %d, keep_checkpoints = %d,",
             t->sample_tokens, t->log_every, t->checkpoint_every, t->keep_checkpoints);
+    fprintf(f, " precision = \"%s\", recompute = \"%s\", peak_tflops = %.17g }\n",
+            precision_names[t->precision], recompute_names[t->recompute], t->peak_tflops);
     if (r->init_hf[0]) {
         fputs("init = hf ", f);
         put_data_path(f, r->init_hf);

@@ -101,6 +101,9 @@ typedef struct {
     float decay_frac;  /* WSD: fraction of steps spent decaying */
 } tr_schedule_desc;
 
+/* Storage precision on GPUs (the CPU backend always computes in fp32). */
+typedef enum { TR_PRECISION_BF16 = 0, TR_PRECISION_FP32 } tr_precision;
+
 typedef struct {
     long batch_tokens;  /* tokens per optimizer step (global) */
     int micro_batch;    /* sequences per forward/backward; 0 = auto */
@@ -113,6 +116,9 @@ typedef struct {
     int log_every;      /* progress line period in steps */
     int checkpoint_every; /* save a checkpoint every N steps (and at the end); 0 = never */
     int keep_checkpoints; /* newest checkpoints kept; older ones are deleted once a newer one is complete */
+    tr_precision precision; /* "bf16" (default) | "fp32" */
+    int recompute;          /* activation recomputation: 0 "none", 1 "selective", 2 "full" */
+    double peak_tflops;     /* the peak MFU divides by; 0 = the device table / measured sgemm */
 } tr_train_desc;
 
 typedef struct {

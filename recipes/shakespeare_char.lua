@@ -29,6 +29,6 @@ schedule { warmup = 50, decay = "cosine", min_lr = 0.1 * k.lr }
 train {
     batch_tokens = k.batch_tokens, micro_batch = "auto", steps = k.steps,
     eval_every = 200, eval_tokens = 65536, seed = 1337,
-    out = "runs/shakespeare_char", sample_tokens = 400,
+    out = "runs/shakespeare_char", sample_tokens = 400, checkpoint_every = 400,
 }
 parallel "auto"

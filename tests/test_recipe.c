@@ -197,8 +197,9 @@ static void test_llama(void)
     const tr_train_desc *t = &r.train;
     check(t->micro_batch == 0 && t->eval_every == 0 && t->eval_tokens == 0 && t->seed == 1337 &&
               t->sample_tokens == 200 && t->log_every == 10 && t->checkpoint_every == 0 &&
-              t->keep_checkpoints == 3 && r.init_hf[0] == 0,
-          "llama: train defaults (no checkpoints, keep 3, no init)");
+              t->keep_checkpoints == 3 && r.init_hf[0] == 0 &&
+              t->precision == TR_PRECISION_BF16 && t->recompute == 0 && t->peak_tflops == 0,
+          "llama: train defaults (no checkpoints, keep 3, no init, bf16, no recompute)");
     check(strcmp(t->out, "runs/llama-2") == 0, "llama: string and integer knobs in out (%s)",
           t->out);
     check(strcmp(r.data.text, "/nonexistent/corpus.txt") == 0 && feq(r.data.val_fraction, 0.1f),
@@ -399,7 +400,8 @@ static void test_round_trip(void)
                "schedule { warmup = 7, decay = \"wsd\", min_lr = 0, decay_frac = 1 }\n"
                "train { batch_tokens = 36, micro_batch = 3, steps = 2, eval_every = 1, eval_tokens = 5,\n"
                "  seed = 9007199254740993, out = \"x/y\", sample_tokens = 0, log_every = 1,\n"
-               "  checkpoint_every = 4, keep_checkpoints = 5 }\n"
+               "  checkpoint_every = 4, keep_checkpoints = 5, precision = \"fp32\",\n"
+               "  recompute = \"selective\", peak_tflops = 123.5 }\n"
                "parallel { dp = 1, tp = 2, pp = \"auto\", zero = 0 }\n",
                "/tmp", NULL, 0);
 }

@@ -28,5 +28,25 @@ awk -v l="$loss" -v v="$val" 'BEGIN { exit !(l < 2.45 && v != "" && v < 2.45) }'
 grep -q "layers = 2" "$tmp/run/recipe.lua" && echo "ok   the saved recipe records the knob override" ||
     { echo "FAIL knob override missing from recipe.lua"; fail=1; }
 [ -s "$tmp/run/sample.txt" ] && echo "ok   sample.txt written" || { echo "FAIL no sample"; fail=1; }
+# activation recomputation changes memory, not the numbers: identical losses, bitwise
+for level in selective full; do
+    r="$(dirname "$T")/e2e_recompute_$level.lua" # beside the binary: the corpus path still resolves
+    sed "s/sample_tokens = 400,/sample_tokens = 400, recompute = \"$level\",/" \
+        recipes/shakespeare_char.lua >"$r"
+    for x in none "$level"; do
+        src=recipes/shakespeare_char.lua
+        [ "$x" = none ] || src="$r"
+        "$T" run "$src" --set layers=2 --set width=64 --set seq=64 --steps 5 --eval-every 0 \
+            --sample-tokens 0 --peak-gflops 100 --out "$tmp/rc_$x" >/dev/null 2>&1 ||
+            { echo "FAIL recompute $x run"; fail=1; }
+    done
+    rm -f "$r"
+    if cmp -s <(grep -o '"loss": [0-9.]*' "$tmp/rc_none/metrics.jsonl") \
+        <(grep -o '"loss": [0-9.]*' "$tmp/rc_$level/metrics.jsonl"); then
+        echo "ok   recompute = \"$level\": the same losses as without"
+    else
+        echo "FAIL recompute = \"$level\" changed the losses"; fail=1
+    fi
+done
 [ $fail -eq 0 ] && echo "train_e2e: all passed" || echo "train_e2e: FAILED"
 exit $fail

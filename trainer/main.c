@@ -20,6 +20,8 @@ static void usage(FILE *f) {
             "  show RECIPE    print the model tree: parameters, FLOPs and memory per layer\n"
             "  export CKPT --format hf --out DIR\n"
             "                 write a checkpoint as a Hugging Face model folder\n"
+            "  sample CKPT [--prompt TEXT] [--tokens N]\n"
+            "                 generate text from a checkpoint (KV cache)\n"
             "  tokenize INPUT... --out DIR\n"
             "                 text, folders or JSONL to token shards (GPT-2 BPE or bytes)\n"
             "\n"
@@ -180,9 +182,10 @@ int main(int argc, char **argv) {
     int is_run = !strcmp(cmd, "run"), is_show = !strcmp(cmd, "show");
     if (!strcmp(cmd, "tokenize")) return tr_cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "export")) return tr_cmd_export(argc, argv);
+    if (!strcmp(cmd, "sample")) return tr_cmd_sample(argc, argv);
     if (!is_run && !is_show) {
         fprintf(stderr,
-                "trainer: unknown command '%s' (commands: run, show, tokenize, export; see trainer --help)\n",
+                "trainer: unknown command '%s' (commands: run, show, tokenize, export, sample; see trainer --help)\n",
                 cmd);
         return 2;
     }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/tokenizer.h"
+#include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
 typedef struct {
@@ -89,4 +91,155 @@ int tr_sample_tokens(tr_model *m, const int *prompt, int n_prompt, int n_new, fl
     free(scratch);
     tr_kv_cache_free(c);
     return 0;
+}
+
+/* ---- trainer sample ------------------------------------------------------------------- */
+
+static const char *sample_help =
+    "usage: trainer sample CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]\n"
+    "                           [--seed S] [--device auto|cpu|cuda]\n"
+    "\n"
+    "Generate text from a checkpoint (a step folder, or a run folder: its newest good\n"
+    "checkpoint), with the run's tokenizer and a KV cache (each new token costs one token's\n"
+    "forward; the prompt is not recomputed).\n"
+    "\n"
+    "  --prompt TEXT     text to continue (default: a new document, or a newline for bytes)\n"
+    "  --tokens N        tokens to generate (default 200)\n"
+    "  --temperature T   softmax temperature, 0 = greedy (default 1)\n"
+    "  --top-k K         sample among the K likeliest tokens, 0 = all (default 0)\n"
+    "  --seed S          random seed (default 1337): the same seed gives the same text\n";
+
+static int number_arg(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "trainer sample: %s needs a number in [%g, %g], got '%s'\n", flag, lo, hi,
+                s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int tr_cmd_sample(int argc, char **argv) {
+    const char *ckpt = NULL, *prompt = NULL;
+    double tokens = 200, temperature = 1, top_k = 0, seed = 1337;
+    tr_options o;
+    memset(&o, 0, sizeof(o));
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(sample_help, stdout);
+            return 0;
+        }
+        int known = !strcmp(a, "--prompt") || !strcmp(a, "--tokens") ||
+                    !strcmp(a, "--temperature") || !strcmp(a, "--top-k") ||
+                    !strcmp(a, "--seed") || !strcmp(a, "--device");
+        if (known && i + 1 >= argc) {
+            fprintf(stderr, "trainer sample: %s needs a value (see trainer sample --help)\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--prompt")) {
+            prompt = argv[++i];
+        } else if (!strcmp(a, "--device")) {
+            o.device = argv[++i];
+            if (strcmp(o.device, "auto") && strcmp(o.device, "cpu") && strcmp(o.device, "cuda")) {
+                fprintf(stderr, "trainer sample: --device must be auto, cpu or cuda, got '%s'\n",
+                        o.device);
+                return 2;
+            }
+        } else if (!strcmp(a, "--tokens")) {
+            if (number_arg(a, argv[++i], 1, 1e7, &tokens)) return 2;
+        } else if (!strcmp(a, "--temperature")) {
+            if (number_arg(a, argv[++i], 0, 100, &temperature)) return 2;
+        } else if (!strcmp(a, "--top-k")) {
+            if (number_arg(a, argv[++i], 0, 1e9, &top_k)) return 2;
+        } else if (!strcmp(a, "--seed")) {
+            if (number_arg(a, argv[++i], 0, 9e15, &seed)) return 2;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "trainer sample: unknown option '%s' (see trainer sample --help)\n", a);
+            return 2;
+        } else if (!ckpt) {
+            ckpt = a;
+        } else {
+            fprintf(stderr, "trainer sample: unexpected argument '%s' (one checkpoint only)\n", a);
+            return 2;
+        }
+    }
+    if (!ckpt) {
+        fprintf(stderr, "trainer sample: no checkpoint given (see trainer sample --help)\n");
+        return 2;
+    }
+    char err[1024], desc[512];
+    int status = 1;
+    tr_ckpt c;
+    if (tr_ckpt_open_arg(ckpt, &c, 0, stderr, err, sizeof(err))) {
+        fprintf(stderr, "trainer sample: %s\n", err);
+        return 1;
+    }
+    tr_recipe r;
+    char chunk[TR_PATH_MAX + 32];
+    snprintf(chunk, sizeof(chunk), "%s/manifest.yaml", c.dir);
+    if (tr_recipe_load_string(&r, c.recipe, chunk, ".", NULL, 0, err, sizeof(err))) {
+        fprintf(stderr, "trainer sample: the checkpoint's recipe: %s\n", err);
+        tr_ckpt_free(&c);
+        return 1;
+    }
+    tr_tokenizer *tok = NULL;
+    tr_model *m = NULL;
+    int *ids = NULL, *out = NULL;
+    double peak;
+    const tr_backend *be = tr_choose_backend(&o, &r, &peak, desc, sizeof(desc), err, sizeof(err));
+    const tr_data_desc *d = &r.data;
+    if (!be) {
+        fprintf(stderr, "trainer sample: %s\n", err);
+        goto done;
+    }
+    if (tr_tokenizer_open(&tok, d->tokenizer, d->encoder, d->merges, err, sizeof(err))) {
+        fprintf(stderr, "trainer sample: %s\n", err);
+        goto done;
+    }
+    if (tr_model_init(&m, &r.model, be, 1, r.model.seq_len, err, sizeof(err)) ||
+        tr_ckpt_apply(&c, m, err, sizeof(err))) {
+        fprintf(stderr, "trainer sample: %s\n", err);
+        goto done;
+    }
+    size_t plen = prompt ? strlen(prompt) : 0;
+    ids = malloc((plen + 1) * sizeof(int));
+    int n = prompt && plen ? (int)tr_tokenizer_encode(tok, prompt, plen, ids) : 0;
+    if (n == 0) { /* no prompt: a new document, or a newline for byte-level models */
+        ids[0] = tr_tokenizer_eot(tok);
+        n = ids[0] >= 0 ? 1 : (int)tr_tokenizer_encode(tok, "\n", 1, ids);
+    }
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= r.model.vocab) {
+            fprintf(stderr, "trainer sample: the prompt's token %d is outside the model's "
+                            "vocabulary of %d\n",
+                    ids[i], r.model.vocab);
+            goto done;
+        }
+    out = malloc((size_t)tokens * sizeof(int));
+    if (tr_sample_tokens(m, ids, n, (int)tokens, (float)temperature, (int)top_k,
+                         (unsigned long long)seed, out, err, sizeof(err))) {
+        fprintf(stderr, "trainer sample: %s\n", err);
+        goto done;
+    }
+    fprintf(stderr, "sampled %d tokens from %s (step %ld) on the %s backend\n", (int)tokens, c.dir,
+            c.step, be->name);
+    if (prompt) fputs(prompt, stdout);
+    for (int i = 0; i < (int)tokens; i++) {
+        size_t nb = 0;
+        const char *bytes = tr_tokenizer_token(tok, out[i], &nb);
+        if (bytes) fwrite(bytes, 1, nb, stdout);
+    }
+    fputc('\n', stdout);
+    status = 0;
+done:
+    free(ids);
+    free(out);
+    tr_model_free(m);
+    tr_tokenizer_free(tok);
+    tr_recipe_free(&r);
+    tr_ckpt_free(&c);
+    return status;
 }

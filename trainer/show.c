@@ -102,7 +102,7 @@ int tr_cmd_show(int argc, char **argv) {
     tr_cost c;
     tr_cost_model(d, T, &c);
     tr_memory mem;
-    tr_model_opts mo = {.B = micro, .T = T, .recompute = TR_RECOMPUTE_NONE};
+    tr_model_opts mo = {.B = micro, .T = T, .recompute = (tr_recompute)r.train.recompute};
     if (tr_model_measure(d, TR_DTYPE_F32, &mo, &mem, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         tr_recipe_free(&r);
@@ -119,8 +119,11 @@ int tr_cmd_show(int argc, char **argv) {
     printf("FLOPs per token  %s forward, %s training (matrix products; attention's causal "
            "half only; training = 3x forward)\n",
            b1, b2);
-    printf("micro-batch      %d x %d tokens%s, %d accumulation step(s) of %ld tokens\n", micro, T,
-           r.train.micro_batch ? "" : " (auto)", accum, r.train.batch_tokens);
+    static const char *const recompute[] = {"none", "selective", "full"};
+    printf("micro-batch      %d x %d tokens%s, %d accumulation step(s) of %ld tokens; "
+           "recompute %s\n",
+           micro, T, r.train.micro_batch ? "" : " (auto)", accum, r.train.batch_tokens,
+           recompute[r.train.recompute]);
     tr_fmt_bytes((double)mem.params, b1, sizeof(b1));
     tr_fmt_bytes((double)mem.grads, b2, sizeof(b2));
     tr_fmt_bytes((double)mem.optimizer, b3, sizeof(b3));

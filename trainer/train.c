@@ -163,7 +163,7 @@ int tr_cmd_run(int argc, char **argv) {
     double peak;
     char device_desc[512];
     const tr_backend *be =
-        tr_choose_backend(&o, &peak, device_desc, sizeof(device_desc), err, sizeof(err));
+        tr_choose_backend(&o, &r, &peak, device_desc, sizeof(device_desc), err, sizeof(err));
     if (!be) {
         fprintf(stderr, "trainer run: %s\n", err);
         goto done;
@@ -219,7 +219,8 @@ int tr_cmd_run(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
     }
-    if (tr_model_init(&s.model, &r.model, be, s.B, s.T, err, sizeof(err))) {
+    tr_model_opts mopts = {.B = s.B, .T = s.T, .recompute = (tr_recompute)r.train.recompute};
+    if (tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
     }

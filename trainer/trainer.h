@@ -30,6 +30,7 @@ int tr_parse_options(tr_options *opts, const char *cmd, int argc, char **argv, i
 int tr_cmd_run(int argc, char **argv);
 int tr_cmd_show(int argc, char **argv);
 int tr_cmd_tokenize(int argc, char **argv);
+int tr_cmd_sample(int argc, char **argv);
 
 /* Load the recipe named by opts and apply the command-line overrides; prints the error. */
 int tr_load_recipe(tr_recipe *r, const tr_options *opts, const char *cmd);
@@ -39,12 +40,13 @@ int tr_load_recipe(tr_recipe *r, const tr_options *opts, const char *cmd);
 int tr_resolve_micro_batch(const tr_recipe *r, int world, tr_dtype dtype, double budget,
                            int *micro, int *accum, char *err, size_t errlen);
 
-/* The backend for --device (auto: CUDA when a GPU is there, else the CPU) and --precision.
+/* The backend for --device (auto: CUDA when a GPU is there, else the CPU) and --precision
+ * (else the recipe's train.precision; r may be NULL).
  * Fills the peak rate MFU is measured against (FLOP/s; 0 = measure the CPU's sgemm) and a
  * one-line description of the choice. Returns NULL with a message when the choice is
  * impossible (--device cuda without a GPU). */
-const tr_backend *tr_choose_backend(const tr_options *o, double *peak, char *desc, size_t desclen,
-                                    char *err, size_t errlen);
+const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, double *peak,
+                                    char *desc, size_t desclen, char *err, size_t errlen);
 
 /* Sample n_new tokens after the prompt into out, with the KV cache (trainer/sample.c).
  * Temperature 0 is greedy; top_k 0 keeps the whole vocabulary. */

@@ -158,7 +158,8 @@ int tr_resolve_micro_batch(const tr_recipe *r, int world, tr_dtype dtype, double
     for (long b = per_rank; b >= 1; b--) {
         if (per_rank % b) continue;
         tr_memory mem;
-        tr_model_opts mo = {.B = (int)b, .T = r->model.seq_len, .recompute = TR_RECOMPUTE_NONE};
+        tr_model_opts mo = {.B = (int)b, .T = r->model.seq_len,
+                            .recompute = (tr_recompute)r->train.recompute};
         if (tr_model_measure(&r->model, dtype, &mo, &mem, err, errlen))
             return -1;
         if ((double)(mem.activations + mem.scratch) <= budget || b == 1) {
@@ -171,11 +172,16 @@ int tr_resolve_micro_batch(const tr_recipe *r, int world, tr_dtype dtype, double
     return -1;
 }
 
-const tr_backend *tr_choose_backend(const tr_options *o, double *peak, char *desc, size_t desclen,
-                                    char *err, size_t errlen) {
+const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, double *peak,
+                                    char *desc, size_t desclen, char *err, size_t errlen) {
     const char *dev = o->device ? o->device : "auto";
-    tr_dtype dtype = o->precision && !strcmp(o->precision, "fp32") ? TR_DTYPE_F32 : TR_DTYPE_BF16;
-    *peak = o->peak_gflops * 1e9;
+    tr_dtype dtype = TR_DTYPE_BF16;
+    if (o->precision)
+        dtype = !strcmp(o->precision, "fp32") ? TR_DTYPE_F32 : TR_DTYPE_BF16;
+    else if (r && r->train.precision == TR_PRECISION_FP32)
+        dtype = TR_DTYPE_F32;
+    *peak = o->peak_gflops > 0 ? o->peak_gflops * 1e9 : r ? r->train.peak_tflops * 1e12 : 0;
+    int given = *peak > 0;
     char why[256] = "";
     if (strcmp(dev, "cpu") != 0) {
         const tr_backend *be = tr_backend_cuda(dtype, why, sizeof(why));
@@ -185,7 +191,7 @@ const tr_backend *tr_choose_backend(const tr_options *o, double *peak, char *des
             if (*peak <= 0) *peak = table;
             snprintf(desc, desclen, "cuda (%s), %s storage, peak %.0f TFLOP/s (%s)", name,
                      dtype == TR_DTYPE_BF16 ? "bf16" : "fp32", *peak / 1e12,
-                     o->peak_gflops > 0 ? "given" : table > 0 ? "device table" : "unknown device");
+                     given ? "given" : table > 0 ? "device table" : "unknown device");
             return be;
         }
         if (!strcmp(dev, "cuda")) {
@@ -195,7 +201,7 @@ const tr_backend *tr_choose_backend(const tr_options *o, double *peak, char *des
     }
     if (*peak <= 0) *peak = tr_measure_peak_gflops() * 1e9;
     snprintf(desc, desclen, "cpu, fp32, peak %.1f GFLOP/s (%s)%s%s%s", *peak / 1e9,
-             o->peak_gflops > 0 ? "given" : "measured sgemm",
+             given ? "given" : "measured sgemm",
              o->precision && dtype == TR_DTYPE_BF16 ? "; --precision bf16 applies to CUDA only" : "",
              why[0] ? "; no GPU: " : "", why);
     return tr_backend_cpu();
