@@ -3,7 +3,8 @@
 # Usage: ./setup.sh [extra cmake options], e.g. ./setup.sh -DTR_WERROR=ON
 set -euo pipefail
 cd "$(dirname "$0")"
-pkgs="cmake make gcc pkg-config liblua5.4-dev libyaml-dev libopenblas-openmp-dev"
+pkgs="cmake make gcc pkg-config liblua5.4-dev libyaml-dev libopenblas-openmp-dev
+      openmpi-bin libopenmpi-dev"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -56,6 +56,11 @@ struct tr_model {
     size_t width_scratch; /* widest per-token scratch (floats) for attention/MLP backward */
     int max_depth;
     int last_branch_end; /* the last top-level RES_END: its branch is intact at backward */
+    size_t n_pad;        /* slab elements, padded to a multiple of the shard count */
+    size_t opt_lo, opt_hi; /* this process's optimizer shard of the slab */
+    int *ready_op;       /* per parameter: the op after whose backward its gradient is final */
+    tr_grad_hook hook;
+    void *hook_ctx;
     int n_attention;
     size_t head_rows; /* rows of logits computed at once */
     int head_param;   /* parameter index of the head's weight (embedding's when tied) */
@@ -331,6 +336,18 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     if (rows < 1) rows = 1;
     if (rows > b.N) rows = b.N;
     m->head_rows = rows;
+    /* the slab splits into `shards` equal ranges (ZeRO); padding is never read as a tensor */
+    size_t shards = o->shards > 1 ? (size_t)o->shards : 1, unit = 16 * shards;
+    m->n_pad = (m->n_floats + unit - 1) / unit * unit;
+    size_t per = m->n_pad / shards, shard = o->shards > 1 ? (size_t)o->shard : 0;
+    m->opt_lo = shard * per;
+    m->opt_hi = m->opt_lo + per;
+    /* a gradient is final after the backward of the first op (in forward order) using it */
+    m->ready_op = malloc((size_t)(m->n_params ? m->n_params : 1) * sizeof(int));
+    for (int i = 0; i < m->n_params; i++) m->ready_op[i] = m->n_ops;
+    for (int i = m->n_ops - 1; i >= 0; i--)
+        for (int k = 0; k < 4; k++)
+            if (m->ops[i].p[k] >= 0) m->ready_op[m->ops[i].p[k]] = i;
     return 0;
 }
 
@@ -340,9 +357,9 @@ static tr_memory memory_of(const tr_model *m) {
     tr_memory mem;
     /* storage-dtype weights and gradients; fp32 master weights (unless the storage is fp32)
        and AdamW m, v */
-    mem.params = m->n_floats * (es == F ? es : es + F);
-    mem.grads = m->n_floats * es;
-    mem.optimizer = 2 * m->n_floats * F;
+    mem.params = m->n_pad * (es == F ? es : es + F);
+    mem.grads = m->n_pad * es;
+    mem.optimizer = 2 * (m->opt_hi - m->opt_lo) * F;
     mem.activations =
         (m->act_floats + m->tact_floats) * es + (m->stat_floats + m->tstat_floats) * F;
     mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->desc.vocab +
@@ -361,6 +378,7 @@ int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, const tr_model_o
     if (rc == 0) *mem = memory_of(&m);
     free(m.ops);
     free(m.params);
+    free(m.ready_op);
     return rc;
 }
 
@@ -387,11 +405,11 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     }
     size_t N = (size_t)B * (size_t)T, C = (size_t)desc->dim, F = sizeof(float), es = m->es;
     int ng = 2 * (m->max_depth + 1);
-    m->param = be->alloc(m->n_floats * es);
-    m->master = be->dtype == TR_DTYPE_F32 ? m->param : be->alloc(m->n_floats * F);
-    m->grad = be->alloc(m->n_floats * es);
-    m->adam_m = be->alloc(m->n_floats * F);
-    m->adam_v = be->alloc(m->n_floats * F);
+    m->param = be->alloc(m->n_pad * es);
+    m->master = be->dtype == TR_DTYPE_F32 ? m->param : be->alloc(m->n_pad * F);
+    m->grad = be->alloc(m->n_pad * es);
+    m->adam_m = be->alloc((m->opt_hi - m->opt_lo) * F);
+    m->adam_v = be->alloc((m->opt_hi - m->opt_lo) * F);
     m->act = be->alloc(m->act_floats * es);
     m->stats = be->alloc(m->stat_floats * F);
     m->tact = be->alloc((m->tact_floats ? m->tact_floats : 16) * es);
@@ -449,6 +467,7 @@ void tr_model_free(tr_model *m) {
     free(m->host_losses);
     free(m->ops);
     free(m->params);
+    free(m->ready_op);
     free(m);
 }
 
@@ -493,13 +512,14 @@ void tr_model_get_grad(const tr_model *m, int i, float *host) {
 
 void tr_model_get_state(const tr_model *m, int i, tr_state_kind k, float *host) {
     const tr_param *p = &m->params[i];
-    const float *src = (k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + p->offset;
+    /* checkpoints use these without optimizer sharding: the tensor is inside the shard */
+    const float *src = (k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + (p->offset - m->opt_lo);
     m->be->download(host, src, p->numel * sizeof(float));
 }
 
 void tr_model_set_state(tr_model *m, int i, tr_state_kind k, const float *host) {
     const tr_param *p = &m->params[i];
-    float *dst = (k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + p->offset;
+    float *dst = (k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + (p->offset - m->opt_lo);
     m->be->upload(dst, host, p->numel * sizeof(float));
 }
 
@@ -548,9 +568,9 @@ void tr_model_init_params(tr_model *m, unsigned long long seed) {
         tr_model_set_param(m, i, host);
     }
     free(host);
-    m->be->zero(m->grad, m->n_floats * m->es);
-    m->be->zero(m->adam_m, m->n_floats * sizeof(float));
-    m->be->zero(m->adam_v, m->n_floats * sizeof(float));
+    m->be->zero(m->grad, m->n_pad * m->es);
+    m->be->zero(m->adam_m, (m->opt_hi - m->opt_lo) * sizeof(float));
+    m->be->zero(m->adam_v, (m->opt_hi - m->opt_lo) * sizeof(float));
     m->adam_t = 0;
 }
 
@@ -748,16 +768,19 @@ void tr_model_backward(tr_model *m) {
             be->embedding_backward(G(m, op->p[0]), g, m->tokens, N, C);
             break;
         }
+        if (m->hook)
+            for (int k = 0; k < 4; k++)
+                if (op->p[k] >= 0 && m->ready_op[op->p[k]] == i) m->hook(m->hook_ctx, op->p[k]);
     }
 }
 
 void tr_model_zero_grad(tr_model *m) {
-    m->be->zero(m->grad, m->n_floats * m->es);
+    m->be->zero(m->grad, m->n_pad * m->es);
 }
 
 double tr_model_grad_norm(tr_model *m) {
     /* padding between tensors is never written, so the whole slab can be summed at once */
-    return sqrt(m->be->sumsq(m->grad, m->n_floats));
+    return sqrt(m->be->sumsq(m->grad, m->n_pad));
 }
 
 void tr_model_adamw_step(tr_model *m, const tr_adamw *o) {
@@ -766,12 +789,33 @@ void tr_model_adamw_step(tr_model *m, const tr_adamw *o) {
     float bc2 = (float)(1.0 - pow((double)o->beta2, (double)m->adam_t));
     for (int i = 0; i < m->n_params; i++) {
         const tr_param *p = &m->params[i];
-        size_t off = p->offset;
-        m->be->adamw(m->master + off, tr_buf_at(m->be, m->param, off),
-                     tr_buf_at(m->be, m->grad, off), m->adam_m + off, m->adam_v + off, p->numel,
-                     o->lr, o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, bc1, bc2,
+        /* the part of this tensor inside the optimizer shard */
+        size_t lo = p->offset > m->opt_lo ? p->offset : m->opt_lo;
+        size_t hi = p->offset + p->numel < m->opt_hi ? p->offset + p->numel : m->opt_hi;
+        if (lo >= hi) continue;
+        m->be->adamw(m->master + lo, tr_buf_at(m->be, m->param, lo), tr_buf_at(m->be, m->grad, lo),
+                     m->adam_m + (lo - m->opt_lo), m->adam_v + (lo - m->opt_lo), hi - lo, o->lr,
+                     o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, bc1, bc2,
                      o->grad_scale);
     }
+}
+
+size_t tr_model_slab_elements(const tr_model *m) {
+    return m->n_pad;
+}
+tr_buf *tr_model_param_slab(tr_model *m) {
+    return m->param;
+}
+tr_buf *tr_model_grad_slab(tr_model *m) {
+    return m->grad;
+}
+void tr_model_optim_range(const tr_model *m, size_t *lo, size_t *hi) {
+    *lo = m->opt_lo;
+    *hi = m->opt_hi;
+}
+void tr_model_set_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx) {
+    m->hook = fn;
+    m->hook_ctx = ctx;
 }
 
 void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *logits) {

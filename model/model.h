@@ -65,6 +65,9 @@ typedef enum { TR_RECOMPUTE_NONE = 0, TR_RECOMPUTE_SELECTIVE, TR_RECOMPUTE_FULL 
 typedef struct {
     int B, T; /* the largest micro-batch: B sequences of T tokens */
     tr_recompute recompute;
+    /* ZeRO-1: this process keeps the AdamW state of, and updates, only shard `shard` of
+     * `shards` equal ranges of the (padded) parameter slab; shards <= 1: all of it. */
+    int shards, shard;
 } tr_model_opts;
 
 /* Build a model for micro-batches of at most B sequences of at most T tokens (T <= seq_len).
@@ -138,8 +141,23 @@ typedef struct {
     float grad_scale; /* multiplies every gradient first (gradient clipping) */
 } tr_adamw;
 
-/* One AdamW step over every parameter (weight decay on matrices only). */
+/* One AdamW step over every parameter of this process's optimizer shard (all of them without
+ * sharding); weight decay on matrices only. */
 void tr_model_adamw_step(tr_model *m, const tr_adamw *opt);
+
+/* ---- for the parallel runtime (parallel/) ------------------------------------------------
+ * The parameter and gradient slabs hold every tensor back to back (tr_param.offset), padded
+ * to tr_model_slab_elements, a multiple of the shard count, so they split into equal shards. */
+size_t tr_model_slab_elements(const tr_model *m);
+tr_buf *tr_model_param_slab(tr_model *m);
+tr_buf *tr_model_grad_slab(tr_model *m);
+/* The element range [lo, hi) of the slab whose optimizer state this process holds. */
+void tr_model_optim_range(const tr_model *m, size_t *lo, size_t *hi);
+/* Called during tr_model_backward as soon as parameter tensor i's gradient is final for this
+ * backward (no later op adds to it), so its reduction can start while the backward goes on.
+ * Tensors become ready in decreasing index order, except a tied embedding, ready last. */
+typedef void (*tr_grad_hook)(void *ctx, int param);
+void tr_model_set_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx);
 
 const tr_model_desc *tr_model_desc_of(const tr_model *m);
 const tr_backend *tr_model_backend(const tr_model *m);

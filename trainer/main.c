@@ -34,9 +34,11 @@ static const char *run_help =
     "usage: trainer run RECIPE [--set NAME=VALUE]... [--steps N] [--out DIR]\n"
     "                          [--micro-batch B] [--eval-every N] [--sample-tokens N]\n"
     "                          [--device auto|cpu|cuda] [--precision bf16|fp32]\n"
-    "                          [--peak-gflops X] [--resume]\n"
+    "                          [--peak-gflops X] [--resume] [--timeout SECONDS]\n"
+    "       mpirun -np N trainer run RECIPE ...   (data parallel over N processes)\n"
     "\n"
-    "Train the model RECIPE declares.\n"
+    "Train the model RECIPE declares. Under mpirun or srun every process trains on its slice\n"
+    "of each global batch (parallel { dp, zero } in the recipe; rank 0 writes the output).\n"
     "\n"
     "  --set NAME=VALUE  override one of the recipe's knobs (repeatable); an unknown NAME\n"
     "                    lists the knobs the recipe declares\n"
@@ -51,17 +53,20 @@ static const char *run_help =
     "                    recipe must match it in model, data, optimizer and batch)\n"
     "  --peak-gflops X   the machine's peak for MFU (default: the GPU's dense bf16 rate from\n"
     "                    a table of devices, or the CPU's measured sgemm rate)\n"
+    "  --timeout S       seconds any collective may take before every rank exits naming the\n"
+    "                    operation (default 300)\n"
     "\n"
     "Writes DIR/recipe.lua (the fully resolved recipe), DIR/metrics.jsonl (one JSON object\n"
     "per step: step, loss, lr, grad_norm, tokens_per_s, gflops, mfu; val_loss on eval steps)\n"
     "and DIR/sample.txt (text sampled from the trained model).\n";
 
 static const char *show_help =
-    "usage: trainer show RECIPE [--set NAME=VALUE]... [--micro-batch B]\n"
+    "usage: trainer show RECIPE [--set NAME=VALUE]... [--micro-batch B] [--dp N] [--zero S]\n"
     "\n"
     "Print the model tree with the parameters, forward FLOPs per token and activation memory\n"
-    "per token of every component, and the memory one training process needs. Runs no\n"
-    "training; a bad recipe is reported exactly as `trainer run` would.\n";
+    "per token of every component, and the memory each training process needs with N data\n"
+    "parallel ranks at ZeRO stage S (default: the recipe's, else 1 rank). Runs no training;\n"
+    "a bad recipe is reported exactly as `trainer run` would.\n";
 
 static int need_value(const char *cmd, const char *flag, int i, int argc) {
     if (i + 1 >= argc) {
@@ -85,7 +90,7 @@ static int parse_int(const char *cmd, const char *flag, const char *s, int min, 
 
 int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int first) {
     memset(o, 0, sizeof(*o));
-    o->eval_every = o->sample_tokens = -1;
+    o->eval_every = o->sample_tokens = o->dp = o->zero = -1;
     char err[256];
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -135,6 +140,24 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
                 o->precision = v;
         } else if (!strcmp(a, "--resume")) {
             o->resume = 1;
+        } else if (!strcmp(a, "--timeout")) {
+            if (need_value(cmd, a, i, argc)) return -1;
+            char *end;
+            o->timeout = strtod(argv[++i], &end);
+            if (*end != '\0' || !(o->timeout > 0)) {
+                fprintf(stderr, "trainer %s: --timeout needs a positive number of seconds, got "
+                        "'%s'\n", cmd, argv[i]);
+                return -1;
+            }
+        } else if (!strcmp(a, "--dp")) {
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, &o->dp)) return -1;
+        } else if (!strcmp(a, "--zero")) {
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->zero))
+                return -1;
+            if (o->zero > 3) {
+                fprintf(stderr, "trainer %s: --zero must be 0, 1, 2 or 3, got %d\n", cmd, o->zero);
+                return -1;
+            }
         } else if (!strcmp(a, "--out")) {
             if (need_value(cmd, a, i, argc)) return -1;
             o->out = argv[++i];

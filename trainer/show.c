@@ -91,7 +91,14 @@ int tr_cmd_show(int argc, char **argv) {
     const tr_model_desc *d = &r.model;
     int T = d->seq_len, micro, accum;
     char err[512];
-    if (tr_resolve_micro_batch(&r, 1, TR_DTYPE_F32, 0, &micro, &accum, err, sizeof(err))) {
+    int ranks = o.dp > 0 ? o.dp : r.parallel.dp > 0 ? r.parallel.dp : 1;
+    int zero = o.zero >= 0 ? o.zero : r.parallel.zero > 0 ? r.parallel.zero : 0;
+    if (zero > 1) {
+        fprintf(stderr, "trainer show: ZeRO stage %d is not implemented yet (0 or 1)\n", zero);
+        tr_recipe_free(&r);
+        return 1;
+    }
+    if (tr_resolve_micro_batch(&r, ranks, TR_DTYPE_F32, 0, &micro, &accum, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         tr_recipe_free(&r);
         return 1;
@@ -102,7 +109,8 @@ int tr_cmd_show(int argc, char **argv) {
     tr_cost c;
     tr_cost_model(d, T, &c);
     tr_memory mem;
-    tr_model_opts mo = {.B = micro, .T = T, .recompute = (tr_recompute)r.train.recompute};
+    tr_model_opts mo = {.B = micro, .T = T, .recompute = (tr_recompute)r.train.recompute,
+                        .shards = zero >= 1 ? ranks : 1, .shard = 0};
     if (tr_model_measure(d, TR_DTYPE_F32, &mo, &mem, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         tr_recipe_free(&r);
@@ -131,9 +139,10 @@ int tr_cmd_show(int argc, char **argv) {
     tr_fmt_bytes((double)mem.scratch, b5, sizeof(b5));
     tr_fmt_bytes((double)(mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch),
                  b6, sizeof(b6));
-    printf("memory (fp32)    parameters %s, gradients %s, AdamW state %s,\n"
+    printf("memory (fp32)    per process with %d data-parallel rank(s) at ZeRO-%d:\n"
+           "                 parameters %s, gradients %s, AdamW state %s,\n"
            "                 activations %s, scratch %s: %s in all\n",
-           b1, b2, b3, b4, b5, b6);
+           ranks, zero, b1, b2, b3, b4, b5, b6);
     tr_recipe_free(&r);
     return 0;
 }

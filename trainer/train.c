@@ -10,6 +10,8 @@
 
 #include "data/corpus.h"
 #include "data/loader.h"
+#include "parallel/comm.h"
+#include "parallel/dp.h"
 #include "data/tokenizer.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
@@ -50,8 +52,9 @@ typedef struct {
 
 /* Mean loss over the first eval_tokens of the validation split (the same batches every time);
  * NAN when there are no validation data, -1 with a message on bad data. */
-static int evaluate(run_state *s, double *loss) {
-    long want = s->r->train.eval_tokens / ((long)s->B * s->T);
+static int evaluate(run_state *s, tr_dp *dp, int nranks, double *loss) {
+    /* eval_tokens is global: every rank evaluates its own slice of the same batches */
+    long want = s->r->train.eval_tokens / ((long)s->B * s->T * nranks);
     long have = tr_loader_val_batches(s->loader);
     if (want < 1) want = 1;
     if (want > have) want = have;
@@ -60,7 +63,8 @@ static int evaluate(run_state *s, double *loss) {
         if (tr_loader_val_batch(s->loader, i, s->inputs, s->targets) < 0) return -1;
         sum += tr_model_forward(s->model, s->inputs, s->targets, s->B, s->T, 0);
     }
-    *loss = want > 0 ? sum / (double)want : NAN;
+    sum = tr_dp_sum(dp, sum);
+    *loss = want > 0 ? sum / (double)(want * nranks) : NAN;
     return 0;
 }
 
@@ -147,18 +151,78 @@ static int resume_from(run_state *s, const tr_recipe *r, int *start, char *err, 
     return rc;
 }
 
+/* Every rank must train the same recipe on the same data: compare the SHA-256 of the resolved
+ * recipe with rank 0's. Returns -1 (after one line from each rank that differs) otherwise. */
+static int ranks_agree(tr_comm *world, const tr_recipe *r, char *err, size_t errlen) {
+    if (tr_comm_size(world) <= 1) return 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    tr_recipe_write_lua(r, f);
+    fclose(f);
+    char mine[65], root[65];
+    tr_sha256_hex(text, len, mine);
+    free(text);
+    memcpy(root, mine, sizeof(root));
+    tr_comm_broadcast(world, root, 64, TR_COMM_BYTE, 0);
+    int differs = memcmp(root, mine, 64) != 0;
+    if (differs)
+        fprintf(stderr, "trainer: rank %d: the resolved recipe differs from rank 0's (sha256 "
+                "%.12s vs %.12s): every rank must run the same recipe, knobs and files\n",
+                tr_comm_rank(world), mine, root);
+    long long n = differs;
+    tr_comm_all_reduce(world, &n, 1, TR_COMM_I64);
+    if (n) {
+        snprintf(err, errlen, "%lld rank(s) run another recipe than rank 0", n);
+        return -1;
+    }
+    return 0;
+}
+
 int tr_cmd_run(int argc, char **argv) {
     tr_options o;
     int rc = tr_parse_options(&o, "run", argc, argv, 2);
     if (rc) return rc < 0 ? 2 : 0;
-    tr_recipe r;
-    if (tr_load_recipe(&r, &o, "run")) return 1;
     char err[1024];
+    tr_comm *world = NULL;
+    if (tr_comm_init(&world, &argc, &argv, o.timeout, err, sizeof(err))) {
+        fprintf(stderr, "trainer run: %s\n", err);
+        return 1;
+    }
+    int rank = tr_comm_rank(world), nranks = tr_comm_size(world);
+    if (rank > 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 owns progress and output */
+        fprintf(stderr, "trainer: rank %d: cannot silence stdout\n", rank);
+    tr_recipe r;
+    if (tr_load_recipe(&r, &o, "run")) {
+        tr_comm_free(world);
+        return 1;
+    }
     int status = 1;
     run_state s = {.r = &r};
     FILE *metrics = NULL;
     tr_ckpt_writer *ckw = NULL;
+    tr_dp *dp = NULL;
     const char *out = r.train.out;
+    const tr_parallel_desc *par = &r.parallel;
+    int zero = par->zero < 0 ? 0 : par->zero;
+    if ((par->dp > 0 && par->dp != nranks) || par->tp > 1 || par->pp > 1) {
+        if (rank == 0)
+            fprintf(stderr, "%s: parallel { dp = %d, tp = %d, pp = %d } does not fit %d process(es)"
+                    "%s\n", r.path, par->dp, par->tp, par->pp, nranks,
+                    par->tp > 1 || par->pp > 1 ? " (tensor and pipeline parallelism are not "
+                                                 "implemented yet)" : "");
+        goto done;
+    }
+    if (ranks_agree(world, &r, err, sizeof(err))) {
+        if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
+        goto done;
+    }
+    if (nranks > 1 && zero >= 1 && r.train.checkpoint_every > 0) {
+        if (rank == 0)
+            fprintf(stderr, "%s: checkpoints of ZeRO-%d runs are not implemented yet (set "
+                    "checkpoint_every = 0, or zero = 0)\n", r.path, zero);
+        goto done;
+    }
 
     double peak;
     char device_desc[512];
@@ -169,7 +233,7 @@ int tr_cmd_run(int argc, char **argv) {
         goto done;
     }
     int micro, accum;
-    if (tr_resolve_micro_batch(&r, 1, be->dtype, 0, &micro, &accum, err, sizeof(err))) {
+    if (tr_resolve_micro_batch(&r, nranks, be->dtype, 0, &micro, &accum, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
     }
@@ -180,11 +244,12 @@ int tr_cmd_run(int argc, char **argv) {
     s.B = micro;
     s.T = r.model.seq_len;
 
+    char path[TR_PATH_MAX + 32];
+    if (rank == 0) {
     if (tr_mkdirs(out, err, sizeof(err))) {
         fprintf(stderr, "trainer run: %s\n", err);
         goto done;
     }
-    char path[TR_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/recipe.lua", out);
     FILE *rf = fopen(path, "w");
     if (!rf || tr_recipe_write_lua(&r, rf)) {
@@ -198,6 +263,7 @@ int tr_cmd_run(int argc, char **argv) {
     if (!metrics) {
         fprintf(stderr, "trainer run: cannot write '%s'\n", path);
         goto done;
+    }
     }
 
     if (r.data.text[0] && r.data.tokenizer != TR_TOKENIZER_BYTE) {
@@ -214,13 +280,15 @@ int tr_cmd_run(int argc, char **argv) {
                    r.data.text, r.data.tokenizer == TR_TOKENIZER_GPT2 ? "gpt2" : "byte", dir,
                    tr_now() - t0);
     }
-    if (tr_loader_open(&s.loader, &r.data, r.model.vocab, 0, 1, s.B, s.T, r.train.seed, err,
-                       sizeof(err))) {
+    if (tr_loader_open(&s.loader, &r.data, r.model.vocab, rank, nranks, s.B, s.T, r.train.seed,
+                       err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
     }
-    tr_model_opts mopts = {.B = s.B, .T = s.T, .recompute = (tr_recompute)r.train.recompute};
-    if (tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err))) {
+    tr_model_opts mopts = {.B = s.B, .T = s.T, .recompute = (tr_recompute)r.train.recompute,
+                           .shards = zero >= 1 ? nranks : 1, .shard = rank};
+    if (tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err)) ||
+        tr_dp_init(&dp, s.model, world, zero, 0, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
     }
@@ -238,7 +306,7 @@ int tr_cmd_run(int argc, char **argv) {
         }
         printf("initialized from the Hugging Face model in %s\n", r.init_hf);
     }
-    if (r.train.checkpoint_every > 0) {
+    if (r.train.checkpoint_every > 0 && rank == 0) { /* ZeRO-0: rank 0 holds the whole state */
         const char *sync = getenv("TR_CKPT_SYNC"); /* benchmarks: the synchronous baseline */
         tr_ckpt_opts co = {.out = out, .keep = r.train.keep_checkpoints, .rank = 0, .world = 1,
                            .sync = sync && *sync && strcmp(sync, "0"),
@@ -264,17 +332,38 @@ int tr_cmd_run(int argc, char **argv) {
                np, ft, tt, vt, device_desc);
         printf("training %d steps of %ld tokens, micro-batch %d x %d, output in %s/\n",
                r.train.steps, r.train.batch_tokens, s.B, s.T, out);
+        tr_memory mem = tr_model_memory(s.model);
+        char b1[32], b2[32], b3[32], b4[32];
+        tr_fmt_bytes((double)mem.params, b1, sizeof(b1));
+        tr_fmt_bytes((double)mem.grads, b2, sizeof(b2));
+        tr_fmt_bytes((double)mem.optimizer, b3, sizeof(b3));
+        tr_fmt_bytes((double)(mem.activations + mem.scratch), b4, sizeof(b4));
+        printf("%d process(es) (%s), data parallel, ZeRO-%d | memory per process: parameters %s, "
+               "gradients %s, optimizer state %s, activations and scratch %s\n",
+               nranks, tr_comm_transport(), zero, b1, b2, b3, b4);
+        /* the same figures, for tools: what this process allocated, by kind */
+        snprintf(path, sizeof(path), "%s/memory.json", out);
+        FILE *mf = rank == 0 ? fopen(path, "w") : NULL;
+        if (mf) {
+            fprintf(mf, "{\"ranks\": %d, \"zero\": %d, \"params\": %zu, \"grads\": %zu, "
+                    "\"optimizer\": %zu, \"activations\": %zu, \"scratch\": %zu}\n",
+                    nranks, zero, mem.params, mem.grads, mem.optimizer, mem.activations,
+                    mem.scratch);
+            fclose(mf);
+        }
     }
 
     int tty = isatty(STDOUT_FILENO);
     double t_start = tr_now(), t_train = 0, best_val = INFINITY;
-    long tokens_step = (long)s.B * s.T * accum;
+    long tokens_step = (long)s.B * s.T * accum * nranks;
     tr_adamw opt = {.beta1 = r.optim.beta1,
                     .beta2 = r.optim.beta2,
                     .eps = r.optim.eps,
                     .weight_decay = r.optim.weight_decay};
     const char *kill_env = getenv("TR_FAULT_KILL_AFTER_STEP"); /* tests: die right after a save */
     long kill_step = kill_env && *kill_env ? atol(kill_env) : -1;
+    const char *kill_rank = getenv("TR_FAULT_KILL_RANK"); /* tests: only this rank dies */
+    if (kill_rank && *kill_rank && atoi(kill_rank) != rank) kill_step = -1;
     for (int step = start_step; step < r.train.steps; step++) {
         if (step == kill_step && step > start_step) {
             tr_ckpt_wait(ckw, err, sizeof(err));
@@ -290,10 +379,14 @@ int tr_cmd_run(int argc, char **argv) {
                 fprintf(stderr, "%s%s: %s\n", tty ? "\n" : "", r.path, tr_loader_error(s.loader));
                 goto done;
             }
-            loss += tr_model_forward(s.model, s.inputs, s.targets, s.B, s.T, 1.0f / (float)accum);
+            /* the mean over the global batch: every rank's share is 1/(accum * ranks) */
+            loss += tr_model_forward(s.model, s.inputs, s.targets, s.B, s.T,
+                                     1.0f / (float)(accum * nranks));
+            if (a == accum - 1) tr_dp_arm(dp); /* reduce buckets during the last backward */
             tr_model_backward(s.model);
         }
-        loss /= accum;
+        tr_dp_sync_grads(dp);
+        loss = tr_dp_sum(dp, loss / accum) / nranks;
         double norm = tr_model_grad_norm(s.model);
         if (!isfinite(loss) || !isfinite(norm)) {
             fprintf(stderr, "\n%s: step %d: loss is %g and gradient norm %g: training diverged "
@@ -306,11 +399,11 @@ int tr_cmd_run(int argc, char **argv) {
         if (r.optim.grad_clip > 0 && norm > r.optim.grad_clip)
             opt.grad_scale = (float)(r.optim.grad_clip / (norm + 1e-6));
         tr_ckpt_fence(ckw); /* the checkpoint's copy of the state must be taken first */
-        tr_model_adamw_step(s.model, &opt);
+        tr_dp_step(dp, &opt);
         double dt = tr_now() - t0;
         t_train += dt;
         double tps = (double)tokens_step / dt, gflops = flops_tok * tps / 1e9;
-        double mfu = gflops / peak;
+        double mfu = gflops / (peak * nranks); /* every rank brings its own peak */
 
         int last = step + 1 == r.train.steps;
         if (ckw && ((step + 1) % r.train.checkpoint_every == 0 || last)) {
@@ -320,20 +413,24 @@ int tr_cmd_run(int argc, char **argv) {
         int do_eval = r.train.eval_every > 0 && ((step + 1) % r.train.eval_every == 0 || last);
         double val = NAN;
         if (do_eval) {
-            if (evaluate(&s, &val)) {
+            if (evaluate(&s, dp, nranks, &val)) {
                 fprintf(stderr, "%s%s: %s\n", tty ? "\n" : "", r.path, tr_loader_error(s.loader));
                 goto done;
             }
             if (val < best_val) best_val = val;
             do_eval = isfinite(val); /* no validation data: nothing to report */
         }
-        fprintf(metrics,
-                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-                "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"mfu\": %.4f",
-                step + 1, loss, lr, norm, tps, gflops, mfu);
-        if (do_eval) fprintf(metrics, ", \"val_loss\": %.6f", val);
-        fprintf(metrics, "}\n");
-        fflush(metrics);
+        if (metrics) {
+            fprintf(metrics,
+                    "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+                    "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"mfu\": %.4f",
+                    step + 1, loss, lr, norm, tps, gflops, mfu);
+            if (nranks > 1)
+                fprintf(metrics, ", \"comm_hidden\": %.4f", tr_dp_hidden_fraction(dp));
+            if (do_eval) fprintf(metrics, ", \"val_loss\": %.6f", val);
+            fprintf(metrics, "}\n");
+            fflush(metrics);
+        }
 
         /* progress: rolling figures since the start (after the first, warm-up step) */
         int show = tty || (step + 1) % r.train.log_every == 0 || step == 0 || last || do_eval;
@@ -347,7 +444,7 @@ int tr_cmd_run(int argc, char **argv) {
                    "ETA %s",
                    tty ? "\r\033[K" : "", (int)snprintf(NULL, 0, "%d", r.train.steps), step + 1,
                    r.train.steps, loss, lr, tk, flops_tok * avg_tps / 1e9,
-                   100.0 * flops_tok * avg_tps / 1e9 / peak, eta);
+                   100.0 * flops_tok * avg_tps / 1e9 / (peak * nranks), eta);
             if (do_eval) printf(" | val_loss %.4f", val);
             if (!tty || (step + 1) % r.train.log_every == 0 || last || do_eval) printf("\n");
             fflush(stdout);
@@ -375,7 +472,27 @@ int tr_cmd_run(int argc, char **argv) {
             goto done;
         }
     }
-    write_sample(&s, out);
+    if (nranks > 1) {
+        tr_dp_stats ds = tr_dp_get_stats(dp);
+        printf("data parallel: %ld all-reduces over %ld steps; %.0f%% of the gradient "
+               "communication hidden behind the backward (%.3f s exposed of %.3f s)%s\n",
+               ds.buckets, ds.steps, 100.0 * tr_dp_hidden_fraction(dp), ds.exposed_s, ds.span_s,
+               zero ? "" : "");
+        if (zero) printf("ZeRO-1 parameter all-gathers: %.3f s\n", ds.gather_s);
+    }
+    if (rank == 0) write_sample(&s, out);
+    const char *dump = getenv("TR_DUMP_PARAMS"); /* tests: the final parameters, raw fp32 */
+    if (dump && *dump && rank == 0) {
+        FILE *df = fopen(dump, "wb");
+        for (int i = 0; df && i < tr_model_num_params(s.model); i++) {
+            const tr_param *p = tr_model_param(s.model, i);
+            float *host = malloc(p->numel * sizeof(float));
+            tr_model_get_param(s.model, i, host);
+            fwrite(host, sizeof(float), p->numel, df);
+            free(host);
+        }
+        if (df) fclose(df);
+    }
     status = 0;
 done:
     tr_ckpt_writer_free(ckw); /* before the model: the writer reads it */
@@ -384,6 +501,8 @@ done:
     free(s.targets);
     tr_model_free(s.model);
     tr_loader_free(s.loader);
+    tr_dp_free(dp);
     tr_recipe_free(&r);
+    tr_comm_free(world);
     return status;
 }

@@ -18,6 +18,8 @@ typedef struct {
     double peak_gflops; /* --peak-gflops, 0 = measure */
     int eval_every;     /* --eval-every, -1 = the recipe's */
     const char *device; /* --device auto|cpu|cuda, NULL = auto */
+    double timeout;     /* --timeout: seconds any collective may take (0 = 300) */
+    int dp, zero;       /* show --dp N --zero S (-1 = the recipe's) */
     const char *precision; /* --precision bf16|fp32, NULL = the device's default */
     int sample_tokens;  /* --sample-tokens, -1 = the recipe's */
     int resume;         /* --resume: continue from the newest good checkpoint in the output folder */

@@ -1,0 +1,69 @@
+/* Process groups and collectives. One interface, several transports: MPI on host memory
+ * today (parallel/comm_mpi.c), NCCL on device memory later. A process started without
+ * mpirun (or a build without MPI) is a world of one, where every collective is a copy.
+ *
+ * Every operation has a deadline (the timeout given at init): a collective that does not
+ * complete in time, or a peer that died, makes this process print one line naming its rank,
+ * the operation, the group and how long it waited, and abort the whole job, so that no rank
+ * hangs forever. Library code does not exit otherwise: errors come back as -1 with a message. */
+#ifndef TR_COMM_H
+#define TR_COMM_H
+
+#include <stddef.h>
+
+typedef struct tr_comm tr_comm;         /* a group of processes */
+typedef struct tr_comm_req tr_comm_req; /* an operation in flight */
+
+typedef enum { TR_COMM_F32 = 0, TR_COMM_F64, TR_COMM_I32, TR_COMM_I64, TR_COMM_BYTE } tr_comm_dtype;
+
+/* The world: MPI_COMM_WORLD under mpirun/srun, else one process. `timeout_s` bounds every
+ * wait (0: 300 s). Returns -1 with a message when MPI fails to start. */
+int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, char *err,
+                 size_t errlen);
+/* Free a group; freeing the world also finalizes MPI. NULL is a no-op. */
+void tr_comm_free(tr_comm *c);
+
+int tr_comm_rank(const tr_comm *c);
+int tr_comm_size(const tr_comm *c);
+const char *tr_comm_name(const tr_comm *c); /* "world", "dp", "tp", "pp": used in messages */
+const char *tr_comm_transport(void);        /* "mpi" or "single" */
+
+/* The process mesh dp x pp x tp over the world, tp innermost (tensor-parallel ranks are
+ * neighbours, so on one node), then pp, then dp: world rank = (d * pp + p) * tp + t.
+ * Fills this rank's three groups; -1 when dp * pp * tp != world size. */
+typedef struct {
+    int dp, pp, tp;
+} tr_mesh;
+int tr_comm_mesh(tr_comm *world, tr_mesh mesh, tr_comm **dp, tr_comm **pp, tr_comm **tp,
+                 char *err, size_t errlen);
+
+/* Blocking collectives (sum is the only reduction). Buffers are host memory. `n` counts
+ * elements. reduce_scatter: send holds size * n elements, rank r receives the sum of block r
+ * (n elements). all_gather: each rank contributes n elements, recv gets size * n in rank
+ * order. send may equal recv + rank * n for an in-place all_gather. */
+int tr_comm_all_reduce(tr_comm *c, void *buf, size_t n, tr_comm_dtype t);
+int tr_comm_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t n, tr_comm_dtype t);
+int tr_comm_all_gather(tr_comm *c, const void *send, void *recv, size_t n, tr_comm_dtype t);
+int tr_comm_broadcast(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int root);
+int tr_comm_send(tr_comm *c, const void *buf, size_t n, tr_comm_dtype t, int peer, int tag);
+int tr_comm_recv(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int peer, int tag);
+int tr_comm_barrier(tr_comm *c);
+
+/* Non-blocking versions: start the operation and return a handle; tr_comm_wait completes it
+ * (and frees the handle). Buffers must not be touched until then. Operations on one group
+ * must be started in the same order on every rank. */
+tr_comm_req *tr_comm_iall_reduce(tr_comm *c, void *buf, size_t n, tr_comm_dtype t);
+tr_comm_req *tr_comm_ireduce_scatter(tr_comm *c, const void *send, void *recv, size_t n,
+                                     tr_comm_dtype t);
+tr_comm_req *tr_comm_iall_gather(tr_comm *c, const void *send, void *recv, size_t n,
+                                 tr_comm_dtype t);
+/* Progress an operation without blocking: 1 when complete (the handle stays valid until
+ * tr_comm_wait), 0 when not yet. */
+int tr_comm_test(tr_comm_req *r);
+/* Wait for completion (bounded by the timeout); returns seconds spent waiting. */
+double tr_comm_wait(tr_comm_req *r);
+
+/* Time this process spent inside blocking operations and waits, in seconds, since init. */
+double tr_comm_wait_seconds(void);
+
+#endif

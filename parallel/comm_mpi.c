@@ -1,0 +1,571 @@
+/* parallel/comm.h over MPI (host memory), and the world of one that every build has: a
+ * process not started by mpirun/srun, or a build without MPI (TR_HAVE_MPI undefined), never
+ * touches MPI and every collective is a copy. Every MPI wait is a poll of MPI_Test against a
+ * deadline, so a dead or stuck peer ends the job with one line instead of a hang. */
+#include "parallel/comm.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef TR_HAVE_MPI
+#include <limits.h>
+#include <mpi.h>
+#endif
+
+struct tr_comm {
+    char name[8]; /* "world", "dp", "pp", "tp" */
+    int rank, size;
+    int is_world;
+#ifdef TR_HAVE_MPI
+    MPI_Comm mc; /* MPI_COMM_NULL in the world of one */
+#endif
+};
+
+/* What an operation is, for the one line printed when it fails or times out. */
+typedef struct {
+    const char *op; /* "all_reduce", "send", ... */
+    size_t n;
+    tr_comm_dtype t;
+    int peer; /* send/recv: the other rank; broadcast: the root; else -1 */
+    int tag;
+} op_info;
+
+struct tr_comm_req {
+    tr_comm *c;
+    op_info o;
+    int done;
+#ifdef TR_HAVE_MPI
+    MPI_Request rq;
+#endif
+};
+
+/* A message sent to oneself in the world of one, waiting for its recv. */
+typedef struct mail {
+    struct mail *next;
+    int tag;
+    size_t bytes;
+    unsigned char data[];
+} mail;
+
+static struct {
+    int mpi;              /* MPI is initialized and the world is an MPI communicator */
+    int we_initialized;   /* we called MPI_Init (so we call MPI_Finalize) */
+    int finalized;        /* MPI_Finalize ran: MPI cannot start again */
+    int world_rank;       /* for messages */
+    double timeout;       /* seconds every wait is bounded by */
+    double wait_seconds;  /* tr_comm_wait_seconds */
+    mail *mailbox;        /* world of one: sent, not yet received */
+} g = {.timeout = 300.0};
+
+static const char *const dtype_names[] = {"float", "double", "int32", "int64", "byte"};
+static const size_t dtype_bytes[] = {4, 8, 4, 8, 1};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* "all_reduce of 1024 floats on group dp (size 2)" */
+static void describe(char *buf, size_t len, const tr_comm *c, const op_info *o) {
+    size_t k = 0;
+    int w;
+    if (o->n || strcmp(o->op, "barrier") != 0) {
+        w = snprintf(buf, len, "%s of %zu %s%s", o->op, o->n, dtype_names[o->t],
+                     o->n == 1 ? "" : "s");
+    } else {
+        w = snprintf(buf, len, "%s", o->op);
+    }
+    k = w > 0 ? (size_t)w : 0;
+    if (k < len && o->peer >= 0) {
+        if (!strcmp(o->op, "send"))
+            w = snprintf(buf + k, len - k, " to rank %d (tag %d)", o->peer, o->tag);
+        else if (!strcmp(o->op, "recv"))
+            w = snprintf(buf + k, len - k, " from rank %d (tag %d)", o->peer, o->tag);
+        else
+            w = snprintf(buf + k, len - k, " from root %d", o->peer);
+        k += w > 0 ? (size_t)w : 0;
+    }
+    if (k < len) snprintf(buf + k, len - k, " on group %s (size %d)", c->name, c->size);
+}
+
+/* A caller's mistake (bad root, bad dtype, ...): one line, and -1 or NULL to the caller. */
+static int usage_error(const tr_comm *c, const op_info *o, const char *why) {
+    char d[256];
+    describe(d, sizeof d, c, o);
+    fprintf(stderr, "trainer: rank %d: %s: %s\n", g.world_rank, d, why);
+    return -1;
+}
+
+static int check_args(const tr_comm *c, const op_info *o) {
+    if (!c) {
+        fprintf(stderr, "trainer: rank %d: %s on a NULL group\n", g.world_rank, o->op);
+        return -1;
+    }
+    if ((unsigned)o->t > TR_COMM_BYTE) return usage_error(c, o, "unknown dtype");
+#ifdef TR_HAVE_MPI
+    /* MPI counts are int; split larger buffers into several calls. */
+    if (o->n > (size_t)INT_MAX) return usage_error(c, o, "more than 2^31-1 elements in one call");
+#endif
+    return 0;
+}
+
+static void account(double t0) {
+    g.wait_seconds += now_s() - t0;
+}
+
+/* ---- the world of one ----------------------------------------------------------------- */
+
+static tr_comm *group_new(const char *name, int rank, int size) {
+    tr_comm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->rank = rank;
+    c->size = size;
+#ifdef TR_HAVE_MPI
+    c->mc = MPI_COMM_NULL;
+#endif
+    return c;
+}
+
+static int single_send(const void *buf, size_t bytes, int tag) {
+    mail *m = malloc(sizeof *m + bytes);
+    if (!m) return -1;
+    m->next = NULL;
+    m->tag = tag;
+    m->bytes = bytes;
+    if (bytes) memcpy(m->data, buf, bytes);
+    mail **p = &g.mailbox;
+    while (*p) p = &(*p)->next;
+    *p = m; /* FIFO per tag, like MPI's non-overtaking rule */
+    return 0;
+}
+
+static int single_recv(const tr_comm *c, const op_info *o, void *buf, size_t bytes) {
+    for (mail **p = &g.mailbox; *p; p = &(*p)->next) {
+        mail *m = *p;
+        if (m->tag != o->tag) continue;
+        if (m->bytes != bytes) return usage_error(c, o, "the matching send had a different size");
+        if (bytes) memcpy(buf, m->data, bytes);
+        *p = m->next;
+        free(m);
+        return 0;
+    }
+    return usage_error(c, o, "no message was sent to this rank with this tag (world of one)");
+}
+
+/* ---- MPI ------------------------------------------------------------------------------ */
+
+#ifdef TR_HAVE_MPI
+static MPI_Datatype mpi_type(tr_comm_dtype t) {
+    /* MPI_SUM is not defined on MPI_BYTE; MPI_UINT8_T sums (mod 256) and moves the same. */
+    switch (t) {
+    case TR_COMM_F32: return MPI_FLOAT;
+    case TR_COMM_F64: return MPI_DOUBLE;
+    case TR_COMM_I32: return MPI_INT32_T;
+    case TR_COMM_I64: return MPI_INT64_T;
+    case TR_COMM_BYTE: break;
+    }
+    return MPI_UINT8_T;
+}
+
+/* Sum of bytes mod 256 as our own op: Open MPI 4.1.4's AVX reductions (op/avx) add 8-bit
+ * integers with saturation in some paths (MPI_Ireduce_scatter_block gives 255 for 200 + 200). */
+static MPI_Op g_byte_sum = MPI_OP_NULL;
+
+static void byte_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint8_t *a = in;
+    uint8_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = (uint8_t)(b[i] + a[i]);
+}
+
+static MPI_Op sum_op(tr_comm_dtype t) {
+    return t == TR_COMM_BYTE ? g_byte_sum : MPI_SUM;
+}
+
+/* An MPI call failed: the group is unusable and peers would wait for us, so end the job. */
+static void die_mpi(const tr_comm *c, const op_info *o, int rc) {
+    char d[256], e[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, e, &len) != MPI_SUCCESS) snprintf(e, sizeof e, "MPI error %d", rc);
+    describe(d, sizeof d, c, o);
+    fprintf(stderr, "trainer: rank %d: %s failed: %s; aborting\n", g.world_rank, d, e);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort(); /* not reached */
+}
+
+static void die_timeout(const tr_comm *c, const op_info *o) {
+    char d[256];
+    describe(d, sizeof d, c, o);
+    fprintf(stderr,
+            "trainer: rank %d: %s did not complete within %g s (a rank died or is stuck); "
+            "aborting\n",
+            g.world_rank, d, g.timeout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort();
+}
+
+/* Spin on MPI_Test for a while (Open MPI progresses non-blocking operations only inside MPI
+ * calls, so polling fast keeps large collectives moving), then back off with short sleeps so
+ * that a long wait for a slow or stuck peer does not burn a core; give up at the deadline. */
+enum { SPIN_US = 20000, SLEEP_MIN_NS = 20000, SLEEP_MAX_NS = 500000 };
+
+static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_Status *st) {
+    double t0 = now_s(), deadline = t0 + g.timeout;
+    long sleep_ns = SLEEP_MIN_NS;
+    for (;;) {
+        int flag = 0;
+        int rc = MPI_Test(rq, &flag, st ? st : MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
+        if (flag) return;
+        double t = now_s();
+        if (t > deadline) die_timeout(c, o);
+        if (t - t0 < SPIN_US * 1e-6) {
+            sched_yield(); /* lets an oversubscribed peer run */
+            continue;
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        sleep_ns = sleep_ns * 2 > SLEEP_MAX_NS ? SLEEP_MAX_NS : sleep_ns * 2;
+    }
+}
+
+#endif
+
+/* Started by mpirun (Open MPI), mpiexec.hydra (MPICH: PMI_*) or srun (PMI/PMIx)? */
+static const char *launcher_var(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return vars[i];
+    return NULL;
+}
+
+/* Start op; on return either r->done (world of one) or r->rq is in flight. 0 or -1. */
+static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
+    tr_comm *c = r->c;
+    const op_info *o = &r->o;
+    size_t esz = dtype_bytes[o->t];
+    if (check_args(c, o)) return -1;
+    int is_bcast = !strcmp(o->op, "broadcast");
+    if (is_bcast && (o->peer < 0 || o->peer >= c->size)) return usage_error(c, o, "bad root");
+    if ((!strcmp(o->op, "send") || !strcmp(o->op, "recv")) &&
+        (o->peer < 0 || o->peer >= c->size || o->tag < 0))
+        return usage_error(c, o, "bad peer rank or negative tag");
+    if (!strcmp(o->op, "reduce_scatter") && o->n) {
+        const char *s = send, *d = recv;
+        size_t sb = (size_t)c->size * o->n * esz, rb = o->n * esz;
+        if (s < d + rb && d < s + sb) return usage_error(c, o, "send and recv overlap");
+    }
+#ifdef TR_HAVE_MPI
+    if (c->mc != MPI_COMM_NULL) {
+        MPI_Datatype dt = mpi_type(o->t);
+        int n = (int)o->n, rc = MPI_SUCCESS;
+        if (!strcmp(o->op, "all_reduce")) {
+            rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, sum_op(o->t), c->mc, &r->rq);
+        } else if (!strcmp(o->op, "reduce_scatter")) {
+            rc = MPI_Ireduce_scatter_block(send, recv, n, dt, sum_op(o->t), c->mc, &r->rq);
+        } else if (!strcmp(o->op, "all_gather")) {
+            const char *in_place = (const char *)recv + (size_t)c->rank * o->n * esz;
+            rc = MPI_Iallgather(o->n && send == in_place ? MPI_IN_PLACE : send, n, dt, recv, n,
+                                dt, c->mc, &r->rq);
+        } else if (is_bcast) {
+            rc = MPI_Ibcast(buf, n, dt, o->peer, c->mc, &r->rq);
+        } else if (!strcmp(o->op, "send")) {
+            rc = MPI_Isend(send, n, dt, o->peer, o->tag, c->mc, &r->rq);
+        } else if (!strcmp(o->op, "recv")) {
+            rc = MPI_Irecv(buf, n, dt, o->peer, o->tag, c->mc, &r->rq);
+        } else {
+            rc = MPI_Ibarrier(c->mc, &r->rq);
+        }
+        if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
+        return 0;
+    }
+#endif
+    /* The world of one: rank 0 of 1. */
+    size_t bytes = o->n * esz;
+    if (!strcmp(o->op, "reduce_scatter") || !strcmp(o->op, "all_gather")) {
+        if (bytes && send != recv) memmove(recv, send, bytes);
+    } else if (!strcmp(o->op, "send")) {
+        if (single_send(send, bytes, o->tag)) return usage_error(c, o, "out of memory");
+    } else if (!strcmp(o->op, "recv")) {
+        if (single_recv(c, o, buf, bytes)) return -1;
+    }
+    r->done = 1;
+    return 0;
+}
+
+/* Blocking: start, then wait against the deadline. */
+static int run_blocking(tr_comm *c, op_info o, void *buf, const void *send, void *recv) {
+    double t0 = now_s();
+    tr_comm_req r = {.c = c, .o = o};
+    int rc = start(&r, buf, send, recv);
+#ifdef TR_HAVE_MPI
+    if (rc == 0 && !r.done) {
+        MPI_Status st;
+        wait_mpi(c, &r.o, &r.rq, &st);
+        if (!strcmp(o.op, "recv")) {
+            int got = 0;
+            MPI_Get_count(&st, mpi_type(o.t), &got);
+            if ((size_t)got != o.n) {
+                char why[96];
+                snprintf(why, sizeof why, "the matching send had %d elements", got);
+                rc = usage_error(c, &r.o, why);
+            }
+        }
+    }
+#endif
+    account(t0);
+    return rc;
+}
+
+static tr_comm_req *run_nonblocking(tr_comm *c, op_info o, void *buf, const void *send,
+                                    void *recv) {
+    tr_comm_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        if (c) usage_error(c, &o, "out of memory");
+        return NULL;
+    }
+    r->c = c;
+    r->o = o;
+    if (start(r, buf, send, recv)) {
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* ---- public --------------------------------------------------------------------------- */
+
+int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, char *err,
+                 size_t errlen) {
+    *world = NULL;
+    if (g.mpi) {
+        set_err(err, errlen, "tr_comm_init: already initialized");
+        return -1;
+    }
+    g.timeout = timeout_s > 0 ? timeout_s : 300.0;
+    g.wait_seconds = 0;
+    g.world_rank = 0;
+    const char *var = launcher_var();
+    tr_comm *w = NULL;
+    if (!var) {
+        w = group_new("world", 0, 1);
+    } else {
+#ifdef TR_HAVE_MPI
+        if (g.finalized) {
+            set_err(err, errlen, "tr_comm_init: MPI was finalized and cannot start again");
+            return -1;
+        }
+        int inited = 0, provided = 0, rc;
+        MPI_Initialized(&inited);
+        if (!inited) {
+            /* FUNNELED: other threads (loader, checkpoint writer) never call MPI. */
+            rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+            if (rc != MPI_SUCCESS) {
+                set_err(err, errlen, "MPI_Init failed (error %d; started with %s set)", rc, var);
+                return -1;
+            }
+            g.we_initialized = 1;
+        }
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        if (g_byte_sum == MPI_OP_NULL) MPI_Op_create(byte_sum, 1, &g_byte_sum);
+        w = group_new("world", 0, 1);
+        if (!w || MPI_Comm_dup(MPI_COMM_WORLD, &w->mc) != MPI_SUCCESS) {
+            set_err(err, errlen, "tr_comm_init: cannot create the world communicator");
+            free(w);
+            return -1;
+        }
+        MPI_Comm_set_errhandler(w->mc, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(w->mc, &w->rank);
+        MPI_Comm_size(w->mc, &w->size);
+        g.mpi = 1;
+        g.world_rank = w->rank;
+#else
+        (void)argc, (void)argv;
+        const char *v = getenv(var);
+        if (!(v && !strcmp(var, "OMPI_COMM_WORLD_SIZE") && atoi(v) == 1) &&
+            !(v && !strcmp(var, "PMI_SIZE") && atoi(v) == 1)) {
+            set_err(err, errlen,
+                    "started by a parallel launcher (%s=%s) but this trainer was built "
+                    "without MPI; install libopenmpi-dev and rebuild, or run it without mpirun",
+                    var, v ? v : "");
+            return -1;
+        }
+        w = group_new("world", 0, 1);
+#endif
+    }
+    if (!w) {
+        set_err(err, errlen, "tr_comm_init: out of memory");
+        return -1;
+    }
+    w->is_world = 1;
+    *world = w;
+    return 0;
+}
+
+void tr_comm_free(tr_comm *c) {
+    if (!c) return;
+#ifdef TR_HAVE_MPI
+    if (c->mc != MPI_COMM_NULL && g.mpi) {
+        if (c->is_world) {
+            /* MPI_Finalize waits for every rank without a deadline: meet first, bounded. */
+            tr_comm_barrier(c);
+            MPI_Comm_free(&c->mc);
+            if (g_byte_sum != MPI_OP_NULL) MPI_Op_free(&g_byte_sum);
+            if (g.we_initialized) MPI_Finalize();
+            g.mpi = 0;
+            g.finalized = 1;
+            g.we_initialized = 0;
+        } else {
+            MPI_Comm_free(&c->mc);
+        }
+    }
+#endif
+    if (c->is_world) {
+        while (g.mailbox) {
+            mail *m = g.mailbox;
+            g.mailbox = m->next;
+            free(m);
+        }
+    }
+    free(c);
+}
+
+int tr_comm_rank(const tr_comm *c) {
+    return c->rank;
+}
+int tr_comm_size(const tr_comm *c) {
+    return c->size;
+}
+const char *tr_comm_name(const tr_comm *c) {
+    return c->name;
+}
+const char *tr_comm_transport(void) {
+    return g.mpi ? "mpi" : "single";
+}
+
+int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm **tp,
+                 char *err, size_t errlen) {
+    *dp = *pp = *tp = NULL;
+    if (m.dp < 1 || m.pp < 1 || m.tp < 1 || (long)m.dp * m.pp * m.tp != world->size) {
+        set_err(err, errlen,
+                "mesh dp=%d x pp=%d x tp=%d needs %ld ranks but the world has %d (mpirun -np)",
+                m.dp, m.pp, m.tp, (long)m.dp * m.pp * m.tp, world->size);
+        return -1;
+    }
+    /* world rank = (d * pp + p) * tp + t */
+    int r = world->rank;
+    int t = r % m.tp, p = (r / m.tp) % m.pp, d = r / (m.tp * m.pp);
+    tr_comm *g3[3] = {group_new("dp", d, m.dp), group_new("pp", p, m.pp),
+                      group_new("tp", t, m.tp)};
+    if (!g3[0] || !g3[1] || !g3[2]) {
+        for (int i = 0; i < 3; i++) free(g3[i]);
+        set_err(err, errlen, "tr_comm_mesh: out of memory");
+        return -1;
+    }
+#ifdef TR_HAVE_MPI
+    if (world->mc != MPI_COMM_NULL) {
+        /* MPI_Comm_split has no deadline: a bounded barrier first catches a missing rank. */
+        tr_comm_barrier(world);
+        /* Ranks in one group share the other two coordinates; the key orders them by theirs. */
+        int color[3] = {p * m.tp + t, d * m.tp + t, d * m.pp + p}, key[3] = {d, p, t};
+        for (int i = 0; i < 3; i++) {
+            op_info o = {.op = "mesh split", .peer = -1};
+            int rc = MPI_Comm_split(world->mc, color[i], key[i], &g3[i]->mc);
+            if (rc != MPI_SUCCESS) die_mpi(world, &o, rc);
+            MPI_Comm_set_errhandler(g3[i]->mc, MPI_ERRORS_RETURN);
+            int gr = -1, gs = -1;
+            MPI_Comm_rank(g3[i]->mc, &gr);
+            MPI_Comm_size(g3[i]->mc, &gs);
+            if (gr != g3[i]->rank || gs != g3[i]->size) { /* an invariant of the split */
+                fprintf(stderr, "trainer: rank %d: mesh group %s is rank %d of %d, expected "
+                        "%d of %d\n", g.world_rank, g3[i]->name, gr, gs, g3[i]->rank,
+                        g3[i]->size);
+                abort();
+            }
+        }
+    }
+#endif
+    *dp = g3[0];
+    *pp = g3[1];
+    *tp = g3[2];
+    return 0;
+}
+
+int tr_comm_all_reduce(tr_comm *c, void *buf, size_t n, tr_comm_dtype t) {
+    return run_blocking(c, (op_info){"all_reduce", n, t, -1, 0}, buf, NULL, NULL);
+}
+int tr_comm_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t n,
+                           tr_comm_dtype t) {
+    return run_blocking(c, (op_info){"reduce_scatter", n, t, -1, 0}, NULL, send, recv);
+}
+int tr_comm_all_gather(tr_comm *c, const void *send, void *recv, size_t n, tr_comm_dtype t) {
+    return run_blocking(c, (op_info){"all_gather", n, t, -1, 0}, NULL, send, recv);
+}
+int tr_comm_broadcast(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int root) {
+    return run_blocking(c, (op_info){"broadcast", n, t, root, 0}, buf, NULL, NULL);
+}
+int tr_comm_send(tr_comm *c, const void *buf, size_t n, tr_comm_dtype t, int peer, int tag) {
+    return run_blocking(c, (op_info){"send", n, t, peer, tag}, NULL, buf, NULL);
+}
+int tr_comm_recv(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int peer, int tag) {
+    return run_blocking(c, (op_info){"recv", n, t, peer, tag}, buf, NULL, NULL);
+}
+int tr_comm_barrier(tr_comm *c) {
+    return run_blocking(c, (op_info){"barrier", 0, TR_COMM_BYTE, -1, 0}, NULL, NULL, NULL);
+}
+
+tr_comm_req *tr_comm_iall_reduce(tr_comm *c, void *buf, size_t n, tr_comm_dtype t) {
+    return run_nonblocking(c, (op_info){"all_reduce", n, t, -1, 0}, buf, NULL, NULL);
+}
+tr_comm_req *tr_comm_ireduce_scatter(tr_comm *c, const void *send, void *recv, size_t n,
+                                     tr_comm_dtype t) {
+    return run_nonblocking(c, (op_info){"reduce_scatter", n, t, -1, 0}, NULL, send, recv);
+}
+tr_comm_req *tr_comm_iall_gather(tr_comm *c, const void *send, void *recv, size_t n,
+                                 tr_comm_dtype t) {
+    return run_nonblocking(c, (op_info){"all_gather", n, t, -1, 0}, NULL, send, recv);
+}
+
+int tr_comm_test(tr_comm_req *r) {
+    if (!r || r->done) return 1;
+#ifdef TR_HAVE_MPI
+    int flag = 0;
+    int rc = MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) die_mpi(r->c, &r->o, rc);
+    if (flag) r->done = 1;
+#endif
+    return r->done;
+}
+
+double tr_comm_wait(tr_comm_req *r) {
+    if (!r) return 0.0;
+    double t0 = now_s();
+#ifdef TR_HAVE_MPI
+    if (!r->done) wait_mpi(r->c, &r->o, &r->rq, NULL);
+#endif
+    free(r);
+    double dt = now_s() - t0;
+    g.wait_seconds += dt;
+    return dt;
+}
+
+double tr_comm_wait_seconds(void) {
+    return g.wait_seconds;
+}

@@ -1,0 +1,45 @@
+/* Data parallelism over a dp group: each rank trains on its slice of the global batch, the
+ * gradients are summed over the group in buckets whose all-reduce starts as soon as their
+ * last gradient is produced (overlapping the rest of the backward), and ZeRO stage 1 shards
+ * the AdamW state and the update over the group. The training loop calls these the same way
+ * for one process or many, whatever the stage. */
+#ifndef TR_DP_H
+#define TR_DP_H
+
+#include <stddef.h>
+
+#include "model/model.h"
+#include "parallel/comm.h"
+
+typedef struct tr_dp tr_dp;
+
+typedef struct {
+    long steps;         /* synchronised steps */
+    long buckets;       /* all-reduces started */
+    double span_s;      /* first bucket started .. last bucket complete, summed over steps */
+    double exposed_s;   /* of which the training waited for after its backward */
+    double gather_s;    /* ZeRO-1 parameter all-gathers */
+} tr_dp_stats;
+
+/* `m` must have been built with opts.shards = (zero >= 1 ? group size : 1) and opts.shard =
+ * the rank in the group. zero: 0 or 1. bucket_bytes: all-reduce granularity (0: 4 MiB). */
+int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *dp, int zero, size_t bucket_bytes, char *err,
+               size_t errlen);
+void tr_dp_free(tr_dp *d);
+
+/* Call before the backward of the last micro-batch of a step: its gradients are reduced as
+ * they complete. Earlier micro-batches accumulate locally, with no communication. */
+void tr_dp_arm(tr_dp *d);
+/* After that backward: wait for every bucket. The gradients are then summed over the group. */
+void tr_dp_sync_grads(tr_dp *d);
+/* The optimizer step: all parameters (ZeRO 0) or this rank's shard, then an all-gather of
+ * the parameters (ZeRO 1). */
+void tr_dp_step(tr_dp *d, const tr_adamw *opt);
+/* Sum of a value over the group (losses, token counts). */
+double tr_dp_sum(tr_dp *d, double x);
+
+tr_dp_stats tr_dp_get_stats(const tr_dp *d);
+/* Fraction of the gradient communication hidden behind the backward so far (1 = all). */
+double tr_dp_hidden_fraction(const tr_dp *d);
+
+#endif

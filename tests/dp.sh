@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Data parallelism with real MPI processes (mpirun --oversubscribe on this machine): on 2 and 4
+# ranks, at ZeRO 0 and 1, and with gradient accumulation, the loss of every step and the final
+# parameters equal the single-process run with the same global batch (1e-5 relative), the
+# ZeRO-1 optimizer state per rank is 1/N of stage 0's (as allocated), and a rank that dies
+# makes the job end within the timeout with a line naming a rank.
+set -u
+T="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+R=tests/recipes_good/dp_tiny.lua
+
+run() { # name np zero micro
+    local name=$1 np=$2 zero=$3 micro=$4
+    local cmd=("$T" run "$R" --set zero="$zero" --set micro="$micro" --out "$tmp/$name" --peak-gflops 10)
+    if [ "$np" -eq 1 ]; then
+        TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+    else
+        TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+    fi || { echo "FAIL $name exited $?"; tail -5 "$tmp/$name.log"; fail=1; return 1; }
+}
+
+# max relative difference of two columns of numbers
+cmp_losses() { # a b
+    paste <(grep -o '"loss": [0-9.e+-]*' "$1" | awk '{print $2}') \
+          <(grep -o '"loss": [0-9.e+-]*' "$2" | awk '{print $2}') |
+        awk 'BEGIN { m = 0; n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r }
+             END { if (n != 20) { print "rows", n; exit 1 } printf "%.2e", m; exit !(m <= 1e-5) }'
+}
+cmp_params() { # a b: float32 files
+    /usr/bin/env python3 - "$1" "$2" <<'PY'
+import struct, sys
+a = open(sys.argv[1], 'rb').read(); b = open(sys.argv[2], 'rb').read()
+if len(a) != len(b) or not a: print("sizes", len(a), len(b)); sys.exit(1)
+n = len(a) // 4
+x = struct.unpack(f'<{n}f', a); y = struct.unpack(f'<{n}f', b)
+den = max(abs(v) for v in y) or 1.0
+err = max(abs(p - q) for p, q in zip(x, y)) / den
+print(f"{err:.2e}"); sys.exit(0 if err <= 1e-5 else 1)
+PY
+}
+
+run single 1 0 0 || exit 1
+for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1"; do
+    set -- $cfg
+    name="np$1_zero$2_micro$3"
+    run "$name" "$1" "$2" "$3" || continue
+    if e=$(cmp_losses "$tmp/$name/metrics.jsonl" "$tmp/single/metrics.jsonl"); then
+        echo "ok   $name: 20 losses equal the single process (max rel diff $e)"
+    else
+        echo "FAIL $name: losses differ from the single process ($e)"; fail=1
+    fi
+    if e=$(cmp_params "$tmp/$name.params" "$tmp/single.params"); then
+        echo "ok   $name: final parameters equal the single process (max rel diff $e)"
+    else
+        echo "FAIL $name: final parameters differ ($e)"; fail=1
+    fi
+    grep -q '"comm_hidden"' "$tmp/$name/metrics.jsonl" || { echo "FAIL $name: no comm_hidden metric"; fail=1; }
+done
+
+# ZeRO-1 keeps 1/N of the optimizer state per rank (what each process allocated)
+opt() { grep -o '"optimizer": [0-9]*' "$tmp/$1/memory.json" | awk '{print $2}'; }
+for np in 2 4; do
+    o0=$(opt "np${np}_zero0_micro0") o1=$(opt "np${np}_zero1_micro0")
+    if [ -n "$o0" ] && [ -n "$o1" ] && [ $((o1 * np)) -ge "$o0" ] && [ $((o1 * np)) -le $((o0 + 64 * np * 8)) ]; then
+        echo "ok   ZeRO-1 on $np ranks: optimizer state $o1 bytes per rank, 1/$np of ZeRO-0's $o0 (up to padding)"
+    else
+        echo "FAIL ZeRO-1 on $np ranks: optimizer bytes $o1 vs ZeRO-0 $o0"; fail=1
+    fi
+done
+
+# a rank killed mid-run: every other rank exits within the timeout, with a line naming a rank
+start=$(date +%s)
+TR_FAULT_KILL_AFTER_STEP=5 TR_FAULT_KILL_RANK=1 timeout 120 mpirun -np 2 "$T" run "$R" --timeout 10 \
+    --out "$tmp/dead" --peak-gflops 10 >"$tmp/dead.log" 2>&1
+rc=$? took=$(( $(date +%s) - start ))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] && grep -qi "rank" "$tmp/dead.log"; then
+    echo "ok   a killed rank ends the job in ${took}s (exit $rc): $(grep -i rank "$tmp/dead.log" | grep -v '^\s*$' | head -1)"
+else
+    echo "FAIL killed rank: exit $rc after ${took}s"; tail -5 "$tmp/dead.log"; fail=1
+fi
+[ $fail -eq 0 ] && echo "dp: all passed" || echo "dp: FAILED"
+exit $fail

@@ -1,0 +1,409 @@
+/* parallel/comm.h on whatever world it is started in: alone (a world of one) or under
+ * `mpirun -np N` (N = 1, 2, 4). Every collective, blocking and non-blocking, several dtypes
+ * and sizes, the dp x pp x tp mesh, a send/recv ring, and results bitwise equal on all ranks.
+ * Failure modes for tests/mpi/dead_rank.sh: --die-rank R (SIGKILL mid-run) and --stuck-rank R
+ * (sleeps instead of joining an all_reduce), with --timeout T. */
+#include "parallel/comm.h"
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int g_fail, g_rank;
+
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            g_fail++;                                                                          \
+            fprintf(stderr, "FAIL rank %d %s:%d: ", g_rank, __FILE__, __LINE__);               \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fputc('\n', stderr);                                                               \
+        }                                                                                      \
+    } while (0)
+
+static const size_t esz[] = {4, 8, 4, 8, 1};
+static const char *const tname[] = {"f32", "f64", "i32", "i64", "byte"};
+static const size_t sizes[] = {0, 1, 7, 1000, 65537};
+
+/* Element i of rank r's input: floats are not exactly summable (so the order of additions
+ * shows), integers exercise sign and the byte type wraps mod 256. */
+static double val(int r, size_t i) {
+    uint64_t h = (uint64_t)(r + 1) * 0x9E3779B97F4A7C15u ^ (uint64_t)i * 0xBF58476D1CE4E5B9u;
+    h ^= h >> 29;
+    h *= 0x94D049BB133111EBu;
+    h ^= h >> 32;
+    return (double)(h % 2000003) / 1000.0 - 1000.0 + 1.0 / 3.0;
+}
+
+static void fill(void *p, tr_comm_dtype t, int r, size_t off, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double v = val(r, off + i);
+        switch (t) {
+        case TR_COMM_F32: ((float *)p)[i] = (float)v; break;
+        case TR_COMM_F64: ((double *)p)[i] = v; break;
+        case TR_COMM_I32: ((int32_t *)p)[i] = (int32_t)(v * 7); break;
+        case TR_COMM_I64: ((int64_t *)p)[i] = (int64_t)(v * 1e6) * 1000003; break;
+        case TR_COMM_BYTE: ((uint8_t *)p)[i] = (uint8_t)(int64_t)(v * 3); break;
+        }
+    }
+}
+
+static double get(const void *p, tr_comm_dtype t, size_t i) {
+    switch (t) {
+    case TR_COMM_F32: return ((const float *)p)[i];
+    case TR_COMM_F64: return ((const double *)p)[i];
+    case TR_COMM_I32: return ((const int32_t *)p)[i];
+    case TR_COMM_I64: return (double)((const int64_t *)p)[i];
+    case TR_COMM_BYTE: return ((const uint8_t *)p)[i];
+    }
+    return 0;
+}
+
+/* Does got[i] equal the sum over ranks of element (off + i)? Floats within rounding of the
+ * summation order, integers exactly (bytes mod 256, int32 wraps as two's complement). */
+static int check_sum(const void *got, tr_comm_dtype t, int size, size_t off, size_t n) {
+    unsigned char tmp[8];
+    for (size_t i = 0; i < n; i++) {
+        double exact = 0, mag = 0;
+        int64_t isum = 0;
+        uint32_t usum32 = 0;
+        for (int r = 0; r < size; r++) {
+            fill(tmp, t, r, off + i, 1);
+            exact += get(tmp, t, 0);
+            mag += get(tmp, t, 0) < 0 ? -get(tmp, t, 0) : get(tmp, t, 0);
+            if (t == TR_COMM_I64) isum += ((int64_t *)(void *)tmp)[0];
+            if (t == TR_COMM_I32) usum32 += (uint32_t)((int32_t *)(void *)tmp)[0];
+            if (t == TR_COMM_BYTE) isum += tmp[0];
+        }
+        double g = get(got, t, i);
+        int ok;
+        if (t == TR_COMM_F32) ok = g - exact <= 1e-6 * mag + 1e-3 && exact - g <= 1e-6 * mag + 1e-3;
+        else if (t == TR_COMM_F64) ok = g - exact <= 1e-12 * mag && exact - g <= 1e-12 * mag;
+        else if (t == TR_COMM_I64) ok = ((const int64_t *)got)[i] == isum;
+        else if (t == TR_COMM_I32) ok = (uint32_t)((const int32_t *)got)[i] == usum32;
+        else ok = ((const uint8_t *)got)[i] == (uint8_t)isum;
+        if (!ok) {
+            fprintf(stderr, "  element %zu: got %.17g expected %.17g\n", i, g, exact);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* FNV-1a of a result; gathered over the world to prove every rank holds the same bits. */
+static int64_t hash(const void *p, size_t bytes) {
+    uint64_t h = 1469598103934665603u;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211u;
+    return (int64_t)(h >> 1);
+}
+
+static void check_same_everywhere(tr_comm *w, const void *p, size_t bytes, const char *what) {
+    int s = tr_comm_size(w);
+    int64_t h = hash(p, bytes), *all = malloc((size_t)s * sizeof *all);
+    CHECK(tr_comm_all_gather(w, &h, all, 1, TR_COMM_I64) == 0, "gather of hashes");
+    for (int r = 0; r < s; r++)
+        CHECK(all[r] == all[0], "%s: rank %d's result differs from rank 0's", what, r);
+    free(all);
+}
+
+static void test_all_reduce(tr_comm *w, int nonblocking) {
+    int rank = tr_comm_rank(w), size = tr_comm_size(w);
+    for (int t = TR_COMM_F32; t <= TR_COMM_BYTE; t++) {
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            size_t n = sizes[k];
+            void *buf = malloc(n * esz[t] + 1);
+            fill(buf, (tr_comm_dtype)t, rank, 0, n);
+            if (nonblocking) {
+                tr_comm_req *r = tr_comm_iall_reduce(w, buf, n, (tr_comm_dtype)t);
+                CHECK(r != NULL, "iall_reduce started");
+                while (!tr_comm_test(r)) {
+                }
+                CHECK(tr_comm_test(r) == 1, "test stays 1 after completion");
+                CHECK(tr_comm_wait(r) >= 0, "wait");
+            } else {
+                CHECK(tr_comm_all_reduce(w, buf, n, (tr_comm_dtype)t) == 0, "all_reduce");
+            }
+            CHECK(check_sum(buf, (tr_comm_dtype)t, size, 0, n), "%sall_reduce %s n=%zu",
+                  nonblocking ? "i" : "", tname[t], n);
+            check_same_everywhere(w, buf, n * esz[t], "all_reduce");
+            free(buf);
+        }
+    }
+}
+
+static void test_reduce_scatter(tr_comm *w, int nonblocking) {
+    int rank = tr_comm_rank(w), size = tr_comm_size(w);
+    for (int t = TR_COMM_F32; t <= TR_COMM_BYTE; t += 2) {
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            size_t n = sizes[k];
+            void *send = malloc((size_t)size * n * esz[t] + 1), *recv = malloc(n * esz[t] + 1);
+            fill(send, (tr_comm_dtype)t, rank, 0, (size_t)size * n);
+            if (nonblocking) {
+                tr_comm_req *r = tr_comm_ireduce_scatter(w, send, recv, n, (tr_comm_dtype)t);
+                CHECK(r != NULL, "ireduce_scatter started");
+                tr_comm_wait(r);
+            } else {
+                CHECK(tr_comm_reduce_scatter(w, send, recv, n, (tr_comm_dtype)t) == 0,
+                      "reduce_scatter");
+            }
+            CHECK(check_sum(recv, (tr_comm_dtype)t, size, (size_t)rank * n, n),
+                  "%sreduce_scatter %s n=%zu", nonblocking ? "i" : "", tname[t], n);
+            free(send);
+            free(recv);
+        }
+    }
+}
+
+static void test_all_gather(tr_comm *w, int nonblocking, int in_place) {
+    int rank = tr_comm_rank(w), size = tr_comm_size(w);
+    for (int t = TR_COMM_F32; t <= TR_COMM_BYTE; t++) {
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            size_t n = sizes[k], bytes = n * esz[t];
+            char *recv = malloc((size_t)size * bytes + 1), *own = malloc(bytes + 1);
+            memset(recv, 0xAB, (size_t)size * bytes);
+            fill(own, (tr_comm_dtype)t, rank, 0, n);
+            const void *send = own;
+            if (in_place) {
+                memcpy(recv + (size_t)rank * bytes, own, bytes);
+                send = recv + (size_t)rank * bytes;
+            }
+            if (nonblocking) {
+                tr_comm_req *r = tr_comm_iall_gather(w, send, recv, n, (tr_comm_dtype)t);
+                CHECK(r != NULL, "iall_gather started");
+                tr_comm_wait(r);
+            } else {
+                CHECK(tr_comm_all_gather(w, send, recv, n, (tr_comm_dtype)t) == 0, "all_gather");
+            }
+            for (int r = 0; r < size; r++) {
+                fill(own, (tr_comm_dtype)t, r, 0, n);
+                CHECK(memcmp(recv + (size_t)r * bytes, own, bytes) == 0,
+                      "%sall_gather%s %s n=%zu: block %d", nonblocking ? "i" : "",
+                      in_place ? " in place" : "", tname[t], n, r);
+            }
+            free(recv);
+            free(own);
+        }
+    }
+}
+
+static void test_broadcast(tr_comm *w) {
+    int rank = tr_comm_rank(w), size = tr_comm_size(w);
+    for (int root = 0; root < size; root++) {
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            size_t n = sizes[k];
+            double *buf = malloc(n * sizeof *buf + 1), *want = malloc(n * sizeof *want + 1);
+            fill(buf, TR_COMM_F64, rank, 0, n);
+            fill(want, TR_COMM_F64, root, 0, n);
+            CHECK(tr_comm_broadcast(w, buf, n, TR_COMM_F64, root) == 0, "broadcast");
+            CHECK(n == 0 || memcmp(buf, want, n * sizeof *buf) == 0, "broadcast root %d n=%zu",
+                  root, n);
+            free(buf);
+            free(want);
+        }
+    }
+    int x = 0;
+    CHECK(tr_comm_broadcast(w, &x, 1, TR_COMM_I32, size) == -1, "bad root is refused");
+}
+
+/* Each rank sends to the next and receives from the previous; even ranks send first. */
+static void test_ring(tr_comm *w) {
+    int rank = tr_comm_rank(w), size = tr_comm_size(w);
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    /* Sending to oneself blocks in MPI unless the message fits the eager limit. */
+    size_t n = size == 1 ? 100 : 70001;
+    float *out = malloc(n * sizeof *out), *in = malloc(n * sizeof *in), *want = malloc(n * 4);
+    fill(out, TR_COMM_F32, rank, 0, n);
+    fill(want, TR_COMM_F32, prev, 0, n);
+    for (int tag = 1; tag <= 2; tag++) {
+        if (rank % 2 == 0) {
+            CHECK(tr_comm_send(w, out, n, TR_COMM_F32, next, tag) == 0, "send");
+            CHECK(tr_comm_recv(w, in, n, TR_COMM_F32, prev, tag) == 0, "recv");
+        } else {
+            CHECK(tr_comm_recv(w, in, n, TR_COMM_F32, prev, tag) == 0, "recv");
+            CHECK(tr_comm_send(w, out, n, TR_COMM_F32, next, tag) == 0, "send");
+        }
+        CHECK(memcmp(in, want, n * sizeof *in) == 0, "ring tag %d: message from rank %d", tag,
+              prev);
+    }
+    CHECK(tr_comm_send(w, out, 1, TR_COMM_F32, size, 0) == -1, "bad peer is refused");
+    free(out);
+    free(in);
+    free(want);
+}
+
+/* Several operations in flight on one group at once, progressed by tr_comm_test. */
+static void test_overlap(tr_comm *w) {
+    int rank = tr_comm_rank(w), size = tr_comm_size(w);
+    size_t n = 50001;
+    float *a = malloc(n * 4), *rs_in = malloc((size_t)size * n * 4), *rs = malloc(n * 4);
+    float *ag = malloc((size_t)size * n * 4);
+    fill(a, TR_COMM_F32, rank, 0, n);
+    fill(rs_in, TR_COMM_F32, rank, 0, (size_t)size * n);
+    fill(ag + (size_t)rank * n, TR_COMM_F32, rank, 0, n);
+    double before = tr_comm_wait_seconds();
+    tr_comm_req *r[3] = {tr_comm_iall_reduce(w, a, n, TR_COMM_F32),
+                         tr_comm_ireduce_scatter(w, rs_in, rs, n, TR_COMM_F32),
+                         tr_comm_iall_gather(w, ag + (size_t)rank * n, ag, n, TR_COMM_F32)};
+    for (int spins = 0; spins < 1000000; spins++)
+        if (tr_comm_test(r[0]) + tr_comm_test(r[1]) + tr_comm_test(r[2]) == 3) break;
+    double waited = 0;
+    for (int i = 0; i < 3; i++) waited += tr_comm_wait(r[i]);
+    CHECK(waited >= 0 && tr_comm_wait_seconds() >= before + waited - 1e-9,
+          "wait seconds accumulate");
+    CHECK(check_sum(a, TR_COMM_F32, size, 0, n), "overlapped all_reduce");
+    CHECK(check_sum(rs, TR_COMM_F32, size, (size_t)rank * n, n), "overlapped reduce_scatter");
+    float *want = malloc(n * 4);
+    for (int q = 0; q < size; q++) {
+        fill(want, TR_COMM_F32, q, 0, n);
+        CHECK(memcmp(ag + (size_t)q * n, want, n * 4) == 0, "overlapped all_gather block %d", q);
+    }
+    check_same_everywhere(w, a, n * 4, "overlapped all_reduce");
+    free(want);
+    free(a);
+    free(rs_in);
+    free(rs);
+    free(ag);
+}
+
+/* Members of a group, as world ranks in group-rank order. */
+static void members(tr_comm *grp, int world_rank, int *out) {
+    CHECK(tr_comm_all_gather(grp, &world_rank, out, 1, TR_COMM_I32) == 0, "gather members");
+}
+
+static void test_mesh(tr_comm *w, tr_mesh m) {
+    int rank = tr_comm_rank(w);
+    tr_comm *dp, *pp, *tp;
+    char err[256] = "";
+    int rc = tr_comm_mesh(w, m, &dp, &pp, &tp, err, sizeof err);
+    CHECK(rc == 0, "mesh %d,%d,%d: %s", m.dp, m.pp, m.tp, err);
+    if (rc) return;
+    int t = rank % m.tp, p = (rank / m.tp) % m.pp, d = rank / (m.tp * m.pp);
+    CHECK(!strcmp(tr_comm_name(dp), "dp") && !strcmp(tr_comm_name(pp), "pp") &&
+              !strcmp(tr_comm_name(tp), "tp"),
+          "group names");
+    CHECK(tr_comm_size(dp) == m.dp && tr_comm_size(pp) == m.pp && tr_comm_size(tp) == m.tp,
+          "group sizes");
+    CHECK(tr_comm_rank(dp) == d && tr_comm_rank(pp) == p && tr_comm_rank(tp) == t,
+          "mesh %d,%d,%d: world rank %d is (d,p,t) = (%d,%d,%d), got (%d,%d,%d)", m.dp, m.pp,
+          m.tp, rank, d, p, t, tr_comm_rank(dp), tr_comm_rank(pp), tr_comm_rank(tp));
+    int got[64];
+    members(dp, rank, got);
+    for (int i = 0; i < m.dp; i++)
+        CHECK(got[i] == (i * m.pp + p) * m.tp + t, "dp member %d is world %d", i, got[i]);
+    members(pp, rank, got);
+    for (int i = 0; i < m.pp; i++)
+        CHECK(got[i] == (d * m.pp + i) * m.tp + t, "pp member %d is world %d", i, got[i]);
+    members(tp, rank, got);
+    for (int i = 0; i < m.tp; i++)
+        CHECK(got[i] == (d * m.pp + p) * m.tp + i, "tp member %d is world %d", i, got[i]);
+    /* A collective on one group involves only its members. */
+    int64_t x = rank;
+    CHECK(tr_comm_all_reduce(tp, &x, 1, TR_COMM_I64) == 0, "tp all_reduce");
+    int64_t want = 0;
+    for (int i = 0; i < m.tp; i++) want += (d * m.pp + p) * m.tp + i;
+    CHECK(x == want, "tp all_reduce of world ranks: got %lld want %lld", (long long)x,
+          (long long)want);
+    tr_comm_free(dp);
+    tr_comm_free(pp);
+    tr_comm_free(tp);
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+int main(int argc, char **argv) {
+    int die_rank = -1, stuck_rank = -1;
+    double timeout = 60;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--die-rank") && i + 1 < argc) die_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--stuck-rank") && i + 1 < argc) stuck_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: test_comm [--die-rank R | --stuck-rank R] [--timeout S]\n");
+            return 2;
+        }
+    }
+    tr_comm *w;
+    char err[256];
+    if (tr_comm_init(&w, &argc, &argv, timeout, err, sizeof err)) {
+        fprintf(stderr, "test_comm: %s\n", err);
+        return 1;
+    }
+    g_rank = tr_comm_rank(w);
+    int size = tr_comm_size(w);
+    CHECK(!strcmp(tr_comm_name(w), "world"), "world name");
+    CHECK(g_rank >= 0 && g_rank < size, "rank in range");
+    int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+#ifdef TR_HAVE_MPI
+    const char *want_transport = launched ? "mpi" : "single";
+#else
+    const char *want_transport = "single";
+    (void)launched;
+#endif
+    CHECK(!strcmp(tr_comm_transport(), want_transport), "transport %s, expected %s",
+          tr_comm_transport(), want_transport);
+
+    if (die_rank >= 0 || stuck_rank >= 0) {
+        /* Everyone meets, then one rank dies (or hangs) while the rest all_reduce. */
+        float x[1024] = {0};
+        CHECK(tr_comm_all_reduce(w, x, 1024, TR_COMM_F32) == 0, "warm-up all_reduce");
+        if (g_rank == die_rank) {
+            fprintf(stderr, "test_comm: rank %d: killing itself\n", g_rank);
+            raise(SIGKILL);
+        }
+        if (g_rank == stuck_rank) {
+            fprintf(stderr, "test_comm: rank %d: sleeping instead of joining\n", g_rank);
+            sleep_s(timeout + 60);
+        }
+        for (int i = 0; i < 100; i++) tr_comm_all_reduce(w, x, 1024, TR_COMM_F32);
+        fprintf(stderr, "test_comm: rank %d: all_reduce returned though a peer is gone\n",
+                g_rank);
+        tr_comm_free(w);
+        return 3;
+    }
+
+    test_all_reduce(w, 0);
+    test_all_reduce(w, 1);
+    test_reduce_scatter(w, 0);
+    test_reduce_scatter(w, 1);
+    test_all_gather(w, 0, 0);
+    test_all_gather(w, 0, 1);
+    test_all_gather(w, 1, 0);
+    test_all_gather(w, 1, 1);
+    test_broadcast(w);
+    test_ring(w);
+    test_overlap(w);
+    CHECK(tr_comm_barrier(w) == 0, "barrier");
+
+    /* The mesh: every layout of this world that the lead uses, plus a wrong one. */
+    if (size == 4) {
+        test_mesh(w, (tr_mesh){2, 1, 2});
+        test_mesh(w, (tr_mesh){1, 2, 2});
+        test_mesh(w, (tr_mesh){4, 1, 1});
+    }
+    test_mesh(w, (tr_mesh){size, 1, 1});
+    test_mesh(w, (tr_mesh){1, 1, size});
+    test_mesh(w, (tr_mesh){1, size, 1});
+    tr_comm *dp = NULL, *pp = NULL, *tp = NULL;
+    err[0] = 0;
+    CHECK(tr_comm_mesh(w, (tr_mesh){size + 1, 1, 1}, &dp, &pp, &tp, err, sizeof err) == -1 &&
+              dp == NULL && strstr(err, "world has"),
+          "a mesh that does not cover the world is refused: '%s'", err);
+    CHECK(tr_comm_wait_seconds() > 0, "waiting time is counted");
+
+    /* Every rank exits with the same status. */
+    int64_t fails = g_fail;
+    tr_comm_all_reduce(w, &fails, 1, TR_COMM_I64);
+    if (g_rank == 0)
+        printf("test_comm: %s on %d rank%s (transport %s, %.3f s waiting): %s\n",
+               fails ? "FAILED" : "ok", size, size == 1 ? "" : "s", tr_comm_transport(),
+               tr_comm_wait_seconds(), fails ? "see above" : "all checks passed");
+    tr_comm_free(w);
+    tr_comm_free(NULL);
+    return fails ? 1 : 0;
+}
