@@ -27,8 +27,21 @@ struct tr_comm {
 };
 
 /* What an operation is, for the one line printed when it fails or times out. */
+typedef enum {
+    OP_ALL_REDUCE,
+    OP_REDUCE_SCATTER,
+    OP_ALL_GATHER,
+    OP_BROADCAST,
+    OP_SEND,
+    OP_RECV,
+    OP_BARRIER,
+    OP_SPLIT
+} op_kind;
+static const char *const op_names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                       "send",       "recv",           "barrier",    "mesh split"};
+
 typedef struct {
-    const char *op; /* "all_reduce", "send", ... */
+    op_kind op;
     size_t n;
     tr_comm_dtype t;
     int peer; /* send/recv: the other rank; broadcast: the root; else -1 */
@@ -53,13 +66,13 @@ typedef struct mail {
 } mail;
 
 static struct {
-    int mpi;              /* MPI is initialized and the world is an MPI communicator */
-    int we_initialized;   /* we called MPI_Init (so we call MPI_Finalize) */
-    int finalized;        /* MPI_Finalize ran: MPI cannot start again */
-    int world_rank;       /* for messages */
-    double timeout;       /* seconds every wait is bounded by */
-    double wait_seconds;  /* tr_comm_wait_seconds */
-    mail *mailbox;        /* world of one: sent, not yet received */
+    int mpi;             /* MPI is initialized and the world is an MPI communicator */
+    int we_initialized;  /* we called MPI_Init (so we call MPI_Finalize) */
+    int finalized;       /* MPI_Finalize ran: MPI cannot start again */
+    int world_rank;      /* for messages */
+    double timeout;      /* seconds every wait is bounded by */
+    double wait_seconds; /* tr_comm_wait_seconds */
+    mail *mailbox;       /* world of one: sent, not yet received */
 } g = {.timeout = 300.0};
 
 static const char *const dtype_names[] = {"float", "double", "int32", "int64", "byte"};
@@ -83,17 +96,17 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
 static void describe(char *buf, size_t len, const tr_comm *c, const op_info *o) {
     size_t k = 0;
     int w;
-    if (o->n || strcmp(o->op, "barrier") != 0) {
-        w = snprintf(buf, len, "%s of %zu %s%s", o->op, o->n, dtype_names[o->t],
+    if (o->op != OP_BARRIER && o->op != OP_SPLIT) {
+        w = snprintf(buf, len, "%s of %zu %s%s", op_names[o->op], o->n, dtype_names[o->t],
                      o->n == 1 ? "" : "s");
     } else {
-        w = snprintf(buf, len, "%s", o->op);
+        w = snprintf(buf, len, "%s", op_names[o->op]);
     }
     k = w > 0 ? (size_t)w : 0;
     if (k < len && o->peer >= 0) {
-        if (!strcmp(o->op, "send"))
+        if (o->op == OP_SEND)
             w = snprintf(buf + k, len - k, " to rank %d (tag %d)", o->peer, o->tag);
-        else if (!strcmp(o->op, "recv"))
+        else if (o->op == OP_RECV)
             w = snprintf(buf + k, len - k, " from rank %d (tag %d)", o->peer, o->tag);
         else
             w = snprintf(buf + k, len - k, " from root %d", o->peer);
@@ -112,7 +125,7 @@ static int usage_error(const tr_comm *c, const op_info *o, const char *why) {
 
 static int check_args(const tr_comm *c, const op_info *o) {
     if (!c) {
-        fprintf(stderr, "trainer: rank %d: %s on a NULL group\n", g.world_rank, o->op);
+        fprintf(stderr, "trainer: rank %d: %s on a NULL group\n", g.world_rank, op_names[o->op]);
         return -1;
     }
     if ((unsigned)o->t > TR_COMM_BYTE) return usage_error(c, o, "unknown dtype");
@@ -147,9 +160,10 @@ static int single_send(const void *buf, size_t bytes, int tag) {
     m->next = NULL;
     m->tag = tag;
     m->bytes = bytes;
-    if (bytes) memcpy(m->data, buf, bytes);
+    if (bytes && buf) memcpy(m->data, buf, bytes);
     mail **p = &g.mailbox;
-    while (*p) p = &(*p)->next;
+    while (*p)
+        p = &(*p)->next;
     *p = m; /* FIFO per tag, like MPI's non-overtaking rule */
     return 0;
 }
@@ -159,7 +173,7 @@ static int single_recv(const tr_comm *c, const op_info *o, void *buf, size_t byt
         mail *m = *p;
         if (m->tag != o->tag) continue;
         if (m->bytes != bytes) return usage_error(c, o, "the matching send had a different size");
-        if (bytes) memcpy(buf, m->data, bytes);
+        if (bytes && buf) memcpy(buf, m->data, bytes);
         *p = m->next;
         free(m);
         return 0;
@@ -173,11 +187,16 @@ static int single_recv(const tr_comm *c, const op_info *o, void *buf, size_t byt
 static MPI_Datatype mpi_type(tr_comm_dtype t) {
     /* MPI_SUM is not defined on MPI_BYTE; MPI_UINT8_T sums (mod 256) and moves the same. */
     switch (t) {
-    case TR_COMM_F32: return MPI_FLOAT;
-    case TR_COMM_F64: return MPI_DOUBLE;
-    case TR_COMM_I32: return MPI_INT32_T;
-    case TR_COMM_I64: return MPI_INT64_T;
-    case TR_COMM_BYTE: break;
+    case TR_COMM_F32:
+        return MPI_FLOAT;
+    case TR_COMM_F64:
+        return MPI_DOUBLE;
+    case TR_COMM_I32:
+        return MPI_INT32_T;
+    case TR_COMM_I64:
+        return MPI_INT64_T;
+    case TR_COMM_BYTE:
+        break;
     }
     return MPI_UINT8_T;
 }
@@ -190,7 +209,8 @@ static void byte_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
     (void)dt;
     const uint8_t *a = in;
     uint8_t *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = (uint8_t)(b[i] + a[i]);
+    for (int i = 0; i < *len; i++)
+        b[i] = (uint8_t)(b[i] + a[i]);
 }
 
 static MPI_Op sum_op(tr_comm_dtype t) {
@@ -262,12 +282,11 @@ static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
     const op_info *o = &r->o;
     size_t esz = dtype_bytes[o->t];
     if (check_args(c, o)) return -1;
-    int is_bcast = !strcmp(o->op, "broadcast");
-    if (is_bcast && (o->peer < 0 || o->peer >= c->size)) return usage_error(c, o, "bad root");
-    if ((!strcmp(o->op, "send") || !strcmp(o->op, "recv")) &&
-        (o->peer < 0 || o->peer >= c->size || o->tag < 0))
+    if (o->op == OP_BROADCAST && (o->peer < 0 || o->peer >= c->size))
+        return usage_error(c, o, "bad root");
+    if ((o->op == OP_SEND || o->op == OP_RECV) && (o->peer < 0 || o->peer >= c->size || o->tag < 0))
         return usage_error(c, o, "bad peer rank or negative tag");
-    if (!strcmp(o->op, "reduce_scatter") && o->n) {
+    if (o->op == OP_REDUCE_SCATTER && o->n) {
         const char *s = send, *d = recv;
         size_t sb = (size_t)c->size * o->n * esz, rb = o->n * esz;
         if (s < d + rb && d < s + sb) return usage_error(c, o, "send and recv overlap");
@@ -276,22 +295,31 @@ static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
     if (c->mc != MPI_COMM_NULL) {
         MPI_Datatype dt = mpi_type(o->t);
         int n = (int)o->n, rc = MPI_SUCCESS;
-        if (!strcmp(o->op, "all_reduce")) {
+        const char *in_place = (const char *)recv + (size_t)c->rank * o->n * esz;
+        switch (o->op) {
+        case OP_ALL_REDUCE:
             rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, sum_op(o->t), c->mc, &r->rq);
-        } else if (!strcmp(o->op, "reduce_scatter")) {
+            break;
+        case OP_REDUCE_SCATTER:
             rc = MPI_Ireduce_scatter_block(send, recv, n, dt, sum_op(o->t), c->mc, &r->rq);
-        } else if (!strcmp(o->op, "all_gather")) {
-            const char *in_place = (const char *)recv + (size_t)c->rank * o->n * esz;
-            rc = MPI_Iallgather(o->n && send == in_place ? MPI_IN_PLACE : send, n, dt, recv, n,
-                                dt, c->mc, &r->rq);
-        } else if (is_bcast) {
+            break;
+        case OP_ALL_GATHER:
+            rc = MPI_Iallgather(o->n && send == in_place ? MPI_IN_PLACE : send, n, dt, recv, n, dt,
+                                c->mc, &r->rq);
+            break;
+        case OP_BROADCAST:
             rc = MPI_Ibcast(buf, n, dt, o->peer, c->mc, &r->rq);
-        } else if (!strcmp(o->op, "send")) {
+            break;
+        case OP_SEND:
             rc = MPI_Isend(send, n, dt, o->peer, o->tag, c->mc, &r->rq);
-        } else if (!strcmp(o->op, "recv")) {
+            break;
+        case OP_RECV:
             rc = MPI_Irecv(buf, n, dt, o->peer, o->tag, c->mc, &r->rq);
-        } else {
+            break;
+        case OP_BARRIER:
+        case OP_SPLIT:
             rc = MPI_Ibarrier(c->mc, &r->rq);
+            break;
         }
         if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
         return 0;
@@ -299,11 +327,11 @@ static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
 #endif
     /* The world of one: rank 0 of 1. */
     size_t bytes = o->n * esz;
-    if (!strcmp(o->op, "reduce_scatter") || !strcmp(o->op, "all_gather")) {
-        if (bytes && send != recv) memmove(recv, send, bytes);
-    } else if (!strcmp(o->op, "send")) {
+    if (o->op == OP_REDUCE_SCATTER || o->op == OP_ALL_GATHER) {
+        if (bytes && send && recv && send != recv) memmove(recv, send, bytes);
+    } else if (o->op == OP_SEND) {
         if (single_send(send, bytes, o->tag)) return usage_error(c, o, "out of memory");
-    } else if (!strcmp(o->op, "recv")) {
+    } else if (o->op == OP_RECV) {
         if (single_recv(c, o, buf, bytes)) return -1;
     }
     r->done = 1;
@@ -319,7 +347,7 @@ static int run_blocking(tr_comm *c, op_info o, void *buf, const void *send, void
     if (rc == 0 && !r.done) {
         MPI_Status st;
         wait_mpi(c, &r.o, &r.rq, &st);
-        if (!strcmp(o.op, "recv")) {
+        if (o.op == OP_RECV) {
             int got = 0;
             MPI_Get_count(&st, mpi_type(o.t), &got);
             if ((size_t)got != o.n) {
@@ -375,8 +403,9 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         int inited = 0, provided = 0, rc;
         MPI_Initialized(&inited);
         if (!inited) {
-            /* FUNNELED: other threads (loader, checkpoint writer) never call MPI. */
-            rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+            /* One thread at a time may call comm (the training thread, in practice); the
+             * loader and checkpoint threads never do. */
+            rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
             if (rc != MPI_SUCCESS) {
                 set_err(err, errlen, "MPI_Init failed (error %d; started with %s set)", rc, var);
                 return -1;
@@ -460,8 +489,8 @@ const char *tr_comm_transport(void) {
     return g.mpi ? "mpi" : "single";
 }
 
-int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm **tp,
-                 char *err, size_t errlen) {
+int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm **tp, char *err,
+                 size_t errlen) {
     *dp = *pp = *tp = NULL;
     if (m.dp < 1 || m.pp < 1 || m.tp < 1 || (long)m.dp * m.pp * m.tp != world->size) {
         set_err(err, errlen,
@@ -472,10 +501,10 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
     /* world rank = (d * pp + p) * tp + t */
     int r = world->rank;
     int t = r % m.tp, p = (r / m.tp) % m.pp, d = r / (m.tp * m.pp);
-    tr_comm *g3[3] = {group_new("dp", d, m.dp), group_new("pp", p, m.pp),
-                      group_new("tp", t, m.tp)};
+    tr_comm *g3[3] = {group_new("dp", d, m.dp), group_new("pp", p, m.pp), group_new("tp", t, m.tp)};
     if (!g3[0] || !g3[1] || !g3[2]) {
-        for (int i = 0; i < 3; i++) free(g3[i]);
+        for (int i = 0; i < 3; i++)
+            free(g3[i]);
         set_err(err, errlen, "tr_comm_mesh: out of memory");
         return -1;
     }
@@ -486,7 +515,7 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
         /* Ranks in one group share the other two coordinates; the key orders them by theirs. */
         int color[3] = {p * m.tp + t, d * m.tp + t, d * m.pp + p}, key[3] = {d, p, t};
         for (int i = 0; i < 3; i++) {
-            op_info o = {.op = "mesh split", .peer = -1};
+            op_info o = {.op = OP_SPLIT, .peer = -1};
             int rc = MPI_Comm_split(world->mc, color[i], key[i], &g3[i]->mc);
             if (rc != MPI_SUCCESS) die_mpi(world, &o, rc);
             MPI_Comm_set_errhandler(g3[i]->mc, MPI_ERRORS_RETURN);
@@ -494,9 +523,10 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
             MPI_Comm_rank(g3[i]->mc, &gr);
             MPI_Comm_size(g3[i]->mc, &gs);
             if (gr != g3[i]->rank || gs != g3[i]->size) { /* an invariant of the split */
-                fprintf(stderr, "trainer: rank %d: mesh group %s is rank %d of %d, expected "
-                        "%d of %d\n", g.world_rank, g3[i]->name, gr, gs, g3[i]->rank,
-                        g3[i]->size);
+                fprintf(stderr,
+                        "trainer: rank %d: mesh group %s is rank %d of %d, expected "
+                        "%d of %d\n",
+                        g.world_rank, g3[i]->name, gr, gs, g3[i]->rank, g3[i]->size);
                 abort();
             }
         }
@@ -509,38 +539,37 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
 }
 
 int tr_comm_all_reduce(tr_comm *c, void *buf, size_t n, tr_comm_dtype t) {
-    return run_blocking(c, (op_info){"all_reduce", n, t, -1, 0}, buf, NULL, NULL);
+    return run_blocking(c, (op_info){OP_ALL_REDUCE, n, t, -1, 0}, buf, NULL, NULL);
 }
-int tr_comm_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t n,
-                           tr_comm_dtype t) {
-    return run_blocking(c, (op_info){"reduce_scatter", n, t, -1, 0}, NULL, send, recv);
+int tr_comm_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t n, tr_comm_dtype t) {
+    return run_blocking(c, (op_info){OP_REDUCE_SCATTER, n, t, -1, 0}, NULL, send, recv);
 }
 int tr_comm_all_gather(tr_comm *c, const void *send, void *recv, size_t n, tr_comm_dtype t) {
-    return run_blocking(c, (op_info){"all_gather", n, t, -1, 0}, NULL, send, recv);
+    return run_blocking(c, (op_info){OP_ALL_GATHER, n, t, -1, 0}, NULL, send, recv);
 }
 int tr_comm_broadcast(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int root) {
-    return run_blocking(c, (op_info){"broadcast", n, t, root, 0}, buf, NULL, NULL);
+    return run_blocking(c, (op_info){OP_BROADCAST, n, t, root, 0}, buf, NULL, NULL);
 }
 int tr_comm_send(tr_comm *c, const void *buf, size_t n, tr_comm_dtype t, int peer, int tag) {
-    return run_blocking(c, (op_info){"send", n, t, peer, tag}, NULL, buf, NULL);
+    return run_blocking(c, (op_info){OP_SEND, n, t, peer, tag}, NULL, buf, NULL);
 }
 int tr_comm_recv(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int peer, int tag) {
-    return run_blocking(c, (op_info){"recv", n, t, peer, tag}, buf, NULL, NULL);
+    return run_blocking(c, (op_info){OP_RECV, n, t, peer, tag}, buf, NULL, NULL);
 }
 int tr_comm_barrier(tr_comm *c) {
-    return run_blocking(c, (op_info){"barrier", 0, TR_COMM_BYTE, -1, 0}, NULL, NULL, NULL);
+    return run_blocking(c, (op_info){OP_BARRIER, 0, TR_COMM_BYTE, -1, 0}, NULL, NULL, NULL);
 }
 
 tr_comm_req *tr_comm_iall_reduce(tr_comm *c, void *buf, size_t n, tr_comm_dtype t) {
-    return run_nonblocking(c, (op_info){"all_reduce", n, t, -1, 0}, buf, NULL, NULL);
+    return run_nonblocking(c, (op_info){OP_ALL_REDUCE, n, t, -1, 0}, buf, NULL, NULL);
 }
 tr_comm_req *tr_comm_ireduce_scatter(tr_comm *c, const void *send, void *recv, size_t n,
                                      tr_comm_dtype t) {
-    return run_nonblocking(c, (op_info){"reduce_scatter", n, t, -1, 0}, NULL, send, recv);
+    return run_nonblocking(c, (op_info){OP_REDUCE_SCATTER, n, t, -1, 0}, NULL, send, recv);
 }
 tr_comm_req *tr_comm_iall_gather(tr_comm *c, const void *send, void *recv, size_t n,
                                  tr_comm_dtype t) {
-    return run_nonblocking(c, (op_info){"all_gather", n, t, -1, 0}, NULL, send, recv);
+    return run_nonblocking(c, (op_info){OP_ALL_GATHER, n, t, -1, 0}, NULL, send, recv);
 }
 
 int tr_comm_test(tr_comm_req *r) {

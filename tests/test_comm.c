@@ -14,14 +14,14 @@
 
 static int g_fail, g_rank;
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            g_fail++;                                                                          \
-            fprintf(stderr, "FAIL rank %d %s:%d: ", g_rank, __FILE__, __LINE__);               \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            g_fail++;                                                                              \
+            fprintf(stderr, "FAIL rank %d %s:%d: ", g_rank, __FILE__, __LINE__);                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 static const size_t esz[] = {4, 8, 4, 8, 1};
@@ -42,22 +42,37 @@ static void fill(void *p, tr_comm_dtype t, int r, size_t off, size_t n) {
     for (size_t i = 0; i < n; i++) {
         double v = val(r, off + i);
         switch (t) {
-        case TR_COMM_F32: ((float *)p)[i] = (float)v; break;
-        case TR_COMM_F64: ((double *)p)[i] = v; break;
-        case TR_COMM_I32: ((int32_t *)p)[i] = (int32_t)(v * 7); break;
-        case TR_COMM_I64: ((int64_t *)p)[i] = (int64_t)(v * 1e6) * 1000003; break;
-        case TR_COMM_BYTE: ((uint8_t *)p)[i] = (uint8_t)(int64_t)(v * 3); break;
+        case TR_COMM_F32:
+            ((float *)p)[i] = (float)v;
+            break;
+        case TR_COMM_F64:
+            ((double *)p)[i] = v;
+            break;
+        case TR_COMM_I32:
+            ((int32_t *)p)[i] = (int32_t)(v * 7);
+            break;
+        case TR_COMM_I64:
+            ((int64_t *)p)[i] = (int64_t)(v * 1e6) * 1000003;
+            break;
+        case TR_COMM_BYTE:
+            ((uint8_t *)p)[i] = (uint8_t)(int64_t)(v * 3);
+            break;
         }
     }
 }
 
 static double get(const void *p, tr_comm_dtype t, size_t i) {
     switch (t) {
-    case TR_COMM_F32: return ((const float *)p)[i];
-    case TR_COMM_F64: return ((const double *)p)[i];
-    case TR_COMM_I32: return ((const int32_t *)p)[i];
-    case TR_COMM_I64: return (double)((const int64_t *)p)[i];
-    case TR_COMM_BYTE: return ((const uint8_t *)p)[i];
+    case TR_COMM_F32:
+        return ((const float *)p)[i];
+    case TR_COMM_F64:
+        return ((const double *)p)[i];
+    case TR_COMM_I32:
+        return ((const int32_t *)p)[i];
+    case TR_COMM_I64:
+        return (double)((const int64_t *)p)[i];
+    case TR_COMM_BYTE:
+        return ((const uint8_t *)p)[i];
     }
     return 0;
 }
@@ -80,11 +95,16 @@ static int check_sum(const void *got, tr_comm_dtype t, int size, size_t off, siz
         }
         double g = get(got, t, i);
         int ok;
-        if (t == TR_COMM_F32) ok = g - exact <= 1e-6 * mag + 1e-3 && exact - g <= 1e-6 * mag + 1e-3;
-        else if (t == TR_COMM_F64) ok = g - exact <= 1e-12 * mag && exact - g <= 1e-12 * mag;
-        else if (t == TR_COMM_I64) ok = ((const int64_t *)got)[i] == isum;
-        else if (t == TR_COMM_I32) ok = (uint32_t)((const int32_t *)got)[i] == usum32;
-        else ok = ((const uint8_t *)got)[i] == (uint8_t)isum;
+        if (t == TR_COMM_F32)
+            ok = g - exact <= 1e-6 * mag + 1e-3 && exact - g <= 1e-6 * mag + 1e-3;
+        else if (t == TR_COMM_F64)
+            ok = g - exact <= 1e-12 * mag && exact - g <= 1e-12 * mag;
+        else if (t == TR_COMM_I64)
+            ok = ((const int64_t *)got)[i] == isum;
+        else if (t == TR_COMM_I32)
+            ok = (uint32_t)((const int32_t *)got)[i] == usum32;
+        else
+            ok = ((const uint8_t *)got)[i] == (uint8_t)isum;
         if (!ok) {
             fprintf(stderr, "  element %zu: got %.17g expected %.17g\n", i, g, exact);
             return 0;
@@ -96,7 +116,8 @@ static int check_sum(const void *got, tr_comm_dtype t, int size, size_t off, siz
 /* FNV-1a of a result; gathered over the world to prove every rank holds the same bits. */
 static int64_t hash(const void *p, size_t bytes) {
     uint64_t h = 1469598103934665603u;
-    for (size_t i = 0; i < bytes; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211u;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211u;
     return (int64_t)(h >> 1);
 }
 
@@ -250,7 +271,8 @@ static void test_overlap(tr_comm *w) {
     for (int spins = 0; spins < 1000000; spins++)
         if (tr_comm_test(r[0]) + tr_comm_test(r[1]) + tr_comm_test(r[2]) == 3) break;
     double waited = 0;
-    for (int i = 0; i < 3; i++) waited += tr_comm_wait(r[i]);
+    for (int i = 0; i < 3; i++)
+        waited += tr_comm_wait(r[i]);
     CHECK(waited >= 0 && tr_comm_wait_seconds() >= before + waited - 1e-9,
           "wait seconds accumulate");
     CHECK(check_sum(a, TR_COMM_F32, size, 0, n), "overlapped all_reduce");
@@ -287,8 +309,8 @@ static void test_mesh(tr_comm *w, tr_mesh m) {
     CHECK(tr_comm_size(dp) == m.dp && tr_comm_size(pp) == m.pp && tr_comm_size(tp) == m.tp,
           "group sizes");
     CHECK(tr_comm_rank(dp) == d && tr_comm_rank(pp) == p && tr_comm_rank(tp) == t,
-          "mesh %d,%d,%d: world rank %d is (d,p,t) = (%d,%d,%d), got (%d,%d,%d)", m.dp, m.pp,
-          m.tp, rank, d, p, t, tr_comm_rank(dp), tr_comm_rank(pp), tr_comm_rank(tp));
+          "mesh %d,%d,%d: world rank %d is (d,p,t) = (%d,%d,%d), got (%d,%d,%d)", m.dp, m.pp, m.tp,
+          rank, d, p, t, tr_comm_rank(dp), tr_comm_rank(pp), tr_comm_rank(tp));
     int got[64];
     members(dp, rank, got);
     for (int i = 0; i < m.dp; i++)
@@ -303,7 +325,8 @@ static void test_mesh(tr_comm *w, tr_mesh m) {
     int64_t x = rank;
     CHECK(tr_comm_all_reduce(tp, &x, 1, TR_COMM_I64) == 0, "tp all_reduce");
     int64_t want = 0;
-    for (int i = 0; i < m.tp; i++) want += (d * m.pp + p) * m.tp + i;
+    for (int i = 0; i < m.tp; i++)
+        want += (d * m.pp + p) * m.tp + i;
     CHECK(x == want, "tp all_reduce of world ranks: got %lld want %lld", (long long)x,
           (long long)want);
     tr_comm_free(dp);
@@ -320,9 +343,12 @@ int main(int argc, char **argv) {
     int die_rank = -1, stuck_rank = -1;
     double timeout = 60;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--die-rank") && i + 1 < argc) die_rank = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--stuck-rank") && i + 1 < argc) stuck_rank = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout = atof(argv[++i]);
+        if (!strcmp(argv[i], "--die-rank") && i + 1 < argc)
+            die_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--stuck-rank") && i + 1 < argc)
+            stuck_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+            timeout = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: test_comm [--die-rank R | --stuck-rank R] [--timeout S]\n");
             return 2;
@@ -360,9 +386,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "test_comm: rank %d: sleeping instead of joining\n", g_rank);
             sleep_s(timeout + 60);
         }
-        for (int i = 0; i < 100; i++) tr_comm_all_reduce(w, x, 1024, TR_COMM_F32);
-        fprintf(stderr, "test_comm: rank %d: all_reduce returned though a peer is gone\n",
-                g_rank);
+        for (int i = 0; i < 100; i++)
+            tr_comm_all_reduce(w, x, 1024, TR_COMM_F32);
+        fprintf(stderr, "test_comm: rank %d: all_reduce returned though a peer is gone\n", g_rank);
         tr_comm_free(w);
         return 3;
     }
