@@ -519,8 +519,16 @@ void tr_model_get_state(const tr_model *m, int i, tr_state_kind k, float *host) 
 
 void tr_model_set_state(tr_model *m, int i, tr_state_kind k, const float *host) {
     const tr_param *p = &m->params[i];
-    float *dst = (k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + (p->offset - m->opt_lo);
-    m->be->upload(dst, host, p->numel * sizeof(float));
+    /* with a sharded optimizer, keep the part of the tensor inside this process's shard */
+    size_t lo = p->offset > m->opt_lo ? p->offset : m->opt_lo;
+    size_t hi = p->offset + p->numel < m->opt_hi ? p->offset + p->numel : m->opt_hi;
+    if (lo >= hi) return;
+    float *dst = (k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + (lo - m->opt_lo);
+    m->be->upload(dst, host + (lo - p->offset), (hi - lo) * sizeof(float));
+}
+
+float *tr_model_optim_state(tr_model *m, tr_state_kind k) {
+    return k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v;
 }
 
 long tr_model_adam_steps(const tr_model *m) {

@@ -98,7 +98,11 @@ void tr_model_get_grad(const tr_model *m, int i, float *host);
  * number of steps taken (the bias corrections depend on it). */
 typedef enum { TR_STATE_ADAM_M = 0, TR_STATE_ADAM_V } tr_state_kind;
 void tr_model_get_state(const tr_model *m, int i, tr_state_kind k, float *host);
+/* get_state needs the tensor inside this process's optimizer shard (no sharding: always);
+ * set_state keeps whatever part of the tensor falls inside the shard. */
 void tr_model_set_state(tr_model *m, int i, tr_state_kind k, const float *host);
+/* The optimizer shard's AdamW moments (backend memory, tr_model_optim_range elements). */
+float *tr_model_optim_state(tr_model *m, tr_state_kind k);
 long tr_model_adam_steps(const tr_model *m);
 void tr_model_set_adam_steps(tr_model *m, long t);
 

@@ -160,6 +160,37 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
     }
 }
 
+int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
+    size_t n = tr_model_slab_elements(d->m), lo, hi;
+    tr_model_optim_range(d->m, &lo, &hi);
+    *out = (tr_dp_state){.dp = d, .m = malloc(n * sizeof(float)), .v = malloc(n * sizeof(float))};
+    if (!out->m || !out->v) {
+        tr_dp_state_free(out);
+        return -1;
+    }
+    const tr_backend *be = tr_model_backend(d->m);
+    float *full[2] = {out->m, out->v};
+    for (int k = 0; k < 2; k++) {
+        const float *shard = tr_model_optim_state(d->m, (tr_state_kind)k);
+        be->download(full[k] + lo, shard, (hi - lo) * sizeof(float));
+        if (hi - lo < n) /* sharded: every rank's part, in rank order, in place */
+            tr_comm_all_gather(d->c, full[k] + lo, full[k], hi - lo, TR_COMM_F32);
+    }
+    return 0;
+}
+
+void tr_dp_state_free(tr_dp_state *s) {
+    free(s->m);
+    free(s->v);
+    s->m = s->v = NULL;
+}
+
+void tr_dp_state_source(void *ctx, int param, tr_state_kind k, float *dst) {
+    const tr_dp_state *s = ctx;
+    const tr_param *p = tr_model_param(s->dp->m, param);
+    memcpy(dst, (k == TR_STATE_ADAM_M ? s->m : s->v) + p->offset, p->numel * sizeof(float));
+}
+
 double tr_dp_sum(tr_dp *d, double x) {
     if (d->world > 1) tr_comm_all_reduce(d->c, &x, 1, TR_COMM_F64);
     return x;

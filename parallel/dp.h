@@ -35,6 +35,19 @@ void tr_dp_sync_grads(tr_dp *d);
 /* The optimizer step: all parameters (ZeRO 0) or this rank's shard, then an all-gather of
  * the parameters (ZeRO 1). */
 void tr_dp_step(tr_dp *d, const tr_adamw *opt);
+/* The whole AdamW state in host memory: m and v of tr_model_slab_elements floats each,
+ * indexed like the slab. */
+typedef struct {
+    const tr_dp *dp;
+    float *m, *v;
+} tr_dp_state;
+/* ZeRO-1: gather the sharded moments from every rank (every rank calls it, for checkpoints);
+ * without sharding, a copy of the model's own. -1 when out of memory. */
+int tr_dp_gather_state(tr_dp *d, tr_dp_state *out);
+void tr_dp_state_free(tr_dp_state *s);
+/* A checkpoint state source (tr_ckpt_opts.state_source) over a gathered tr_dp_state. */
+void tr_dp_state_source(void *ctx, int param, tr_state_kind k, float *dst);
+
 /* Sum of a value over the group (losses, token counts). */
 double tr_dp_sum(tr_dp *d, double x);
 

@@ -105,6 +105,11 @@ typedef struct {
     int keep;        /* newest checkpoints kept (>= 1) */
     int rank, world; /* this process and how many write (one today) */
     int sync;        /* 1: tr_ckpt_save returns once the checkpoint is on disk (benchmarks) */
+    /* where the AdamW state comes from when the model holds only a shard of it (ZeRO-1): the
+     * full tensors, gathered by the caller before tr_ckpt_save; NULL: the model. Needs
+     * overlap = 0 (the copy is taken inside tr_ckpt_save). */
+    void (*state_source)(void *ctx, int param, tr_state_kind k, float *dst);
+    void *state_ctx;
     int overlap;     /* 1: copy the state on the writer thread while the caller goes on with
                       * forward/backward (needs concurrent reads of the model to be safe: the
                       * CPU backend); the caller must tr_ckpt_fence before the next update */

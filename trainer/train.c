@@ -217,12 +217,6 @@ int tr_cmd_run(int argc, char **argv) {
         if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
         goto done;
     }
-    if (nranks > 1 && zero >= 1 && r.train.checkpoint_every > 0) {
-        if (rank == 0)
-            fprintf(stderr, "%s: checkpoints of ZeRO-%d runs are not implemented yet (set "
-                    "checkpoint_every = 0, or zero = 0)\n", r.path, zero);
-        goto done;
-    }
 
     double peak;
     char device_desc[512];
@@ -306,11 +300,16 @@ int tr_cmd_run(int argc, char **argv) {
         }
         printf("initialized from the Hugging Face model in %s\n", r.init_hf);
     }
-    if (r.train.checkpoint_every > 0 && rank == 0) { /* ZeRO-0: rank 0 holds the whole state */
+    int sharded = zero >= 1 && nranks > 1;
+    tr_dp_state gathered = {0};
+    /* rank 0 writes every checkpoint; with ZeRO-1 the ranks first gather the optimizer state */
+    if (r.train.checkpoint_every > 0 && rank == 0) {
         const char *sync = getenv("TR_CKPT_SYNC"); /* benchmarks: the synchronous baseline */
         tr_ckpt_opts co = {.out = out, .keep = r.train.keep_checkpoints, .rank = 0, .world = 1,
                            .sync = sync && *sync && strcmp(sync, "0"),
-                           .overlap = !strcmp(be->name, "cpu")};
+                           .overlap = !strcmp(be->name, "cpu") && !sharded,
+                           .state_source = sharded ? tr_dp_state_source : NULL,
+                           .state_ctx = &gathered};
         if (tr_ckpt_writer_init(&ckw, s.model, &r, &co, err, sizeof(err))) {
             fprintf(stderr, "trainer run: %s\n", err);
             goto done;
@@ -406,10 +405,17 @@ int tr_cmd_run(int argc, char **argv) {
         double mfu = gflops / (peak * nranks); /* every rank brings its own peak */
 
         int last = step + 1 == r.train.steps;
-        if (ckw && ((step + 1) % r.train.checkpoint_every == 0 || last)) {
-            tr_loader_pos pos = tr_loader_get_pos(s.loader);
-            tr_ckpt_save(ckw, step + 1, &pos);
+        int save = r.train.checkpoint_every > 0 && ((step + 1) % r.train.checkpoint_every == 0 || last);
+        if (save && sharded && tr_dp_gather_state(dp, &gathered)) {
+            fprintf(stderr, "trainer: rank %d: out of memory gathering the optimizer state for "
+                    "a checkpoint\n", rank);
+            goto done;
         }
+        if (save && ckw) {
+            tr_loader_pos pos = tr_loader_get_pos(s.loader);
+            tr_ckpt_save(ckw, step + 1, &pos); /* copies the gathered state before returning */
+        }
+        tr_dp_state_free(&gathered);
         int do_eval = r.train.eval_every > 0 && ((step + 1) % r.train.eval_every == 0 || last);
         double val = NAN;
         if (do_eval) {
