@@ -926,10 +926,12 @@ static void copy_state(tr_ckpt_writer *w) {
         const slice_info *s = &w->sl[i];
         int pi = (int)(s->p - tr_model_param(w->m, 0));
         float *dst = w->snap + s->offset;
-        tr_state_kind k = s->prefix[5] == 'm' ? TR_STATE_ADAM_M : TR_STATE_ADAM_V;
-        if (s->prefix[0] == 0)
+        if (s->prefix[0] == 0) {
             tr_model_get_param(w->m, pi, dst);
-        else if (w->o.state_source) /* optimizer state gathered from its shards */
+            continue;
+        }
+        tr_state_kind k = s->prefix[5] == 'm' ? TR_STATE_ADAM_M : TR_STATE_ADAM_V; /* adam_m/ */
+        if (w->o.state_source) /* optimizer state gathered from its shards */
             w->o.state_source(w->o.state_ctx, pi, k, dst);
         else
             tr_model_get_state(w->m, pi, k, dst);

@@ -505,9 +505,9 @@ done:
     if (metrics) fclose(metrics);
     free(s.inputs);
     free(s.targets);
+    tr_dp_free(dp); /* before the model: it unhooks itself from it */
     tr_model_free(s.model);
     tr_loader_free(s.loader);
-    tr_dp_free(dp);
     tr_recipe_free(&r);
     tr_comm_free(world);
     return status;
