@@ -337,9 +337,12 @@ int tr_cmd_run(int argc, char **argv) {
         tr_fmt_bytes((double)mem.grads, b2, sizeof(b2));
         tr_fmt_bytes((double)mem.optimizer, b3, sizeof(b3));
         tr_fmt_bytes((double)(mem.activations + mem.scratch), b4, sizeof(b4));
-        printf("%d process(es) (%s), data parallel, ZeRO-%d | memory per process: parameters %s, "
-               "gradients %s, optimizer state %s, activations and scratch %s\n",
-               nranks, tr_comm_transport(), zero, b1, b2, b3, b4);
+        if (nranks > 1)
+            printf("%d processes (%s), data parallel, ZeRO-%d | ", nranks, tr_comm_transport(),
+                   zero);
+        printf("memory per process: parameters %s, gradients %s, optimizer state %s, "
+               "activations and scratch %s\n",
+               b1, b2, b3, b4);
         /* the same figures, for tools: what this process allocated, by kind */
         snprintf(path, sizeof(path), "%s/memory.json", out);
         FILE *mf = rank == 0 ? fopen(path, "w") : NULL;
