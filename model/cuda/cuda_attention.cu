@@ -272,3 +272,92 @@ extern "C" void tr_cuda_attention_backward(int bf, tr_buf *dqkv, const tr_buf *d
                                                        bf);
     CK_LAUNCH();
 }
+
+/* ---- decode: one new token against the KV cache (sampling) ------------------------------ */
+
+/* Rotate this token's q and k heads by position pos (angles in double, as on the CPU) and
+ * append its k and v to the caches. One block per head of q, k and v; threads over hd. */
+static __global__ void decode_prep_k(void *qkv, void *kc, void *vc, int pos, int H, int KV,
+                                     int hd, float theta, int bf) {
+    int h = blockIdx.x, h2 = hd / 2, KS = KV * hd;
+    size_t base = (size_t)h * hd;
+    if (h < H + KV && theta > 0) {
+        for (int i = threadIdx.x; i < h2; i += blockDim.x) {
+            double ang = (double)pos * pow((double)theta, -2.0 * i / hd);
+            float c = (float)cos(ang), s = (float)sin(ang);
+            float a = ldf(qkv, base + i, bf), b = ldf(qkv, base + i + h2, bf);
+            stf(qkv, base + i, a * c - b * s, bf);
+            stf(qkv, base + i + h2, b * c + a * s, bf);
+        }
+    }
+    __syncthreads();
+    if (h >= H) { /* a k head (H .. H+KV) or a v head (H+KV .. H+2KV): into its cache row */
+        int kv = h < H + KV ? h - H : h - H - KV;
+        void *cache = h < H + KV ? kc : vc;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x)
+            stf(cache, (size_t)pos * KS + (size_t)kv * hd + d, ldf(qkv, base + d, bf), bf);
+    }
+}
+
+/* One block per query head: scores over cache rows 0..pos into fp32 scratch, softmax, then
+ * out = P V with one thread per output element (hd <= 128 = blockDim). */
+static __global__ void decode_attn_k(void *out, const void *qkv, const void *kc, const void *vc,
+                                     float *scores, int pos, int H, int KV, int hd, float scale,
+                                     int bf) {
+    __shared__ float q[128], red[32];
+    int h = blockIdx.x, kvh = h / (H / KV), KS = KV * hd, n = pos + 1;
+    float *s = scores + (size_t)h * n;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) q[d] = ldf(qkv, (size_t)h * hd + d, bf);
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        float dot = 0.0f;
+        for (int d = 0; d < hd; d++) dot += q[d] * ldf(kc, (size_t)j * KS + (size_t)kvh * hd + d, bf);
+        s[j] = dot * scale;
+        mx = fmaxf(mx, s[j]);
+    }
+    /* block max, then block sum of exp (fixed order: warp shuffles, then warp 0) */
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x + 31) / 32 ? red[threadIdx.x] : -INFINITY;
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    mx = red[0];
+    __syncthreads();
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        float p = __expf(s[j] - mx);
+        s[j] = p;
+        sum += p;
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x + 31) / 32 ? red[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    float inv = 1.0f / red[0];
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < n; j++) acc += s[j] * ldf(vc, (size_t)j * KS + (size_t)kvh * hd + d, bf);
+        stf(out, (size_t)h * hd + d, acc * inv, bf);
+    }
+}
+
+extern "C" void tr_cuda_decode_attention(int bf, tr_buf *out, tr_buf *qkv, tr_buf *kc, tr_buf *vc,
+                                         int pos, int H, int KV, int hd, float theta) {
+    check_shape(H, KV, hd);
+    float *scores = (float *)tr_cuda_scratch(SCR_ATTN, sizeof(float) * (size_t)H * (pos + 1));
+    decode_prep_k<<<H + 2 * KV, 128, 0, tr_cuda_stream>>>(qkv, kc, vc, pos, H, KV, hd, theta, bf);
+    CK_LAUNCH();
+    decode_attn_k<<<H, 128, 0, tr_cuda_stream>>>(out, qkv, kc, vc, scores, pos, H, KV, hd,
+                                                 1.0f / sqrtf((float)hd), bf);
+    CK_LAUNCH();
+}

@@ -153,6 +153,10 @@ WRAP(attention_backward,
      (tr_buf * dqkv, const tr_buf *dout, const tr_buf *qkv, const tr_buf *out, const float *lse,
       int B, int T, int H, int KV, int hd),
      dqkv, dout, qkv, out, lse, B, T, H, KV, hd)
+WRAP(decode_attention,
+     (tr_buf * out, tr_buf *qkv, tr_buf *kc, tr_buf *vc, int pos, int H, int KV, int hd,
+      float theta),
+     out, qkv, kc, vc, pos, H, KV, hd, theta)
 WRAP(gelu_forward, (tr_buf * out, const tr_buf *inp, size_t n), out, inp, n)
 WRAP(gelu_backward, (tr_buf * dinp, const tr_buf *dout, const tr_buf *inp, size_t n), dinp, dout,
      inp, n)
@@ -193,7 +197,7 @@ static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, 
         (t).rope_forward = P##_rope_forward, (t).rope_backward = P##_rope_backward;               \
         (t).attention_forward = P##_attention_forward;                                            \
         (t).attention_backward = P##_attention_backward;                                          \
-        (t).decode_attention = NULL; /* optional: not implemented on CUDA yet */                  \
+        (t).decode_attention = P##_decode_attention;                                              \
         (t).gelu_forward = P##_gelu_forward, (t).gelu_backward = P##_gelu_backward;               \
         (t).swiglu_forward = P##_swiglu_forward, (t).swiglu_backward = P##_swiglu_backward;       \
         (t).add = P##_add, (t).softmax_xent = P##_softmax_xent, (t).sumsq = P##_sumsq;            \

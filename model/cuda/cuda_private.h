@@ -172,6 +172,8 @@ void tr_cuda_adamw(int bf, float *master, tr_buf *param, const tr_buf *g, float 
                    size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
                    float bc2, float gscale);
 /* cuda_attention.cu */
+void tr_cuda_decode_attention(int bf, tr_buf *out, tr_buf *qkv, tr_buf *kc, tr_buf *vc, int pos,
+                              int H, int KV, int hd, float theta);
 void tr_cuda_attention_forward(int bf, tr_buf *out, float *lse, const tr_buf *qkv, int B, int T,
                                int H, int KV, int hd);
 void tr_cuda_attention_backward(int bf, tr_buf *dqkv, const tr_buf *dout, const tr_buf *qkv,

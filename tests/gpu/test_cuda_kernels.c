@@ -334,6 +334,30 @@ static void t_attention(int B, int T, int H, int KV, int hd) {
     free(qkv), free(dout), free(out), free(lse), free(dqkv);
 }
 
+/* Decoding token by token against the KV cache, like the CPU backend's decode_attention. */
+static void t_decode(int T, int H, int KV, int hd, float theta) {
+    char nm[96];
+    size_t row = (size_t)(H + 2 * KV) * hd, cache = (size_t)T * KV * hd, no = (size_t)H * hd;
+    float *rows = rnd((size_t)T * row, -2, 2), *ck = xmalloc(cache * 4), *cv = xmalloc(cache * 4);
+    float *ref = xmalloc((size_t)T * no * 4), *got = xmalloc((size_t)T * no * 4);
+    float *q = xmalloc(row * 4);
+    void *gk = spoison(cache), *gv = spoison(cache), *go = spoison(no);
+    for (int t = 0; t < T; t++) {
+        memcpy(q, rows + (size_t)t * row, row * 4);
+        cpu->decode_attention(ref + (size_t)t * no, q, ck, cv, t, H, KV, hd, theta);
+        void *gq = sput(rows + (size_t)t * row, row);
+        gpu->decode_attention(go, gq, gk, gv, t, H, KV, hd, theta);
+        float *o = sget(go, no);
+        memcpy(got + (size_t)t * no, o, no * 4);
+        free(o);
+        gpu->free(gq);
+    }
+    snprintf(nm, sizeof(nm), "decode T%d H%d KV%d hd%d theta %g", T, H, KV, hd, theta);
+    cmp(nm, got, ref, (size_t)T * no);
+    gpu->free(gk), gpu->free(gv), gpu->free(go);
+    free(rows), free(ck), free(cv), free(ref), free(got), free(q);
+}
+
 static void t_pointwise(size_t n, int N, int Hd) {
     char nm[96];
     float *x = rnd(n, -4, 4), *g = rnd(n, -1, 1), *a = rnd(n, -1, 1);
@@ -453,6 +477,8 @@ static void run_all(tr_dtype dt) {
     t_attention(1, 130, 2, 2, 64);
     t_attention(1, 65, 2, 1, 128);
     t_attention(1, 200, 6, 2, 80);
+    t_decode(20, 4, 2, 16, 10000.0f);
+    t_decode(9, 2, 1, 64, 0.0f);
     t_pointwise(1001, 7, 37);
     t_pointwise(4096, 16, 64);
     t_xent(6, 1001);
