@@ -1184,7 +1184,8 @@ static const field_spec parallel_fields[] = {
     {"dp", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
     {"tp", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
     {"pp", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
-    {"zero", FK_INT_AUTO, OPT, LO_GE, 0, HI_LE, 3, NULL}};
+    {"zero", FK_INT_AUTO, OPT, LO_GE, 0, HI_LE, 3, NULL},
+    INT_FIELD("bucket_kb", OPT, 1)};
 
 static int l_parallel(lua_State *L)
 {
@@ -1200,13 +1201,14 @@ static int l_parallel(lua_State *L)
         if (lua_type(L, 1) != LUA_TTABLE)
             raise_at(L, 0, "parallel: expected \"auto\" or a table { dp = ..., tp = ..., pp = ..., zero = ... }, got %s",
                      lua_isnone(L, 1) ? "no value" : type_word(L, 1));
-        field_val v[4];
-        read_fields(L, "parallel", parallel_fields, 4, v, NULL, NULL);
+        field_val v[5];
+        read_fields(L, "parallel", parallel_fields, 5, v, NULL, NULL);
+        p->bucket_kb = v[4].present ? (int)v[4].i : 0;
         /* -1 = auto (absent or "auto"): zero = 0 is a real choice, "don't shard" */
         int *dst[4] = {&p->dp, &p->tp, &p->pp, &p->zero};
         for (int i = 0; i < 4; i++) *dst[i] = v[i].present && !v[i].is_auto ? (int)v[i].i : -1;
         /* everything left to "auto" is the same plan as parallel "auto" */
-        p->is_auto = p->dp < 0 && p->tp < 0 && p->pp < 0 && p->zero < 0;
+        p->is_auto = p->dp < 0 && p->tp < 0 && p->pp < 0 && p->zero < 0 && p->bucket_kb == 0;
     }
     c->parallel_line = line;
     return 0;
@@ -1943,6 +1945,7 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f)
             else
                 fprintf(f, "%s %s = \"auto\"", i ? "," : "", names[i]);
         }
+        if (p->bucket_kb) fprintf(f, ", bucket_kb = %d", p->bucket_kb);
         fputs(" }\n", f);
     }
     return ferror(f) ? -1 : 0;

@@ -123,7 +123,8 @@ typedef struct {
 
 typedef struct {
     int is_auto; /* "auto" (the default) */
-    int dp, tp, pp, zero; /* -1 = auto; ignored until the parallel runtime lands */
+    int dp, tp, pp, zero; /* -1 = auto (the world is data parallel; ZeRO 0) */
+    int bucket_kb;        /* gradient communication bucket, KiB; 0 = 4096 */
 } tr_parallel_desc;
 
 typedef enum { TR_KNOB_NUMBER = 0, TR_KNOB_STRING, TR_KNOB_BOOL } tr_knob_type;

@@ -59,8 +59,10 @@ struct tr_model {
     size_t n_pad;        /* slab elements, padded to a multiple of the shard count */
     size_t opt_lo, opt_hi; /* this process's optimizer shard of the slab */
     int *ready_op;       /* per parameter: the op after whose backward its gradient is final */
-    tr_grad_hook hook;
-    void *hook_ctx;
+    tr_grad_hook hook, pre_hook;
+    void *hook_ctx, *pre_ctx;
+    tr_buf **gaddr;      /* per parameter: where its gradient lives (the slab, or placed) */
+    int external_grads;
     int n_attention;
     size_t head_rows; /* rows of logits computed at once */
     int head_param;   /* parameter index of the head's weight (embedding's when tied) */
@@ -342,6 +344,9 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     size_t per = m->n_pad / shards, shard = o->shards > 1 ? (size_t)o->shard : 0;
     m->opt_lo = shard * per;
     m->opt_hi = m->opt_lo + per;
+    if (o->external_grads) /* ZeRO-2: the caller sizes the state (tr_model_alloc_optim) */
+        m->opt_lo = m->opt_hi = 0;
+    m->external_grads = o->external_grads;
     /* a gradient is final after the backward of the first op (in forward order) using it */
     m->ready_op = malloc((size_t)(m->n_params ? m->n_params : 1) * sizeof(int));
     for (int i = 0; i < m->n_params; i++) m->ready_op[i] = m->n_ops;
@@ -358,7 +363,7 @@ static tr_memory memory_of(const tr_model *m) {
     /* storage-dtype weights and gradients; fp32 master weights (unless the storage is fp32)
        and AdamW m, v */
     mem.params = m->n_pad * (es == F ? es : es + F);
-    mem.grads = m->n_pad * es;
+    mem.grads = m->external_grads ? 0 : m->n_pad * es; /* ZeRO-2: the caller's buffers */
     mem.optimizer = 2 * (m->opt_hi - m->opt_lo) * F;
     mem.activations =
         (m->act_floats + m->tact_floats) * es + (m->stat_floats + m->tstat_floats) * F;
@@ -407,7 +412,8 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     int ng = 2 * (m->max_depth + 1);
     m->param = be->alloc(m->n_pad * es);
     m->master = be->dtype == TR_DTYPE_F32 ? m->param : be->alloc(m->n_pad * F);
-    m->grad = be->alloc(m->n_pad * es);
+    m->external_grads = o->external_grads;
+    m->grad = o->external_grads ? NULL : be->alloc(m->n_pad * es);
     m->adam_m = be->alloc((m->opt_hi - m->opt_lo) * F);
     m->adam_v = be->alloc((m->opt_hi - m->opt_lo) * F);
     m->act = be->alloc(m->act_floats * es);
@@ -422,7 +428,11 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     m->targets = be->alloc(N * sizeof(int));
     m->host_losses = malloc(N * F);
     m->gbuf = calloc((size_t)ng, sizeof(tr_buf *));
-    int ok = m->param && m->master && m->grad && m->adam_m && m->adam_v && m->act && m->stats &&
+    m->gaddr = calloc((size_t)(m->n_params ? m->n_params : 1), sizeof(tr_buf *));
+    for (int i = 0; m->grad && i < m->n_params; i++)
+        m->gaddr[i] = tr_buf_at(be, m->grad, m->params[i].offset);
+    int ok = m->param && m->master && (m->grad || m->external_grads) && m->adam_m && m->adam_v &&
+             m->act && m->stats && m->gaddr &&
              m->tact && m->tstats && m->scratch1 && m->scratch2 && m->logits && m->losses &&
              m->tokens && m->targets && m->host_losses && m->gbuf;
     for (int i = 0; ok && i < ng; i++)
@@ -468,6 +478,7 @@ void tr_model_free(tr_model *m) {
     free(m->ops);
     free(m->params);
     free(m->ready_op);
+    free(m->gaddr);
     free(m);
 }
 
@@ -507,7 +518,8 @@ void tr_model_set_param(tr_model *m, int i, const float *host) {
 
 void tr_model_get_grad(const tr_model *m, int i, float *host) {
     const tr_param *p = &m->params[i];
-    m->be->from_storage(host, tr_buf_at(m->be, m->grad, p->offset), p->numel);
+    (void)p;
+    m->be->from_storage(host, m->gaddr[i], m->params[i].numel);
 }
 
 void tr_model_get_state(const tr_model *m, int i, tr_state_kind k, float *host) {
@@ -576,7 +588,7 @@ void tr_model_init_params(tr_model *m, unsigned long long seed) {
         tr_model_set_param(m, i, host);
     }
     free(host);
-    m->be->zero(m->grad, m->n_pad * m->es);
+    if (m->grad) m->be->zero(m->grad, m->n_pad * m->es);
     m->be->zero(m->adam_m, (m->opt_hi - m->opt_lo) * sizeof(float));
     m->be->zero(m->adam_v, (m->opt_hi - m->opt_lo) * sizeof(float));
     m->adam_t = 0;
@@ -596,7 +608,7 @@ static tr_buf *P(const tr_model *m, int i) {
     return i < 0 ? NULL : tr_buf_at(m->be, m->param, m->params[i].offset);
 }
 static tr_buf *G(const tr_model *m, int i) {
-    return i < 0 ? NULL : tr_buf_at(m->be, m->grad, m->params[i].offset);
+    return i < 0 ? NULL : m->gaddr[i];
 }
 /* row r of an (N, width) storage buffer */
 static tr_buf *ROW(const tr_model *m, const tr_buf *base, size_t r, size_t width) {
@@ -682,8 +694,9 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
     if (!targets) return 0;
     be->upload(m->targets, targets, (size_t)N * sizeof(int));
     const tr_buf *x = ACT(m, head->in), *w = P(m, head->p[0]);
-    tr_buf *dw = G(m, head->p[0]), *dx = m->gbuf[0];
     int want = grad_scale > 0;
+    if (want && m->pre_hook) m->pre_hook(m->pre_ctx, head->p[0]);
+    tr_buf *dw = G(m, head->p[0]), *dx = m->gbuf[0];
     float dscale = grad_scale / (float)N;
     for (int r = 0; r < N; r += (int)m->head_rows) {
         int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
@@ -711,6 +724,9 @@ void tr_model_backward(tr_model *m) {
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const op_t *op = &m->ops[i];
         const tr_node *n = op->node;
+        if (m->pre_hook && op->kind != OP_HEAD) /* the head's gradient was placed in forward */
+            for (int k = 0; k < 4; k++)
+                if (op->p[k] >= 0) m->pre_hook(m->pre_ctx, op->p[k]);
         tr_buf *a = m->gbuf[2 * op->depth], *b = m->gbuf[2 * op->depth + 1];
         tr_buf *next = g == a ? b : a;
         switch (op->kind) {
@@ -783,12 +799,12 @@ void tr_model_backward(tr_model *m) {
 }
 
 void tr_model_zero_grad(tr_model *m) {
-    m->be->zero(m->grad, m->n_pad * m->es);
+    if (m->grad) m->be->zero(m->grad, m->n_pad * m->es); /* placed gradients: the caller's */
 }
 
 double tr_model_grad_norm(tr_model *m) {
     /* padding between tensors is never written, so the whole slab can be summed at once */
-    return sqrt(m->be->sumsq(m->grad, m->n_pad));
+    return m->grad ? sqrt(m->be->sumsq(m->grad, m->n_pad)) : NAN;
 }
 
 void tr_model_adamw_step(tr_model *m, const tr_adamw *o) {
@@ -824,6 +840,41 @@ void tr_model_optim_range(const tr_model *m, size_t *lo, size_t *hi) {
 void tr_model_set_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx) {
     m->hook = fn;
     m->hook_ctx = ctx;
+}
+void tr_model_set_pre_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx) {
+    m->pre_hook = fn;
+    m->pre_ctx = ctx;
+}
+void tr_model_set_grad_addr(tr_model *m, int i, tr_buf *addr) {
+    m->gaddr[i] = addr;
+}
+
+int tr_model_alloc_optim(tr_model *m, size_t elems) {
+    m->be->free(m->adam_m);
+    m->be->free(m->adam_v);
+    m->adam_m = m->be->alloc((elems ? elems : 16) * sizeof(float));
+    m->adam_v = m->be->alloc((elems ? elems : 16) * sizeof(float));
+    m->opt_lo = 0;
+    m->opt_hi = elems;
+    return m->adam_m && m->adam_v ? 0 : -1;
+}
+
+void tr_model_adamw_pieces(tr_model *m, const tr_adamw *o, const tr_piece *pc, int n) {
+    m->adam_t++;
+    float bc1 = (float)(1.0 - pow((double)o->beta1, (double)m->adam_t));
+    float bc2 = (float)(1.0 - pow((double)o->beta2, (double)m->adam_t));
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < m->n_params; i++) { /* each tensor's part of the piece */
+            const tr_param *p = &m->params[i];
+            size_t lo = p->offset > pc[k].lo ? p->offset : pc[k].lo;
+            size_t hi = p->offset + p->numel < pc[k].hi ? p->offset + p->numel : pc[k].hi;
+            if (lo >= hi) continue;
+            size_t at = pc[k].state + (lo - pc[k].lo);
+            m->be->adamw(m->master + lo, tr_buf_at(m->be, m->param, lo),
+                         tr_buf_at(m->be, pc[k].grad, lo - pc[k].lo), m->adam_m + at,
+                         m->adam_v + at, hi - lo, o->lr, o->beta1, o->beta2, o->eps,
+                         p->decay ? o->weight_decay : 0.0f, bc1, bc2, o->grad_scale);
+        }
 }
 
 void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *logits) {

@@ -68,6 +68,10 @@ typedef struct {
     /* ZeRO-1: this process keeps the AdamW state of, and updates, only shard `shard` of
      * `shards` equal ranges of the (padded) parameter slab; shards <= 1: all of it. */
     int shards, shard;
+    /* ZeRO-2: no gradient slab. Before any gradient of tensor i is written, the pre-gradient
+     * hook places it (tr_model_set_grad_addr); the optimizer state is sized by the caller
+     * (tr_model_alloc_optim) and the update runs over pieces (tr_model_adamw_pieces). */
+    int external_grads;
 } tr_model_opts;
 
 /* Build a model for micro-batches of at most B sequences of at most T tokens (T <= seq_len).
@@ -162,6 +166,22 @@ void tr_model_optim_range(const tr_model *m, size_t *lo, size_t *hi);
  * Tensors become ready in decreasing index order, except a tied embedding, ready last. */
 typedef void (*tr_grad_hook)(void *ctx, int param);
 void tr_model_set_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx);
+/* external_grads: called before the first gradient write of tensor i in a forward (the head)
+ * or backward, to place its gradient (tr_model_set_grad_addr; zeroed by the caller). */
+void tr_model_set_pre_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx);
+void tr_model_set_grad_addr(tr_model *m, int i, tr_buf *addr);
+
+/* external_grads: AdamW over pieces of the slab [lo, hi), each with its gradient (storage
+ * dtype, element lo first) and its offset into the optimizer state. */
+typedef struct {
+    size_t lo, hi;
+    const tr_buf *grad;
+    size_t state;
+} tr_piece;
+void tr_model_adamw_pieces(tr_model *m, const tr_adamw *opt, const tr_piece *p, int n);
+/* (Re)allocate the optimizer state as `elems` zeroed elements (external_grads); -1 when out
+ * of memory. */
+int tr_model_alloc_optim(tr_model *m, size_t elems);
 
 const tr_model_desc *tr_model_desc_of(const tr_model *m);
 const tr_backend *tr_model_backend(const tr_model *m);

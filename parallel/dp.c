@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <time.h>
 
 typedef struct {
@@ -18,17 +19,44 @@ typedef struct {
     size_t lo, hi;     /* slab element range */
     tr_comm_req *req;
     int done;
+    /* ZeRO-2: the bucket splits into `world` equal pieces of `piece` elements (the last ones
+       clipped at hi); rank r owns piece r, whose accumulated gradient and optimizer state sit
+       at `state` in this rank's arrays */
+    size_t piece, state;
+    int slot; /* ring buffer holding its gradient during a micro-step, -1 = none */
+    int hi_param;
+    int pending; /* tensors of this backward still to complete */
+    int started; /* its reduction of this backward has started */
 } bucket;
+
+/* ZeRO-2's ring: gradient buffers for the buckets being computed or reduced. */
+typedef struct {
+    float *buf;  /* (world * piece) elements of its bucket, allocated while held */
+    float *recv; /* this rank's reduced piece */
+    int bucket;  /* the bucket it holds, -1 = free */
+    tr_comm_req *req;
+    long seq;    /* when its reduction started, to finish the oldest first */
+} ring_slot;
+#define RING 8 /* buckets open at once: an op's tensors, the held embedding, in flight */
 
 struct tr_dp {
     tr_model *m;
     tr_comm *c;
     int zero, world, rank;
     bucket *b;
-    int n_buckets, next; /* next bucket to start */
+    int n_buckets;
     int armed;
     double first_start, last_done;
     tr_dp_stats st;
+    /* ZeRO-2 */
+    int *bucket_of;      /* per parameter tensor */
+    ring_slot ring[RING];
+    float *sgrad;        /* this rank's pieces of the gradient, summed over micro-steps */
+    size_t sgrad_elems, ring_elems;
+    size_t ring_bytes, ring_high; /* ring memory now and its high-water mark (measured) */
+    float *gather;       /* all-gather scratch, the largest bucket padded */
+    tr_piece *pieces;
+    long seq;
 };
 
 static double now(void) {
@@ -38,33 +66,146 @@ static double now(void) {
 }
 
 static void poll_buckets(tr_dp *d) {
-    for (int i = 0; i < d->next; i++)
-        if (!d->b[i].done && tr_comm_test(d->b[i].req)) {
+    for (int i = 0; i < d->n_buckets; i++)
+        if (d->b[i].started && !d->b[i].done && tr_comm_test(d->b[i].req)) {
             d->b[i].done = 1;
             d->last_done = now();
         }
 }
 
+/* A new backward: every bucket waits for all its tensors again. */
+static void reset_pending(tr_dp *d) {
+    for (int i = 0; i < d->n_buckets; i++) {
+        d->b[i].pending = d->b[i].hi_param - d->b[i].lo_param + 1;
+        d->b[i].started = 0;
+    }
+}
+
+static void start_allreduce(tr_dp *d, bucket *b) {
+    if (!d->first_start) d->first_start = now();
+    b->started = 1;
+    b->done = 0;
+    b->req = tr_comm_iall_reduce(
+        d->c, tr_buf_at(tr_model_backend(d->m), tr_model_grad_slab(d->m), b->lo), b->hi - b->lo,
+        TR_COMM_F32);
+    d->st.buckets++;
+}
+
+
+/* ---- ZeRO-2 ------------------------------------------------------------------------------
+ * No full gradient exists: while a micro-step computes, each bucket's gradient lives in a
+ * slot of a small ring, placed by the model's pre-gradient hook and zeroed then; as soon as
+ * the bucket is complete its reduce-scatter starts, and when that finishes this rank's piece
+ * is added into sgrad and the slot is free again. Every micro-step communicates (the full
+ * gradient is never kept to accumulate into). */
+
+static void z2_finish(tr_dp *d, int k) {
+    ring_slot *s = &d->ring[k];
+    tr_comm_wait(s->req);
+    s->req = NULL;
+    bucket *b = &d->b[s->bucket];
+    float *acc = d->sgrad + b->state;
+    for (size_t i = 0; i < b->piece; i++) acc[i] += s->recv[i];
+    d->ring_bytes -= ((size_t)d->world + 1) * b->piece * sizeof(float);
+    free(s->buf);
+    free(s->recv);
+    s->buf = s->recv = NULL;
+    b->slot = -1;
+    s->bucket = -1;
+    d->last_done = now();
+}
+
+static void z2_poll(tr_dp *d) {
+    for (int k = 0; k < RING; k++)
+        if (d->ring[k].req && tr_comm_test(d->ring[k].req)) z2_finish(d, k);
+}
+
+static int z2_acquire(tr_dp *d) {
+    for (;;) {
+        int oldest = -1;
+        for (int k = 0; k < RING; k++) {
+            if (d->ring[k].bucket < 0) return k;
+            if (d->ring[k].req && (oldest < 0 || d->ring[k].seq < d->ring[oldest].seq)) oldest = k;
+        }
+        if (oldest < 0) { /* every slot holds a bucket still being computed: cannot happen */
+            fprintf(stderr, "trainer: ZeRO-2: more than %d gradient buckets open at once\n",
+                    RING);
+            abort();
+        }
+        z2_finish(d, oldest);
+    }
+}
+
+static void z2_place(void *ctx, int param) {
+    tr_dp *d = ctx;
+    bucket *b = &d->b[d->bucket_of[param]];
+    if (b->slot >= 0) {
+        if (!d->ring[b->slot].req) return; /* placed in this micro-step already */
+        z2_finish(d, b->slot); /* last micro-step's reduction of it: finish, then start anew */
+    }
+    int k = z2_acquire(d);
+    ring_slot *s = &d->ring[k];
+    s->bucket = d->bucket_of[param];
+    b->slot = k;
+    s->buf = calloc((size_t)d->world * b->piece, sizeof(float));
+    s->recv = malloc(b->piece * sizeof(float));
+    if (!s->buf || !s->recv) {
+        fprintf(stderr, "trainer: ZeRO-2: out of memory for a gradient bucket of %zu floats\n",
+                (size_t)d->world * b->piece);
+        abort();
+    }
+    d->ring_bytes += ((size_t)d->world + 1) * b->piece * sizeof(float);
+    if (d->ring_bytes > d->ring_high) d->ring_high = d->ring_bytes;
+    for (int i = b->lo_param; i <= b->hi_param; i++)
+        tr_model_set_grad_addr(d->m, i, s->buf + (tr_model_param(d->m, i)->offset - b->lo));
+}
+
+/* At most this many reductions in flight: more would only hold more gradient memory. */
+#define IN_FLIGHT 2
+
+static void z2_start(tr_dp *d, bucket *b) {
+    ring_slot *s = &d->ring[b->slot];
+    b->started = 1;
+    if (!d->first_start) d->first_start = now();
+    s->seq = d->seq++;
+    s->req = tr_comm_ireduce_scatter(d->c, s->buf, s->recv, b->piece, TR_COMM_F32);
+    d->st.buckets++;
+    for (;;) {
+        int n = 0, oldest = -1;
+        for (int k = 0; k < RING; k++)
+            if (d->ring[k].req) {
+                n++;
+                if (oldest < 0 || d->ring[k].seq < d->ring[oldest].seq) oldest = k;
+            }
+        if (n <= IN_FLIGHT) break;
+        z2_finish(d, oldest);
+    }
+}
+
+/* A tensor's gradient is final: its bucket starts when all of its tensors are. Every rank
+ * runs the same backward, so buckets start in the same order everywhere. */
 static void on_grad_ready(void *ctx, int param) {
     tr_dp *d = ctx;
     if (!d->armed) return;
-    while (d->next < d->n_buckets && d->b[d->next].lo_param == param) {
-        bucket *b = &d->b[d->next++];
-        if (d->next == 1) d->first_start = now();
-        b->req = tr_comm_iall_reduce(d->c, tr_buf_at(tr_model_backend(d->m), tr_model_grad_slab(d->m), b->lo),
-                                     b->hi - b->lo, TR_COMM_F32);
-        b->done = 0;
-        d->st.buckets++;
+    bucket *b = &d->b[d->bucket_of[param]];
+    if (--b->pending == 0) {
+        if (d->zero == 2)
+            z2_start(d, b);
+        else
+            start_allreduce(d, b);
     }
-    poll_buckets(d);
+    if (d->zero == 2)
+        z2_poll(d);
+    else
+        poll_buckets(d);
 }
 
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_bytes, char *err,
                size_t errlen) {
     *out = NULL;
-    if (zero < 0 || zero > 1) {
-        snprintf(err, errlen, "parallel.zero = %d: ZeRO stages 2 and 3 are not implemented yet "
-                 "(use 0 or 1)", zero);
+    if (zero < 0 || zero > 2) {
+        snprintf(err, errlen, "parallel.zero = %d: ZeRO stage 3 is not implemented yet "
+                 "(use 0, 1 or 2)", zero);
         return -1;
     }
     const tr_backend *be = tr_model_backend(m);
@@ -81,6 +222,11 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
                  tr_comm_size(c));
         return -1;
     }
+    if ((zero == 2) != (tr_model_memory(m).grads == 0)) {
+        snprintf(err, errlen, "ZeRO-%d: the model was %sbuilt with external gradients", zero,
+                 zero == 2 ? "not " : "");
+        return -1;
+    }
     tr_dp *d = calloc(1, sizeof(*d));
     d->m = m;
     d->c = c;
@@ -90,17 +236,48 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
     if (!bucket_bytes) bucket_bytes = (size_t)4 << 20;
     int np = tr_model_num_params(m);
     d->b = calloc((size_t)(np ? np : 1), sizeof(bucket));
+    d->bucket_of = calloc((size_t)(np ? np : 1), sizeof(int));
     size_t elems = 0, hi_el = 0;
+    int hi_param = 0;
     for (int i = np - 1; i >= 0; i--) {
         const tr_param *p = tr_model_param(m, i);
-        if (elems == 0) hi_el = p->offset + p->numel;
+        if (elems == 0) {
+            hi_el = p->offset + p->numel;
+            hi_param = i;
+        }
         elems += p->numel;
+        d->bucket_of[i] = d->n_buckets;
         if (elems * sizeof(float) >= bucket_bytes || i == 0) {
-            d->b[d->n_buckets++] = (bucket){.lo_param = i, .lo = p->offset, .hi = hi_el};
+            d->b[d->n_buckets++] = (bucket){.lo_param = i, .hi_param = hi_param, .lo = p->offset,
+                                            .hi = hi_el, .slot = -1};
             elems = 0;
         }
     }
-    if (d->world > 1) tr_model_set_grad_hook(m, on_grad_ready, d);
+    if (zero == 2) {
+        size_t W = (size_t)d->world, maxp = 0; /* the largest piece */
+        for (int k = 0; k < d->n_buckets; k++) {
+            bucket *b = &d->b[k];
+            b->piece = (b->hi - b->lo + W - 1) / W;
+            b->state = d->sgrad_elems;
+            d->sgrad_elems += b->piece;
+            if (b->piece > maxp) maxp = b->piece;
+        }
+        d->ring_elems = W * maxp;
+        int ok = (d->sgrad = calloc(d->sgrad_elems ? d->sgrad_elems : 1, sizeof(float))) &&
+                 (d->gather = malloc(d->ring_elems * sizeof(float))) &&
+                 (d->pieces = calloc((size_t)d->n_buckets, sizeof(tr_piece))) &&
+                 tr_model_alloc_optim(m, d->sgrad_elems) == 0;
+        for (int k = 0; k < RING; k++) d->ring[k].bucket = -1;
+        if (!ok) {
+            snprintf(err, errlen, "ZeRO-2: out of memory for the gradient buffers");
+            tr_dp_free(d);
+            return -1;
+        }
+        tr_model_set_pre_grad_hook(m, z2_place, d);
+        d->armed = 1; /* every micro-step reduces */
+        reset_pending(d);
+    }
+    if (d->world > 1 || zero == 2) tr_model_set_grad_hook(m, on_grad_ready, d);
     *out = d;
     return 0;
 }
@@ -108,31 +285,68 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
 void tr_dp_free(tr_dp *d) {
     if (!d) return;
     tr_model_set_grad_hook(d->m, NULL, NULL);
+    tr_model_set_pre_grad_hook(d->m, NULL, NULL);
+    for (int k = 0; k < RING; k++) {
+        free(d->ring[k].buf);
+        free(d->ring[k].recv);
+    }
+    free(d->sgrad);
+    free(d->gather);
+    free(d->pieces);
+    free(d->bucket_of);
     free(d->b);
     free(d);
 }
 
+size_t tr_dp_grad_bytes(const tr_dp *d) {
+    if (d->zero != 2) return 0;
+    return d->sgrad_elems * sizeof(float) + d->ring_high; /* the ring: high-water mark */
+}
+
+size_t tr_dp_grad_buffer_bytes(const tr_dp *d) {
+    return d->zero == 2 ? d->ring_high : 0;
+}
+
+double tr_dp_grad_norm(tr_dp *d) {
+    if (d->zero != 2) return tr_model_grad_norm(d->m);
+    double ss = 0; /* this rank's pieces (padding is zero), then the sum over ranks */
+    for (size_t i = 0; i < d->sgrad_elems; i++) ss += (double)d->sgrad[i] * d->sgrad[i];
+    if (d->world > 1) tr_comm_all_reduce(d->c, &ss, 1, TR_COMM_F64);
+    return sqrt(ss);
+}
+
 void tr_dp_arm(tr_dp *d) {
-    if (d->world <= 1) return;
+    if (d->world <= 1 && d->zero != 2) return;
     d->armed = 1;
-    d->next = 0;
     d->first_start = d->last_done = 0;
+    reset_pending(d);
+}
+
+void tr_dp_micro_end(tr_dp *d) {
+    if (d->zero != 2) return;
+    for (int i = 0; i < d->n_buckets; i++) /* every tensor completed: all started already */
+        if (!d->b[i].started) z2_start(d, &d->b[i]);
+    reset_pending(d); /* the next micro-step's backward */
 }
 
 void tr_dp_sync_grads(tr_dp *d) {
+    if (d->zero == 2) {
+        double t0 = now();
+        for (int k = 0; k < RING; k++)
+            if (d->ring[k].req) z2_finish(d, k);
+        double t1 = now();
+        d->st.steps++;
+        d->st.exposed_s += t1 - t0;
+        if (d->first_start > 0) d->st.span_s += d->last_done - d->first_start;
+        return;
+    }
     if (d->world <= 1) return;
     double t0 = now();
     /* the hook starts every bucket as its tensors complete; should one not have started
        (a model whose tensors complete out of order), start it now: correctness first */
-    while (d->next < d->n_buckets) {
-        bucket *b = &d->b[d->next++];
-        if (d->next == 1) d->first_start = t0;
-        b->req = tr_comm_iall_reduce(d->c, tr_buf_at(tr_model_backend(d->m), tr_model_grad_slab(d->m), b->lo),
-                                     b->hi - b->lo, TR_COMM_F32);
-        b->done = 0;
-        d->st.buckets++;
-    }
-    for (int i = 0; i < d->next; i++)
+    for (int i = 0; i < d->n_buckets; i++)
+        if (!d->b[i].started) start_allreduce(d, &d->b[i]);
+    for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].done) {
             tr_comm_wait(d->b[i].req);
             d->b[i].done = 1;
@@ -144,10 +358,37 @@ void tr_dp_sync_grads(tr_dp *d) {
     d->armed = 0;
     d->st.steps++;
     d->st.exposed_s += t1 - t0;
-    if (d->next > 0) d->st.span_s += d->last_done - d->first_start;
+    d->st.span_s += d->last_done - d->first_start;
 }
 
 void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
+    if (d->zero == 2) {
+        int n = 0;
+        for (int k = 0; k < d->n_buckets; k++) {
+            const bucket *b = &d->b[k];
+            size_t lo = b->lo + (size_t)d->rank * b->piece, hi = lo + b->piece;
+            if (hi > b->hi) hi = b->hi;
+            if (lo < hi) d->pieces[n++] = (tr_piece){lo, hi, d->sgrad + b->state, b->state};
+        }
+        tr_model_adamw_pieces(d->m, opt, d->pieces, n);
+        /* every rank's updated pieces, bucket by bucket, back into every rank's parameters */
+        double t0 = now();
+        const tr_backend *be = tr_model_backend(d->m);
+        tr_buf *slab = tr_model_param_slab(d->m);
+        for (int k = 0; k < d->n_buckets; k++) {
+            const bucket *b = &d->b[k];
+            size_t len = b->hi - b->lo, mine = (size_t)d->rank * b->piece;
+            memset(d->gather, 0, (size_t)d->world * b->piece * sizeof(float));
+            size_t cnt = mine < len ? (len - mine < b->piece ? len - mine : b->piece) : 0;
+            be->download(d->gather + mine, tr_buf_at(be, slab, b->lo + mine), cnt * sizeof(float));
+            if (d->world > 1)
+                tr_comm_all_gather(d->c, d->gather + mine, d->gather, b->piece, TR_COMM_F32);
+            be->upload(tr_buf_at(be, slab, b->lo), d->gather, len * sizeof(float));
+        }
+        d->st.gather_s += now() - t0;
+        memset(d->sgrad, 0, d->sgrad_elems * sizeof(float));
+        return;
+    }
     tr_model_adamw_step(d->m, opt); /* the shard only, when the model was built sharded */
     if (d->zero == 1 && d->world > 1) {
         double t0 = now();

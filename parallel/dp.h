@@ -21,15 +21,27 @@ typedef struct {
     double gather_s;    /* ZeRO-1 parameter all-gathers */
 } tr_dp_stats;
 
-/* `m` must have been built with opts.shards = (zero >= 1 ? group size : 1) and opts.shard =
- * the rank in the group. zero: 0 or 1. bucket_bytes: all-reduce granularity (0: 4 MiB). */
+/* `m` must have been built with opts.shards = (zero == 1 ? group size : 1), opts.shard = the
+ * rank in the group and opts.external_grads = (zero == 2). zero: 0, 1 or 2 (ZeRO-2: gradients
+ * reduce-scattered bucket by bucket into each rank's pieces, optimizer state and update on
+ * those pieces). bucket_bytes: communication granularity (0: 4 MiB). */
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *dp, int zero, size_t bucket_bytes, char *err,
                size_t errlen);
 void tr_dp_free(tr_dp *d);
 
 /* Call before the backward of the last micro-batch of a step: its gradients are reduced as
- * they complete. Earlier micro-batches accumulate locally, with no communication. */
+ * they complete. Earlier micro-batches accumulate locally, with no communication (ZeRO 0, 1;
+ * ZeRO-2 reduces every micro-batch, since no full gradient is kept to accumulate into). */
 void tr_dp_arm(tr_dp *d);
+/* Call after every micro-batch's backward (ZeRO-2 bookkeeping; a no-op otherwise). */
+void tr_dp_micro_end(tr_dp *d);
+/* The global gradient norm (ZeRO-2: from every rank's pieces). */
+double tr_dp_grad_norm(tr_dp *d);
+/* Bytes of gradient buffers this object holds (ZeRO-2: the pieces and the ring), beyond the
+ * model's own. */
+size_t tr_dp_grad_bytes(const tr_dp *d);
+/* Of which the transient bucket buffers (ZeRO-2: their measured high-water mark). */
+size_t tr_dp_grad_buffer_bytes(const tr_dp *d);
 /* After that backward: wait for every bucket. The gradients are then summed over the group. */
 void tr_dp_sync_grads(tr_dp *d);
 /* The optimizer step: all parameters (ZeRO 0) or this rank's shard, then an all-gather of

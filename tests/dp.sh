@@ -14,9 +14,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMP_NUM_THREADS=1
 R=tests/recipes_good/dp_tiny.lua
 
-run() { # name np zero micro
+run() { # name np zero micro [more --set ...]
     local name=$1 np=$2 zero=$3 micro=$4
-    local cmd=("$T" run "$R" --set zero="$zero" --set micro="$micro" --out "$tmp/$name" --peak-gflops 10)
+    shift 4
+    local cmd=("$T" run "$R" --set zero="$zero" --set micro="$micro" --out "$tmp/$name" --peak-gflops 10 "$@")
     if [ "$np" -eq 1 ]; then
         TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
     else
@@ -45,10 +46,10 @@ PY
 }
 
 run single 1 0 0 || exit 1
-for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1"; do
+for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1" "2 2 0" "4 2 0" "2 2 1"; do
     set -- $cfg
     name="np$1_zero$2_micro$3"
-    run "$name" "$1" "$2" "$3" || continue
+    run "$name" "$1" "$2" "$3" --set bucket=16 || continue
     if e=$(cmp_losses "$tmp/$name/metrics.jsonl" "$tmp/single/metrics.jsonl"); then
         echo "ok   $name: 20 losses equal the single process (max rel diff $e)"
     else
@@ -70,6 +71,21 @@ for np in 2 4; do
         echo "ok   ZeRO-1 on $np ranks: optimizer state $o1 bytes per rank, 1/$np of ZeRO-0's $o0 (up to padding)"
     else
         echo "FAIL ZeRO-1 on $np ranks: optimizer bytes $o1 vs ZeRO-0 $o0"; fail=1
+    fi
+done
+
+# ZeRO-2 keeps 1/N of the gradient (the reduced pieces) plus bucket buffers bounded by the
+# bucket size, not the model's (what each process allocated; 8 blocks to make that visible)
+gr() { grep -o "\"$2\": [0-9]*" "$tmp/$1/memory.json" | awk '{print $2}'; }
+for np in 2 4; do
+    run "mem_z0_np$np" "$np" 0 0 --set layers=8 --set steps=3 &&
+        run "mem_z2_np$np" "$np" 2 0 --set layers=8 --set steps=3 --set bucket=16 || continue
+    g0=$(gr "mem_z0_np$np" grads) g2=$(gr "mem_z2_np$np" grads) b2=$(gr "mem_z2_np$np" grad_buffers)
+    kept=$((g2 - b2))
+    if [ $((kept * np)) -ge "$g0" ] && [ $((kept * np)) -le $((g0 + 4096 * np)) ] && [ $((b2 * 2)) -lt "$g0" ]; then
+        echo "ok   ZeRO-2 on $np ranks: gradient pieces $kept bytes per rank = 1/$np of ZeRO-0's $g0 (up to padding), bucket buffers $b2 (high-water)"
+    else
+        echo "FAIL ZeRO-2 on $np ranks: pieces $kept, buffers $b2, ZeRO-0 gradients $g0"; fail=1
     fi
 done
 

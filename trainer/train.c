@@ -213,6 +213,12 @@ int tr_cmd_run(int argc, char **argv) {
                                                  "implemented yet)" : "");
         goto done;
     }
+    if (zero == 2 && (r.train.checkpoint_every > 0 || o.resume)) {
+        if (rank == 0)
+            fprintf(stderr, "%s: checkpoints of ZeRO-2 runs are not implemented yet (set "
+                    "checkpoint_every = 0, or zero = 0 or 1)\n", r.path);
+        goto done;
+    }
     if (ranks_agree(world, &r, err, sizeof(err))) {
         if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
         goto done;
@@ -280,9 +286,11 @@ int tr_cmd_run(int argc, char **argv) {
         goto done;
     }
     tr_model_opts mopts = {.B = s.B, .T = s.T, .recompute = (tr_recompute)r.train.recompute,
-                           .shards = zero >= 1 ? nranks : 1, .shard = rank};
+                           .shards = zero == 1 ? nranks : 1, .shard = rank,
+                           .external_grads = zero == 2};
     if (tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err)) ||
-        tr_dp_init(&dp, s.model, world, zero, 0, err, sizeof(err))) {
+        tr_dp_init(&dp, s.model, world, zero, (size_t)r.parallel.bucket_kb << 10, err,
+                   sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
     }
@@ -332,6 +340,7 @@ int tr_cmd_run(int argc, char **argv) {
         printf("training %d steps of %ld tokens, micro-batch %d x %d, output in %s/\n",
                r.train.steps, r.train.batch_tokens, s.B, s.T, out);
         tr_memory mem = tr_model_memory(s.model);
+        mem.grads += tr_dp_grad_bytes(dp); /* ZeRO-2: its pieces and buffers */
         char b1[32], b2[32], b3[32], b4[32];
         tr_fmt_bytes((double)mem.params, b1, sizeof(b1));
         tr_fmt_bytes((double)mem.grads, b2, sizeof(b2));
@@ -343,16 +352,6 @@ int tr_cmd_run(int argc, char **argv) {
         printf("memory per process: parameters %s, gradients %s, optimizer state %s, "
                "activations and scratch %s\n",
                b1, b2, b3, b4);
-        /* the same figures, for tools: what this process allocated, by kind */
-        snprintf(path, sizeof(path), "%s/memory.json", out);
-        FILE *mf = rank == 0 ? fopen(path, "w") : NULL;
-        if (mf) {
-            fprintf(mf, "{\"ranks\": %d, \"zero\": %d, \"params\": %zu, \"grads\": %zu, "
-                    "\"optimizer\": %zu, \"activations\": %zu, \"scratch\": %zu}\n",
-                    nranks, zero, mem.params, mem.grads, mem.optimizer, mem.activations,
-                    mem.scratch);
-            fclose(mf);
-        }
     }
 
     int tty = isatty(STDOUT_FILENO);
@@ -386,10 +385,11 @@ int tr_cmd_run(int argc, char **argv) {
                                      1.0f / (float)(accum * nranks));
             if (a == accum - 1) tr_dp_arm(dp); /* reduce buckets during the last backward */
             tr_model_backward(s.model);
+            tr_dp_micro_end(dp);
         }
         tr_dp_sync_grads(dp);
         loss = tr_dp_sum(dp, loss / accum) / nranks;
-        double norm = tr_model_grad_norm(s.model);
+        double norm = tr_dp_grad_norm(dp);
         if (!isfinite(loss) || !isfinite(norm)) {
             fprintf(stderr, "\n%s: step %d: loss is %g and gradient norm %g: training diverged "
                     "(lower optimizer.lr or raise schedule.warmup)\n",
@@ -481,13 +481,29 @@ int tr_cmd_run(int argc, char **argv) {
             goto done;
         }
     }
+    {
+        /* what this process allocated, by kind, for tools (measured after training: ZeRO-2's
+           gradient buffers are only known then) */
+        tr_memory mem = tr_model_memory(s.model);
+        mem.grads += tr_dp_grad_bytes(dp);
+        snprintf(path, sizeof(path), "%s/memory.json", out);
+        FILE *mf = rank == 0 ? fopen(path, "w") : NULL;
+        if (mf) {
+            fprintf(mf, "{\"ranks\": %d, \"zero\": %d, \"params\": %zu, \"grads\": %zu, "
+                    "\"grad_buffers\": %zu, \"optimizer\": %zu, \"activations\": %zu, "
+                    "\"scratch\": %zu}\n",
+                    nranks, zero, mem.params, mem.grads, tr_dp_grad_buffer_bytes(dp),
+                    mem.optimizer, mem.activations, mem.scratch);
+            fclose(mf);
+        }
+    }
     if (nranks > 1) {
         tr_dp_stats ds = tr_dp_get_stats(dp);
         printf("data parallel: %ld all-reduces over %ld steps; %.0f%% of the gradient "
                "communication hidden behind the backward (%.3f s exposed of %.3f s)%s\n",
                ds.buckets, ds.steps, 100.0 * tr_dp_hidden_fraction(dp), ds.exposed_s, ds.span_s,
                zero ? "" : "");
-        if (zero) printf("ZeRO-1 parameter all-gathers: %.3f s\n", ds.gather_s);
+        if (zero) printf("ZeRO-%d parameter all-gathers: %.3f s\n", zero, ds.gather_s);
     }
     if (rank == 0) write_sample(&s, out);
     const char *dump = getenv("TR_DUMP_PARAMS"); /* tests: the final parameters, raw fp32 */

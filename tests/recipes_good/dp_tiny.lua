@@ -1,12 +1,12 @@
 -- A tiny GPT for the data-parallel tests (tests/dp.sh): the same global batch on 1, 2 or 4
 -- processes, ZeRO stage and micro-batch as knobs.
-local k = knobs { zero = 0, micro = 0, steps = 20, ckpt = 0 }
+local k = knobs { zero = 0, micro = 0, steps = 20, ckpt = 0, bucket = 0, layers = 2 }
 
 model {
     vocab = 256, dim = 64, seq_len = 32,
     embedding {},
     positions {},
-    stack { n = 2,
+    stack { n = k.layers,
         residual { layernorm {}, attention { heads = 4 } },
         residual { layernorm {}, mlp { hidden = 256 } },
     },
@@ -19,4 +19,4 @@ schedule { warmup = 5, decay = "cosine" }
 train { batch_tokens = 256, micro_batch = k.micro > 0 and k.micro or "auto", steps = k.steps,
         eval_every = 10, eval_tokens = 2048, seed = 7, sample_tokens = 0, log_every = 5,
         checkpoint_every = k.ckpt }
-parallel { zero = k.zero }
+parallel { zero = k.zero, bucket_kb = k.bucket > 0 and k.bucket or nil }
