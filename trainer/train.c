@@ -499,10 +499,10 @@ int tr_cmd_run(int argc, char **argv) {
     }
     if (nranks > 1) {
         tr_dp_stats ds = tr_dp_get_stats(dp);
-        printf("data parallel: %ld all-reduces over %ld steps; %.0f%% of the gradient "
-               "communication hidden behind the backward (%.3f s exposed of %.3f s)%s\n",
-               ds.buckets, ds.steps, 100.0 * tr_dp_hidden_fraction(dp), ds.exposed_s, ds.span_s,
-               zero ? "" : "");
+        printf("data parallel: %ld bucket %s over %ld steps; %.0f%% of the gradient "
+               "communication hidden behind the backward (%.3f s exposed of %.3f s)\n",
+               ds.buckets, zero == 2 ? "reduce-scatters" : "all-reduces", ds.steps,
+               100.0 * tr_dp_hidden_fraction(dp), ds.exposed_s, ds.span_s);
         if (zero) printf("ZeRO-%d parameter all-gathers: %.3f s\n", zero, ds.gather_s);
     }
     if (rank == 0) write_sample(&s, out);
