@@ -411,6 +411,20 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
     }
     const tr_backend *be = tr_model_backend(d->m);
     float *full[2] = {out->m, out->v};
+    if (d->zero == 2) { /* bucket by bucket: every rank's piece, then the bucket's range */
+        for (int k = 0; k < 2; k++) {
+            const float *st = tr_model_optim_state(d->m, (tr_state_kind)k);
+            for (int i = 0; i < d->n_buckets; i++) {
+                const bucket *b = &d->b[i];
+                size_t mine = (size_t)d->rank * b->piece;
+                be->download(d->gather + mine, st + b->state, b->piece * sizeof(float));
+                if (d->world > 1)
+                    tr_comm_all_gather(d->c, d->gather + mine, d->gather, b->piece, TR_COMM_F32);
+                memcpy(full[k] + b->lo, d->gather, (b->hi - b->lo) * sizeof(float));
+            }
+        }
+        return 0;
+    }
     for (int k = 0; k < 2; k++) {
         const float *shard = tr_model_optim_state(d->m, (tr_state_kind)k);
         be->download(full[k] + lo, shard, (hi - lo) * sizeof(float));
@@ -418,6 +432,23 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
             tr_comm_all_gather(d->c, full[k] + lo, full[k], hi - lo, TR_COMM_F32);
     }
     return 0;
+}
+
+void tr_dp_scatter_state(tr_dp *d, int param, tr_state_kind k, const float *full) {
+    if (d->zero != 2) return;
+    const tr_param *p = tr_model_param(d->m, param);
+    const tr_backend *be = tr_model_backend(d->m);
+    float *st = tr_model_optim_state(d->m, k);
+    for (int i = 0; i < d->n_buckets; i++) { /* this rank's piece of each bucket, if in p */
+        const bucket *b = &d->b[i];
+        size_t lo = b->lo + (size_t)d->rank * b->piece, hi = lo + b->piece;
+        if (hi > b->hi) hi = b->hi;
+        if (lo < p->offset) lo = p->offset;
+        if (hi > p->offset + p->numel) hi = p->offset + p->numel;
+        if (lo < hi)
+            be->upload(st + b->state + (lo - b->lo - (size_t)d->rank * b->piece),
+                       full + (lo - p->offset), (hi - lo) * sizeof(float));
+    }
 }
 
 void tr_dp_state_free(tr_dp_state *s) {

@@ -57,6 +57,9 @@ typedef struct {
  * without sharding, a copy of the model's own. -1 when out of memory. */
 int tr_dp_gather_state(tr_dp *d, tr_dp_state *out);
 void tr_dp_state_free(tr_dp_state *s);
+/* ZeRO-2, resuming: this rank's pieces of tensor `param`'s AdamW moment k from its whole
+ * value (the checkpoint's); a no-op at other stages (the model takes the state itself). */
+void tr_dp_scatter_state(tr_dp *d, int param, tr_state_kind k, const float *full);
 /* A checkpoint state source (tr_ckpt_opts.state_source) over a gathered tr_dp_state. */
 void tr_dp_state_source(void *ctx, int param, tr_state_kind k, float *dst);
 

@@ -89,26 +89,30 @@ for np in 2 4; do
     fi
 done
 
-# cross-layout resume: 2 ranks at ZeRO-1 save at step 10 and are killed, then the run goes on
-# in another layout; steps 11-20 and the final parameters equal the uninterrupted process
-mkdir -p "$tmp/base"
-TR_FAULT_KILL_AFTER_STEP=10 timeout 300 mpirun -np 2 "$T" run "$R" --set zero=1 --set ckpt=10 \
-    --out "$tmp/base/run" --peak-gflops 10 >"$tmp/base.log" 2>&1
-[ -d "$tmp/base/run/checkpoints/step_00000010" ] || { echo "FAIL no ZeRO-1 checkpoint at step 10"; tail -5 "$tmp/base.log"; fail=1; }
-for cfg in "1 0" "4 1" "2 0"; do
-    set -- $cfg
-    name="resume_np$1_zero$2"
-    cp -r "$tmp/base/run" "$tmp/$name"
-    cmd=("$T" run "$R" --set zero="$2" --set ckpt=10 --out "$tmp/$name" --resume --peak-gflops 10)
-    if [ "$1" -eq 1 ]; then TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
-    else TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 mpirun -np "$1" "${cmd[@]}" >"$tmp/$name.log" 2>&1; fi ||
-        { echo "FAIL $name exited $?"; tail -5 "$tmp/$name.log"; fail=1; continue; }
-    if e=$(cmp_losses "$tmp/$name/metrics.jsonl" "$tmp/single/metrics.jsonl") &&
-        p=$(cmp_params "$tmp/$name.params" "$tmp/single.params"); then
-        echo "ok   saved on 2 ranks at ZeRO-1, resumed on $1 at ZeRO-$2: losses (max rel diff $e) and final parameters ($p) equal one process"
-    else
-        echo "FAIL resumed on $1 ranks at ZeRO-$2: $e ${p:-}"; fail=1
-    fi
+# cross-layout resume: 2 ranks at ZeRO-1 (and at ZeRO-2) save at step 10 and are killed, then
+# the run goes on in another layout; steps 11-20 and the final parameters equal the
+# uninterrupted process
+for saved in 1 2; do
+    mkdir -p "$tmp/base$saved"
+    TR_FAULT_KILL_AFTER_STEP=10 timeout 300 mpirun -np 2 "$T" run "$R" --set zero=$saved --set ckpt=10 \
+        --set bucket=16 --out "$tmp/base$saved/run" --peak-gflops 10 >"$tmp/base$saved.log" 2>&1
+    [ -d "$tmp/base$saved/run/checkpoints/step_00000010" ] ||
+        { echo "FAIL no ZeRO-$saved checkpoint at step 10"; tail -5 "$tmp/base$saved.log"; fail=1; continue; }
+    for cfg in "1 0" "4 1" "2 0" "4 2"; do
+        set -- $cfg
+        name="resume${saved}_np$1_zero$2"
+        cp -r "$tmp/base$saved/run" "$tmp/$name"
+        cmd=("$T" run "$R" --set zero="$2" --set ckpt=10 --set bucket=16 --out "$tmp/$name" --resume --peak-gflops 10)
+        if [ "$1" -eq 1 ]; then TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+        else TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 mpirun -np "$1" "${cmd[@]}" >"$tmp/$name.log" 2>&1; fi ||
+            { echo "FAIL $name exited $?"; tail -5 "$tmp/$name.log"; fail=1; continue; }
+        if e=$(cmp_losses "$tmp/$name/metrics.jsonl" "$tmp/single/metrics.jsonl") &&
+            p=$(cmp_params "$tmp/$name.params" "$tmp/single.params"); then
+            echo "ok   saved on 2 ranks at ZeRO-$saved, resumed on $1 at ZeRO-$2: losses (max rel diff $e) and final parameters ($p) equal one process"
+        else
+            echo "FAIL saved at ZeRO-$saved, resumed on $1 ranks at ZeRO-$2: $e ${p:-}"; fail=1
+        fi
+    done
 done
 
 # a rank killed mid-run: every other rank exits within the timeout, with a line naming a rank

@@ -120,7 +120,8 @@ static void write_sample(run_state *s, const char *outdir) {
 /* --resume: the newest checkpoint in OUT that verifies, if the recipe still matches it. Restores
  * the parameters, the AdamW state and step count, and the loader position; *start is the
  * number of steps done. */
-static int resume_from(run_state *s, const tr_recipe *r, int *start, char *err, size_t errlen) {
+static int resume_from(run_state *s, tr_dp *dp, const tr_recipe *r, int *start, char *err,
+                       size_t errlen) {
     tr_ckpt c;
     double t0 = tr_now();
     if (tr_ckpt_find_resume(r->train.out, &c, 1, stdout, err, errlen)) return -1;
@@ -135,6 +136,14 @@ static int resume_from(run_state *s, const tr_recipe *r, int *start, char *err, 
         tr_recipe_free(&saved);
     }
     if (!rc) rc = tr_ckpt_apply(&c, s->model, err, errlen);
+    for (int i = 0; !rc && i < tr_model_num_params(s->model); i++) { /* ZeRO-2's pieces */
+        char name[TR_PARAM_NAME_MAX + 16];
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof(name), "adam_%c/%s", k ? 'v' : 'm', tr_model_param(s->model, i)->name);
+            const tr_ckpt_tensor *t = tr_ckpt_find(&c, name);
+            if (t) tr_dp_scatter_state(dp, i, (tr_state_kind)k, t->data);
+        }
+    }
     if (!rc && c.has_loader) rc = tr_loader_set_pos(s->loader, c.loader, err, errlen);
     if (!rc && c.step >= r->train.steps) {
         rc = -1;
@@ -211,12 +220,6 @@ int tr_cmd_run(int argc, char **argv) {
                     "%s\n", r.path, par->dp, par->tp, par->pp, nranks,
                     par->tp > 1 || par->pp > 1 ? " (tensor and pipeline parallelism are not "
                                                  "implemented yet)" : "");
-        goto done;
-    }
-    if (zero == 2 && (r.train.checkpoint_every > 0 || o.resume)) {
-        if (rank == 0)
-            fprintf(stderr, "%s: checkpoints of ZeRO-2 runs are not implemented yet (set "
-                    "checkpoint_every = 0, or zero = 0 or 1)\n", r.path);
         goto done;
     }
     if (ranks_agree(world, &r, err, sizeof(err))) {
@@ -297,7 +300,7 @@ int tr_cmd_run(int argc, char **argv) {
     tr_model_init_params(s.model, r.train.seed);
     int start_step = 0;
     if (o.resume) {
-        if (resume_from(&s, &r, &start_step, err, sizeof(err))) {
+        if (resume_from(&s, dp, &r, &start_step, err, sizeof(err))) {
             fprintf(stderr, "trainer run: --resume: %s\n", err);
             goto done;
         }
@@ -308,7 +311,7 @@ int tr_cmd_run(int argc, char **argv) {
         }
         printf("initialized from the Hugging Face model in %s\n", r.init_hf);
     }
-    int sharded = zero >= 1 && nranks > 1;
+    int sharded = (zero == 1 && nranks > 1) || zero == 2; /* optimizer state in pieces */
     tr_dp_state gathered = {0};
     /* rank 0 writes every checkpoint; with ZeRO-1 the ranks first gather the optimizer state */
     if (r.train.checkpoint_every > 0 && rank == 0) {
