@@ -808,20 +808,9 @@ double tr_model_grad_norm(tr_model *m) {
 }
 
 void tr_model_adamw_step(tr_model *m, const tr_adamw *o) {
-    m->adam_t++;
-    float bc1 = (float)(1.0 - pow((double)o->beta1, (double)m->adam_t));
-    float bc2 = (float)(1.0 - pow((double)o->beta2, (double)m->adam_t));
-    for (int i = 0; i < m->n_params; i++) {
-        const tr_param *p = &m->params[i];
-        /* the part of this tensor inside the optimizer shard */
-        size_t lo = p->offset > m->opt_lo ? p->offset : m->opt_lo;
-        size_t hi = p->offset + p->numel < m->opt_hi ? p->offset + p->numel : m->opt_hi;
-        if (lo >= hi) continue;
-        m->be->adamw(m->master + lo, tr_buf_at(m->be, m->param, lo), tr_buf_at(m->be, m->grad, lo),
-                     m->adam_m + (lo - m->opt_lo), m->adam_v + (lo - m->opt_lo), hi - lo, o->lr,
-                     o->beta1, o->beta2, o->eps, p->decay ? o->weight_decay : 0.0f, bc1, bc2,
-                     o->grad_scale);
-    }
+    /* the optimizer shard (all of the slab without sharding) is one piece of the slab */
+    tr_piece all = {m->opt_lo, m->opt_hi, tr_buf_at(m->be, m->grad, m->opt_lo), 0};
+    tr_model_adamw_pieces(m, o, &all, 1);
 }
 
 size_t tr_model_slab_elements(const tr_model *m) {
