@@ -26,7 +26,7 @@ printf "%-28s %10s %10s %12s %14s\n" "layout" "tok/s" "step (ms)" "vs 1 proc" "c
 run single 1 2 0
 base=$(median "$tmp/single/metrics.jsonl" tokens_per_s)
 printf "%-28s %10.0f %10.1f %12s %14s\n" "1 process, 2 threads" "$base" "$(awk -v t="$base" 'BEGIN{print 8192/t*1000}')" "1.00x" "-"
-for zero in 0 1 2; do
+for zero in 0 1 2 3; do
     run "z$zero" 2 1 "$zero"
     tps=$(median "$tmp/z$zero/metrics.jsonl" tokens_per_s)
     hid=$(grep -o '"comm_hidden": [0-9.]*' "$tmp/z$zero/metrics.jsonl" | tail -1 | awk '{print $2}')
@@ -34,6 +34,5 @@ for zero in 0 1 2; do
         "$(awk -v t="$tps" 'BEGIN{print 8192/t*1000}')" "$(awk -v a="$tps" -v b="$base" 'BEGIN{print a/b}')" \
         "$(awk -v h="$hid" 'BEGIN{print 100*h}')"
 done
-for zero in 3; do printf "%-28s %10s\n" "2 ranks, ZeRO-$zero" "not implemented yet"; done
-grep -h "data parallel:" "$tmp"/z*.log | sed 's/^/  /'
+for zero in 0 1 2 3; do grep -h "data parallel:\|ZeRO-" "$tmp/z$zero.log" | grep -v "^[0-9] processes" | sed "s/^/  ZeRO-$zero: /"; done
 echo "comm hidden: 1 - (time waited for gradients after the backward) / (first all-reduce start .. last completion), over the run"

@@ -63,6 +63,17 @@ struct tr_model {
     void *hook_ctx, *pre_ctx;
     tr_buf **gaddr;      /* per parameter: where its gradient lives (the slab, or placed) */
     int external_grads;
+    /* ZeRO-3: no parameter slab; this process keeps pieces of it (master and working copy,
+       indexed like the optimizer state), and every op's parameters are placed by the op hook
+       before it runs (paddr) */
+    int external_params;
+    tr_buf **paddr;      /* per parameter: where the op reads it (the slab, or placed) */
+    tr_buf *wpar;        /* ZeRO-3: the working copy of the pieces (== master in fp32) */
+    tr_piece *pieces;    /* ZeRO-3: the pieces of the slab this process keeps */
+    int n_pieces;
+    size_t piece_elems;
+    tr_op_hook ohook;
+    void *octx;
     int n_attention;
     size_t head_rows; /* rows of logits computed at once */
     int head_param;   /* parameter index of the head's weight (embedding's when tied) */
@@ -344,9 +355,10 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     size_t per = m->n_pad / shards, shard = o->shards > 1 ? (size_t)o->shard : 0;
     m->opt_lo = shard * per;
     m->opt_hi = m->opt_lo + per;
-    if (o->external_grads) /* ZeRO-2: the caller sizes the state (tr_model_alloc_optim) */
+    if (o->external_grads || o->external_params) /* ZeRO-2/3: the caller sizes the state */
         m->opt_lo = m->opt_hi = 0;
-    m->external_grads = o->external_grads;
+    m->external_grads = o->external_grads || o->external_params;
+    m->external_params = o->external_params;
     /* a gradient is final after the backward of the first op (in forward order) using it */
     m->ready_op = malloc((size_t)(m->n_params ? m->n_params : 1) * sizeof(int));
     for (int i = 0; i < m->n_params; i++) m->ready_op[i] = m->n_ops;
@@ -362,7 +374,7 @@ static tr_memory memory_of(const tr_model *m) {
     tr_memory mem;
     /* storage-dtype weights and gradients; fp32 master weights (unless the storage is fp32)
        and AdamW m, v */
-    mem.params = m->n_pad * (es == F ? es : es + F);
+    mem.params = (m->external_params ? m->piece_elems : m->n_pad) * (es == F ? es : es + F);
     mem.grads = m->external_grads ? 0 : m->n_pad * es; /* ZeRO-2: the caller's buffers */
     mem.optimizer = 2 * (m->opt_hi - m->opt_lo) * F;
     mem.activations =
@@ -410,10 +422,10 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     }
     size_t N = (size_t)B * (size_t)T, C = (size_t)desc->dim, F = sizeof(float), es = m->es;
     int ng = 2 * (m->max_depth + 1);
-    m->param = be->alloc(m->n_pad * es);
-    m->master = be->dtype == TR_DTYPE_F32 ? m->param : be->alloc(m->n_pad * F);
-    m->external_grads = o->external_grads;
-    m->grad = o->external_grads ? NULL : be->alloc(m->n_pad * es);
+    int own_params = !m->external_params; /* ZeRO-3: pieces only (tr_model_alloc_optim) */
+    m->param = own_params ? be->alloc(m->n_pad * es) : NULL;
+    m->master = !own_params || be->dtype == TR_DTYPE_F32 ? m->param : be->alloc(m->n_pad * F);
+    m->grad = m->external_grads ? NULL : be->alloc(m->n_pad * es);
     m->adam_m = be->alloc((m->opt_hi - m->opt_lo) * F);
     m->adam_v = be->alloc((m->opt_hi - m->opt_lo) * F);
     m->act = be->alloc(m->act_floats * es);
@@ -431,8 +443,11 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     m->gaddr = calloc((size_t)(m->n_params ? m->n_params : 1), sizeof(tr_buf *));
     for (int i = 0; m->grad && i < m->n_params; i++)
         m->gaddr[i] = tr_buf_at(be, m->grad, m->params[i].offset);
-    int ok = m->param && m->master && (m->grad || m->external_grads) && m->adam_m && m->adam_v &&
-             m->act && m->stats && m->gaddr &&
+    m->paddr = calloc((size_t)(m->n_params ? m->n_params : 1), sizeof(tr_buf *));
+    for (int i = 0; m->param && m->paddr && i < m->n_params; i++)
+        m->paddr[i] = tr_buf_at(be, m->param, m->params[i].offset);
+    int ok = ((m->param && m->master) || !own_params) && (m->grad || m->external_grads) &&
+             m->adam_m && m->adam_v && m->act && m->stats && m->gaddr && m->paddr &&
              m->tact && m->tstats && m->scratch1 && m->scratch2 && m->logits && m->losses &&
              m->tokens && m->targets && m->host_losses && m->gbuf;
     for (int i = 0; ok && i < ng; i++)
@@ -456,6 +471,7 @@ void tr_model_free(tr_model *m) {
     if (be) {
         if (m->master != m->param) be->free(m->master);
         be->free(m->param);
+        if (m->wpar != m->master) be->free(m->wpar);
         be->free(m->grad);
         be->free(m->adam_m);
         be->free(m->adam_v);
@@ -479,6 +495,8 @@ void tr_model_free(tr_model *m) {
     free(m->params);
     free(m->ready_op);
     free(m->gaddr);
+    free(m->paddr);
+    free(m->pieces);
     free(m);
 }
 
@@ -504,13 +522,42 @@ const tr_backend *tr_model_backend(const tr_model *m) {
     return m->be;
 }
 
+/* ZeRO-3: the part [lo, hi) of tensor i inside piece k, at `at` in the piece arrays; 0 when
+ * they do not meet. */
+static int piece_part(const tr_model *m, int k, int i, size_t *lo, size_t *hi, size_t *at) {
+    const tr_param *p = &m->params[i];
+    const tr_piece *pc = &m->pieces[k];
+    *lo = p->offset > pc->lo ? p->offset : pc->lo;
+    *hi = p->offset + p->numel < pc->hi ? p->offset + p->numel : pc->hi;
+    *at = pc->state + (*lo - pc->lo);
+    return *lo < *hi;
+}
+
 void tr_model_get_param(const tr_model *m, int i, float *host) {
     const tr_param *p = &m->params[i];
+    if (m->external_params) { /* the parts of it this process keeps */
+        size_t lo, hi, at;
+        for (int k = 0; k < m->n_pieces; k++)
+            if (piece_part(m, k, i, &lo, &hi, &at))
+                m->be->download(host + (lo - p->offset), m->master + at, (hi - lo) * sizeof(float));
+        return;
+    }
     m->be->download(host, m->master + p->offset, p->numel * sizeof(float));
 }
 
 void tr_model_set_param(tr_model *m, int i, const float *host) {
     const tr_param *p = &m->params[i];
+    if (m->external_params) {
+        size_t lo, hi, at;
+        for (int k = 0; k < m->n_pieces; k++)
+            if (piece_part(m, k, i, &lo, &hi, &at)) {
+                m->be->upload(m->master + at, host + (lo - p->offset), (hi - lo) * sizeof(float));
+                if (m->wpar != m->master)
+                    m->be->to_storage(tr_buf_at(m->be, m->wpar, at), host + (lo - p->offset),
+                                      hi - lo);
+            }
+        return;
+    }
     m->be->upload(m->master + p->offset, host, p->numel * sizeof(float));
     if (m->master != m->param)
         m->be->to_storage(tr_buf_at(m->be, m->param, p->offset), host, p->numel);
@@ -531,12 +578,39 @@ void tr_model_get_state(const tr_model *m, int i, tr_state_kind k, float *host) 
 
 void tr_model_set_state(tr_model *m, int i, tr_state_kind k, const float *host) {
     const tr_param *p = &m->params[i];
+    if (m->n_pieces) { /* ZeRO-2, 3: the parts of the tensor inside this process's pieces */
+        size_t lo, hi, at;
+        for (int j = 0; j < m->n_pieces; j++)
+            if (piece_part(m, j, i, &lo, &hi, &at))
+                m->be->upload((k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + at,
+                              host + (lo - p->offset), (hi - lo) * sizeof(float));
+        return;
+    }
     /* with a sharded optimizer, keep the part of the tensor inside this process's shard */
     size_t lo = p->offset > m->opt_lo ? p->offset : m->opt_lo;
     size_t hi = p->offset + p->numel < m->opt_hi ? p->offset + p->numel : m->opt_hi;
     if (lo >= hi) return;
     float *dst = (k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v) + (lo - m->opt_lo);
     m->be->upload(dst, host + (lo - p->offset), (hi - lo) * sizeof(float));
+}
+
+int tr_model_read_range(const tr_model *m, int k, size_t lo, size_t hi, float *host) {
+    const float *src = k < 0 ? m->master : k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v;
+    if (hi <= lo) return 0;
+    if (k < 0 ? m->external_params : m->n_pieces > 0) { /* kept in pieces */
+        for (int i = 0; i < m->n_pieces; i++) {
+            const tr_piece *pc = &m->pieces[i];
+            if (lo >= pc->lo && hi <= pc->hi) {
+                m->be->download(host, src + pc->state + (lo - pc->lo), (hi - lo) * sizeof(float));
+                return 0;
+            }
+        }
+        return -1;
+    }
+    size_t base = k < 0 ? 0 : m->opt_lo, top = k < 0 ? m->n_pad : m->opt_hi;
+    if (lo < base || hi > top) return -1;
+    m->be->download(host, src + (lo - base), (hi - lo) * sizeof(float));
+    return 0;
 }
 
 float *tr_model_optim_state(tr_model *m, tr_state_kind k) {
@@ -605,7 +679,14 @@ static float *STAT(const tr_model *m, size_t off) {
     return m->stats + off;
 }
 static tr_buf *P(const tr_model *m, int i) {
-    return i < 0 ? NULL : tr_buf_at(m->be, m->param, m->params[i].offset);
+    return i < 0 ? NULL : m->paddr[i];
+}
+/* ZeRO-3's op hook around everything an op computes (dir +1 forward, -1 backward) */
+static void op_begin(tr_model *m, int i, int dir) {
+    if (m->ohook) m->ohook(m->octx, i, dir, 0);
+}
+static void op_end(tr_model *m, int i, int dir) {
+    if (m->ohook) m->ohook(m->octx, i, dir, 1);
 }
 static tr_buf *G(const tr_model *m, int i) {
     return i < 0 ? NULL : m->gaddr[i];
@@ -672,7 +753,9 @@ static void forward_op(tr_model *m, const op_t *op, int B, int T) {
 static const op_t *forward_range(tr_model *m, int from, int to, int B, int T) {
     for (int i = from; i < to; i++) {
         if (m->ops[i].kind == OP_HEAD) return &m->ops[i];
+        op_begin(m, i, +1);
         forward_op(m, &m->ops[i], B, T);
+        op_end(m, i, +1);
     }
     return NULL;
 }
@@ -693,6 +776,8 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
     m->last_scale = targets ? grad_scale : 0;
     if (!targets) return 0;
     be->upload(m->targets, targets, (size_t)N * sizeof(int));
+    int hi = (int)(head - m->ops);
+    op_begin(m, hi, +1);
     const tr_buf *x = ACT(m, head->in), *w = P(m, head->p[0]);
     int want = grad_scale > 0;
     if (want && m->pre_hook) m->pre_hook(m->pre_ctx, head->p[0]);
@@ -706,6 +791,7 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
             be->linear_backward(ROW(m, dx, (size_t)r, (size_t)C), dw, NULL, m->logits,
                                 ROW(m, x, (size_t)r, (size_t)C), w, n, C, V);
     }
+    op_end(m, hi, +1);
     be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
     for (int i = 0; i < N; i++)
@@ -724,6 +810,7 @@ void tr_model_backward(tr_model *m) {
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const op_t *op = &m->ops[i];
         const tr_node *n = op->node;
+        op_begin(m, i, -1);
         if (m->pre_hook && op->kind != OP_HEAD) /* the head's gradient was placed in forward */
             for (int k = 0; k < 4; k++)
                 if (op->p[k] >= 0) m->pre_hook(m->pre_ctx, op->p[k]);
@@ -736,8 +823,9 @@ void tr_model_backward(tr_model *m) {
             skip[op->depth] = g;
             /* full recompute: the branch's tensors were overwritten by later branches; run
                its forward again from its input (kept) before going back through it */
-            if (m->recompute == TR_RECOMPUTE_FULL && op->depth == 0 && i != m->last_branch_end)
+            if (m->recompute == TR_RECOMPUTE_FULL && op->depth == 0 && i != m->last_branch_end) {
                 forward_range(m, op->match + 1, i, B, T);
+            }
             break;
         case OP_RES_BEGIN:
             be->add(skip[op->depth], skip[op->depth], g, (size_t)N * (size_t)C);
@@ -795,6 +883,7 @@ void tr_model_backward(tr_model *m) {
         if (m->hook)
             for (int k = 0; k < 4; k++)
                 if (op->p[k] >= 0 && m->ready_op[op->p[k]] == i) m->hook(m->hook_ctx, op->p[k]);
+        op_end(m, i, -1);
     }
 }
 
@@ -839,13 +928,70 @@ void tr_model_set_grad_addr(tr_model *m, int i, tr_buf *addr) {
 }
 
 int tr_model_alloc_optim(tr_model *m, size_t elems) {
-    m->be->free(m->adam_m);
-    m->be->free(m->adam_v);
-    m->adam_m = m->be->alloc((elems ? elems : 16) * sizeof(float));
-    m->adam_v = m->be->alloc((elems ? elems : 16) * sizeof(float));
+    const tr_backend *be = m->be;
+    size_t n = elems ? elems : 16;
+    be->free(m->adam_m);
+    be->free(m->adam_v);
+    m->adam_m = be->alloc(n * sizeof(float));
+    m->adam_v = be->alloc(n * sizeof(float));
     m->opt_lo = 0;
     m->opt_hi = elems;
-    return m->adam_m && m->adam_v ? 0 : -1;
+    int ok = m->adam_m && m->adam_v;
+    if (m->external_params) { /* the pieces' master weights and working copy, zeroed */
+        if (m->wpar != m->master) be->free(m->wpar);
+        be->free(m->master);
+        m->master = be->alloc(n * sizeof(float));
+        m->wpar = be->dtype == TR_DTYPE_F32 ? (tr_buf *)m->master : be->alloc(n * m->es);
+        m->piece_elems = elems;
+        ok = ok && m->master && m->wpar;
+        if (ok) {
+            be->zero(m->master, n * sizeof(float));
+            if (m->wpar != m->master) be->zero(m->wpar, n * m->es);
+        }
+    }
+    if (ok) {
+        be->zero(m->adam_m, n * sizeof(float));
+        be->zero(m->adam_v, n * sizeof(float));
+    }
+    return ok ? 0 : -1;
+}
+
+void tr_model_set_pieces(tr_model *m, const tr_piece *p, int n) {
+    free(m->pieces);
+    m->pieces = malloc((size_t)(n ? n : 1) * sizeof(tr_piece));
+    memcpy(m->pieces, p, (size_t)n * sizeof(tr_piece));
+    m->n_pieces = n;
+}
+
+tr_buf *tr_model_param_pieces(tr_model *m) {
+    return m->wpar;
+}
+float *tr_model_master_pieces(tr_model *m) {
+    return m->master;
+}
+
+void tr_model_set_param_addr(tr_model *m, int i, tr_buf *addr) {
+    m->paddr[i] = addr;
+}
+
+void tr_model_set_op_hook(tr_model *m, tr_op_hook fn, void *ctx) {
+    m->ohook = fn;
+    m->octx = ctx;
+}
+
+int tr_model_num_ops(const tr_model *m) {
+    return m->n_ops;
+}
+
+int tr_model_op_params(const tr_model *m, int i, int dir, int p[4]) {
+    const op_t *op = &m->ops[i];
+    int n = 0;
+    /* the backward of the embedding and positions reads only the gradient; the head's
+       backward happened in its forward */
+    if (dir < 0 && (op->kind == OP_EMBED || op->kind == OP_POS || op->kind == OP_HEAD)) return 0;
+    for (int k = 0; k < 4; k++)
+        if (op->p[k] >= 0) p[n++] = op->p[k];
+    return n;
 }
 
 void tr_model_adamw_pieces(tr_model *m, const tr_adamw *o, const tr_piece *pc, int n) {
@@ -859,7 +1005,9 @@ void tr_model_adamw_pieces(tr_model *m, const tr_adamw *o, const tr_piece *pc, i
             size_t hi = p->offset + p->numel < pc[k].hi ? p->offset + p->numel : pc[k].hi;
             if (lo >= hi) continue;
             size_t at = pc[k].state + (lo - pc[k].lo);
-            m->be->adamw(m->master + lo, tr_buf_at(m->be, m->param, lo),
+            /* ZeRO-3 keeps the weights of its pieces like their state; else in the slab */
+            size_t w = m->external_params ? at : lo;
+            m->be->adamw(m->master + w, tr_buf_at(m->be, m->external_params ? m->wpar : m->param, w),
                          tr_buf_at(m->be, pc[k].grad, lo - pc[k].lo), m->adam_m + at,
                          m->adam_v + at, hi - lo, o->lr, o->beta1, o->beta2, o->eps,
                          p->decay ? o->weight_decay : 0.0f, bc1, bc2, o->grad_scale);
@@ -871,11 +1019,13 @@ void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *l
     const int C = m->desc.dim, V = m->desc.vocab;
     be->upload(m->tokens, tokens, (size_t)B * T * sizeof(int));
     const op_t *head = forward_body(m, B, T);
+    op_begin(m, (int)(head - m->ops), +1);
     for (int b = 0; b < B; b++) {
         const tr_buf *x = ROW(m, ACT(m, head->in), (size_t)b * T + (size_t)(T - 1), (size_t)C);
         be->linear_forward(m->logits, x, P(m, head->p[0]), NULL, 1, C, V);
         be->from_storage(logits + (size_t)b * V, m->logits, (size_t)V);
     }
+    op_end(m, (int)(head - m->ops), +1);
 }
 
 void tr_model_all_logits(tr_model *m, const int *tokens, int B, int T, float *logits) {
@@ -883,12 +1033,14 @@ void tr_model_all_logits(tr_model *m, const int *tokens, int B, int T, float *lo
     const int N = B * T, C = m->desc.dim, V = m->desc.vocab;
     be->upload(m->tokens, tokens, (size_t)N * sizeof(int));
     const op_t *head = forward_body(m, B, T);
+    op_begin(m, (int)(head - m->ops), +1);
     for (int r = 0; r < N; r += (int)m->head_rows) {
         int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
         be->linear_forward(m->logits, ROW(m, ACT(m, head->in), (size_t)r, (size_t)C),
                            P(m, head->p[0]), NULL, n, C, V);
         be->from_storage(logits + (size_t)r * V, m->logits, (size_t)n * V);
     }
+    op_end(m, (int)(head - m->ops), +1);
 }
 
 /* ---- incremental decoding ------------------------------------------------------------- */
@@ -943,6 +1095,7 @@ void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *log
     for (int i = 0; i < m->n_ops; i++) {
         const op_t *op = &m->ops[i];
         const tr_node *n = op->node;
+        op_begin(m, i, +1);
         if (op->kind == OP_POS) { /* row `pos` of the position table */
             be->positions_forward(ACT(m, op->out), ROW(m, P(m, op->p[0]), (size_t)pos, (size_t)C),
                                   1, 1, C);
@@ -957,9 +1110,11 @@ void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *log
         } else if (op->kind == OP_HEAD) {
             be->linear_forward(m->logits, ACT(m, op->in), P(m, op->p[0]), NULL, 1, C, V);
             be->from_storage(logits, m->logits, (size_t)V);
+            op_end(m, i, +1);
             return;
         } else {
             forward_op(m, op, 1, 1);
         }
+        op_end(m, i, +1);
     }
 }

@@ -72,6 +72,11 @@ typedef struct {
      * hook places it (tr_model_set_grad_addr); the optimizer state is sized by the caller
      * (tr_model_alloc_optim) and the update runs over pieces (tr_model_adamw_pieces). */
     int external_grads;
+    /* ZeRO-3 (implies external_grads): no parameter slab either. The process keeps pieces of
+     * it (tr_model_set_pieces; their master weights and working copy are sized with the
+     * optimizer state by tr_model_alloc_optim) and the op hook places each op's parameters
+     * (tr_model_set_param_addr) before the op reads them. */
+    int external_params;
 } tr_model_opts;
 
 /* Build a model for micro-batches of at most B sequences of at most T tokens (T <= seq_len).
@@ -93,7 +98,8 @@ const tr_param *tr_model_param(const tr_model *m, int i);
 size_t tr_model_num_elements(const tr_model *m); /* total parameter count */
 
 /* Parameter tensor i to / from host fp32 (host holds tr_model_param(m, i)->numel floats).
- * Setting writes the fp32 master weights and the storage-dtype working copy. */
+ * Setting writes the fp32 master weights and the storage-dtype working copy. With
+ * external_params both touch only the parts of the tensor inside this process's pieces. */
 void tr_model_get_param(const tr_model *m, int i, float *host);
 void tr_model_set_param(tr_model *m, int i, const float *host);
 void tr_model_get_grad(const tr_model *m, int i, float *host);
@@ -103,8 +109,13 @@ void tr_model_get_grad(const tr_model *m, int i, float *host);
 typedef enum { TR_STATE_ADAM_M = 0, TR_STATE_ADAM_V } tr_state_kind;
 void tr_model_get_state(const tr_model *m, int i, tr_state_kind k, float *host);
 /* get_state needs the tensor inside this process's optimizer shard (no sharding: always);
- * set_state keeps whatever part of the tensor falls inside the shard. */
+ * set_state keeps whatever part of the tensor falls inside the shard or the pieces. */
 void tr_model_set_state(tr_model *m, int i, tr_state_kind k, const float *host);
+/* Slab elements [lo, hi) of the fp32 parameters (k < 0) or of AdamW moment k into host
+ * memory, from what this process keeps: the whole slab, its optimizer shard (ZeRO-1) or its
+ * pieces (ZeRO-2, 3: the range must lie inside one piece). Checkpoints: every rank writes the
+ * ranges it keeps. Returns -1 when this process does not keep that range. */
+int tr_model_read_range(const tr_model *m, int k, size_t lo, size_t hi, float *host);
 /* The optimizer shard's AdamW moments (backend memory, tr_model_optim_range elements). */
 float *tr_model_optim_state(tr_model *m, tr_state_kind k);
 long tr_model_adam_steps(const tr_model *m);
@@ -179,9 +190,30 @@ typedef struct {
     size_t state;
 } tr_piece;
 void tr_model_adamw_pieces(tr_model *m, const tr_adamw *opt, const tr_piece *p, int n);
-/* (Re)allocate the optimizer state as `elems` zeroed elements (external_grads); -1 when out
- * of memory. */
+/* (Re)allocate the optimizer state as `elems` zeroed elements (external_grads; with
+ * external_params also the pieces' master weights and working copy); -1 when out of memory. */
 int tr_model_alloc_optim(tr_model *m, size_t elems);
+
+/* ---- ZeRO-3 (external_params) ----
+ * The pieces of the slab this process keeps: piece k covers slab elements [lo, hi), stored at
+ * `state` in the piece arrays (the same index as the optimizer state; grad unused). Set them
+ * before initialising or loading parameters. */
+void tr_model_set_pieces(tr_model *m, const tr_piece *p, int n);
+/* The working copy (storage dtype) of the pieces and their fp32 master weights, indexed like
+ * the optimizer state. */
+tr_buf *tr_model_param_pieces(tr_model *m);
+float *tr_model_master_pieces(tr_model *m);
+/* Where op computations read parameter tensor i from until placed again. */
+void tr_model_set_param_addr(tr_model *m, int i, tr_buf *addr);
+/* Called before (after = 0) and after (after = 1) every op's forward (dir = +1: training,
+ * evaluation, logits, decoding; also the forwards that full recompute repeats inside the
+ * backward) and backward (dir = -1). */
+typedef void (*tr_op_hook)(void *ctx, int op, int dir, int after);
+void tr_model_set_op_hook(tr_model *m, tr_op_hook fn, void *ctx);
+int tr_model_num_ops(const tr_model *m);
+/* The parameter tensors op `op` reads when it runs in direction dir, into p; returns how many
+ * (at most 4). */
+int tr_model_op_params(const tr_model *m, int op, int dir, int p[4]);
 
 const tr_model_desc *tr_model_desc_of(const tr_model *m);
 const tr_backend *tr_model_backend(const tr_model *m);

@@ -27,6 +27,10 @@ typedef struct {
     int hi_param;
     int pending; /* tensors of this backward still to complete */
     int started; /* its reduction of this backward has started */
+    /* ZeRO-3: the bucket's parameters, all-gathered from every rank's piece while an op that
+       reads them runs (and from the op before, prefetched) */
+    float *full;
+    tr_comm_req *preq; /* the gather in flight, NULL when complete or none */
 } bucket;
 
 /* ZeRO-2's ring: gradient buffers for the buckets being computed or reduced. */
@@ -57,6 +61,10 @@ struct tr_dp {
     float *gather;       /* all-gather scratch, the largest bucket padded */
     tr_piece *pieces;
     long seq;
+    /* ZeRO-3: per direction (0 forward, 1 backward) and op, the buckets the op reads
+       (need_n of them at need[.][4 * op]) and the next op in that direction that reads any */
+    int *need[2], *need_n[2], *next_user[2];
+    size_t pbuf_bytes, pbuf_high; /* gathered parameter buffers now and their high-water mark */
 };
 
 static double now(void) {
@@ -189,23 +197,122 @@ static void on_grad_ready(void *ctx, int param) {
     if (!d->armed) return;
     bucket *b = &d->b[d->bucket_of[param]];
     if (--b->pending == 0) {
-        if (d->zero == 2)
+        if (d->zero >= 2)
             z2_start(d, b);
         else
             start_allreduce(d, b);
     }
-    if (d->zero == 2)
+    if (d->zero >= 2)
         z2_poll(d);
     else
         poll_buckets(d);
 }
 
+/* ---- ZeRO-3 ------------------------------------------------------------------------------
+ * Parameters live in the same pieces as the gradients and the optimizer state: rank r keeps
+ * piece r of every bucket (fp32 master and working copy). Before an op runs, the buckets it
+ * reads are all-gathered into whole buffers (waiting for them if the previous op's prefetch is
+ * still in flight) and the model is pointed at them; then the buckets of the next op that reads
+ * parameters in the same direction start gathering, overlapping this op's compute; after the
+ * op, every bucket the next op does not read is freed. Every rank runs the same ops, so the
+ * gathers start in the same order everywhere. */
+
+static void z3_start(tr_dp *d, int k) {
+    bucket *b = &d->b[k];
+    if (b->full) return; /* gathered or in flight */
+    size_t n = (size_t)d->world * b->piece;
+    b->full = malloc(n * sizeof(float));
+    if (!b->full) {
+        fprintf(stderr, "trainer: ZeRO-3: out of memory gathering %zu parameters\n", n);
+        abort();
+    }
+    d->pbuf_bytes += n * sizeof(float);
+    if (d->pbuf_bytes > d->pbuf_high) d->pbuf_high = d->pbuf_bytes;
+    const float *mine = (const float *)tr_model_param_pieces(d->m) + b->state;
+    b->preq = tr_comm_iall_gather(d->c, mine, b->full, b->piece, TR_COMM_F32);
+    d->st.param_gathers++;
+}
+
+static void z3_ready(tr_dp *d, int k) {
+    bucket *b = &d->b[k];
+    z3_start(d, k);
+    if (!b->preq) return;
+    double t0 = now();
+    tr_comm_wait(b->preq);
+    d->st.gather_s += now() - t0;
+    b->preq = NULL;
+    for (int i = b->lo_param; i <= b->hi_param; i++)
+        tr_model_set_param_addr(d->m, i, b->full + (tr_model_param(d->m, i)->offset - b->lo));
+}
+
+static void z3_release(tr_dp *d, int k) {
+    bucket *b = &d->b[k];
+    if (!b->full) return;
+    if (b->preq) tr_comm_wait(b->preq); /* a prefetch nobody used: complete it first */
+    b->preq = NULL;
+    for (int i = b->lo_param; i <= b->hi_param; i++) tr_model_set_param_addr(d->m, i, NULL);
+    free(b->full);
+    b->full = NULL;
+    d->pbuf_bytes -= (size_t)d->world * b->piece * sizeof(float);
+}
+
+static void z3_release_all(tr_dp *d) {
+    for (int k = 0; k < d->n_buckets; k++) z3_release(d, k);
+}
+
+static int z3_needs(const tr_dp *d, int dir, int op, int k) {
+    for (int j = 0; j < d->need_n[dir][op]; j++)
+        if (d->need[dir][4 * op + j] == k) return 1;
+    return 0;
+}
+
+static void z3_op(void *ctx, int op, int dir, int after) {
+    tr_dp *d = ctx;
+    int di = dir > 0 ? 0 : 1, n = d->need_n[di][op], nx = d->next_user[di][op];
+    const int *need = d->need[di] + 4 * op;
+    if (!after) {
+        for (int j = 0; j < n; j++) z3_ready(d, need[j]);
+        if (n && nx >= 0) /* prefetch what the next op reads while this one computes */
+            for (int j = 0; j < d->need_n[di][nx]; j++) z3_start(d, d->need[di][4 * nx + j]);
+    } else {
+        for (int j = 0; j < n; j++)
+            if (nx < 0 || !z3_needs(d, di, nx, need[j])) z3_release(d, need[j]);
+    }
+    for (int k = 0; k < d->n_buckets; k++) /* let MPI progress the gathers in flight */
+        if (d->b[k].preq) tr_comm_test(d->b[k].preq);
+}
+
+static int z3_init(tr_dp *d) {
+    tr_model *m = d->m;
+    int nops = tr_model_num_ops(m);
+    for (int di = 0; di < 2; di++) {
+        d->need[di] = calloc((size_t)(4 * nops + 4), sizeof(int));
+        d->need_n[di] = calloc((size_t)(nops + 1), sizeof(int));
+        d->next_user[di] = calloc((size_t)(nops + 1), sizeof(int));
+        if (!d->need[di] || !d->need_n[di] || !d->next_user[di]) return -1;
+        for (int op = 0; op < nops; op++) {
+            int p[4], np = tr_model_op_params(m, op, di ? -1 : +1, p);
+            for (int j = 0; j < np; j++) {
+                int k = d->bucket_of[p[j]];
+                if (!z3_needs(d, di, op, k)) d->need[di][4 * op + d->need_n[di][op]++] = k;
+            }
+        }
+        int next = -1; /* walking against the direction: the next op that reads parameters */
+        for (int step = 0; step < nops; step++) {
+            int op = di ? step : nops - 1 - step;
+            d->next_user[di][op] = next;
+            if (d->need_n[di][op]) next = op;
+        }
+    }
+    tr_model_set_op_hook(m, z3_op, d);
+    return 0;
+}
+
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_bytes, char *err,
                size_t errlen) {
     *out = NULL;
-    if (zero < 0 || zero > 2) {
-        snprintf(err, errlen, "parallel.zero = %d: ZeRO stage 3 is not implemented yet "
-                 "(use 0, 1 or 2)", zero);
+    if (zero < 0 || zero > 3) {
+        snprintf(err, errlen, "parallel.zero = %d: ZeRO stages are 0, 1, 2 and 3", zero);
         return -1;
     }
     const tr_backend *be = tr_model_backend(m);
@@ -222,9 +329,14 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
                  tr_comm_size(c));
         return -1;
     }
-    if ((zero == 2) != (tr_model_memory(m).grads == 0)) {
+    if ((zero >= 2) != (tr_model_memory(m).grads == 0)) {
         snprintf(err, errlen, "ZeRO-%d: the model was %sbuilt with external gradients", zero,
-                 zero == 2 ? "not " : "");
+                 zero >= 2 ? "not " : "");
+        return -1;
+    }
+    if ((zero == 3) != (tr_model_param_slab(m) == NULL)) {
+        snprintf(err, errlen, "ZeRO-%d: the model was %sbuilt with external parameters", zero,
+                 zero == 3 ? "not " : "");
         return -1;
     }
     tr_dp *d = calloc(1, sizeof(*d));
@@ -253,7 +365,7 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
             elems = 0;
         }
     }
-    if (zero == 2) {
+    if (zero >= 2) {
         size_t W = (size_t)d->world, maxp = 0; /* the largest piece */
         for (int k = 0; k < d->n_buckets; k++) {
             bucket *b = &d->b[k];
@@ -273,11 +385,25 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
             tr_dp_free(d);
             return -1;
         }
+        /* this rank's pieces, whose state (ZeRO-3: and parameters) the model keeps */
+        int n = 0;
+        for (int k = 0; k < d->n_buckets; k++) {
+            const bucket *b = &d->b[k];
+            size_t plo = b->lo + (size_t)d->rank * b->piece, phi = plo + b->piece;
+            if (phi > b->hi) phi = b->hi;
+            if (plo < phi) d->pieces[n++] = (tr_piece){plo, phi, NULL, b->state};
+        }
+        tr_model_set_pieces(m, d->pieces, n);
         tr_model_set_pre_grad_hook(m, z2_place, d);
         d->armed = 1; /* every micro-step reduces */
         reset_pending(d);
     }
-    if (d->world > 1 || zero == 2) tr_model_set_grad_hook(m, on_grad_ready, d);
+    if (zero == 3 && z3_init(d)) {
+        snprintf(err, errlen, "ZeRO-3: out of memory for the parameter pieces");
+        tr_dp_free(d);
+        return -1;
+    }
+    if (d->world > 1 || zero >= 2) tr_model_set_grad_hook(m, on_grad_ready, d);
     *out = d;
     return 0;
 }
@@ -286,6 +412,15 @@ void tr_dp_free(tr_dp *d) {
     if (!d) return;
     tr_model_set_grad_hook(d->m, NULL, NULL);
     tr_model_set_pre_grad_hook(d->m, NULL, NULL);
+    if (d->zero == 3) {
+        z3_release_all(d);
+        tr_model_set_op_hook(d->m, NULL, NULL);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(d->need[k]);
+        free(d->need_n[k]);
+        free(d->next_user[k]);
+    }
     for (int k = 0; k < RING; k++) {
         free(d->ring[k].buf);
         free(d->ring[k].recv);
@@ -299,16 +434,16 @@ void tr_dp_free(tr_dp *d) {
 }
 
 size_t tr_dp_grad_bytes(const tr_dp *d) {
-    if (d->zero != 2) return 0;
+    if (d->zero < 2) return 0;
     return d->sgrad_elems * sizeof(float) + d->ring_high; /* the ring: high-water mark */
 }
 
 size_t tr_dp_grad_buffer_bytes(const tr_dp *d) {
-    return d->zero == 2 ? d->ring_high : 0;
+    return d->zero >= 2 ? d->ring_high : 0;
 }
 
 double tr_dp_grad_norm(tr_dp *d) {
-    if (d->zero != 2) return tr_model_grad_norm(d->m);
+    if (d->zero < 2) return tr_model_grad_norm(d->m);
     double ss = 0; /* this rank's pieces (padding is zero), then the sum over ranks */
     for (size_t i = 0; i < d->sgrad_elems; i++) ss += (double)d->sgrad[i] * d->sgrad[i];
     if (d->world > 1) tr_comm_all_reduce(d->c, &ss, 1, TR_COMM_F64);
@@ -316,21 +451,22 @@ double tr_dp_grad_norm(tr_dp *d) {
 }
 
 void tr_dp_arm(tr_dp *d) {
-    if (d->world <= 1 && d->zero != 2) return;
+    if (d->world <= 1 && d->zero < 2) return;
     d->armed = 1;
     d->first_start = d->last_done = 0;
     reset_pending(d);
 }
 
 void tr_dp_micro_end(tr_dp *d) {
-    if (d->zero != 2) return;
+    if (d->zero < 2) return;
+    if (d->zero == 3) z3_release_all(d);
     for (int i = 0; i < d->n_buckets; i++) /* every tensor completed: all started already */
         if (!d->b[i].started) z2_start(d, &d->b[i]);
     reset_pending(d); /* the next micro-step's backward */
 }
 
 void tr_dp_sync_grads(tr_dp *d) {
-    if (d->zero == 2) {
+    if (d->zero >= 2) {
         double t0 = now();
         for (int k = 0; k < RING; k++)
             if (d->ring[k].req) z2_finish(d, k);
@@ -362,7 +498,7 @@ void tr_dp_sync_grads(tr_dp *d) {
 }
 
 void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
-    if (d->zero == 2) {
+    if (d->zero >= 2) {
         int n = 0;
         for (int k = 0; k < d->n_buckets; k++) {
             const bucket *b = &d->b[k];
@@ -371,6 +507,10 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
             if (lo < hi) d->pieces[n++] = (tr_piece){lo, hi, d->sgrad + b->state, b->state};
         }
         tr_model_adamw_pieces(d->m, opt, d->pieces, n);
+        if (d->zero == 3) { /* the parameters stay in pieces until an op needs them */
+            memset(d->sgrad, 0, d->sgrad_elems * sizeof(float));
+            return;
+        }
         /* every rank's updated pieces, bucket by bucket, back into every rank's parameters */
         double t0 = now();
         const tr_backend *be = tr_model_backend(d->m);
@@ -404,16 +544,18 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
 int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
     size_t n = tr_model_slab_elements(d->m), lo, hi;
     tr_model_optim_range(d->m, &lo, &hi);
-    *out = (tr_dp_state){.dp = d, .m = malloc(n * sizeof(float)), .v = malloc(n * sizeof(float))};
-    if (!out->m || !out->v) {
+    *out = (tr_dp_state){.dp = d, .m = malloc(n * sizeof(float)), .v = malloc(n * sizeof(float)),
+                         .p = d->zero == 3 ? malloc(n * sizeof(float)) : NULL};
+    if (!out->m || !out->v || (d->zero == 3 && !out->p)) {
         tr_dp_state_free(out);
         return -1;
     }
     const tr_backend *be = tr_model_backend(d->m);
-    float *full[2] = {out->m, out->v};
-    if (d->zero == 2) { /* bucket by bucket: every rank's piece, then the bucket's range */
-        for (int k = 0; k < 2; k++) {
-            const float *st = tr_model_optim_state(d->m, (tr_state_kind)k);
+    float *full[3] = {out->m, out->v, out->p};
+    if (d->zero >= 2) { /* bucket by bucket: every rank's piece, then the bucket's range */
+        for (int k = 0; k < (d->zero == 3 ? 3 : 2); k++) {
+            const float *st = k < 2 ? tr_model_optim_state(d->m, (tr_state_kind)k)
+                                    : tr_model_master_pieces(d->m);
             for (int i = 0; i < d->n_buckets; i++) {
                 const bucket *b = &d->b[i];
                 size_t mine = (size_t)d->rank * b->piece;
@@ -434,33 +576,48 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
     return 0;
 }
 
-void tr_dp_scatter_state(tr_dp *d, int param, tr_state_kind k, const float *full) {
-    if (d->zero != 2) return;
-    const tr_param *p = tr_model_param(d->m, param);
-    const tr_backend *be = tr_model_backend(d->m);
-    float *st = tr_model_optim_state(d->m, k);
-    for (int i = 0; i < d->n_buckets; i++) { /* this rank's piece of each bucket, if in p */
-        const bucket *b = &d->b[i];
-        size_t lo = b->lo + (size_t)d->rank * b->piece, hi = lo + b->piece;
-        if (hi > b->hi) hi = b->hi;
-        if (lo < p->offset) lo = p->offset;
-        if (hi > p->offset + p->numel) hi = p->offset + p->numel;
-        if (lo < hi)
-            be->upload(st + b->state + (lo - b->lo - (size_t)d->rank * b->piece),
-                       full + (lo - p->offset), (hi - lo) * sizeof(float));
-    }
-}
-
 void tr_dp_state_free(tr_dp_state *s) {
     free(s->m);
     free(s->v);
-    s->m = s->v = NULL;
+    free(s->p);
+    s->m = s->v = s->p = NULL;
 }
 
-void tr_dp_state_source(void *ctx, int param, tr_state_kind k, float *dst) {
+void tr_dp_param_source(void *ctx, int param, float *dst) {
     const tr_dp_state *s = ctx;
     const tr_param *p = tr_model_param(s->dp->m, param);
-    memcpy(dst, (k == TR_STATE_ADAM_M ? s->m : s->v) + p->offset, p->numel * sizeof(float));
+    memcpy(dst, s->p + p->offset, p->numel * sizeof(float));
+}
+
+size_t tr_dp_param_buffer_bytes(const tr_dp *d) {
+    return d->pbuf_high;
+}
+
+int tr_dp_ckpt_ranges(const tr_dp *d, size_t **out) {
+    size_t n = tr_model_slab_elements(d->m), lo, hi;
+    if (d->zero >= 2) { /* the pieces */
+        *out = malloc((size_t)(d->n_buckets ? d->n_buckets : 1) * 2 * sizeof(size_t));
+        int k = 0;
+        for (int i = 0; i < d->n_buckets; i++) {
+            const bucket *b = &d->b[i];
+            lo = b->lo + (size_t)d->rank * b->piece;
+            hi = lo + b->piece < b->hi ? lo + b->piece : b->hi;
+            if (lo >= hi) continue;
+            (*out)[2 * k] = lo;
+            (*out)[2 * k + 1] = hi;
+            k++;
+        }
+        return k;
+    }
+    /* ZeRO-1: the optimizer shard; ZeRO-0: everything is everywhere, each writes 1/N */
+    size_t per = (n + (size_t)d->world - 1) / (size_t)d->world;
+    lo = (size_t)d->rank * per;
+    hi = lo + per < n ? lo + per : n;
+    if (d->zero == 1) tr_model_optim_range(d->m, &lo, &hi);
+    *out = malloc(2 * sizeof(size_t));
+    (*out)[0] = lo < hi ? lo : hi;
+    (*out)[1] = hi;
+    return 1;
 }
 
 double tr_dp_sum(tr_dp *d, double x) {

@@ -18,13 +18,18 @@ typedef struct {
     long buckets;       /* all-reduces started */
     double span_s;      /* first bucket started .. last bucket complete, summed over steps */
     double exposed_s;   /* of which the training waited for after its backward */
-    double gather_s;    /* ZeRO-1 parameter all-gathers */
+    double gather_s;    /* ZeRO-1/2: parameter all-gathers after the update; ZeRO-3: time
+                           waited for the per-op gathers (what prefetching did not hide) */
+    long param_gathers; /* ZeRO-3: bucket all-gathers started */
 } tr_dp_stats;
 
 /* `m` must have been built with opts.shards = (zero == 1 ? group size : 1), opts.shard = the
- * rank in the group and opts.external_grads = (zero == 2). zero: 0, 1 or 2 (ZeRO-2: gradients
- * reduce-scattered bucket by bucket into each rank's pieces, optimizer state and update on
- * those pieces). bucket_bytes: communication granularity (0: 4 MiB). */
+ * rank in the group, opts.external_grads = (zero == 2) and opts.external_params = (zero == 3).
+ * zero: 0..3 (ZeRO-2: gradients reduce-scattered bucket by bucket into each rank's pieces,
+ * optimizer state and update on those pieces; ZeRO-3: the parameters too are kept in those
+ * pieces, and each op's buckets are all-gathered just before it runs, the next op's prefetched,
+ * and freed after it). bucket_bytes: communication granularity (0: 4 MiB). For ZeRO-3, call
+ * before initialising or loading the parameters (it tells the model its pieces). */
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *dp, int zero, size_t bucket_bytes, char *err,
                size_t errlen);
 void tr_dp_free(tr_dp *d);
@@ -52,16 +57,22 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt);
 typedef struct {
     const tr_dp *dp;
     float *m, *v;
+    float *p; /* ZeRO-3: the fp32 parameters too */
 } tr_dp_state;
-/* ZeRO-1: gather the sharded moments from every rank (every rank calls it, for checkpoints);
- * without sharding, a copy of the model's own. -1 when out of memory. */
+/* Gather the sharded moments (ZeRO-3: and parameters) from every rank (every rank calls it;
+ * tests and tools: checkpoints do not need it); without sharding, a copy of the model's own.
+ * -1 when out of memory. */
 int tr_dp_gather_state(tr_dp *d, tr_dp_state *out);
 void tr_dp_state_free(tr_dp_state *s);
-/* ZeRO-2, resuming: this rank's pieces of tensor `param`'s AdamW moment k from its whole
- * value (the checkpoint's); a no-op at other stages (the model takes the state itself). */
-void tr_dp_scatter_state(tr_dp *d, int param, tr_state_kind k, const float *full);
-/* A checkpoint state source (tr_ckpt_opts.state_source) over a gathered tr_dp_state. */
-void tr_dp_state_source(void *ctx, int param, tr_state_kind k, float *dst);
+/* ZeRO-3: tensor `param` of a gathered tr_dp_state's parameters into dst. */
+void tr_dp_param_source(void *ctx, int param, float *dst);
+/* ZeRO-3: the high-water mark of gathered parameter buffers (measured). */
+size_t tr_dp_param_buffer_bytes(const tr_dp *d);
+
+/* The slab ranges this rank writes into checkpoints ([lo, hi) pairs into *out, malloc'ed;
+ * returns how many): its pieces (ZeRO-2, 3), its optimizer shard (ZeRO-1), or 1/N of the
+ * replicated slab (ZeRO-0). Over the group they cover the slab once. */
+int tr_dp_ckpt_ranges(const tr_dp *d, size_t **out);
 
 /* Sum of a value over the group (losses, token counts). */
 double tr_dp_sum(tr_dp *d, double x);

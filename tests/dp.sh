@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Data parallelism with real MPI processes (mpirun --oversubscribe on this machine): on 2 and 4
-# ranks, at ZeRO 0 and 1, and with gradient accumulation, the loss of every step and the final
-# parameters equal the single-process run with the same global batch (1e-5 relative), the
-# ZeRO-1 optimizer state per rank is 1/N of stage 0's (as allocated), and a rank that dies
-# makes the job end within the timeout with a line naming a rank.
+# ranks, at ZeRO 0, 1, 2 and 3, and with gradient accumulation, the loss of every step and the
+# final parameters equal the single-process run with the same global batch (1e-5 relative);
+# per rank, ZeRO-1 keeps 1/N of the optimizer state, ZeRO-2 1/N of the gradient and ZeRO-3 1/N
+# of the parameters (as allocated, measured); checkpoints saved in one layout resume in
+# another; a rank that dies makes the job end within the timeout with a line naming a rank.
 set -u
 T="$1"
 tmp=$(mktemp -d)
@@ -46,10 +47,13 @@ PY
 }
 
 run single 1 0 0 || exit 1
-for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1" "2 2 0" "4 2 0" "2 2 1"; do
+for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1" "2 2 0" "4 2 0" "2 2 1" "1 3 0" "2 3 0" "4 3 0" "2 3 1"; do
     set -- $cfg
     name="np$1_zero$2_micro$3"
     run "$name" "$1" "$2" "$3" --set bucket=16 || continue
+    if [ "$2" -eq 3 ] && [ "$1" -gt 1 ] && ! grep -q "ZeRO-3: [1-9][0-9]* bucket all-gathers" "$tmp/$name.log"; then
+        echo "FAIL $name: no ZeRO-3 parameter gathers reported"; fail=1
+    fi
     if e=$(cmp_losses "$tmp/$name/metrics.jsonl" "$tmp/single/metrics.jsonl"); then
         echo "ok   $name: 20 losses equal the single process (max rel diff $e)"
     else
@@ -60,7 +64,7 @@ for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1" "2 2 0" "4 2 0" "2 2 
     else
         echo "FAIL $name: final parameters differ ($e)"; fail=1
     fi
-    grep -q '"comm_hidden"' "$tmp/$name/metrics.jsonl" || { echo "FAIL $name: no comm_hidden metric"; fail=1; }
+    [ "$1" -eq 1 ] || grep -q '"comm_hidden"' "$tmp/$name/metrics.jsonl" || { echo "FAIL $name: no comm_hidden metric"; fail=1; }
 done
 
 # ZeRO-1 keeps 1/N of the optimizer state per rank (what each process allocated)
@@ -89,16 +93,40 @@ for np in 2 4; do
     fi
 done
 
-# cross-layout resume: 2 ranks at ZeRO-1 (and at ZeRO-2) save at step 10 and are killed, then
-# the run goes on in another layout; steps 11-20 and the final parameters equal the
-# uninterrupted process
-for saved in 1 2; do
+# ZeRO-3 keeps 1/N of the parameters (master and working copy: one array in fp32) plus the
+# gathered buckets of about two ops at a time, bounded by the bucket size, not the model's
+for np in 2 4; do
+    run "mem_z3_np$np" "$np" 3 0 --set layers=8 --set steps=3 --set bucket=16 || continue
+    p0=$(gr "mem_z0_np$np" params) p3=$(gr "mem_z3_np$np" params) b3=$(gr "mem_z3_np$np" param_buffers)
+    kept=$((p3 - b3))
+    if [ $((kept * np)) -ge "$p0" ] && [ $((kept * np)) -le $((p0 + 4096 * np)) ] && [ "$b3" -gt 0 ] && [ $((b3 * 2)) -lt "$p0" ]; then
+        echo "ok   ZeRO-3 on $np ranks: parameter pieces $kept bytes per rank = 1/$np of ZeRO-0's $p0 (up to padding), gathered buckets $b3 (high-water)"
+    else
+        echo "FAIL ZeRO-3 on $np ranks: pieces $kept, gathered $b3, ZeRO-0 parameters $p0"; fail=1
+    fi
+done
+
+# cross-layout resume: 2 ranks at ZeRO-1 (and at ZeRO-2), 4 ranks at ZeRO-3, save at step 10
+# and are killed, then the run goes on in another layout; steps 11-20 and the final
+# parameters equal the uninterrupted process
+for src in "2 1" "2 2" "4 3"; do
+    set -- $src
+    snp=$1 saved=$2
     mkdir -p "$tmp/base$saved"
-    TR_FAULT_KILL_AFTER_STEP=10 timeout 300 mpirun -np 2 "$T" run "$R" --set zero=$saved --set ckpt=10 \
+    TR_FAULT_KILL_AFTER_STEP=10 timeout 300 mpirun -np "$snp" "$T" run "$R" --set zero=$saved --set ckpt=10 \
         --set bucket=16 --out "$tmp/base$saved/run" --peak-gflops 10 >"$tmp/base$saved.log" 2>&1
     [ -d "$tmp/base$saved/run/checkpoints/step_00000010" ] ||
         { echo "FAIL no ZeRO-$saved checkpoint at step 10"; tail -5 "$tmp/base$saved.log"; fail=1; continue; }
-    for cfg in "1 0" "4 1" "2 0" "4 2"; do
+    # every rank wrote its own shard: one file per rank, none holding much more than 1/N
+    ck="$tmp/base$saved/run/checkpoints/step_00000010"
+    nf=$(ls "$ck"/rank_*.safetensors | wc -l)
+    total=$(cat "$ck"/rank_*.safetensors | wc -c) biggest=$(wc -c "$ck"/rank_*.safetensors | grep -v total | sort -n | tail -1 | awk '{print $1}')
+    if [ "$nf" -eq "$snp" ] && [ $((biggest * snp)) -le $((total * 5 / 4)) ] && ! ls "$ck" | grep -q part; then
+        echo "ok   ZeRO-$saved on $snp ranks: $nf checkpoint shards, the largest $biggest of $total bytes"
+    else
+        echo "FAIL ZeRO-$saved on $snp ranks: $nf shard files, largest $biggest of $total bytes"; ls -la "$ck"; fail=1
+    fi
+    for cfg in "1 0" "4 1" "2 0" "4 2" "2 1" "2 3"; do
         set -- $cfg
         name="resume${saved}_np$1_zero$2"
         cp -r "$tmp/base$saved/run" "$tmp/$name"
@@ -108,7 +136,7 @@ for saved in 1 2; do
             { echo "FAIL $name exited $?"; tail -5 "$tmp/$name.log"; fail=1; continue; }
         if e=$(cmp_losses "$tmp/$name/metrics.jsonl" "$tmp/single/metrics.jsonl") &&
             p=$(cmp_params "$tmp/$name.params" "$tmp/single.params"); then
-            echo "ok   saved on 2 ranks at ZeRO-$saved, resumed on $1 at ZeRO-$2: losses (max rel diff $e) and final parameters ($p) equal one process"
+            echo "ok   saved on $snp ranks at ZeRO-$saved, resumed on $1 at ZeRO-$2: losses (max rel diff $e) and final parameters ($p) equal one process"
         else
             echo "FAIL saved at ZeRO-$saved, resumed on $1 ranks at ZeRO-$2: $e ${p:-}"; fail=1
         fi

@@ -734,13 +734,75 @@ static int y_write_handler(void *data, unsigned char *buffer, size_t size) {
     return fwrite(buffer, 1, size, (FILE *)data) == size;
 }
 
-/* One tensor slice as the manifest lists it. */
+/* One block of a global tensor as the manifest lists it: the rectangle [start, start + shape)
+ * (rows x columns; one dimension for vectors), stored under `key` in rank `rank`'s file. A
+ * rank writes the blocks of the slab ranges it keeps; each is elements [flat, flat + count) of
+ * the flattened tensor. */
 typedef struct {
-    const tr_param *p;
-    const char *prefix; /* "", "adam_m/", "adam_v/" */
-    size_t offset;      /* floats into the snapshot buffer */
+    int param, kind;     /* tr_model_param index; -1 parameters, 0 adam_m, 1 adam_v */
+    int rank;
+    int ndim;
+    long start[2], shape[2];
+    size_t flat, count;
+    size_t offset;       /* floats into the snapshot buffer (this rank's blocks) */
     uint32_t crc;
 } slice_info;
+
+static const char *kind_prefix(int kind) {
+    return kind < 0 ? "" : kind == 0 ? "adam_m/" : "adam_v/";
+}
+
+/* The global name of a block's tensor, and its key in the rank's file: the name itself when
+ * the block is the whole tensor, else name@flat. */
+static void slice_names(const tr_param *p, const slice_info *s, char *name, size_t nlen,
+                        char *key, size_t klen) {
+    snprintf(name, nlen, "%s%s", kind_prefix(s->kind), p->name);
+    if (s->count == p->numel)
+        snprintf(key, klen, "%s", name);
+    else
+        snprintf(key, klen, "%s@%zu", name, s->flat);
+}
+
+static int cmp_slice(const void *a, const void *b) {
+    const slice_info *x = a, *y = b;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    if (x->param != y->param) return x->param < y->param ? -1 : 1;
+    return x->flat < y->flat ? -1 : x->flat > y->flat;
+}
+
+/* Append the blocks covering elements [a, b) of tensor p (at most three: a partial first row,
+ * whole rows, a partial last row). */
+static int add_blocks(slice_info **sl, int *n, int *cap, const tr_param *p, int param, int kind,
+                      int rank, size_t a, size_t b) {
+    size_t C = p->ndim > 1 ? (size_t)p->shape[1] : p->numel;
+    while (a < b) {
+        size_t r = a / C, c = a % C, len;
+        long start[2], shape[2];
+        if (p->ndim == 1) {
+            len = b - a;
+            start[0] = (long)a, shape[0] = (long)len;
+            start[1] = 0, shape[1] = 1;
+        } else if (c || b - a < C) { /* part of one row */
+            len = C - c < b - a ? C - c : b - a;
+            start[0] = (long)r, start[1] = (long)c, shape[0] = 1, shape[1] = (long)len;
+        } else { /* whole rows */
+            size_t rows = (b - a) / C;
+            len = rows * C;
+            start[0] = (long)r, start[1] = 0, shape[0] = (long)rows, shape[1] = (long)C;
+        }
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 64;
+            slice_info *g = realloc(*sl, (size_t)*cap * sizeof(slice_info));
+            if (!g) return -1;
+            *sl = g;
+        }
+        (*sl)[(*n)++] = (slice_info){.param = param, .kind = kind, .rank = rank,
+                                     .ndim = p->ndim, .start = {start[0], start[1]},
+                                     .shape = {shape[0], shape[1]}, .flat = a, .count = len};
+        a += len;
+    }
+    return 0;
+}
 
 typedef struct {
     long step, adam_steps;
@@ -749,9 +811,10 @@ typedef struct {
 
 /* The manifest text (with its trailing checksum comment); malloc'ed. */
 static char *manifest_text(unsigned long long seed, const char *recipe_text, const char *sha,
-                           const tr_model_desc *d, size_t n_params, const snap_meta *sm,
-                           const slice_info *sl, int n_sl, const char *file, size_t file_bytes,
-                           int rank, int world, size_t *out_len) {
+                           const tr_model_desc *d, const tr_model *m, const snap_meta *sm,
+                           const slice_info *sl, int n_sl, const size_t *file_bytes, int world,
+                           int zero, size_t *out_len) {
+    size_t n_params = tr_model_num_elements(m);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -804,7 +867,7 @@ static char *manifest_text(unsigned long long seed, const char *recipe_text, con
     y_plain(&y, "pp");
     y_plain(&y, "1");
     y_plain(&y, "zero");
-    y_plain(&y, "0");
+    y_fmt(&y, "%d", zero);
     y_map(&y, 0);
     y_plain(&y, "rng");
     y_map(&y, 1);
@@ -831,22 +894,25 @@ static char *manifest_text(unsigned long long seed, const char *recipe_text, con
     y_map(&y, 0);
     y_plain(&y, "files");
     y_seq(&y, 1, 0);
-    y_map(&y, 1);
-    y_plain(&y, "name");
-    y_plain(&y, file);
-    y_plain(&y, "rank");
-    y_fmt(&y, "%d", rank);
-    y_plain(&y, "bytes");
-    y_fmt(&y, "%zu", file_bytes);
-    y_map(&y, 0);
+    for (int r = 0; r < world; r++) {
+        y_map(&y, 1);
+        y_plain(&y, "name");
+        y_fmt(&y, "rank_%05d.safetensors", r);
+        y_plain(&y, "rank");
+        y_fmt(&y, "%d", r);
+        y_plain(&y, "bytes");
+        y_fmt(&y, "%zu", file_bytes[r]);
+        y_map(&y, 0);
+    }
     y_seq(&y, 0, 0);
     y_plain(&y, "tensors");
     y_seq(&y, 1, 0);
-    for (int i = 0; i < n_sl; i++) {
-        const tr_param *p = sl[i].p;
-        long shape[2] = {p->shape[0], p->shape[1]}, start[2] = {0, 0};
-        char name[TR_PARAM_NAME_MAX + 16];
-        snprintf(name, sizeof(name), "%s%s", sl[i].prefix, p->name);
+    /* sl is sorted by (kind, tensor, position): one entry per tensor, its blocks in order */
+    for (int i = 0; i < n_sl;) {
+        const tr_param *p = tr_model_param(m, sl[i].param);
+        long shape[2] = {p->shape[0], p->shape[1]};
+        char name[TR_PARAM_NAME_MAX + 16], key[TR_PARAM_NAME_MAX + 48];
+        slice_names(p, &sl[i], name, sizeof(name), key, sizeof(key));
         y_map(&y, 1);
         y_plain(&y, "name");
         y_plain(&y, name);
@@ -856,20 +922,25 @@ static char *manifest_text(unsigned long long seed, const char *recipe_text, con
         y_shape(&y, p->ndim, shape);
         y_plain(&y, "slices");
         y_seq(&y, 1, 0);
-        y_map(&y, 1);
-        y_plain(&y, "file");
-        y_plain(&y, file);
-        y_plain(&y, "key");
-        y_plain(&y, name);
-        y_plain(&y, "start");
-        y_shape(&y, p->ndim, start);
-        y_plain(&y, "shape");
-        y_shape(&y, p->ndim, shape);
-        y_plain(&y, "crc32c");
-        y_fmt(&y, "%08x", sl[i].crc);
-        y_map(&y, 0);
+        int j = i;
+        for (; j < n_sl && sl[j].kind == sl[i].kind && sl[j].param == sl[i].param; j++) {
+            slice_names(p, &sl[j], name, sizeof(name), key, sizeof(key));
+            y_map(&y, 1);
+            y_plain(&y, "file");
+            y_fmt(&y, "rank_%05d.safetensors", sl[j].rank);
+            y_plain(&y, "key");
+            y_plain(&y, key);
+            y_plain(&y, "start");
+            y_shape(&y, p->ndim, sl[j].start);
+            y_plain(&y, "shape");
+            y_shape(&y, p->ndim, sl[j].shape);
+            y_plain(&y, "crc32c");
+            y_fmt(&y, "%08x", sl[j].crc);
+            y_map(&y, 0);
+        }
         y_seq(&y, 0, 0);
         y_map(&y, 0);
+        i = j;
     }
     y_seq(&y, 0, 0);
     y_map(&y, 0);
@@ -905,9 +976,10 @@ struct tr_ckpt_writer {
     tr_model_desc desc;
     unsigned long long seed;
     tr_ckpt_opts o;
-    /* the snapshot: every parameter, then every m, then every v, in tr_model_param order */
+    /* the snapshot: this rank's blocks of the parameters, then of m, then of v */
     int n_params, n_sl;
     slice_info *sl;
+    int copy_failed; /* a block this process does not keep (a wrong range list) */
     float *snap;
     size_t snap_floats;
     snap_meta meta;
@@ -922,19 +994,12 @@ struct tr_ckpt_writer {
 
 static void copy_state(tr_ckpt_writer *w) {
     double t0 = tr_now();
+    w->copy_failed = 0;
     for (int i = 0; i < w->n_sl; i++) {
         const slice_info *s = &w->sl[i];
-        int pi = (int)(s->p - tr_model_param(w->m, 0));
-        float *dst = w->snap + s->offset;
-        if (s->prefix[0] == 0) {
-            tr_model_get_param(w->m, pi, dst);
-            continue;
-        }
-        tr_state_kind k = s->prefix[5] == 'm' ? TR_STATE_ADAM_M : TR_STATE_ADAM_V; /* adam_m/ */
-        if (w->o.state_source) /* optimizer state gathered from its shards */
-            w->o.state_source(w->o.state_ctx, pi, k, dst);
-        else
-            tr_model_get_state(w->m, pi, k, dst);
+        size_t lo = tr_model_param(w->m, s->param)->offset + s->flat;
+        if (tr_model_read_range(w->m, s->kind, lo, lo + s->count, w->snap + s->offset))
+            w->copy_failed = 1;
     }
     w->stats.copy_s += tr_now() - t0;
 }
@@ -967,30 +1032,114 @@ static int list_steps(const char *dir, long **steps) {
     return n;
 }
 
+/* Ranks other than 0 list the blocks they wrote in rank_R.part (appearing by rename once
+ * their file is on disk, or saying why it failed); rank 0 waits for every list, then writes
+ * the manifest and publishes the checkpoint. The folder must be shared by the ranks. */
+static void part_path(char *out, size_t n, const char *tmp, int rank) {
+    snprintf(out, n, "%s/rank_%05d.part", tmp, rank);
+}
+
+static int write_part(const tr_ckpt_writer *w, const char *tmp, size_t bytes, const char *failed,
+                      char *err, size_t errlen) {
+    char *buf = NULL, path[TR_PATH_MAX + 128], fin[TR_PATH_MAX + 128];
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (failed) {
+        fprintf(f, "failed %s\n", failed);
+    } else {
+        fprintf(f, "bytes %zu\n", bytes);
+        for (int i = 0; i < w->n_sl; i++) {
+            const slice_info *s = &w->sl[i];
+            fprintf(f, "%d %d %ld %ld %ld %ld %zu %zu %08x\n", s->param, s->kind, s->start[0],
+                    s->start[1], s->shape[0], s->shape[1], s->flat, s->count, s->crc);
+        }
+    }
+    fclose(f);
+    part_path(fin, sizeof(fin), tmp, w->o.rank);
+    snprintf(path, sizeof(path), "%.*s.tmp", (int)(sizeof(path) - 8), fin);
+    const void *pp[1] = {buf};
+    size_t pl[1] = {len};
+    int rc = write_file(path, pp, pl, 1, err, errlen);
+    free(buf);
+    if (!rc && rename(path, fin))
+        rc = ck_fail(err, errlen, "cannot rename '%s': %s", path, strerror(errno));
+    return rc;
+}
+
+/* Rank 0: wait for rank r's list and append its blocks. */
+static int read_part(const tr_ckpt_writer *w, const char *tmp, int r, slice_info **sl, int *n,
+                     int *cap, size_t *bytes, char *err, size_t errlen) {
+    char path[TR_PATH_MAX + 128];
+    part_path(path, sizeof(path), tmp, r);
+    double t0 = tr_now(), limit = w->o.part_timeout_s > 0 ? w->o.part_timeout_s : 3600;
+    FILE *f;
+    while (!(f = fopen(path, "r"))) {
+        if (tr_now() - t0 > limit)
+            return ck_fail(err, errlen, "rank %d did not write its part of the checkpoint "
+                           "within %.0f s (%s missing)", r, limit, path);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    char line[512];
+    int rc = 0, np = tr_model_num_params(w->m);
+    if (!fgets(line, sizeof(line), f)) line[0] = 0;
+    if (!strncmp(line, "failed ", 7)) {
+        line[strcspn(line, "\n")] = 0;
+        rc = ck_fail(err, errlen, "rank %d: %s", r, line + 7);
+    } else if (sscanf(line, "bytes %zu", bytes) != 1) {
+        rc = ck_fail(err, errlen, "%s: damaged", path);
+    }
+    while (!rc && fgets(line, sizeof(line), f)) {
+        slice_info s = {.rank = r};
+        unsigned crc;
+        if (sscanf(line, "%d %d %ld %ld %ld %ld %zu %zu %x", &s.param, &s.kind, &s.start[0],
+                   &s.start[1], &s.shape[0], &s.shape[1], &s.flat, &s.count, &crc) != 9 ||
+            s.param < 0 || s.param >= np || s.kind < -1 || s.kind > 1) {
+            rc = ck_fail(err, errlen, "%s: damaged line '%.60s'", path, line);
+            break;
+        }
+        s.crc = crc;
+        s.ndim = tr_model_param(w->m, s.param)->ndim;
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 64;
+            *sl = realloc(*sl, (size_t)*cap * sizeof(slice_info));
+        }
+        (*sl)[(*n)++] = s;
+    }
+    fclose(f);
+    return rc;
+}
+
 static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t errlen) {
     const snap_meta *sm = &w->meta;
     char tmp[TR_PATH_MAX + 64], fin[TR_PATH_MAX + 64], path[TR_PATH_MAX + 128];
     snprintf(tmp, sizeof(tmp), "%s/.tmp_step_%08ld", w->ckdir, sm->step);
     snprintf(fin, sizeof(fin), "%s/step_%08ld", w->ckdir, sm->step);
-    remove_dir(tmp);
-    if (mkdir(tmp, 0755))
+    int world = w->o.world;
+    if (world == 1) remove_dir(tmp); /* several writers: rank 0 cleared leftovers at start */
+    if (mkdir(tmp, 0755) && !(world > 1 && errno == EEXIST))
         return ck_fail(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
-    /* tensor data: CRC per slice, then one safetensors file for this rank */
-    tr_st_tensor *t = malloc((size_t)w->n_sl * sizeof(tr_st_tensor));
-    char (*names)[TR_PARAM_NAME_MAX + 16] = malloc((size_t)w->n_sl * sizeof(*names));
+    if (w->copy_failed)
+        return ck_fail(err, errlen, "rank %d was asked to save a range it does not keep",
+                       w->o.rank);
+    /* this rank's blocks: a CRC each, one safetensors file */
+    tr_st_tensor *t = malloc((size_t)(w->n_sl ? w->n_sl : 1) * sizeof(tr_st_tensor));
+    char (*keys)[TR_PARAM_NAME_MAX + 48] = malloc((size_t)(w->n_sl ? w->n_sl : 1) * sizeof(*keys));
     for (int i = 0; i < w->n_sl; i++) {
         slice_info *s = &w->sl[i];
-        snprintf(names[i], sizeof(names[i]), "%s%s", s->prefix, s->p->name);
-        t[i] = (tr_st_tensor){.name = names[i], .ndim = s->p->ndim,
-                              .shape = {s->p->shape[0], s->p->shape[1]},
+        const tr_param *p = tr_model_param(w->m, s->param);
+        char name[TR_PARAM_NAME_MAX + 16];
+        slice_names(p, s, name, sizeof(name), keys[i], sizeof(keys[i]));
+        t[i] = (tr_st_tensor){.name = keys[i], .ndim = p->ndim,
+                              .shape = {s->shape[0], s->shape[1]},
                               .data = w->snap + s->offset};
-        s->crc = tr_crc32c(0, t[i].data, s->p->numel * sizeof(float));
+        s->crc = tr_crc32c(0, t[i].data, s->count * sizeof(float));
     }
     char file[32], stepbuf[32], rankbuf[16], worldbuf[16];
     snprintf(file, sizeof(file), "rank_%05d.safetensors", w->o.rank);
     snprintf(stepbuf, sizeof(stepbuf), "%ld", sm->step);
     snprintf(rankbuf, sizeof(rankbuf), "%d", w->o.rank);
-    snprintf(worldbuf, sizeof(worldbuf), "%d", w->o.world);
+    snprintf(worldbuf, sizeof(worldbuf), "%d", world);
     const char *meta[] = {"format", CKPT_FORMAT, "step", stepbuf, "rank", rankbuf,
                           "world", worldbuf, NULL};
     snprintf(path, sizeof(path), "%s/%s", tmp, file);
@@ -1001,21 +1150,43 @@ static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t 
     int rc = write_file(path, parts, lens, 2, err, errlen);
     free(h);
     free(t);
-    free(names);
+    free(keys);
     if (rc) return -1;
     *bytes = hlen + lens[1];
-    /* the manifest (rank 0 writes it; with more ranks it lists every rank's slices) */
-    size_t mlen;
-    char *man = manifest_text(w->seed, w->recipe_text, w->sha, &w->desc, tr_model_num_elements(w->m),
-                              sm, w->sl, w->n_sl, file, *bytes, w->o.rank, w->o.world, &mlen);
-    if (!man) return ck_fail(err, errlen, "cannot format the manifest (libyaml emitter error)");
-    snprintf(path, sizeof(path), "%s/manifest.yaml", tmp);
-    const void *mp[1] = {man};
-    size_t ml[1] = {mlen};
-    rc = write_file(path, mp, ml, 1, err, errlen);
-    free(man);
+    if (w->o.rank > 0) return write_part(w, tmp, *bytes, NULL, err, errlen);
+    /* rank 0: every rank's blocks, then the manifest */
+    size_t *fbytes = calloc((size_t)world, sizeof(size_t));
+    int n_all = w->n_sl, cap = w->n_sl ? w->n_sl : 1;
+    slice_info *all = malloc((size_t)cap * sizeof(slice_info));
+    memcpy(all, w->sl, (size_t)w->n_sl * sizeof(slice_info));
+    fbytes[0] = *bytes;
+    for (int r = 1; r < world && !rc; r++) {
+        rc = read_part(w, tmp, r, &all, &n_all, &cap, &fbytes[r], err, errlen);
+        *bytes += fbytes[r];
+    }
+    if (!rc) {
+        qsort(all, (size_t)n_all, sizeof(slice_info), cmp_slice);
+        size_t mlen;
+        char *man = manifest_text(w->seed, w->recipe_text, w->sha, &w->desc, w->m, sm, all, n_all,
+                                  fbytes, world, w->o.zero, &mlen);
+        if (!man) {
+            rc = ck_fail(err, errlen, "cannot format the manifest (libyaml emitter error)");
+        } else {
+            snprintf(path, sizeof(path), "%s/manifest.yaml", tmp);
+            const void *mp[1] = {man};
+            size_t ml[1] = {mlen};
+            rc = write_file(path, mp, ml, 1, err, errlen);
+            free(man);
+            *bytes += mlen;
+        }
+    }
+    free(all);
+    free(fbytes);
     if (rc) return -1;
-    *bytes += mlen;
+    for (int r = 1; r < world; r++) { /* the lists served their purpose */
+        part_path(path, sizeof(path), tmp, r);
+        unlink(path);
+    }
     /* publish: the folder by rename, then `latest` by rename */
     if (fsync_dir(tmp)) return ck_fail(err, errlen, "cannot sync '%s': %s", tmp, strerror(errno));
     remove_dir(fin); /* an older save of the same step (a resumed run redoing it) */
@@ -1064,10 +1235,18 @@ static void *writer_main(void *arg) {
         int rc = write_checkpoint(w, &bytes, err, sizeof(err));
         double dt = tr_now() - t0;
         if (rc) {
-            char tmp[TR_PATH_MAX + 64];
+            char tmp[TR_PATH_MAX + 64], err2[512];
             snprintf(tmp, sizeof(tmp), "%s/.tmp_step_%08ld", w->ckdir, w->meta.step);
-            remove_dir(tmp);
-            fprintf(stderr, "\ntrainer: checkpoint of step %ld not saved: %s\n", w->meta.step, err);
+            if (w->o.rank == 0)
+                remove_dir(tmp);
+            else /* tell rank 0, which publishes, rather than leave it waiting */
+                write_part(w, tmp, 0, err, err2, sizeof(err2));
+            if (w->o.world > 1)
+                fprintf(stderr, "\ntrainer: rank %d: checkpoint of step %ld not saved: %s\n",
+                        w->o.rank, w->meta.step, err);
+            else
+                fprintf(stderr, "\ntrainer: checkpoint of step %ld not saved: %s\n",
+                        w->meta.step, err);
         }
         pthread_mutex_lock(&w->mu);
         if (rc) {
@@ -1105,8 +1284,9 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
         free(w);
         return -1;
     }
-    /* leftovers of a save that was killed: never taken by a resume, removed here */
-    DIR *d = opendir(w->ckdir);
+    /* leftovers of a save that was killed: never taken by a resume, removed here (by rank 0:
+       the others may be writing into a new one once training runs) */
+    DIR *d = w->o.rank == 0 ? opendir(w->ckdir) : NULL;
     if (d) {
         struct dirent *e;
         while ((e = readdir(d))) {
@@ -1122,19 +1302,31 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
     fclose(mf);
     tr_sha256_hex(w->recipe_text, w->recipe_len, w->sha);
     w->n_params = tr_model_num_params(m);
-    w->n_sl = 3 * w->n_params;
-    w->sl = calloc((size_t)w->n_sl, sizeof(slice_info));
-    static const char *prefixes[3] = {"", "adam_m/", "adam_v/"};
+    /* this rank's blocks: every tensor's part inside each of its slab ranges, for the
+       parameters, m and v */
+    size_t whole[2] = {0, tr_model_slab_elements(m)};
+    const size_t *rg = opts->ranges ? opts->ranges : whole;
+    int n_rg = opts->ranges ? opts->n_ranges : 1, cap = 0;
+    for (int kind = -1; kind <= 1; kind++)
+        for (int r = 0; r < n_rg; r++)
+            for (int i = 0; i < w->n_params; i++) {
+                const tr_param *p = tr_model_param(m, i);
+                size_t lo = rg[2 * r] > p->offset ? rg[2 * r] : p->offset;
+                size_t hi = rg[2 * r + 1] < p->offset + p->numel ? rg[2 * r + 1] : p->offset + p->numel;
+                if (lo < hi && add_blocks(&w->sl, &w->n_sl, &cap, p, i, kind, w->o.rank,
+                                          lo - p->offset, hi - p->offset)) {
+                    free(w->sl);
+                    free(w->recipe_text);
+                    free(w);
+                    return ck_fail(err, errlen, "checkpoints: out of memory");
+                }
+            }
     size_t off = 0;
-    for (int k = 0; k < 3; k++) {
-        for (int i = 0; i < w->n_params; i++) {
-            slice_info *s = &w->sl[k * w->n_params + i];
-            s->p = tr_model_param(m, i);
-            s->prefix = prefixes[k];
-            s->offset = off;
-            off += s->p->numel;
-        }
+    for (int i = 0; i < w->n_sl; i++) {
+        w->sl[i].offset = off;
+        off += w->sl[i].count;
     }
+    w->o.ranges = NULL; /* the caller's, used only here */
     w->snap_floats = off;
     w->snap = malloc(off * sizeof(float) + 1);
     if (!w->snap) {
@@ -1437,6 +1629,7 @@ int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, siz
         snprintf(t->name, sizeof(t->name), "%s", name);
         t->numel = (size_t)t->shape[0] * (size_t)t->shape[1];
         c->n++;
+        size_t covered = 0;
         for (int s = 0; s < yseq_len(slices) && !rc; s++) {
             yaml_node_t *sn = yseq_at(&doc, slices, s);
             const char *file = yscalar(ymap_get(&doc, sn, "file"));
@@ -1461,6 +1654,7 @@ int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, siz
                 break;
             }
             size_t sn_el = (size_t)shape[0] * (size_t)shape[1];
+            covered += sn_el;
             if (e->dtype != TR_ST_F32 || e->end - e->begin != sn_el * 4) {
                 rc = ck_fail(err, errlen, "%s/%s: tensor '%s' does not have the manifest's shape",
                              dir, file, key);
@@ -1486,6 +1680,9 @@ int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, siz
                 memcpy(t->data + (size_t)(start[0] + r) * (size_t)t->shape[1] + (size_t)start[1],
                        src + (size_t)r * (size_t)shape[1] * 4, (size_t)shape[1] * 4);
         }
+        if (!rc && covered != t->numel)
+            rc = ck_fail(err, errlen, "%s: the slices of tensor '%s' hold %zu of its %zu elements",
+                         path, name, covered, t->numel);
     }
     free(fnames);
 out:

@@ -103,13 +103,18 @@ typedef struct tr_ckpt_writer tr_ckpt_writer;
 typedef struct {
     const char *out; /* the run folder; checkpoints go to OUT/checkpoints/ */
     int keep;        /* newest checkpoints kept (>= 1) */
-    int rank, world; /* this process and how many write (one today) */
+    /* Several writers: every rank of the group has a writer and calls tr_ckpt_save for the
+     * same steps; each writes rank_RRRRR.safetensors with the parameters and AdamW moments of
+     * the slab ranges it keeps, `ranges` ([lo, hi) pairs of slab elements, n_ranges of them;
+     * NULL: the whole slab), which together must cover the slab once. Rank 0 waits for the
+     * others' block lists (at most part_timeout_s; 0: an hour), writes the manifest and
+     * publishes the checkpoint. OUT must be one folder shared by the ranks. */
+    int rank, world;
+    const size_t *ranges;
+    int n_ranges;
+    double part_timeout_s;
+    int zero;        /* the ZeRO stage, recorded in the manifest */
     int sync;        /* 1: tr_ckpt_save returns once the checkpoint is on disk (benchmarks) */
-    /* where the AdamW state comes from when the model holds only a shard of it (ZeRO-1): the
-     * full tensors, gathered by the caller before tr_ckpt_save; NULL: the model. Needs
-     * overlap = 0 (the copy is taken inside tr_ckpt_save). */
-    void (*state_source)(void *ctx, int param, tr_state_kind k, float *dst);
-    void *state_ctx;
     int overlap;     /* 1: copy the state on the writer thread while the caller goes on with
                       * forward/backward (needs concurrent reads of the model to be safe: the
                       * CPU backend); the caller must tr_ckpt_fence before the next update */

@@ -93,11 +93,6 @@ int tr_cmd_show(int argc, char **argv) {
     char err[512];
     int ranks = o.dp > 0 ? o.dp : r.parallel.dp > 0 ? r.parallel.dp : 1;
     int zero = o.zero >= 0 ? o.zero : r.parallel.zero > 0 ? r.parallel.zero : 0;
-    if (zero > 2) {
-        fprintf(stderr, "trainer show: ZeRO stage %d is not implemented yet (0, 1 or 2)\n", zero);
-        tr_recipe_free(&r);
-        return 1;
-    }
     if (tr_resolve_micro_batch(&r, ranks, TR_DTYPE_F32, 0, &micro, &accum, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         tr_recipe_free(&r);
@@ -110,16 +105,18 @@ int tr_cmd_show(int argc, char **argv) {
     tr_cost_model(d, T, &c);
     tr_memory mem;
     tr_model_opts mo = {.B = micro, .T = T, .recompute = (tr_recompute)r.train.recompute,
-                        .shards = zero == 1 ? ranks : 1, .shard = 0, .external_grads = zero == 2};
+                        .shards = zero == 1 ? ranks : 1, .shard = 0, .external_grads = zero == 2,
+                        .external_params = zero == 3};
     if (tr_model_measure(d, TR_DTYPE_F32, &mo, &mem, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
         tr_recipe_free(&r);
         return 1;
     }
-    if (zero == 2) { /* each rank keeps 1/N of the gradient and of the optimizer state */
+    if (zero >= 2) { /* each rank keeps 1/N of the gradient and of the optimizer state */
         size_t n = (size_t)c.params, per = (n + (size_t)ranks - 1) / (size_t)ranks;
         mem.grads = per * sizeof(float);
         mem.optimizer = 2 * per * sizeof(float);
+        if (zero == 3) mem.params = per * sizeof(float); /* and of the parameters */
     }
     char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
     tr_fmt_count(c.params, b1, sizeof(b1));
@@ -148,9 +145,10 @@ int tr_cmd_show(int argc, char **argv) {
            "                 parameters %s, gradients %s, AdamW state %s,\n"
            "                 activations %s, scratch %s: %s in all\n",
            ranks, zero, b1, b2, b3, b4, b5, b6);
-    if (zero == 2)
-        printf("                 (ZeRO-2: plus the gradient buckets being computed and reduced, "
-               "a few times parallel.bucket_kb and the largest tensor)\n");
+    if (zero >= 2)
+        printf("                 (ZeRO-%d: plus the gradient buckets being computed and reduced%s, "
+               "a few times parallel.bucket_kb and the largest tensor)\n",
+               zero, zero == 3 ? " and the parameter buckets of the op running and the next" : "");
     tr_recipe_free(&r);
     return 0;
 }

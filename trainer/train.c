@@ -94,12 +94,12 @@ static void sample(run_state *s, int n, unsigned long long seed, FILE *out) {
     free(ids);
 }
 
-static void write_sample(run_state *s, const char *outdir) {
+static void write_sample(run_state *s, const char *outdir, int writer) {
     int n = s->r->train.sample_tokens;
     if (n <= 0) return;
     char path[TR_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/sample.txt", outdir);
-    FILE *f = fopen(path, "w");
+    FILE *f = writer ? fopen(path, "w") : NULL;
     printf("\n--- sample (%d tokens, also in %s) ---\n", n, path);
     fflush(stdout);
     /* sample into a memory stream once, then show it and save it */
@@ -136,14 +136,6 @@ static int resume_from(run_state *s, tr_dp *dp, const tr_recipe *r, int *start, 
         tr_recipe_free(&saved);
     }
     if (!rc) rc = tr_ckpt_apply(&c, s->model, err, errlen);
-    for (int i = 0; !rc && i < tr_model_num_params(s->model); i++) { /* ZeRO-2's pieces */
-        char name[TR_PARAM_NAME_MAX + 16];
-        for (int k = 0; k < 2; k++) {
-            snprintf(name, sizeof(name), "adam_%c/%s", k ? 'v' : 'm', tr_model_param(s->model, i)->name);
-            const tr_ckpt_tensor *t = tr_ckpt_find(&c, name);
-            if (t) tr_dp_scatter_state(dp, i, (tr_state_kind)k, t->data);
-        }
-    }
     if (!rc && c.has_loader) rc = tr_loader_set_pos(s->loader, c.loader, err, errlen);
     if (!rc && c.step >= r->train.steps) {
         rc = -1;
@@ -290,7 +282,7 @@ int tr_cmd_run(int argc, char **argv) {
     }
     tr_model_opts mopts = {.B = s.B, .T = s.T, .recompute = (tr_recompute)r.train.recompute,
                            .shards = zero == 1 ? nranks : 1, .shard = rank,
-                           .external_grads = zero == 2};
+                           .external_grads = zero == 2, .external_params = zero == 3};
     if (tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err)) ||
         tr_dp_init(&dp, s.model, world, zero, (size_t)r.parallel.bucket_kb << 10, err,
                    sizeof(err))) {
@@ -311,17 +303,18 @@ int tr_cmd_run(int argc, char **argv) {
         }
         printf("initialized from the Hugging Face model in %s\n", r.init_hf);
     }
-    int sharded = (zero == 1 && nranks > 1) || zero == 2; /* optimizer state in pieces */
-    tr_dp_state gathered = {0};
-    /* rank 0 writes every checkpoint; with ZeRO-1 the ranks first gather the optimizer state */
-    if (r.train.checkpoint_every > 0 && rank == 0) {
+    /* every rank writes the part of each checkpoint it keeps; rank 0 also the manifest */
+    size_t *ranges = NULL;
+    if (r.train.checkpoint_every > 0) {
         const char *sync = getenv("TR_CKPT_SYNC"); /* benchmarks: the synchronous baseline */
-        tr_ckpt_opts co = {.out = out, .keep = r.train.keep_checkpoints, .rank = 0, .world = 1,
-                           .sync = sync && *sync && strcmp(sync, "0"),
-                           .overlap = !strcmp(be->name, "cpu") && !sharded,
-                           .state_source = sharded ? tr_dp_state_source : NULL,
-                           .state_ctx = &gathered};
-        if (tr_ckpt_writer_init(&ckw, s.model, &r, &co, err, sizeof(err))) {
+        int n_ranges = tr_dp_ckpt_ranges(dp, &ranges);
+        tr_ckpt_opts co = {.out = out, .keep = r.train.keep_checkpoints, .rank = rank,
+                           .world = nranks, .ranges = ranges, .n_ranges = n_ranges,
+                           .zero = zero, .sync = sync && *sync && strcmp(sync, "0"),
+                           .overlap = !strcmp(be->name, "cpu")};
+        int wrc = tr_ckpt_writer_init(&ckw, s.model, &r, &co, err, sizeof(err));
+        free(ranges);
+        if (wrc) {
             fprintf(stderr, "trainer run: %s\n", err);
             goto done;
         }
@@ -371,6 +364,8 @@ int tr_cmd_run(int argc, char **argv) {
     for (int step = start_step; step < r.train.steps; step++) {
         if (step == kill_step && step > start_step) {
             tr_ckpt_wait(ckw, err, sizeof(err));
+            if (!(kill_rank && *kill_rank)) /* all die: after rank 0 published the save */
+                tr_comm_barrier(world);
             fflush(NULL);
             raise(SIGKILL); /* as if killed after the step that saved */
         }
@@ -412,16 +407,10 @@ int tr_cmd_run(int argc, char **argv) {
 
         int last = step + 1 == r.train.steps;
         int save = r.train.checkpoint_every > 0 && ((step + 1) % r.train.checkpoint_every == 0 || last);
-        if (save && sharded && tr_dp_gather_state(dp, &gathered)) {
-            fprintf(stderr, "trainer: rank %d: out of memory gathering the optimizer state for "
-                    "a checkpoint\n", rank);
-            goto done;
-        }
         if (save && ckw) {
             tr_loader_pos pos = tr_loader_get_pos(s.loader);
-            tr_ckpt_save(ckw, step + 1, &pos); /* copies the gathered state before returning */
+            tr_ckpt_save(ckw, step + 1, &pos);
         }
-        tr_dp_state_free(&gathered);
         int do_eval = r.train.eval_every > 0 && ((step + 1) % r.train.eval_every == 0 || last);
         double val = NAN;
         if (do_eval) {
@@ -489,14 +478,15 @@ int tr_cmd_run(int argc, char **argv) {
            gradient buffers are only known then) */
         tr_memory mem = tr_model_memory(s.model);
         mem.grads += tr_dp_grad_bytes(dp);
+        mem.params += tr_dp_param_buffer_bytes(dp); /* ZeRO-3: gathered buckets, high water */
         snprintf(path, sizeof(path), "%s/memory.json", out);
         FILE *mf = rank == 0 ? fopen(path, "w") : NULL;
         if (mf) {
-            fprintf(mf, "{\"ranks\": %d, \"zero\": %d, \"params\": %zu, \"grads\": %zu, "
-                    "\"grad_buffers\": %zu, \"optimizer\": %zu, \"activations\": %zu, "
-                    "\"scratch\": %zu}\n",
-                    nranks, zero, mem.params, mem.grads, tr_dp_grad_buffer_bytes(dp),
-                    mem.optimizer, mem.activations, mem.scratch);
+            fprintf(mf, "{\"ranks\": %d, \"zero\": %d, \"params\": %zu, "
+                    "\"param_buffers\": %zu, \"grads\": %zu, \"grad_buffers\": %zu, "
+                    "\"optimizer\": %zu, \"activations\": %zu, \"scratch\": %zu}\n",
+                    nranks, zero, mem.params, tr_dp_param_buffer_bytes(dp), mem.grads,
+                    tr_dp_grad_buffer_bytes(dp), mem.optimizer, mem.activations, mem.scratch);
             fclose(mf);
         }
     }
@@ -504,22 +494,35 @@ int tr_cmd_run(int argc, char **argv) {
         tr_dp_stats ds = tr_dp_get_stats(dp);
         printf("data parallel: %ld bucket %s over %ld steps; %.0f%% of the gradient "
                "communication hidden behind the backward (%.3f s exposed of %.3f s)\n",
-               ds.buckets, zero == 2 ? "reduce-scatters" : "all-reduces", ds.steps,
+               ds.buckets, zero >= 2 ? "reduce-scatters" : "all-reduces", ds.steps,
                100.0 * tr_dp_hidden_fraction(dp), ds.exposed_s, ds.span_s);
-        if (zero) printf("ZeRO-%d parameter all-gathers: %.3f s\n", zero, ds.gather_s);
+        if (zero == 3)
+            printf("ZeRO-3: %ld bucket all-gathers of parameters before the ops that read them; "
+                   "waited %.3f s for them (the rest overlapped the previous op)\n",
+                   ds.param_gathers, ds.gather_s);
+        else if (zero)
+            printf("ZeRO-%d parameter all-gathers: %.3f s\n", zero, ds.gather_s);
     }
-    if (rank == 0) write_sample(&s, out);
+    /* ZeRO-3: every rank takes part in the sampling forwards (they gather the parameters);
+       all draw the same tokens, rank 0 writes them */
+    if (rank == 0 || zero == 3) write_sample(&s, out, rank == 0);
     const char *dump = getenv("TR_DUMP_PARAMS"); /* tests: the final parameters, raw fp32 */
-    if (dump && *dump && rank == 0) {
-        FILE *df = fopen(dump, "wb");
+    if (dump && *dump) {
+        tr_dp_state all = {0};
+        if (zero == 3 && tr_dp_gather_state(dp, &all)) goto done;
+        FILE *df = rank == 0 ? fopen(dump, "wb") : NULL;
         for (int i = 0; df && i < tr_model_num_params(s.model); i++) {
             const tr_param *p = tr_model_param(s.model, i);
             float *host = malloc(p->numel * sizeof(float));
-            tr_model_get_param(s.model, i, host);
+            if (zero == 3)
+                tr_dp_param_source(&all, i, host);
+            else
+                tr_model_get_param(s.model, i, host);
             fwrite(host, sizeof(float), p->numel, df);
             free(host);
         }
         if (df) fclose(df);
+        tr_dp_state_free(&all);
     }
     status = 0;
 done:
