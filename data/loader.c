@@ -190,6 +190,31 @@ static int next_window(tr_loader *l, int s, tr_loader_source_pos *p, const span 
     }
 }
 
+/* ---- the data's fingerprint: its sizes and a sample of tokens from every span ---------- */
+
+static uint64_t fingerprint_span(uint64_t h, const span *sp)
+{
+    h = mix64(h ^ (uint64_t)sp->n ^ ((uint64_t)sp->width << 56));
+    long step = sp->n / 509 + 1;
+    for (long i = 0; i < sp->n; i += step) {
+        uint32_t v = sp->width == 2 ? ((const uint16_t *)sp->tokens)[i]
+                                    : ((const uint32_t *)sp->tokens)[i];
+        h = mix64(h ^ v ^ ((uint64_t)i << 32));
+    }
+    return h;
+}
+
+uint64_t tr_loader_fingerprint(const tr_loader *l)
+{
+    uint64_t h = mix64(0x7472646174610000ULL ^ (uint64_t)l->n_src);
+    for (int s = 0; s < l->n_src; s++)
+        for (int i = 0; i < l->src[s].n_spans; i++)
+            h = fingerprint_span(h, &l->src[s].spans[i]);
+    for (int i = 0; i < l->n_val; i++)
+        h = fingerprint_span(h, &l->val[i]);
+    return h;
+}
+
 /* Copy window [start, start+T] of sp into (T) inputs and targets, checking the ids. */
 static int copy_window(const tr_loader *l, const span *sp, long start, int *in, int *tg,
                        char *msg, size_t msglen)

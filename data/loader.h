@@ -54,6 +54,9 @@ int tr_loader_val_batch(tr_loader *l, long i, int *inputs, int *targets);
 long tr_loader_val_batches(const tr_loader *l);
 
 const char *tr_loader_error(const tr_loader *l);
+/* A 64-bit fingerprint of the data (every span's size and about 500 tokens sampled from each):
+ * processes that must read the same data compare it at startup. */
+uint64_t tr_loader_fingerprint(const tr_loader *l);
 long tr_loader_train_tokens(const tr_loader *l);
 long tr_loader_val_tokens(const tr_loader *l);
 /* Windows of source `src` in epoch `epoch` (each epoch's phases differ slightly). */

@@ -67,6 +67,21 @@ for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1" "2 2 0" "4 2 0" "2 2 
     [ "$1" -eq 1 ] || grep -q '"comm_hidden"' "$tmp/$name/metrics.jsonl" || { echo "FAIL $name: no comm_hidden metric"; fail=1; }
 done
 
+# ZeRO-3 under full and selective recompute (the repeated forwards gather again), and sampling
+# at the end (every rank takes part: the same tokens as one process)
+run single_sample 1 0 0 --set sample=40 || exit 1
+for rc in full selective; do
+    name="np2_zero3_$rc"
+    run "$name" 2 3 0 --set bucket=16 --set recompute=$rc --set sample=40 || continue
+    if e=$(cmp_losses "$tmp/$name/metrics.jsonl" "$tmp/single/metrics.jsonl") &&
+        p=$(cmp_params "$tmp/$name.params" "$tmp/single.params") &&
+        cmp -s "$tmp/$name/sample.txt" "$tmp/single_sample/sample.txt"; then
+        echo "ok   $name: losses ($e), final parameters ($p) and the 40-token sample equal one process"
+    else
+        echo "FAIL $name: losses ${e:-}, params ${p:-}, or the sample differs"; fail=1
+    fi
+done
+
 # ZeRO-1 keeps 1/N of the optimizer state per rank (what each process allocated)
 opt() { grep -o '"optimizer": [0-9]*' "$tmp/$1/memory.json" | awk '{print $2}'; }
 for np in 2 4; do
@@ -142,6 +157,32 @@ for src in "2 1" "2 2" "4 3"; do
         fi
     done
 done
+
+# ranks that read different data at the same path refuse to start (rank 1 sees another file
+# there through a private mount namespace; skipped where namespaces are not allowed)
+sed 's|text = "[^"]*"|text = "corpus.txt"|' "$R" >"$tmp/diffdata.lua"
+head -c 200000 data/corpora/tinyshakespeare.txt >"$tmp/corpus.txt"
+head -c 200000 data/corpora/tinyshakespeare.txt | tr 'a-z' 'b-za' >"$tmp/alt.txt"
+cat >"$tmp/wrap.sh" <<EOF
+#!/bin/sh
+if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
+    exec unshare -m --propagation private sh -c 'mount --bind "$tmp/alt.txt" "$tmp/corpus.txt" && exec "\$0" "\$@"' "\$@"
+fi
+exec "\$@"
+EOF
+chmod +x "$tmp/wrap.sh"
+if unshare -m --propagation private sh -c "mount --bind '$tmp/alt.txt' '$tmp/corpus.txt'" 2>/dev/null; then
+    timeout 120 mpirun -np 2 "$tmp/wrap.sh" "$T" run "$tmp/diffdata.lua" --out "$tmp/diffdata" --peak-gflops 10 >"$tmp/diffdata.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1: data (sizes and sampled tokens) differs from rank 0's" "$tmp/diffdata.log" &&
+        ! grep -q "^step" "$tmp/diffdata.log"; then
+        echo "ok   ranks with different data refuse to start: $(grep -m1 'disagree with rank 0' "$tmp/diffdata.log")"
+    else
+        echo "FAIL ranks with different data: exit $rc"; tail -5 "$tmp/diffdata.log"; fail=1
+    fi
+else
+    echo "skip different data per rank: mount namespaces are not allowed here"
+fi
 
 # a rank killed mid-run: every other rank exits within the timeout, with a line naming a rank
 start=$(date +%s)

@@ -154,30 +154,36 @@ static int resume_from(run_state *s, tr_dp *dp, const tr_recipe *r, int *start, 
 
 /* Every rank must train the same recipe on the same data: compare the SHA-256 of the resolved
  * recipe with rank 0's. Returns -1 (after one line from each rank that differs) otherwise. */
-static int ranks_agree(tr_comm *world, const tr_recipe *r, char *err, size_t errlen) {
+/* Every rank must hold the same `what` (64 hex digits) as rank 0: -1 with a message naming
+ * the ranks that differ (each of them also says so on its stderr). */
+static int ranks_agree(tr_comm *world, const char *what, const char mine[65], char *err,
+                       size_t errlen) {
     if (tr_comm_size(world) <= 1) return 0;
+    char root[65];
+    memcpy(root, mine, sizeof(root));
+    tr_comm_broadcast(world, root, 64, TR_COMM_BYTE, 0);
+    int differs = memcmp(root, mine, 64) != 0;
+    if (differs)
+        fprintf(stderr, "trainer: rank %d: %s differs from rank 0's (%.12s vs %.12s)\n",
+                tr_comm_rank(world), what, mine, root);
+    long long n = differs;
+    tr_comm_all_reduce(world, &n, 1, TR_COMM_I64);
+    if (n) {
+        snprintf(err, errlen, "%lld rank(s) disagree with rank 0 on the %s: every rank must run the "
+                 "same recipe, knobs and files", n, what);
+        return -1;
+    }
+    return 0;
+}
+
+static void recipe_sha(const tr_recipe *r, char out[65]) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     tr_recipe_write_lua(r, f);
     fclose(f);
-    char mine[65], root[65];
-    tr_sha256_hex(text, len, mine);
+    tr_sha256_hex(text, len, out);
     free(text);
-    memcpy(root, mine, sizeof(root));
-    tr_comm_broadcast(world, root, 64, TR_COMM_BYTE, 0);
-    int differs = memcmp(root, mine, 64) != 0;
-    if (differs)
-        fprintf(stderr, "trainer: rank %d: the resolved recipe differs from rank 0's (sha256 "
-                "%.12s vs %.12s): every rank must run the same recipe, knobs and files\n",
-                tr_comm_rank(world), mine, root);
-    long long n = differs;
-    tr_comm_all_reduce(world, &n, 1, TR_COMM_I64);
-    if (n) {
-        snprintf(err, errlen, "%lld rank(s) run another recipe than rank 0", n);
-        return -1;
-    }
-    return 0;
 }
 
 int tr_cmd_run(int argc, char **argv) {
@@ -214,7 +220,9 @@ int tr_cmd_run(int argc, char **argv) {
                                                  "implemented yet)" : "");
         goto done;
     }
-    if (ranks_agree(world, &r, err, sizeof(err))) {
+    char fp[65];
+    recipe_sha(&r, fp);
+    if (ranks_agree(world, "resolved recipe", fp, err, sizeof(err))) {
         if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
         goto done;
     }
@@ -278,6 +286,11 @@ int tr_cmd_run(int argc, char **argv) {
     if (tr_loader_open(&s.loader, &r.data, r.model.vocab, rank, nranks, s.B, s.T, r.train.seed,
                        err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
+        goto done;
+    }
+    snprintf(fp, sizeof(fp), "%016llx%048d", (unsigned long long)tr_loader_fingerprint(s.loader), 0);
+    if (ranks_agree(world, "data (sizes and sampled tokens)", fp, err, sizeof(err))) {
+        if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
         goto done;
     }
     tr_model_opts mopts = {.B = s.B, .T = s.T, .recompute = (tr_recompute)r.train.recompute,
