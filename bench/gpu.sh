@@ -55,7 +55,9 @@ if [ ! -x "$TRAINER" ]; then
         tee -a "$RESULTS"
     exit 1
 fi
-# 124M: micro-batch 32 x 1024, two micro-batches per step (gradient accumulation runs too)
+# 124M: micro-batch 32 x 1024, two micro-batches per step (gradient accumulation runs too);
+# then the same with the tensor-core attention kernels (TR_CUDA_ATTENTION=tc), side by side
 bench gpt2_124m recipes/gpt2_124m.lua 32 65536 14 4
+TR_CUDA_ATTENTION=tc bench gpt2_124m_tc recipes/gpt2_124m.lua 32 65536 14 4
 # 1.56B: micro-batch 8 x 1024, one micro-batch per step
 bench gpt2_xl bench/gpt2_xl.lua 8 8192 10 3

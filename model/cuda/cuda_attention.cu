@@ -5,7 +5,8 @@
  *
  * SLOW PATH: this version runs on the CUDA cores (fp32 FMAs from shared memory), not the tensor
  * cores. It is the correct, general one (any hd <= 128, fp32 or bf16 storage, any T), and the
- * reference a tensor-core kernel must match; it is several times slower than one would be.
+ * reference the tensor-core kernels (cuda_attention_tc.cu, bf16 with hd 64 or 128, chosen with
+ * TR_CUDA_ATTENTION=tc until they have been checked on a GPU) must match.
  *
  * Work layout: 8 lanes ("a group") own one row (a query, or a key in the dk/dv pass); lane j
  * of the group holds dimensions j, j+8, j+16, ... of that row in registers, dot products are
@@ -247,6 +248,10 @@ extern "C" void tr_cuda_attention_forward(int bf, tr_buf *out, float *lse, const
                                           int B, int T, int H, int KV, int hd) {
     check_shape(H, KV, hd);
     if (B * T == 0) return;
+    if (tr_cuda_attention_tc_usable(bf, hd, out, qkv, qkv, qkv)) {
+        tr_cuda_attention_tc_forward(out, lse, qkv, B, T, H, KV, hd);
+        return;
+    }
     dim3 grid((T + ROWS - 1) / ROWS, B * H);
     attn_fwd_k<<<grid, THREADS, 0, tr_cuda_stream>>>(out, lse, qkv, T, H, KV, hd,
                                                      1.0f / sqrtf((float)hd), bf);
@@ -264,6 +269,10 @@ extern "C" void tr_cuda_attention_backward(int bf, tr_buf *dqkv, const tr_buf *d
     attn_bwd_d_k<<<(unsigned)((rows + 7) / 8), 256, 0, tr_cuda_stream>>>(D, dout, out, B, T, H, hd,
                                                                          bf);
     CK_LAUNCH();
+    if (tr_cuda_attention_tc_usable(bf, hd, dqkv, dout, qkv, qkv)) {
+        tr_cuda_attention_tc_backward(dqkv, dout, qkv, lse, D, B, T, H, KV, hd);
+        return;
+    }
     dim3 gq((T + ROWS - 1) / ROWS, B * H), gk((T + ROWS - 1) / ROWS, B * KV);
     attn_bwd_dq_k<<<gq, THREADS, 0, tr_cuda_stream>>>(dqkv, dout, qkv, lse, D, T, H, KV, hd, scale,
                                                       bf);

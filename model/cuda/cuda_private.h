@@ -131,6 +131,15 @@ static __device__ __forceinline__ float warp_max(float v) {
 
 /* ---- launchers (extern "C" so that the table file, or C, can call them) --------------- */
 extern "C" {
+/* cuda_attention_tc.cu: tensor-core attention: whether it applies (TR_CUDA_ATTENTION=tc, bf16,
+ * hd 64 or 128, 16-byte aligned buffers); forward; backward given D = rowsum(dO * O) */
+int tr_cuda_attention_tc_usable(int bf, int hd, const void *a, const void *b, const void *c,
+                                const void *d);
+void tr_cuda_attention_tc_forward(tr_buf *out, float *lse, const tr_buf *qkv, int B, int T, int H,
+                                  int KV, int hd);
+void tr_cuda_attention_tc_backward(tr_buf *dqkv, const tr_buf *dout, const tr_buf *qkv,
+                                   const float *lse, const float *D, int B, int T, int H, int KV,
+                                   int hd);
 /* cuda_linear.cu */
 int tr_cuda_linear_init(char *why, size_t whylen);
 void tr_cuda_linear_forward(int bf, tr_buf *out, const tr_buf *inp, const tr_buf *w, const tr_buf *bias,

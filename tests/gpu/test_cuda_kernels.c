@@ -308,8 +308,10 @@ static void t_rope(int B, int T, int H, int KV, int hd) {
     free(x), free(y), free(z);
 }
 
+static const char *attn_kind = ""; /* "" or " tc": which kernels the names describe */
+
 static void t_attention(int B, int T, int H, int KV, int hd) {
-    char nm[96];
+    char nm[128];
     size_t nq = (size_t)B * T * (H + 2 * KV) * hd, no = (size_t)B * T * H * hd,
            nl = (size_t)B * H * T;
     float *qkv = rnd(nq, -2, 2), *dout = rnd(no, -1, 1);
@@ -323,12 +325,14 @@ static void t_attention(int B, int T, int H, int KV, int hd) {
     gpu->attention_forward(gout, glse, gqkv, B, T, H, KV, hd);
     gpu->attention_backward(gdq, gdout, gqkv, gout_c, clse, B, T, H, KV, hd);
     gpu->attention_backward(gdq2, gdout, gqkv, gout_c, clse, B, T, H, KV, hd);
-    snprintf(nm, sizeof(nm), "attention fwd B%d T%d H%d KV%d hd%d", B, T, H, KV, hd);
+    snprintf(nm, sizeof(nm), "attention%s fwd B%d T%d H%d KV%d hd%d", attn_kind, B, T, H, KV, hd);
     cmp_s(nm, gout, out, no);
-    cmp_f("attention lse (fp32)", glse, lse, nl, bf ? 1e-2 : 1e-5);
-    snprintf(nm, sizeof(nm), "attention bwd B%d T%d H%d KV%d hd%d", B, T, H, KV, hd);
+    snprintf(nm, sizeof(nm), "attention%s lse (fp32)", attn_kind);
+    cmp_f(nm, glse, lse, nl, bf ? 1e-2 : 1e-5);
+    snprintf(nm, sizeof(nm), "attention%s bwd B%d T%d H%d KV%d hd%d", attn_kind, B, T, H, KV, hd);
     cmp_s(nm, gdq, dqkv, nq);
-    same_bits("attention bwd twice, same bits", gdq, gdq2, nq);
+    snprintf(nm, sizeof(nm), "attention%s bwd twice, same bits", attn_kind);
+    same_bits(nm, gdq, gdq2, nq);
     void *bufs[] = {gqkv, gout, gdout, gdq, gdq2, gout_c, glse, clse};
     for (int i = 0; i < 8; i++) gpu->free(bufs[i]);
     free(qkv), free(dout), free(out), free(lse), free(dqkv);
@@ -477,6 +481,17 @@ static void run_all(tr_dtype dt) {
     t_attention(1, 130, 2, 2, 64);
     t_attention(1, 65, 2, 1, 128);
     t_attention(1, 200, 6, 2, 80);
+    if (bf) { /* the tensor-core kernels (bf16, hd 64 and 128): tiles of 64, ragged ends, GQA */
+        setenv("TR_CUDA_ATTENTION", "tc", 1);
+        attn_kind = " tc";
+        t_attention(1, 130, 2, 2, 64);
+        t_attention(1, 65, 2, 1, 128);
+        t_attention(2, 64, 4, 2, 64);
+        t_attention(1, 1024, 2, 2, 64);
+        t_attention(1, 257, 4, 1, 128);
+        unsetenv("TR_CUDA_ATTENTION");
+        attn_kind = "";
+    }
     t_decode(20, 4, 2, 16, 10000.0f);
     t_decode(9, 2, 1, 64, 0.0f);
     t_pointwise(1001, 7, 37);

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Launch under Slurm: a private single-node Slurm cluster (munged, slurmctld, slurmd with their
+# own slurm.conf, key, sockets, ports, state and spool in a temporary folder) is started on
+# this machine, the trainer runs as 2 MPI ranks under `srun --mpi=pmix` (direct launch, no
+# mpirun), and its 20 losses equal the single-process run (1e-5 relative). The daemons are
+# always stopped and the folder removed, whatever happens.
+# Needs the Debian packages slurmd slurmctld slurm-client munge (and libpmix-dev, which Slurm's
+# mpi/pmix plugin loads and libopenmpi-dev already brings); skipped (77) without them.
+set -u
+T="$1"
+for c in srun sinfo squeue scancel slurmctld slurmd munged munge; do
+    command -v "$c" >/dev/null ||
+        { echo "SKIP no $c (apt-get install slurmd slurmctld slurm-client munge)"; exit 77; }
+done
+T=$(realpath "$T")
+R=tests/recipes_good/dp_tiny.lua
+export OMP_NUM_THREADS=1
+# a Slurm job around this test must not leak into the private cluster's commands
+for v in $(env | grep -o '^SLURM_[A-Za-z0-9_]*'); do unset "$v"; done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/trslurm.XXXXXX")
+chmod 755 "$tmp" # munged wants its socket's folder searchable
+fail=0
+pids=()
+
+# every process that still has a file open (or its working directory) under $tmp: ours only
+ours() {
+    local p
+    for p in /proc/[0-9]*; do
+        p=${p#/proc/}
+        [ "$p" = $$ ] || [ "$p" = "$BASHPID" ] && continue
+        if ls -l "/proc/$p/fd" 2>/dev/null | grep -q -- "-> $tmp/" ||
+            [[ "$(readlink "/proc/$p/cwd" 2>/dev/null)" == "$tmp"* ]]; then echo "$p"; fi
+    done
+}
+teardown() {
+    if [ -n "${SLURM_CONF:-}" ] && [ ${#pids[@]} -gt 1 ]; then
+        jobs_left=$(timeout 5 squeue -h -o %i 2>/dev/null)
+        if [ -n "$jobs_left" ]; then
+            timeout 5 scancel $jobs_left 2>/dev/null
+            for _ in $(seq 20); do [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
+        fi
+    fi
+    local p pp alive
+    # let the job steps' slurmstepd finish before their slurmd goes (10 s at most)
+    for _ in $(seq 20); do
+        alive=""
+        for p in $(ours); do # neither a daemon nor a daemon's helper (slurmscriptd)
+            pp=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null)
+            [[ " ${pids[*]} " == *" $p "* || " ${pids[*]} " == *" $pp "* ]] || alive=1
+        done
+        [ -z "$alive" ] && break
+        sleep 0.5
+    done
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    for _ in $(seq 20); do
+        alive=""
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ -z "$alive" ] && break
+        sleep 0.5
+    done
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    # what the daemons left behind (a slurmstepd, a rank): killed by pid
+    for p in $(ours); do echo "teardown: killing leftover $p $(tr "\0" " " </proc/$p/cmdline 2>/dev/null)" >&2; kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap teardown EXIT
+trap 'exit 1' INT TERM HUP
+
+logs() { for f in "$tmp"/log/*.log; do echo "--- $f"; tail -8 "$f"; done; }
+
+# two free TCP ports for slurmctld and slurmd, picked at random (runs in a row do not collide)
+free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 30000))
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+    done
+}
+cport=$(free_port)
+dport=$(free_port)
+while [ "$dport" = "$cport" ]; do dport=$(free_port); done
+
+H=$(hostname -s)
+ncpu=$(nproc)
+[ "$ncpu" -lt 2 ] && ncpu=2
+mkdir -p "$tmp/state" "$tmp/spool" "$tmp/log" "$tmp/pmix" "$tmp/tmpfs" "$tmp/munge"
+head -c 1024 /dev/urandom >"$tmp/munge/munge.key"
+chmod 600 "$tmp/munge/munge.key"
+cat >"$tmp/slurm.conf" <<EOF
+ClusterName=trtest
+SlurmctldHost=$H(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=$cport
+SlurmdPort=$dport
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$tmp/munge/munge.sock
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool
+TmpFS=$tmp/tmpfs
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.pid
+SlurmctldLogFile=$tmp/log/slurmctld.log
+SlurmdLogFile=$tmp/log/slurmd.log
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/builtin
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+NodeName=$H NodeAddr=127.0.0.1 CPUs=$ncpu State=UNKNOWN
+PartitionName=debug Nodes=$H Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+EOF
+# read from the folder of slurm.conf: keeps the PMIx client's scratch folders in $tmp
+echo "PMIxCliTmpDirBase=$tmp/pmix" >"$tmp/mpi.conf"
+export SLURM_CONF="$tmp/slurm.conf"
+
+# the daemons in the foreground, as children of this shell: their pids are known for the teardown
+munged -F --force --key-file="$tmp/munge/munge.key" --socket="$tmp/munge/munge.sock" \
+    --pid-file="$tmp/munge/munged.pid" --seed-file="$tmp/munge/seed" \
+    --log-file="$tmp/log/munged.log" </dev/null >>"$tmp/log/munged.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do munge -S "$tmp/munge/munge.sock" -n >/dev/null 2>&1 && break; sleep 0.2; done
+if ! munge -S "$tmp/munge/munge.sock" -n >/dev/null 2>&1; then
+    echo "FAIL munged did not start"; logs; exit 1
+fi
+slurmctld -D -i </dev/null >>"$tmp/log/slurmctld.out" 2>&1 &
+pids+=($!)
+slurmd -D -N "$H" </dev/null >>"$tmp/log/slurmd.out" 2>&1 &
+pids+=($!)
+state=""
+for _ in $(seq 60); do # 30 s at most
+    state=$(timeout 5 sinfo -h -n "$H" -o %t 2>/dev/null)
+    [ "$state" = idle ] && break
+    sleep 0.5
+done
+if [ "$state" != idle ]; then
+    echo "FAIL the Slurm node did not become idle within 30 s (state '${state}')"; logs; exit 1
+fi
+echo "ok   private Slurm cluster up: node $H idle (slurmctld port $cport, slurmd port $dport)"
+
+# cmp_losses as in tests/dp.sh: max relative difference of the 20 losses
+cmp_losses() { # a b
+    paste <(grep -o '"loss": [0-9.e+-]*' "$1" | awk '{print $2}') \
+          <(grep -o '"loss": [0-9.e+-]*' "$2" | awk '{print $2}') |
+        awk 'BEGIN { m = 0; n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r }
+             END { if (n != 20) { print "rows", n; exit 1 } printf "%.2e", m; exit !(m <= 1e-5) }'
+}
+
+"$T" run "$R" --out "$tmp/single" --peak-gflops 10 >"$tmp/single.log" 2>&1 ||
+    { echo "FAIL single process exited $?"; tail -5 "$tmp/single.log"; exit 1; }
+
+name=srun_np2_zero1
+timeout 300 srun -n 2 -N 1 --mpi=pmix --kill-on-bad-exit=1 \
+    "$T" run "$R" --set zero=1 --set bucket=16 --out "$tmp/$name" --peak-gflops 10 >"$tmp/$name.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ]; then
+    echo "FAIL $name: srun exited $rc"; tail -15 "$tmp/$name.log"; logs; fail=1
+elif ! grep -q "2 processes (mpi)" "$tmp/$name.log"; then
+    echo "FAIL $name: the ranks did not form one 2-process MPI job"; head -8 "$tmp/$name.log"; fail=1
+elif e=$(cmp_losses "$tmp/$name/metrics.jsonl" "$tmp/single/metrics.jsonl"); then
+    echo "ok   $name: srun --mpi=pmix ran 2 MPI ranks; 20 losses equal the single process (max rel diff $e)"
+else
+    echo "FAIL $name: losses differ from the single process ($e)"; fail=1
+fi
+
+[ $fail -eq 0 ] && echo "slurm: all passed" || echo "slurm: FAILED"
+exit $fail
