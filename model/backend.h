@@ -105,6 +105,22 @@ typedef struct tr_backend {
     void (*softmax_xent)(tr_buf *logits, float *losses, const int *targets, int N, int V,
                          float dscale, int want_grad);
 
+    /* Optional fusions (NULL: the model runs the parts one by one). Each must give what its
+     * parts give, element for element.
+     * sum = a + b (rounded to the storage dtype), then LayerNorm (rms = 0; bias may be NULL)
+     * or RMSNorm (rms = 1; mean unused) of sum into out: a residual add and the next norm. */
+    void (*residual_norm_forward)(tr_buf *sum, tr_buf *out, float *mean, float *rstd,
+                                  const tr_buf *a, const tr_buf *b, const tr_buf *w,
+                                  const tr_buf *bias, int N, int C, float eps, int rms);
+    /* pre = linear_forward(inp, w, bias); out = gelu(pre) */
+    void (*linear_gelu_forward)(tr_buf *out, tr_buf *pre, const tr_buf *inp, const tr_buf *w,
+                                const tr_buf *bias, int N, int IC, int OC);
+    /* linear_backward, then dinp = gelu_backward(dinp, pre): the backward of a linear layer
+     * whose input was gelu(pre), through that gelu */
+    void (*linear_backward_gelu)(tr_buf *dinp, tr_buf *dw, tr_buf *dbias, const tr_buf *dout,
+                                 const tr_buf *inp, const tr_buf *w, const tr_buf *pre, int N,
+                                 int IC, int OC);
+
     /* sum of squares, accumulated in double */
     double (*sumsq)(const tr_buf *x, size_t n);
     void (*scale)(tr_buf *x, float s, size_t n);

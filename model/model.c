@@ -729,11 +729,15 @@ static void forward_op(tr_model *m, const op_t *op, int B, int T) {
     }
     case OP_MLP: {
         int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
-        be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]), N, C,
-                           swiglu ? 2 * h : h);
+        if (!swiglu && be->linear_gelu_forward) /* the GELU in the product's epilogue */
+            be->linear_gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), ACT(m, op->in),
+                                    P(m, op->p[0]), P(m, op->p[1]), N, C, h);
+        else
+            be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]), N,
+                               C, swiglu ? 2 * h : h);
         if (swiglu)
             be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
-        else
+        else if (!be->linear_gelu_forward)
             be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
         be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N, h,
                            C);
@@ -749,10 +753,31 @@ static void forward_op(tr_model *m, const op_t *op, int B, int T) {
     }
 }
 
+/* A residual's end followed by the norm of its output: one fused pass when the backend has it. */
+static int fuses_with_next(const tr_model *m, int i, int to) {
+    const op_t *op = &m->ops[i], *nx = op + 1;
+    return m->be->residual_norm_forward && op->kind == OP_RES_END && i + 1 < to &&
+           (nx->kind == OP_LAYERNORM || nx->kind == OP_RMSNORM) && nx->in == op->out;
+}
+
 /* Run ops [from, to) forward, stopping at the head; returns the head op when reached. */
 static const op_t *forward_range(tr_model *m, int from, int to, int B, int T) {
     for (int i = from; i < to; i++) {
         if (m->ops[i].kind == OP_HEAD) return &m->ops[i];
+        if (fuses_with_next(m, i, to)) {
+            const op_t *r = &m->ops[i], *nm = r + 1;
+            int rms = nm->kind == OP_RMSNORM;
+            op_begin(m, i, +1);
+            op_begin(m, i + 1, +1);
+            m->be->residual_norm_forward(ACT(m, r->out), ACT(m, nm->out),
+                                         rms ? NULL : STAT(m, nm->s[0]), STAT(m, nm->s[1]),
+                                         ACT(m, r->s[0]), ACT(m, r->in), P(m, nm->p[0]),
+                                         P(m, nm->p[1]), B * T, m->desc.dim, nm->node->eps, rms);
+            op_end(m, i, +1);
+            op_end(m, i + 1, +1);
+            i++;
+            continue;
+        }
         op_begin(m, i, +1);
         forward_op(m, &m->ops[i], B, T);
         op_end(m, i, +1);
@@ -861,13 +886,19 @@ void tr_model_backward(tr_model *m) {
                 else
                     be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
             }
-            be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g, ACT(m, op->s[1]),
-                                P(m, op->p[2]), N, h, C);
-            if (swiglu)
-                be->swiglu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), N, h);
-            else
-                be->gelu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]),
-                                  (size_t)N * (size_t)h);
+            if (!swiglu && be->linear_backward_gelu) { /* through the GELU in one call */
+                be->linear_backward_gelu(m->scratch2, G(m, op->p[2]), G(m, op->p[3]), g,
+                                         ACT(m, op->s[1]), P(m, op->p[2]), ACT(m, op->s[0]), N, h,
+                                         C);
+            } else {
+                be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g,
+                                    ACT(m, op->s[1]), P(m, op->p[2]), N, h, C);
+                if (swiglu)
+                    be->swiglu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), N, h);
+                else
+                    be->gelu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]),
+                                      (size_t)N * (size_t)h);
+            }
             be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2, ACT(m, op->in),
                                 P(m, op->p[0]), N, C, swiglu ? 2 * h : h);
             g = next;

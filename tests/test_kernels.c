@@ -820,6 +820,54 @@ static void test_xent_extreme(void) {
     free(x), free(loss), free(xd);
 }
 
+/* The optional fused ops give exactly what their parts give. */
+static void test_fusions(int N, int C, int H) {
+    char nm[96];
+    size_t nc = (size_t)N * C, nh = (size_t)N * H;
+    float *a = fvec(nc, -2, 2), *b = fvec(nc, -2, 2), *w = fvec(C, 0.5f, 1.5f), *bias = fvec(C, -1, 1);
+    float *sum1 = fpoison(nc), *out1 = fpoison(nc), *sum2 = fpoison(nc), *out2 = fpoison(nc);
+    float *m1 = fpoison(N), *r1 = fpoison(N), *m2 = fpoison(N), *r2 = fpoison(N);
+    for (int rms = 0; rms <= 1; rms++) {
+        be->add(sum1, a, b, nc);
+        if (rms)
+            be->rmsnorm_forward(out1, r1, sum1, w, N, C, 1e-5f);
+        else
+            be->layernorm_forward(out1, m1, r1, sum1, w, bias, N, C, 1e-5f);
+        be->residual_norm_forward(sum2, out2, m2, r2, a, b, w, bias, N, C, 1e-5f, rms);
+        snprintf(nm, sizeof(nm), "residual+%s N%d C%d: sum", rms ? "rmsnorm" : "layernorm", N, C);
+        check_bitwise(nm, sum2, sum1, nc);
+        snprintf(nm, sizeof(nm), "residual+%s N%d C%d: out", rms ? "rmsnorm" : "layernorm", N, C);
+        check_bitwise(nm, out2, out1, nc);
+        check_bitwise("  rstd", r2, r1, (size_t)N);
+        if (!rms) check_bitwise("  mean", m2, m1, (size_t)N);
+    }
+    /* linear + GELU forward; linear backward through the GELU */
+    float *x = fvec(nc, -1, 1), *W = fvec((size_t)H * C, -0.3f, 0.3f), *bb = fvec(H, -0.5f, 0.5f);
+    float *pre1 = fpoison(nh), *act1 = fpoison(nh), *pre2 = fpoison(nh), *act2 = fpoison(nh);
+    be->linear_forward(pre1, x, W, bb, N, C, H);
+    be->gelu_forward(act1, pre1, nh);
+    be->linear_gelu_forward(act2, pre2, x, W, bb, N, C, H);
+    snprintf(nm, sizeof(nm), "linear+gelu fwd N%d %d->%d: pre", N, C, H);
+    check_bitwise(nm, pre2, pre1, nh);
+    snprintf(nm, sizeof(nm), "linear+gelu fwd N%d %d->%d: out", N, C, H);
+    check_bitwise(nm, act2, act1, nh);
+    /* the projection after the GELU: (N, H) -> (N, C), backward into dpre (N, H) */
+    float *Wp = fvec((size_t)C * H, -0.3f, 0.3f), *dout = fvec(nc, -1, 1);
+    float *dact = fpoison(nh), *dpre1 = fpoison(nh), *dpre2 = fpoison(nh);
+    float *dw1 = calloc((size_t)C * H, 4), *dw2 = calloc((size_t)C * H, 4);
+    float *db1 = calloc((size_t)C, 4), *db2 = calloc((size_t)C, 4);
+    be->linear_backward(dact, dw1, db1, dout, act1, Wp, N, H, C);
+    be->gelu_backward(dpre1, dact, pre1, nh);
+    be->linear_backward_gelu(dpre2, dw2, db2, dout, act1, Wp, pre1, N, H, C);
+    snprintf(nm, sizeof(nm), "linear bwd through gelu N%d %d->%d: dpre", N, H, C);
+    check_bitwise(nm, dpre2, dpre1, nh);
+    check_bitwise("  dw", dw2, dw1, (size_t)C * H);
+    check_bitwise("  dbias", db2, db1, (size_t)C);
+    float *bufs[] = {a, b, w, bias, sum1, out1, sum2, out2, m1, r1, m2, r2, x, W, bb, pre1, act1,
+                     pre2, act2, Wp, dout, dact, dpre1, dpre2, dw1, dw2, db1, db2};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+}
+
 int main(void) {
     be = tr_backend_cpu();
     omp_set_num_threads(2);
@@ -852,6 +900,8 @@ int main(void) {
     test_misc();
     test_adamw();
     test_determinism();
+    test_fusions(7, 13, 29);
+    test_fusions(130, 64, 256);
     printf("%d/%d checks passed\n", n_check - n_fail, n_check);
     return n_fail ? 1 : 0;
 }

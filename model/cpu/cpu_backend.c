@@ -181,6 +181,29 @@ static void positions_backward(tr_buf *dwpe_, const tr_buf *dx_, int B, int T, i
 
 /* ---- norms ----------------------------------------------------------------------------- */
 
+/* One row of LayerNorm (shared by the plain and the residual-fused forward, so both give the
+ * same bits). */
+static inline void layernorm_row(float *restrict y, const float *restrict x, const float *w,
+                                 const float *b, int C, float eps, float *mean, float *rstd) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    float m = s / C;
+    float v = 0.0f; /* two-pass variance: no cancellation */
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(v / C + eps);
+    if (b)
+        for (int c = 0; c < C; c++) y[c] = (x[c] - m) * rs * w[c] + b[c];
+    else
+        for (int c = 0; c < C; c++) y[c] = (x[c] - m) * rs * w[c];
+    if (mean) *mean = m;
+    if (rstd) *rstd = rs;
+}
+
 static void layernorm_forward(tr_buf *out_, float *mean, float *rstd, const tr_buf *inp_,
                               const tr_buf *w_, const tr_buf *b_, int N, int C, float eps) {
     float *out = out_;
@@ -188,27 +211,9 @@ static void layernorm_forward(tr_buf *out_, float *mean, float *rstd, const tr_b
     const float *w = w_;
     const float *b = b_;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *restrict x = inp + (size_t)n * C;
-        float *restrict y = out + (size_t)n * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
-        float m = s / C;
-        float v = 0.0f; /* two-pass variance: no cancellation */
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
-        }
-        float rs = 1.0f / sqrtf(v / C + eps);
-        if (b)
-            for (int c = 0; c < C; c++) y[c] = (x[c] - m) * rs * w[c] + b[c];
-        else
-            for (int c = 0; c < C; c++) y[c] = (x[c] - m) * rs * w[c];
-        if (mean) mean[n] = m;
-        if (rstd) rstd[n] = rs;
-    }
+    for (int n = 0; n < N; n++)
+        layernorm_row(out + (size_t)n * C, inp + (size_t)n * C, w, b, C, eps,
+                      mean ? mean + n : NULL, rstd ? rstd + n : NULL);
 }
 
 /* Sums the per-chunk partials part (nchunk, C) into acc (C) in chunk order. */
@@ -268,21 +273,43 @@ static void layernorm_backward(tr_buf *dinp_, tr_buf *dw_, tr_buf *db_, const tr
     free(part);
 }
 
+static inline void rmsnorm_row(float *restrict y, const float *restrict x, const float *w, int C,
+                               float eps, float *rstd) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c] * x[c];
+    float rs = 1.0f / sqrtf(s / C + eps);
+    for (int c = 0; c < C; c++) y[c] = x[c] * rs * w[c];
+    if (rstd) *rstd = rs;
+}
+
 static void rmsnorm_forward(tr_buf *out_, float *rstd, const tr_buf *inp_, const tr_buf *w_, int N,
                             int C, float eps) {
     float *out = out_;
     const float *inp = inp_;
     const float *w = w_;
 #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        rmsnorm_row(out + (size_t)n * C, inp + (size_t)n * C, w, C, eps, rstd ? rstd + n : NULL);
+}
+
+/* sum = a + b, then the norm of sum: one pass over the rows instead of two */
+static void residual_norm_forward(tr_buf *sum_, tr_buf *out_, float *mean, float *rstd,
+                                  const tr_buf *a_, const tr_buf *b_, const tr_buf *w_,
+                                  const tr_buf *bias_, int N, int C, float eps, int rms) {
+    float *sum = sum_, *out = out_;
+    const float *a = a_, *b = b_, *w = w_, *bias = bias_;
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *restrict x = inp + (size_t)n * C;
-        float *restrict y = out + (size_t)n * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c] * x[c];
-        float rs = 1.0f / sqrtf(s / C + eps);
-        for (int c = 0; c < C; c++) y[c] = x[c] * rs * w[c];
-        if (rstd) rstd[n] = rs;
+        size_t o = (size_t)n * C;
+        float *restrict x = sum + o;
+        const float *restrict pa = a + o, *restrict pb = b + o;
+        for (int c = 0; c < C; c++) x[c] = pa[c] + pb[c];
+        if (rms)
+            rmsnorm_row(out + o, x, w, C, eps, rstd ? rstd + n : NULL);
+        else
+            layernorm_row(out + o, x, w, bias, C, eps, mean ? mean + n : NULL,
+                          rstd ? rstd + n : NULL);
     }
 }
 
@@ -618,6 +645,13 @@ static void gelu_forward(tr_buf *out_, const tr_buf *inp_, size_t n) {
 
 /* d/dx = 0.5(1+tanh u) + 0.5x(1-tanh^2 u) u'; with s = sigmoid(2u): 1+tanh = 2s,
  * 1-tanh^2 = 4s(1-s), u' = k(1 + 3c x^2) */
+static inline float gelu_grad(float xi) {
+    float u = GELU_K * (xi + GELU_C * xi * xi * xi);
+    float s = fast_sigmoidf(2.0f * u);
+    float du = GELU_K * (1.0f + 3.0f * GELU_C * xi * xi);
+    return s + 2.0f * xi * s * (1.0f - s) * du;
+}
+
 static void gelu_backward(tr_buf *dinp_, const tr_buf *dout_, const tr_buf *inp_, size_t n) {
     float *dinp = dinp_;
     const float *dout = dout_;
@@ -625,12 +659,26 @@ static void gelu_backward(tr_buf *dinp_, const tr_buf *dout_, const tr_buf *inp_
     float *restrict dx = dinp;
     const float *restrict g = dout, *restrict x = inp;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float xi = x[i], u = GELU_K * (xi + GELU_C * xi * xi * xi);
-        float s = fast_sigmoidf(2.0f * u);
-        float du = GELU_K * (1.0f + 3.0f * GELU_C * xi * xi);
-        dx[i] = g[i] * (s + 2.0f * xi * s * (1.0f - s) * du);
-    }
+    for (size_t i = 0; i < n; i++) dx[i] = g[i] * gelu_grad(x[i]);
+}
+
+/* The MLP's GELU fused with its neighbours: the same arithmetic as the parts (BLAS does the
+ * products either way; the CPU gains nothing more from fusing them) */
+static void linear_gelu_forward(tr_buf *out, tr_buf *pre, const tr_buf *inp, const tr_buf *w,
+                                const tr_buf *bias, int N, int IC, int OC) {
+    linear_forward(pre, inp, w, bias, N, IC, OC);
+    gelu_forward(out, pre, (size_t)N * (size_t)OC);
+}
+
+static void linear_backward_gelu(tr_buf *dinp_, tr_buf *dw, tr_buf *dbias, const tr_buf *dout,
+                                 const tr_buf *inp, const tr_buf *w, const tr_buf *pre_, int N,
+                                 int IC, int OC) {
+    linear_backward(dinp_, dw, dbias, dout, inp, w, N, IC, OC);
+    float *dx = dinp_;
+    const float *x = pre_;
+    size_t n = (size_t)N * (size_t)IC;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dx[i] = dx[i] * gelu_grad(x[i]);
 }
 
 static void swiglu_forward(tr_buf *out_, const tr_buf *inp_, int N, int Hd) {
@@ -802,6 +850,9 @@ static const tr_backend cpu_backend = {
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
     .add = add,
+    .residual_norm_forward = residual_norm_forward,
+    .linear_gelu_forward = linear_gelu_forward,
+    .linear_backward_gelu = linear_backward_gelu,
     .softmax_xent = softmax_xent,
     .sumsq = sumsq,
     .scale = scale,

@@ -164,6 +164,18 @@ WRAP(swiglu_forward, (tr_buf * out, const tr_buf *inp, int N, int Hd), out, inp,
 WRAP(swiglu_backward, (tr_buf * dinp, const tr_buf *dout, const tr_buf *inp, int N, int Hd), dinp,
      dout, inp, N, Hd)
 WRAP(add, (tr_buf * out, const tr_buf *a, const tr_buf *b, size_t n), out, a, b, n)
+WRAP(residual_norm_forward,
+     (tr_buf * sum, tr_buf *out, float *mean, float *rstd, const tr_buf *a, const tr_buf *b,
+      const tr_buf *w, const tr_buf *bias, int N, int C, float eps, int rms),
+     sum, out, mean, rstd, a, b, w, bias, N, C, eps, rms)
+WRAP(linear_gelu_forward,
+     (tr_buf * out, tr_buf *pre, const tr_buf *inp, const tr_buf *w, const tr_buf *bias, int N,
+      int IC, int OC),
+     out, pre, inp, w, bias, N, IC, OC)
+WRAP(linear_backward_gelu,
+     (tr_buf * dinp, tr_buf *dw, tr_buf *dbias, const tr_buf *dout, const tr_buf *inp,
+      const tr_buf *w, const tr_buf *pre, int N, int IC, int OC),
+     dinp, dw, dbias, dout, inp, w, pre, N, IC, OC)
 WRAP(softmax_xent,
      (tr_buf * logits, float *losses, const int *targets, int N, int V, float dscale,
       int want_grad),
@@ -202,6 +214,9 @@ static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, 
         (t).swiglu_forward = P##_swiglu_forward, (t).swiglu_backward = P##_swiglu_backward;       \
         (t).add = P##_add, (t).softmax_xent = P##_softmax_xent, (t).sumsq = P##_sumsq;            \
         (t).scale = P##_scale, (t).adamw = P##_adamw;                                             \
+        (t).residual_norm_forward = P##_residual_norm_forward;                                    \
+        (t).linear_gelu_forward = P##_linear_gelu_forward;                                        \
+        (t).linear_backward_gelu = P##_linear_backward_gelu;                                      \
     } while (0)
 
 static tr_backend bf16_table, f32_table;

@@ -19,9 +19,13 @@ static void ck_lt(cublasStatus_t st, const char *what, const char *file, int lin
 }
 #define CKL(call) ck_lt((call), #call, __FILE__, __LINE__)
 
+/* Epilogues beyond the bias: GELU (its input kept in the aux matrix) and GELU's gradient
+ * (the product times gelu'(aux)). */
+enum { EPI_NONE = 0, EPI_GELU_AUX, EPI_DGELU };
+
 /* Everything the heuristic's choice depends on. */
 typedef struct {
-    int bf, ta, tb, m, n, k, lda, ldb, ldc, bias;
+    int bf, ta, tb, m, n, k, lda, ldb, ldc, bias, epi;
     float beta;
     unsigned align[3]; /* bytes: A, B, C(=D) */
 } plan_key;
@@ -32,6 +36,7 @@ typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
+    int none; /* the heuristic found nothing (epilogue plans: the caller falls back) */
 } plan;
 
 static plan plans[PLANS];
@@ -90,7 +95,19 @@ static plan *plan_get(const plan_key *k) {
     CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     cublasLtEpilogue_t epi = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (k->epi == EPI_GELU_AUX)
+        epi = k->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    else if (k->epi == EPI_DGELU)
+        epi = CUBLASLT_EPILOGUE_DGELU;
     CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (k->epi != EPI_NONE) { /* the aux matrix is laid out like D */
+        int64_t ld = k->ldc;
+        int32_t adt = (int32_t)dt;
+        CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                           sizeof(ld)));
+        CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                           &adt, sizeof(adt)));
+    }
     if (k->bias)
         CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt,
                                            sizeof(dt)));
@@ -122,6 +139,11 @@ static plan *plan_get(const plan_key *k) {
     CKL(cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
                                        &found));
     cublasLtMatmulPreferenceDestroy(pref);
+    if (found < 1 && k->epi != EPI_NONE) { /* remembered, so the caller falls back at once */
+        p->none = 1;
+        p->used = 1;
+        return p;
+    }
     if (found < 1) {
         char what[160];
         snprintf(what, sizeof(what), "cuBLASLt heuristic for m=%d n=%d k=%d ta=%d tb=%d bf16=%d", k->m,
@@ -133,21 +155,35 @@ static plan *plan_get(const plan_key *k) {
     return p;
 }
 
-/* Column-major D(m, n) = op(A) @ op(B) + beta * D (+ bias(m) broadcast along n). */
-static void matmul(int bf, int ta, int tb, int m, int n, int k, const void *A, int lda,
-                   const void *B, int ldb, void *C, int ldc, float beta, const void *bias) {
+/* Column-major D(m, n) = epilogue(op(A) @ op(B) + beta * D (+ bias(m) broadcast along n)),
+ * aux the epilogue's extra (m, n) matrix. Returns -1 (nothing done) when an epilogue plan has
+ * no algorithm. */
+static int matmul_epi(int bf, int epi, int ta, int tb, int m, int n, int k, const void *A,
+                      int lda, const void *B, int ldb, void *C, int ldc, float beta,
+                      const void *bias, const void *aux) {
     plan_key key;
     memset(&key, 0, sizeof(key)); /* padding too: keys are compared with memcmp */
     key.bf = bf, key.ta = ta, key.tb = tb, key.m = m, key.n = n, key.k = k;
     key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.bias = bias != NULL, key.beta = beta;
+    key.epi = epi;
     key.align[0] = align_of(A), key.align[1] = align_of(B), key.align[2] = align_of(C);
     plan *p = plan_get(&key);
+    if (p->none) return -1;
     if (bias)
         CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof(bias)));
+    if (epi != EPI_NONE)
+        CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                           sizeof(aux)));
     float alpha = 1.0f;
     CKL(cublasLtMatmul(lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
                        workspace, WORKSPACE_BYTES, tr_cuda_stream));
+    return 0;
+}
+
+static void matmul(int bf, int ta, int tb, int m, int n, int k, const void *A, int lda,
+                   const void *B, int ldb, void *C, int ldc, float beta, const void *bias) {
+    matmul_epi(bf, EPI_NONE, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, beta, bias, NULL);
 }
 
 /* out(N, OC) = inp(N, IC) @ w(OC, IC)^T + bias: column-major out^T(OC, N) = w^T... i.e.
@@ -166,4 +202,35 @@ extern "C" void tr_cuda_linear_backward(int bf, tr_buf *dinp, tr_buf *dw, tr_buf
     matmul(bf, 0, 1, IC, OC, N, inp, IC, dout, OC, dw, IC, 1.0f, NULL);
     /* dbias: our own fixed-order column sum (the BGRAD epilogues overwrite instead of adding) */
     if (dbias) tr_cuda_colsum(bf, dbias, NULL, dout, NULL, NULL, NULL, N, OC, 0);
+}
+
+/* The aux matrix needs a leading dimension that is a multiple of 8 and 16-byte alignment;
+ * otherwise (or when cuBLASLt has no kernel for the epilogue) the parts run one by one. */
+static int epi_ok(int ld, const void *aux) {
+    return ld % 8 == 0 && align_of(aux) >= 16;
+}
+
+/* pre = inp @ w^T + bias, out = gelu(pre) (tanh form): one product with the GELU epilogue */
+extern "C" void tr_cuda_linear_gelu_forward(int bf, tr_buf *out, tr_buf *pre, const tr_buf *inp,
+                                            const tr_buf *w, const tr_buf *bias, int N, int IC,
+                                            int OC) {
+    if (epi_ok(OC, pre) && matmul_epi(bf, EPI_GELU_AUX, 1, 0, OC, N, IC, w, IC, inp, IC, out, OC,
+                                      0.0f, bias, pre) == 0)
+        return;
+    tr_cuda_linear_forward(bf, pre, inp, w, bias, N, IC, OC);
+    tr_cuda_gelu_forward(bf, out, pre, (size_t)N * (size_t)OC);
+}
+
+/* linear_backward whose dinp goes back through the GELU that made inp: dinp = (dout @ w) *
+ * gelu'(pre), the product's DGELU epilogue */
+extern "C" void tr_cuda_linear_backward_gelu(int bf, tr_buf *dinp, tr_buf *dw, tr_buf *dbias,
+                                             const tr_buf *dout, const tr_buf *inp,
+                                             const tr_buf *w, const tr_buf *pre, int N, int IC,
+                                             int OC) {
+    if (!(epi_ok(IC, pre) && matmul_epi(bf, EPI_DGELU, 0, 0, IC, N, OC, w, IC, dout, OC, dinp, IC,
+                                        0.0f, NULL, pre) == 0)) {
+        matmul(bf, 0, 0, IC, N, OC, w, IC, dout, OC, dinp, IC, 0.0f, NULL);
+        tr_cuda_gelu_backward(bf, dinp, dinp, pre, (size_t)N * (size_t)IC);
+    }
+    tr_cuda_linear_backward(bf, NULL, dw, dbias, dout, inp, w, N, IC, OC);
 }

@@ -281,6 +281,71 @@ extern "C" void tr_cuda_layernorm_forward(int bf, tr_buf *out, float *mean, floa
     CK_LAUNCH();
 }
 
+/* sum = a + b, rounded to the storage dtype, then LayerNorm (rms = 0) or RMSNorm (rms = 1) of
+ * that rounded sum, as the unfused add + norm compute it; each lane rereads only what it
+ * wrote itself */
+static __global__ void residual_norm_fwd_k(void *sum, void *out, float *mean, float *rstd,
+                                           const void *a, const void *b, const void *w,
+                                           const void *bias, int N, int C, float eps, int rms,
+                                           int bf, int vec) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y, lane = threadIdx.x;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+    float v[8], u[8], s = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(v, a, base + c, base + C, bf, vec);
+        ld8(u, b, base + c, base + C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float x = v[k] + u[k];
+            v[k] = bf ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+            s += rms ? v[k] * v[k] : v[k]; /* missing elements are 0 */
+        }
+        st8(sum, base + c, base + C, v, bf, vec);
+    }
+    float m = 0.0f, rs;
+    if (rms) {
+        rs = 1.0f / sqrtf(warp_sum(s) / C + eps);
+    } else {
+        m = warp_sum(s) / C;
+        float q = 0.0f;
+        for (int c = lane * 8; c < C; c += 256) { /* two-pass variance */
+            ld8(v, sum, base + c, base + C, bf, vec);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float d = c + k < C ? v[k] - m : 0.0f;
+                q += d * d;
+            }
+        }
+        rs = 1.0f / sqrtf(warp_sum(q) / C + eps);
+    }
+    for (int c = lane * 8; c < C; c += 256) {
+        float wv[8], bv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        ld8(v, sum, base + c, base + C, bf, vec);
+        ld8(wv, w, c, C, bf, vec);
+        if (bias && !rms) ld8(bv, bias, c, C, bf, vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = (v[k] - m) * rs * wv[k] + bv[k];
+        st8(out, base + c, base + C, v, bf, vec);
+    }
+    if (lane == 0) {
+        if (mean && !rms) mean[row] = m;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
+extern "C" void tr_cuda_residual_norm_forward(int bf, tr_buf *sum, tr_buf *out, float *mean,
+                                              float *rstd, const tr_buf *a, const tr_buf *b,
+                                              const tr_buf *w, const tr_buf *bias, int N, int C,
+                                              float eps, int rms) {
+    int vec = C % 8 == 0 && tr_cuda_aligned16(sum, out, a, b) &&
+              tr_cuda_aligned16(w, bias ? bias : w, w, w);
+    dim3 block(32, ROWS_PER_BLOCK);
+    residual_norm_fwd_k<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, block, 0, tr_cuda_stream>>>(
+        sum, out, mean, rstd, a, b, w, bias, N, C, eps, rms, bf, vec);
+    CK_LAUNCH();
+}
+
 /* dinp = rstd * (dout*w - mean(dout*w) - nrm * mean(dout*w*nrm)) */
 static __global__ void layernorm_bwd_k(void *dinp, const void *dout, const void *inp, const void *w,
                                        const float *mean, const float *rstd, int N, int C, int bf,

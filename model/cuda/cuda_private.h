@@ -142,6 +142,14 @@ void tr_cuda_attention_tc_backward(tr_buf *dqkv, const tr_buf *dout, const tr_bu
                                    int hd);
 /* cuda_linear.cu */
 int tr_cuda_linear_init(char *why, size_t whylen);
+void tr_cuda_linear_gelu_forward(int bf, tr_buf *out, tr_buf *pre, const tr_buf *inp,
+                                 const tr_buf *w, const tr_buf *bias, int N, int IC, int OC);
+void tr_cuda_linear_backward_gelu(int bf, tr_buf *dinp, tr_buf *dw, tr_buf *dbias,
+                                  const tr_buf *dout, const tr_buf *inp, const tr_buf *w,
+                                  const tr_buf *pre, int N, int IC, int OC);
+void tr_cuda_residual_norm_forward(int bf, tr_buf *sum, tr_buf *out, float *mean, float *rstd,
+                                   const tr_buf *a, const tr_buf *b, const tr_buf *w,
+                                   const tr_buf *bias, int N, int C, float eps, int rms);
 void tr_cuda_linear_forward(int bf, tr_buf *out, const tr_buf *inp, const tr_buf *w, const tr_buf *bias,
                             int N, int IC, int OC);
 void tr_cuda_linear_backward(int bf, tr_buf *dinp, tr_buf *dw, tr_buf *dbias, const tr_buf *dout,

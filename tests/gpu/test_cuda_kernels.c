@@ -308,6 +308,62 @@ static void t_rope(int B, int T, int H, int KV, int hd) {
     free(x), free(y), free(z);
 }
 
+/* The fused ops against the CPU's parts: residual add + norm, linear + GELU, and the linear
+ * backward through the GELU (the cuBLASLt epilogues where the shapes allow them, the parts
+ * otherwise: OC or IC not a multiple of 8). */
+static void t_fusions(int N, int C, int H) {
+    char nm[96];
+    size_t nc = (size_t)N * C, nh = (size_t)N * H;
+    float *a = rnd(nc, -2, 2), *b = rnd(nc, -2, 2), *w = rnd(C, 0.5f, 1.5f), *bias = rnd(C, -1, 1);
+    float *sum = xmalloc(nc * 4), *out = xmalloc(nc * 4), *mean = xmalloc(N * 4), *rstd = xmalloc(N * 4);
+    for (size_t i = 0; i < nc; i++) sum[i] = round_st(a[i] + b[i]); /* the storage's sum */
+    void *ga = sput(a, nc), *gb = sput(b, nc), *gw = sput(w, C), *gbias = sput(bias, C);
+    for (int rms = 0; rms <= 1; rms++) {
+        if (rms)
+            cpu->rmsnorm_forward(out, rstd, sum, w, N, C, 1e-5f);
+        else
+            cpu->layernorm_forward(out, mean, rstd, sum, w, bias, N, C, 1e-5f);
+        void *gsum = spoison(nc), *gout = spoison(nc);
+        float *gmean = fpoison(N), *grstd = fpoison(N);
+        gpu->residual_norm_forward(gsum, gout, gmean, grstd, ga, gb, gw, gbias, N, C, 1e-5f, rms);
+        snprintf(nm, sizeof(nm), "residual+%s N%d C%d sum", rms ? "rms" : "ln", N, C);
+        cmp_s(nm, gsum, sum, nc);
+        snprintf(nm, sizeof(nm), "residual+%s N%d C%d out", rms ? "rms" : "ln", N, C);
+        cmp_s(nm, gout, out, nc);
+        cmp_f("residual+norm rstd (fp32)", grstd, rstd, N, bf ? 1e-2 : 1e-5);
+        if (!rms) cmp_f("residual+norm mean (fp32)", gmean, mean, N, bf ? 1e-2 : 1e-5);
+        gpu->free(gsum), gpu->free(gout), gpu->free(gmean), gpu->free(grstd);
+    }
+    float *x = rnd(nc, -1, 1), *W = rnd((size_t)H * C, -0.3f, 0.3f), *bb = rnd(H, -0.5f, 0.5f);
+    float *pre = xmalloc(nh * 4), *act = xmalloc(nh * 4);
+    cpu->linear_forward(pre, x, W, bb, N, C, H);
+    for (size_t i = 0; i < nh; i++) pre[i] = round_st(pre[i]);
+    cpu->gelu_forward(act, pre, nh);
+    void *gx = sput(x, nc), *gW = sput(W, (size_t)H * C), *gbb = sput(bb, H);
+    void *gpre = spoison(nh), *gact = spoison(nh);
+    gpu->linear_gelu_forward(gact, gpre, gx, gW, gbb, N, C, H);
+    snprintf(nm, sizeof(nm), "linear+gelu N%d %d->%d pre", N, C, H);
+    cmp_s(nm, gpre, pre, nh);
+    snprintf(nm, sizeof(nm), "linear+gelu N%d %d->%d out", N, C, H);
+    cmp_s(nm, gact, act, nh);
+    for (size_t i = 0; i < nh; i++) act[i] = round_st(act[i]);
+    float *Wp = rnd((size_t)C * H, -0.3f, 0.3f), *dout = rnd(nc, -1, 1);
+    float *dpre = xmalloc(nh * 4), *dw = rnd((size_t)C * H, -1, 1), *db = rnd(C, -1, 1);
+    void *gWp = sput(Wp, (size_t)C * H), *gdout = sput(dout, nc), *gact_c = sput(act, nh);
+    void *gpre_c = sput(pre, nh), *gdpre = spoison(nh), *gdw = sput(dw, (size_t)C * H), *gdb = sput(db, C);
+    cpu->linear_backward_gelu(dpre, dw, db, dout, act, Wp, pre, N, H, C);
+    gpu->linear_backward_gelu(gdpre, gdw, gdb, gdout, gact_c, gWp, gpre_c, N, H, C);
+    snprintf(nm, sizeof(nm), "linear bwd thru gelu N%d %d->%d dpre", N, H, C);
+    cmp_s(nm, gdpre, dpre, nh);
+    cmp_s("linear bwd thru gelu dw (+=)", gdw, dw, (size_t)C * H);
+    cmp_s("linear bwd thru gelu dbias (+=)", gdb, db, C);
+    void *gbufs[] = {ga, gb, gw, gbias, gx, gW, gbb, gpre, gact, gWp, gdout, gact_c, gpre_c, gdpre,
+                     gdw, gdb};
+    for (size_t i = 0; i < sizeof(gbufs) / sizeof(gbufs[0]); i++) gpu->free(gbufs[i]);
+    float *hbufs[] = {a, b, w, bias, sum, out, mean, rstd, x, W, bb, pre, act, Wp, dout, dpre, dw, db};
+    for (size_t i = 0; i < sizeof(hbufs) / sizeof(hbufs[0]); i++) free(hbufs[i]);
+}
+
 static const char *attn_kind = ""; /* "" or " tc": which kernels the names describe */
 
 static void t_attention(int B, int T, int H, int KV, int hd) {
@@ -498,6 +554,8 @@ static void run_all(tr_dtype dt) {
     t_pointwise(4096, 16, 64);
     t_xent(6, 1001);
     t_xent(3, 50257);
+    t_fusions(37, 72, 100);  /* 100: not a multiple of 8, the unfused fallback */
+    t_fusions(256, 768, 3072); /* GPT-2's MLP: the epilogues */
     t_optim(1001);
     t_optim(300000);
 }
