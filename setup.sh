@@ -3,8 +3,9 @@
 # Usage: ./setup.sh [extra cmake options], e.g. ./setup.sh -DTR_WERROR=ON
 set -euo pipefail
 cd "$(dirname "$0")"
+# TR_EXTRA_PKGS: more packages to install (tests/all.sh adds the test-only ones)
 pkgs="cmake make gcc pkg-config liblua5.4-dev libyaml-dev libopenblas-openmp-dev
-      openmpi-bin libopenmpi-dev"
+      openmpi-bin libopenmpi-dev ${TR_EXTRA_PKGS:-}"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
