@@ -23,6 +23,17 @@ typedef enum { TR_DTYPE_F32 = 0, TR_DTYPE_BF16 } tr_dtype;
  * (-Wpointer-arith makes that an error). */
 typedef void tr_buf;
 
+/* One stretch of parameters for adamw_multi: n elements of the master weights, their working
+ * copy (== master when the storage is fp32), gradient and moments; wd its weight decay. */
+typedef struct {
+    float *master;
+    tr_buf *param;
+    const tr_buf *grad;
+    float *m, *v;
+    size_t n;
+    float wd;
+} tr_adamw_seg;
+
 typedef struct tr_backend {
     const char *name;
     tr_dtype dtype; /* storage dtype of every tr_buf */
@@ -131,6 +142,10 @@ typedef struct tr_backend {
     void (*adamw)(float *master, tr_buf *param, const tr_buf *g, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2,
                   float gscale);
+    /* Optional: adamw over many stretches at once (one launch on a GPU); the same results
+     * as adamw on each. */
+    void (*adamw_multi)(const tr_adamw_seg *s, int n, float lr, float beta1, float beta2,
+                        float eps, float bc1, float bc2, float gscale);
 } tr_backend;
 
 /* Bytes of one storage element. */

@@ -74,6 +74,8 @@ struct tr_model {
     size_t piece_elems;
     tr_op_hook ohook;
     void *octx;
+    tr_adamw_seg *segs; /* the optimizer step's stretches (reused every step) */
+    int cap_segs;
     int n_attention;
     size_t head_rows; /* rows of logits computed at once */
     int head_param;   /* parameter index of the head's weight (embedding's when tied) */
@@ -497,6 +499,7 @@ void tr_model_free(tr_model *m) {
     free(m->gaddr);
     free(m->paddr);
     free(m->pieces);
+    free(m->segs);
     free(m);
 }
 
@@ -1029,6 +1032,7 @@ void tr_model_adamw_pieces(tr_model *m, const tr_adamw *o, const tr_piece *pc, i
     m->adam_t++;
     float bc1 = (float)(1.0 - pow((double)o->beta1, (double)m->adam_t));
     float bc2 = (float)(1.0 - pow((double)o->beta2, (double)m->adam_t));
+    int ns = 0;
     for (int k = 0; k < n; k++)
         for (int i = 0; i < m->n_params; i++) { /* each tensor's part of the piece */
             const tr_param *p = &m->params[i];
@@ -1038,11 +1042,31 @@ void tr_model_adamw_pieces(tr_model *m, const tr_adamw *o, const tr_piece *pc, i
             size_t at = pc[k].state + (lo - pc[k].lo);
             /* ZeRO-3 keeps the weights of its pieces like their state; else in the slab */
             size_t w = m->external_params ? at : lo;
-            m->be->adamw(m->master + w, tr_buf_at(m->be, m->external_params ? m->wpar : m->param, w),
-                         tr_buf_at(m->be, pc[k].grad, lo - pc[k].lo), m->adam_m + at,
-                         m->adam_v + at, hi - lo, o->lr, o->beta1, o->beta2, o->eps,
-                         p->decay ? o->weight_decay : 0.0f, bc1, bc2, o->grad_scale);
+            if (ns == m->cap_segs) {
+                m->cap_segs = m->cap_segs ? 2 * m->cap_segs : 64;
+                m->segs = realloc(m->segs, (size_t)m->cap_segs * sizeof(tr_adamw_seg));
+                if (!m->segs) {
+                    fprintf(stderr, "trainer: out of memory for the optimizer step\n");
+                    abort();
+                }
+            }
+            m->segs[ns++] = (tr_adamw_seg){
+                .master = m->master + w,
+                .param = tr_buf_at(m->be, m->external_params ? m->wpar : m->param, w),
+                .grad = tr_buf_at(m->be, pc[k].grad, lo - pc[k].lo),
+                .m = m->adam_m + at, .v = m->adam_v + at, .n = hi - lo,
+                .wd = p->decay ? o->weight_decay : 0.0f};
         }
+    if (m->be->adamw_multi) { /* one pass (one launch) over every stretch */
+        m->be->adamw_multi(m->segs, ns, o->lr, o->beta1, o->beta2, o->eps, bc1, bc2,
+                           o->grad_scale);
+        return;
+    }
+    for (int k = 0; k < ns; k++) {
+        const tr_adamw_seg *g = &m->segs[k];
+        m->be->adamw(g->master, g->param, g->grad, g->m, g->v, g->n, o->lr, o->beta1, o->beta2,
+                     o->eps, g->wd, bc1, bc2, o->grad_scale);
+    }
 }
 
 void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *logits) {

@@ -820,6 +820,30 @@ static void test_xent_extreme(void) {
     free(x), free(loss), free(xd);
 }
 
+/* adamw_multi over stretches of several sizes (with and without decay) = adamw on each */
+static void test_adamw_multi(void) {
+    size_t sizes[5] = {1, 17, 4096, 3, 70001}, tot = 0;
+    for (int k = 0; k < 5; k++) tot += sizes[k];
+    float *p1 = fvec(tot, -1, 1), *g = fvec(tot, -2, 2), *m1 = fvec(tot, -0.1f, 0.1f),
+          *v1 = fvec(tot, 0, 0.01f);
+    float *p2 = malloc(tot * 4), *m2 = malloc(tot * 4), *v2 = malloc(tot * 4);
+    memcpy(p2, p1, tot * 4), memcpy(m2, m1, tot * 4), memcpy(v2, v1, tot * 4);
+    tr_adamw_seg sg[5];
+    size_t off = 0;
+    for (int k = 0; k < 5; k++) {
+        float wd = k % 2 ? 0.0f : 0.1f;
+        be->adamw(p1 + off, p1 + off, g + off, m1 + off, v1 + off, sizes[k], 1e-2f, 0.9f, 0.95f,
+                  1e-8f, wd, 0.19f, 0.0975f, 0.5f);
+        sg[k] = (tr_adamw_seg){p2 + off, p2 + off, g + off, m2 + off, v2 + off, sizes[k], wd};
+        off += sizes[k];
+    }
+    be->adamw_multi(sg, 5, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 0.5f);
+    check_bitwise("adamw_multi over 5 stretches: p", p2, p1, tot);
+    check_bitwise("adamw_multi: m", m2, m1, tot);
+    check_bitwise("adamw_multi: v", v2, v1, tot);
+    free(p1), free(g), free(m1), free(v1), free(p2), free(m2), free(v2);
+}
+
 /* The optional fused ops give exactly what their parts give. */
 static void test_fusions(int N, int C, int H) {
     char nm[96];
@@ -900,6 +924,7 @@ int main(void) {
     test_misc();
     test_adamw();
     test_determinism();
+    test_adamw_multi();
     test_fusions(7, 13, 29);
     test_fusions(130, 64, 256);
     printf("%d/%d checks passed\n", n_check - n_fail, n_check);

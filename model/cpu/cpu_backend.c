@@ -818,6 +818,28 @@ static void adamw(float *master, tr_buf *param, const tr_buf *g_, float *m, floa
     }
 }
 
+/* every stretch in one parallel region (no fork/join per small tensor) */
+static void adamw_multi(const tr_adamw_seg *sg, int ns, float lr, float beta1, float beta2,
+                        float eps, float bc1, float bc2, float gscale) {
+    float ib1 = 1.0f / bc1, ib2 = 1.0f / bc2;
+#pragma omp parallel
+    for (int k = 0; k < ns; k++) {
+        float *restrict pp = sg[k].master, *restrict mm = sg[k].m, *restrict vv = sg[k].v;
+        const float *restrict gg = sg[k].grad;
+        float decay = 1.0f - lr * sg[k].wd;
+        size_t n = sg[k].n;
+#pragma omp for schedule(static) nowait
+        for (size_t i = 0; i < n; i++) {
+            float gi = gg[i] * gscale;
+            float mi = beta1 * mm[i] + (1.0f - beta1) * gi;
+            float vi = beta2 * vv[i] + (1.0f - beta2) * gi * gi;
+            mm[i] = mi;
+            vv[i] = vi;
+            pp[i] = pp[i] * decay - lr * (mi * ib1) / (sqrtf(vi * ib2) + eps);
+        }
+    }
+}
+
 /* ---- the table ------------------------------------------------------------------------- */
 
 static const tr_backend cpu_backend = {
@@ -857,6 +879,7 @@ static const tr_backend cpu_backend = {
     .sumsq = sumsq,
     .scale = scale,
     .adamw = adamw,
+    .adamw_multi = adamw_multi,
 };
 
 const tr_backend *tr_backend_cpu(void) { return &cpu_backend; }

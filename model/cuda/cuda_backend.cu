@@ -186,6 +186,11 @@ WRAP(adamw,
       float beta1, float beta2, float eps, float wd, float bc1, float bc2, float gscale),
      master, param, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, gscale)
 
+WRAP(adamw_multi,
+     (const tr_adamw_seg *s, int n, float lr, float beta1, float beta2, float eps, float bc1,
+      float bc2, float gscale),
+     s, n, lr, beta1, beta2, eps, bc1, bc2, gscale)
+
 static double bf_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(1, x, n); }
 static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, n); }
 
@@ -217,6 +222,7 @@ static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, 
         (t).residual_norm_forward = P##_residual_norm_forward;                                    \
         (t).linear_gelu_forward = P##_linear_gelu_forward;                                        \
         (t).linear_backward_gelu = P##_linear_backward_gelu;                                      \
+        (t).adamw_multi = P##_adamw_multi;                                                        \
     } while (0)
 
 static tr_backend bf16_table, f32_table;

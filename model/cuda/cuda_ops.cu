@@ -785,6 +785,106 @@ static __global__ void adamw_k(float *master, void *param, const void *g, float 
     }
 }
 
+/* ---- AdamW over many stretches in one launch -------------------------------------------
+ * A block takes MS_CHUNK elements of one stretch (the block table maps blocks to stretches);
+ * the element arithmetic is adamw_k's. The tables are uploaded only when the stretches change
+ * (normally once: the same pointers every step). */
+typedef struct {
+    float *master;
+    void *param;
+    const void *g;
+    float *m, *v;
+    size_t n;
+    float wd;
+    int vec;
+} ms_seg;
+typedef struct {
+    int seg;
+    unsigned chunk;
+} ms_blk;
+#define MS_CHUNK ((size_t)TPB * 8 * 4)
+
+static __global__ void adamw_multi_k(const ms_seg *segs, const ms_blk *blks, float lr, float beta1,
+                                     float beta2, float eps, float ib1, float ib2, float gscale,
+                                     int bf, int copy) {
+    ms_blk bk = blks[blockIdx.x];
+    ms_seg s = segs[bk.seg];
+    size_t lo = (size_t)bk.chunk * MS_CHUNK, hi = lo + MS_CHUNK < s.n ? lo + MS_CHUNK : s.n;
+    float decay = 1.0f - lr * s.wd;
+    for (size_t i = lo + (size_t)threadIdx.x * 8; i < hi; i += (size_t)blockDim.x * 8) {
+        float p[8], gg[8], mm[8], vv[8];
+        ld8f(p, s.master, i, s.n, s.vec);
+        ld8(gg, s.g, i, s.n, bf, s.vec);
+        ld8f(mm, s.m, i, s.n, s.vec);
+        ld8f(vv, s.v, i, s.n, s.vec);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float gi = gg[k] * gscale;
+            mm[k] = beta1 * mm[k] + (1.0f - beta1) * gi;
+            vv[k] = beta2 * vv[k] + (1.0f - beta2) * gi * gi;
+            p[k] = p[k] * decay - lr * (mm[k] * ib1) / (sqrtf(vv[k] * ib2) + eps);
+        }
+        st8f(s.master, i, s.n, p, s.vec);
+        st8f(s.m, i, s.n, mm, s.vec);
+        st8f(s.v, i, s.n, vv, s.vec);
+        if (copy) st8(s.param, i, s.n, p, bf, s.vec);
+    }
+}
+
+static ms_seg *ms_host, *ms_dev;
+static ms_blk *mb_host, *mb_dev;
+static int ms_n, ms_cap, mb_n, mb_cap;
+
+extern "C" void tr_cuda_adamw_multi(int bf, const tr_adamw_seg *sg, int ns, float lr, float beta1,
+                                    float beta2, float eps, float bc1, float bc2, float gscale) {
+    if (ns == 0) return;
+    int same = ns == ms_n;
+    if (ns > ms_cap) { /* grow the host and device tables */
+        free(ms_host);
+        if (ms_dev) CK(cudaFree(ms_dev));
+        ms_cap = ns;
+        ms_host = (ms_seg *)calloc((size_t)ms_cap, sizeof(ms_seg));
+        CK(cudaMalloc((void **)&ms_dev, (size_t)ms_cap * sizeof(ms_seg)));
+        if (!ms_host) tr_cuda_fail("adamw_multi", "out of host memory", __FILE__, __LINE__);
+        same = 0;
+    }
+    size_t blocks = 0;
+    for (int k = 0; k < ns; k++) {
+        ms_seg x;
+        memset(&x, 0, sizeof(x)); /* padding too: compared with memcmp */
+        x.master = sg[k].master, x.param = sg[k].param, x.g = sg[k].grad;
+        x.m = sg[k].m, x.v = sg[k].v, x.n = sg[k].n, x.wd = sg[k].wd;
+        x.vec = tr_cuda_aligned16(x.master, x.param, x.g, x.m) && tr_cuda_aligned16(x.v, x.v, x.v, x.v);
+        if (same && memcmp(&ms_host[k], &x, sizeof(x))) same = 0;
+        ms_host[k] = x;
+        blocks += (x.n + MS_CHUNK - 1) / MS_CHUNK;
+    }
+    if (!same) { /* new stretches: the block table again, both uploaded */
+        if (blocks > (size_t)mb_cap) {
+            free(mb_host);
+            if (mb_dev) CK(cudaFree(mb_dev));
+            mb_cap = (int)blocks;
+            mb_host = (ms_blk *)malloc((size_t)mb_cap * sizeof(ms_blk));
+            CK(cudaMalloc((void **)&mb_dev, (size_t)mb_cap * sizeof(ms_blk)));
+            if (!mb_host) tr_cuda_fail("adamw_multi", "out of host memory", __FILE__, __LINE__);
+        }
+        mb_n = 0;
+        for (int k = 0; k < ns; k++)
+            for (size_t c = 0; c * MS_CHUNK < ms_host[k].n; c++) mb_host[mb_n++] = (ms_blk){k, (unsigned)c};
+        CK(cudaMemcpyAsync(ms_dev, ms_host, (size_t)ns * sizeof(ms_seg), cudaMemcpyHostToDevice,
+                           tr_cuda_stream));
+        CK(cudaMemcpyAsync(mb_dev, mb_host, (size_t)mb_n * sizeof(ms_blk), cudaMemcpyHostToDevice,
+                           tr_cuda_stream));
+        CK(cudaStreamSynchronize(tr_cuda_stream)); /* the host tables may change next call */
+        ms_n = ns;
+    }
+    if (mb_n == 0) return;
+    int copy = (void *)sg[0].param != (void *)sg[0].master;
+    adamw_multi_k<<<(unsigned)mb_n, TPB, 0, tr_cuda_stream>>>(ms_dev, mb_dev, lr, beta1, beta2, eps,
+                                                            1.0f / bc1, 1.0f / bc2, gscale, bf, copy);
+    CK_LAUNCH();
+}
+
 extern "C" void tr_cuda_adamw(int bf, float *master, tr_buf *param, const tr_buf *g, float *m,
                               float *v, size_t n, float lr, float beta1, float beta2, float eps,
                               float wd, float bc1, float bc2, float gscale) {

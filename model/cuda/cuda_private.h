@@ -140,6 +140,8 @@ void tr_cuda_attention_tc_forward(tr_buf *out, float *lse, const tr_buf *qkv, in
 void tr_cuda_attention_tc_backward(tr_buf *dqkv, const tr_buf *dout, const tr_buf *qkv,
                                    const float *lse, const float *D, int B, int T, int H, int KV,
                                    int hd);
+void tr_cuda_adamw_multi(int bf, const tr_adamw_seg *s, int n, float lr, float beta1,
+                         float beta2, float eps, float bc1, float bc2, float gscale);
 /* cuda_linear.cu */
 int tr_cuda_linear_init(char *why, size_t whylen);
 void tr_cuda_linear_gelu_forward(int bf, tr_buf *out, tr_buf *pre, const tr_buf *inp,

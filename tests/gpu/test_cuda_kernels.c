@@ -510,6 +510,38 @@ static void t_optim(size_t n) {
         cmp_s("adamw bf16 working copy = rounded master", gparam, cp, n);
         gpu->free(gparam);
     }
+    /* the same step through adamw_multi, the tensor cut into 3 stretches (the middle one
+       without decay, an odd offset so some stretches are not 16-byte aligned) */
+    float *cp2 = dup(p, n), *cm2 = dup(m, n), *cv2 = dup(v, n);
+    size_t cut[4] = {0, n / 3 + 1, 2 * n / 3, n};
+    float *gp2 = fput(p, n), *gm2 = fput(m, n), *gv2 = fput(v, n);
+    void *gparam2 = bf ? spoison(n) : (void *)gp2;
+    tr_adamw_seg sg[3];
+    for (int k = 0; k < 3; k++) {
+        size_t o = cut[k], len = cut[k + 1] - cut[k];
+        float wd = k == 1 ? 0.0f : 0.1f;
+        cpu->adamw(cp2 + o, cp2 + o, g + o, cm2 + o, cv2 + o, len, 1e-2f, 0.9f, 0.95f, 1e-8f, wd,
+                   0.19f, 0.0975f, 0.5f);
+        sg[k] = (tr_adamw_seg){gp2 + o, tr_buf_at(gpu, gparam2, o), tr_buf_at(gpu, gg, o), gm2 + o,
+                               gv2 + o, len, wd};
+    }
+    for (int rep = 0; rep < 2; rep++) { /* twice: the second call reuses the uploaded tables */
+        if (rep) { /* undo: the same inputs again */
+            gpu->upload(gp2, p, n * 4), gpu->upload(gm2, m, n * 4), gpu->upload(gv2, v, n * 4);
+        }
+        gpu->adamw_multi(sg, 3, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 0.5f);
+    }
+    snprintf(nm, sizeof(nm), "adamw_multi master n%zu", n);
+    cmp_f(nm, gp2, cp2, n, 1e-5);
+    cmp_f("adamw_multi m", gm2, cm2, n, 1e-5);
+    cmp_f("adamw_multi v", gv2, cv2, n, 1e-5);
+    if (bf) {
+        for (size_t i = 0; i < n; i++) cp2[i] = round_st(cp2[i]);
+        cmp_s("adamw_multi bf16 working copy", gparam2, cp2, n);
+        gpu->free(gparam2);
+    }
+    gpu->free(gp2), gpu->free(gm2), gpu->free(gv2);
+    free(cp2), free(cm2), free(cv2);
     gpu->free(gg), gpu->free(gp), gpu->free(gm), gpu->free(gv);
     free(g), free(p), free(m), free(v), free(cp), free(cm), free(cv);
 }
