@@ -59,8 +59,8 @@ struct tr_model {
     size_t n_pad;        /* slab elements, padded to a multiple of the shard count */
     size_t opt_lo, opt_hi; /* this process's optimizer shard of the slab */
     int *ready_op;       /* per parameter: the op after whose backward its gradient is final */
-    tr_grad_hook hook, pre_hook;
-    void *hook_ctx, *pre_ctx;
+    tr_grad_hook hook, pre_hook, partial_hook;
+    void *hook_ctx, *pre_ctx, *partial_ctx;
     tr_buf **gaddr;      /* per parameter: where its gradient lives (the slab, or placed) */
     int external_grads;
     /* ZeRO-3: no parameter slab; this process keeps pieces of it (master and working copy,
@@ -820,6 +820,9 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
                                 ROW(m, x, (size_t)r, (size_t)C), w, n, C, V);
     }
     op_end(m, hi, +1);
+    /* a tied embedding: the head's part of its gradient is done; its backward adds the rest */
+    if (want && m->partial_hook && head->p[0] == m->embed_param)
+        m->partial_hook(m->partial_ctx, head->p[0]);
     be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
     for (int i = 0; i < N; i++)
@@ -956,6 +959,10 @@ void tr_model_set_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx) {
 void tr_model_set_pre_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx) {
     m->pre_hook = fn;
     m->pre_ctx = ctx;
+}
+void tr_model_set_partial_hook(tr_model *m, tr_grad_hook fn, void *ctx) {
+    m->partial_hook = fn;
+    m->partial_ctx = ctx;
 }
 void tr_model_set_grad_addr(tr_model *m, int i, tr_buf *addr) {
     m->gaddr[i] = addr;

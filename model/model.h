@@ -181,6 +181,10 @@ void tr_model_set_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx);
  * or backward, to place its gradient (tr_model_set_grad_addr; zeroed by the caller). */
 void tr_model_set_pre_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx);
 void tr_model_set_grad_addr(tr_model *m, int i, tr_buf *addr);
+/* Called after the head's forward has added its part of a tied embedding's gradient (tensor
+ * i): that part can be reduced now, before the embedding's backward writes the rest (placed
+ * anew by the pre-gradient hook), instead of holding the gradient through the backward. */
+void tr_model_set_partial_hook(tr_model *m, tr_grad_hook fn, void *ctx);
 
 /* external_grads: AdamW over pieces of the slab [lo, hi), each with its gradient (storage
  * dtype, element lo first) and its offset into the optimizer state. */

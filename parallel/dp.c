@@ -190,6 +190,16 @@ static void z2_start(tr_dp *d, bucket *b) {
     }
 }
 
+/* The head's part of a tied embedding's gradient is complete: reduce-scatter its bucket now
+ * (into the same pieces) and free the buffer; the embedding's backward places the bucket
+ * anew, and it is reduced again when complete. One more reduction of that bucket per
+ * micro-step, instead of holding it through the whole backward. */
+static void z2_partial(void *ctx, int param) {
+    tr_dp *d = ctx;
+    bucket *b = &d->b[d->bucket_of[param]];
+    if (d->armed && b->slot >= 0 && !d->ring[b->slot].req) z2_start(d, b);
+}
+
 /* A tensor's gradient is final: its bucket starts when all of its tensors are. Every rank
  * runs the same backward, so buckets start in the same order everywhere. */
 static void on_grad_ready(void *ctx, int param) {
@@ -395,6 +405,7 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         }
         tr_model_set_pieces(m, d->pieces, n);
         tr_model_set_pre_grad_hook(m, z2_place, d);
+        tr_model_set_partial_hook(m, z2_partial, d);
         d->armed = 1; /* every micro-step reduces */
         reset_pending(d);
     }
@@ -412,6 +423,7 @@ void tr_dp_free(tr_dp *d) {
     if (!d) return;
     tr_model_set_grad_hook(d->m, NULL, NULL);
     tr_model_set_pre_grad_hook(d->m, NULL, NULL);
+    tr_model_set_partial_hook(d->m, NULL, NULL);
     if (d->zero == 3) {
         z3_release_all(d);
         tr_model_set_op_hook(d->m, NULL, NULL);
