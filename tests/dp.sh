@@ -184,6 +184,17 @@ else
     echo "skip different data per rank: mount namespaces are not allowed here"
 fi
 
+# a slow rank (30 ms more per step) is named as the one the others waited for, in the table
+# and in ranks.json; every step's metrics hold each rank's compute time
+TR_FAULT_SLOW_RANK=1:30 timeout 120 mpirun -np 2 "$T" run "$R" --out "$tmp/slow" --peak-gflops 10 >"$tmp/slow.log" 2>&1
+if grep -q "^rank 1 computed longest" "$tmp/slow.log" && [ "$(grep -c '"rank":' "$tmp/slow/ranks.json")" -eq 2 ] &&
+    [ "$(grep -c '"rank_compute_s": \[[0-9.]*, [0-9.]*\]' "$tmp/slow/metrics.jsonl")" -eq 20 ] &&
+    /usr/bin/env python3 -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(not (r[1]['compute_s'] > r[0]['compute_s'] + 0.4 and r[0]['wait_s'] > 0.4))" "$tmp/slow/ranks.json"; then
+    echo "ok   a slow rank is named: $(grep '^rank 1 computed longest' "$tmp/slow.log")"
+else
+    echo "FAIL slow rank not identified"; tail -6 "$tmp/slow.log"; fail=1
+fi
+
 # a rank killed mid-run: every other rank exits within the timeout, with a line naming a rank
 start=$(date +%s)
 TR_FAULT_KILL_AFTER_STEP=5 TR_FAULT_KILL_RANK=1 timeout 120 mpirun -np 2 "$T" run "$R" --timeout 10 \

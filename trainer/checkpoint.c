@@ -544,7 +544,7 @@ void tr_st_close(tr_st_file *f) {
 }
 
 /* JSON string with the escapes safetensors names could need. */
-static void put_json_string(FILE *f, const char *s) {
+void tr_json_write_string(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\')
@@ -569,9 +569,9 @@ static unsigned char *st_header(const tr_st_tensor *t, int n, const char *const 
         fputs("\"__metadata__\":{", f);
         for (int i = 0; meta[i]; i += 2) {
             if (i) fputc(',', f);
-            put_json_string(f, meta[i]);
+            tr_json_write_string(f, meta[i]);
             fputc(':', f);
-            put_json_string(f, meta[i + 1]);
+            tr_json_write_string(f, meta[i + 1]);
         }
         fputc('}', f);
     }
@@ -579,7 +579,7 @@ static unsigned char *st_header(const tr_st_tensor *t, int n, const char *const 
     for (int i = 0; i < n; i++) {
         size_t numel = (size_t)t[i].shape[0] * (size_t)(t[i].ndim > 1 ? t[i].shape[1] : 1);
         if (i || (meta && meta[0])) fputc(',', f);
-        put_json_string(f, t[i].name);
+        tr_json_write_string(f, t[i].name);
         fprintf(f, ":{\"dtype\":\"F32\",\"shape\":[%ld", t[i].shape[0]);
         if (t[i].ndim > 1) fprintf(f, ",%ld", t[i].shape[1]);
         fprintf(f, "],\"data_offsets\":[%zu,%zu]}", off, off + numel * 4);

@@ -49,6 +49,8 @@ typedef struct tr_json {
 /* Parse text[0..len) into *out; -1 with a message naming the byte offset. */
 int tr_json_parse(tr_json *out, const char *text, size_t len, char *err, size_t errlen);
 const tr_json *tr_json_get(const tr_json *obj, const char *key);
+/* s as a JSON string literal (quotes and escapes) on f. */
+void tr_json_write_string(FILE *f, const char *s);
 void tr_json_free(tr_json *j);
 
 /* ---- safetensors --------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "data/corpus.h"
@@ -117,6 +118,66 @@ static void write_sample(run_state *s, const char *outdir, int writer) {
     free(buf);
 }
 
+/* ---- what each rank contributed ---------------------------------------------------------- */
+
+typedef struct {
+    double compute_s, wait_s, data_s;
+    long steps;
+} rank_ledger;
+
+typedef struct {
+    double compute_s, wait_s, data_s, steps;
+    char host[64], device[96];
+} rank_row;
+
+/* Every rank's ledger to rank 0, which prints a table and writes OUT/ranks.json: where the
+ * time went on each rank, and which rank the others waited for. -1 when out of memory. */
+static int rank_table(tr_comm *world, const rank_ledger *led, const char *device, const char *out) {
+    int n = tr_comm_size(world), me = tr_comm_rank(world);
+    rank_row row, *rows = calloc((size_t)n, sizeof(rank_row));
+    if (!rows) return -1;
+    memset(&row, 0, sizeof(row));
+    row.compute_s = led->compute_s, row.wait_s = led->wait_s, row.data_s = led->data_s;
+    row.steps = (double)led->steps;
+    if (gethostname(row.host, sizeof(row.host) - 1)) snprintf(row.host, sizeof(row.host), "?");
+    snprintf(row.device, sizeof(row.device), "%.95s", device);
+    tr_comm_all_gather(world, &row, rows, sizeof(rank_row), TR_COMM_BYTE);
+    if (me == 0) {
+        int slow = 0, fast = 0;
+        for (int k = 1; k < n; k++) {
+            if (rows[k].compute_s > rows[slow].compute_s) slow = k;
+            if (rows[k].compute_s < rows[fast].compute_s) fast = k;
+        }
+        printf("per rank, over %.0f steps: seconds computing | waiting (communication, other "
+               "ranks) | waiting for data\n", rows[0].steps);
+        for (int k = 0; k < n; k++)
+            printf("  rank %-3d %-16.16s %8.2f %8.2f %8.3f   %.60s\n", k, rows[k].host,
+                   rows[k].compute_s, rows[k].wait_s, rows[k].data_s, rows[k].device);
+        if (rows[slow].compute_s > 1.1 * rows[fast].compute_s)
+            printf("rank %d computed longest (%.2f s against %.2f s on rank %d): the others waited "
+                   "for it\n", slow, rows[slow].compute_s, rows[fast].compute_s, fast);
+        char path[TR_PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%s/ranks.json", out);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "[\n");
+            for (int k = 0; k < n; k++) {
+                fprintf(f, "  {\"rank\": %d, \"host\": ", k);
+                tr_json_write_string(f, rows[k].host);
+                fprintf(f, ", \"device\": ");
+                tr_json_write_string(f, rows[k].device);
+                fprintf(f, ", \"steps\": %.0f, \"compute_s\": %.4f, \"wait_s\": %.4f, "
+                        "\"data_wait_s\": %.4f}%s\n", rows[k].steps, rows[k].compute_s,
+                        rows[k].wait_s, rows[k].data_s, k + 1 < n ? "," : "");
+            }
+            fprintf(f, "]\n");
+            fclose(f);
+        }
+    }
+    free(rows);
+    return 0;
+}
+
 /* --resume: the newest checkpoint in OUT that verifies, if the recipe still matches it. Restores
  * the parameters, the AdamW state and step count, and the loader position; *start is the
  * number of steps done. */
@@ -209,6 +270,7 @@ int tr_cmd_run(int argc, char **argv) {
     FILE *metrics = NULL;
     tr_ckpt_writer *ckw = NULL;
     tr_dp *dp = NULL;
+    double *all_steps = NULL; /* every rank's figures of the last step */
     const char *out = r.train.out;
     const tr_parallel_desc *par = &r.parallel;
     int zero = par->zero < 0 ? 0 : par->zero;
@@ -374,6 +436,16 @@ int tr_cmd_run(int argc, char **argv) {
     long kill_step = kill_env && *kill_env ? atol(kill_env) : -1;
     const char *kill_rank = getenv("TR_FAULT_KILL_RANK"); /* tests: only this rank dies */
     if (kill_rank && *kill_rank && atoi(kill_rank) != rank) kill_step = -1;
+    /* tests: TR_FAULT_SLOW_RANK=R:MS makes rank R MS milliseconds slower every step */
+    const char *slow_env = getenv("TR_FAULT_SLOW_RANK");
+    long slow_ms = 0;
+    if (slow_env && *slow_env && atoi(slow_env) == rank && strchr(slow_env, ':'))
+        slow_ms = atol(strchr(slow_env, ':') + 1);
+    /* what this rank did: computing, waiting (communication, and other ranks to catch up),
+       waiting for data; per step (metrics.jsonl) and in all (the table at the end) */
+    rank_ledger led = {0};
+    all_steps = malloc((size_t)nranks * 3 * sizeof(double));
+    if (!all_steps) goto done;
     for (int step = start_step; step < r.train.steps; step++) {
         if (step == kill_step && step > start_step) {
             tr_ckpt_wait(ckw, err, sizeof(err));
@@ -382,7 +454,7 @@ int tr_cmd_run(int argc, char **argv) {
             fflush(NULL);
             raise(SIGKILL); /* as if killed after the step that saved */
         }
-        double t0 = tr_now();
+        double t0 = tr_now(), c0 = tr_comm_wait_seconds(), w0 = tr_loader_wait_seconds(s.loader);
         float lr = lr_at(&r, step);
         tr_model_zero_grad(s.model);
         double loss = 0;
@@ -397,6 +469,10 @@ int tr_cmd_run(int argc, char **argv) {
             if (a == accum - 1) tr_dp_arm(dp); /* reduce buckets during the last backward */
             tr_model_backward(s.model);
             tr_dp_micro_end(dp);
+        }
+        if (slow_ms > 0) {
+            struct timespec ts = {slow_ms / 1000, (slow_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
         }
         tr_dp_sync_grads(dp);
         loss = tr_dp_sum(dp, loss / accum) / nranks;
@@ -415,6 +491,10 @@ int tr_cmd_run(int argc, char **argv) {
         tr_dp_step(dp, &opt);
         double dt = tr_now() - t0;
         t_train += dt;
+        double mine[3] = {0, tr_comm_wait_seconds() - c0, tr_loader_wait_seconds(s.loader) - w0};
+        mine[0] = dt - mine[1] - mine[2];
+        led.compute_s += mine[0], led.wait_s += mine[1], led.data_s += mine[2], led.steps++;
+        if (nranks > 1) tr_comm_all_gather(world, mine, all_steps, 3, TR_COMM_F64);
         double tps = (double)tokens_step / dt, gflops = flops_tok * tps / 1e9;
         double mfu = gflops / (peak * nranks); /* every rank brings its own peak */
 
@@ -439,8 +519,12 @@ int tr_cmd_run(int argc, char **argv) {
                     "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
                     "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"mfu\": %.4f",
                     step + 1, loss, lr, norm, tps, gflops, mfu);
-            if (nranks > 1)
-                fprintf(metrics, ", \"comm_hidden\": %.4f", tr_dp_hidden_fraction(dp));
+            if (nranks > 1) {
+                fprintf(metrics, ", \"comm_hidden\": %.4f, \"rank_compute_s\": [", tr_dp_hidden_fraction(dp));
+                for (int k = 0; k < nranks; k++)
+                    fprintf(metrics, "%s%.4f", k ? ", " : "", all_steps[3 * k]);
+                fprintf(metrics, "]");
+            }
             if (do_eval) fprintf(metrics, ", \"val_loss\": %.6f", val);
             fprintf(metrics, "}\n");
             fflush(metrics);
@@ -518,6 +602,7 @@ int tr_cmd_run(int argc, char **argv) {
     }
     /* ZeRO-3: every rank takes part in the sampling forwards (they gather the parameters);
        all draw the same tokens, rank 0 writes them */
+    if (nranks > 1 && rank_table(world, &led, device_desc, out)) goto done;
     if (rank == 0 || zero == 3) write_sample(&s, out, rank == 0);
     const char *dump = getenv("TR_DUMP_PARAMS"); /* tests: the final parameters, raw fp32 */
     if (dump && *dump) {
@@ -543,6 +628,7 @@ done:
     if (metrics) fclose(metrics);
     free(s.inputs);
     free(s.targets);
+    free(all_steps);
     tr_dp_free(dp); /* before the model: it unhooks itself from it */
     tr_model_free(s.model);
     tr_loader_free(s.loader);
