@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "data/shard.h"
+#include "data/json.h"
 #include "data/tokenizer_private.h"
 
 #define CHUNK_MAX (1 << 20)
@@ -249,7 +250,7 @@ static int encode_jsonl(job *j, const chunk *c, int *ids, size_t *nids, char **e
         size_t e = i;
         while (e < c->len && s[e] != '\n')
             e++;
-        tr_json js = {.s = s + i, .n = e - i};
+        tr_json_cur js = {.s = s + i, .n = e - i};
         tr_json_ws(&js);
         if (js.i == js.n) { /* blank line */
             i = e + 1;

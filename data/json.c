@@ -1,8 +1,9 @@
-/* A small, strict JSON reader: enough for GPT-2's encoder.json (one object of string keys to
- * integers) and JSONL corpora (one object per line with a text field). Strings are checked to
- * be valid UTF-8 and \u escapes, surrogate pairs included, are decoded to UTF-8; a lone
- * surrogate is an error. Every error records a message and the byte offset. */
-#include <stdio.h>
+/* The JSON reader (see data/json.h): a strict cursor, and a tree built on it. Strings are
+ * checked to be valid UTF-8 and \u escapes, surrogate pairs included, are decoded to UTF-8; a
+ * lone surrogate is an error. Every error records a message and the byte offset. */
+#include "data/json.h"
+
+#include <stdlib.h>
 #include <string.h>
 
 #include "data/tokenizer_private.h"
@@ -39,21 +40,21 @@ int tr_utf8_decode(const unsigned char *s, size_t n, unsigned *cp)
     return len;
 }
 
-static int fail(tr_json *j, size_t at, const char *msg)
+static int fail(tr_json_cur *j, size_t at, const char *msg)
 {
     snprintf(j->err, sizeof j->err, "%s", msg);
     j->at = at;
     return -1;
 }
 
-void tr_json_ws(tr_json *j)
+void tr_json_ws(tr_json_cur *j)
 {
     while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' ||
                            j->s[j->i] == '\r'))
         j->i++;
 }
 
-int tr_json_expect(tr_json *j, char c)
+int tr_json_expect(tr_json_cur *j, char c)
 {
     tr_json_ws(j);
     if (j->i >= j->n || j->s[j->i] != c) {
@@ -68,7 +69,7 @@ int tr_json_expect(tr_json *j, char c)
     return 0;
 }
 
-static int hex4(tr_json *j, unsigned *v)
+static int hex4(tr_json_cur *j, unsigned *v)
 {
     if (j->i + 4 > j->n)
         return fail(j, j->i, "truncated \\u escape");
@@ -110,7 +111,7 @@ static size_t put_utf8(unsigned cp, char *o)
     return 4;
 }
 
-int tr_json_string(tr_json *j, char *out, size_t cap, size_t *len)
+int tr_json_string(tr_json_cur *j, char *out, size_t cap, size_t *len)
 {
     if (tr_json_expect(j, '"'))
         return -1;
@@ -184,7 +185,7 @@ int tr_json_string(tr_json *j, char *out, size_t cap, size_t *len)
     return 0;
 }
 
-int tr_json_int(tr_json *j, long *v)
+int tr_json_int(tr_json_cur *j, long *v)
 {
     tr_json_ws(j);
     size_t at = j->i;
@@ -207,7 +208,7 @@ int tr_json_int(tr_json *j, long *v)
     return 0;
 }
 
-static int skip_value(tr_json *j, int depth)
+static int skip_value(tr_json_cur *j, int depth)
 {
     tr_json_ws(j);
     if (j->i >= j->n)
@@ -279,7 +280,134 @@ static int skip_value(tr_json *j, int depth)
     return 0;
 }
 
-int tr_json_skip(tr_json *j)
+int tr_json_skip(tr_json_cur *j)
 {
     return skip_value(j, 0);
+}
+
+/* ---- the tree ------------------------------------------------------------------------------ */
+
+static int tree_value(tr_json_cur *c, tr_json *v, int depth);
+
+/* a string of any length: measured first, then read into a buffer of its size */
+static int tree_string(tr_json_cur *c, char **out) {
+    size_t at = c->i, len;
+    if (tr_json_string(c, NULL, 0, &len)) return -1;
+    c->i = at;
+    char *b = malloc(len + 1);
+    if (!b) return fail(c, at, "out of memory");
+    if (tr_json_string(c, b, len, &len)) {
+        free(b);
+        return -1;
+    }
+    b[len] = 0;
+    *out = b;
+    return 0;
+}
+
+static int tree_container(tr_json_cur *c, tr_json *v, int obj, int depth) {
+    v->type = obj ? TR_JSON_OBJ : TR_JSON_ARR;
+    char close = obj ? '}' : ']';
+    c->i++;
+    tr_json_ws(c);
+    if (c->i < c->n && c->s[c->i] == close) {
+        c->i++;
+        return 0;
+    }
+    int cap = 0;
+    for (;;) {
+        if (v->n == cap) {
+            cap = cap ? 2 * cap : 8;
+            tr_json *k = realloc(v->kids, (size_t)cap * sizeof(tr_json));
+            if (!k) return fail(c, c->i, "out of memory");
+            v->kids = k;
+        }
+        tr_json *k = &v->kids[v->n++];
+        memset(k, 0, sizeof(*k));
+        if (obj) {
+            tr_json_ws(c);
+            if (c->i >= c->n || c->s[c->i] != '"') return fail(c, c->i, "expected a member name");
+            if (tree_string(c, &k->key) || tr_json_expect(c, ':')) return -1;
+        }
+        if (tree_value(c, k, depth + 1)) return -1;
+        tr_json_ws(c);
+        if (c->i < c->n && c->s[c->i] == ',') {
+            c->i++;
+            continue;
+        }
+        return tr_json_expect(c, close);
+    }
+}
+
+static int tree_value(tr_json_cur *c, tr_json *v, int depth) {
+    tr_json_ws(c);
+    if (c->i >= c->n) return fail(c, c->i, "expected a value, got the end of the text");
+    if (depth > MAX_DEPTH) return fail(c, c->i, "nested too deep");
+    char ch = c->s[c->i];
+    if (ch == '{' || ch == '[') return tree_container(c, v, ch == '{', depth);
+    if (ch == '"') {
+        v->type = TR_JSON_STR;
+        return tree_string(c, &v->str);
+    }
+    size_t at = c->i;
+    if (tr_json_skip(c)) return -1; /* true, false, null or a number, checked */
+    if (ch == 't' || ch == 'f') {
+        v->type = TR_JSON_BOOL;
+        v->num = ch == 't';
+    } else if (ch == 'n') {
+        v->type = TR_JSON_NULL;
+    } else {
+        char buf[64];
+        size_t l = c->i - at;
+        if (l >= sizeof(buf)) return fail(c, at, "number too long");
+        memcpy(buf, c->s + at, l);
+        buf[l] = 0;
+        v->type = TR_JSON_NUM;
+        v->num = strtod(buf, NULL);
+    }
+    return 0;
+}
+
+void tr_json_free(tr_json *j) {
+    if (!j) return;
+    for (int i = 0; i < j->n; i++) tr_json_free(&j->kids[i]);
+    free(j->kids);
+    free(j->key);
+    free(j->str);
+    memset(j, 0, sizeof(*j));
+}
+
+int tr_json_parse(tr_json *out, const char *text, size_t len, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    tr_json_cur c = {.s = text, .n = len};
+    int rc = tree_value(&c, out, 0);
+    if (!rc) {
+        tr_json_ws(&c);
+        if (c.i < c.n && text[c.i] != 0) rc = fail(&c, c.i, "trailing characters");
+    }
+    if (rc) {
+        snprintf(err, errlen, "JSON: %s at byte %zu", c.err, c.at);
+        tr_json_free(out);
+    }
+    return rc;
+}
+
+const tr_json *tr_json_get(const tr_json *obj, const char *key) {
+    if (!obj || obj->type != TR_JSON_OBJ) return NULL;
+    for (int i = 0; i < obj->n; i++)
+        if (!strcmp(obj->kids[i].key, key)) return &obj->kids[i];
+    return NULL;
+}
+
+void tr_json_write_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/json.h"
 #include "data/tokenizer_private.h"
 
 #define GPT2_EOT "<|endoftext|>"
@@ -145,7 +146,7 @@ static int load_encoder(tr_tokenizer *t, const char *path, const int *from_cp, c
     char *text = read_file(path, &n, err, errlen);
     if (!text)
         return -1;
-    tr_json j = {.s = text, .n = n};
+    tr_json_cur j = {.s = text, .n = n};
     int rc = -1, cap = 1 << 16, count = 0;
     size_t blob_cap = 1 << 20, blob_len = 0;
     t->blob = malloc(blob_cap);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/json.h"
 #include "data/loader.h"
 #include "dsl/recipe.h"
 #include "model/model.h"
@@ -32,26 +33,6 @@ uint32_t tr_crc32c(uint32_t crc, const void *data, size_t n);
 
 /* SHA-256 (FIPS 180-4) of data as 64 lowercase hex digits. */
 void tr_sha256_hex(const void *data, size_t n, char hex[65]);
-
-/* ---- JSON (safetensors headers, config.json) --------------------------------------------- */
-
-typedef enum { TR_JSON_NULL = 0, TR_JSON_BOOL, TR_JSON_NUM, TR_JSON_STR, TR_JSON_ARR, TR_JSON_OBJ } tr_json_type;
-
-typedef struct tr_json {
-    tr_json_type type;
-    char *key;  /* member name inside an object */
-    char *str;  /* STR */
-    double num; /* NUM, BOOL */
-    int n;      /* ARR, OBJ: members */
-    struct tr_json *kids;
-} tr_json;
-
-/* Parse text[0..len) into *out; -1 with a message naming the byte offset. */
-int tr_json_parse(tr_json *out, const char *text, size_t len, char *err, size_t errlen);
-const tr_json *tr_json_get(const tr_json *obj, const char *key);
-/* s as a JSON string literal (quotes and escapes) on f. */
-void tr_json_write_string(FILE *f, const char *s);
-void tr_json_free(tr_json *j);
 
 /* ---- safetensors --------------------------------------------------------------------------
  * u64 little-endian header length N, N bytes of JSON {"name": {"dtype", "shape",
