@@ -65,7 +65,7 @@ static void bench_pointwise(const tr_backend *be, int N, int C, int V) {
     int *tg = malloc(sizeof(int) * N);
     for (int i = 0; i < N; i++) tg[i] = i % V;
     float *lg = frand_vec((size_t)N * V, 5), *loss = malloc(sizeof(float) * N);
-    TIME_BEST(t, 5, be->softmax_xent(lg, loss, tg, N, V, 1.0f / N, 1));
+    TIME_BEST(t, 5, be->softmax_xent(lg, loss, tg, N, V, V, 1.0f / N, 1));
     printf("softmax_xent N=%d V=%d: %.3f ms\n", N, V, t * 1e3);
     free(tg), free(lg), free(loss);
 }

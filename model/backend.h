@@ -37,6 +37,9 @@ typedef struct {
 typedef struct tr_backend {
     const char *name;
     tr_dtype dtype; /* storage dtype of every tr_buf */
+    /* the model pads the vocabulary dimension of the LM head's products to a multiple of this
+     * (1: no padding): aligned rows for the GPU's matrix kernels */
+    int pad_vocab;
 
     /* memory */
     void *(*alloc)(size_t bytes); /* zeroed, 64-byte aligned; NULL on failure */
@@ -110,10 +113,10 @@ typedef struct tr_backend {
     /* out = a + b (out may alias a or b) */
     void (*add)(tr_buf *out, const tr_buf *a, const tr_buf *b, size_t n);
 
-    /* Softmax cross entropy over V classes, in place: logits (N,V) become
-     * dloss/dlogits * dscale (only when want_grad), losses (N) get -log p[target].
-     * A target < 0 is ignored (loss 0, gradient 0). */
-    void (*softmax_xent)(tr_buf *logits, float *losses, const int *targets, int N, int V,
+    /* Softmax cross entropy over V classes, in place: logits (N rows of ld >= V, the first V
+     * the classes) become dloss/dlogits * dscale (only when want_grad; columns V..ld-1 then
+     * 0), losses (N) get -log p[target]. A target < 0 is ignored (loss 0, gradient 0). */
+    void (*softmax_xent)(tr_buf *logits, float *losses, const int *targets, int N, int V, int ld,
                          float dscale, int want_grad);
 
     /* Optional fusions (NULL: the model runs the parts one by one). Each must give what its

@@ -78,6 +78,7 @@ struct tr_model {
     int cap_segs;
     int n_attention;
     size_t head_rows; /* rows of logits computed at once */
+    int Vp;           /* the vocabulary padded for the head's products (>= desc.vocab) */
     int head_param;   /* parameter index of the head's weight (embedding's when tied) */
     int embed_param;
     /* backend memory; tr_buf in the storage dtype, float always fp32 */
@@ -161,11 +162,20 @@ static int param_add(builder *b, const char *prefix, const char *name, int ndim,
     p->shape[1] = ndim > 1 ? s1 : 1;
     p->numel = (size_t)s0 * (size_t)p->shape[1];
     p->offset = m->n_floats;
+    p->extent = p->numel;
     p->decay = ndim >= 2;
     p->init_std = std;
     p->init_one = one;
     m->n_floats += align16(p->numel);
     return m->n_params++;
+}
+
+/* A vocabulary matrix (V, C) just added: reserve Vp rows for it in the slab, the padding rows
+ * zero (the head's products run over Vp rows). */
+static void pad_rows(tr_model *m, int i) {
+    tr_param *p = &m->params[i];
+    p->extent = (size_t)m->Vp * (size_t)p->shape[1];
+    m->n_floats = p->offset + align16(p->extent);
 }
 
 static int count_attention(const tr_node *n) {
@@ -244,6 +254,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
     case TR_NODE_EMBEDDING:
         op = op_push(b, OP_EMBED, n);
         op->p[0] = param_add(b, prefix, "weight", 2, V, C, std, 0);
+        pad_rows(m, op->p[0]);
         m->embed_param = op->p[0];
         op->out = act_take(b, (size_t)C);
         return op->out;
@@ -303,6 +314,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
             op->p[0] = m->embed_param;
         } else {
             op->p[0] = param_add(b, prefix, "weight", 2, V, C, std, 0);
+            pad_rows(m, op->p[0]);
         }
         m->head_param = op->p[0];
         op->in = cur;
@@ -333,6 +345,8 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     m->maxB = B;
     m->maxT = T;
     m->embed_param = m->head_param = -1;
+    int pad = o->pad_vocab > 0 ? o->pad_vocab : m->be && m->be->pad_vocab > 0 ? m->be->pad_vocab : 1;
+    m->Vp = (desc->vocab + pad - 1) / pad * pad;
     m->n_attention = count_attention(root);
     builder b = {.m = m, .N = (size_t)B * (size_t)T};
     flatten(&b, root, "", 0);
@@ -347,7 +361,7 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     m->stat_floats = b.stat_cursor;
     /* logits chunk: as many rows as fit in 8M floats, so a 50k vocabulary never needs the
        whole (N, V) matrix */
-    size_t rows = (size_t)(8u << 20) / (size_t)desc->vocab;
+    size_t rows = (size_t)(8u << 20) / (size_t)m->Vp;
     if (rows < 1) rows = 1;
     if (rows > b.N) rows = b.N;
     m->head_rows = rows;
@@ -381,7 +395,7 @@ static tr_memory memory_of(const tr_model *m) {
     mem.optimizer = 2 * (m->opt_hi - m->opt_lo) * F;
     mem.activations =
         (m->act_floats + m->tact_floats) * es + (m->stat_floats + m->tstat_floats) * F;
-    mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->desc.vocab +
+    mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->Vp +
                    2 * (size_t)(m->max_depth + 1) * align16(N * C)) *
                       es +
                   align16(N) * F + 2 * N * sizeof(int);
@@ -436,7 +450,7 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     m->tstats = be->alloc((m->tstat_floats ? m->tstat_floats : 16) * F);
     m->scratch1 = be->alloc(align16(m->width_scratch * N) * es);
     m->scratch2 = be->alloc(align16(m->width_scratch * N) * es);
-    m->logits = be->alloc(m->head_rows * (size_t)desc->vocab * es);
+    m->logits = be->alloc(m->head_rows * (size_t)m->Vp * es);
     m->losses = be->alloc(align16(N) * F);
     m->tokens = be->alloc(N * sizeof(int));
     m->targets = be->alloc(N * sizeof(int));
@@ -813,11 +827,11 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
     float dscale = grad_scale / (float)N;
     for (int r = 0; r < N; r += (int)m->head_rows) {
         int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
-        be->linear_forward(m->logits, ROW(m, x, (size_t)r, (size_t)C), w, NULL, n, C, V);
-        be->softmax_xent(m->logits, m->losses + r, m->targets + r, n, V, dscale, want);
+        be->linear_forward(m->logits, ROW(m, x, (size_t)r, (size_t)C), w, NULL, n, C, m->Vp);
+        be->softmax_xent(m->logits, m->losses + r, m->targets + r, n, V, m->Vp, dscale, want);
         if (want)
             be->linear_backward(ROW(m, dx, (size_t)r, (size_t)C), dw, NULL, m->logits,
-                                ROW(m, x, (size_t)r, (size_t)C), w, n, C, V);
+                                ROW(m, x, (size_t)r, (size_t)C), w, n, C, m->Vp);
     }
     op_end(m, hi, +1);
     /* a tied embedding: the head's part of its gradient is done; its backward adds the rest */
@@ -1084,7 +1098,7 @@ void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *l
     op_begin(m, (int)(head - m->ops), +1);
     for (int b = 0; b < B; b++) {
         const tr_buf *x = ROW(m, ACT(m, head->in), (size_t)b * T + (size_t)(T - 1), (size_t)C);
-        be->linear_forward(m->logits, x, P(m, head->p[0]), NULL, 1, C, V);
+        be->linear_forward(m->logits, x, P(m, head->p[0]), NULL, 1, C, m->Vp);
         be->from_storage(logits + (size_t)b * V, m->logits, (size_t)V);
     }
     op_end(m, (int)(head - m->ops), +1);
@@ -1099,8 +1113,10 @@ void tr_model_all_logits(tr_model *m, const int *tokens, int B, int T, float *lo
     for (int r = 0; r < N; r += (int)m->head_rows) {
         int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
         be->linear_forward(m->logits, ROW(m, ACT(m, head->in), (size_t)r, (size_t)C),
-                           P(m, head->p[0]), NULL, n, C, V);
-        be->from_storage(logits + (size_t)r * V, m->logits, (size_t)n * V);
+                           P(m, head->p[0]), NULL, n, C, m->Vp);
+        for (int i = 0; i < n; i++) /* the V real columns of each row */
+            be->from_storage(logits + (size_t)(r + i) * V,
+                             tr_buf_at(be, m->logits, (size_t)i * (size_t)m->Vp), (size_t)V);
     }
     op_end(m, (int)(head - m->ops), +1);
 }
@@ -1170,7 +1186,7 @@ void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *log
             be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]),
                                1, H * hd, C);
         } else if (op->kind == OP_HEAD) {
-            be->linear_forward(m->logits, ACT(m, op->in), P(m, op->p[0]), NULL, 1, C, V);
+            be->linear_forward(m->logits, ACT(m, op->in), P(m, op->p[0]), NULL, 1, C, m->Vp);
             be->from_storage(logits, m->logits, (size_t)V);
             op_end(m, i, +1);
             return;

@@ -45,6 +45,8 @@ typedef struct {
     int shape[2];
     size_t offset; /* in elements, into the parameter (and gradient, master, m, v) slabs */
     size_t numel;
+    size_t extent; /* elements the slab reserves from offset: numel, or more for a vocabulary
+                      matrix whose rows are padded (pad_vocab; the padding rows stay 0) */
     int decay;     /* weight decay applies (matrices only) */
     float init_std; /* 0 with init_one = 1: ones; 0: zeros */
     int init_one;
@@ -77,6 +79,10 @@ typedef struct {
      * optimizer state by tr_model_alloc_optim) and the op hook places each op's parameters
      * (tr_model_set_param_addr) before the op reads them. */
     int external_params;
+    /* pad the vocabulary dimension of the LM head's products to a multiple of this (0: the
+     * backend's pad_vocab). Padding rows of the embedding / head matrix are zero and get zero
+     * gradients; losses, logits and checkpoints are those of the V real classes. */
+    int pad_vocab;
 } tr_model_opts;
 
 /* Build a model for micro-batches of at most B sequences of at most T tokens (T <= seq_len).

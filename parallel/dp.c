@@ -364,10 +364,10 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
     for (int i = np - 1; i >= 0; i--) {
         const tr_param *p = tr_model_param(m, i);
         if (elems == 0) {
-            hi_el = p->offset + p->numel;
+            hi_el = p->offset + p->extent; /* with a padded vocabulary's rows */
             hi_param = i;
         }
-        elems += p->numel;
+        elems += p->extent;
         d->bucket_of[i] = d->n_buckets;
         if (elems * sizeof(float) >= bucket_bytes || i == 0) {
             d->b[d->n_buckets++] = (bucket){.lo_param = i, .hi_param = hi_param, .lo = p->offset,

@@ -67,6 +67,19 @@ for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1" "2 2 0" "4 2 0" "2 2 
     [ "$1" -eq 1 ] || grep -q '"comm_hidden"' "$tmp/$name/metrics.jsonl" || { echo "FAIL $name: no comm_hidden metric"; fail=1; }
 done
 
+# the vocabulary padded as on a GPU (rows of the tied embedding past 256, up to 384): buckets,
+# pieces and gathers include the padding rows; still the single process's losses and weights
+for z in 2 3; do
+    name="np2_zero${z}_padvocab"
+    TR_PAD_VOCAB=384 run "$name" 2 "$z" 0 --set bucket=16 || continue
+    if e=$(cmp_losses "$tmp/$name/metrics.jsonl" "$tmp/single/metrics.jsonl") &&
+        p=$(cmp_params "$tmp/$name.params" "$tmp/single.params"); then
+        echo "ok   $name: losses ($e) and final parameters ($p) equal one process"
+    else
+        echo "FAIL $name: losses ${e:-} params ${p:-}"; fail=1
+    fi
+done
+
 # ZeRO-3 under full and selective recompute (the repeated forwards gather again), and sampling
 # at the end (every rank takes part: the same tokens as one process)
 run single_sample 1 0 0 --set sample=40 || exit 1

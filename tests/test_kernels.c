@@ -682,18 +682,33 @@ static void test_xent(int N, int V, float lo, float hi, int fd) {
     xent_b(&o, x, R, dx);
     float *lf = fpoison(N), *g = xmalloc(sizeof(float) * o.nx);
     memcpy(g, xf, sizeof(float) * o.nx);
-    be->softmax_xent(g, lf, tgt, N, V, dscale, 1);
+    be->softmax_xent(g, lf, tgt, N, V, V, dscale, 1);
     snprintf(nm, sizeof nm, "softmax_xent loss N=%d V=%d logits in [%g,%g]", N, V, lo, hi);
     check(nm, lf, out, N, TOL_FWD);
     snprintf(nm, sizeof nm, "softmax_xent grad N=%d V=%d", N, V);
     check(nm, g, dx, o.nx, TOL_BWD);
     for (int n = 0; n < N; n++) lf[n] = NAN;
     memcpy(g, xf, sizeof(float) * o.nx);
-    be->softmax_xent(g, lf, tgt, N, V, dscale, 0);
+    be->softmax_xent(g, lf, tgt, N, V, V, dscale, 0);
     snprintf(nm, sizeof nm, "softmax_xent loss only (logits untouched) N=%d V=%d", N, V);
     check(nm, lf, out, N, TOL_FWD);
     check_true("softmax_xent want_grad=0 leaves logits unchanged",
                memcmp(g, xf, sizeof(float) * o.nx) == 0);
+    /* rows padded to ld (garbage in the padding): the same bits, and 0 in the padding */
+    int ld = V + 13;
+    float *gp = fvec((size_t)N * ld, 1e3f, 2e3f), *lp = fpoison(N), *g1 = xmalloc(sizeof(float) * o.nx);
+    for (int n = 0; n < N; n++) memcpy(gp + (size_t)n * ld, xf + (size_t)n * V, sizeof(float) * V);
+    memcpy(g1, xf, sizeof(float) * o.nx);
+    be->softmax_xent(g1, lf, tgt, N, V, V, dscale, 1);
+    be->softmax_xent(gp, lp, tgt, N, V, ld, dscale, 1);
+    int same = memcmp(lp, lf, sizeof(float) * N) == 0, zero = 1;
+    for (int n = 0; n < N; n++) {
+        same &= memcmp(gp + (size_t)n * ld, g1 + (size_t)n * V, sizeof(float) * V) == 0;
+        for (int j = V; j < ld; j++) zero &= gp[(size_t)n * ld + j] == 0.0f;
+    }
+    snprintf(nm, sizeof nm, "softmax_xent rows padded to %d: same bits, padding 0", ld);
+    check_true(nm, same && zero);
+    free(gp), free(lp), free(g1);
     free(tgt), free(xf), free(x), free(R), free(out), free(dx), free(lf), free(g);
 }
 
@@ -810,7 +825,7 @@ static void test_xent_extreme(void) {
     for (int j = 0; j < V; j++) mx = xd[j] > mx ? xd[j] : mx;
     for (int j = 0; j < V; j++) s += exp(xd[j] - mx);
     double ref = log(s) + mx - xd[t];
-    be->softmax_xent(x, loss, &t, 1, V, 1.0f, 1);
+    be->softmax_xent(x, loss, &t, 1, V, V, 1.0f, 1);
     int finite = isfinite(loss[0]);
     double gsum = 0;
     for (int j = 0; j < V; j++) finite &= isfinite(x[j]), gsum += x[j];

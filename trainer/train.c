@@ -358,6 +358,8 @@ int tr_cmd_run(int argc, char **argv) {
     tr_model_opts mopts = {.B = s.B, .T = s.T, .recompute = (tr_recompute)r.train.recompute,
                            .shards = zero == 1 ? nranks : 1, .shard = rank,
                            .external_grads = zero == 2, .external_params = zero == 3};
+    const char *padv = getenv("TR_PAD_VOCAB"); /* tests: the GPU's vocabulary padding on the CPU */
+    if (padv && *padv) mopts.pad_vocab = atoi(padv);
     if (tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err)) ||
         tr_dp_init(&dp, s.model, world, zero, (size_t)r.parallel.bucket_kb << 10, err,
                    sizeof(err))) {

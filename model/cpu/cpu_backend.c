@@ -725,13 +725,14 @@ static void add(tr_buf *out_, const tr_buf *a_, const tr_buf *b_, size_t n) {
 /* ---- loss ------------------------------------------------------------------------------ */
 
 /* loss = log(sum exp(x - max)) - (x[t] - max); grad = (softmax - onehot) * dscale */
-static void softmax_xent(tr_buf *logits_, float *losses, const int *targets, int N, int V,
+static void softmax_xent(tr_buf *logits_, float *losses, const int *targets, int N, int V, int ld,
                          float dscale, int want_grad) {
     float *logits = logits_;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        float *restrict x = logits + (size_t)n * V;
+        float *restrict x = logits + (size_t)n * ld;
         int t = targets[n];
+        if (want_grad && ld > V) memset(x + V, 0, sizeof(float) * (size_t)(ld - V));
         if (t < 0) {
             losses[n] = 0.0f;
             if (want_grad) memset(x, 0, sizeof(float) * V);
@@ -845,6 +846,7 @@ static void adamw_multi(const tr_adamw_seg *sg, int ns, float lr, float beta1, f
 static const tr_backend cpu_backend = {
     .name = "cpu",
     .dtype = TR_DTYPE_F32,
+    .pad_vocab = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,

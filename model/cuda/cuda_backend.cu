@@ -177,9 +177,9 @@ WRAP(linear_backward_gelu,
       const tr_buf *w, const tr_buf *pre, int N, int IC, int OC),
      dinp, dw, dbias, dout, inp, w, pre, N, IC, OC)
 WRAP(softmax_xent,
-     (tr_buf * logits, float *losses, const int *targets, int N, int V, float dscale,
+     (tr_buf * logits, float *losses, const int *targets, int N, int V, int ld, float dscale,
       int want_grad),
-     logits, losses, targets, N, V, dscale, want_grad)
+     logits, losses, targets, N, V, ld, dscale, want_grad)
 WRAP(scale, (tr_buf * x, float s, size_t n), x, s, n)
 WRAP(adamw,
      (float *master, tr_buf *param, const tr_buf *g, float *m, float *v, size_t n, float lr,
@@ -199,7 +199,7 @@ static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, 
 #define FILL(t, P, NAME, DT)                                                                      \
     do {                                                                                          \
         memset(&(t), 0, sizeof(t));                                                               \
-        (t).name = NAME, (t).dtype = DT;                                                          \
+        (t).name = NAME, (t).dtype = DT, (t).pad_vocab = 128;                                     \
         (t).alloc = cu_alloc, (t).free = cu_free, (t).upload = cu_upload;                         \
         (t).download = cu_download, (t).zero = cu_zero;                                           \
         (t).to_storage = P##_to_storage, (t).from_storage = P##_from_storage;                     \

@@ -659,11 +659,13 @@ static __device__ __forceinline__ void lse_combine(float *m, float *s, float m2,
 }
 
 static __global__ void softmax_xent_k(void *logits, float *losses, const int *targets, int V,
-                                      float dscale, int want_grad, int bf) {
+                                      int ld, float dscale, int want_grad, int bf) {
     __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
     int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-    size_t base = (size_t)n * V;
+    size_t base = (size_t)n * ld;
     int t = targets[n];
+    if (want_grad) /* the padding columns: no class, no gradient */
+        for (int j = V + tid; j < ld; j += blockDim.x) stf(logits, base + j, 0.0f, bf);
     if (t < 0) { /* ignored position: loss 0, gradient 0 */
         if (tid == 0) losses[n] = 0.0f;
         if (want_grad)
@@ -707,9 +709,9 @@ static __global__ void softmax_xent_k(void *logits, float *losses, const int *ta
 }
 
 extern "C" void tr_cuda_softmax_xent(int bf, tr_buf *logits, float *losses, const int *targets,
-                                     int N, int V, float dscale, int want_grad) {
+                                     int N, int V, int ld, float dscale, int want_grad) {
     if (N <= 0) return;
-    softmax_xent_k<<<N, XENT_THREADS, 0, tr_cuda_stream>>>(logits, losses, targets, V, dscale,
+    softmax_xent_k<<<N, XENT_THREADS, 0, tr_cuda_stream>>>(logits, losses, targets, V, ld, dscale,
                                                            want_grad, bf);
     CK_LAUNCH();
 }

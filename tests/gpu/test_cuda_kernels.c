@@ -468,17 +468,33 @@ static void t_xent(int N, int V) {
     int *t = xmalloc(sizeof(int) * N);
     for (int i = 0; i < N; i++) t[i] = i == 1 ? -1 : (int)(urand() * V) % V;
     t[0] = V - 1;
-    cpu->softmax_xent(y, loss, t, N, V, 0.25f, 1);
+    cpu->softmax_xent(y, loss, t, N, V, V, 0.25f, 1);
     int *gt = iput(t, N);
     void *gx = sput(x, n), *gx2 = sput(x, n);
     float *gl = fpoison(N), *gl2 = fpoison(N);
-    gpu->softmax_xent(gx, gl, gt, N, V, 0.25f, 1);
-    gpu->softmax_xent(gx2, gl2, gt, N, V, 0.25f, 0);
+    gpu->softmax_xent(gx, gl, gt, N, V, V, 0.25f, 1);
+    gpu->softmax_xent(gx2, gl2, gt, N, V, V, 0.25f, 0);
     snprintf(nm, sizeof(nm), "softmax_xent losses N%d V%d (one ignored)", N, V);
     cmp_f(nm, gl, loss, N, bf ? 1e-3 : 1e-5);
     cmp_f("softmax_xent losses, no gradient", gl2, loss, N, bf ? 1e-3 : 1e-5);
     cmp_s("softmax_xent gradient (in place)", gx, y, n);
     cmp_s("softmax_xent no gradient: logits untouched", gx2, x, n);
+    /* rows padded to ld = V rounded up to 128, garbage in the padding: 0 there after */
+    int ld = (V + 127) / 128 * 128 + 128;
+    float *xp = rnd((size_t)N * ld, 50, 60), *yp = xmalloc((size_t)N * ld * 4);
+    for (int i = 0; i < N; i++) memcpy(xp + (size_t)i * ld, x + (size_t)i * V, (size_t)V * 4);
+    for (int i = 0; i < N; i++) {
+        memcpy(yp + (size_t)i * ld, y + (size_t)i * V, (size_t)V * 4);
+        for (int j = V; j < ld; j++) yp[(size_t)i * ld + j] = 0.0f;
+    }
+    void *gxp = sput(xp, (size_t)N * ld);
+    float *glp = fpoison(N);
+    gpu->softmax_xent(gxp, glp, gt, N, V, ld, 0.25f, 1);
+    snprintf(nm, sizeof(nm), "softmax_xent rows padded to %d: losses", ld);
+    cmp_f(nm, glp, loss, N, bf ? 1e-3 : 1e-5);
+    cmp_s("softmax_xent padded: gradient, padding 0", gxp, yp, (size_t)N * ld);
+    gpu->free(gxp), gpu->free(glp);
+    free(xp), free(yp);
     gpu->free(gt), gpu->free(gx), gpu->free(gx2), gpu->free(gl), gpu->free(gl2);
     free(x), free(y), free(loss), free(loss2), free(t);
 }
