@@ -193,8 +193,26 @@ if unshare -m --propagation private sh -c "mount --bind '$tmp/alt.txt' '$tmp/cor
     else
         echo "FAIL ranks with different data: exit $rc"; tail -5 "$tmp/diffdata.log"; fail=1
     fi
+    # checkpoints need an output folder all ranks share: rank 1 sees another folder there
+    mkdir -p "$tmp/unshared" "$tmp/elsewhere"
+    cat >"$tmp/wrap2.sh" <<EOF
+#!/bin/sh
+if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
+    exec unshare -m --propagation private sh -c 'mount --bind "$tmp/elsewhere" "$tmp/unshared" && exec "\$0" "\$@"' "\$@"
+fi
+exec "\$@"
+EOF
+    chmod +x "$tmp/wrap2.sh"
+    timeout 120 mpirun -np 2 "$tmp/wrap2.sh" "$T" run "$R" --set ckpt=5 --out "$tmp/unshared" --peak-gflops 10 >"$tmp/unshared.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "is not shared by the ranks" "$tmp/unshared.log" &&
+        grep -q "rank 1 on .* cannot read what rank 0 writes" "$tmp/unshared.log" && ! grep -q "^step" "$tmp/unshared.log"; then
+        echo "ok   an output folder the ranks do not share is refused: $(grep -m1 'is not shared' "$tmp/unshared.log")"
+    else
+        echo "FAIL unshared output folder: exit $rc"; tail -5 "$tmp/unshared.log"; fail=1
+    fi
 else
-    echo "skip different data per rank: mount namespaces are not allowed here"
+    echo "skip different data per rank, unshared output: mount namespaces are not allowed here"
 fi
 
 # a slow rank (30 ms more per step) is named as the one the others waited for, in the table

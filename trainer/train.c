@@ -237,6 +237,50 @@ static int ranks_agree(tr_comm *world, const char *what, const char mine[65], ch
     return 0;
 }
 
+/* Checkpoints and --resume need OUT to be one folder all ranks see: rank 0 writes a file with
+ * a nonce there, every rank reads it back. -1 with a message naming the ranks that cannot. */
+static int out_is_shared(tr_comm *world, const char *out, char *err, size_t errlen) {
+    int n = tr_comm_size(world), me = tr_comm_rank(world);
+    if (n <= 1) return 0;
+    char path[TR_PATH_MAX + 64], want[65], got[65] = {0};
+    snprintf(want, sizeof(want), "%016llx%016llx%032d", (unsigned long long)tr_now() * 1000003ULL,
+             (unsigned long long)getpid(), 0);
+    tr_comm_broadcast(world, want, 64, TR_COMM_BYTE, 0);
+    want[64] = 0;
+    snprintf(path, sizeof(path), "%s/.shared_check_%.16s", out, want);
+    if (me == 0) {
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs(want, f);
+            fclose(f);
+        }
+    }
+    tr_comm_barrier(world);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(got, sizeof(got), f)) got[0] = 0;
+        fclose(f);
+    }
+    int bad = strcmp(got, want) != 0;
+    char host[64] = "?";
+    gethostname(host, sizeof(host) - 1);
+    if (bad)
+        fprintf(stderr, "trainer: rank %d on %s cannot read what rank 0 writes in '%s'\n", me,
+                host, out);
+    long long nbad = bad;
+    tr_comm_all_reduce(world, &nbad, 1, TR_COMM_I64);
+    tr_comm_barrier(world);
+    if (me == 0) remove(path);
+    if (nbad) {
+        if (snprintf(err, errlen, "the output folder '%s' is not shared by the ranks (%lld of "
+                     "%d cannot see rank 0's files): checkpoints and --resume need one folder "
+                     "every rank sees (a shared file system)", out, nbad, n) < 0)
+            err[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
 static void recipe_sha(const tr_recipe *r, char out[65]) {
     char *text = NULL;
     size_t len = 0;
@@ -355,6 +399,10 @@ int tr_cmd_run(int argc, char **argv) {
         if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
         goto done;
     }
+    if ((r.train.checkpoint_every > 0 || o.resume) && out_is_shared(world, out, err, sizeof(err))) {
+        if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
+        goto done;
+    }
     tr_model_opts mopts = {.B = s.B, .T = s.T, .recompute = (tr_recompute)r.train.recompute,
                            .shards = zero == 1 ? nranks : 1, .shard = rank,
                            .external_grads = zero == 2, .external_params = zero == 3};
@@ -371,6 +419,11 @@ int tr_cmd_run(int argc, char **argv) {
     if (o.resume) {
         if (resume_from(&s, dp, &r, &start_step, err, sizeof(err))) {
             fprintf(stderr, "trainer run: --resume: %s\n", err);
+            goto done;
+        }
+        snprintf(fp, sizeof(fp), "%064d", start_step); /* every rank from the same checkpoint */
+        if (ranks_agree(world, "checkpoint step to resume from", fp, err, sizeof(err))) {
+            if (rank == 0) fprintf(stderr, "trainer run: --resume: %s\n", err);
             goto done;
         }
     } else if (r.init_hf[0]) {
