@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -244,10 +245,34 @@ static size_t st_dtype_size(tr_st_dtype d) {
     return d == TR_ST_F32 ? 4 : d == TR_ST_OTHER ? 0 : 2;
 }
 
+/* The whole file, mapped read-only: pages come in as they are read and can be dropped again,
+ * so a big checkpoint costs no anonymous memory. Published files are never modified. */
+static int map_whole(const char *path, unsigned char **buf, size_t *size, char *err,
+                     size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return ck_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st)) {
+        close(fd);
+        return ck_fail(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    *size = (size_t)st.st_size;
+    *buf = NULL;
+    if (*size == 0) {
+        close(fd);
+        return 0;
+    }
+    void *p = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return ck_fail(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+    *buf = p;
+    return 0;
+}
+
 int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof(*f));
     snprintf(f->path, sizeof(f->path), "%s", path);
-    if (read_whole(path, &f->buf, &f->size, err, errlen)) return -1;
+    if (map_whole(path, &f->buf, &f->size, err, errlen)) return -1;
     if (f->size < 8) {
         tr_st_close(f);
         return ck_fail(err, errlen, "%s: truncated (%zu bytes, not a safetensors file)", path,
@@ -356,7 +381,7 @@ int tr_st_read_f32(const tr_st_file *f, const tr_st_entry *e, float *out, char *
 
 void tr_st_close(tr_st_file *f) {
     if (!f) return;
-    free(f->buf);
+    if (f->buf) munmap(f->buf, f->size);
     free(f->e);
     memset(f, 0, sizeof(*f));
 }
@@ -1271,8 +1296,10 @@ static int yshape(yaml_document_t *d, yaml_node_t *n, long *shape, int *ndim, lo
 
 void tr_ckpt_free(tr_ckpt *c) {
     if (!c) return;
-    for (int i = 0; i < c->n; i++)
+    for (int i = 0; i < c->n; i++) {
         if (c->t[i].owned) free(c->t[i].data);
+        free(c->t[i].blocks);
+    }
     free(c->t);
     for (int i = 0; i < c->n_files; i++) tr_st_close(&c->files[i]);
     free(c->files);
@@ -1295,8 +1322,8 @@ int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, siz
     snprintf(c->dir, sizeof(c->dir), "%s", dir);
     char path[TR_PATH_MAX + 64];
     snprintf(path, sizeof(path), "%s/manifest.yaml", dir);
-    unsigned char *text;
-    size_t len;
+    unsigned char *text = NULL;
+    size_t len = 0;
     if (read_whole(path, &text, &len, err, errlen)) return -1;
     /* the last line: "# crc32c: XXXXXXXX\n" over everything before it */
     const char *tag = "# crc32c: ";
@@ -1471,20 +1498,17 @@ int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, siz
                              "damaged)", dir, file, key);
                 break;
             }
-            if (sn_el == t->numel && !t->data) { /* the whole tensor: read it in place */
-                t->data = (float *)(uintptr_t)src;
-                continue;
+            tr_ckpt_block *nb = realloc(t->blocks, (size_t)(t->n_blocks + 1) * sizeof(*nb));
+            if (!nb) {
+                rc = ck_fail(err, errlen, "%s: out of memory", path);
+                break;
             }
-            if (!t->owned) {
-                float *full = calloc(t->numel, sizeof(float));
-                if (t->data) memcpy(full, t->data, t->numel * sizeof(float));
-                t->data = full;
-                t->owned = 1;
-            }
-            for (long r = 0; r < shape[0]; r++)
-                memcpy(t->data + (size_t)(start[0] + r) * (size_t)t->shape[1] + (size_t)start[1],
-                       src + (size_t)r * (size_t)shape[1] * 4, (size_t)shape[1] * 4);
+            t->blocks = nb;
+            t->blocks[t->n_blocks++] = (tr_ckpt_block){
+                .src = src, .start = {start[0], start[1]}, .shape = {shape[0], shape[1]}};
         }
+        if (!rc && t->n_blocks == 1 && covered == t->numel) /* one block: the tensor, in place */
+            t->data = (float *)(uintptr_t)t->blocks[0].src;
         if (!rc && covered != t->numel)
             rc = ck_fail(err, errlen, "%s: the slices of tensor '%s' hold %zu of its %zu elements",
                          path, name, covered, t->numel);
@@ -1498,12 +1522,45 @@ out:
     return rc;
 }
 
+void tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst) {
+    if (t->data) {
+        memcpy(dst, t->data + lo, (hi - lo) * sizeof(float));
+        return;
+    }
+    size_t cols = (size_t)t->shape[1];
+    for (int b = 0; b < t->n_blocks; b++) { /* each row of each block that meets [lo, hi) */
+        const tr_ckpt_block *k = &t->blocks[b];
+        for (long r = 0; r < k->shape[0]; r++) {
+            size_t a = (size_t)(k->start[0] + r) * cols + (size_t)k->start[1],
+                   e = a + (size_t)k->shape[1];
+            size_t x = a > lo ? a : lo, y = e < hi ? e : hi;
+            if (x < y)
+                memcpy(dst + (x - lo), k->src + ((size_t)r * (size_t)k->shape[1] + (x - a)) * 4,
+                       (y - x) * sizeof(float));
+        }
+    }
+}
+
+int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen) {
+    for (int i = 0; i < c->n; i++) {
+        tr_ckpt_tensor *t = &c->t[i];
+        if (t->data) continue;
+        float *full = malloc(t->numel * sizeof(float) + 1);
+        if (!full) return ck_fail(err, errlen, "%s: out of memory for tensor '%s'", c->dir, t->name);
+        tr_ckpt_read_elems(t, 0, t->numel, full);
+        t->data = full;
+        t->owned = 1;
+    }
+    return 0;
+}
+
 int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen) {
     int np = tr_model_num_params(m);
     char name[TR_PARAM_NAME_MAX + 16];
     snprintf(name, sizeof(name), "adam_m/%s", np ? tr_model_param(m, 0)->name : "");
     int kinds = tr_ckpt_find(c, name) ? 3 : 1; /* with or without the AdamW moments */
     static const char *prefixes[3] = {"", "adam_m/", "adam_v/"};
+    float *buf = NULL;
     /* check everything first, so that a mismatch changes nothing */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < np; i++) {
@@ -1519,13 +1576,25 @@ int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen) {
                                    "%s: tensor '%s' is %ld x %ld, the model's is %d x %d", c->dir,
                                    name, t->shape[0], t->shape[1], p->shape[0], p->shape[1]);
                 if (pass == 0) continue;
+                const float *src = t->data;
+                if (!src) { /* in blocks: read through one tensor-sized buffer */
+                    float *nb = realloc(buf, t->numel * sizeof(float) + 1);
+                    if (!nb) {
+                        free(buf);
+                        return ck_fail(err, errlen, "%s: out of memory reading '%s'", c->dir, name);
+                    }
+                    buf = nb;
+                    tr_ckpt_read_elems(t, 0, t->numel, buf);
+                    src = buf;
+                }
                 if (k == 0)
-                    tr_model_set_param(m, i, t->data);
+                    tr_model_set_param(m, i, src);
                 else
-                    tr_model_set_state(m, i, k == 1 ? TR_STATE_ADAM_M : TR_STATE_ADAM_V, t->data);
+                    tr_model_set_state(m, i, k == 1 ? TR_STATE_ADAM_M : TR_STATE_ADAM_V, src);
             }
         }
     }
+    free(buf);
     if (kinds == 3) tr_model_set_adam_steps(m, c->adam_steps);
     return 0;
 }

@@ -50,7 +50,7 @@ typedef struct {
 
 typedef struct {
     char path[TR_PATH_MAX];
-    unsigned char *buf; /* the whole file */
+    unsigned char *buf; /* the whole file, memory-mapped (read-only) */
     size_t size;
     const unsigned char *data; /* after the header */
     size_t data_len;
@@ -58,7 +58,7 @@ typedef struct {
     tr_st_entry *e;
 } tr_st_file;
 
-/* Read a whole safetensors file and check its header against its size (a truncated file is
+/* Map a safetensors file and check its header against its size (a truncated file is
  * refused). Messages name the file. */
 int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen);
 const tr_st_entry *tr_st_find(const tr_st_file *f, const char *name);
@@ -130,12 +130,21 @@ void tr_ckpt_writer_free(tr_ckpt_writer *w);
 /* ---- loading ---------------------------------------------------------------------------- */
 
 typedef struct {
+    const unsigned char *src; /* fp32 rows of the block, in a mapped file */
+    long start[2], shape[2];
+} tr_ckpt_block;
+
+typedef struct {
     char name[TR_PARAM_NAME_MAX + 16]; /* "x.weight", "adam_m/x.weight", "adam_v/x.weight" */
     int ndim;
     long shape[2];
     size_t numel;
+    /* the whole tensor when it is one block of one file (in place) or was materialized
+     * (tr_ckpt_materialize); else NULL, and the blocks tell where its parts are */
     float *data;
-    int owned; /* data was allocated (else it points into a file buffer) */
+    int owned; /* data was allocated (else it points into a mapped file) */
+    int n_blocks;
+    tr_ckpt_block *blocks;
 } tr_ckpt_tensor;
 
 typedef struct {
@@ -153,9 +162,16 @@ typedef struct {
 } tr_ckpt;
 
 /* Read and verify a checkpoint folder (manifest checksum, file sizes, every tensor's CRC32C).
- * with_optimizer = 0 skips the AdamW moments. Messages name the damaged file. */
+ * with_optimizer = 0 skips the AdamW moments. Messages name the damaged file. The files are
+ * memory-mapped and a tensor written in blocks by several ranks is not assembled: a process
+ * reads the parts it needs (tr_ckpt_read_elems), so loading a sharded checkpoint never holds a
+ * whole copy of the model in memory. */
 int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, size_t errlen);
 const tr_ckpt_tensor *tr_ckpt_find(const tr_ckpt *c, const char *name);
+/* Elements [lo, hi) of the flattened tensor into dst. */
+void tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst);
+/* Give every tensor whole data (assembling those in blocks); -1 when out of memory. */
+int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen);
 /* Copy the checkpoint's parameters (and, when present, AdamW moments and step count) into
  * the model; -1 when a tensor is missing or has another shape. */
 int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen);

@@ -275,8 +275,20 @@ int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, const char *out_dir, 
                          e->row0 + e->rows, cols);
             break;
         }
-        const float *p = src->data + (size_t)e->row0 * (size_t)cols;
+        size_t lo = (size_t)e->row0 * (size_t)cols;
+        const float *p = src->data ? src->data + lo : NULL;
+        float *blk = NULL;
+        if (!p) { /* a tensor saved in blocks by several ranks: just these rows */
+            blk = malloc(numel * sizeof(float) + 1);
+            if (!blk) {
+                rc = ex_fail(err, errlen, "out of memory exporting '%s'", e->ours);
+                break;
+            }
+            tr_ckpt_read_elems(src, lo, lo + numel, blk);
+            p = blk;
+        }
         if (!e->transpose) {
+            owned[i] = blk;
             t[i].data = p;
             continue;
         }
@@ -284,6 +296,7 @@ int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, const char *out_dir, 
         for (long r = 0; r < e->rows; r++)
             for (long k = 0; k < cols; k++)
                 owned[i][(size_t)k * (size_t)e->rows + (size_t)r] = p[(size_t)r * (size_t)cols + (size_t)k];
+        free(blk);
         t[i].data = owned[i];
     }
     char path[TR_PATH_MAX + 32];
