@@ -746,7 +746,10 @@ static void forward_op(tr_model *m, const op_t *op, int B, int T) {
     }
     case OP_MLP: {
         int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
-        if (!swiglu && be->linear_gelu_forward) /* the GELU in the product's epilogue */
+        /* the GELU in the product's epilogue; not under selective recompute, whose backward
+           recomputes the activation with gelu_forward and must get the same bits */
+        int fuse = !swiglu && be->linear_gelu_forward && m->recompute != TR_RECOMPUTE_SELECTIVE;
+        if (fuse)
             be->linear_gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), ACT(m, op->in),
                                     P(m, op->p[0]), P(m, op->p[1]), N, C, h);
         else
@@ -754,7 +757,7 @@ static void forward_op(tr_model *m, const op_t *op, int B, int T) {
                                C, swiglu ? 2 * h : h);
         if (swiglu)
             be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
-        else if (!be->linear_gelu_forward)
+        else if (!fuse)
             be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
         be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N, h,
                            C);

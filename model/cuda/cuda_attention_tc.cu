@@ -411,7 +411,15 @@ extern "C" int tr_cuda_attention_tc_usable(int bf, int hd, const void *a, const 
                                            const void *c, const void *d) {
     const char *e = getenv("TR_CUDA_ATTENTION");
     if (!e || strcmp(e, "tc")) return 0;
-    return bf && (hd == 64 || hd == 128) && tr_cuda_aligned16(a, b, c, d);
+    static int smem_ok = -1; /* the dk/dv kernel's shared memory (107 KB) fits this GPU */
+    if (smem_ok < 0) {
+        int dev = 0, optin = 0;
+        smem_ok = cudaGetDevice(&dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+                      cudaSuccess &&
+                  optin >= SMEM_DKV && optin >= SMEM_DQ && optin >= SMEM_FWD;
+    }
+    return smem_ok && bf && (hd == 64 || hd == 128) && tr_cuda_aligned16(a, b, c, d);
 }
 
 static void set_smem(const void *k, int bytes) {

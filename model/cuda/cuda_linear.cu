@@ -27,7 +27,8 @@ enum { EPI_NONE = 0, EPI_GELU_AUX, EPI_DGELU };
 typedef struct {
     int bf, ta, tb, m, n, k, lda, ldb, ldc, bias, epi;
     float beta;
-    unsigned align[3]; /* bytes: A, B, C(=D) */
+    unsigned align[5]; /* bytes: A, B, C(=D), the bias, the aux matrix (the heuristic's choice
+                          depends on them: it reads the pointers set on the descriptor) */
 } plan_key;
 
 typedef struct {
@@ -76,7 +77,7 @@ static void plan_free(plan *p) {
     p->used = 0;
 }
 
-static plan *plan_get(const plan_key *k) {
+static plan *plan_get(const plan_key *k, const void *bias, const void *aux) {
     for (int i = 0; i < PLANS; i++)
         if (plans[i].used && !memcmp(&plans[i].key, k, sizeof(*k))) return &plans[i];
     plan *p = NULL;
@@ -108,6 +109,14 @@ static plan *plan_get(const plan_key *k) {
         CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
                                            &adt, sizeof(adt)));
     }
+    /* the heuristic derives the pointers' alignment from the values set here (which is why
+       their alignments are part of the key) */
+    if (k->bias)
+        CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof(bias)));
+    if (k->epi != EPI_NONE)
+        CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                           sizeof(aux)));
     if (k->bias)
         CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt,
                                            sizeof(dt)));
@@ -136,9 +145,12 @@ static plan *plan_get(const plan_key *k) {
     }
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    CKL(cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
-                                       &found));
+    cublasStatus_t hst = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc,
+                                                        pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    if (hst != CUBLAS_STATUS_SUCCESS && hst != CUBLAS_STATUS_NOT_SUPPORTED)
+        ck_lt(hst, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+    if (hst != CUBLAS_STATUS_SUCCESS) found = 0; /* not supported: no algorithm */
     if (found < 1 && k->epi != EPI_NONE) { /* remembered, so the caller falls back at once */
         p->none = 1;
         p->used = 1;
@@ -167,7 +179,8 @@ static int matmul_epi(int bf, int epi, int ta, int tb, int m, int n, int k, cons
     key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.bias = bias != NULL, key.beta = beta;
     key.epi = epi;
     key.align[0] = align_of(A), key.align[1] = align_of(B), key.align[2] = align_of(C);
-    plan *p = plan_get(&key);
+    key.align[3] = bias ? align_of(bias) : 0, key.align[4] = aux ? align_of(aux) : 0;
+    plan *p = plan_get(&key, bias, aux);
     if (p->none) return -1;
     if (bias)
         CKL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,

@@ -812,7 +812,8 @@ static __global__ void adamw_multi_k(const ms_seg *segs, const ms_blk *blks, flo
     ms_blk bk = blks[blockIdx.x];
     ms_seg s = segs[bk.seg];
     size_t lo = (size_t)bk.chunk * MS_CHUNK, hi = lo + MS_CHUNK < s.n ? lo + MS_CHUNK : s.n;
-    float decay = 1.0f - lr * s.wd;
+    /* as the host computes it for adamw_k: no fused multiply-add, so the bits agree */
+    float decay = __fsub_rn(1.0f, __fmul_rn(lr, s.wd));
     for (size_t i = lo + (size_t)threadIdx.x * 8; i < hi; i += (size_t)blockDim.x * 8) {
         float p[8], gg[8], mm[8], vv[8];
         ld8f(p, s.master, i, s.n, s.vec);
