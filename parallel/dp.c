@@ -326,9 +326,13 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         return -1;
     }
     const tr_backend *be = tr_model_backend(m);
-    if (tr_comm_size(c) > 1 && be->dtype != TR_DTYPE_F32) {
-        snprintf(err, errlen, "data parallelism on the %s backend needs NCCL, which is not "
-                 "implemented yet (run with --device cpu)", be->name);
+    /* the buckets, pieces and gathers live in host memory and MPI moves host memory: on a
+       device backend that needs NCCL and device buffers */
+    if (strcmp(be->name, "cpu") && (tr_comm_size(c) > 1 || zero >= 2)) {
+        snprintf(err, errlen, "%s on the %s backend needs NCCL, which is not implemented yet "
+                 "(run with --device cpu%s)", tr_comm_size(c) > 1 ? "data parallelism" :
+                 zero == 2 ? "ZeRO-2" : "ZeRO-3", be->name,
+                 tr_comm_size(c) > 1 ? "" : ", or parallel.zero = 0 or 1");
         return -1;
     }
     size_t lo, hi;
