@@ -65,6 +65,7 @@ struct tr_dp {
        (need_n of them at need[.][4 * op]) and the next op in that direction that reads any */
     int *need[2], *need_n[2], *next_user[2];
     size_t pbuf_bytes, pbuf_high; /* gathered parameter buffers now and their high-water mark */
+    int hold;                     /* keep gathered buckets (tr_dp_hold_params) */
 };
 
 static double now(void) {
@@ -284,7 +285,7 @@ static void z3_op(void *ctx, int op, int dir, int after) {
         for (int j = 0; j < n; j++) z3_ready(d, need[j]);
         if (n && nx >= 0) /* prefetch what the next op reads while this one computes */
             for (int j = 0; j < d->need_n[di][nx]; j++) z3_start(d, d->need[di][4 * nx + j]);
-    } else {
+    } else if (!d->hold) {
         for (int j = 0; j < n; j++)
             if (nx < 0 || !z3_needs(d, di, nx, need[j])) z3_release(d, need[j]);
     }
@@ -607,6 +608,12 @@ void tr_dp_param_source(void *ctx, int param, float *dst) {
 
 size_t tr_dp_param_buffer_bytes(const tr_dp *d) {
     return d->pbuf_high;
+}
+
+void tr_dp_hold_params(tr_dp *d, int hold) {
+    if (d->zero != 3) return;
+    d->hold = hold;
+    if (!hold) z3_release_all(d);
 }
 
 int tr_dp_ckpt_ranges(const tr_dp *d, size_t **out) {

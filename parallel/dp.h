@@ -69,6 +69,11 @@ void tr_dp_param_source(void *ctx, int param, float *dst);
 /* ZeRO-3: the high-water mark of gathered parameter buffers (measured). */
 size_t tr_dp_param_buffer_bytes(const tr_dp *d);
 
+/* ZeRO-3: while hold is 1, buckets once gathered stay (the whole model at most): for sampling,
+ * where every token would otherwise gather every bucket again. hold = 0 frees them. A no-op
+ * at other stages. */
+void tr_dp_hold_params(tr_dp *d, int hold);
+
 /* The slab ranges this rank writes into checkpoints ([lo, hi) pairs into *out, malloc'ed;
  * returns how many): its pieces (ZeRO-2, 3), its optimizer shard (ZeRO-1), or 1/N of the
  * replicated slab (ZeRO-0). Over the group they cover the slab once. */

@@ -658,7 +658,9 @@ int tr_cmd_run(int argc, char **argv) {
     /* ZeRO-3: every rank takes part in the sampling forwards (they gather the parameters);
        all draw the same tokens, rank 0 writes them */
     if (nranks > 1 && rank_table(world, &led, device_desc, out)) goto done;
+    if (zero == 3) tr_dp_hold_params(dp, 1); /* each bucket gathered once, not once a token */
     if (rank == 0 || zero == 3) write_sample(&s, out, rank == 0);
+    tr_dp_hold_params(dp, 0);
     const char *dump = getenv("TR_DUMP_PARAMS"); /* tests: the final parameters, raw fp32 */
     if (dump && *dump) {
         tr_dp_state all = {0};
