@@ -51,7 +51,7 @@ bench() {
 
 if [ ! -x "$TRAINER" ]; then
     echo "bench: no trainer at $TRAINER (build it first)" >&2
-    printf '%-12s %12s %8s %s\n' gpt2_124m n/a n/a "not built" gpt2_xl n/a n/a "not built" |
+    printf '%-12s %12s %8s %s\n' gpt2_124m n/a n/a "not built" gpt2_124m_tc n/a n/a "not built" gpt2_xl n/a n/a "not built" |
         tee -a "$RESULTS"
     exit 1
 fi

@@ -98,7 +98,7 @@ if [ $BUILD_OK = 1 ] && [ "$GPU" != none ]; then
         >"$LOGS/bench_stdout.log" 2>&1
     say "bench: done ($(( $(date +%s) - T0 )) s)"
 else
-    printf '%-12s %12s %8s %s\n' gpt2_124m n/a n/a skipped gpt2_xl n/a n/a skipped >"$BENCH"
+    printf '%-12s %12s %8s %s\n' gpt2_124m n/a n/a skipped gpt2_124m_tc n/a n/a skipped gpt2_xl n/a n/a skipped >"$BENCH"
     say "bench: skipped (no GPU or no build)"
 fi
 
