@@ -1,11 +1,13 @@
-/* Data parallelism: gradient buckets, overlapped all-reduce, ZeRO stage 1.
+/* Data parallelism: gradient buckets, overlapped reductions, ZeRO stages 1, 2 and 3.
  *
  * Buckets are runs of consecutive parameter tensors, taken from the last one backwards (the
  * order in which the backward completes them), of at least bucket_bytes each; because the
  * slab holds tensors back to back in index order, a bucket is one contiguous range. The
  * model's gradient hook tells when each tensor is final; the bucket whose lowest tensor that
- * was starts its all-reduce at once, and every hook call also tests the buckets in flight so
- * that MPI makes progress while the backward computes. */
+ * was starts its reduction at once, and every hook call also tests the buckets in flight so
+ * that MPI makes progress while the backward computes. ZeRO-2 and 3 split every bucket into
+ * one piece per rank: the unit of the gradient reduce-scatters, of the optimizer state and,
+ * at ZeRO-3, of the parameters (gathered per op, see below). */
 #include "parallel/dp.h"
 
 #include <stdio.h>

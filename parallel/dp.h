@@ -1,8 +1,9 @@
 /* Data parallelism over a dp group: each rank trains on its slice of the global batch, the
- * gradients are summed over the group in buckets whose all-reduce starts as soon as their
- * last gradient is produced (overlapping the rest of the backward), and ZeRO stage 1 shards
- * the AdamW state and the update over the group. The training loop calls these the same way
- * for one process or many, whatever the stage. */
+ * gradients are summed over the group in buckets whose reduction starts as soon as their last
+ * gradient is produced (overlapping the rest of the backward), and ZeRO shards the AdamW state
+ * and the update (stage 1), the gradients (2) and the parameters (3) over the group. The
+ * training loop calls these the same way for one process or many, whatever the stage. Host
+ * memory only (the CPU backend): device backends need NCCL, not implemented yet. */
 #ifndef TR_DP_H
 #define TR_DP_H
 
@@ -15,7 +16,7 @@ typedef struct tr_dp tr_dp;
 
 typedef struct {
     long steps;         /* synchronised steps */
-    long buckets;       /* all-reduces started */
+    long buckets;       /* gradient reductions started */
     double span_s;      /* first bucket started .. last bucket complete, summed over steps */
     double exposed_s;   /* of which the training waited for after its backward */
     double gather_s;    /* ZeRO-1/2: parameter all-gathers after the update; ZeRO-3: time
@@ -36,7 +37,7 @@ void tr_dp_free(tr_dp *d);
 
 /* Call before the backward of the last micro-batch of a step: its gradients are reduced as
  * they complete. Earlier micro-batches accumulate locally, with no communication (ZeRO 0, 1;
- * ZeRO-2 reduces every micro-batch, since no full gradient is kept to accumulate into). */
+ * ZeRO-2 and 3 reduce every micro-batch, since no full gradient is kept to accumulate into). */
 void tr_dp_arm(tr_dp *d);
 /* Call after every micro-batch's backward (ZeRO-2 bookkeeping; a no-op otherwise). */
 void tr_dp_micro_end(tr_dp *d);
