@@ -68,7 +68,40 @@ struct tr_dp {
     int *need[2], *need_n[2], *next_user[2];
     size_t pbuf_bytes, pbuf_high; /* gathered parameter buffers now and their high-water mark */
     int hold;                     /* keep gathered buckets (tr_dp_hold_params) */
+    /* freed bucket buffers kept for reuse (fresh memory every micro-step costs page faults and
+       the kernel's zeroing), only while what is held stays within the peaks measured so far */
+    struct {
+        float *p;
+        size_t n;
+    } pool[8];
+    int n_pool;
+    size_t pool_bytes;
 };
+
+static float *pool_take(tr_dp *d, size_t n, int zero) {
+    int best = -1;
+    for (int k = 0; k < d->n_pool; k++)
+        if (d->pool[k].n >= n && (best < 0 || d->pool[k].n < d->pool[best].n)) best = k;
+    if (best < 0) return zero ? calloc(n ? n : 1, sizeof(float)) : malloc((n ? n : 1) * sizeof(float));
+    float *p = d->pool[best].p;
+    d->pool_bytes -= d->pool[best].n * sizeof(float);
+    d->pool[best] = d->pool[--d->n_pool];
+    if (zero) memset(p, 0, n * sizeof(float));
+    return p;
+}
+
+/* n: the size it was taken with (the in-use counters already exclude it) */
+static void pool_give(tr_dp *d, float *p, size_t n) {
+    size_t held = d->ring_bytes + d->pbuf_bytes + d->pool_bytes + n * sizeof(float);
+    if (p && d->n_pool < (int)(sizeof(d->pool) / sizeof(d->pool[0])) &&
+        held <= d->ring_high + d->pbuf_high) {
+        d->pool[d->n_pool].p = p;
+        d->pool[d->n_pool++].n = n;
+        d->pool_bytes += n * sizeof(float);
+    } else {
+        free(p);
+    }
+}
 
 static double now(void) {
     struct timespec ts;
@@ -118,8 +151,8 @@ static void z2_finish(tr_dp *d, int k) {
     float *acc = d->sgrad + b->state;
     for (size_t i = 0; i < b->piece; i++) acc[i] += s->recv[i];
     d->ring_bytes -= ((size_t)d->world + 1) * b->piece * sizeof(float);
-    free(s->buf);
-    free(s->recv);
+    pool_give(d, s->buf, (size_t)d->world * b->piece);
+    pool_give(d, s->recv, b->piece);
     s->buf = s->recv = NULL;
     b->slot = -1;
     s->bucket = -1;
@@ -158,8 +191,8 @@ static void z2_place(void *ctx, int param) {
     ring_slot *s = &d->ring[k];
     s->bucket = d->bucket_of[param];
     b->slot = k;
-    s->buf = calloc((size_t)d->world * b->piece, sizeof(float));
-    s->recv = malloc(b->piece * sizeof(float));
+    s->buf = pool_take(d, (size_t)d->world * b->piece, 1);
+    s->recv = pool_take(d, b->piece, 0);
     if (!s->buf || !s->recv) {
         fprintf(stderr, "trainer: ZeRO-2: out of memory for a gradient bucket of %zu floats\n",
                 (size_t)d->world * b->piece);
@@ -234,7 +267,7 @@ static void z3_start(tr_dp *d, int k) {
     bucket *b = &d->b[k];
     if (b->full) return; /* gathered or in flight */
     size_t n = (size_t)d->world * b->piece;
-    b->full = malloc(n * sizeof(float));
+    b->full = pool_take(d, n, 0);
     if (!b->full) {
         fprintf(stderr, "trainer: ZeRO-3: out of memory gathering %zu parameters\n", n);
         abort();
@@ -264,9 +297,9 @@ static void z3_release(tr_dp *d, int k) {
     if (b->preq) tr_comm_wait(b->preq); /* a prefetch nobody used: complete it first */
     b->preq = NULL;
     for (int i = b->lo_param; i <= b->hi_param; i++) tr_model_set_param_addr(d->m, i, NULL);
-    free(b->full);
-    b->full = NULL;
     d->pbuf_bytes -= (size_t)d->world * b->piece * sizeof(float);
+    pool_give(d, b->full, (size_t)d->world * b->piece);
+    b->full = NULL;
 }
 
 static void z3_release_all(tr_dp *d) {
@@ -444,6 +477,7 @@ void tr_dp_free(tr_dp *d) {
         free(d->ring[k].buf);
         free(d->ring[k].recv);
     }
+    for (int k = 0; k < d->n_pool; k++) free(d->pool[k].p);
     free(d->sgrad);
     free(d->gather);
     free(d->pieces);
