@@ -343,7 +343,7 @@ int tr_cmd_run(int argc, char **argv) {
     }
     int micro, accum;
     if (tr_resolve_micro_batch(&r, nranks, be->dtype, 0, &micro, &accum, err, sizeof(err))) {
-        fprintf(stderr, "%s: %s\n", r.path, err);
+        if (rank == 0) fprintf(stderr, "%s: %s\n", r.path, err); /* the same on every rank */
         goto done;
     }
     if (!r.train.micro_batch)
