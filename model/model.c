@@ -611,6 +611,28 @@ void tr_model_set_state(tr_model *m, int i, tr_state_kind k, const float *host) 
     m->be->upload(dst, host + (lo - p->offset), (hi - lo) * sizeof(float));
 }
 
+int tr_model_held_parts(const tr_model *m, int i, int k, size_t *lo, size_t *hi, int max) {
+    const tr_param *p = &m->params[i];
+    int n = 0;
+    if (k < 0 ? m->external_params : m->n_pieces > 0) { /* its parts inside the pieces */
+        size_t a, b, at;
+        for (int j = 0; j < m->n_pieces; j++)
+            if (piece_part(m, j, i, &a, &b, &at)) {
+                if (n < max) lo[n] = a - p->offset, hi[n] = b - p->offset;
+                n++;
+            }
+        return n;
+    }
+    size_t a = p->offset, b = p->offset + p->numel; /* the slab, or the optimizer shard */
+    if (k >= 0) {
+        if (a < m->opt_lo) a = m->opt_lo;
+        if (b > m->opt_hi) b = m->opt_hi;
+    }
+    if (a >= b) return 0;
+    if (max > 0) lo[0] = a - p->offset, hi[0] = b - p->offset;
+    return 1;
+}
+
 int tr_model_read_range(const tr_model *m, int k, size_t lo, size_t hi, float *host) {
     const float *src = k < 0 ? m->master : k == TR_STATE_ADAM_M ? m->adam_m : m->adam_v;
     if (hi <= lo) return 0;

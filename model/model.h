@@ -117,6 +117,10 @@ void tr_model_get_state(const tr_model *m, int i, tr_state_kind k, float *host);
 /* get_state needs the tensor inside this process's optimizer shard (no sharding: always);
  * set_state keeps whatever part of the tensor falls inside the shard or the pieces. */
 void tr_model_set_state(tr_model *m, int i, tr_state_kind k, const float *host);
+/* The parts of tensor i this process keeps, of the parameters (k < 0) or of AdamW moment k:
+ * up to max element ranges [lo[j], hi[j]) of the flattened tensor; returns how many (more
+ * than max: call again with room for them). The whole tensor without sharding. */
+int tr_model_held_parts(const tr_model *m, int i, int k, size_t *lo, size_t *hi, int max);
 /* Slab elements [lo, hi) of the fp32 parameters (k < 0) or of AdamW moment k into host
  * memory, from what this process keeps: the whole slab, its optimizer shard (ZeRO-1) or its
  * pieces (ZeRO-2, 3: the range must lie inside one piece). Checkpoints: every rank writes the

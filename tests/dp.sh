@@ -171,6 +171,35 @@ for src in "2 1" "2 2" "4 3"; do
     done
 done
 
+# a damaged shard: 2 ranks at ZeRO-2 save at steps 5 and 10 and are killed; a byte of rank 1's
+# step-10 file is flipped; resuming on 2 ranks, the rank(s) reading that block find it, all go
+# back to step 5, and the run still ends like the uninterrupted process
+mkdir -p "$tmp/dmg"
+TR_FAULT_KILL_AFTER_STEP=10 timeout 300 mpirun -np 2 "$T" run "$R" --set zero=2 --set ckpt=5 --set bucket=16 \
+    --out "$tmp/dmg/run" --peak-gflops 10 >"$tmp/dmg.log" 2>&1
+f="$tmp/dmg/run/checkpoints/step_00000010/rank_00001.safetensors"
+if [ -f "$f" ] && [ -d "$tmp/dmg/run/checkpoints/step_00000005" ]; then
+    python3 - "$f" <<'PY'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read()); b[-100] ^= 0x10; open(p, 'wb').write(b)
+PY
+    TR_DUMP_PARAMS="$tmp/dmg.params" timeout 300 mpirun -np 2 "$T" run "$R" --set zero=2 --set ckpt=5 --set bucket=16 \
+        --out "$tmp/dmg/run" --resume --peak-gflops 10 >"$tmp/dmg2.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "skipping checkpoint .*step_00000010: damaged (found by [12] rank(s))" "$tmp/dmg2.log" &&
+        grep -q "rank [01]: checkpoint .*step_00000010: .*rank_00001.safetensors: tensor .* fails its checksum" "$tmp/dmg2.log" &&
+        grep -q "resuming from .*step_00000005" "$tmp/dmg2.log" &&
+        e=$(cmp_losses "$tmp/dmg/run/metrics.jsonl" "$tmp/single/metrics.jsonl" 2>/dev/null || true) &&
+        p=$(cmp_params "$tmp/dmg.params" "$tmp/single.params"); then
+        echo "ok   a damaged shard sends every rank back to step 5: $(grep -m1 'fails its checksum' "$tmp/dmg2.log" | cut -c1-150); final parameters ($p)"
+    else
+        echo "FAIL damaged shard: exit $rc"; tail -8 "$tmp/dmg2.log"; fail=1
+    fi
+else
+    echo "FAIL no checkpoints at steps 5 and 10 for the damaged-shard test"; tail -5 "$tmp/dmg.log"; fail=1
+fi
+
 # ranks that read different data at the same path refuse to start (rank 1 sees another file
 # there through a private mount namespace; skipped where namespaces are not allowed)
 sed 's|text = "[^"]*"|text = "corpus.txt"|' "$R" >"$tmp/diffdata.lua"

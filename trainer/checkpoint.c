@@ -1301,6 +1301,8 @@ void tr_ckpt_free(tr_ckpt *c) {
         free(c->t[i].blocks);
     }
     free(c->t);
+    for (int i = 0; i < c->n_keys; i++) free(c->keys[i]);
+    free(c->keys);
     for (int i = 0; i < c->n_files; i++) tr_st_close(&c->files[i]);
     free(c->files);
     free(c->recipe);
@@ -1317,7 +1319,25 @@ static int hexval(char h) {
     return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
 }
 
+static int ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, int lazy, char *err,
+                     size_t errlen);
+
 int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, size_t errlen) {
+    return ckpt_read(c, dir, with_optimizer, 0, err, errlen);
+}
+
+int tr_ckpt_read_lazy(tr_ckpt *c, const char *dir, int with_optimizer, char *err, size_t errlen) {
+    return ckpt_read(c, dir, with_optimizer, 1, err, errlen);
+}
+
+int tr_ckpt_steps(const char *out, long **steps) {
+    char ckdir[TR_PATH_MAX + 16];
+    snprintf(ckdir, sizeof(ckdir), "%s/checkpoints", out);
+    return list_steps(ckdir, steps);
+}
+
+static int ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, int lazy, char *err,
+                     size_t errlen) {
     memset(c, 0, sizeof(*c));
     snprintf(c->dir, sizeof(c->dir), "%s", dir);
     char path[TR_PATH_MAX + 64];
@@ -1493,19 +1513,27 @@ int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, siz
                 break;
             }
             const unsigned char *src = c->files[fi].data + e->begin;
-            if (tr_crc32c(0, src, sn_el * 4) != (uint32_t)strtoul(crc, NULL, 16)) {
+            uint32_t bcrc = (uint32_t)strtoul(crc, NULL, 16);
+            if (!lazy && tr_crc32c(0, src, sn_el * 4) != bcrc) {
                 rc = ck_fail(err, errlen, "%s/%s: tensor '%s' fails its checksum (the file is "
                              "damaged)", dir, file, key);
                 break;
             }
             tr_ckpt_block *nb = realloc(t->blocks, (size_t)(t->n_blocks + 1) * sizeof(*nb));
-            if (!nb) {
+            char **nk = realloc(c->keys, (size_t)(c->n_keys + 1) * sizeof(char *));
+            if (nk) c->keys = nk;
+            char *kd = nk ? strdup(key) : NULL;
+            if (!nb || !kd) {
+                if (nb) t->blocks = nb;
+                free(kd);
                 rc = ck_fail(err, errlen, "%s: out of memory", path);
                 break;
             }
+            c->keys[c->n_keys++] = kd;
             t->blocks = nb;
             t->blocks[t->n_blocks++] = (tr_ckpt_block){
-                .src = src, .start = {start[0], start[1]}, .shape = {shape[0], shape[1]}};
+                .src = src, .start = {start[0], start[1]}, .shape = {shape[0], shape[1]},
+                .crc = bcrc, .verified = !lazy, .file = c->files[fi].path, .key = kd};
         }
         if (!rc && t->n_blocks == 1 && covered == t->numel) /* one block: the tensor, in place */
             t->data = (float *)(uintptr_t)t->blocks[0].src;
@@ -1522,14 +1550,37 @@ out:
     return rc;
 }
 
-void tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst) {
-    if (t->data) {
-        memcpy(dst, t->data + lo, (hi - lo) * sizeof(float));
-        return;
-    }
+/* A block's bytes against its CRC, once (lazily read checkpoints). */
+static int block_check(const tr_ckpt_tensor *t, int b, char *err, size_t errlen) {
+    tr_ckpt_block *k = (tr_ckpt_block *)&t->blocks[b]; /* `verified` is a cache */
+    if (k->verified) return 0;
+    size_t n = (size_t)k->shape[0] * (size_t)k->shape[1] * 4;
+    if (tr_crc32c(0, k->src, n) != k->crc)
+        return ck_fail(err, errlen, "%s: tensor '%s' fails its checksum (the file is damaged)",
+                       k->file, k->key);
+    k->verified = 1;
+    return 0;
+}
+
+int tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst, char *err,
+                       size_t errlen) {
     size_t cols = (size_t)t->shape[1];
+    if (t->data && !t->owned) { /* one block in place */
+        if (t->n_blocks == 1 && block_check(t, 0, err, errlen)) return -1;
+        memcpy(dst, t->data + lo, (hi - lo) * sizeof(float));
+        return 0;
+    }
+    if (t->data) { /* materialized: its blocks were checked then */
+        memcpy(dst, t->data + lo, (hi - lo) * sizeof(float));
+        return 0;
+    }
     for (int b = 0; b < t->n_blocks; b++) { /* each row of each block that meets [lo, hi) */
         const tr_ckpt_block *k = &t->blocks[b];
+        size_t first = (size_t)k->start[0] * cols + (size_t)k->start[1],
+               last = (size_t)(k->start[0] + k->shape[0] - 1) * cols + (size_t)k->start[1] +
+                      (size_t)k->shape[1];
+        if (last <= lo || first >= hi) continue; /* the block cannot meet the range */
+        if (block_check(t, b, err, errlen)) return -1;
         for (long r = 0; r < k->shape[0]; r++) {
             size_t a = (size_t)(k->start[0] + r) * cols + (size_t)k->start[1],
                    e = a + (size_t)k->shape[1];
@@ -1539,6 +1590,7 @@ void tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *ds
                        (y - x) * sizeof(float));
         }
     }
+    return 0;
 }
 
 int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen) {
@@ -1547,7 +1599,10 @@ int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen) {
         if (t->data) continue;
         float *full = malloc(t->numel * sizeof(float) + 1);
         if (!full) return ck_fail(err, errlen, "%s: out of memory for tensor '%s'", c->dir, t->name);
-        tr_ckpt_read_elems(t, 0, t->numel, full);
+        if (tr_ckpt_read_elems(t, 0, t->numel, full, err, errlen)) {
+            free(full);
+            return -1;
+        }
         t->data = full;
         t->owned = 1;
     }
@@ -1576,17 +1631,26 @@ int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen) {
                                    "%s: tensor '%s' is %ld x %ld, the model's is %d x %d", c->dir,
                                    name, t->shape[0], t->shape[1], p->shape[0], p->shape[1]);
                 if (pass == 0) continue;
-                const float *src = t->data;
-                if (!src) { /* in blocks: read through one tensor-sized buffer */
-                    float *nb = realloc(buf, t->numel * sizeof(float) + 1);
-                    if (!nb) {
-                        free(buf);
-                        return ck_fail(err, errlen, "%s: out of memory reading '%s'", c->dir, name);
-                    }
-                    buf = nb;
-                    tr_ckpt_read_elems(t, 0, t->numel, buf);
-                    src = buf;
+                /* only the parts this process keeps, through one tensor-sized buffer */
+                int kind = k - 1, np2 = tr_model_held_parts(m, i, kind, NULL, NULL, 0);
+                size_t *lo = malloc(2 * (size_t)(np2 ? np2 : 1) * sizeof(size_t)), *hi = lo + np2;
+                float *nb = realloc(buf, t->numel * sizeof(float) + 1);
+                if (!lo || !nb) {
+                    free(lo);
+                    free(nb ? nb : buf);
+                    return ck_fail(err, errlen, "%s: out of memory reading '%s'", c->dir, name);
                 }
+                buf = nb;
+                tr_model_held_parts(m, i, kind, lo, hi, np2);
+                int bad = 0;
+                for (int j = 0; j < np2 && !bad; j++)
+                    bad = tr_ckpt_read_elems(t, lo[j], hi[j], buf + lo[j], err, errlen);
+                free(lo);
+                if (bad) {
+                    free(buf);
+                    return -1;
+                }
+                const float *src = buf;
                 if (k == 0)
                     tr_model_set_param(m, i, src);
                 else

@@ -132,6 +132,10 @@ void tr_ckpt_writer_free(tr_ckpt_writer *w);
 typedef struct {
     const unsigned char *src; /* fp32 rows of the block, in a mapped file */
     long start[2], shape[2];
+    uint32_t crc;             /* the manifest's CRC32C of the block */
+    int verified;             /* its bytes were checked against crc */
+    const char *file;         /* for messages: the file it is in */
+    const char *key;
 } tr_ckpt_block;
 
 typedef struct {
@@ -159,6 +163,8 @@ typedef struct {
     tr_ckpt_tensor *t;
     int n_files;
     tr_st_file *files;
+    char **keys; /* the blocks' keys (for messages) */
+    int n_keys;
 } tr_ckpt;
 
 /* Read and verify a checkpoint folder (manifest checksum, file sizes, every tensor's CRC32C).
@@ -167,13 +173,22 @@ typedef struct {
  * reads the parts it needs (tr_ckpt_read_elems), so loading a sharded checkpoint never holds a
  * whole copy of the model in memory. */
 int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, size_t errlen);
+/* The same, checking each block's CRC32C only when it is first read (tr_ckpt_read_elems, and
+ * so tr_ckpt_apply): a rank of a sharded run then reads and checks only the blocks that hold
+ * its part. A damaged block shows as an error of the read or apply. */
+int tr_ckpt_read_lazy(tr_ckpt *c, const char *dir, int with_optimizer, char *err, size_t errlen);
 const tr_ckpt_tensor *tr_ckpt_find(const tr_ckpt *c, const char *name);
-/* Elements [lo, hi) of the flattened tensor into dst. */
-void tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst);
+/* Elements [lo, hi) of the flattened tensor into dst (checking the blocks it touches if they
+ * were not yet); -1 with a message naming the file when one is damaged. */
+int tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst, char *err,
+                       size_t errlen);
+/* The complete checkpoints under OUT/checkpoints (step numbers, newest first, malloc'ed). */
+int tr_ckpt_steps(const char *out, long **steps);
 /* Give every tensor whole data (assembling those in blocks); -1 when out of memory. */
 int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen);
 /* Copy the checkpoint's parameters (and, when present, AdamW moments and step count) into
- * the model; -1 when a tensor is missing or has another shape. */
+ * the model, reading only the parts of each tensor the model keeps (tr_model_held_parts); -1
+ * when a tensor is missing, has another shape, or (lazy) a block it reads is damaged. */
 int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen);
 void tr_ckpt_free(tr_ckpt *c);
 

@@ -284,7 +284,11 @@ int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, const char *out_dir, 
                 rc = ex_fail(err, errlen, "out of memory exporting '%s'", e->ours);
                 break;
             }
-            tr_ckpt_read_elems(src, lo, lo + numel, blk);
+            if (tr_ckpt_read_elems(src, lo, lo + numel, blk, err, errlen)) {
+                free(blk);
+                rc = -1;
+                break;
+            }
             p = blk;
         }
         if (!e->transpose) {

@@ -178,43 +178,84 @@ static int rank_table(tr_comm *world, const rank_ledger *led, const char *device
     return 0;
 }
 
-/* --resume: the newest checkpoint in OUT that verifies, if the recipe still matches it. Restores
- * the parameters, the AdamW state and step count, and the loader position; *start is the
- * number of steps done. */
-static int resume_from(run_state *s, tr_dp *dp, const tr_recipe *r, int *start, char *err,
-                       size_t errlen) {
-    tr_ckpt c;
-    double t0 = tr_now();
-    if (tr_ckpt_find_resume(r->train.out, &c, 1, stdout, err, errlen)) return -1;
-    double t_read = tr_now() - t0, bytes = 0;
-    for (int i = 0; i < c.n_files; i++) bytes += (double)c.files[i].size;
+/* Checkpoint c into the model and the loader, if the recipe still matches it: 0; -1 with err
+ * when it cannot be used (another recipe, nothing left to do); 1 when a block this process
+ * reads is damaged (lazily read checkpoints: an older one may do). */
+static int use_checkpoint(run_state *s, const tr_recipe *r, tr_ckpt *c, char *err,
+                          size_t errlen) {
     tr_recipe saved;
     char chunk[TR_PATH_MAX + 32];
-    snprintf(chunk, sizeof(chunk), "%s/manifest.yaml", c.dir);
-    int rc = tr_recipe_load_string(&saved, c.recipe, chunk, ".", NULL, 0, err, errlen);
+    snprintf(chunk, sizeof(chunk), "%s/manifest.yaml", c->dir);
+    int rc = tr_recipe_load_string(&saved, c->recipe, chunk, ".", NULL, 0, err, errlen);
     if (!rc) {
         rc = tr_ckpt_compare_recipes(&saved, r, stdout, err, errlen);
         tr_recipe_free(&saved);
     }
-    if (!rc) rc = tr_ckpt_apply(&c, s->model, err, errlen);
-    if (!rc && c.has_loader) rc = tr_loader_set_pos(s->loader, c.loader, err, errlen);
-    if (!rc && c.step >= r->train.steps) {
-        rc = -1;
+    if (rc) return -1;
+    if (c->step >= r->train.steps) {
         if (snprintf(err, errlen, "%s is at step %ld and the recipe trains %d steps: nothing to "
-                     "do (raise --steps)", c.dir, c.step, r->train.steps) < 0)
+                     "do (raise --steps)", c->dir, c->step, r->train.steps) < 0)
             err[0] = 0;
+        return -1;
+    }
+    if (tr_ckpt_apply(c, s->model, err, errlen)) return 1;
+    if (c->has_loader && tr_loader_set_pos(s->loader, c->loader, err, errlen)) return -1;
+    return 0;
+}
+
+/* --resume: the newest checkpoint in OUT that verifies, if the recipe still matches it. Restores
+ * the parameters, the AdamW state and step count, and the loader position; *start is the
+ * number of steps done. One process verifies every file first; several ranks each check only
+ * the blocks they read, and when any rank finds one damaged, all go back to the checkpoint
+ * before (each rank that found damage says where). */
+static int resume_from(run_state *s, tr_comm *world, const tr_recipe *r, int *start, char *err,
+                       size_t errlen) {
+    tr_ckpt c;
+    int rc = -1, me = tr_comm_rank(world);
+    double t0 = tr_now();
+    if (tr_comm_size(world) == 1) {
+        if (tr_ckpt_find_resume(r->train.out, &c, 1, stdout, err, errlen)) return -1;
+        rc = use_checkpoint(s, r, &c, err, errlen) ? -1 : 0;
+    } else {
+        long *steps;
+        int n = tr_ckpt_steps(r->train.out, &steps);
+        if (snprintf(err, errlen, "no usable checkpoint in %s/checkpoints/", r->train.out) < 0)
+            err[0] = 0;
+        for (int i = 0; i < n; i++) {
+            char dir[TR_PATH_MAX + 64], why[768];
+            snprintf(dir, sizeof(dir), "%s/checkpoints/step_%08ld", r->train.out, steps[i]);
+            int opened = tr_ckpt_read_lazy(&c, dir, 1, why, sizeof(why)) == 0;
+            int mine = opened ? use_checkpoint(s, r, &c, why, sizeof(why)) : 1;
+            long long v[2] = {mine == 1, mine < 0}; /* damaged here, unusable here */
+            tr_comm_all_reduce(world, v, 2, TR_COMM_I64);
+            if (mine) fprintf(stderr, "trainer: rank %d: checkpoint %s: %s\n", me, dir, why);
+            if (v[1]) { /* the same reason everywhere (recipe, steps): not a damage */
+                if (snprintf(err, errlen, "%s", mine < 0 ? why : "see the lines above") < 0)
+                    err[0] = 0;
+                if (opened) tr_ckpt_free(&c);
+                break;
+            }
+            if (!v[0]) {
+                rc = 0;
+                break;
+            }
+            if (me == 0) printf("skipping checkpoint %s: damaged (found by %lld rank(s))\n", dir, v[0]);
+            if (opened) tr_ckpt_free(&c);
+        }
+        free(steps);
+        if (rc) return -1;
     }
     if (!rc) {
+        double t_read = tr_now() - t0, bytes = 0;
+        for (int i = 0; i < c.n_files; i++) bytes += (double)c.files[i].size;
         *start = (int)c.step;
-        printf("resuming from %s (step %ld; read and verified %.3f GB in %.2f s, %.2f GB/s)\n",
-               c.dir, c.step, bytes / 1e9, t_read, bytes / 1e9 / (t_read > 0 ? t_read : 1e-9));
+        printf("resuming from %s (step %ld; checkpoint of %.3f GB read and verified in %.2f s)\n",
+               c.dir, c.step, bytes / 1e9, t_read);
     }
     tr_ckpt_free(&c);
     return rc;
 }
 
-/* Every rank must train the same recipe on the same data: compare the SHA-256 of the resolved
- * recipe with rank 0's. Returns -1 (after one line from each rank that differs) otherwise. */
 /* Every rank must hold the same `what` (64 hex digits) as rank 0: -1 with a message naming
  * the ranks that differ (each of them also says so on its stderr). */
 static int ranks_agree(tr_comm *world, const char *what, const char mine[65], char *err,
@@ -417,7 +458,7 @@ int tr_cmd_run(int argc, char **argv) {
     tr_model_init_params(s.model, r.train.seed);
     int start_step = 0;
     if (o.resume) {
-        if (resume_from(&s, dp, &r, &start_step, err, sizeof(err))) {
+        if (resume_from(&s, world, &r, &start_step, err, sizeof(err))) {
             fprintf(stderr, "trainer run: --resume: %s\n", err);
             goto done;
         }
