@@ -74,6 +74,8 @@ struct tr_model {
     size_t piece_elems;
     tr_op_hook ohook;
     void *octx;
+    int recompute_to;   /* inside the backward's repeated forward of ops [., recompute_to): 0
+                           when not */
     tr_adamw_seg *segs; /* the optimizer step's stretches (reused every step) */
     int cap_segs;
     int n_attention;
@@ -722,10 +724,10 @@ static tr_buf *P(const tr_model *m, int i) {
 }
 /* ZeRO-3's op hook around everything an op computes (dir +1 forward, -1 backward) */
 static void op_begin(tr_model *m, int i, int dir) {
-    if (m->ohook) m->ohook(m->octx, i, dir, 0);
+    if (m->ohook) m->ohook(m->octx, i, dir > 0 && m->recompute_to ? 2 : dir, 0);
 }
 static void op_end(tr_model *m, int i, int dir) {
-    if (m->ohook) m->ohook(m->octx, i, dir, 1);
+    if (m->ohook) m->ohook(m->octx, i, dir > 0 && m->recompute_to ? 2 : dir, 1);
 }
 static tr_buf *G(const tr_model *m, int i) {
     return i < 0 ? NULL : m->gaddr[i];
@@ -894,7 +896,9 @@ void tr_model_backward(tr_model *m) {
             /* full recompute: the branch's tensors were overwritten by later branches; run
                its forward again from its input (kept) before going back through it */
             if (m->recompute == TR_RECOMPUTE_FULL && op->depth == 0 && i != m->last_branch_end) {
+                m->recompute_to = i;
                 forward_range(m, op->match + 1, i, B, T);
+                m->recompute_to = 0;
             }
             break;
         case OP_RES_BEGIN:
@@ -1057,6 +1061,10 @@ void tr_model_set_param_addr(tr_model *m, int i, tr_buf *addr) {
 void tr_model_set_op_hook(tr_model *m, tr_op_hook fn, void *ctx) {
     m->ohook = fn;
     m->octx = ctx;
+}
+
+int tr_model_recompute_end(const tr_model *m) {
+    return m->recompute_to;
 }
 
 int tr_model_num_ops(const tr_model *m) {

@@ -220,10 +220,12 @@ float *tr_model_master_pieces(tr_model *m);
 /* Where op computations read parameter tensor i from until placed again. */
 void tr_model_set_param_addr(tr_model *m, int i, tr_buf *addr);
 /* Called before (after = 0) and after (after = 1) every op's forward (dir = +1: training,
- * evaluation, logits, decoding; also the forwards that full recompute repeats inside the
- * backward) and backward (dir = -1). */
+ * evaluation, logits, decoding; dir = +2: the forward that full recompute repeats inside the
+ * backward, the same ops' backward following) and backward (dir = -1). */
 typedef void (*tr_op_hook)(void *ctx, int op, int dir, int after);
 void tr_model_set_op_hook(tr_model *m, tr_op_hook fn, void *ctx);
+/* During a dir = +2 forward: the op it stops before (its ops are [., end)); else 0. */
+int tr_model_recompute_end(const tr_model *m);
 int tr_model_num_ops(const tr_model *m);
 /* The parameter tensors op `op` reads when it runs in direction dir, into p; returns how many
  * (at most 4). */

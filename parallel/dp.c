@@ -316,11 +316,14 @@ static void z3_op(void *ctx, int op, int dir, int after) {
     tr_dp *d = ctx;
     int di = dir > 0 ? 0 : 1, n = d->need_n[di][op], nx = d->next_user[di][op];
     const int *need = d->need[di] + 4 * op;
+    /* full recompute's forward (dir 2): its ops' backward comes right after it, so their
+       buckets stay gathered until then, and nothing past the repeated ops is prefetched */
+    if (dir == 2 && nx >= tr_model_recompute_end(d->m)) nx = -1;
     if (!after) {
         for (int j = 0; j < n; j++) z3_ready(d, need[j]);
         if (n && nx >= 0) /* prefetch what the next op reads while this one computes */
             for (int j = 0; j < d->need_n[di][nx]; j++) z3_start(d, d->need[di][4 * nx + j]);
-    } else if (!d->hold) {
+    } else if (!d->hold && dir != 2) {
         for (int j = 0; j < n; j++)
             if (nx < 0 || !z3_needs(d, di, nx, need[j])) z3_release(d, need[j]);
     }

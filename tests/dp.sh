@@ -94,6 +94,15 @@ for rc in full selective; do
         echo "FAIL $name: losses ${e:-}, params ${p:-}, or the sample differs"; fail=1
     fi
 done
+# the repeated forward of full recompute keeps its buckets for the backward that follows it:
+# no more gathers than without recompute
+gathers() { grep -o "ZeRO-3: [0-9]* bucket all-gathers" "$tmp/$1.log" | awk '{print $2}'; }
+g0=$(gathers np2_zero3_micro0) gf=$(gathers np2_zero3_full)
+if [ -n "$g0" ] && [ -n "$gf" ] && [ "$gf" -le "$g0" ]; then
+    echo "ok   ZeRO-3 with full recompute: $gf bucket gathers, as many as without recompute ($g0)"
+else
+    echo "FAIL ZeRO-3 with full recompute gathers ${gf:-?} buckets against ${g0:-?} without"; fail=1
+fi
 
 # ZeRO-1 keeps 1/N of the optimizer state per rank (what each process allocated)
 opt() { grep -o '"optimizer": [0-9]*' "$tmp/$1/memory.json" | awk '{print $2}'; }
