@@ -79,6 +79,45 @@ static __device__ __forceinline__ void c_to_a(uint32_t a[4], const float c0[4], 
     a[3] = pack2(c1[2], c1[3]);
 }
 
+/* c[nt] += a @ B over the hd / 8 n-tiles, B (k x n) = tile[n][k0 + k] of a transposed tile
+ * (ld LDT): the second product of every pass (P V, dS K, P^T dO, dS^T Q) */
+static __device__ __forceinline__ void mma_tiles(float c[][4], const uint32_t a[4], const bf16 *tile,
+                                                 int k0, int nd, int gi, int t4) {
+#pragma unroll
+    for (int nt = 0; nt < TC_DMAX / 8; nt++)
+        if (nt < nd) {
+            uint32_t b0, b1;
+            frag_b(&b0, &b1, tile, LDT, nt * 8, k0, gi, t4);
+            mma16816(c[nt], a, b0, b1);
+        }
+}
+
+/* The backward's two score products for this warp's 16 rows (r0) against a 64-row tile:
+ * p = A1 B1^T and dp = A2 B2^T (row-major tiles, ld LDD), over the nk 16-wide steps of hd */
+static __device__ __forceinline__ void two_products(float p[8][4], float dp[8][4], const bf16 *A1,
+                                                    const bf16 *B1, const bf16 *A2, const bf16 *B2,
+                                                    int r0, int nk, int gi, int t4) {
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) p[nt][e] = dp[nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < TC_DMAX / 16; ks++)
+        if (ks < nk) {
+            uint32_t a1[4], a2[4];
+            frag_a(a1, A1, LDD, r0, ks * 16, gi, t4);
+            frag_a(a2, A2, LDD, r0, ks * 16, gi, t4);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                uint32_t b0, b1;
+                frag_b(&b0, &b1, B1, LDD, nt * 8, ks * 16, gi, t4);
+                mma16816(p[nt], a1, b0, b1);
+                frag_b(&b0, &b1, B2, LDD, nt * 8, ks * 16, gi, t4);
+                mma16816(dp[nt], a2, b0, b1);
+            }
+        }
+}
+
 /* rows [r0, r0+64) of hd columns (col0 within rows of stride S) into a row-major tile and,
  * when tr != NULL, its transpose; rows at or past T read as 0. 16-byte loads. */
 static __device__ void load_tile(bf16 *rd, bf16 *tr, const bf16 *base, size_t S, int col0, int r0,
@@ -183,13 +222,7 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_fwd_k(bf16 *out, fl
         for (int kk = 0; kk < 4; kk++) { /* O += P V over 16 keys at a time */
             uint32_t pa[4];
             c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int nt = 0; nt < TC_DMAX / 8; nt++)
-                if (nt < nd) {
-                    uint32_t b0, b1;
-                    frag_b(&b0, &b1, Vt, LDT, nt * 8, kk * 16, gi, t4);
-                    mma16816(o[nt], pa, b0, b1);
-                }
+            mma_tiles(o, pa, Vt, kk * 16, nd, gi, t4);
         }
     }
 #pragma unroll
@@ -242,26 +275,8 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_k(bf16 *dqkv, co
         load_tile(Ks, Kt, base, S, (H + g) * hd, k0, T, hd);
         load_tile(Vs, NULL, base, S, (H + KV + g) * hd, k0, T, hd);
         __syncthreads();
-        float p[8][4], dp[8][4];
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) p[nt][e] = dp[nt][e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < TC_DMAX / 16; ks++)
-            if (ks < nk) {
-                uint32_t qa[4], oa[4];
-                frag_a(qa, Qs, LDD, r0, ks * 16, gi, t4);
-                frag_a(oa, dOs, LDD, r0, ks * 16, gi, t4);
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    uint32_t b0, b1;
-                    frag_b(&b0, &b1, Ks, LDD, nt * 8, ks * 16, gi, t4);
-                    mma16816(p[nt], qa, b0, b1);
-                    frag_b(&b0, &b1, Vs, LDD, nt * 8, ks * 16, gi, t4);
-                    mma16816(dp[nt], oa, b0, b1);
-                }
-            }
+        float p[8][4], dp[8][4]; /* S = Q K^T, dP = dO V^T */
+        two_products(p, dp, Qs, Ks, dOs, Vs, r0, nk, gi, t4);
 #pragma unroll
         for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
@@ -275,13 +290,7 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_k(bf16 *dqkv, co
         for (int kk = 0; kk < 4; kk++) { /* dq += dS K over 16 keys at a time */
             uint32_t a[4];
             c_to_a(a, p[2 * kk], p[2 * kk + 1]);
-#pragma unroll
-            for (int nt = 0; nt < TC_DMAX / 8; nt++)
-                if (nt < nd) {
-                    uint32_t b0, b1;
-                    frag_b(&b0, &b1, Kt, LDT, nt * 8, kk * 16, gi, t4);
-                    mma16816(dq[nt], a, b0, b1);
-                }
+            mma_tiles(dq, a, Kt, kk * 16, nd, gi, t4);
         }
     }
 #pragma unroll
@@ -336,26 +345,9 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkv_k(bf16 *dqkv, c
                 Ds[threadIdx.x] = t < T ? Dh[t] : 0.0f;
             }
             __syncthreads();
-            float p[8][4], dp[8][4]; /* rows: this warp's 16 keys; columns: the tile's queries */
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) p[nt][e] = dp[nt][e] = 0.0f;
-#pragma unroll
-            for (int ks = 0; ks < TC_DMAX / 16; ks++)
-                if (ks < nk) {
-                    uint32_t ka[4], va[4];
-                    frag_a(ka, Ks, LDD, r0, ks * 16, gi, t4);
-                    frag_a(va, Vs, LDD, r0, ks * 16, gi, t4);
-#pragma unroll
-                    for (int nt = 0; nt < 8; nt++) {
-                        uint32_t b0, b1;
-                        frag_b(&b0, &b1, Qs, LDD, nt * 8, ks * 16, gi, t4);
-                        mma16816(p[nt], ka, b0, b1);
-                        frag_b(&b0, &b1, dOs, LDD, nt * 8, ks * 16, gi, t4);
-                        mma16816(dp[nt], va, b0, b1);
-                    }
-                }
+            /* rows: this warp's 16 keys; columns: the tile's queries. S^T = K Q^T, dP^T = V dO^T */
+            float p[8][4], dp[8][4];
+            two_products(p, dp, Ks, Qs, Vs, dOs, r0, nk, gi, t4);
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
@@ -373,15 +365,8 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkv_k(bf16 *dqkv, c
                 uint32_t pa[4], sa[4];
                 c_to_a(pa, p[2 * kk], p[2 * kk + 1]);
                 c_to_a(sa, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-                for (int nt = 0; nt < TC_DMAX / 8; nt++)
-                    if (nt < nd) {
-                        uint32_t b0, b1;
-                        frag_b(&b0, &b1, dOt, LDT, nt * 8, kk * 16, gi, t4);
-                        mma16816(dv[nt], pa, b0, b1);
-                        frag_b(&b0, &b1, Qt, LDT, nt * 8, kk * 16, gi, t4);
-                        mma16816(dk[nt], sa, b0, b1);
-                    }
+                mma_tiles(dv, pa, dOt, kk * 16, nd, gi, t4);
+                mma_tiles(dk, sa, Qt, kk * 16, nd, gi, t4);
             }
         }
     }
