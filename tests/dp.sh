@@ -214,14 +214,19 @@ fi
 sed 's|text = "[^"]*"|text = "corpus.txt"|' "$R" >"$tmp/diffdata.lua"
 head -c 200000 data/corpora/tinyshakespeare.txt >"$tmp/corpus.txt"
 head -c 200000 data/corpora/tinyshakespeare.txt | tr 'a-z' 'b-za' >"$tmp/alt.txt"
-cat >"$tmp/wrap.sh" <<EOF
+# a launcher under which rank 1 finds, at the path $3, what the others find at $2 (a private
+# mount namespace): for the tests of ranks that disagree about files
+rank1_sees() { # script source target
+    cat >"$1" <<EOF
 #!/bin/sh
 if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
-    exec unshare -m --propagation private sh -c 'mount --bind "$tmp/alt.txt" "$tmp/corpus.txt" && exec "\$0" "\$@"' "\$@"
+    exec unshare -m --propagation private sh -c 'mount --bind "$2" "$3" && exec "\$0" "\$@"' "\$@"
 fi
 exec "\$@"
 EOF
-chmod +x "$tmp/wrap.sh"
+    chmod +x "$1"
+}
+rank1_sees "$tmp/wrap.sh" "$tmp/alt.txt" "$tmp/corpus.txt"
 if unshare -m --propagation private sh -c "mount --bind '$tmp/alt.txt' '$tmp/corpus.txt'" 2>/dev/null; then
     timeout 120 mpirun -np 2 "$tmp/wrap.sh" "$T" run "$tmp/diffdata.lua" --out "$tmp/diffdata" --peak-gflops 10 >"$tmp/diffdata.log" 2>&1
     rc=$?
@@ -233,14 +238,7 @@ if unshare -m --propagation private sh -c "mount --bind '$tmp/alt.txt' '$tmp/cor
     fi
     # checkpoints need an output folder all ranks share: rank 1 sees another folder there
     mkdir -p "$tmp/unshared" "$tmp/elsewhere"
-    cat >"$tmp/wrap2.sh" <<EOF
-#!/bin/sh
-if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
-    exec unshare -m --propagation private sh -c 'mount --bind "$tmp/elsewhere" "$tmp/unshared" && exec "\$0" "\$@"' "\$@"
-fi
-exec "\$@"
-EOF
-    chmod +x "$tmp/wrap2.sh"
+    rank1_sees "$tmp/wrap2.sh" "$tmp/elsewhere" "$tmp/unshared"
     timeout 120 mpirun -np 2 "$tmp/wrap2.sh" "$T" run "$R" --set ckpt=5 --out "$tmp/unshared" --peak-gflops 10 >"$tmp/unshared.log" 2>&1
     rc=$?
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "is not shared by the ranks" "$tmp/unshared.log" &&
