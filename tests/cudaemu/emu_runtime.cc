@@ -1,0 +1,514 @@
+/* The CUDA emulator's runtime (see emu.h): kernel launches on cooperative fibers, barriers,
+ * warp exchanges and the tensor-core product, and the subset of the CUDA runtime API the
+ * backend calls ("device" memory is host memory, every call is synchronous). Test-only. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <map>
+
+#include "emu.h"
+#undef warpSize /* a field of cudaDeviceProp below */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+uint3 *emu_tid;
+uint3 emu_bid;
+dim3 emu_bdim, emu_gdim;
+
+#include <stdarg.h>
+[[noreturn]] static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda emulator: ");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    abort();
+}
+
+/* ---- fibers ------------------------------------------------------------------------------ */
+
+enum { RUNNING, AT_BLOCK, AT_WARP, DONE };
+#define STACK_BYTES ((size_t)512 << 10)
+#define MAX_THREADS 1024
+#define XCHG_MAX EMU_XCHG_MAX
+
+/* Switching fibers: on x86-64 a hand-written switch of the callee-saved registers and the
+ * floating-point control words (ucontext's swapcontext makes a system call per switch, which
+ * made it three quarters of the emulator's time); elsewhere ucontext. */
+#if defined(__x86_64__)
+#define EMU_FAST_SWITCH 1
+extern "C" void emu_switch(void **save_sp, void *new_sp);
+asm(".text\n"
+    ".globl emu_switch\n"
+    ".type emu_switch,@function\n"
+    "emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_switch, .-emu_switch\n");
+#endif
+
+struct fiber {
+#ifdef EMU_FAST_SWITCH
+    void *sp;
+#else
+    ucontext_t uc;
+#endif
+    void *stack;
+    uint3 tid;
+    int state;
+    unsigned mask; /* the warp op's mask */
+    const char *op;
+};
+
+struct warp {
+    unsigned char slots[32][XCHG_MAX]; /* what each lane handed in */
+    unsigned char out[32][XCHG_MAX];   /* the completed exchange, read after release */
+    size_t bytes;
+};
+
+static struct {
+    const char *kernel;
+    fiber th[MAX_THREADS];
+    warp wp[MAX_THREADS / 32];
+    int n, cur, reverse;
+#ifdef EMU_FAST_SWITCH
+    void *sched_sp;
+#else
+    ucontext_t sched;
+#endif
+    void (*body)(void *);
+    void *ctx;
+    unsigned char *dyn;
+    size_t dyn_bytes;
+#ifdef EMU_ASAN
+    void *fake_stack;
+#endif
+} E;
+
+#ifdef EMU_FAST_SWITCH
+#define SWITCH_TO_SCHED(f) emu_switch(&(f)->sp, E.sched_sp)
+#define SWITCH_TO_FIBER(f) emu_switch(&E.sched_sp, (f)->sp)
+#else
+#define SWITCH_TO_SCHED(f) swapcontext(&(f)->uc, &E.sched)
+#define SWITCH_TO_FIBER(f) swapcontext(&E.sched, &(f)->uc)
+#endif
+
+static void to_scheduler(void) {
+    fiber *f = &E.th[E.cur];
+#ifdef EMU_ASAN
+    void *fs = NULL;
+    __sanitizer_start_switch_fiber(f->state == DONE ? NULL : &fs, NULL, 0);
+    SWITCH_TO_SCHED(f);
+    __sanitizer_finish_switch_fiber(fs, NULL, NULL);
+#else
+    SWITCH_TO_SCHED(f);
+#endif
+}
+
+static void trampoline(void) {
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+    E.body(E.ctx);
+    E.th[E.cur].state = DONE;
+    to_scheduler();
+    die("%s: a finished thread was resumed", E.kernel);
+}
+
+static void run_fiber(int i) {
+    E.cur = i;
+    emu_lane_now = i % 32;
+    emu_tid = &E.th[i].tid;
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(&E.fake_stack, E.th[i].stack, STACK_BYTES);
+    SWITCH_TO_FIBER(&E.th[i]);
+    __sanitizer_finish_switch_fiber(E.fake_stack, NULL, NULL);
+#else
+    SWITCH_TO_FIBER(&E.th[i]);
+#endif
+}
+
+int emu_lane_now;
+
+void emu_syncthreads(void) {
+    E.th[E.cur].state = AT_BLOCK;
+    to_scheduler();
+}
+
+const void *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes, const char *op) {
+    if (bytes > XCHG_MAX) die("%s: %s exchanges more bytes than the emulator holds", E.kernel, op);
+    int w = E.cur / 32, lane = E.cur % 32;
+    fiber *f = &E.th[E.cur];
+    f->state = AT_WARP;
+    f->mask = mask;
+    f->op = op;
+    memcpy(E.wp[w].slots[lane], mine, bytes);
+    E.wp[w].bytes = bytes;
+    to_scheduler();
+    return E.wp[w].out; /* unchanged until this lane's next warp operation */
+}
+
+/* Releases whatever can go on; returns 1 when something was released. */
+static int release(void) {
+    int live = 0, at_block = 0;
+    for (int i = 0; i < E.n; i++) {
+        if (E.th[i].state != DONE) live++;
+        if (E.th[i].state == AT_BLOCK) at_block++;
+    }
+    if (live && at_block == live) {
+        for (int i = 0; i < E.n; i++)
+            if (E.th[i].state == AT_BLOCK) E.th[i].state = RUNNING;
+        return 1;
+    }
+    int any = 0;
+    for (int w = 0; w * 32 < E.n; w++) {
+        int lo = w * 32, hi = lo + 32 < E.n ? lo + 32 : E.n, ready = 1, waiting = 0;
+        unsigned live_lanes = 0;
+        for (int i = lo; i < hi; i++) {
+            if (E.th[i].state == DONE) continue;
+            live_lanes |= 1u << (i - lo);
+            if (E.th[i].state != AT_WARP) ready = 0;
+            else waiting++;
+        }
+        if (!ready || !waiting) continue;
+        for (int i = lo; i < hi; i++) {
+            fiber *f = &E.th[i];
+            if (f->state != AT_WARP) continue;
+            if ((f->mask & live_lanes) != live_lanes)
+                die("%s: %s with a mask that leaves out live lanes of the warp (the emulator "
+                    "supports only whole-warp operations)", E.kernel, f->op);
+            if (strcmp(f->op, E.th[lo].op) && E.th[lo].state == AT_WARP)
+                die("%s: lanes of one warp are at different warp operations (%s)", E.kernel, f->op);
+        }
+        warp *wp = &E.wp[w];
+        for (int i = lo; i < lo + 32; i++) {
+            if (i < hi && E.th[i].state == AT_WARP)
+                memcpy(wp->out[i - lo], wp->slots[i - lo], wp->bytes);
+            else
+                memset(wp->out[i - lo], 0, wp->bytes);
+        }
+        for (int i = lo; i < hi; i++)
+            if (E.th[i].state == AT_WARP) E.th[i].state = RUNNING;
+        any = 1;
+    }
+    return any;
+}
+
+static void run_block(void) {
+    for (;;) {
+        int ran = 0, live = 0;
+        for (int k = 0; k < E.n; k++) {
+            int i = E.reverse ? E.n - 1 - k : k;
+            if (E.th[i].state == RUNNING) {
+                run_fiber(i);
+                ran = 1;
+            }
+            if (E.th[i].state != DONE) live++;
+        }
+        if (!live) return;
+        if (!release() && !ran) {
+            int b = 0, w = 0;
+            for (int i = 0; i < E.n; i++) b += E.th[i].state == AT_BLOCK, w += E.th[i].state == AT_WARP;
+            char what[128];
+            snprintf(what, sizeof(what), "%d threads wait at __syncthreads, %d at warp operations",
+                     b, w);
+            die("deadlock in kernel %s: %s (a barrier some threads never reach)", E.kernel, what);
+        }
+    }
+}
+
+static void *stack_for(int i) {
+    if (!E.th[i].stack) {
+        void *s = mmap(NULL, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (s == MAP_FAILED) die("%s: cannot map a fiber stack", E.kernel);
+        E.th[i].stack = s;
+    }
+    return E.th[i].stack;
+}
+
+/* A fresh fiber that starts in trampoline(). For the fast switch its stack is laid out as
+ * emu_switch leaves a suspended one: control words, six registers, the return address
+ * (trampoline), and above it a zero return address for trampoline's own frame. */
+static void fiber_init(fiber *f, void *stack, int i) {
+#ifdef EMU_FAST_SWITCH
+    /* stack tops staggered by 192 B per fiber: at one page offset they would all fall in the
+     * same few cache sets */
+    uint64_t *top = (uint64_t *)((char *)stack + STACK_BYTES - (size_t)(i % 21) * 192);
+    uint32_t ctl[2];
+    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(ctl[0]), "=m"(ctl[1]));
+    top[-1] = 0;
+    top[-2] = (uint64_t)(uintptr_t)trampoline;
+    for (int r = 3; r <= 8; r++) top[-r] = 0; /* rbp rbx r12 r13 r14 r15 */
+    memcpy(&top[-9], ctl, 8);
+    f->sp = &top[-9];
+#else
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = stack;
+    f->uc.uc_stack.ss_size = STACK_BYTES;
+    f->uc.uc_link = NULL;
+    makecontext(&f->uc, trampoline, 0);
+#endif
+}
+
+/* ---- launches ---------------------------------------------------------------------------- */
+
+static cudaError_t last_error = cudaSuccess;
+static std::map<const void *, int> max_dyn_smem; /* cudaFuncSetAttribute's opt-ins */
+#define SMEM_DEFAULT (48 << 10)
+#define SMEM_OPTIN (227 << 10) /* H100/H200 */
+
+void *emu_dyn_smem(void) { return E.dyn; }
+
+void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem,
+             void (*body)(void *), void *ctx) {
+    size_t nt = (size_t)block.x * block.y * block.z;
+    size_t limit = SMEM_DEFAULT;
+    auto it = max_dyn_smem.find(fn);
+    if (it != max_dyn_smem.end()) limit = (size_t)it->second;
+    if (nt == 0 || nt > MAX_THREADS || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        grid.y > 65535 || grid.z > 65535 || block.z > 64) {
+        fprintf(stderr, "cuda emulator: %s launched with grid (%u,%u,%u), block (%u,%u,%u)\n", name,
+                grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (smem > limit) {
+        fprintf(stderr, "cuda emulator: %s asks %zu B of dynamic shared memory, over its limit %zu B\n",
+                name, smem, limit);
+        last_error = cudaErrorInvalidValue;
+        return;
+    }
+    if (E.kernel) die("%s launched from inside kernel %s", name, E.kernel);
+    E.kernel = name;
+    E.body = body;
+    E.ctx = ctx;
+    E.n = (int)nt;
+    const char *order = getenv("TR_EMU_ORDER");
+    E.reverse = order && !strcmp(order, "reverse");
+    if (smem > E.dyn_bytes) {
+        free(E.dyn);
+        E.dyn = (unsigned char *)malloc(smem);
+        if (!E.dyn) die("%s: out of memory for shared memory", name);
+        E.dyn_bytes = smem;
+    }
+    emu_gdim = grid;
+    emu_bdim = block;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                emu_bid = make_uint3(bx, by, bz);
+                if (smem) memset(E.dyn, 0xff, smem); /* unwritten shared memory reads as NaN */
+                for (int i = 0; i < E.n; i++) {
+                    fiber *f = &E.th[i];
+                    f->tid = make_uint3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
+                    f->state = RUNNING;
+                    fiber_init(f, stack_for(i), i);
+                }
+                run_block();
+            }
+    E.kernel = NULL;
+}
+
+/* ---- mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 -------------------------------
+ * PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type": with g = lane / 4
+ * and t = lane % 4, a 16-bit A (16 x 16, row) register r holds elements (row g + 8 (r & 1),
+ * columns 2t + 8 (r >> 1) + {0, 1}); B (16 x 8, col) register r holds (rows 2t + 8 r + {0, 1},
+ * column g); C/D (16 x 8, f32) element i is (row g + 8 (i >> 1), column 2t + (i & 1)). The
+ * lower element of a pair sits in the lower 16 bits. */
+static float bf_lo(uint32_t u) {
+    uint32_t v = u << 16;
+    float f;
+    memcpy(&f, &v, 4);
+    return f;
+}
+static float bf_hi(uint32_t u) {
+    uint32_t v = u & 0xffff0000u;
+    float f;
+    memcpy(&f, &v, 4);
+    return f;
+}
+
+void emu_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1}, all[32][6];
+    const unsigned char *out =
+        (const unsigned char *)emu_warp_exchange(0xffffffffu, mine, sizeof(mine), "mma.sync");
+    for (int l = 0; l < 32; l++) memcpy(all[l], out + (size_t)l * EMU_XCHG_MAX, sizeof(mine));
+    float A[16][16], Bm[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l / 4, t = l % 4;
+        for (int r = 0; r < 4; r++) {
+            int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
+            A[row][col] = bf_lo(all[l][r]);
+            A[row][col + 1] = bf_hi(all[l][r]);
+        }
+        for (int r = 0; r < 2; r++) {
+            int row = 2 * t + 8 * r;
+            Bm[row][g] = bf_lo(all[l][4 + r]);
+            Bm[row + 1][g] = bf_hi(all[l][4 + r]);
+        }
+    }
+    int lane = emu_lane(), g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        float s = c[i];
+        for (int k = 0; k < 16; k++) s += A[row][k] * Bm[k][col];
+        c[i] = s;
+    }
+}
+
+/* ---- the CUDA runtime API subset ----------------------------------------------------------
+ * Allocations are tracked so that copies name a bad device pointer instead of corrupting the
+ * host heap; fresh allocations are filled with 0xff (NaN in fp32 and bf16). */
+
+static std::map<uintptr_t, size_t> allocs;
+
+static int is_dev(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return 0;
+    --it;
+    return a >= it->first && a + n <= it->first + it->second;
+}
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (d != 0) return cudaErrorInvalidDevice;
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "CUDA emulator (CPU)");
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->totalGlobalMem = (size_t)8 << 30;
+    p->sharedMemPerBlock = SMEM_DEFAULT;
+    p->sharedMemPerBlockOptin = SMEM_OPTIN;
+    p->maxThreadsPerBlock = MAX_THREADS;
+    p->warpSize = 32;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
+    if (d != 0) return cudaErrorInvalidDevice;
+    switch (a) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = SMEM_OPTIN; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = SMEM_DEFAULT; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *v = 132; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+    default:
+        fprintf(stderr, "cuda emulator: cudaDeviceGetAttribute(%d) is not emulated\n", (int)a);
+        return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute a, int v) {
+    if (a != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+    if (v < 0 || v > SMEM_OPTIN) return cudaErrorInvalidValue;
+    max_dyn_smem[fn] = v;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+    /* 256-byte aligned like cudaMalloc; at least 1 byte so that every pointer is distinct */
+    void *q = aligned_alloc(256, (n + 255) / 256 * 256 + (n ? 0 : 256));
+    if (!q) return cudaErrorMemoryAllocation;
+    memset(q, 0xff, n);
+    allocs[(uintptr_t)q] = n;
+    *p = q;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    auto it = allocs.find((uintptr_t)p);
+    if (it == allocs.end()) return cudaErrorInvalidValue;
+    allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+    int dd = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
+    int sd = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
+    if (k == cudaMemcpyDefault) dd = is_dev(dst, n), sd = is_dev(src, n);
+    if ((dd && !is_dev(dst, n)) || (sd && !is_dev(src, n))) {
+        fprintf(stderr, "cuda emulator: cudaMemcpy kind %d with a %s pointer outside any "
+                        "allocation (%zu bytes)\n", (int)k, dd && !is_dev(dst, n) ? "destination" : "source", n);
+        return cudaErrorInvalidValue;
+    }
+    if (n) memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+    return copy(dst, src, n, k);
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s) {
+    return copy(dst, src, n, k);
+}
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+    if (!is_dev(p, n)) return cudaErrorInvalidValue;
+    memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) { return cudaMemset(p, v, n); }
+
+static int stream_token;
+cudaError_t cudaStreamCreate(cudaStream_t *s) {
+    *s = (cudaStream_t)&stream_token;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    default: return "unknown error (emulator)";
+    }
+}
+
+} /* extern "C" */
