@@ -592,7 +592,7 @@ int tr_cmd_run(int argc, char **argv) {
         led.compute_s += mine[0], led.wait_s += mine[1], led.data_s += mine[2], led.steps++;
         if (nranks > 1) tr_comm_all_gather(world, mine, all_steps, 3, TR_COMM_F64);
         double tps = (double)tokens_step / dt, gflops = flops_tok * tps / 1e9;
-        double mfu = gflops / (peak * nranks); /* every rank brings its own peak */
+        double mfu = peak > 0 ? gflops / (peak * nranks) : NAN; /* every rank brings its own peak */
 
         int last = step + 1 == r.train.steps;
         int save = r.train.checkpoint_every > 0 && ((step + 1) % r.train.checkpoint_every == 0 || last);
@@ -613,8 +613,12 @@ int tr_cmd_run(int argc, char **argv) {
         if (metrics) {
             fprintf(metrics,
                     "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-                    "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"mfu\": %.4f",
-                    step + 1, loss, lr, norm, tps, gflops, mfu);
+                    "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"mfu\": ",
+                    step + 1, loss, lr, norm, tps, gflops);
+            if (isfinite(mfu)) /* JSON has no inf or nan: an unknown peak is null */
+                fprintf(metrics, "%.4f", mfu);
+            else
+                fprintf(metrics, "null");
             if (nranks > 1) {
                 fprintf(metrics, ", \"comm_hidden\": %.4f, \"rank_compute_s\": [", tr_dp_hidden_fraction(dp));
                 for (int k = 0; k < nranks; k++)
@@ -634,11 +638,15 @@ int tr_cmd_run(int argc, char **argv) {
             tr_fmt_duration((r.train.steps - step - 1) * (t_train / (step + 1 - start_step)), eta,
                             sizeof(eta));
             tr_fmt_count(avg_tps, tk, sizeof(tk));
-            printf("%sstep %*d/%d | loss %.4f | lr %.2e | %s tok/s | %.1f GFLOP/s | MFU %.1f%% | "
+            char mfus[32] = "n/a";
+            if (peak > 0 &&
+                snprintf(mfus, sizeof(mfus), "%.1f%%",
+                         100.0 * flops_tok * avg_tps / 1e9 / (peak * nranks)) < 0)
+                mfus[0] = '\0';
+            printf("%sstep %*d/%d | loss %.4f | lr %.2e | %s tok/s | %.1f GFLOP/s | MFU %s | "
                    "ETA %s",
                    tty ? "\r\033[K" : "", (int)snprintf(NULL, 0, "%d", r.train.steps), step + 1,
-                   r.train.steps, loss, lr, tk, flops_tok * avg_tps / 1e9,
-                   100.0 * flops_tok * avg_tps / 1e9 / (peak * nranks), eta);
+                   r.train.steps, loss, lr, tk, flops_tok * avg_tps / 1e9, mfus, eta);
             if (do_eval) printf(" | val_loss %.4f", val);
             if (!tty || (step + 1) % r.train.log_every == 0 || last || do_eval) printf("\n");
             fflush(stdout);

@@ -189,9 +189,14 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
             char name[128];
             double table = tr_backend_cuda_peak(dtype, name, sizeof(name));
             if (*peak <= 0) *peak = table;
-            snprintf(desc, desclen, "cuda (%s), %s storage, peak %.0f TFLOP/s (%s)", name,
-                     dtype == TR_DTYPE_BF16 ? "bf16" : "fp32", *peak / 1e12,
-                     given ? "given" : table > 0 ? "device table" : "unknown device");
+            if (*peak > 0)
+                snprintf(desc, desclen, "cuda (%s), %s storage, peak %.0f TFLOP/s (%s)", name,
+                         dtype == TR_DTYPE_BF16 ? "bf16" : "fp32", *peak / 1e12,
+                         given ? "given" : "device table");
+            else /* MFU is then not reported (a 0 peak would print it as inf) */
+                snprintf(desc, desclen, "cuda (%s), %s storage, peak unknown for this device: no "
+                         "MFU (set train.peak_tflops or --peak-gflops)", name,
+                         dtype == TR_DTYPE_BF16 ? "bf16" : "fp32");
             return be;
         }
         if (!strcmp(dev, "cuda")) {

@@ -67,31 +67,34 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) {
     emu_warp_exchange(mask, &c, 1, "__syncwarp");
 }
 
-template <class T> static inline T emu_shfl(unsigned mask, T v, int src, int width, const char *op) {
+/* src: the source lane, already resolved by the caller per CUDA's rules for its shuffle */
+template <class T> static inline T emu_shfl(unsigned mask, T v, int src, const char *op) {
     static_assert(sizeof(T) <= EMU_XCHG_MAX, "shuffled type too large for the emulator");
     const unsigned char *all = (const unsigned char *)emu_warp_exchange(mask, &v, sizeof(T), op);
-    int lane = emu_lane(), base = lane & ~(width - 1);
-    if (src < base || src >= base + width) src = lane; /* outside the segment: own value */
     T r;
     memcpy(&r, all + (size_t)src * EMU_XCHG_MAX, sizeof(T));
     return r;
 }
 template <class T> static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
-    return emu_shfl(mask, v, (emu_lane() & ~(width - 1)) + (src & (width - 1)), width,
-                    "__shfl_sync");
+    return emu_shfl(mask, v, (emu_lane() & ~(width - 1)) + (src & (width - 1)), "__shfl_sync");
 }
+/* Offsets and lane masks count modulo 32 (PTX shfl.sync uses b[4:0]). __shfl_xor_sync may read
+ * a lane of an earlier group of `width` lanes; one of a later group gives the caller its own
+ * value (CUDA Programming Guide; PTX shfl.bfly: the source is valid up to the segment's end). */
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lm, int width = 32) {
-    return emu_shfl(mask, v, emu_lane() ^ lm, width, "__shfl_xor_sync");
+    int lane = emu_lane(), src = lane ^ (lm & 31);
+    if (src >= (lane & ~(width - 1)) + width) src = lane;
+    return emu_shfl(mask, v, src, "__shfl_xor_sync");
 }
 template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
-    int lane = emu_lane(), src = lane + (int)d;
+    int lane = emu_lane(), src = lane + (int)(d & 31);
     if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
-    return emu_shfl(mask, v, src, width, "__shfl_down_sync");
+    return emu_shfl(mask, v, src, "__shfl_down_sync");
 }
 template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
-    int lane = emu_lane(), src = lane - (int)d;
+    int lane = emu_lane(), src = lane - (int)(d & 31);
     if (src < (lane & ~(width - 1))) src = lane;
-    return emu_shfl(mask, v, src, width, "__shfl_up_sync");
+    return emu_shfl(mask, v, src, "__shfl_up_sync");
 }
 
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, C += A B, with the fragment layouts of

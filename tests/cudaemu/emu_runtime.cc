@@ -103,6 +103,8 @@ static struct {
     size_t dyn_bytes;
 #ifdef EMU_ASAN
     void *fake_stack;
+    const void *sched_bottom; /* the scheduler's (the launching thread's) stack, for switches */
+    size_t sched_size;        /* back to it */
 #endif
 } E;
 
@@ -118,9 +120,9 @@ static void to_scheduler(void) {
     fiber *f = &E.th[E.cur];
 #ifdef EMU_ASAN
     void *fs = NULL;
-    __sanitizer_start_switch_fiber(f->state == DONE ? NULL : &fs, NULL, 0);
+    __sanitizer_start_switch_fiber(f->state == DONE ? NULL : &fs, E.sched_bottom, E.sched_size);
     SWITCH_TO_SCHED(f);
-    __sanitizer_finish_switch_fiber(fs, NULL, NULL);
+    __sanitizer_finish_switch_fiber(fs, &E.sched_bottom, &E.sched_size);
 #else
     SWITCH_TO_SCHED(f);
 #endif
@@ -128,7 +130,7 @@ static void to_scheduler(void) {
 
 static void trampoline(void) {
 #ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+    __sanitizer_finish_switch_fiber(NULL, &E.sched_bottom, &E.sched_size);
 #endif
     E.body(E.ctx);
     E.th[E.cur].state = DONE;
@@ -306,10 +308,12 @@ void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t sme
     E.n = (int)nt;
     const char *order = getenv("TR_EMU_ORDER");
     E.reverse = order && !strcmp(order, "reverse");
-    if (smem > E.dyn_bytes) {
+    if (smem != E.dyn_bytes || !E.dyn) {
+        /* exactly the size asked for, so that AddressSanitizer sees an access past it */
         free(E.dyn);
-        E.dyn = (unsigned char *)malloc(smem);
-        if (!E.dyn) die("%s: out of memory for shared memory", name);
+        E.dyn = NULL;
+        if (posix_memalign((void **)&E.dyn, 128, smem ? smem : 1))
+            die("%s: out of memory for shared memory", name);
         E.dyn_bytes = smem;
     }
     emu_gdim = grid;
@@ -440,9 +444,10 @@ cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute a, int v) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t n) {
-    /* 256-byte aligned like cudaMalloc; at least 1 byte so that every pointer is distinct */
-    void *q = aligned_alloc(256, (n + 255) / 256 * 256 + (n ? 0 : 256));
-    if (!q) return cudaErrorMemoryAllocation;
+    /* 256-byte aligned like cudaMalloc, and exactly n bytes (at least 1, so that every pointer
+     * is distinct) so that AddressSanitizer sees an access past the end */
+    void *q = NULL;
+    if (posix_memalign(&q, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
     memset(q, 0xff, n);
     allocs[(uintptr_t)q] = n;
     *p = q;
