@@ -46,18 +46,18 @@ bench() {
         mfu=$(awk -v w="$warm" 'NR > w' "$dir/metrics.jsonl" | field mfu | median)
         cp "$dir/metrics.jsonl" "$LOGS/metrics_$name.jsonl" 2>/dev/null
     fi
-    printf '%-12s %12s %8s %s\n' "$name" "$tps" "$mfu" "$status" | tee -a "$RESULTS"
+    printf '%-17s %12s %8s %s\n' "$name" "$tps" "$mfu" "$status" | tee -a "$RESULTS"
 }
 
 if [ ! -x "$TRAINER" ]; then
     echo "bench: no trainer at $TRAINER (build it first)" >&2
-    printf '%-12s %12s %8s %s\n' gpt2_124m n/a n/a "not built" gpt2_124m_tc n/a n/a "not built" gpt2_xl n/a n/a "not built" |
+    printf '%-17s %12s %8s %s\n' gpt2_124m n/a n/a "not built" gpt2_124m_simple n/a n/a "not built" gpt2_xl n/a n/a "not built" |
         tee -a "$RESULTS"
     exit 1
 fi
 # 124M: micro-batch 32 x 1024, two micro-batches per step (gradient accumulation runs too);
-# then the same with the tensor-core attention kernels (TR_CUDA_ATTENTION=tc), side by side
+# then the same with the CUDA-core attention kernels (TR_CUDA_ATTENTION=simple), side by side
 bench gpt2_124m recipes/gpt2_124m.lua 32 65536 14 4
-TR_CUDA_ATTENTION=tc bench gpt2_124m_tc recipes/gpt2_124m.lua 32 65536 14 4
+TR_CUDA_ATTENTION=simple bench gpt2_124m_simple recipes/gpt2_124m.lua 32 65536 14 4
 # 1.56B: micro-batch 8 x 1024, one micro-batch per step
 bench gpt2_xl bench/gpt2_xl.lua 8 8192 10 3

@@ -9,7 +9,8 @@
 #  3. a checkpoint written by the fp32 device run resumed on the CPU: the later losses within
 #     1e-4 of the device run's;
 #  4. greedy sampling from that checkpoint gives the same text on the device as on the CPU;
-#  5. a device without a known peak rate reports no MFU (it printed "MFU inf%" before).
+#  5. a device without a known peak rate reports no MFU (it printed "MFU inf%" before);
+#  6. the tensor-core attention inside training (below).
 # usage: tests/emu_train.sh path/to/trainer_emu   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -38,6 +39,9 @@ import sys
 a = dict(l.split() for l in open(sys.argv[1]))
 b = dict(l.split() for l in open(sys.argv[2]))
 steps = sorted(set(a) & set(b), key=int)
+if not steps:
+    print("no steps in common")
+    sys.exit(1)
 worst = max(abs(float(a[s]) - float(b[s])) / abs(float(b[s])) for s in steps)
 print("%d steps, worst rel diff %.2e" % (len(steps), worst))
 sys.exit(0 if steps and worst <= float(sys.argv[3]) else 1)
@@ -105,6 +109,25 @@ for flavour in gpt llama; do
         ok "$flavour: greedy sample on the device = on the cpu ($(wc -c <"$tmp/s_gpu") bytes)" ||
         bad "$flavour: greedy samples differ: '$(head -c 80 "$tmp/s_gpu")' vs '$(head -c 80 "$tmp/s_cpu")'"
 done
+# 6. the tensor-core attention (the default for bf16 at head size 64) inside training: a GPT
+#    with 2 heads of 64, on the default kernels and on the CUDA-core ones (TR_CUDA_ATTENTION=
+#    simple): both within bf16 tolerance of the CPU, and not bitwise equal to each other (so
+#    the two runs did take different kernels)
+sed -e 's/heads = 4/heads = 2/' -e "s|\"\\.\\./\\.\\./data/|\"$PWD/data/|" tests/checkpoint/gpt.lua >"$tmp/hd64.lua"
+hd64() { "$T" run "$tmp/hd64.lua" --set steps=6 --set width=128 --set every=0 --eval-every 0 \
+             --peak-gflops 100 "$@"; }
+hd64 --device cpu --out "$tmp/hd64-cpu" >"$tmp/h.log" 2>&1 || { bad "hd64 cpu run failed"; cat "$tmp/h.log"; }
+hd64 --device cuda --out "$tmp/hd64-tc" >"$tmp/h.log" 2>&1 || { bad "hd64 tc run failed"; cat "$tmp/h.log"; }
+TR_CUDA_ATTENTION=simple hd64 --device cuda --out "$tmp/hd64-simple" >"$tmp/h.log" 2>&1 ||
+    { bad "hd64 simple run failed"; cat "$tmp/h.log"; }
+for k in cpu tc simple; do losses "$tmp/hd64-$k/metrics.jsonl" >"$tmp/hd64-$k.l"; done
+r=$(compare "$tmp/hd64-tc.l" "$tmp/hd64-cpu.l" 2e-2) && ok "hd 64, tensor-core attention vs cpu: $r (tol 2e-2)" ||
+    bad "hd 64, tensor-core attention vs cpu: $r (tol 2e-2)"
+r=$(compare "$tmp/hd64-simple.l" "$tmp/hd64-cpu.l" 2e-2) && ok "hd 64, CUDA-core attention vs cpu: $r (tol 2e-2)" ||
+    bad "hd 64, CUDA-core attention vs cpu: $r (tol 2e-2)"
+cmp -s "$tmp/hd64-tc.l" "$tmp/hd64-simple.l" && bad "hd 64: the tc and simple runs are bitwise equal (same kernels?)" ||
+    ok "hd 64: the two attention kernels gave different bits, as they should"
+
 # 5. a GPU missing from the peak table (the emulator is one): no MFU, rather than "inf"
 "$T" run tests/checkpoint/gpt.lua --set steps=2 --eval-every 0 --device cuda \
     --out "$tmp/nopeak" >"$tmp/np.log" 2>&1 || { bad "run without a peak failed"; cat "$tmp/np.log"; }

@@ -6,7 +6,7 @@
  * SLOW PATH: this version runs on the CUDA cores (fp32 FMAs from shared memory), not the tensor
  * cores. It is the correct, general one (any hd <= 128, fp32 or bf16 storage, any T), and the
  * reference the tensor-core kernels (cuda_attention_tc.cu, bf16 with hd 64 or 128, chosen with
- * TR_CUDA_ATTENTION=tc until they have been checked on a GPU) must match.
+ * the default where they apply; TR_CUDA_ATTENTION=simple forces this one) must match.
  *
  * Work layout: 8 lanes ("a group") own one row (a query, or a key in the dk/dv pass); lane j
  * of the group holds dimensions j, j+8, j+16, ... of that row in registers, dot products are

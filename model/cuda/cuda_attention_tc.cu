@@ -3,9 +3,11 @@
  * tiles, lse (B,H,T) saved for the backward, scale 1/sqrt(hd), GQA by kv head h / (H/KV)), with
  * every product an mma.sync m16n8k16 (bf16 inputs, fp32 accumulation).
  *
- * NEVER RUN ON A GPU YET: written and compiled only. It is used when TR_CUDA_ATTENTION=tc; the
- * CUDA-core kernels stay the default until tests/gpu/check.sh has compared this one with the
- * CPU backend (test_cuda_kernels runs the attention cases with both).
+ * NEVER RUN ON A GPU YET. It has run on the CUDA emulator of tests/cudaemu/ (mma.sync with the
+ * PTX fragment layouts; both thread orders; under AddressSanitizer), matching the CPU backend
+ * in test_cuda_kernels. It is the default where it applies (bf16, hd 64 or 128, the shared
+ * memory fits); TR_CUDA_ATTENTION=simple selects the CUDA-core kernels instead, and
+ * tests/gpu/check.sh benchmarks both.
  *
  * Layout: a block is 4 warps; a warp owns 16 rows (queries, or keys in the dk/dv pass), so a
  * block covers 64 rows; tiles of 64 rows are staged in shared memory as bf16, row-major with
@@ -398,8 +400,8 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkv_k(bf16 *dqkv, c
 
 extern "C" int tr_cuda_attention_tc_usable(int bf, int hd, const void *a, const void *b,
                                            const void *c, const void *d) {
-    const char *e = getenv("TR_CUDA_ATTENTION");
-    if (!e || strcmp(e, "tc")) return 0;
+    const char *e = getenv("TR_CUDA_ATTENTION"); /* "simple": the CUDA-core kernels always */
+    if (e && !strcmp(e, "simple")) return 0;
     static int smem_ok = -1; /* the dk/dv kernel's shared memory (107 KB) fits this GPU */
     if (smem_ok < 0) {
         int dev = 0, optin = 0;

@@ -98,7 +98,7 @@ if [ $BUILD_OK = 1 ] && [ "$GPU" != none ]; then
         >"$LOGS/bench_stdout.log" 2>&1
     say "bench: done ($(( $(date +%s) - T0 )) s)"
 else
-    printf '%-12s %12s %8s %s\n' gpt2_124m n/a n/a skipped gpt2_124m_tc n/a n/a skipped gpt2_xl n/a n/a skipped >"$BENCH"
+    printf '%-17s %12s %8s %s\n' gpt2_124m n/a n/a skipped gpt2_124m_simple n/a n/a skipped gpt2_xl n/a n/a skipped >"$BENCH"
     say "bench: skipped (no GPU or no build)"
 fi
 
@@ -109,7 +109,7 @@ fi
     echo "device     $GPU"
     echo "arch       sm_$ARCH   build $([ $BUILD_OK = 1 ] && echo ok || echo FAILED)   wall $(( $(date +%s) - T0 )) s"
     echo "gpu tests  $TESTS"
-    printf '%-12s %12s %8s %s\n' model tokens/s mfu status
+    printf '%-17s %12s %8s %s\n' model tokens/s mfu status
     cat "$BENCH"
     echo "logs       $LOGS"
     echo "========================================================================="
