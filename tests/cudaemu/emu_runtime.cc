@@ -48,9 +48,10 @@ enum { RUNNING, AT_BLOCK, AT_WARP, DONE };
 #define MAX_THREADS 1024
 #define XCHG_MAX EMU_XCHG_MAX
 
-/* Switching fibers: on x86-64 a hand-written switch of the callee-saved registers and the
- * floating-point control words (ucontext's swapcontext makes a system call per switch, which
- * made it three quarters of the emulator's time); elsewhere ucontext. */
+/* Switching fibers: on x86-64 a hand-written switch of the callee-saved registers
+ * (ucontext's swapcontext makes a system call per switch, which made it three quarters of the
+ * emulator's time); elsewhere ucontext. The floating-point control words are not switched:
+ * nothing the kernels do changes the rounding mode. */
 #if defined(__x86_64__)
 #define EMU_FAST_SWITCH 1
 extern "C" void emu_switch(void **save_sp, void *new_sp);
@@ -59,10 +60,8 @@ asm(".text\n"
     ".type emu_switch,@function\n"
     "emu_switch:\n"
     "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
-    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
     "  movq %rsp, (%rdi)\n"
     "  movq %rsi, %rsp\n"
-    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
     "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
     "  ret\n"
     ".size emu_switch, .-emu_switch\n");
@@ -171,72 +170,77 @@ const void *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes, con
     return E.wp[w].out; /* unchanged until this lane's next warp operation */
 }
 
-/* Releases whatever can go on; returns 1 when something was released. */
-static int release(void) {
-    int live = 0, at_block = 0;
-    for (int i = 0; i < E.n; i++) {
-        if (E.th[i].state != DONE) live++;
-        if (E.th[i].state == AT_BLOCK) at_block++;
+/* Warp w's exchange, when every live lane of it waits at a warp operation: the lanes' values
+ * go to `out` and they run again. Returns 1 when it released them. */
+static int release_warp(int w) {
+    int lo = w * 32, hi = lo + 32 < E.n ? lo + 32 : E.n, first = -1;
+    unsigned live_lanes = 0;
+    for (int i = lo; i < hi; i++) {
+        if (E.th[i].state == DONE) continue;
+        if (E.th[i].state != AT_WARP) return 0;
+        live_lanes |= 1u << (i - lo);
+        if (first < 0) first = i;
     }
-    if (live && at_block == live) {
-        for (int i = 0; i < E.n; i++)
-            if (E.th[i].state == AT_BLOCK) E.th[i].state = RUNNING;
-        return 1;
+    if (first < 0) return 0;
+    for (int i = lo; i < hi; i++) {
+        fiber *f = &E.th[i];
+        if (f->state != AT_WARP) continue;
+        if ((f->mask & live_lanes) != live_lanes)
+            die("%s: %s with a mask that leaves out live lanes of the warp (the emulator "
+                "supports only whole-warp operations)", E.kernel, f->op);
+        if (strcmp(f->op, E.th[first].op))
+            die("%s: lanes of one warp are at different warp operations (%s)", E.kernel, f->op);
     }
-    int any = 0;
-    for (int w = 0; w * 32 < E.n; w++) {
-        int lo = w * 32, hi = lo + 32 < E.n ? lo + 32 : E.n, ready = 1, waiting = 0;
-        unsigned live_lanes = 0;
-        for (int i = lo; i < hi; i++) {
-            if (E.th[i].state == DONE) continue;
-            live_lanes |= 1u << (i - lo);
-            if (E.th[i].state != AT_WARP) ready = 0;
-            else waiting++;
-        }
-        if (!ready || !waiting) continue;
-        for (int i = lo; i < hi; i++) {
-            fiber *f = &E.th[i];
-            if (f->state != AT_WARP) continue;
-            if ((f->mask & live_lanes) != live_lanes)
-                die("%s: %s with a mask that leaves out live lanes of the warp (the emulator "
-                    "supports only whole-warp operations)", E.kernel, f->op);
-            if (strcmp(f->op, E.th[lo].op) && E.th[lo].state == AT_WARP)
-                die("%s: lanes of one warp are at different warp operations (%s)", E.kernel, f->op);
-        }
-        warp *wp = &E.wp[w];
-        for (int i = lo; i < lo + 32; i++) {
-            if (i < hi && E.th[i].state == AT_WARP)
-                memcpy(wp->out[i - lo], wp->slots[i - lo], wp->bytes);
-            else
-                memset(wp->out[i - lo], 0, wp->bytes);
-        }
-        for (int i = lo; i < hi; i++)
-            if (E.th[i].state == AT_WARP) E.th[i].state = RUNNING;
-        any = 1;
+    warp *wp = &E.wp[w];
+    for (int i = lo; i < lo + 32; i++) {
+        if (i < hi && E.th[i].state == AT_WARP)
+            memcpy(wp->out[i - lo], wp->slots[i - lo], wp->bytes);
+        else
+            memset(wp->out[i - lo], 0, wp->bytes);
     }
-    return any;
+    for (int i = lo; i < hi; i++)
+        if (E.th[i].state == AT_WARP) E.th[i].state = RUNNING;
+    return 1;
 }
 
+/* One block: each warp in turn runs as far as it can (its lanes round-robin, its exchanges
+ * completed as soon as all its live lanes arrive), which lets a warp run ahead of the others
+ * up to the next __syncthreads; when no thread can run, the block barrier opens if every live
+ * thread is at it, and otherwise the block is deadlocked. */
 static void run_block(void) {
+    int nw = (E.n + 31) / 32;
     for (;;) {
-        int ran = 0, live = 0;
-        for (int k = 0; k < E.n; k++) {
-            int i = E.reverse ? E.n - 1 - k : k;
-            if (E.th[i].state == RUNNING) {
-                run_fiber(i);
-                ran = 1;
+        for (int wk = 0; wk < nw; wk++) {
+            int w = E.reverse ? nw - 1 - wk : wk;
+            int lo = w * 32, hi = lo + 32 < E.n ? lo + 32 : E.n;
+            for (;;) {
+                int ran = 0;
+                for (int k = lo; k < hi; k++) {
+                    int i = E.reverse ? hi - 1 - (k - lo) : k;
+                    if (E.th[i].state == RUNNING) {
+                        run_fiber(i);
+                        ran = 1;
+                    }
+                }
+                if (!ran || !release_warp(w)) break;
             }
-            if (E.th[i].state != DONE) live++;
+        }
+        int live = 0, at_block = 0, at_warp = 0;
+        for (int i = 0; i < E.n; i++) {
+            live += E.th[i].state != DONE;
+            at_block += E.th[i].state == AT_BLOCK;
+            at_warp += E.th[i].state == AT_WARP;
         }
         if (!live) return;
-        if (!release() && !ran) {
-            int b = 0, w = 0;
-            for (int i = 0; i < E.n; i++) b += E.th[i].state == AT_BLOCK, w += E.th[i].state == AT_WARP;
-            char what[128];
-            snprintf(what, sizeof(what), "%d threads wait at __syncthreads, %d at warp operations",
-                     b, w);
-            die("deadlock in kernel %s: %s (a barrier some threads never reach)", E.kernel, what);
+        if (at_block == live) {
+            for (int i = 0; i < E.n; i++)
+                if (E.th[i].state == AT_BLOCK) E.th[i].state = RUNNING;
+            continue;
         }
+        char what[128];
+        snprintf(what, sizeof(what), "%d threads wait at __syncthreads, %d at warp operations",
+                 at_block, at_warp);
+        die("deadlock in kernel %s: %s (a barrier some threads never reach)", E.kernel, what);
     }
 }
 
@@ -250,20 +254,17 @@ static void *stack_for(int i) {
 }
 
 /* A fresh fiber that starts in trampoline(). For the fast switch its stack is laid out as
- * emu_switch leaves a suspended one: control words, six registers, the return address
+ * emu_switch leaves a suspended one: six registers, the return address
  * (trampoline), and above it a zero return address for trampoline's own frame. */
 static void fiber_init(fiber *f, void *stack, int i) {
 #ifdef EMU_FAST_SWITCH
     /* stack tops staggered by 192 B per fiber: at one page offset they would all fall in the
      * same few cache sets */
     uint64_t *top = (uint64_t *)((char *)stack + STACK_BYTES - (size_t)(i % 21) * 192);
-    uint32_t ctl[2];
-    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(ctl[0]), "=m"(ctl[1]));
     top[-1] = 0;
     top[-2] = (uint64_t)(uintptr_t)trampoline;
     for (int r = 3; r <= 8; r++) top[-r] = 0; /* rbp rbx r12 r13 r14 r15 */
-    memcpy(&top[-9], ctl, 8);
-    f->sp = &top[-9];
+    f->sp = &top[-8];
 #else
     getcontext(&f->uc);
     f->uc.uc_stack.ss_sp = stack;
