@@ -128,6 +128,27 @@ r=$(compare "$tmp/hd64-simple.l" "$tmp/hd64-cpu.l" 2e-2) && ok "hd 64, CUDA-core
 cmp -s "$tmp/hd64-tc.l" "$tmp/hd64-simple.l" && bad "hd 64: the tc and simple runs are bitwise equal (same kernels?)" ||
     ok "hd 64: the two attention kernels gave different bits, as they should"
 
+#    Recompute must not change the device's losses by a bit: "full" in bf16 (its repeated
+#    forwards run the same kernels on the same inputs), "selective" in fp32 (in bf16 it gives
+#    different bits by design: without recompute the GELU runs in the product's epilogue on
+#    the fp32 accumulator, while selective recompute keeps the product and the GELU apart so
+#    that the backward's recomputed activation equals the forward's)
+hd64 --device cuda --precision fp32 --out "$tmp/hd64-f32" >"$tmp/h.log" 2>&1 ||
+    { bad "hd64 fp32 run failed"; cat "$tmp/h.log"; }
+losses "$tmp/hd64-f32/metrics.jsonl" >"$tmp/hd64-f32.l"
+for rc in full:bf16:tc selective:fp32:f32; do
+    IFS=: read -r level prec base <<<"$rc"
+    sed "s/^train { /train { recompute = \"$level\", /" "$tmp/hd64.lua" >"$tmp/hd64_$level.lua"
+    grep -q "recompute = \"$level\"" "$tmp/hd64_$level.lua" || bad "could not set recompute in the recipe"
+    "$T" run "$tmp/hd64_$level.lua" --set steps=6 --set width=128 --set every=0 --eval-every 0 \
+        --peak-gflops 100 --device cuda --precision "$prec" --out "$tmp/hd64-$level" >"$tmp/h.log" 2>&1 ||
+        { bad "hd64 recompute=$level run failed"; cat "$tmp/h.log"; }
+    losses "$tmp/hd64-$level/metrics.jsonl" >"$tmp/hd64-$level.l"
+    [ -s "$tmp/hd64-$level.l" ] && cmp -s "$tmp/hd64-$level.l" "$tmp/hd64-$base.l" &&
+        ok "hd 64, $prec, recompute = \"$level\" on the device: losses bitwise those without recompute" ||
+        bad "hd 64, $prec, recompute = \"$level\" on the device: losses differ from those without recompute"
+done
+
 # 5. a GPU missing from the peak table (the emulator is one): no MFU, rather than "inf"
 "$T" run tests/checkpoint/gpt.lua --set steps=2 --eval-every 0 --device cuda \
     --out "$tmp/nopeak" >"$tmp/np.log" 2>&1 || { bad "run without a peak failed"; cat "$tmp/np.log"; }
