@@ -47,6 +47,11 @@ PY
 }
 
 run single 1 0 0 || exit 1
+# --zero on the command line overrides the recipe's parallel.zero (it was once ignored by run)
+if run zero_flag 2 0 0 --zero 2; then
+    grep -q "data parallel, ZeRO-2" "$tmp/zero_flag.log" && echo "ok   run --zero 2 overrides the recipe's zero = 0" ||
+        { echo "FAIL run --zero 2 was not applied"; grep -i zero "$tmp/zero_flag.log" | head -3; fail=1; }
+fi
 for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1" "2 2 0" "4 2 0" "2 2 1" "1 3 0" "2 3 0" "4 3 0" "2 3 1"; do
     set -- $cfg
     name="np$1_zero$2_micro$3"

@@ -140,7 +140,8 @@ static int rank_table(tr_comm *world, const rank_ledger *led, const char *device
     row.compute_s = led->compute_s, row.wait_s = led->wait_s, row.data_s = led->data_s;
     row.steps = (double)led->steps;
     if (gethostname(row.host, sizeof(row.host) - 1)) snprintf(row.host, sizeof(row.host), "?");
-    snprintf(row.device, sizeof(row.device), "%.95s", device);
+    /* the device without the start-up notes after ';' (why there is no GPU, and so on) */
+    snprintf(row.device, sizeof(row.device), "%.*s", (int)strcspn(device, ";"), device);
     tr_comm_all_gather(world, &row, rows, sizeof(rank_row), TR_COMM_BYTE);
     if (me == 0) {
         int slow = 0, fast = 0;
@@ -358,7 +359,14 @@ int tr_cmd_run(int argc, char **argv) {
     double *all_steps = NULL; /* every rank's figures of the last step */
     const char *out = r.train.out;
     const tr_parallel_desc *par = &r.parallel;
-    int zero = par->zero < 0 ? 0 : par->zero;
+    /* --zero overrides parallel.zero; --dp, like parallel.dp, must be the process count */
+    int zero = o.zero >= 0 ? o.zero : par->zero < 0 ? 0 : par->zero;
+    if (o.dp > 0 && o.dp != nranks) {
+        if (rank == 0)
+            fprintf(stderr, "trainer run: --dp %d does not fit %d process(es): the process count "
+                            "comes from mpirun or srun\n", o.dp, nranks);
+        goto done;
+    }
     if ((par->dp > 0 && par->dp != nranks) || par->tp > 1 || par->pp > 1) {
         if (rank == 0)
             fprintf(stderr, "%s: parallel { dp = %d, tp = %d, pp = %d } does not fit %d process(es)"
