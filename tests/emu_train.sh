@@ -10,7 +10,8 @@
 #     1e-4 of the device run's;
 #  4. greedy sampling from that checkpoint gives the same text on the device as on the CPU;
 #  5. a device without a known peak rate reports no MFU (it printed "MFU inf%" before);
-#  6. the tensor-core attention inside training (below).
+#  6. the tensor-core attention inside training, and recompute (below);
+#  7. no device allocation once training has started.
 # usage: tests/emu_train.sh path/to/trainer_emu   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -158,6 +159,23 @@ if grep -q "peak unknown for this device: no MFU" "$tmp/np.log" && grep -q "MFU 
     ok "unknown device peak: the log says so, MFU n/a, metrics.jsonl has \"mfu\": null"
 else
     bad "unknown device peak:"; grep -i mfu "$tmp/np.log" | head -3; head -2 "$tmp/nopeak/metrics.jsonl"
+fi
+# 7. the device memory is allocated before training: runs of 2 and 5 steps make the same
+#    cudaMalloc calls (the emulator counts them, TR_EMU_STATS); the per-step launches,
+#    synchronizations and copies are printed for whoever tunes the step on a GPU
+stats() { # steps -> the emulator's counts, one per line: launches mallocs syncs h2d d2h
+    TR_EMU_STATS=1 "$T" run tests/checkpoint/gpt.lua --set steps="$1" --set every=0 --eval-every 0 \
+        --peak-gflops 100 --device cuda --out "$tmp/stats$1" 2>&1 >/dev/null |
+        sed -n 's/^cuda emulator stats: \([0-9]*\) launches, \([0-9]*\) cudaMalloc.* \([0-9]*\) synchronizations, \([0-9]*\) host-to-device.*copies (.*, \([0-9]*\) device-to-host.*/\1 \2 \3 \4 \5/p'
+}
+read -r l2 m2 s2 h2 d2 <<<"$(stats 2)"
+read -r l5 m5 s5 h5 d5 <<<"$(stats 5)"
+if [ -n "$m2" ] && [ "$m2" = "$m5" ]; then
+    ok "no device allocation during training: $m2 cudaMalloc calls for 2 steps and for 5"
+    echo "     per step: $(((l5 - l2) / 3)) kernel launches, $(((s5 - s2) / 3)) synchronizations," \
+         "$(((h5 - h2) / 3)) host-to-device and $(((d5 - d2) / 3)) device-to-host copies"
+else
+    bad "cudaMalloc calls: '$m2' for 2 steps, '$m5' for 5 (the device memory must be sized before training)"
 fi
 [ $fail -eq 0 ] && echo PASS || echo FAIL
 exit $fail

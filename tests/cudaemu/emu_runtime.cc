@@ -277,6 +277,23 @@ static void fiber_init(fiber *f, void *stack, int i) {
 /* ---- launches ---------------------------------------------------------------------------- */
 
 static cudaError_t last_error = cudaSuccess;
+
+/* What the program asked of the device, printed at exit when TR_EMU_STATS is set: tests use
+ * it to check, for example, that training steps allocate no device memory. */
+static struct {
+    unsigned long launches, mallocs, frees, syncs, h2d, d2h;
+    unsigned long long malloc_bytes, h2d_bytes, d2h_bytes;
+} stats;
+__attribute__((destructor)) static void print_stats(void) {
+    const char *e = getenv("TR_EMU_STATS");
+    if (!e || !*e || !strcmp(e, "0")) return;
+    fprintf(stderr,
+            "cuda emulator stats: %lu launches, %lu cudaMalloc (%llu bytes), %lu cudaFree, "
+            "%lu synchronizations, %lu host-to-device copies (%llu bytes), %lu device-to-host "
+            "copies (%llu bytes)\n",
+            stats.launches, stats.mallocs, stats.malloc_bytes, stats.frees, stats.syncs, stats.h2d,
+            stats.h2d_bytes, stats.d2h, stats.d2h_bytes);
+}
 static std::map<const void *, int> max_dyn_smem; /* cudaFuncSetAttribute's opt-ins */
 #define SMEM_DEFAULT (48 << 10)
 #define SMEM_OPTIN (227 << 10) /* H100/H200 */
@@ -303,6 +320,7 @@ void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t sme
         return;
     }
     if (E.kernel) die("%s launched from inside kernel %s", name, E.kernel);
+    stats.launches++;
     E.kernel = name;
     E.body = body;
     E.ctx = ctx;
@@ -451,6 +469,8 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     if (posix_memalign(&q, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
     memset(q, 0xff, n);
     allocs[(uintptr_t)q] = n;
+    stats.mallocs++;
+    stats.malloc_bytes += n;
     *p = q;
     return cudaSuccess;
 }
@@ -459,6 +479,7 @@ cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) return cudaErrorInvalidValue;
+    stats.frees++;
     allocs.erase(it);
     free(p);
     return cudaSuccess;
@@ -474,6 +495,8 @@ static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind k) 
         return cudaErrorInvalidValue;
     }
     if (n) memmove(dst, src, n);
+    if (dd && !sd) stats.h2d++, stats.h2d_bytes += n;
+    if (sd && !dd) stats.d2h++, stats.d2h_bytes += n;
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
@@ -496,8 +519,14 @@ cudaError_t cudaStreamCreate(cudaStream_t *s) {
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { return cudaStreamCreate(s); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    stats.syncs++;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    stats.syncs++;
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError(void) {
     cudaError_t e = last_error;
