@@ -17,22 +17,8 @@ set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. "$(dirname "$0")/lib.sh"
 
-# "step loss" per step, the last occurrence winning (a resumed run repeats steps)
-losses() {
-    python3 - "$1" <<'PY'
-import json, sys
-seen = {}
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    seen[m["step"]] = m["loss"]
-for s in sorted(seen):
-    print(s, repr(seen[s]))
-PY
-}
 # worst relative difference of two loss lists over the steps both have, and the step count
 compare() {
     python3 - "$1" "$2" "$3" <<'PY'

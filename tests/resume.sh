@@ -12,22 +12,7 @@ set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
-
-# "step loss" of every step, the last occurrence winning (a resumed run repeats steps)
-losses() {
-    python3 - "$1" <<'EOF'
-import json, sys
-seen = {}
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    seen[m["step"]] = "%.6f" % m["loss"]
-for s in sorted(seen):
-    print(s, seen[s])
-EOF
-}
+. "$(dirname "$0")/lib.sh"
 
 for flavour in gpt llama; do
     R=tests/checkpoint/$flavour.lua
