@@ -11,7 +11,8 @@
 #  4. greedy sampling from that checkpoint gives the same text on the device as on the CPU;
 #  5. a device without a known peak rate reports no MFU (it printed "MFU inf%" before);
 #  6. the tensor-core attention inside training, and recompute (below);
-#  7. no device allocation once training has started.
+#  7. no device allocation once training has started;
+#  8. a bad TR_CUDA_ATTENTION is refused.
 # usage: tests/emu_train.sh path/to/trainer_emu   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -163,5 +164,13 @@ if [ -n "$m2" ] && [ "$m2" = "$m5" ]; then
 else
     bad "cudaMalloc calls: '$m2' for 2 steps, '$m5' for 5 (the device memory must be sized before training)"
 fi
+# 8. a misspelt kernel choice is refused in one line, not silently ignored
+TR_CUDA_ATTENTION=simpel "$T" run "$tmp/hd64.lua" --set steps=1 --set width=128 --set every=0 \
+    --eval-every 0 --peak-gflops 100 --device cuda --out "$tmp/bogus" >/dev/null 2>"$tmp/bogus.err"
+rc=$?
+[ $rc -ne 0 ] && [ "$(grep -c . "$tmp/bogus.err")" -eq 1 ] &&
+    grep -q "TR_CUDA_ATTENTION=simpel: must be tc or simple" "$tmp/bogus.err" &&
+    ok "TR_CUDA_ATTENTION=simpel: exit $rc, $(cat "$tmp/bogus.err")" ||
+    { bad "TR_CUDA_ATTENTION=simpel: exit $rc, stderr:"; cat "$tmp/bogus.err"; }
 [ $fail -eq 0 ] && echo PASS || echo FAIL
 exit $fail
