@@ -182,8 +182,8 @@ static int write_file(const char *path, const void *const *parts, const size_t *
     return 0;
 }
 
-static int read_whole(const char *path, unsigned char **buf, size_t *size, char *err,
-                      size_t errlen) {
+/* path opened read-only, with its size; -1 and err naming the file otherwise */
+static int open_sized(const char *path, size_t *size, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return ck_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -191,7 +191,15 @@ static int read_whole(const char *path, unsigned char **buf, size_t *size, char 
         close(fd);
         return ck_fail(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
     }
-    size_t n = (size_t)st.st_size, got = 0;
+    *size = (size_t)st.st_size;
+    return fd;
+}
+
+static int read_whole(const char *path, unsigned char **buf, size_t *size, char *err,
+                      size_t errlen) {
+    size_t n, got = 0;
+    int fd = open_sized(path, &n, err, errlen);
+    if (fd < 0) return -1;
     unsigned char *b = malloc(n + 1);
     if (!b) {
         close(fd);
@@ -249,14 +257,8 @@ static size_t st_dtype_size(tr_st_dtype d) {
  * so a big checkpoint costs no anonymous memory. Published files are never modified. */
 static int map_whole(const char *path, unsigned char **buf, size_t *size, char *err,
                      size_t errlen) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return ck_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st)) {
-        close(fd);
-        return ck_fail(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-    }
-    *size = (size_t)st.st_size;
+    int fd = open_sized(path, size, err, errlen);
+    if (fd < 0) return -1;
     *buf = NULL;
     if (*size == 0) {
         close(fd);
