@@ -6,6 +6,7 @@
 -- It reads Tiny Shakespeare through GPT-2's BPE (tokenized into cached shards on first use);
 -- for a real corpus: trainer tokenize CORPUS --out DIR, then data { shards = "DIR/train_*.bin", ... }.
 local k = knobs {
+    layers = 12,
     seq = 1024,
     batch_tokens = 524288,
     lr = 6e-4,
@@ -17,7 +18,7 @@ model {
     vocab = 50257, dim = 768, seq_len = k.seq,
     embedding {},
     positions {},
-    stack { n = 12,
+    stack { n = k.layers,
         residual { layernorm {}, attention { heads = 12 } },
         residual { layernorm {}, mlp { hidden = 3072, activation = "gelu" } },
     },

@@ -37,7 +37,11 @@
 #define __global__
 #define __device__
 #define __host__
+#ifdef EMU_PROF /* the profiler (emu_prof.cc) tells static shared memory by its section */
+#define __shared__ static __attribute__((section("emu_shared")))
+#else
 #define __shared__ static
+#endif
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "emu.h"
+#include "emu_prof.h"
 #undef warpSize /* a field of cudaDeviceProp below */
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -137,8 +138,11 @@ static void trampoline(void) {
     die("%s: a finished thread was resumed", E.kernel);
 }
 
+int emu_thread_now;
+
 static void run_fiber(int i) {
     E.cur = i;
+    emu_thread_now = i;
     emu_lane_now = i % 32;
     emu_tid = &E.th[i].tid;
 #ifdef EMU_ASAN
@@ -198,6 +202,7 @@ static int release_warp(int w) {
         else
             memset(wp->out[i - lo], 0, wp->bytes);
     }
+    emu_prof_flush_warp(w, E.n);
     for (int i = lo; i < hi; i++)
         if (E.th[i].state == AT_WARP) E.th[i].state = RUNNING;
     return 1;
@@ -231,6 +236,8 @@ static void run_block(void) {
             at_block += E.th[i].state == AT_BLOCK;
             at_warp += E.th[i].state == AT_WARP;
         }
+        if (!live || at_block == live)
+            for (int w = 0; w < nw; w++) emu_prof_flush_warp(w, E.n);
         if (!live) return;
         if (at_block == live) {
             for (int i = 0; i < E.n; i++)
@@ -337,6 +344,7 @@ void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t sme
     }
     emu_gdim = grid;
     emu_bdim = block;
+    emu_prof_launch(name, E.dyn, smem);
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
@@ -350,6 +358,7 @@ void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t sme
                 }
                 run_block();
             }
+    emu_prof_launch(NULL, NULL, 0);
     E.kernel = NULL;
 }
 
@@ -406,13 +415,20 @@ void emu_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
 
 static std::map<uintptr_t, size_t> allocs;
 
+static uintptr_t dev_lo, dev_hi; /* the allocation is_dev found last (cudaFree forgets it) */
 static int is_dev(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
+    if (a >= dev_lo && a + n <= dev_hi) return 1;
     auto it = allocs.upper_bound(a);
     if (it == allocs.begin()) return 0;
     --it;
-    return a >= it->first && a + n <= it->first + it->second;
+    if (a >= it->first && a + n <= it->first + it->second) {
+        dev_lo = it->first, dev_hi = it->first + it->second;
+        return 1;
+    }
+    return 0;
 }
+int emu_is_device(const void *p, size_t n) { return is_dev(p, n); }
 
 extern "C" {
 
@@ -481,6 +497,7 @@ cudaError_t cudaFree(void *p) {
     if (it == allocs.end()) return cudaErrorInvalidValue;
     stats.frees++;
     allocs.erase(it);
+    dev_lo = dev_hi = 0;
     free(p);
     return cudaSuccess;
 }

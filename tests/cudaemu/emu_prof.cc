@@ -1,0 +1,307 @@
+/* The CUDA emulator's memory-access profiler: how a kernel's warps use global and shared
+ * memory, from the access pattern alone, on a machine without a GPU.
+ *
+ * The profiling build compiles the kernels' .cc files with -fsanitize=thread and links no
+ * ThreadSanitizer runtime: the compiler then calls __tsan_readN / __tsan_writeN (below) before
+ * every load and store the kernel makes, with its address. Each access is kept, per thread,
+ * with the call site (the return address: one per load or store instruction of the source)
+ * until the thread's warp reaches a warp operation, a barrier or its end (emu_runtime.cc
+ * calls emu_prof_flush_warp then). The lanes of a warp run the same instructions in the same
+ * order, so the k-th access from call site P of each lane is one warp-wide request, the unit
+ * the hardware serves, and each request is costed:
+ *
+ *   global memory: the 32-byte sectors it touches, against the fewest that could hold its
+ *     distinct bytes (ceil(bytes / 32)); efficiency = ideal / actual, 100% when coalesced.
+ *   shared memory: the wavefronts it needs. Memory is 32 banks of 4-byte words; in one
+ *     wavefront each bank serves one word (any number of lanes reading that word: broadcast).
+ *     Accesses of 8 and 16 bytes are served a half and a quarter warp at a time. Wavefronts of
+ *     a phase = the most distinct words any one bank holds; ideal = ceil(distinct words / 32).
+ *     conflict = wavefronts / ideal, 1.00 when free of bank conflicts.
+ *
+ * These are the hardware's rules for the unit of service (NVIDIA's CUDA C++ Best Practices
+ * Guide, "Coalesced access to global memory" and "Shared memory and memory banks"); what they
+ * cost in time depends on caches and latency hiding, which no emulator models. Which accesses
+ * the compiler keeps in registers also differs between g++ (here, -O1) and nvcc: the figures
+ * describe the source's loads and stores. Accesses to a thread's own stack (local variables)
+ * are not counted.
+ *
+ * TR_EMU_PROF=FILE (or 1 for stderr) prints one line per kernel at exit. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "emu_prof.h"
+
+namespace {
+
+struct access {
+    uintptr_t pc, addr;
+    unsigned size;
+    unsigned char write, shared;
+};
+
+struct counts {
+    unsigned long long launches = 0;
+    unsigned long long req[2][2] = {};  /* [shared][write] warp-wide requests */
+    unsigned long long cost[2][2] = {}; /* sectors (global) or wavefronts (shared) */
+    unsigned long long ideal[2][2] = {};
+    unsigned long long bytes[2] = {}; /* global bytes read, written */
+};
+
+struct site { /* one load or store instruction of the source */
+    unsigned long long req = 0, cost = 0, ideal = 0;
+    int shared = 0, write = 0;
+};
+
+struct state {
+    int on = -1;
+    const char *kernel = nullptr;
+    const unsigned char *dyn = nullptr;
+    size_t dyn_bytes = 0;
+    std::vector<access> lane[1024];
+    std::map<std::string, counts> by_kernel;
+    std::map<std::string, std::map<uintptr_t, site>> sites;
+};
+state &P = *new state; /* never destroyed: the report at exit runs after static destructors */
+
+extern "C" char __start_emu_shared[] __attribute__((weak));
+extern "C" char __stop_emu_shared[] __attribute__((weak));
+
+int enabled(void) {
+    if (P.on < 0) {
+        const char *e = getenv("TR_EMU_PROF");
+        P.on = e && *e && strcmp(e, "0");
+    }
+    return P.on;
+}
+
+/* distinct byte ranges of one request, merged */
+void merged(std::vector<std::pair<uintptr_t, uintptr_t>> &iv) {
+    std::sort(iv.begin(), iv.end());
+    size_t o = 0;
+    for (size_t i = 0; i < iv.size(); i++) {
+        if (o && iv[i].first <= iv[o - 1].second)
+            iv[o - 1].second = std::max(iv[o - 1].second, iv[i].second);
+        else
+            iv[o++] = iv[i];
+    }
+    iv.resize(o);
+}
+
+void cost_global(counts &c, site &st, const std::vector<const access *> &r) {
+    std::vector<std::pair<uintptr_t, uintptr_t>> iv;
+    for (const access *a : r) iv.push_back({a->addr, a->addr + a->size});
+    merged(iv);
+    unsigned long long bytes = 0, sectors = 0;
+    uintptr_t last = UINTPTR_MAX;
+    for (auto &x : iv) {
+        bytes += x.second - x.first;
+        for (uintptr_t s = x.first >> 5; s <= (x.second - 1) >> 5; s++)
+            if (s != last) sectors++, last = s;
+    }
+    int w = r[0]->write;
+    c.req[0][w]++;
+    c.cost[0][w] += sectors;
+    c.ideal[0][w] += (bytes + 31) / 32;
+    c.bytes[w] += bytes;
+    st.req++, st.cost += sectors, st.ideal += (bytes + 31) / 32;
+}
+
+void cost_shared(counts &c, site &st, const std::vector<const access *> &r,
+                 const unsigned lane_of[]) {
+    unsigned size = 0;
+    for (const access *a : r) size = std::max(size, a->size);
+    int phases = size > 8 ? 4 : size > 4 ? 2 : 1, w = r[0]->write;
+    unsigned long long waves = 0, ideal = 0;
+    for (int ph = 0; ph < phases; ph++) {
+        std::vector<uintptr_t> words;
+        for (size_t i = 0; i < r.size(); i++) {
+            if ((int)(lane_of[i] * phases / 32) != ph) continue;
+            for (uintptr_t wd = r[i]->addr >> 2; wd <= (r[i]->addr + r[i]->size - 1) >> 2; wd++)
+                words.push_back(wd);
+        }
+        if (words.empty()) continue;
+        std::sort(words.begin(), words.end());
+        words.erase(std::unique(words.begin(), words.end()), words.end());
+        unsigned per_bank[32] = {0}, most = 0;
+        for (uintptr_t wd : words) most = std::max(most, ++per_bank[wd & 31]);
+        waves += most;
+        ideal += (words.size() + 31) / 32;
+    }
+    c.req[1][w]++;
+    c.cost[1][w] += waves;
+    c.ideal[1][w] += ideal;
+    st.req++, st.cost += waves, st.ideal += ideal;
+}
+
+inline void record(uintptr_t pc, const void *p, unsigned size, int write) {
+    if (!P.kernel) return;
+    uintptr_t a = (uintptr_t)p;
+    int shared;
+    if (P.dyn && a >= (uintptr_t)P.dyn && a < (uintptr_t)P.dyn + P.dyn_bytes)
+        shared = 1;
+    else if (__start_emu_shared && a >= (uintptr_t)__start_emu_shared &&
+             a < (uintptr_t)__stop_emu_shared)
+        shared = 1;
+    else if (emu_is_device(p, size))
+        shared = 0;
+    else
+        return; /* the thread's stack, or the emulator's own state (threadIdx and the like) */
+    P.lane[emu_thread_now].push_back(access{pc, a, size, (unsigned char)write, (unsigned char)shared});
+}
+
+} // namespace
+
+void emu_prof_launch(const char *kernel, const void *dyn, size_t dyn_bytes) {
+    if (!enabled()) return;
+    P.kernel = kernel;
+    P.dyn = (const unsigned char *)dyn;
+    P.dyn_bytes = dyn_bytes;
+    if (kernel) P.by_kernel[kernel].launches++;
+}
+
+void emu_prof_flush_warp(int w, int nthreads) {
+    if (!enabled() || !P.kernel) return;
+    int lo = w * 32, hi = std::min(lo + 32, nthreads);
+    size_t any = 0;
+    for (int i = lo; i < hi; i++) any += P.lane[i].size();
+    if (!any) return;
+    /* request = (call site, occurrence) */
+    std::map<std::pair<uintptr_t, unsigned>, std::vector<const access *>> req;
+    std::map<std::pair<uintptr_t, unsigned>, std::vector<unsigned>> lanes;
+    for (int i = lo; i < hi; i++) {
+        std::unordered_map<uintptr_t, unsigned> seen;
+        for (const access &a : P.lane[i]) {
+            auto key = std::make_pair(a.pc, seen[a.pc]++);
+            req[key].push_back(&a);
+            lanes[key].push_back((unsigned)(i - lo));
+        }
+    }
+    counts &c = P.by_kernel[P.kernel];
+    auto &sites = P.sites[P.kernel];
+    for (auto &kv : req) {
+        const access *a = kv.second[0];
+        site &st = sites[a->pc];
+        st.shared = a->shared, st.write = a->write;
+        if (a->shared)
+            cost_shared(c, st, kv.second, lanes[kv.first].data());
+        else
+            cost_global(c, st, kv.second);
+    }
+    for (int i = lo; i < hi; i++) P.lane[i].clear();
+}
+
+int emu_prof_get(const char *kernel, emu_prof_figures *f) {
+    auto it = P.by_kernel.find(kernel);
+    if (it == P.by_kernel.end()) return 0;
+    const counts &c = it->second;
+    f->launches = c.launches;
+    memcpy(f->req, c.req, sizeof(f->req));
+    memcpy(f->cost, c.cost, sizeof(f->cost));
+    memcpy(f->ideal, c.ideal, sizeof(f->ideal));
+    return 1;
+}
+
+/* file:line of the instruction before the return address pc, else the offset in its object */
+static std::string where(uintptr_t pc) {
+    Dl_info d;
+    char buf[512];
+    if (!dladdr((void *)pc, &d) || !d.dli_fname) return "?";
+    uintptr_t off = pc - 1 - (uintptr_t)d.dli_fbase;
+    snprintf(buf, sizeof(buf), "addr2line -e '%s' 0x%lx 2>/dev/null", d.dli_fname, (unsigned long)off);
+    std::string line;
+    if (FILE *p = popen(buf, "r")) {
+        if (fgets(buf, sizeof(buf), p)) line = buf;
+        pclose(p);
+    }
+    while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+    if (line.empty() || line[0] == '?') {
+        snprintf(buf, sizeof(buf), "%s+0x%lx", d.dli_fname, (unsigned long)off);
+        return buf;
+    }
+    size_t cut = line.find(" (discriminator");
+    if (cut != std::string::npos) line.resize(cut);
+    size_t slash = line.rfind('/');
+    if (slash != std::string::npos) line = line.substr(slash + 1);
+    /* the profiled objects are the .cc copies to_cc.sh made of .cu files, line for line */
+    size_t cc = line.find(".cc:");
+    if (cc != std::string::npos) line.replace(cc, 3, ".cu");
+    return line;
+}
+
+static double ratio(unsigned long long a, unsigned long long b) { return b ? (double)a / b : 0; }
+
+__attribute__((destructor)) static void emu_prof_report(void) {
+    if (P.on != 1 || P.by_kernel.empty()) return;
+    const char *e = getenv("TR_EMU_PROF");
+    FILE *f = strcmp(e, "1") ? fopen(e, "w") : stderr;
+    if (!f) {
+        fprintf(stderr, "cuda emulator: cannot write the profile to %s\n", e);
+        return;
+    }
+    std::vector<std::pair<std::string, counts>> rows(P.by_kernel.begin(), P.by_kernel.end());
+    unsigned long long all = 0;
+    for (auto &r : rows) all += r.second.cost[0][0] + r.second.cost[0][1];
+    std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
+        return a.second.cost[0][0] + a.second.cost[0][1] > b.second.cost[0][0] + b.second.cost[0][1];
+    });
+    fprintf(f, "%-22s %8s %7s | %10s %6s %10s %6s | %10s %8s %10s %8s\n", "kernel", "launches",
+            "sectors", "gld req", "eff", "gst req", "eff", "lds req", "conflict", "sts req",
+            "conflict");
+    for (auto &r : rows) {
+        const counts &c = r.second;
+        fprintf(f, "%-22s %8llu %6.1f%% | %10llu %5.0f%% %10llu %5.0f%% | %10llu %8.2f %10llu %8.2f\n",
+                r.first.c_str(), c.launches, 100 * ratio(c.cost[0][0] + c.cost[0][1], all),
+                c.req[0][0], 100 * ratio(c.ideal[0][0], c.cost[0][0]), c.req[0][1],
+                100 * ratio(c.ideal[0][1], c.cost[0][1]), c.req[1][0],
+                ratio(c.cost[1][0], c.ideal[1][0]), c.req[1][1], ratio(c.cost[1][1], c.ideal[1][1]));
+    }
+    /* each kernel's worst instructions: the most cost over the ideal, at most 3 per kernel */
+    fprintf(f, "\nwhere the cost exceeds the ideal (source lines by addr2line where it can):\n");
+    for (auto &r : rows) {
+        std::vector<std::pair<uintptr_t, site>> v(P.sites[r.first].begin(), P.sites[r.first].end());
+        std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) {
+            return a.second.cost - a.second.ideal > b.second.cost - b.second.ideal;
+        });
+        for (size_t i = 0; i < v.size() && i < 3; i++) {
+            const site &st = v[i].second;
+            if (st.cost <= st.ideal) break;
+            fprintf(f, "  %-22s %s %s %8llu requests, %5.2fx the ideal %s at %s\n", r.first.c_str(),
+                    st.shared ? "shared" : "global", st.write ? "store" : "load ", st.req,
+                    ratio(st.cost, st.ideal), st.shared ? "wavefronts" : "sectors   ",
+                    where(v[i].first).c_str());
+        }
+    }
+    if (f != stderr) fclose(f);
+}
+
+/* ---- the instrumentation's entry points (GCC's -fsanitize=thread ABI) -------------------- */
+#define PC() ((uintptr_t)__builtin_return_address(0))
+extern "C" {
+#define RW(n)                                                                                  \
+    void __tsan_read##n(void *p) { record(PC(), p, n, 0); }                                    \
+    void __tsan_write##n(void *p) { record(PC(), p, n, 1); }                                   \
+    void __tsan_unaligned_read##n(void *p) { record(PC(), p, n, 0); }                          \
+    void __tsan_unaligned_write##n(void *p) { record(PC(), p, n, 1); }
+RW(1)
+RW(2)
+RW(4)
+RW(8)
+RW(16)
+#undef RW
+void __tsan_read_range(void *p, unsigned long n) { record(PC(), p, (unsigned)n, 0); }
+void __tsan_write_range(void *p, unsigned long n) { record(PC(), p, (unsigned)n, 1); }
+void __tsan_init(void) {}
+void __tsan_func_entry(void *) {}
+void __tsan_func_exit(void) {}
+void __tsan_vptr_update(void *, void *) {}
+void __tsan_vptr_read(void *) {}
+}
