@@ -764,27 +764,36 @@ extern "C" double tr_cuda_sumsq(int bf, const tr_buf *x, size_t n) {
 }
 
 /* torch.optim.AdamW on fp32 master weights; the bf16 working copy is rounded from them */
+/* AdamW on elements i..i+3: 4 per thread, so that every array's accesses are whole sectors */
+static __device__ __forceinline__ void adamw4(float *master, void *param, const void *g, float *m,
+                                              float *v, size_t i, size_t n, float lr, float beta1,
+                                              float beta2, float eps, float decay, float ib1,
+                                              float ib2, float gscale, int bf, int vec, int copy) {
+    float p[4], gg[4], mm[4], vv[4];
+    ld4(p, master, i, n, 0, vec);
+    ld4(gg, g, i, n, bf, vec);
+    ld4(mm, m, i, n, 0, vec);
+    ld4(vv, v, i, n, 0, vec);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float gi = gg[k] * gscale;
+        mm[k] = beta1 * mm[k] + (1.0f - beta1) * gi;
+        vv[k] = beta2 * vv[k] + (1.0f - beta2) * gi * gi;
+        p[k] = p[k] * decay - lr * (mm[k] * ib1) / (sqrtf(vv[k] * ib2) + eps);
+    }
+    st4(master, i, n, p, 0, vec);
+    st4(m, i, n, mm, 0, vec);
+    st4(v, i, n, vv, 0, vec);
+    if (copy) st4(param, i, n, p, bf, vec);
+}
+
 static __global__ void adamw_k(float *master, void *param, const void *g, float *m, float *v,
                                size_t n, float lr, float beta1, float beta2, float eps, float decay,
                                float ib1, float ib2, float gscale, int bf, int vec, int copy) {
-    FOR_CHUNKS(i, n) {
-        float p[8], gg[8], mm[8], vv[8];
-        ld8f(p, master, i, n, vec);
-        ld8(gg, g, i, n, bf, vec);
-        ld8f(mm, m, i, n, vec);
-        ld8f(vv, v, i, n, vec);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float gi = gg[k] * gscale;
-            mm[k] = beta1 * mm[k] + (1.0f - beta1) * gi;
-            vv[k] = beta2 * vv[k] + (1.0f - beta2) * gi * gi;
-            p[k] = p[k] * decay - lr * (mm[k] * ib1) / (sqrtf(vv[k] * ib2) + eps);
-        }
-        st8f(master, i, n, p, vec);
-        st8f(m, i, n, mm, vec);
-        st8f(v, i, n, vv, vec);
-        if (copy) st8(param, i, n, p, bf, vec);
-    }
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 4; i < n;
+         i += (size_t)gridDim.x * blockDim.x * 4)
+        adamw4(master, param, g, m, v, i, n, lr, beta1, beta2, eps, decay, ib1, ib2, gscale, bf,
+               vec, copy);
 }
 
 /* ---- AdamW over many stretches in one launch -------------------------------------------
@@ -814,24 +823,9 @@ static __global__ void adamw_multi_k(const ms_seg *segs, const ms_blk *blks, flo
     size_t lo = (size_t)bk.chunk * MS_CHUNK, hi = lo + MS_CHUNK < s.n ? lo + MS_CHUNK : s.n;
     /* as the host computes it for adamw_k: no fused multiply-add, so the bits agree */
     float decay = __fsub_rn(1.0f, __fmul_rn(lr, s.wd));
-    for (size_t i = lo + (size_t)threadIdx.x * 8; i < hi; i += (size_t)blockDim.x * 8) {
-        float p[8], gg[8], mm[8], vv[8];
-        ld8f(p, s.master, i, s.n, s.vec);
-        ld8(gg, s.g, i, s.n, bf, s.vec);
-        ld8f(mm, s.m, i, s.n, s.vec);
-        ld8f(vv, s.v, i, s.n, s.vec);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float gi = gg[k] * gscale;
-            mm[k] = beta1 * mm[k] + (1.0f - beta1) * gi;
-            vv[k] = beta2 * vv[k] + (1.0f - beta2) * gi * gi;
-            p[k] = p[k] * decay - lr * (mm[k] * ib1) / (sqrtf(vv[k] * ib2) + eps);
-        }
-        st8f(s.master, i, s.n, p, s.vec);
-        st8f(s.m, i, s.n, mm, s.vec);
-        st8f(s.v, i, s.n, vv, s.vec);
-        if (copy) st8(s.param, i, s.n, p, bf, s.vec);
-    }
+    for (size_t i = lo + (size_t)threadIdx.x * 4; i < hi; i += (size_t)blockDim.x * 4)
+        adamw4(s.master, s.param, s.g, s.m, s.v, i, s.n, lr, beta1, beta2, eps, decay, ib1, ib2,
+               gscale, bf, s.vec, copy);
 }
 
 static ms_seg *ms_host, *ms_dev;
@@ -894,7 +888,7 @@ extern "C" void tr_cuda_adamw(int bf, float *master, tr_buf *param, const tr_buf
     if (n == 0) return;
     int copy = (void *)param != (void *)master;
     int vec = tr_cuda_aligned16(master, param, g, m) && tr_cuda_aligned16(v, v, v, v);
-    adamw_k<<<tr_cuda_grid(n, TPB * 8), TPB, 0, tr_cuda_stream>>>(
+    adamw_k<<<tr_cuda_grid(n, TPB * 4), TPB, 0, tr_cuda_stream>>>(
         master, param, g, m, v, n, lr, beta1, beta2, eps, 1.0f - lr * wd, 1.0f / bc1, 1.0f / bc2,
         gscale, bf, vec, copy);
     CK_LAUNCH();

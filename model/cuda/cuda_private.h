@@ -108,14 +108,44 @@ static __device__ __forceinline__ void st8(void *p, size_t i, size_t n, const fl
     for (int k = 0; k < 8; k++)
         if (i + k < n) stf(p, i + k, v[k], bf);
 }
-/* fp32 arrays (master weights, AdamW state) with the same chunking */
-static __device__ __forceinline__ void ld8f(float v[8], const float *p, size_t i, size_t n,
-                                            int vec) {
-    ld8(v, p, i, n, 0, vec);
+/* Elements i..i+3 (i divisible by 4), as ld8 / st8: one 16-byte (fp32) or 8-byte (bf16) access
+ * per thread, so a warp's request is contiguous in both dtypes. ld8's fp32 path makes two
+ * 16-byte loads 32 bytes apart per thread: each request then touches twice the sectors it
+ * uses (bench/emu_memory.sh), which matters where fp32 arrays dominate the traffic (AdamW). */
+static __device__ __forceinline__ void ld4(float v[4], const void *p, size_t i, size_t n, int bf,
+                                           int vec) {
+    if (vec && i + 4 <= n) {
+        if (bf) {
+            uint2 u = *(const uint2 *)((const __nv_bfloat16 *)p + i);
+            float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
+            float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+            v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+        } else {
+            float4 a = *(const float4 *)((const float *)p + i);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        }
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = i + k < n ? ldf(p, i + k, bf) : 0.0f;
 }
-static __device__ __forceinline__ void st8f(float *p, size_t i, size_t n, const float v[8],
-                                            int vec) {
-    st8(p, i, n, v, 0, vec);
+static __device__ __forceinline__ void st4(void *p, size_t i, size_t n, const float v[4], int bf,
+                                           int vec) {
+    if (vec && i + 4 <= n) {
+        if (bf) {
+            __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
+            uint2 u;
+            u.x = *(const uint32_t *)&a;
+            u.y = *(const uint32_t *)&b;
+            *(uint2 *)((__nv_bfloat16 *)p + i) = u;
+        } else {
+            *(float4 *)((float *)p + i) = make_float4(v[0], v[1], v[2], v[3]);
+        }
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        if (i + k < n) stf(p, i + k, v[k], bf);
 }
 
 static __device__ __forceinline__ float warp_sum(float v) {

@@ -37,7 +37,19 @@
 #define __global__
 #define __device__
 #define __host__
-#ifdef EMU_PROF /* the profiler (emu_prof.cc) tells static shared memory by its section */
+/* Static __shared__ arrays become function statics. Outside AddressSanitizer they go to the
+ * section emu_shared, which the runtime fills with NaN before every block as it does dynamic
+ * shared memory (so a read before any write shows), and by which the profiler (emu_prof.cc)
+ * tells shared from global addresses. Under AddressSanitizer they stay ordinary statics: it
+ * guards those with red zones, and not globals placed in a named section. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN_BUILD 1
+#endif
+#endif
+#ifndef EMU_ASAN_BUILD
 #define __shared__ static __attribute__((section("emu_shared")))
 #else
 #define __shared__ static

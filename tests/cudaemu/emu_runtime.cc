@@ -307,6 +307,10 @@ static std::map<const void *, int> max_dyn_smem; /* cudaFuncSetAttribute's opt-i
 
 void *emu_dyn_smem(void) { return E.dyn; }
 
+/* the static __shared__ arrays of every kernel (emu.h); absent under AddressSanitizer */
+extern "C" char __start_emu_shared[] __attribute__((weak));
+extern "C" char __stop_emu_shared[] __attribute__((weak));
+
 void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem,
              void (*body)(void *), void *ctx) {
     size_t nt = (size_t)block.x * block.y * block.z;
@@ -349,7 +353,10 @@ void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t sme
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 emu_bid = make_uint3(bx, by, bz);
-                if (smem) memset(E.dyn, 0xff, smem); /* unwritten shared memory reads as NaN */
+                /* unwritten shared memory reads as NaN, dynamic and static (emu.h) */
+                if (smem) memset(E.dyn, 0xff, smem);
+                if (__start_emu_shared)
+                    memset(__start_emu_shared, 0xff, (size_t)(__stop_emu_shared - __start_emu_shared));
                 for (int i = 0; i < E.n; i++) {
                     fiber *f = &E.th[i];
                     f->tid = make_uint3(i % block.x, i / block.x % block.y, i / (block.x * block.y));

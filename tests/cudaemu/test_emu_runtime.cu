@@ -7,7 +7,8 @@
  *   1 thread and block indices in 1-D, 2-D and 3-D launches: each (block, thread) exactly once
  *   2 __syncthreads: block-wide tree reductions (256, 1024, 100 threads; threads that exit early)
  *   3 warp shuffles (xor/idx/down/up, with and without width) for int, float and double
- *   4 dynamic shared memory and its opt-in limit, launch configurations that must be refused
+ *   4 dynamic shared memory and its opt-in limit, launch configurations that must be refused,
+ *     static and dynamic shared memory poisoned per block (static: outside AddressSanitizer)
  *   5 mma.m16n8k16 (emu_mma16816) with fragments loaded per the PTX ISA layout
  *   6 bugs the emulator must report, each in a forked child: divergent barrier (deadlock), a
  *     shuffle mask leaving out live lanes, lanes at different shuffles; under AddressSanitizer
@@ -475,6 +476,17 @@ static cudaError_t run_smem(int nbytes, int *ok) {
     return e;
 }
 
+/* a static __shared__ array read by every thread before any write, then written: in every
+ * block the read must see the poison (0xff bytes), never what the block before wrote */
+__global__ void k_static_poison(unsigned *out) {
+    __shared__ unsigned st[128];
+    unsigned before = st[threadIdx.x];
+    __syncthreads();
+    st[threadIdx.x] = blockIdx.x + 1;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = before;
+}
+
 __global__ void k_count(int *n) {
     n[blockIdx.x * blockDim.x * blockDim.y * blockDim.z +
       (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x] = 1;
@@ -498,6 +510,22 @@ static void check_launch_refused(dim3 g, dim3 b) {
 
 static void check_smem(void) {
     int ok;
+#ifndef HAVE_ASAN /* static shared arrays keep AddressSanitizer's red zones there (emu.h) */
+    {
+        enum { NB = 3, NT = 128 };
+        unsigned *d = (unsigned *)dev_alloc(NB * NT * sizeof(unsigned)), h[NB * NT];
+        k_static_poison<<<NB, NT>>>(d);
+        to_host(h, d, sizeof(h));
+        int poisoned = 0;
+        for (int i = 0; i < NB * NT; i++)
+            poisoned += h[i] == 0xffffffffu;
+        check(poisoned == NB * NT,
+              "4 static __shared__ read before any write: %d of %d reads see the poison in each "
+              "of %d blocks (not the block before's values)",
+              poisoned, NB * NT, NB);
+        CK(cudaFree(d));
+    }
+#endif
     cudaError_t e = run_smem(48 * 1024, &ok);
     check(e == cudaSuccess && ok,
           "4 dynamic shared memory 48 KB without opt-in: launch %d, "

@@ -102,6 +102,27 @@ else
     say "bench: skipped (no GPU or no build)"
 fi
 
+# ---- Nsight Compute on our own kernels, while time remains --------------------------------
+# One bf16 step of a 2-block GPT-2 124M shape: each kernel's duration, and the memory tables
+# (sectors per request, shared-memory bank conflicts) that bench/emu_memory.sh estimates on
+# the CPU emulator, to set the two side by side. cuBLASLt's kernels are left out. Optional:
+# ncu may be missing or unable to read the counters (H200.md: it can on Firecracker).
+NCU="skipped"
+left=$(( 450 - ($(date +%s) - T0) ))
+NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [ $BUILD_OK = 1 ] && [ "$GPU" != none ] && [ -n "$NCU_BIN" ] && [ $left -gt 60 ]; then
+    lim=$(( left < 150 ? left : 150 ))
+    timeout "$lim" "$NCU_BIN" --clock-control none --target-processes all \
+        -k 'regex:attn_|adamw|norm|xent|gelu|swiglu|rope|add_k|embedding|positions|colsum|sumsq' \
+        --launch-count 40 --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
+        "$BUILD/trainer" run recipes/gpt2_124m.lua --device cuda --set layers=2 --set seq=1024 \
+        --set batch_tokens=4096 --micro-batch 4 --steps 1 --eval-every 0 --sample-tokens 0 \
+        --out "$BUILD/ncu-run" >"$LOGS/ncu.log" 2>&1
+    rc=$?
+    NCU="exit $rc, $(grep -c 'Context [0-9]*, Stream' "$LOGS/ncu.log") kernel reports in ncu.log"
+    say "ncu: $NCU ($(( $(date +%s) - T0 )) s)"
+fi
+
 # ---- the table, last -----------------------------------------------------------------------
 {
     echo
@@ -109,6 +130,7 @@ fi
     echo "device     $GPU"
     echo "arch       sm_$ARCH   build $([ $BUILD_OK = 1 ] && echo ok || echo FAILED)   wall $(( $(date +%s) - T0 )) s"
     echo "gpu tests  $TESTS"
+    echo "ncu        $NCU"
     printf '%-17s %12s %8s %s\n' model tokens/s mfu status
     cat "$BENCH"
     echo "logs       $LOGS"
