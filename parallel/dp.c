@@ -436,7 +436,7 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         if (!ok) {
             snprintf(err, errlen, "ZeRO-2: out of memory for the gradient buffers");
             tr_dp_free(d);
-            return -1;
+            return -2;
         }
         /* this rank's pieces, whose state (ZeRO-3: and parameters) the model keeps */
         int n = 0;
@@ -455,7 +455,7 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
     if (zero == 3 && z3_init(d)) {
         snprintf(err, errlen, "ZeRO-3: out of memory for the parameter pieces");
         tr_dp_free(d);
-        return -1;
+        return -2;
     }
     if (d->world > 1 || zero >= 2) tr_model_set_grad_hook(m, on_grad_ready, d);
     *out = d;

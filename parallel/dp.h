@@ -30,7 +30,9 @@ typedef struct {
  * optimizer state and update on those pieces; ZeRO-3: the parameters too are kept in those
  * pieces, and each op's buckets are all-gathered just before it runs, the next op's prefetched,
  * and freed after it). bucket_bytes: communication granularity (0: 4 MiB). For ZeRO-3, call
- * before initialising or loading the parameters (it tells the model its pieces). */
+ * before initialising or loading the parameters (it tells the model its pieces).
+ * Returns 0; -1 when the configuration is refused (stage, ranks, backend: the same answer on
+ * every rank); -2 when this rank ran out of memory. err says why. */
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *dp, int zero, size_t bucket_bytes, char *err,
                size_t errlen);
 void tr_dp_free(tr_dp *d);

@@ -457,10 +457,14 @@ int tr_cmd_run(int argc, char **argv) {
                            .external_grads = zero == 2, .external_params = zero == 3};
     const char *padv = getenv("TR_PAD_VOCAB"); /* tests: the GPU's vocabulary padding on the CPU */
     if (padv && *padv) mopts.pad_vocab = atoi(padv);
-    if (tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err)) ||
-        tr_dp_init(&dp, s.model, world, zero, (size_t)r.parallel.bucket_kb << 10, err,
-                   sizeof(err))) {
+    if (tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err))) {
         fprintf(stderr, "%s: %s\n", r.path, err);
+        goto done;
+    }
+    int dprc = tr_dp_init(&dp, s.model, world, zero, (size_t)r.parallel.bucket_kb << 10, err,
+                          sizeof(err));
+    if (dprc) { /* a refused configuration is the same on every rank: said once */
+        if (rank == 0 || dprc == -2) fprintf(stderr, "%s: %s\n", r.path, err);
         goto done;
     }
     tr_model_init_params(s.model, r.train.seed);
