@@ -40,6 +40,8 @@
 
 #include "emu_prof.h"
 
+std::string where(uintptr_t pc); /* below */
+
 namespace {
 
 struct access {
@@ -62,7 +64,8 @@ struct site { /* one load or store instruction of the source */
 };
 
 struct state {
-    int on = -1;
+    int on = -1;   /* TR_EMU_PROF: the profile */
+    int race = -1; /* TR_EMU_RACE: the shared-memory race check */
     const char *kernel = nullptr;
     const unsigned char *dyn = nullptr;
     size_t dyn_bytes = 0;
@@ -75,12 +78,17 @@ state &P = *new state; /* never destroyed: the report at exit runs after static 
 extern "C" char __start_emu_shared[] __attribute__((weak));
 extern "C" char __stop_emu_shared[] __attribute__((weak));
 
+int env_on(const char *name) {
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0");
+}
 int enabled(void) {
-    if (P.on < 0) {
-        const char *e = getenv("TR_EMU_PROF");
-        P.on = e && *e && strcmp(e, "0");
-    }
+    if (P.on < 0) P.on = env_on("TR_EMU_PROF");
     return P.on;
+}
+int racing(void) {
+    if (P.race < 0) P.race = env_on("TR_EMU_RACE");
+    return P.race;
 }
 
 /* distinct byte ranges of one request, merged */
@@ -142,33 +150,103 @@ void cost_shared(counts &c, site &st, const std::vector<const access *> &r,
     st.req++, st.cost += waves, st.ideal += ideal;
 }
 
+
+/* ---- the shared-memory race check (TR_EMU_RACE=1) -----------------------------------------
+ * Two accesses to one byte of shared memory by different threads race when at least one is a
+ * write and nothing orders them: no __syncthreads between them (each barrier, and each block,
+ * starts a new epoch), and, for two lanes of one warp, no warp operation either (__syncwarp,
+ * a shuffle, mma: each starts a new epoch of that warp). Lanes of a warp are not in lockstep
+ * on Volta and later, so an unsynchronized exchange between them is a race there too. Each
+ * byte keeps its last write and its last two readers, so a race is never reported where
+ * there is none; with three or more readers of one byte in an epoch one may go unseen. The
+ * first race aborts the program with both source lines. */
+struct stamp {
+    uint64_t epoch = 0, wepoch = 0; /* 0: none */
+    uintptr_t pc = 0;
+    int thread = -1;
+};
+struct shadow {
+    stamp w, r[2];
+};
+uint64_t epoch_now = 1, wepoch_next = 1;
+uint64_t wepoch_of[1024 / 32];
+std::vector<shadow> sh_dyn, sh_static;
+
+/* a (earlier) and the access now by thread t: ordered? */
+inline bool ordered(const stamp &a, int t) {
+    if (a.epoch != epoch_now || a.thread == t || a.thread < 0) return true;
+    return a.thread / 32 == t / 32 && a.wepoch != wepoch_of[t / 32];
+}
+
+[[noreturn]] void report_race(const stamp &a, int awrite, uintptr_t pc, int t, int write,
+                              size_t off, int dyn) {
+    fprintf(stderr,
+            "cuda emulator: shared-memory race in kernel %s: thread %d %s at %s and thread %d "
+            "%s at %s touch byte %zu of %s shared memory with no barrier between them%s\n",
+            P.kernel, a.thread, awrite ? "writes" : "reads", where(a.pc).c_str(), t,
+            write ? "writes" : "reads", where(pc).c_str(), off, dyn ? "dynamic" : "static",
+            a.thread / 32 == t / 32 ? " (same warp: no __syncwarp or warp operation either)" : "");
+    fflush(stderr);
+    abort();
+}
+
+void race_check(uintptr_t pc, uintptr_t a, unsigned size, int write, int dyn) {
+    std::vector<shadow> &v = dyn ? sh_dyn : sh_static;
+    uintptr_t base = dyn ? (uintptr_t)P.dyn : (uintptr_t)__start_emu_shared;
+    size_t n = dyn ? P.dyn_bytes : (size_t)(__stop_emu_shared - __start_emu_shared);
+    if (v.size() < n) v.resize(n);
+    int t = emu_thread_now;
+    stamp now;
+    now.epoch = epoch_now, now.wepoch = wepoch_of[t / 32], now.pc = pc, now.thread = t;
+    for (uintptr_t b = a; b < a + size && b - base < n; b++) {
+        shadow &s = v[b - base];
+        if (!ordered(s.w, t)) report_race(s.w, 1, pc, t, write, b - base, dyn);
+        if (write) {
+            for (const stamp &r : s.r)
+                if (!ordered(r, t)) report_race(r, 0, pc, t, write, b - base, dyn);
+            s.w = now;
+        } else if (s.r[0].thread != t || s.r[0].epoch != epoch_now) {
+            s.r[1] = s.r[0];
+            s.r[0] = now;
+        }
+    }
+}
+
 inline void record(uintptr_t pc, const void *p, unsigned size, int write) {
     if (!P.kernel) return;
     uintptr_t a = (uintptr_t)p;
     int shared;
-    if (P.dyn && a >= (uintptr_t)P.dyn && a < (uintptr_t)P.dyn + P.dyn_bytes)
+    if (P.dyn && a >= (uintptr_t)P.dyn && a < (uintptr_t)P.dyn + P.dyn_bytes) {
         shared = 1;
-    else if (__start_emu_shared && a >= (uintptr_t)__start_emu_shared &&
-             a < (uintptr_t)__stop_emu_shared)
+        if (P.race) race_check(pc, a, size, write, 1);
+    } else if (__start_emu_shared && a >= (uintptr_t)__start_emu_shared &&
+               a < (uintptr_t)__stop_emu_shared) {
         shared = 1;
-    else if (emu_is_device(p, size))
+        if (P.race) race_check(pc, a, size, write, 0);
+    } else if (P.on && emu_is_device(p, size)) {
         shared = 0;
-    else
+    } else {
         return; /* the thread's stack, or the emulator's own state (threadIdx and the like) */
-    P.lane[emu_thread_now].push_back(access{pc, a, size, (unsigned char)write, (unsigned char)shared});
+    }
+    if (P.on)
+        P.lane[emu_thread_now].push_back(
+            access{pc, a, size, (unsigned char)write, (unsigned char)shared});
 }
 
 } // namespace
 
 void emu_prof_launch(const char *kernel, const void *dyn, size_t dyn_bytes) {
-    if (!enabled()) return;
+    if (!enabled() && !racing()) return;
     P.kernel = kernel;
     P.dyn = (const unsigned char *)dyn;
     P.dyn_bytes = dyn_bytes;
-    if (kernel) P.by_kernel[kernel].launches++;
+    if (kernel && P.on) P.by_kernel[kernel].launches++;
 }
 
+void emu_prof_barrier(void) { epoch_now++; }
+
 void emu_prof_flush_warp(int w, int nthreads) {
+    wepoch_of[w] = ++wepoch_next;
     if (!enabled() || !P.kernel) return;
     int lo = w * 32, hi = std::min(lo + 32, nthreads);
     size_t any = 0;
@@ -211,7 +289,7 @@ int emu_prof_get(const char *kernel, emu_prof_figures *f) {
 }
 
 /* file:line of the instruction before the return address pc, else the offset in its object */
-static std::string where(uintptr_t pc) {
+std::string where(uintptr_t pc) {
     Dl_info d;
     char buf[512];
     if (!dladdr((void *)pc, &d) || !d.dli_fname) return "?";

@@ -11,6 +11,8 @@ int emu_is_device(const void *p, size_t n);
 void emu_prof_launch(const char *kernel, const void *dyn, size_t dyn_bytes);
 /* every live thread of warp w has reached a warp operation, a barrier or its end */
 void emu_prof_flush_warp(int w, int nthreads);
+/* a block starts, or its barrier opens: a new epoch for the race check */
+void emu_prof_barrier(void);
 
 /* what the profiler counted for `kernel` so far: [shared][write] requests, their cost
  * (sectors or wavefronts) and the ideal cost; 0 when it has nothing for that kernel */

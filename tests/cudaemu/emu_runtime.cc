@@ -240,6 +240,7 @@ static void run_block(void) {
             for (int w = 0; w < nw; w++) emu_prof_flush_warp(w, E.n);
         if (!live) return;
         if (at_block == live) {
+            emu_prof_barrier();
             for (int i = 0; i < E.n; i++)
                 if (E.th[i].state == AT_BLOCK) E.th[i].state = RUNNING;
             continue;
@@ -363,6 +364,7 @@ void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t sme
                     f->state = RUNNING;
                     fiber_init(f, stack_for(i), i);
                 }
+                emu_prof_barrier();
                 run_block();
             }
     emu_prof_launch(NULL, NULL, 0);

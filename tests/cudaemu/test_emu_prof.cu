@@ -1,6 +1,9 @@
 /* Test of the emulator's memory-access profiler (emu_prof.cc): kernels with known access
  * patterns, each figure expected from the hardware's rules as stated there and worked out in
- * the comment beside it, never from the profiler's code. Compiled like the profiling build of
+ * the comment beside it, never from the profiler's code. Then its shared-memory race check
+ * (TR_EMU_RACE=1), each case in a forked child: races across warps and within a warp must be
+ * reported with the kernel's name, and the same kernels made correct (a barrier, __syncwarp)
+ * must run clean, as must lanes writing the two halves of one word. Compiled like the profiling build of
  * model/cuda/ (to_cc.sh, emu.h, -DEMU_PROF, -fsanitize=thread without its runtime). Prints one
  * line per check; exits 0 only when all pass. */
 #ifndef EMU_PROF
@@ -8,9 +11,13 @@
 #endif
 
 #include <cuda_runtime.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "emu_prof.h"
 
@@ -110,6 +117,78 @@ __global__ void smem_dyn_k(float *o) {
     o[threadIdx.x] = d[threadIdx.x * 2];
 }
 
+/* ---- the race check ------------------------------------------------------------------------ */
+
+/* 64 threads: each writes its slot, then reads the slot 32 away, a thread of the other warp.
+ * Without the barrier that read races with the other warp's write. */
+__global__ void race_xwarp_k(float *o, int sync) {
+    __shared__ float s[64];
+    int t = threadIdx.x;
+    s[t] = (float)t;
+    if (sync) __syncthreads();
+    o[t] = s[(t + 32) % 64];
+}
+/* one warp: lane l reads lane l^1's slot; without __syncwarp the lanes are not ordered */
+__global__ void race_lane_k(float *o, int sync) {
+    __shared__ float s[32];
+    int l = threadIdx.x;
+    s[l] = (float)l;
+    if (sync) __syncwarp();
+    o[l] = s[l ^ 1];
+}
+/* lanes 2k and 2k+1 write the two halves of one 4-byte word, then (after a barrier) all read:
+ * no byte is touched by two threads unordered */
+__global__ void race_halves_k(unsigned short *o) {
+    __shared__ unsigned short s[32];
+    s[threadIdx.x] = (unsigned short)threadIdx.x;
+    __syncthreads();
+    o[threadIdx.x] = s[31 - threadIdx.x];
+}
+
+static float *race_buf;
+static void run_xwarp_racy(void) { race_xwarp_k<<<1, 64>>>(race_buf, 0); }
+static void run_xwarp_sync(void) { race_xwarp_k<<<2, 64>>>(race_buf, 1); }
+static void run_lane_racy(void) { race_lane_k<<<1, 32>>>(race_buf, 0); }
+static void run_lane_sync(void) { race_lane_k<<<1, 32>>>(race_buf, 1); }
+static void run_halves(void) { race_halves_k<<<2, 32>>>((unsigned short *)race_buf); }
+
+/* runs fn in a child with TR_EMU_RACE=1; want != NULL: the child must abort with a report
+ * naming `want`; want == NULL: it must finish cleanly with no report */
+static void expect_race(void (*fn)(void), const char *want, const char *what) {
+    int pfd[2];
+    if (pipe(pfd)) {
+        perror("pipe");
+        exit(2);
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pfd[0]);
+        dup2(pfd[1], 2);
+        setenv("TR_EMU_RACE", "1", 1);
+        unsetenv("TR_EMU_PROF");
+        fn();
+        _exit(0);
+    }
+    close(pfd[1]);
+    char buf[4096];
+    size_t n = 0;
+    ssize_t k;
+    while (n < sizeof(buf) - 1 && (k = read(pfd[0], buf + n, sizeof(buf) - 1 - n)) > 0)
+        n += (size_t)k;
+    buf[n] = 0;
+    close(pfd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int died = WIFSIGNALED(st), reported = strstr(buf, "shared-memory race") != NULL;
+    int ok = want ? died && reported && strstr(buf, want) : WIFEXITED(st) && !WEXITSTATUS(st) && !reported;
+    char *nl = strchr(buf, '\n');
+    if (nl) *nl = 0;
+    printf("%s race check: %s: %s\n", ok ? "PASS" : "FAIL", what,
+           n ? buf : (WIFEXITED(st) ? "ran clean" : "died without a report"));
+    ok ? n_pass++ : n_fail++;
+}
+
 int main(void) {
     setenv("TR_EMU_PROF", "1", 1); /* on, and the table at exit to stderr */
     float *in, *o;
@@ -119,6 +198,14 @@ int main(void) {
         printf("FAIL cudaMalloc\n");
         return 1;
     }
+    /* the race checks first, in children, before this process has cached the setting */
+    race_buf = o;
+    expect_race(run_xwarp_racy, "race_xwarp_k", "warps exchange through shared memory without a barrier");
+    expect_race(run_xwarp_sync, NULL, "the same with __syncthreads");
+    expect_race(run_lane_racy, "(same warp", "lanes exchange without __syncwarp");
+    expect_race(run_lane_sync, NULL, "the same with __syncwarp");
+    expect_race(run_halves, NULL, "lanes write the two halves of one word");
+
     copy_k<<<1, 64>>>(o, in);
     strided_k<<<1, 32>>>(o, in);
     offset_k<<<1, 32>>>(o, in);
