@@ -212,6 +212,50 @@ void race_check(uintptr_t pc, uintptr_t a, unsigned size, int write, int dyn) {
     }
 }
 
+/* Global memory, within one launch: blocks are not ordered, so a byte one block writes and
+ * another block reads or writes in the same launch is a race (on the GPU the outcome depends
+ * on which block runs first; the emulator runs them in order and would hide it). Each byte
+ * touched keeps its writing block and its reading block (or "several"), with source lines;
+ * everything is forgotten when the launch ends. */
+struct gbyte {
+    int wblock = -1, rblock = -1; /* -1: none; rblock -2: several blocks */
+    uintptr_t wpc = 0, rpc = 0;
+};
+std::unordered_map<uintptr_t, gbyte> gmem;
+
+[[noreturn]] void report_global_race(int ob, int owrite, uintptr_t opc, int b, int write,
+                                     uintptr_t pc) {
+    char who[32];
+    if (ob >= 0)
+        snprintf(who, sizeof(who), "block %d", ob);
+    else
+        snprintf(who, sizeof(who), "several blocks");
+    fprintf(stderr,
+            "cuda emulator: global-memory race in kernel %s: %s %s at %s and block %d %s at %s "
+            "the same byte in one launch (blocks are not ordered)\n",
+            P.kernel, who, owrite ? "write" : "read", where(opc).c_str(), b,
+            write ? "writes" : "reads", where(pc).c_str());
+    fflush(stderr);
+    abort();
+}
+
+void global_race_check(uintptr_t pc, uintptr_t a, unsigned size, int write) {
+    int b = emu_block_now();
+    for (uintptr_t x = a; x < a + size; x++) {
+        gbyte &g = gmem[x];
+        if (g.wblock >= 0 && g.wblock != b) report_global_race(g.wblock, 1, g.wpc, b, write, pc);
+        if (write) {
+            if (g.rblock != -1 && g.rblock != b)
+                report_global_race(g.rblock, 0, g.rpc, b, write, pc); /* -2: one of several */
+            g.wblock = b, g.wpc = pc;
+        } else if (g.rblock == -1) {
+            g.rblock = b, g.rpc = pc;
+        } else if (g.rblock != b) {
+            g.rblock = -2;
+        }
+    }
+}
+
 inline void record(uintptr_t pc, const void *p, unsigned size, int write) {
     if (!P.kernel) return;
     uintptr_t a = (uintptr_t)p;
@@ -223,8 +267,9 @@ inline void record(uintptr_t pc, const void *p, unsigned size, int write) {
                a < (uintptr_t)__stop_emu_shared) {
         shared = 1;
         if (P.race) race_check(pc, a, size, write, 0);
-    } else if (P.on && emu_is_device(p, size)) {
+    } else if ((P.on || P.race) && emu_is_device(p, size)) {
         shared = 0;
+        if (P.race) global_race_check(pc, a, size, write);
     } else {
         return; /* the thread's stack, or the emulator's own state (threadIdx and the like) */
     }
@@ -236,11 +281,13 @@ inline void record(uintptr_t pc, const void *p, unsigned size, int write) {
 } // namespace
 
 void emu_prof_launch(const char *kernel, const void *dyn, size_t dyn_bytes) {
-    if (!enabled() && !racing()) return;
+    int prof = enabled(), race = racing(); /* both read now: record() tests P.on, P.race */
+    if (!prof && !race) return;
     P.kernel = kernel;
     P.dyn = (const unsigned char *)dyn;
     P.dyn_bytes = dyn_bytes;
     if (kernel && P.on) P.by_kernel[kernel].launches++;
+    if (!kernel) gmem.clear(); /* the launch ended: later launches are ordered after it */
 }
 
 void emu_prof_barrier(void) { epoch_now++; }

@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 extern int emu_thread_now; /* the running fiber's index in its block */
+int emu_block_now(void);   /* the running block's index in its grid */
 int emu_is_device(const void *p, size_t n);
 
 /* a launch of `kernel` starts (NULL: it ended), with its dynamic shared memory */

@@ -139,6 +139,7 @@ static void trampoline(void) {
 }
 
 int emu_thread_now;
+int emu_block_now(void) { return (int)(emu_bid.x + emu_gdim.x * (emu_bid.y + emu_gdim.y * emu_bid.z)); }
 
 static void run_fiber(int i) {
     E.cur = i;
