@@ -164,6 +164,34 @@ static __device__ void load_tile(bf16 *rd, bf16 *tr, const bf16 *base, size_t S,
     }
 }
 
+/* This warp's 16 rows of an accumulator c (rows r0 + gi and r0 + gi + 8 of the mma C layout),
+ * times sc0 / sc1 for the two, as bf16 to global rows grow0 + r0 + [0, 16) of dst (stride ld),
+ * rows at or past T skipped. Through the warp's own 16 rows of a row-major tile no other warp
+ * reads any more (stg): 4-byte fragment stores there, conflict-free with LDD, then 16-byte
+ * copies out, so that a warp's store request covers whole 128-byte row segments. Stored
+ * straight from the fragments, each request wrote 16 bytes per row: twice the sectors
+ * (bench/emu_memory.sh). */
+static __device__ __forceinline__ void store_acc(bf16 *stg, const float c[][4], float sc0,
+                                                 float sc1, bf16 *dst, size_t ld, int grow0,
+                                                 int T, int r0, int nd, int lane) {
+    int gi = lane >> 2, t4 = lane & 3;
+    __syncwarp(); /* every lane is done reading its rows of stg */
+#pragma unroll
+    for (int nt = 0; nt < TC_DMAX / 8; nt++)
+        if (nt < nd) {
+            *(uint32_t *)(stg + (r0 + gi) * LDD + nt * 8 + 2 * t4) =
+                pack2(c[nt][0] * sc0, c[nt][1] * sc0);
+            *(uint32_t *)(stg + (r0 + gi + 8) * LDD + nt * 8 + 2 * t4) =
+                pack2(c[nt][2] * sc1, c[nt][3] * sc1);
+        }
+    __syncwarp();
+    for (int e = lane; e < 16 * nd; e += 32) {
+        int rr = e / nd, cc = (e % nd) * 8, r = grow0 + r0 + rr;
+        if (r < T)
+            *(uint4 *)(dst + (size_t)r * ld + cc) = *(const uint4 *)(stg + (r0 + rr) * LDD + cc);
+    }
+}
+
 /* ---- forward ------------------------------------------------------------------------------ */
 
 /* grid (query tiles, B*H); the last query tiles (the longest) first */
@@ -253,19 +281,13 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_fwd_k(bf16 *out, fl
             mma_tiles(o, pa, Vt, kk * 16, nd, gi, t4);
         }
     }
+    /* Qs: this warp's rows are its own (the other warps read only K and V) */
+    store_acc(Qs, o, 1.0f / l[0], 1.0f / l[1], out + (size_t)b * T * H * hd + (size_t)h * hd,
+              (size_t)H * hd, q0, T, r0, nd, lane);
 #pragma unroll
-    for (int row = 0; row < 2; row++) {
-        int qi = qrow[row];
-        if (qi >= T) continue;
-        float inv = 1.0f / l[row];
-        bf16 *ob = out + ((size_t)b * T + qi) * (size_t)H * hd + (size_t)h * hd;
-#pragma unroll
-        for (int nt = 0; nt < TC_DMAX / 8; nt++)
-            if (nt < nd)
-                *(uint32_t *)(ob + nt * 8 + 2 * t4) =
-                    pack2(o[nt][2 * row] * inv, o[nt][2 * row + 1] * inv);
-        if (t4 == 0) lse[((size_t)b * H + h) * T + qi] = m[row] + logf(l[row]);
-    }
+    for (int row = 0; row < 2; row++)
+        if (t4 == 0 && qrow[row] < T)
+            lse[((size_t)b * H + h) * T + qrow[row]] = m[row] + logf(l[row]);
 }
 
 /* ---- backward: dq ------------------------------------------------------------------------
@@ -321,17 +343,9 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_k(bf16 *dqkv, co
             mma_tiles(dq, a, Kt, kk * 16, nd, gi, t4);
         }
     }
-#pragma unroll
-    for (int row = 0; row < 2; row++) {
-        int qi = qrow[row];
-        if (qi >= T) continue;
-        bf16 *qb = dqkv + (size_t)b * T * S + (size_t)qi * S + (size_t)h * hd;
-#pragma unroll
-        for (int nt = 0; nt < TC_DMAX / 8; nt++)
-            if (nt < nd)
-                *(uint32_t *)(qb + nt * 8 + 2 * t4) =
-                    pack2(dq[nt][2 * row] * scale, dq[nt][2 * row + 1] * scale);
-    }
+    /* Qs: this warp's rows are its own (the other warps read only K and V as B operands) */
+    store_acc(Qs, dq, scale, scale, dqkv + (size_t)b * T * S + (size_t)h * hd, S, q0, T, r0, nd,
+              lane);
 }
 
 /* ---- backward: dk, dv ----------------------------------------------------------------------
@@ -398,20 +412,10 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkv_k(bf16 *dqkv, c
             }
         }
     }
-#pragma unroll
-    for (int row = 0; row < 2; row++) {
-        int ki = krow[row];
-        if (ki >= T) continue;
-        bf16 *kb = dqkv + (size_t)b * T * S + (size_t)ki * S + (size_t)(H + g) * hd,
-             *vb = kb + (size_t)KV * hd;
-#pragma unroll
-        for (int nt = 0; nt < TC_DMAX / 8; nt++)
-            if (nt < nd) {
-                *(uint32_t *)(kb + nt * 8 + 2 * t4) =
-                    pack2(dk[nt][2 * row] * scale, dk[nt][2 * row + 1] * scale);
-                *(uint32_t *)(vb + nt * 8 + 2 * t4) = pack2(dv[nt][2 * row], dv[nt][2 * row + 1]);
-            }
-    }
+    /* Ks, Vs: this warp's rows are its own (the other warps read only Q and dO as B operands) */
+    bf16 *kb = dqkv + (size_t)b * T * S + (size_t)(H + g) * hd;
+    store_acc(Ks, dk, scale, scale, kb, S, k0, T, r0, nd, lane);
+    store_acc(Vs, dv, 1.0f, 1.0f, kb + (size_t)KV * hd, S, k0, T, r0, nd, lane);
 }
 
 /* ---- launchers ------------------------------------------------------------------------------ */

@@ -422,11 +422,12 @@ RW(4)
 RW(8)
 RW(16)
 #undef RW
-void __tsan_read_range(void *p, unsigned long n) { record(PC(), p, (unsigned)n, 0); }
-void __tsan_write_range(void *p, unsigned long n) { record(PC(), p, (unsigned)n, 1); }
+/* the signatures of GCC's built-in declarations, which it makes in any sanitizer build */
+void __tsan_read_range(void *p, long n) { record(PC(), p, (unsigned)n, 0); }
+void __tsan_write_range(void *p, long n) { record(PC(), p, (unsigned)n, 1); }
 void __tsan_init(void) {}
 void __tsan_func_entry(void *) {}
-void __tsan_func_exit(void) {}
+void __tsan_func_exit(void *) {}
 void __tsan_vptr_update(void *, void *) {}
 void __tsan_vptr_read(void *) {}
 }
