@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -212,16 +213,33 @@ void race_check(uintptr_t pc, uintptr_t a, unsigned size, int write, int dyn) {
     }
 }
 
-/* Global memory, within one launch: blocks are not ordered, so a byte one block writes and
- * another block reads or writes in the same launch is a race (on the GPU the outcome depends
- * on which block runs first; the emulator runs them in order and would hide it). Each byte
- * touched keeps its writing block and its reading block (or "several"), with source lines;
- * everything is forgotten when the launch ends. */
-struct gbyte {
-    int wblock = -1, rblock = -1; /* -1: none; rblock -2: several blocks */
-    uintptr_t wpc = 0, rpc = 0;
+/* Global memory, within one launch: blocks are not ordered, so a 2-byte granule (the smallest
+ * element the kernels store) that one block writes and another block reads or writes in the
+ * same launch is a race (on the GPU the outcome depends on which block runs first; the
+ * emulator runs them in order and would hide it). Each granule touched keeps its writing
+ * block and its reading block (or "several") and their source lines, in pages of shadow kept
+ * for the launch and dropped when it ends: 6 times the memory the launch touches. */
+struct gpage { /* the 4096 bytes of one page, in 2048 granules */
+    int w[2048], r[2048];             /* writing / reading block; -1 none, r -2 several */
+    uint16_t wsite[2048], rsite[2048]; /* their source lines, as indices into `sites` */
+    gpage() {
+        memset(w, 0xff, sizeof(w));
+        memset(r, 0xff, sizeof(r));
+    }
 };
-std::unordered_map<uintptr_t, gbyte> gmem;
+std::unordered_map<uintptr_t, std::unique_ptr<gpage>> gmem;
+std::vector<uintptr_t> sites; /* the call sites seen, so a granule keeps 2 bytes, not 8 */
+std::unordered_map<uintptr_t, uint16_t> site_of;
+
+uint16_t site_index(uintptr_t pc) {
+    auto it = site_of.find(pc);
+    if (it != site_of.end()) return it->second;
+    uint16_t k = (uint16_t)(sites.size() < 65535 ? sites.size() : 65535);
+    if (sites.size() < 65535) sites.push_back(pc);
+    site_of[pc] = k;
+    return k;
+}
+uintptr_t site_pc(uint16_t k) { return k < sites.size() ? sites[k] : 0; }
 
 [[noreturn]] void report_global_race(int ob, int owrite, uintptr_t opc, int b, int write,
                                      uintptr_t pc) {
@@ -232,7 +250,7 @@ std::unordered_map<uintptr_t, gbyte> gmem;
         snprintf(who, sizeof(who), "several blocks");
     fprintf(stderr,
             "cuda emulator: global-memory race in kernel %s: %s %s at %s and block %d %s at %s "
-            "the same byte in one launch (blocks are not ordered)\n",
+            "the same bytes in one launch (blocks are not ordered)\n",
             P.kernel, who, owrite ? "write" : "read", where(opc).c_str(), b,
             write ? "writes" : "reads", where(pc).c_str());
     fflush(stderr);
@@ -241,17 +259,27 @@ std::unordered_map<uintptr_t, gbyte> gmem;
 
 void global_race_check(uintptr_t pc, uintptr_t a, unsigned size, int write) {
     int b = emu_block_now();
-    for (uintptr_t x = a; x < a + size; x++) {
-        gbyte &g = gmem[x];
-        if (g.wblock >= 0 && g.wblock != b) report_global_race(g.wblock, 1, g.wpc, b, write, pc);
+    gpage *pg = nullptr;
+    uintptr_t cur = UINTPTR_MAX;
+    uint16_t here = site_index(pc);
+    for (uintptr_t x = a & ~(uintptr_t)1; x < a + size; x += 2) {
+        if (x >> 12 != cur) {
+            cur = x >> 12;
+            auto &slot = gmem[cur];
+            if (!slot) slot.reset(new gpage());
+            pg = slot.get();
+        }
+        unsigned i = (unsigned)(x & 4095) >> 1;
+        if (pg->w[i] >= 0 && pg->w[i] != b)
+            report_global_race(pg->w[i], 1, site_pc(pg->wsite[i]), b, write, pc);
         if (write) {
-            if (g.rblock != -1 && g.rblock != b)
-                report_global_race(g.rblock, 0, g.rpc, b, write, pc); /* -2: one of several */
-            g.wblock = b, g.wpc = pc;
-        } else if (g.rblock == -1) {
-            g.rblock = b, g.rpc = pc;
-        } else if (g.rblock != b) {
-            g.rblock = -2;
+            if (pg->r[i] != -1 && pg->r[i] != b) /* -2: one of several */
+                report_global_race(pg->r[i], 0, site_pc(pg->rsite[i]), b, write, pc);
+            pg->w[i] = b, pg->wsite[i] = here;
+        } else if (pg->r[i] == -1) {
+            pg->r[i] = b, pg->rsite[i] = here;
+        } else if (pg->r[i] != b) {
+            pg->r[i] = -2;
         }
     }
 }
