@@ -25,7 +25,10 @@
  * describe the source's loads and stores. Accesses to a thread's own stack (local variables)
  * are not counted.
  *
- * TR_EMU_PROF=FILE (or 1 for stderr) prints one line per kernel at exit. */
+ * TR_EMU_PROF=FILE (or 1 for stderr) prints one line per kernel at exit.
+ *
+ * The same hooks serve a race check, TR_EMU_RACE=1 (below): unordered accesses to one byte of
+ * shared memory by two threads of a block, and to global memory by two blocks of a launch. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
