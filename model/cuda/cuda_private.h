@@ -64,54 +64,11 @@ static __device__ __forceinline__ void stf(void *p, size_t i, float v, int bf) {
         ((float *)p)[i] = v;
 }
 
-/* Elements i..i+7 (i divisible by 8) into v; 128-bit loads when vec and the chunk is whole,
- * else element by element up to n (missing elements read as 0). */
-static __device__ __forceinline__ void ld8(float v[8], const void *p, size_t i, size_t n, int bf,
-                                           int vec) {
-    if (vec && i + 8 <= n) {
-        if (bf) {
-            uint4 u = *(const uint4 *)((const __nv_bfloat16 *)p + i);
-            const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float2 f = __bfloat1622float2(h[k]);
-                v[2 * k] = f.x;
-                v[2 * k + 1] = f.y;
-            }
-        } else {
-            float4 a = *(const float4 *)((const float *)p + i);
-            float4 b = *(const float4 *)((const float *)p + i + 4);
-            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-            v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-        }
-        return;
-    }
-#pragma unroll
-    for (int k = 0; k < 8; k++) v[k] = i + k < n ? ldf(p, i + k, bf) : 0.0f;
-}
-static __device__ __forceinline__ void st8(void *p, size_t i, size_t n, const float v[8], int bf,
-                                           int vec) {
-    if (vec && i + 8 <= n) {
-        if (bf) {
-            uint4 u;
-            __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
-#pragma unroll
-            for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-            *(uint4 *)((__nv_bfloat16 *)p + i) = u;
-        } else {
-            *(float4 *)((float *)p + i) = make_float4(v[0], v[1], v[2], v[3]);
-            *(float4 *)((float *)p + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
-        }
-        return;
-    }
-#pragma unroll
-    for (int k = 0; k < 8; k++)
-        if (i + k < n) stf(p, i + k, v[k], bf);
-}
-/* Elements i..i+3 (i divisible by 4), as ld8 / st8: one 16-byte (fp32) or 8-byte (bf16) access
- * per thread, so a warp's request is contiguous in both dtypes. ld8's fp32 path makes two
- * 16-byte loads 32 bytes apart per thread: each request then touches twice the sectors it
- * uses (bench/emu_memory.sh), which matters where fp32 arrays dominate the traffic (AdamW). */
+/* Elements i..i+3 (i divisible by 4) into v; one 16-byte (fp32) or 8-byte (bf16) access when
+ * vec and the chunk is whole, else element by element up to n (missing elements read as 0).
+ * A warp's request is contiguous in both dtypes. (ld8's fp32 path is two of these, 32 bytes
+ * apart per thread: each request then touches twice the sectors it uses, bench/emu_memory.sh,
+ * which matters where fp32 arrays dominate the traffic, as in AdamW.) */
 static __device__ __forceinline__ void ld4(float v[4], const void *p, size_t i, size_t n, int bf,
                                            int vec) {
     if (vec && i + 4 <= n) {
@@ -146,6 +103,38 @@ static __device__ __forceinline__ void st4(void *p, size_t i, size_t n, const fl
 #pragma unroll
     for (int k = 0; k < 4; k++)
         if (i + k < n) stf(p, i + k, v[k], bf);
+}
+
+/* Elements i..i+7 (i divisible by 8), as ld4 / st4: one 128-bit access for bf16, two ld4 /
+ * st4 otherwise (fp32, or a chunk that is not whole or not aligned). */
+static __device__ __forceinline__ void ld8(float v[8], const void *p, size_t i, size_t n, int bf,
+                                           int vec) {
+    if (bf && vec && i + 8 <= n) {
+        uint4 u = *(const uint4 *)((const __nv_bfloat16 *)p + i);
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 f = __bfloat1622float2(h[k]);
+            v[2 * k] = f.x;
+            v[2 * k + 1] = f.y;
+        }
+        return;
+    }
+    ld4(v, p, i, n, bf, vec);
+    ld4(v + 4, p, i + 4, n, bf, vec);
+}
+static __device__ __forceinline__ void st8(void *p, size_t i, size_t n, const float v[8], int bf,
+                                           int vec) {
+    if (bf && vec && i + 8 <= n) {
+        uint4 u;
+        __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        *(uint4 *)((__nv_bfloat16 *)p + i) = u;
+        return;
+    }
+    st4(p, i, n, v, bf, vec);
+    st4(p, i + 4, n, v + 4, bf, vec);
 }
 
 static __device__ __forceinline__ float warp_sum(float v) {
