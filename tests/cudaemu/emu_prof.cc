@@ -30,6 +30,7 @@
  * The same hooks serve a race check, TR_EMU_RACE=1 (below): unordered accesses to one byte of
  * shared memory by two threads of a block, and to global memory by two blocks of a launch. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,6 @@ struct counts {
     unsigned long long req[2][2] = {};  /* [shared][write] warp-wide requests */
     unsigned long long cost[2][2] = {}; /* sectors (global) or wavefronts (shared) */
     unsigned long long ideal[2][2] = {};
-    unsigned long long bytes[2] = {}; /* global bytes read, written */
 };
 
 struct site { /* one load or store instruction of the source */
@@ -69,7 +69,8 @@ struct site { /* one load or store instruction of the source */
 
 struct state {
     int on = -1;   /* TR_EMU_PROF: the profile */
-    int race = -1; /* TR_EMU_RACE: the shared-memory race check */
+    int race = -1; /* TR_EMU_RACE: the race check */
+    FILE *out = nullptr; /* where the profile goes at exit */
     const char *kernel = nullptr;
     const unsigned char *dyn = nullptr;
     size_t dyn_bytes = 0;
@@ -86,8 +87,19 @@ int env_on(const char *name) {
     const char *e = getenv(name);
     return e && *e && strcmp(e, "0");
 }
+/* TR_EMU_PROF=FILE: the file is opened when the profile starts, so that a path that cannot
+ * be written stops the program at once, in one line, instead of losing the profile at exit */
 int enabled(void) {
-    if (P.on < 0) P.on = env_on("TR_EMU_PROF");
+    if (P.on < 0) {
+        P.on = env_on("TR_EMU_PROF");
+        const char *e = getenv("TR_EMU_PROF");
+        if (P.on && strcmp(e, "1") && !(P.out = fopen(e, "w"))) {
+            fprintf(stderr, "cuda emulator: TR_EMU_PROF=%s: cannot write the profile there: %s\n",
+                    e, strerror(errno));
+            exit(2);
+        }
+        if (P.on && !P.out) P.out = stderr;
+    }
     return P.on;
 }
 int racing(void) {
@@ -123,7 +135,6 @@ void cost_global(counts &c, site &st, const std::vector<const access *> &r) {
     c.req[0][w]++;
     c.cost[0][w] += sectors;
     c.ideal[0][w] += (bytes + 31) / 32;
-    c.bytes[w] += bytes;
     st.req++, st.cost += sectors, st.ideal += (bytes + 31) / 32;
 }
 
@@ -396,13 +407,8 @@ std::string where(uintptr_t pc) {
 static double ratio(unsigned long long a, unsigned long long b) { return b ? (double)a / b : 0; }
 
 __attribute__((destructor)) static void emu_prof_report(void) {
-    if (P.on != 1 || P.by_kernel.empty()) return;
-    const char *e = getenv("TR_EMU_PROF");
-    FILE *f = strcmp(e, "1") ? fopen(e, "w") : stderr;
-    if (!f) {
-        fprintf(stderr, "cuda emulator: cannot write the profile to %s\n", e);
-        return;
-    }
+    if (P.on != 1 || !P.out) return;
+    FILE *f = P.out;
     std::vector<std::pair<std::string, counts>> rows(P.by_kernel.begin(), P.by_kernel.end());
     unsigned long long all = 0;
     for (auto &r : rows) all += r.second.cost[0][0] + r.second.cost[0][1];

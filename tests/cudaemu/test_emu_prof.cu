@@ -203,8 +203,42 @@ static void expect_race(void (*fn)(void), const char *want, const char *what) {
     ok ? n_pass++ : n_fail++;
 }
 
+/* TR_EMU_PROF naming a file that cannot be written: one line naming it, exit 2, at the first
+ * launch (not a lost profile at exit) */
+static void check_bad_profile_path(void) {
+    int pfd[2];
+    if (pipe(pfd)) {
+        perror("pipe");
+        exit(2);
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pfd[0]);
+        dup2(pfd[1], 2);
+        setenv("TR_EMU_PROF", "/nonexistent-dir/profile.txt", 1);
+        race_halves_k<<<1, 32>>>((unsigned short *)race_buf);
+        _exit(0);
+    }
+    close(pfd[1]);
+    char buf[1024];
+    ssize_t n = read(pfd[0], buf, sizeof(buf) - 1);
+    buf[n > 0 ? n : 0] = 0;
+    close(pfd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int lines = 0;
+    for (char *c = buf; *c; c++) lines += *c == '\n';
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 2 && lines == 1 &&
+             strstr(buf, "TR_EMU_PROF=/nonexistent-dir/profile.txt: cannot write");
+    char *nl = strchr(buf, '\n');
+    if (nl) *nl = 0;
+    printf("%s TR_EMU_PROF to a path that cannot be written: exit %d, '%s'\n", ok ? "PASS" : "FAIL",
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1, buf);
+    ok ? n_pass++ : n_fail++;
+}
+
 int main(void) {
-    setenv("TR_EMU_PROF", "1", 1); /* on, and the table at exit to stderr */
     float *in, *o;
     uint4 *vin, *vo;
     if (cudaMalloc((void **)&in, 4096 * sizeof(float)) || cudaMalloc((void **)&o, 4096 * sizeof(float)) ||
@@ -222,6 +256,8 @@ int main(void) {
     expect_race(run_blocks_racy, "global-memory race in kernel race_blocks_k",
                 "a block reads what another block writes in the same launch");
     expect_race(run_blocks_apart, NULL, "blocks write their own elements, in two launches");
+    check_bad_profile_path();
+    setenv("TR_EMU_PROF", "1", 1); /* on, and the table at exit to stderr */
 
     copy_k<<<1, 64>>>(o, in);
     strided_k<<<1, 32>>>(o, in);
