@@ -166,9 +166,9 @@ static void run_blocks_apart(void) {
     race_blocks_k<<<4, 32>>>(race_buf, 0);
 }
 
-/* runs fn in a child with TR_EMU_RACE=1; want != NULL: the child must abort with a report
- * naming `want`; want == NULL: it must finish cleanly with no report */
-static void expect_race(void (*fn)(void), const char *want, const char *what) {
+/* runs fn in a forked child with environment variable `var` set to `val` (and TR_EMU_PROF
+ * unset unless that is var); its stderr goes to buf (NUL-terminated); returns its wait status */
+static int in_child(void (*fn)(void), const char *var, const char *val, char *buf, size_t cap) {
     int pfd[2];
     if (pipe(pfd)) {
         perror("pipe");
@@ -179,54 +179,42 @@ static void expect_race(void (*fn)(void), const char *want, const char *what) {
     if (pid == 0) {
         close(pfd[0]);
         dup2(pfd[1], 2);
-        setenv("TR_EMU_RACE", "1", 1);
         unsetenv("TR_EMU_PROF");
+        setenv(var, val, 1);
         fn();
         _exit(0);
     }
     close(pfd[1]);
-    char buf[4096];
     size_t n = 0;
     ssize_t k;
-    while (n < sizeof(buf) - 1 && (k = read(pfd[0], buf + n, sizeof(buf) - 1 - n)) > 0)
+    while (n < cap - 1 && (k = read(pfd[0], buf + n, cap - 1 - n)) > 0)
         n += (size_t)k;
     buf[n] = 0;
     close(pfd[0]);
     int st = 0;
     waitpid(pid, &st, 0);
+    return st;
+}
+
+/* fn under TR_EMU_RACE=1; want != NULL: the child must abort with a report naming `want`;
+ * want == NULL: it must finish cleanly with no report */
+static void expect_race(void (*fn)(void), const char *want, const char *what) {
+    char buf[4096];
+    int st = in_child(fn, "TR_EMU_RACE", "1", buf, sizeof(buf));
     int died = WIFSIGNALED(st), reported = strstr(buf, "-memory race") != NULL;
     int ok = want ? died && reported && strstr(buf, want) : WIFEXITED(st) && !WEXITSTATUS(st) && !reported;
     char *nl = strchr(buf, '\n');
     if (nl) *nl = 0;
     printf("%s race check: %s: %s\n", ok ? "PASS" : "FAIL", what,
-           n ? buf : (WIFEXITED(st) ? "ran clean" : "died without a report"));
+           *buf ? buf : (WIFEXITED(st) ? "ran clean" : "died without a report"));
     ok ? n_pass++ : n_fail++;
 }
 
 /* TR_EMU_PROF naming a file that cannot be written: one line naming it, exit 2, at the first
  * launch (not a lost profile at exit) */
 static void check_bad_profile_path(void) {
-    int pfd[2];
-    if (pipe(pfd)) {
-        perror("pipe");
-        exit(2);
-    }
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(pfd[0]);
-        dup2(pfd[1], 2);
-        setenv("TR_EMU_PROF", "/nonexistent-dir/profile.txt", 1);
-        race_halves_k<<<1, 32>>>((unsigned short *)race_buf);
-        _exit(0);
-    }
-    close(pfd[1]);
     char buf[1024];
-    ssize_t n = read(pfd[0], buf, sizeof(buf) - 1);
-    buf[n > 0 ? n : 0] = 0;
-    close(pfd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
+    int st = in_child(run_halves, "TR_EMU_PROF", "/nonexistent-dir/profile.txt", buf, sizeof(buf));
     int lines = 0;
     for (char *c = buf; *c; c++) lines += *c == '\n';
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 2 && lines == 1 &&
