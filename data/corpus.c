@@ -94,7 +94,7 @@ static int ends_with(const char *s, const char *suffix)
 
 static int add_file(job *j, const char *path, int named, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block */
     if (fd < 0) {
         snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
         return -1;
@@ -219,6 +219,8 @@ static int make_chunks(job *j, double val_fraction, int threads)
             size_t want = start + chunk_bytes;
             if (local > (double)start && local < (double)want)
                 want = (size_t)local;
+            if (want <= start) /* the split point inside byte `start`: a cut there would be */
+                want = start + 1; /* the chunk's own start again, and the loop would not end */
             size_t end = want >= in->size ? in->size : boundary(in, want);
             chunk c = {f, start, end - start, start == 0, base + (double)start >= split};
             if (add_chunk(j, c))

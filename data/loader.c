@@ -6,12 +6,15 @@
 #include "data/loader.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "data/corpus.h"
 #include "data/shard.h"
@@ -434,9 +437,22 @@ static int add_glob(tr_loader *l, const char *pattern, span **spans, int *n, cha
 
 static int read_text(const char *path, char **text, size_t *n, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    /* not blocking: a FIFO (or a device) is refused, not waited on */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) {
+        snprintf(err, errlen, "data: cannot read '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "data: '%s' is not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         snprintf(err, errlen, "data: cannot read '%s': %s", path, strerror(errno));
+        close(fd);
         return -1;
     }
     fseek(f, 0, SEEK_END);

@@ -34,7 +34,7 @@ int tr_shard_open(tr_shard *s, const char *path, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block: refused below */
     if (fd < 0) {
         snprintf(err, errlen, "%s: cannot open shard: %s", path, strerror(errno));
         return -1;

@@ -6,10 +6,13 @@
 #include "data/tokenizer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/json.h"
 #include "data/tokenizer_private.h"
@@ -108,9 +111,21 @@ static int unmap(const int *from_cp, char *s, size_t n, size_t *out)
 
 static char *read_file(const char *path, size_t *n, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO is refused, not waited on */
+    struct stat st;
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
     size_t cap = 1 << 20, len = 0;

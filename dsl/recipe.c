@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,8 @@
 #define MEM_LIMIT_MIB 64
 #define INSTR_LIMIT 100000000LL
 #define HOOK_EVERY 1000
+#define TIME_LIMIT 10 /* seconds; then TIME_GRACE more for a library call to return */
+#define TIME_GRACE 5
 #define FILE_LIMIT ((size_t)16 << 20)
 /* Copying layers to C recurses once per level, and a loop that nests shared subtrees can
  * describe exponentially many nodes: both are bounded while the recipe runs. */
@@ -169,6 +172,41 @@ static void instr_hook(lua_State *L, lua_Debug *ar)
     lua_pushfstring(L, "%s:%d: recipe did not finish within %d instructions (an endless loop?)",
                     src, ar->currentline, (int)INSTR_LIMIT);
     lua_error(L);
+}
+
+/* The instruction count does not see work done inside one library call (a backtracking
+ * string.find, a loop over huge strings), so a recipe's run is bounded in time as well: after
+ * TIME_LIMIT seconds SIGALRM sets a hook that stops the recipe at its next instruction, with
+ * its line; if no instruction comes within TIME_GRACE more (a call that does not return), the
+ * process prints one line and exits. Nothing has been built or written yet at that point. */
+static lua_State *volatile timed_L;
+static volatile sig_atomic_t timed_fired;
+static char timed_msg[TR_PATH_MAX + 160];
+static size_t timed_msg_len;
+
+static void time_hook(lua_State *L, lua_Debug *ar)
+{
+    recipe_ctx *c = get_ctx(L);
+    lua_sethook(L, time_hook, LUA_MASKCOUNT, 1); /* as instr_hook: pcall cannot outlast it */
+    lua_getinfo(L, "Sl", ar);
+    const char *src = is_recipe_source(c, ar->source) ? c->chunk : ar->short_src;
+    lua_pushfstring(L, "%s:%d: recipe ran for more than %d s (an endless loop, or work too slow "
+                       "for a recipe)", src, ar->currentline, TIME_LIMIT);
+    lua_error(L);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    if (!timed_fired && timed_L) {
+        timed_fired = 1;
+        lua_sethook(timed_L, time_hook, LUA_MASKCOUNT, 1); /* async-signal-safe, as lua.c uses it */
+        alarm(TIME_GRACE);
+        return;
+    }
+    ssize_t w = write(2, timed_msg, timed_msg_len);
+    (void)w;
+    _exit(2);
 }
 
 /* `load` that only accepts text: bytecode can crash the VM. Arguments pass through unchanged
@@ -1534,6 +1572,9 @@ static int finish(recipe_ctx *c, char *err, size_t errlen)
                     c->chunk, c->data_line, r->model.vocab);
     if (!c->min_lr_set)
         r->schedule.min_lr = 0.1f * r->optim.lr;
+    else if (r->schedule.min_lr > r->optim.lr) /* the "decay" would raise the rate */
+        return fail(err, errlen, "%s:%d: schedule: min_lr (%g) must not exceed optimizer.lr (%g)",
+                    c->chunk, c->sched_line, (double)r->schedule.min_lr, (double)r->optim.lr);
     return 0;
 }
 
@@ -1590,7 +1631,26 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
         lua_pushcfunction(L, message_handler);
         lua_insert(L, 1);
         lua_sethook(L, instr_hook, LUA_MASKCOUNT, HOOK_EVERY);
+        timed_msg_len = (size_t)snprintf(timed_msg, sizeof timed_msg,
+                                         "%s: recipe ran for more than %d s inside one library "
+                                         "call (a string pattern that backtracks without end?)\n",
+                                         chunk, TIME_LIMIT + TIME_GRACE);
+        if (timed_msg_len >= sizeof timed_msg)
+            timed_msg_len = sizeof timed_msg - 1;
+        struct sigaction sa, old_sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_alarm;
+        sigemptyset(&sa.sa_mask);
+        timed_fired = 0;
+        timed_L = L;
+        sigaction(SIGALRM, &sa, &old_sa);
+        unsigned old_alarm = alarm(TIME_LIMIT);
         status = lua_pcall(L, 0, 0, 1);
+        alarm(0);
+        sigaction(SIGALRM, &old_sa, NULL);
+        timed_L = NULL;
+        if (old_alarm)
+            alarm(old_alarm);
     }
     /* Nothing may declare anything from here on. setmetatable refuses __gc, so no recipe
      * code should run during lua_close; `done` makes sure of it. */

@@ -180,6 +180,15 @@ static void pad_rows(tr_model *m, int i) {
     m->n_floats = p->offset + align16(p->extent);
 }
 
+/* Layers once every stack is unrolled (a double: nested repeats can pass any integer type). */
+static double count_layers(const tr_node *n) {
+    double c = 0;
+    for (int i = 0; i < n->n_children; i++)
+        c += count_layers(&n->children[i]);
+    return 1 + (n->kind == TR_NODE_STACK ? c * n->repeat : c);
+}
+#define MAX_LAYERS 1000000.0 /* unrolled: ~50,000 transformer blocks, far past any real model */
+
 static int count_attention(const tr_node *n) {
     if (n->kind == TR_NODE_ATTENTION) return 1;
     int c = 0;
@@ -349,6 +358,12 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     m->embed_param = m->head_param = -1;
     int pad = o->pad_vocab > 0 ? o->pad_vocab : m->be && m->be->pad_vocab > 0 ? m->be->pad_vocab : 1;
     m->Vp = (desc->vocab + pad - 1) / pad * pad;
+    double layers = count_layers(root);
+    if (layers > MAX_LAYERS) { /* refused before anything is built for it */
+        snprintf(err, errlen, "model: %.4g layers once the repeats are unrolled (at most %.0f)",
+                 layers, MAX_LAYERS);
+        return -1;
+    }
     m->n_attention = count_attention(root);
     builder b = {.m = m, .N = (size_t)B * (size_t)T};
     flatten(&b, root, "", 0);

@@ -75,5 +75,24 @@ expect "enc.json: byte 14: expected ':'" -- tokenize "$tmp/corpus" --out "$tmp/x
 expect "no_such_dir: cannot read" -- tokenize "$tmp/no_such_dir" --out "$tmp/x"
 expect "unknown option '--bogus'" -- tokenize "$tmp/corpus" --out "$tmp/x" --bogus 1
 
+# a FIFO is refused, not waited on: as a shard, and as a recipe's text
+mkfifo "$tmp/fifo.bin" "$tmp/fifo.txt"
+run_on "$tmp/fifo.bin" "fifo.bin: not a regular file"
+sed -e "s#^data .*#data { text = \"$tmp/fifo.txt\" }#" -e 's/width = 128/width = 32/' \
+    -e 's/layers = 4/layers = 1/' recipes/shakespeare_bpe.lua >"$tmp/fifo.lua"
+expect "fifo.txt' is not a regular file" -- run "$tmp/fifo.lua" --steps 2 --set seq=32 --set batch_tokens=256 --out "$tmp/run4"
+# texts whose validation cut falls inside the byte after a chunk boundary (100010 bytes with
+# 2 threads did) once made the chunking loop forever, growing memory: every size must finish
+cut_ok=1
+vlim=4000000 # KiB of address space: a regression fails here instead of exhausting the machine
+grep -qa __asan_init "$T" && vlim=unlimited # AddressSanitizer reserves terabytes up front
+for n in $(seq 100000 100020); do
+    head -c "$n" data/corpora/tinyshakespeare.txt >"$tmp/cut.txt"
+    if ! (ulimit -v $vlim; timeout 60 "$T" tokenize "$tmp/cut.txt" --out "$tmp/cut_$n") >"$tmp/out" 2>&1; then
+        echo "FAIL tokenize of the first $n bytes:"; sed 's/^/    /' "$tmp/out"; cut_ok=0; fail=1
+    fi
+done
+[ $cut_ok = 1 ] && echo "ok   tokenize finishes for every size from 100000 to 100020 bytes"
+
 [ $fail -eq 0 ] && echo "data_cli: all passed" || echo "data_cli: FAILED"
 exit $fail

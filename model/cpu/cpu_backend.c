@@ -26,7 +26,8 @@
  * |r| <= ln2/2, and Cephes' expf polynomial (relative error < 2e-7 in [-87, 88]).
  * Below -87 it returns 0 (denormals flushed: harmless for softmax), above 88 +inf. */
 static inline float fast_expf(float x) {
-    float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* written so that a NaN input takes the clamp too: no NaN reaches the int conversion */
+    float xc = x >= -87.0f ? (x <= 88.0f ? x : 88.0f) : -87.0f;
     /* round to nearest with the 1.5*2^23 trick: no libm call, vectorizes */
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = xc - n * 0.693359375f;
@@ -39,7 +40,7 @@ static inline float fast_expf(float x) {
     float s;
     memcpy(&s, &e, sizeof s);
     y *= s;
-    return x < -87.0f ? 0.0f : (x > 88.0f ? INFINITY : y);
+    return x >= -87.0f ? (x <= 88.0f ? y : INFINITY) : (x < -87.0f ? 0.0f : x); /* NaN: x */
 }
 
 /* sigmoid through fast_expf: 1/(1+exp(-x)), exact limits 0 and 1 at the ends */
