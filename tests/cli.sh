@@ -55,6 +55,23 @@ expect 1 "micro-batch 5 does not divide" -- show recipes/shakespeare_char.lua --
 sed 's#../data/corpora/tinyshakespeare.txt#missing/corpus.txt#' recipes/shakespeare_char.lua >"$tmp/r.lua"
 expect 1 "missing/corpus.txt': No such file" -- run "$tmp/r.lua" --out "$tmp/run"
 
+# a learning rate that makes the loss NaN stops the run with one line (the NaN once reached
+# undefined behaviour in the CPU exp, which the sanitizer build reported instead)
+expect 1 "step [0-9]*: loss is .*training diverged" -- run recipes/shakespeare_char.lua --set lr=1e30 \
+    --set layers=1 --set width=32 --set heads=2 --set seq=16 --set batch_tokens=64 --steps 5 \
+    --eval-every 0 --sample-tokens 0 --out "$tmp/nan"
+
+# output files that cannot be written give one line and exit 1, never a silent empty file:
+# /dev/full fails every write with ENOSPC, as a full disk does
+tiny="--set layers=1 --set width=32 --set heads=2 --set seq=16 --set batch_tokens=64 --steps 2 --eval-every 0"
+mkdir -p "$tmp/full1" "$tmp/full2"
+ln -s /dev/full "$tmp/full1/metrics.jsonl"
+expect 1 "cannot write '$tmp/full1/metrics.jsonl': No space left on device (training goes on" -- \
+    run recipes/shakespeare_char.lua $tiny --sample-tokens 0 --out "$tmp/full1"
+ln -s /dev/full "$tmp/full2/sample.txt"
+expect 1 "cannot write '$tmp/full2/sample.txt': No space left on device" -- \
+    run recipes/shakespeare_char.lua $tiny --sample-tokens 8 --out "$tmp/full2"
+
 # show prints the tree and the totals of every shipped recipe
 for r in recipes/*.lua; do
     if $T show "$r" >"$tmp/out" 2>&1 && grep -q "parameters" "$tmp/out" && grep -q "attention" "$tmp/out"; then

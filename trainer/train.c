@@ -1,6 +1,7 @@
 /* `trainer run RECIPE`: the training loop. Loads the recipe, builds the model on the CPU
  * backend, and runs: data -> forward/backward over the micro-batches of a step -> clip ->
  * AdamW, with a live progress line, metrics.jsonl, evaluations and a sample at the end. */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -95,13 +96,29 @@ static void sample(run_state *s, int n, unsigned long long seed, FILE *out) {
     free(ids);
 }
 
-static void write_sample(run_state *s, const char *outdir, int writer) {
+/* One line for an output file that could not be written (opened, written or closed). */
+static int cannot_write(const char *path, int e) {
+    fprintf(stderr, "trainer run: cannot write '%s': %s\n", path, strerror(e ? e : EIO));
+    return -1;
+}
+
+/* Closes an output file; -1 (and the line) when anything written to it did not reach it. */
+static int close_output(FILE *f, const char *path) {
+    int e = ferror(f) ? (errno ? errno : EIO) : 0;
+    if (fclose(f) && !e) e = errno ? errno : EIO;
+    return e ? cannot_write(path, e) : 0;
+}
+
+/* Returns -1 when the writer could not save the sample (the others still take part: under
+ * ZeRO-3 the sampling forwards are collective). */
+static int write_sample(run_state *s, const char *outdir, int writer) {
     int n = s->r->train.sample_tokens;
-    if (n <= 0) return;
+    if (n <= 0) return 0;
     char path[TR_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/sample.txt", outdir);
     FILE *f = writer ? fopen(path, "w") : NULL;
-    printf("\n--- sample (%d tokens, also in %s) ---\n", n, path);
+    int bad = writer && !f ? cannot_write(path, errno) : 0;
+    printf("\n--- sample (%d tokens%s%s) ---\n", n, f ? ", also in " : "", f ? path : "");
     fflush(stdout);
     /* sample into a memory stream once, then show it and save it */
     char *buf = NULL;
@@ -113,9 +130,10 @@ static void write_sample(run_state *s, const char *outdir, int writer) {
     printf("\n---\n");
     if (f) {
         fwrite(buf, 1, len, f);
-        fclose(f);
+        bad = close_output(f, path);
     }
     free(buf);
+    return bad;
 }
 
 /* ---- what each rank contributed ---------------------------------------------------------- */
@@ -131,7 +149,8 @@ typedef struct {
 } rank_row;
 
 /* Every rank's ledger to rank 0, which prints a table and writes OUT/ranks.json: where the
- * time went on each rank, and which rank the others waited for. -1 when out of memory. */
+ * time went on each rank, and which rank the others waited for. -1 when out of memory, 1 when
+ * ranks.json could not be written (said in one line). */
 static int rank_table(tr_comm *world, const rank_ledger *led, const char *device, const char *out) {
     int n = tr_comm_size(world), me = tr_comm_rank(world);
     rank_row row, *rows = calloc((size_t)n, sizeof(rank_row));
@@ -143,6 +162,7 @@ static int rank_table(tr_comm *world, const rank_ledger *led, const char *device
     /* the device without the start-up notes after ';' (why there is no GPU, and so on) */
     snprintf(row.device, sizeof(row.device), "%.*s", (int)strcspn(device, ";"), device);
     tr_comm_all_gather(world, &row, rows, sizeof(rank_row), TR_COMM_BYTE);
+    int bad = 0;
     if (me == 0) {
         int slow = 0, fast = 0;
         for (int k = 1; k < n; k++) {
@@ -160,6 +180,7 @@ static int rank_table(tr_comm *world, const rank_ledger *led, const char *device
         char path[TR_PATH_MAX + 32];
         snprintf(path, sizeof(path), "%s/ranks.json", out);
         FILE *f = fopen(path, "w");
+        if (!f) bad = cannot_write(path, errno) ? 1 : 0;
         if (f) {
             fprintf(f, "[\n");
             for (int k = 0; k < n; k++) {
@@ -172,11 +193,11 @@ static int rank_table(tr_comm *world, const rank_ledger *led, const char *device
                         rows[k].wait_s, rows[k].data_s, k + 1 < n ? "," : "");
             }
             fprintf(f, "]\n");
-            fclose(f);
+            if (close_output(f, path)) bad = 1;
         }
     }
     free(rows);
-    return 0;
+    return bad;
 }
 
 /* Checkpoint c into the model and the loader, if the recipe still matches it: 0; -1 with err
@@ -354,6 +375,8 @@ int tr_cmd_run(int argc, char **argv) {
     int status = 1;
     run_state s = {.r = &r};
     FILE *metrics = NULL;
+    char metrics_path[TR_PATH_MAX + 32] = "";
+    int out_failed = 0; /* an output file that could not be written: the run exits with 1 */
     tr_ckpt_writer *ckw = NULL;
     tr_dp *dp = NULL;
     double *all_steps = NULL; /* every rank's figures of the last step */
@@ -410,16 +433,21 @@ int tr_cmd_run(int argc, char **argv) {
     }
     snprintf(path, sizeof(path), "%s/recipe.lua", out);
     FILE *rf = fopen(path, "w");
-    if (!rf || tr_recipe_write_lua(&r, rf)) {
-        fprintf(stderr, "trainer run: cannot write '%s'\n", path);
-        if (rf) fclose(rf);
+    if (!rf) {
+        cannot_write(path, errno);
         goto done;
     }
-    fclose(rf);
+    int rbad = tr_recipe_write_lua(&r, rf);
+    if (close_output(rf, path)) goto done;
+    if (rbad) {
+        cannot_write(path, EIO);
+        goto done;
+    }
     snprintf(path, sizeof(path), "%s/metrics.jsonl", out);
+    snprintf(metrics_path, sizeof(metrics_path), "%s", path);
     metrics = fopen(path, o.resume ? "a" : "w"); /* a resumed run appends */
     if (!metrics) {
-        fprintf(stderr, "trainer run: cannot write '%s'\n", path);
+        cannot_write(path, errno);
         goto done;
     }
     }
@@ -586,9 +614,9 @@ int tr_cmd_run(int argc, char **argv) {
         loss = tr_dp_sum(dp, loss / accum) / nranks;
         double norm = tr_dp_grad_norm(dp);
         if (!isfinite(loss) || !isfinite(norm)) {
-            fprintf(stderr, "\n%s: step %d: loss is %g and gradient norm %g: training diverged "
+            fprintf(stderr, "%s%s: step %d: loss is %g and gradient norm %g: training diverged "
                     "(lower optimizer.lr or raise schedule.warmup)\n",
-                    r.path, step + 1, loss, norm);
+                    tty ? "\n" : "", r.path, step + 1, loss, norm); /* \n: past the progress line */
             goto done;
         }
         opt.lr = lr;
@@ -639,7 +667,16 @@ int tr_cmd_run(int argc, char **argv) {
             }
             if (do_eval) fprintf(metrics, ", \"val_loss\": %.6f", val);
             fprintf(metrics, "}\n");
-            fflush(metrics);
+            if (fflush(metrics) || ferror(metrics)) { /* a full disk: said once, training goes
+                                                         on (ranks stay in step), exit 1 */
+                int e = errno;
+                fprintf(stderr, "%strainer run: cannot write '%s': %s (training goes on without "
+                        "metrics; the run will exit with status 1)\n", tty ? "\n" : "",
+                        metrics_path, strerror(e ? e : EIO));
+                fclose(metrics);
+                metrics = NULL;
+                out_failed = 1;
+            }
         }
 
         /* progress: rolling figures since the start (after the first, warm-up step) */
@@ -700,7 +737,10 @@ int tr_cmd_run(int argc, char **argv) {
                     "\"optimizer\": %zu, \"activations\": %zu, \"scratch\": %zu}\n",
                     nranks, zero, mem.params, tr_dp_param_buffer_bytes(dp), mem.grads,
                     tr_dp_grad_buffer_bytes(dp), mem.optimizer, mem.activations, mem.scratch);
-            fclose(mf);
+            if (close_output(mf, path)) out_failed = 1;
+        } else if (rank == 0) {
+            out_failed = 1;
+            cannot_write(path, errno);
         }
     }
     if (nranks > 1) {
@@ -718,15 +758,21 @@ int tr_cmd_run(int argc, char **argv) {
     }
     /* ZeRO-3: every rank takes part in the sampling forwards (they gather the parameters);
        all draw the same tokens, rank 0 writes them */
-    if (nranks > 1 && rank_table(world, &led, device_desc, out)) goto done;
+    int rt = nranks > 1 ? rank_table(world, &led, device_desc, out) : 0;
+    if (rt < 0) goto done;
+    if (rt > 0) out_failed = 1;
     if (zero == 3) tr_dp_hold_params(dp, 1); /* each bucket gathered once, not once a token */
-    if (rank == 0 || zero == 3) write_sample(&s, out, rank == 0);
+    if ((rank == 0 || zero == 3) && write_sample(&s, out, rank == 0)) out_failed = 1;
     tr_dp_hold_params(dp, 0);
     const char *dump = getenv("TR_DUMP_PARAMS"); /* tests: the final parameters, raw fp32 */
     if (dump && *dump) {
         tr_dp_state all = {0};
         if (zero == 3 && tr_dp_gather_state(dp, &all)) goto done;
         FILE *df = rank == 0 ? fopen(dump, "wb") : NULL;
+        if (rank == 0 && !df) {
+            cannot_write(dump, errno);
+            out_failed = 1;
+        }
         for (int i = 0; df && i < tr_model_num_params(s.model); i++) {
             const tr_param *p = tr_model_param(s.model, i);
             float *host = malloc(p->numel * sizeof(float));
@@ -737,10 +783,10 @@ int tr_cmd_run(int argc, char **argv) {
             fwrite(host, sizeof(float), p->numel, df);
             free(host);
         }
-        if (df) fclose(df);
+        if (df && close_output(df, dump)) out_failed = 1;
         tr_dp_state_free(&all);
     }
-    status = 0;
+    status = out_failed ? 1 : 0;
 done:
     tr_ckpt_writer_free(ckw); /* before the model: the writer reads it */
     if (metrics) fclose(metrics);
