@@ -155,6 +155,28 @@ static void flip_byte(const char *path, long from_end) {
     fclose(f);
 }
 
+/* Replaces the first `from` in a manifest by `to` and recomputes its checksum line: a forged
+ * manifest that only the field checks can refuse. */
+static void forge_manifest(const char *path, const char *from, const char *to) {
+    FILE *f = fopen(path, "rb");
+    static char buf[1 << 16], out[1 << 16];
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    char *tag = strstr(buf, "# crc32c: "), *at = strstr(buf, from);
+    if (!tag || !at || at > tag) {
+        CHECK(0, "forge_manifest: '%s' not in %s", from, path);
+        return;
+    }
+    *tag = 0;
+    int k = snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - buf), buf, to, at + strlen(from));
+    k += snprintf(out + k, sizeof(out) - (size_t)k, "# crc32c: %08x\n",
+                  tr_crc32c(0, out, (size_t)k));
+    f = fopen(path, "wb");
+    fwrite(out, 1, (size_t)k, f);
+    fclose(f);
+}
+
 static void test_round_trip(const char *root) {
     tr_recipe r;
     tr_model *m = make_model(gpt_recipe, &r, 5);
@@ -232,6 +254,13 @@ static void test_round_trip(const char *root) {
           "a flipped manifest byte is refused: %s", err);
     rc = tr_ckpt_find_resume(out, &c, 1, stdout, err, sizeof(err));
     CHECK(rc == 0 && c.step == 4, "resume falls back to step 4");
+    if (!rc) tr_ckpt_free(&c);
+    /* a forged manifest (checksum recomputed) with a negative step is refused by its fields */
+    flip_byte(f, 300);
+    forge_manifest(f, "step: 5", "step: -3");
+    rc = tr_ckpt_read(&c, dir, 1, err, sizeof(err));
+    CHECK(rc && strstr(err, "step '-3'") && strstr(err, "must be counts"),
+          "a negative step is refused: %s", rc ? err : "read");
     if (!rc) tr_ckpt_free(&c);
 
     /* a recipe that matters is refused, naming the field */

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -1169,7 +1170,19 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
                        off * sizeof(float));
     }
     const char *fault = getenv("TR_FAULT_SAVE_BYTES");
-    if (fault && *fault) fault_left = atoll(fault);
+    if (fault && *fault) {
+        char *end;
+        errno = 0;
+        fault_left = strtoll(fault, &end, 10);
+        if (errno || *end || fault_left < 0) {
+            fault_left = -1;
+            free(w->snap); /* not started: no thread, mutex or condition yet */
+            free(w->sl);
+            free(w->recipe_text);
+            free(w);
+            return ck_fail(err, errlen, "TR_FAULT_SAVE_BYTES must be a byte count, got '%s'", fault);
+        }
+    }
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->thread, NULL, writer_main, w)) {
@@ -1405,8 +1418,16 @@ static int ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, int lazy, 
                      "recipe_sha256, files, tensors)", path);
         goto out;
     }
-    c->step = atol(step);
-    c->adam_steps = atol(adam);
+    char *end1, *end2;
+    errno = 0;
+    c->step = strtol(step, &end1, 10);
+    c->adam_steps = strtol(adam, &end2, 10);
+    if (errno || *end1 || *end2 || end1 == step || end2 == adam || c->step < 0 ||
+        c->adam_steps < 0 || c->step > INT_MAX || c->adam_steps > INT_MAX) {
+        rc = ck_fail(err, errlen, "%s: step '%s' and adam_steps '%s' must be counts from 0 to %d",
+                     path, step, adam, INT_MAX);
+        goto out;
+    }
     c->seed = strtoull(yscalar(ymap_get(&doc, rng, "seed")) ? yscalar(ymap_get(&doc, rng, "seed"))
                                                            : "0",
                        NULL, 10);

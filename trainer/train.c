@@ -96,6 +96,31 @@ static void sample(run_state *s, int n, unsigned long long seed, FILE *out) {
     free(ids);
 }
 
+/* A fault-injection variable for tests: unset or empty leaves *a (and *b) alone; "N", or
+ * "N:M" where b is given, sets them; anything else is one line and -1. */
+static int env_count(const char *name, long *a, long *b) {
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10), y = 0;
+    int ok = !errno && end != v && x >= 0;
+    if (ok && b) {
+        const char *m = end;
+        ok = *m == ':' && m[1];
+        if (ok) y = strtol(m + 1, &end, 10);
+        ok = ok && !errno && end != m + 1 && y >= 0;
+    }
+    if (!ok || *end) {
+        fprintf(stderr, "trainer run: %s must be %s, got '%s'\n", name,
+                b ? "RANK:MILLISECONDS" : "a non-negative integer", v);
+        return -1;
+    }
+    *a = x;
+    if (b) *b = y;
+    return 0;
+}
+
 /* One line for an output file that could not be written (opened, written or closed). */
 static int cannot_write(const char *path, int e) {
     fprintf(stderr, "trainer run: cannot write '%s': %s\n", path, strerror(e ? e : EIO));
@@ -568,15 +593,16 @@ int tr_cmd_run(int argc, char **argv) {
                     .beta2 = r.optim.beta2,
                     .eps = r.optim.eps,
                     .weight_decay = r.optim.weight_decay};
-    const char *kill_env = getenv("TR_FAULT_KILL_AFTER_STEP"); /* tests: die right after a save */
-    long kill_step = kill_env && *kill_env ? atol(kill_env) : -1;
-    const char *kill_rank = getenv("TR_FAULT_KILL_RANK"); /* tests: only this rank dies */
-    if (kill_rank && *kill_rank && atoi(kill_rank) != rank) kill_step = -1;
-    /* tests: TR_FAULT_SLOW_RANK=R:MS makes rank R MS milliseconds slower every step */
-    const char *slow_env = getenv("TR_FAULT_SLOW_RANK");
-    long slow_ms = 0;
-    if (slow_env && *slow_env && atoi(slow_env) == rank && strchr(slow_env, ':'))
-        slow_ms = atol(strchr(slow_env, ':') + 1);
+    /* tests: TR_FAULT_KILL_AFTER_STEP=S dies right after step S's save (TR_FAULT_KILL_RANK=R:
+       only rank R); TR_FAULT_SLOW_RANK=R:MS makes rank R MS milliseconds slower every step */
+    long kill_step = -1, kill_r = -1, slow_r = -1, slow_ms = 0;
+    const char *kill_rank = getenv("TR_FAULT_KILL_RANK");
+    if (env_count("TR_FAULT_KILL_AFTER_STEP", &kill_step, NULL) ||
+        env_count("TR_FAULT_KILL_RANK", &kill_r, NULL) ||
+        env_count("TR_FAULT_SLOW_RANK", &slow_r, &slow_ms))
+        goto done;
+    if (kill_r >= 0 && kill_r != rank) kill_step = -1;
+    if (slow_r != rank) slow_ms = 0;
     /* what this rank did: computing, waiting (communication, and other ranks to catch up),
        waiting for data; per step (metrics.jsonl) and in all (the table at the end) */
     rank_ledger led = {0};
