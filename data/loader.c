@@ -670,6 +670,7 @@ int tr_loader_open(tr_loader **out, const tr_data_desc *d, int vocab, int rank, 
         }
     }
     l->pos.n_sources = l->n_src;
+    l->pos.data = tr_loader_fingerprint(l);
     l->pos.rng = mix64(seed ^ 0x6d69786d69786d69ULL);
     if (start_prefetch(l)) {
         snprintf(err, errlen, "data: cannot start the prefetch thread");
@@ -712,6 +713,12 @@ int tr_loader_set_pos(tr_loader *l, tr_loader_pos pos, char *err, size_t errlen)
     if (pos.n_sources != l->n_src || pos.batches < 0) {
         snprintf(err, errlen, "data: the saved position has %d source(s), the data %d",
                  pos.n_sources, l->n_src);
+        return -1;
+    }
+    if (pos.data != l->pos.data) {
+        snprintf(err, errlen, "data: the data differ from those the checkpoint was saved on "
+                 "(their sizes or sampled tokens changed; fingerprint %016llx, saved %016llx)",
+                 (unsigned long long)l->pos.data, (unsigned long long)pos.data);
         return -1;
     }
     for (int s = 0; s < l->n_src; s++) {

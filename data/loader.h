@@ -32,6 +32,8 @@ typedef struct {
     uint64_t rng;  /* state of the generator that picks a source for each window of a mix */
     int n_sources;
     tr_loader_source_pos src[TR_MAX_MIX];
+    uint64_t data; /* tr_loader_fingerprint of the data it is a position in: a resume onto
+                      data that changed since is refused */
 } tr_loader_pos;
 
 /* Open the data of a recipe for `rank` of `world`, micro-batches of B sequences of T tokens.

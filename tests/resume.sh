@@ -90,4 +90,16 @@ rc=$?
     ok "a model change is refused in one line: $(cat "$tmp/e.log")" || { bad "model change not refused (exit $rc)"; cat "$tmp/e.log"; }
 "$T" run "$R" --out "$tmp/none" --resume >"$tmp/f.log" 2>&1 && bad "--resume without checkpoints succeeded" ||
     ok "--resume without checkpoints fails: $(tail -n 1 "$tmp/f.log")"
+
+# 5. the data behind the same path changed since the save (same size, other text): refused
+head -c 200000 data/corpora/tinyshakespeare.txt >"$tmp/corpus.txt"
+sed "s#^data .*#data { text = \"$tmp/corpus.txt\", tokenizer = \"byte\", val_fraction = 0.1 }#" \
+    tests/checkpoint/gpt.lua >"$tmp/data.lua"
+"$T" run "$tmp/data.lua" --set steps=8 --out "$tmp/data-run" >"$tmp/g.log" 2>&1 || { bad "data: run failed"; cat "$tmp/g.log"; }
+{ tail -c +2 "$tmp/corpus.txt"; printf x; } >"$tmp/shifted.txt" && mv "$tmp/shifted.txt" "$tmp/corpus.txt"
+"$T" run "$tmp/data.lua" --set steps=16 --out "$tmp/data-run" --resume >/dev/null 2>"$tmp/g2.log"
+rc=$?
+[ $rc -ne 0 ] && grep -q "the data differ from those the checkpoint was saved on" "$tmp/g2.log" &&
+    [ "$(wc -l <"$tmp/g2.log")" -eq 1 ] && ok "changed data under the same path is refused: $(cat "$tmp/g2.log")" ||
+    { bad "changed data not refused (exit $rc)"; cat "$tmp/g2.log"; }
 exit $fail

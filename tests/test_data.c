@@ -237,13 +237,22 @@ static void resume(void)
     tr_loader *c;
     tr_loader_open(&c, &d, 1 << 30, 0, 1, B, T, 8, err, sizeof err);
     tr_loader_next(c, ib, tb);
-    tr_loader_pos zero = {.n_sources = 1, .rng = 0};
+    tr_loader_pos zero = {.n_sources = 1, .rng = 0, .data = p.data};
     tr_loader_set_pos(a, zero, err, sizeof err);
     tr_loader_next(a, ia, ta);
     check(memcmp(ia, ib, n * sizeof(int)) != 0, "seed: another seed gives another order");
     zero.n_sources = 2;
     check(tr_loader_set_pos(a, zero, err, sizeof err) == -1 && strstr(err, "source"),
           "a position of other data is refused");
+    /* the same number of sources, other tokens: refused by the data's fingerprint */
+    tr_data_desc d2 = {.tokenizer = TR_TOKENIZER_BYTE};
+    path_of(d2.shards, sizeof d2.shards, "s16.bin");
+    tr_loader *e;
+    int erc = tr_loader_open(&e, &d2, 1 << 30, 0, 1, B, T, 7, err, sizeof err);
+    check(erc == 0 && tr_loader_set_pos(e, p, err, sizeof err) == -1 &&
+              strstr(err, "differ from those the checkpoint was saved on"),
+          "a position saved on other data (same source count) is refused");
+    if (!erc) tr_loader_free(e);
     tr_loader_free(a);
     tr_loader_free(b);
     tr_loader_free(c);
