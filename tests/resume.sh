@@ -59,6 +59,11 @@ for flavour in gpt llama; do
         cmp -s "$A/checkpoints/step_00000024/rank_00000.safetensors" "$C/checkpoints/step_00000024/rank_00000.safetensors" &&
         ok "$flavour: resumed from step 8 after the crash, bitwise equal to the uninterrupted run" ||
         bad "$flavour: resume after a crash mid-save is not exact"
+    steps=$(grep -o '"step": [0-9]*' "$C/metrics.jsonl" | awk '{print $2}')
+    [ "$(echo "$steps" | wc -l)" -eq 24 ] && [ "$(echo "$steps" | sort -un | wc -l)" -eq 24 ] &&
+        grep -q "metrics.jsonl: dropped [0-9]* record(s) of steps after 8" "$tmp/c2.log" &&
+        ok "$flavour: metrics.jsonl has one record per step after the resume" ||
+        bad "$flavour: metrics.jsonl after the resume: $(echo $steps)"
     ls -a "$C/checkpoints" | grep -q '^\.tmp' && bad "$flavour: a temporary folder was left behind" ||
         ok "$flavour: the crashed save's temporary folder was cleaned up"
 done

@@ -134,6 +134,41 @@ static int close_output(FILE *f, const char *path) {
     return e ? cannot_write(path, e) : 0;
 }
 
+/* A resumed run appends to metrics.jsonl: first the records of steps after the checkpoint
+ * (written before the run was interrupted, and about to be written again) are dropped, so
+ * every step has one record. The file is rewritten to a temporary and renamed over. */
+static int trim_metrics(FILE **mf, const char *path, long step) {
+    char tmp[TR_PATH_MAX + 48];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    fclose(*mf);
+    *mf = NULL;
+    FILE *in = fopen(path, "r"), *out = in ? fopen(tmp, "w") : NULL;
+    if (!in || !out) {
+        int e = errno;
+        if (in) fclose(in);
+        return cannot_write(in ? tmp : path, e);
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    long dropped = 0;
+    while (getline(&line, &cap, in) > 0) {
+        long k;
+        if (sscanf(line, "{\"step\": %ld", &k) == 1 && k > step)
+            dropped++;
+        else
+            fputs(line, out);
+    }
+    free(line);
+    fclose(in);
+    if (close_output(out, tmp)) return -1;
+    if (rename(tmp, path)) return cannot_write(path, errno);
+    if (dropped)
+        printf("metrics.jsonl: dropped %ld record(s) of steps after %ld (they are trained again)\n",
+               dropped, step);
+    *mf = fopen(path, "a");
+    return *mf ? 0 : cannot_write(path, errno);
+}
+
 /* Returns -1 when the writer could not save the sample (the others still take part: under
  * ZeRO-3 the sampling forwards are collective). */
 static int write_sample(run_state *s, const char *outdir, int writer) {
@@ -532,6 +567,7 @@ int tr_cmd_run(int argc, char **argv) {
             if (rank == 0) fprintf(stderr, "trainer run: --resume: %s\n", err);
             goto done;
         }
+        if (metrics && trim_metrics(&metrics, metrics_path, start_step)) goto done;
     } else if (r.init_hf[0]) {
         if (tr_hf_import(s.model, r.init_hf, err, sizeof(err))) {
             fprintf(stderr, "%s: %s\n", r.path, err);
