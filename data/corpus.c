@@ -502,7 +502,10 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
     st->train_shards = train.count;
     st->val_shards = val.count;
     if (train.tokens == 0) {
-        snprintf(err, errlen, "%s: no training tokens (the input is all validation split)",
+        snprintf(err, errlen, val.tokens ? "%s: no training tokens (the input is all validation "
+                                           "split)"
+                                         : "%s: no tokens (nothing but blank lines or empty "
+                                           "documents)",
                  o->inputs[0]);
         goto done;
     }
@@ -517,7 +520,7 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
     rc = 0;
     goto done;
 oom:
-    snprintf(err, errlen, "tokenize: out of memory");
+    snprintf(err, errlen, "out of memory while tokenizing");
 done:
     pthread_mutex_lock(&j.mu);
     j.abort = 1;

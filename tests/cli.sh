@@ -42,6 +42,7 @@ expect 2 "--zero must be 0, 1, 2 or 3, got 4" -- show recipes/shakespeare_char.l
 expect nonzero "--dp 2 does not fit 1 process(es): the process count comes from mpirun or srun" -- run recipes/shakespeare_char.lua --dp 2
 expect 2 "--device must be auto, cpu or cuda, got 'gpu'" -- run recipes/shakespeare_char.lua --device gpu
 expect 2 "--precision must be bf16 or fp32, got 'fp8'" -- run recipes/shakespeare_char.lua --precision fp8
+expect 2 "--peak-gflops needs a rate in GFLOP/s from 0.001 to 1e9, got .1e-300." -- run recipes/shakespeare_char.lua --peak-gflops 1e-300
 # no GPU here (CI has none): asking for CUDA must fail with the reason, not fall back silently
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     expect 1 "trainer run: --device cuda: " -- run recipes/shakespeare_char.lua --device cuda --out "$tmp/cuda"

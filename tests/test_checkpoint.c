@@ -236,6 +236,19 @@ static void test_round_trip(const char *root) {
     rc = tr_hf_import(m3, hf, err, sizeof(err));
     CHECK(rc == 0 && same_model(m, m3, 0), "GPT-2 export -> import gives identical tensors%s%s",
           rc ? ": " : "", rc ? err : "");
+    /* a NaN in the HF weights (they carry no checksum) is refused, naming the tensor */
+    {
+        char stpath[700];
+        snprintf(stpath, sizeof(stpath), "%s/model.safetensors", hf);
+        FILE *sf = fopen(stpath, "r+b");
+        float nan = NAN;
+        fseek(sf, -4, SEEK_END);
+        fwrite(&nan, 4, 1, sf);
+        fclose(sf);
+        rc = tr_hf_import(m3, hf, err, sizeof(err));
+        CHECK(rc == -1 && strstr(err, "must be finite"), "a NaN weight in an HF file is refused: %s",
+              rc ? err : "imported");
+    }
     tr_ckpt_free(&c);
 
     /* damage: a flipped tensor byte, a flipped manifest byte */

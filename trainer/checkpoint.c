@@ -167,30 +167,46 @@ static int fsync_dir(const char *dir) {
 }
 
 /* Write a whole file from pieces and fsync it. */
+/* The file appears whole or not at all: written to a temporary beside it, synced, renamed
+ * over `path` (a checkpoint's files are inside a temporary folder as well; an exported model
+ * has no other protection). */
 static int write_file(const char *path, const void *const *parts, const size_t *lens, int n,
                       char *err, size_t errlen) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char tmp[TR_PATH_MAX + 64];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof(tmp))
+        return ck_fail(err, errlen, "cannot create '%s': path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return ck_fail(err, errlen, "cannot create '%s': %s", path, strerror(errno));
     for (int i = 0; i < n; i++) {
         if (write_all(fd, parts[i], lens[i])) {
             int e = errno;
             close(fd);
+            unlink(tmp);
             return ck_fail(err, errlen, "cannot write '%s': %s", path, strerror(e));
         }
     }
-    if (fsync(fd) || close(fd))
-        return ck_fail(err, errlen, "cannot sync '%s': %s", path, strerror(errno));
+    int bad = fsync(fd);
+    bad |= close(fd);
+    if (bad || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return ck_fail(err, errlen, "cannot write '%s': %s", path, strerror(e));
+    }
     return 0;
 }
 
 /* path opened read-only, with its size; -1 and err naming the file otherwise */
 static int open_sized(const char *path, size_t *size, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO is refused below, not waited on */
     if (fd < 0) return ck_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st)) {
         close(fd);
         return ck_fail(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return ck_fail(err, errlen, "%s: not a regular file", path);
     }
     *size = (size_t)st.st_size;
     return fd;
@@ -284,9 +300,10 @@ int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | f->buf[i];
     if (hl > f->size - 8 || hl > (100u << 20)) {
+        size_t size = f->size; /* tr_st_close clears it */
         tr_st_close(f);
         return ck_fail(err, errlen, "%s: truncated or not safetensors (header of %llu bytes in a "
-                       "file of %zu)", path, (unsigned long long)hl, f->size);
+                       "file of %zu)", path, (unsigned long long)hl, size);
     }
     tr_json h;
     char jerrbuf[128];
@@ -1530,7 +1547,12 @@ static int ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, int lazy, 
             }
             size_t sn_el = (size_t)shape[0] * (size_t)shape[1];
             covered += sn_el;
-            if (e->dtype != TR_ST_F32 || e->end - e->begin != sn_el * 4) {
+            if (e->dtype != TR_ST_F32) {
+                rc = ck_fail(err, errlen, "%s/%s: tensor '%s' is not F32 (checkpoints are F32)",
+                             dir, file, key);
+                break;
+            }
+            if (e->end - e->begin != sn_el * 4) {
                 rc = ck_fail(err, errlen, "%s/%s: tensor '%s' does not have the manifest's shape",
                              dir, file, key);
                 break;

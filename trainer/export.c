@@ -486,6 +486,11 @@ int tr_hf_import(tr_model *m, const char *dir, char *err, size_t errlen) {
             rc = -1;
             break;
         }
+        for (size_t k = 0; k < have && !rc; k++) /* HF files carry no checksum: see to it here */
+            if (!isfinite(tmp[k]))
+                rc = ex_fail(err, errlen, "%s: tensor '%s' holds %g at element %zu (the weights "
+                             "must be finite)", path, e->hf, (double)tmp[k], k);
+        if (rc) break;
         if (!e->ours[0]) {
             for (size_t k = 0; k < have; k++)
                 if (tmp[k] != 0) {

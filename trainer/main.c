@@ -166,9 +166,9 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             if (need_value(cmd, a, i, argc)) return -1;
             char *end;
             o->peak_gflops = strtod(argv[++i], &end);
-            if (*end != '\0' || !(o->peak_gflops > 0)) {
-                fprintf(stderr, "trainer %s: --peak-gflops needs a positive number, got '%s'\n",
-                        cmd, argv[i]);
+            if (*end != '\0' || !(o->peak_gflops >= 1e-3 && o->peak_gflops <= 1e9)) {
+                fprintf(stderr, "trainer %s: --peak-gflops needs a rate in GFLOP/s from 0.001 to "
+                        "1e9, got '%s'\n", cmd, argv[i]);
                 return -1;
             }
         } else if (a[0] == '-' && a[1] != '\0') {
