@@ -869,8 +869,12 @@ static int list_steps(const char *dir, long **steps) {
     while ((e = readdir(d))) {
         char *end;
         if (strncmp(e->d_name, "step_", 5) != 0) continue;
+        errno = 0;
         long s = strtol(e->d_name + 5, &end, 10);
-        if (*end || end == e->d_name + 5 || s < 0) continue;
+        if (errno || *end || end == e->d_name + 5 || s < 0 || s > INT_MAX) continue;
+        char canon[32]; /* only names this writer makes: it is read back under that name */
+        snprintf(canon, sizeof(canon), "step_%08ld", s);
+        if (strcmp(canon, e->d_name)) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             *steps = realloc(*steps, (size_t)cap * sizeof(long));
