@@ -235,9 +235,9 @@ rank1_sees "$tmp/wrap.sh" "$tmp/alt.txt" "$tmp/corpus.txt"
 if unshare -m --propagation private sh -c "mount --bind '$tmp/alt.txt' '$tmp/corpus.txt'" 2>/dev/null; then
     timeout 120 mpirun -np 2 "$tmp/wrap.sh" "$T" run "$tmp/diffdata.lua" --out "$tmp/diffdata" --peak-gflops 10 >"$tmp/diffdata.log" 2>&1
     rc=$?
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1: data (sizes and sampled tokens) differs from rank 0's" "$tmp/diffdata.log" &&
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1: the data (sizes and sampled tokens) differs from rank 0's" "$tmp/diffdata.log" &&
         ! grep -q "^step" "$tmp/diffdata.log"; then
-        echo "ok   ranks with different data refuse to start: $(grep -m1 'disagree with rank 0' "$tmp/diffdata.log")"
+        echo "ok   ranks with different data refuse to start: $(grep -m1 'differs from rank 0' "$tmp/diffdata.log")"
     else
         echo "FAIL ranks with different data: exit $rc"; tail -5 "$tmp/diffdata.log"; fail=1
     fi
@@ -255,6 +255,42 @@ if unshare -m --propagation private sh -c "mount --bind '$tmp/alt.txt' '$tmp/cor
 else
     echo "skip different data per rank, unshared output: mount namespaces are not allowed here"
 fi
+
+# ranks launched differently (MPMD): a flag that differs, a bad recipe on one rank, --resume on
+# one rank. Each ends every rank at once with one line of ours (mpirun adds its own banner),
+# no MPI error dump or crash, and leaves OUT's files alone
+mpmd() { # name expected-line -- args of rank 0 -- args of rank 1
+    local name=$1 pat=$2
+    shift 3
+    local a=() b=()
+    while [ "$1" != -- ]; do a+=("$1"); shift; done
+    shift
+    b=("$@")
+    local start=$(date +%s)
+    timeout 120 mpirun -np 1 "$T" run "${a[@]}" : -np 1 "$T" run "${b[@]}" >"$tmp/$name.log" 2>&1
+    local rc=$? took=$(( $(date +%s) - start ))
+    local ours
+    # ours: the lines outside mpirun's boxes of dashes, less rank 0's progress output
+    ours=$(awk '/^-+$/ { box = !box; next } !box' "$tmp/$name.log" | grep -v -e "^micro_batch" -e "^ *$")
+    if [ $rc -ne 0 ] && [ $took -le 60 ] && [ "$(echo "$ours" | wc -l)" -eq 1 ] &&
+        echo "$ours" | grep -q -- "$pat"; then
+        echo "ok   $name: $ours (${took}s)"
+    else
+        echo "FAIL $name: exit $rc after ${took}s:"; sed 's/^/    /' "$tmp/$name.log" | head -12; fail=1
+    fi
+}
+q="--timeout 20 --peak-gflops 10 --steps 2"
+mpmd zero_differs "^trainer run: rank 1: the resolved recipe or a flag differs from rank 0's" -- \
+    "$R" $q --zero 0 --out "$tmp/zd" -- "$R" $q --zero 1 --out "$tmp/zd"
+echo 'model {' >"$tmp/bad.lua"
+mpmd bad_recipe_on_one "^rank 1: .*bad.lua:2: unexpected symbol" -- \
+    "$R" $q --out "$tmp/br" -- "$tmp/bad.lua" $q --out "$tmp/br"
+"$T" run "$R" --steps 2 --peak-gflops 10 --out "$tmp/keep" >/dev/null 2>&1
+cp "$tmp/keep/metrics.jsonl" "$tmp/keep.metrics"
+mpmd resume_on_one "^trainer run: rank 1: the resolved recipe or a flag differs" -- \
+    "$R" $q --out "$tmp/keep" -- "$R" $q --out "$tmp/keep" --resume
+cmp -s "$tmp/keep/metrics.jsonl" "$tmp/keep.metrics" && echo "ok   resume_on_one left metrics.jsonl as it was" ||
+    { echo "FAIL resume_on_one changed metrics.jsonl"; fail=1; }
 
 # a slow rank (30 ms more per step) is named as the one the others waited for, in the table
 # and in ranks.json; every step's metrics hold each rank's compute time

@@ -89,8 +89,11 @@ grep -q "allowed recipe changes: train.steps (24 -> 32)" "$tmp/d2.log" && ok "a 
     bad "the steps change was not logged"
 
 # 4. a change that matters is refused, naming it
+cp "$tmp/gpt-a/recipe.lua" "$tmp/gpt-a.recipe"
 "$T" run "$R" --set width=64 --out "$tmp/gpt-a" --resume --steps 32 --peak-gflops 100 >"$tmp/e.log" 2>&1
 rc=$?
+cmp -s "$tmp/gpt-a/recipe.lua" "$tmp/gpt-a.recipe" && ok "a refused resume leaves OUT/recipe.lua as it was" ||
+    bad "a refused resume rewrote OUT/recipe.lua"
 [ $rc -ne 0 ] && grep -q "model.dim (32 -> 64)" "$tmp/e.log" && [ "$(wc -l <"$tmp/e.log")" -eq 1 ] &&
     ok "a model change is refused in one line: $(cat "$tmp/e.log")" || { bad "model change not refused (exit $rc)"; cat "$tmp/e.log"; }
 "$T" run "$R" --out "$tmp/none" --resume >"$tmp/f.log" 2>&1 && bad "--resume without checkpoints succeeded" ||

@@ -310,11 +310,12 @@ static int resume_from(run_state *s, tr_comm *world, const tr_recipe *r, int *st
             int mine = opened ? use_checkpoint(s, r, &c, why, sizeof(why)) : 1;
             long long v[2] = {mine == 1, mine < 0}; /* damaged here, unusable here */
             tr_comm_all_reduce(world, v, 2, TR_COMM_I64);
-            if (mine) fprintf(stderr, "trainer: rank %d: checkpoint %s: %s\n", me, dir, why);
-            if (v[1]) { /* the same reason everywhere (recipe, steps): not a damage */
-                if (snprintf(err, errlen, "%s", mine < 0 ? why : "see the lines above") < 0)
+            if (mine == 1) fprintf(stderr, "trainer: rank %d: checkpoint %s: %s\n", me, dir, why);
+            if (v[1]) { /* a reason that is not damage (recipe, steps): said by one rank */
+                if (snprintf(err, errlen, "%s", mine < 0 ? why : "another rank's reason") < 0)
                     err[0] = 0;
                 if (opened) tr_ckpt_free(&c);
+                rc = mine < 0 ? -1 : -2;
                 break;
             }
             if (!v[0]) {
@@ -325,7 +326,7 @@ static int resume_from(run_state *s, tr_comm *world, const tr_recipe *r, int *st
             if (opened) tr_ckpt_free(&c);
         }
         free(steps);
-        if (rc) return -1;
+        if (rc) return rc;
     }
     if (!rc) {
         double t_read = tr_now() - t0, bytes = 0;
@@ -340,24 +341,54 @@ static int resume_from(run_state *s, tr_comm *world, const tr_recipe *r, int *st
 
 /* Every rank must hold the same `what` (64 hex digits) as rank 0: -1 with a message naming
  * the ranks that differ (each of them also says so on its stderr). */
-static int ranks_agree(tr_comm *world, const char *what, const char mine[65], char *err,
-                       size_t errlen) {
+/* A setup step that can fail on some ranks only: every rank says whether its step failed
+ * (with its message), and all leave together, so no rank is left waiting in a collective
+ * until the timeout. The lowest failing rank prints its message, once: as it is when every
+ * rank failed (the same mistake everywhere), after its rank number when only some did.
+ * Returns 1 on every rank when any rank failed. */
+static int setup_failed(tr_comm *world, int bad, const char *msg) {
+    int n = tr_comm_size(world), me = tr_comm_rank(world);
+    if (n <= 1) {
+        if (bad && msg && *msg) fprintf(stderr, "%s\n", msg);
+        return bad != 0;
+    }
+    long long *v = calloc((size_t)n, sizeof(long long));
+    if (!v) {
+        fprintf(stderr, "trainer: rank %d: out of memory\n", me);
+        exit(1); /* mpirun ends the others */
+    }
+    v[me] = bad != 0;
+    tr_comm_all_reduce(world, v, (size_t)n, TR_COMM_I64);
+    int first = -1, count = 0;
+    for (int k = 0; k < n; k++)
+        if (v[k]) {
+            count++;
+            if (first < 0) first = k;
+        }
+    free(v);
+    if (me == first && msg && *msg) {
+        if (count == n)
+            fprintf(stderr, "%s\n", msg);
+        else if (!strncmp(msg, "trainer run: ", 13))
+            fprintf(stderr, "trainer run: rank %d%s: %s\n", me, count > 1 ? " (and others)" : "",
+                    msg + 13);
+        else
+            fprintf(stderr, "rank %d%s: %s\n", me, count > 1 ? " (and others)" : "", msg);
+    }
+    return count > 0;
+}
+
+/* Every rank must have what rank 0 has (a hash of it in `mine`): 1 on every rank if not, said
+ * once, naming the first rank that differs. */
+static int ranks_agree(tr_comm *world, const char *what, const char mine[65]) {
     if (tr_comm_size(world) <= 1) return 0;
-    char root[65];
+    char root[65], msg[300];
     memcpy(root, mine, sizeof(root));
     tr_comm_broadcast(world, root, 64, TR_COMM_BYTE, 0);
     int differs = memcmp(root, mine, 64) != 0;
-    if (differs)
-        fprintf(stderr, "trainer: rank %d: %s differs from rank 0's (%.12s vs %.12s)\n",
-                tr_comm_rank(world), what, mine, root);
-    long long n = differs;
-    tr_comm_all_reduce(world, &n, 1, TR_COMM_I64);
-    if (n) {
-        snprintf(err, errlen, "%lld rank(s) disagree with rank 0 on the %s: every rank must run the "
-                 "same recipe, knobs and files", n, what);
-        return -1;
-    }
-    return 0;
+    snprintf(msg, sizeof(msg), "trainer run: the %s differs from rank 0's: every rank must run "
+             "the same recipe, flags and files", what);
+    return setup_failed(world, differs, msg);
 }
 
 /* Checkpoints and --resume need OUT to be one folder all ranks see: rank 0 writes a file with
@@ -404,11 +435,18 @@ static int out_is_shared(tr_comm *world, const char *out, char *err, size_t errl
     return 0;
 }
 
-static void recipe_sha(const tr_recipe *r, char out[65]) {
+/* The resolved recipe and every option that changes what a rank does (ranks launched with
+ * other flags or test variables would otherwise meet in mismatched collectives). */
+static void recipe_sha(const tr_recipe *r, const tr_options *o, char out[65]) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     tr_recipe_write_lua(r, f);
+    const char *pad = getenv("TR_PAD_VOCAB"), *sync = getenv("TR_CKPT_SYNC");
+    fprintf(f, "\n-- options: zero %d, dp %d, resume %d, device %s, precision %s, timeout %.17g, "
+            "TR_PAD_VOCAB %s, TR_CKPT_SYNC %s\n", o->zero, o->dp, o->resume,
+            o->device ? o->device : "auto", o->precision ? o->precision : "default", o->timeout,
+            pad ? pad : "", sync ? sync : "");
     fclose(f);
     tr_sha256_hex(text, len, out);
     free(text);
@@ -428,7 +466,10 @@ int tr_cmd_run(int argc, char **argv) {
     if (rank > 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 owns progress and output */
         fprintf(stderr, "trainer: rank %d: cannot silence stdout\n", rank);
     tr_recipe r;
-    if (tr_load_recipe(&r, &o, "run")) {
+    char msg[TR_PATH_MAX + 1100]; /* a setup step's failure, for setup_failed */
+    int rbad = tr_load_recipe_msg(&r, &o, "run", msg, sizeof(msg));
+    if (setup_failed(world, rbad, msg)) {
+        if (!rbad) tr_recipe_free(&r);
         tr_comm_free(world);
         return 1;
     }
@@ -442,6 +483,9 @@ int tr_cmd_run(int argc, char **argv) {
     double *all_steps = NULL; /* every rank's figures of the last step */
     const char *out = r.train.out;
     const tr_parallel_desc *par = &r.parallel;
+    char fp[65];
+    recipe_sha(&r, &o, fp);
+    if (ranks_agree(world, "resolved recipe or a flag", fp)) goto done;
     /* --zero overrides parallel.zero; --dp, like parallel.dp, must be the process count */
     int zero = o.zero >= 0 ? o.zero : par->zero < 0 ? 0 : par->zero;
     if (o.dp > 0 && o.dp != nranks) {
@@ -458,26 +502,19 @@ int tr_cmd_run(int argc, char **argv) {
                                                  "implemented yet)" : "");
         goto done;
     }
-    char fp[65];
-    recipe_sha(&r, fp);
-    if (ranks_agree(world, "resolved recipe", fp, err, sizeof(err))) {
-        if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
-        goto done;
-    }
 
     double peak;
     char device_desc[512];
     const tr_backend *be =
         tr_choose_backend(&o, &r, &peak, device_desc, sizeof(device_desc), err, sizeof(err));
-    if (!be) {
-        fprintf(stderr, "trainer run: %s\n", err);
-        goto done;
-    }
-    int micro, accum;
-    if (tr_resolve_micro_batch(&r, nranks, be->dtype, 0, &micro, &accum, err, sizeof(err))) {
-        if (rank == 0) fprintf(stderr, "%s: %s\n", r.path, err); /* the same on every rank */
-        goto done;
-    }
+    snprintf(msg, sizeof(msg), "trainer run: %s", err);
+    if (setup_failed(world, !be, msg)) goto done;
+    int micro = 0, accum = 0;
+    int mbad = tr_resolve_micro_batch(&r, nranks, be->dtype, 0, &micro, &accum, err, sizeof(err));
+    snprintf(msg, sizeof(msg), "%s: %s", r.path, err);
+    if (setup_failed(world, mbad, msg)) goto done;
+    snprintf(fp, sizeof(fp), "%032d%032d", micro, accum); /* "auto" is sized by each host's memory */
+    if (ranks_agree(world, "resolved micro-batch", fp)) goto done;
     if (!r.train.micro_batch)
         printf("micro_batch auto -> %d sequences (%d accumulation step(s) per %ld-token step)\n",
                micro, accum, r.train.batch_tokens);
@@ -486,56 +523,29 @@ int tr_cmd_run(int argc, char **argv) {
     s.T = r.model.seq_len;
 
     char path[TR_PATH_MAX + 32];
-    if (rank == 0) {
-    if (tr_mkdirs(out, err, sizeof(err))) {
-        fprintf(stderr, "trainer run: %s\n", err);
-        goto done;
-    }
-    snprintf(path, sizeof(path), "%s/recipe.lua", out);
-    FILE *rf = fopen(path, "w");
-    if (!rf) {
-        cannot_write(path, errno);
-        goto done;
-    }
-    int rbad = tr_recipe_write_lua(&r, rf);
-    if (close_output(rf, path)) goto done;
-    if (rbad) {
-        cannot_write(path, EIO);
-        goto done;
-    }
-    snprintf(path, sizeof(path), "%s/metrics.jsonl", out);
-    snprintf(metrics_path, sizeof(metrics_path), "%s", path);
-    metrics = fopen(path, o.resume ? "a" : "w"); /* a resumed run appends */
-    if (!metrics) {
-        cannot_write(path, errno);
-        goto done;
-    }
-    }
+    int obad = rank == 0 && tr_mkdirs(out, err, sizeof(err));
+    snprintf(msg, sizeof(msg), "trainer run: %s", err);
+    if (setup_failed(world, obad, msg)) goto done;
 
     if (r.data.text[0] && r.data.tokenizer != TR_TOKENIZER_BYTE) {
         /* a text corpus for BPE: tokenized once into cached shards, on first use */
         char dir[TR_PATH_MAX + 64];
         int made = 0;
         double t0 = tr_now();
-        if (tr_corpus_cache(&r.data, dir, sizeof(dir), &made, NULL, NULL, err, sizeof(err))) {
-            fprintf(stderr, "%s: %s\n", r.path, err);
-            goto done;
-        }
+        int cbad = tr_corpus_cache(&r.data, dir, sizeof(dir), &made, NULL, NULL, err, sizeof(err));
+        snprintf(msg, sizeof(msg), "%s: %s", r.path, err);
+        if (setup_failed(world, cbad, msg)) goto done;
         if (made)
             printf("tokenized %s with %s into %s/ in %.1f s (first use; cached from now on)\n",
                    r.data.text, r.data.tokenizer == TR_TOKENIZER_GPT2 ? "gpt2" : "byte", dir,
                    tr_now() - t0);
     }
-    if (tr_loader_open(&s.loader, &r.data, r.model.vocab, rank, nranks, s.B, s.T, r.train.seed,
-                       err, sizeof(err))) {
-        fprintf(stderr, "%s: %s\n", r.path, err);
-        goto done;
-    }
+    int lbad = tr_loader_open(&s.loader, &r.data, r.model.vocab, rank, nranks, s.B, s.T,
+                              r.train.seed, err, sizeof(err));
+    snprintf(msg, sizeof(msg), "%s: %s", r.path, err);
+    if (setup_failed(world, lbad, msg)) goto done;
     snprintf(fp, sizeof(fp), "%016llx%048d", (unsigned long long)tr_loader_fingerprint(s.loader), 0);
-    if (ranks_agree(world, "data (sizes and sampled tokens)", fp, err, sizeof(err))) {
-        if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
-        goto done;
-    }
+    if (ranks_agree(world, "data (sizes and sampled tokens)", fp)) goto done;
     if ((r.train.checkpoint_every > 0 || o.resume) && out_is_shared(world, out, err, sizeof(err))) {
         if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
         goto done;
@@ -545,36 +555,51 @@ int tr_cmd_run(int argc, char **argv) {
                            .external_grads = zero == 2, .external_params = zero == 3};
     const char *padv = getenv("TR_PAD_VOCAB"); /* tests: the GPU's vocabulary padding on the CPU */
     if (padv && *padv) mopts.pad_vocab = atoi(padv);
-    if (tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err))) {
-        fprintf(stderr, "%s: %s\n", r.path, err);
-        goto done;
-    }
+    int ibad = tr_model_init_opts(&s.model, &r.model, be, &mopts, err, sizeof(err));
+    snprintf(msg, sizeof(msg), "%s: %s", r.path, err);
+    if (setup_failed(world, ibad, msg)) goto done;
     int dprc = tr_dp_init(&dp, s.model, world, zero, (size_t)r.parallel.bucket_kb << 10, err,
                           sizeof(err));
-    if (dprc) { /* a refused configuration is the same on every rank: said once */
-        if (rank == 0 || dprc == -2) fprintf(stderr, "%s: %s\n", r.path, err);
-        goto done;
-    }
+    snprintf(msg, sizeof(msg), "%s: %s", r.path, err);
+    if (setup_failed(world, dprc, msg)) goto done; /* a refused configuration: said once */
     tr_model_init_params(s.model, r.train.seed);
     int start_step = 0;
     if (o.resume) {
-        if (resume_from(&s, world, &r, &start_step, err, sizeof(err))) {
-            fprintf(stderr, "trainer run: --resume: %s\n", err);
-            goto done;
-        }
+        int rrc = resume_from(&s, world, &r, &start_step, err, sizeof(err));
+        /* -2: this rank is fine but another's reason stops every rank (that rank says it) */
+        snprintf(msg, sizeof(msg), "trainer run: --resume: %s", err);
+        if (setup_failed(world, rrc == -1, msg) || rrc) goto done;
         snprintf(fp, sizeof(fp), "%064d", start_step); /* every rank from the same checkpoint */
-        if (ranks_agree(world, "checkpoint step to resume from", fp, err, sizeof(err))) {
-            if (rank == 0) fprintf(stderr, "trainer run: --resume: %s\n", err);
-            goto done;
-        }
-        if (metrics && trim_metrics(&metrics, metrics_path, start_step)) goto done;
+        if (ranks_agree(world, "checkpoint step to resume from", fp)) goto done;
     } else if (r.init_hf[0]) {
-        if (tr_hf_import(s.model, r.init_hf, err, sizeof(err))) {
-            fprintf(stderr, "%s: %s\n", r.path, err);
-            goto done;
-        }
+        int hbad = tr_hf_import(s.model, r.init_hf, err, sizeof(err));
+        snprintf(msg, sizeof(msg), "%s: %s", r.path, err);
+        if (setup_failed(world, hbad, msg)) goto done;
         printf("initialized from the Hugging Face model in %s\n", r.init_hf);
     }
+    /* OUT's files only now, so that a refused --resume leaves them as they were: the recipe,
+       and metrics.jsonl (a resumed run appends, after dropping the steps it trains again) */
+    int fbad = 0;
+    msg[0] = 0; /* the helpers below print their own line */
+    if (rank == 0) {
+        snprintf(path, sizeof(path), "%s/recipe.lua", out);
+        FILE *rf = fopen(path, "w");
+        if (!rf) {
+            fbad = cannot_write(path, errno);
+        } else {
+            int wbad = tr_recipe_write_lua(&r, rf);
+            fbad = close_output(rf, path);
+            if (!fbad && wbad) fbad = cannot_write(path, EIO);
+        }
+        snprintf(path, sizeof(path), "%s/metrics.jsonl", out);
+        snprintf(metrics_path, sizeof(metrics_path), "%s", path);
+        if (!fbad) {
+            metrics = fopen(path, o.resume ? "a" : "w");
+            if (!metrics) fbad = cannot_write(path, errno);
+        }
+        if (!fbad && o.resume) fbad = trim_metrics(&metrics, metrics_path, start_step);
+    }
+    if (setup_failed(world, fbad, msg)) goto done;
     /* every rank writes the part of each checkpoint it keeps; rank 0 also the manifest */
     size_t *ranges = NULL;
     if (r.train.checkpoint_every > 0) {
@@ -586,10 +611,8 @@ int tr_cmd_run(int argc, char **argv) {
                            .overlap = !strcmp(be->name, "cpu")};
         int wrc = tr_ckpt_writer_init(&ckw, s.model, &r, &co, err, sizeof(err));
         free(ranges);
-        if (wrc) {
-            fprintf(stderr, "trainer run: %s\n", err);
-            goto done;
-        }
+        snprintf(msg, sizeof(msg), "trainer run: %s", err);
+        if (setup_failed(world, wrc, msg)) goto done;
     }
     s.inputs = malloc((size_t)s.B * s.T * sizeof(int));
     s.targets = malloc((size_t)s.B * s.T * sizeof(int));

@@ -36,6 +36,9 @@ int tr_cmd_sample(int argc, char **argv);
 
 /* Load the recipe named by opts and apply the command-line overrides; prints the error. */
 int tr_load_recipe(tr_recipe *r, const tr_options *opts, const char *cmd);
+/* The same, with the message in err instead of printed. */
+int tr_load_recipe_msg(tr_recipe *r, const tr_options *opts, const char *cmd, char *err,
+                       size_t errlen);
 
 /* Micro-batch (sequences) for a recipe: the recipe's, or the largest divisor of the
  * sequences per step whose activations fit `budget` bytes (0: a host-memory default). */

@@ -101,12 +101,9 @@ void tr_fmt_duration(double s, char *buf, size_t n) {
         snprintf(buf, n, "%lds", t);
 }
 
-int tr_load_recipe(tr_recipe *r, const tr_options *o, const char *cmd) {
-    char err[1024];
-    if (tr_recipe_load(r, o->recipe, o->sets, o->n_sets, err, sizeof(err))) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
+int tr_load_recipe_msg(tr_recipe *r, const tr_options *o, const char *cmd, char *err,
+                       size_t errlen) {
+    if (tr_recipe_load(r, o->recipe, o->sets, o->n_sets, err, errlen)) return -1;
     if (o->steps) r->train.steps = o->steps;
     if (o->eval_every >= 0) r->train.eval_every = o->eval_every;
     if (o->sample_tokens >= 0) r->train.sample_tokens = o->sample_tokens;
@@ -114,14 +111,23 @@ int tr_load_recipe(tr_recipe *r, const tr_options *o, const char *cmd) {
     if (o->micro_batch) {
         long seqs = r->train.batch_tokens / r->model.seq_len;
         if (seqs % o->micro_batch) {
-            fprintf(stderr,
-                    "trainer %s: --micro-batch %d does not divide the %ld sequences of a step "
-                    "(batch_tokens %ld / seq_len %d)\n",
-                    cmd, o->micro_batch, seqs, r->train.batch_tokens, r->model.seq_len);
+            snprintf(err, errlen,
+                     "trainer %s: --micro-batch %d does not divide the %ld sequences of a step "
+                     "(batch_tokens %ld / seq_len %d)",
+                     cmd, o->micro_batch, seqs, r->train.batch_tokens, r->model.seq_len);
             tr_recipe_free(r);
             return -1;
         }
         r->train.micro_batch = o->micro_batch;
+    }
+    return 0;
+}
+
+int tr_load_recipe(tr_recipe *r, const tr_options *o, const char *cmd) {
+    char err[1024];
+    if (tr_load_recipe_msg(r, o, cmd, err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
     }
     return 0;
 }
