@@ -292,6 +292,20 @@ mpmd resume_on_one "^trainer run: rank 1: the resolved recipe or a flag differs"
 cmp -s "$tmp/keep/metrics.jsonl" "$tmp/keep.metrics" && echo "ok   resume_on_one left metrics.jsonl as it was" ||
     { echo "FAIL resume_on_one changed metrics.jsonl"; fail=1; }
 
+# a rank whose checkpoint write never returns (a hung disk: TR_FAULT_SAVE_HANG) ends the job
+# within about --timeout, naming it, instead of hanging every rank in its save
+start=$(date +%s)
+timeout 120 mpirun -np 1 "$T" run "$R" --set ckpt=5 --timeout 5 --peak-gflops 10 --out "$tmp/hung" : \
+    -np 1 env TR_FAULT_SAVE_HANG=1 "$T" run "$R" --set ckpt=5 --timeout 5 --peak-gflops 10 \
+    --out "$tmp/hung" >"$tmp/hung.log" 2>&1
+rc=$? took=$(( $(date +%s) - start ))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] &&
+    grep -q "rank 1: the checkpoint of step 5 is still being written after" "$tmp/hung.log"; then
+    echo "ok   a hung checkpoint write ends the job in ${took}s: $(grep -m1 'still being written' "$tmp/hung.log")"
+else
+    echo "FAIL hung checkpoint write: exit $rc after ${took}s"; tail -5 "$tmp/hung.log"; fail=1
+fi
+
 # a slow rank (30 ms more per step) is named as the one the others waited for, in the table
 # and in ranks.json; every step's metrics hold each rank's compute time
 TR_FAULT_SLOW_RANK=1:30 timeout 120 mpirun -np 2 "$T" run "$R" --out "$tmp/slow" --peak-gflops 10 >"$tmp/slow.log" 2>&1

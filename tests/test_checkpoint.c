@@ -317,7 +317,7 @@ static void test_two_writers(const char *root) {
     size_t r0[4] = {0, cut1, cut2, n}, r1[2] = {cut1, cut2}; /* rank 0: two ranges */
     tr_ckpt_writer *w0, *w1;
     tr_ckpt_opts o0 = {.out = out, .keep = 1, .rank = 0, .world = 2, .ranges = r0, .n_ranges = 2,
-                       .zero = 2, .part_timeout_s = 30};
+                       .zero = 2, .timeout_s = 30};
     tr_ckpt_opts o1 = o0;
     o1.rank = 1, o1.ranges = r1, o1.n_ranges = 1;
     int ok = tr_ckpt_writer_init(&w0, m, &r, &o0, err, sizeof(err)) == 0 &&

@@ -137,11 +137,13 @@ void tr_sha256_hex(const void *data, size_t n, char hex[65]) {
 /* Fault injection for tests: TR_FAULT_SAVE_BYTES=N aborts the process once the writer has
  * written N bytes of a checkpoint (a crash in the middle of a save). */
 static long long fault_left = -1;
+static int fault_hang; /* TR_FAULT_SAVE_HANG=1: the writer's first write never returns (a hung disk) */
 
 static int write_all(int fd, const void *buf, size_t n) {
     const char *p = buf;
     while (n > 0) {
         size_t chunk = n > (64u << 20) ? (64u << 20) : n;
+        while (fault_hang) pause(); /* signals end it, as they would a write to a hung disk */
         if (fault_left >= 0 && (long long)chunk >= fault_left) {
             if (fault_left > 0 && write(fd, p, (size_t)fault_left) < 0) abort();
             fprintf(stderr, "trainer: TR_FAULT_SAVE_BYTES reached: aborting in the middle of a "
@@ -920,12 +922,18 @@ static int write_part(const tr_ckpt_writer *w, const char *tmp, size_t bytes, co
     return rc;
 }
 
+/* How long a save may take before it counts as stuck (tr_ckpt_opts.timeout_s). */
+static double save_limit(const tr_ckpt_writer *w) {
+    if (w->o.timeout_s <= 0) return 3600;
+    return w->o.timeout_s + (double)w->snap_floats * sizeof(float) / 20e6;
+}
+
 /* Rank 0: wait for rank r's list and append its blocks. */
 static int read_part(const tr_ckpt_writer *w, const char *tmp, int r, slice_info **sl, int *n,
                      int *cap, size_t *bytes, char *err, size_t errlen) {
     char path[TR_PATH_MAX + 128];
     part_path(path, sizeof(path), tmp, r);
-    double t0 = tr_now(), limit = w->o.part_timeout_s > 0 ? w->o.part_timeout_s : 3600;
+    double t0 = tr_now(), limit = save_limit(w);
     FILE *f;
     while (!(f = fopen(path, "r"))) {
         if (tr_now() - t0 > limit)
@@ -1190,6 +1198,8 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
         return ck_fail(err, errlen, "checkpoints: cannot allocate the host copy (%zu bytes)",
                        off * sizeof(float));
     }
+    const char *hang = getenv("TR_FAULT_SAVE_HANG");
+    fault_hang = hang && *hang && strcmp(hang, "0");
     const char *fault = getenv("TR_FAULT_SAVE_BYTES");
     if (fault && *fault) {
         char *end;
@@ -1215,14 +1225,38 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
     return 0;
 }
 
+/* With w->mu held: wait until the writer is idle (or past W_COPY when `copy_only`), at most
+ * save_limit. A writer stuck past it (a hung disk) cannot be stopped or joined: one line,
+ * and the process exits, so that the job ends instead of hanging. */
+static void wait_writer(tr_ckpt_writer *w, int copy_only) {
+    double limit = save_limit(w), t0 = tr_now();
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)limit + 1;
+    while (copy_only ? w->state == W_COPY : w->state != W_IDLE) {
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT &&
+            (copy_only ? w->state == W_COPY : w->state != W_IDLE)) {
+            fflush(stdout);
+            char who[32] = "";
+            if (w->o.world > 1) snprintf(who, sizeof(who), "rank %d: ", w->o.rank);
+            fprintf(stderr, "\ntrainer: %sthe checkpoint of step %ld is still being written "
+                    "after %.0f s (a hung disk or file system?): stopping\n", who, w->meta.step,
+                    tr_now() - t0);
+            fflush(stderr);
+            _exit(1);
+        }
+    }
+}
+
 double tr_ckpt_save(tr_ckpt_writer *w, long step, const tr_loader_pos *pos) {
     double t0 = tr_now();
     pthread_mutex_lock(&w->mu);
     if (w->state != W_IDLE) {
-        while (w->state != W_IDLE) pthread_cond_wait(&w->cv, &w->mu);
-        fprintf(stderr, "\ntrainer: step %ld waited %.2f s for the previous checkpoint to be "
-                        "written (save less often: train.checkpoint_every)\n",
-                step, tr_now() - t0);
+        wait_writer(w, 0);
+        if (tr_now() - t0 >= 0.005)
+            fprintf(stderr, "\ntrainer: step %ld waited %.2f s for the previous checkpoint to be "
+                            "written (save less often: train.checkpoint_every)\n",
+                    step, tr_now() - t0);
     }
     w->meta.step = step;
     w->meta.adam_steps = tr_model_adam_steps(w->m);
@@ -1238,8 +1272,7 @@ double tr_ckpt_save(tr_ckpt_writer *w, long step, const tr_loader_pos *pos) {
         pthread_mutex_lock(&w->mu);
         w->state = W_WRITE;
         pthread_cond_broadcast(&w->cv);
-        if (w->o.sync)
-            while (w->state != W_IDLE) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->o.sync) wait_writer(w, 0);
         pthread_mutex_unlock(&w->mu);
     }
     double dt = tr_now() - t0;
@@ -1251,7 +1284,7 @@ double tr_ckpt_fence(tr_ckpt_writer *w) {
     if (!w) return 0;
     double t0 = tr_now();
     pthread_mutex_lock(&w->mu);
-    while (w->state == W_COPY) pthread_cond_wait(&w->cv, &w->mu);
+    wait_writer(w, 1);
     pthread_mutex_unlock(&w->mu);
     double dt = tr_now() - t0;
     w->stats.stall_s += dt;
@@ -1261,7 +1294,7 @@ double tr_ckpt_fence(tr_ckpt_writer *w) {
 int tr_ckpt_wait(tr_ckpt_writer *w, char *err, size_t errlen) {
     if (!w) return 0;
     pthread_mutex_lock(&w->mu);
-    while (w->state != W_IDLE) pthread_cond_wait(&w->cv, &w->mu);
+    wait_writer(w, 0);
     int rc = w->stats.failed ? -1 : 0;
     if (rc) snprintf(err, errlen, "%s", w->err);
     pthread_mutex_unlock(&w->mu);
@@ -1276,7 +1309,7 @@ void tr_ckpt_writer_free(tr_ckpt_writer *w) {
     if (!w) return;
     if (w->started) {
         pthread_mutex_lock(&w->mu);
-        while (w->state != W_IDLE) pthread_cond_wait(&w->cv, &w->mu);
+        wait_writer(w, 0);
         w->quit = 1;
         pthread_cond_broadcast(&w->cv);
         pthread_mutex_unlock(&w->mu);

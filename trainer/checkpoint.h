@@ -90,12 +90,17 @@ typedef struct {
      * same steps; each writes rank_RRRRR.safetensors with the parameters and AdamW moments of
      * the slab ranges it keeps, `ranges` ([lo, hi) pairs of slab elements, n_ranges of them;
      * NULL: the whole slab), which together must cover the slab once. Rank 0 waits for the
-     * others' block lists (at most part_timeout_s; 0: an hour), writes the manifest and
-     * publishes the checkpoint. OUT must be one folder shared by the ranks. */
+     * others' block lists, writes the manifest and publishes the checkpoint. OUT must be one
+     * folder shared by the ranks. */
     int rank, world;
     const size_t *ranges;
     int n_ranges;
-    double part_timeout_s;
+    /* How long anything may wait for a save (rank 0 for another rank's block list, the
+     * caller for its writer thread): timeout_s plus the time to write this rank's state at
+     * 20 MB/s. Past that the save is taken as stuck (a hung disk, a rank that died under a
+     * launcher that does not clean up): rank 0 fails the save; a caller whose own writer is
+     * stuck prints one line and exits with status 1. 0: an hour. */
+    double timeout_s;
     int zero;        /* the ZeRO stage, recorded in the manifest */
     int sync;        /* 1: tr_ckpt_save returns once the checkpoint is on disk (benchmarks) */
     int overlap;     /* 1: copy the state on the writer thread while the caller goes on with

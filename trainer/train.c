@@ -608,6 +608,7 @@ int tr_cmd_run(int argc, char **argv) {
         tr_ckpt_opts co = {.out = out, .keep = r.train.keep_checkpoints, .rank = rank,
                            .world = nranks, .ranges = ranges, .n_ranges = n_ranges,
                            .zero = zero, .sync = sync && *sync && strcmp(sync, "0"),
+                           .timeout_s = o.timeout > 0 ? o.timeout : 300,
                            .overlap = !strcmp(be->name, "cpu")};
         int wrc = tr_ckpt_writer_init(&ckw, s.model, &r, &co, err, sizeof(err));
         free(ranges);
@@ -798,11 +799,12 @@ int tr_cmd_run(int argc, char **argv) {
     if (ckw) {
         int failed = tr_ckpt_wait(ckw, err, sizeof(err));
         tr_ckpt_stats cs = tr_ckpt_writer_stats(ckw);
+        double t_run = tr_now() - t_start; /* the stalls include the wait for the last save */
         printf("checkpoints: %d saved in %s/checkpoints/ (%.2f GB each; host copy %.3f s, "
                "written in %.2f s on average); training waited %.3f s for them (%.2f%% of the "
-               "training time)\n",
+               "run's time)\n",
                cs.saves, out, (double)cs.bytes / 1e9, cs.saves ? cs.copy_s / cs.saves : 0.0,
-               cs.saves ? cs.write_s / cs.saves : 0.0, cs.stall_s, 100.0 * cs.stall_s / t_train);
+               cs.saves ? cs.write_s / cs.saves : 0.0, cs.stall_s, 100.0 * cs.stall_s / t_run);
         if (failed) {
             fprintf(stderr, "trainer run: %s\n", err);
             goto done;
