@@ -456,7 +456,7 @@ int tr_cmd_run(int argc, char **argv) {
     tr_options o;
     int rc = tr_parse_options(&o, "run", argc, argv, 2);
     if (rc) return rc < 0 ? 2 : 0;
-    char err[1024];
+    char err[1024] = ""; /* setup steps format it into msg even when they succeed */
     tr_comm *world = NULL;
     if (tr_comm_init(&world, &argc, &argv, o.timeout, err, sizeof(err))) {
         fprintf(stderr, "trainer run: %s\n", err);
