@@ -285,6 +285,13 @@ mpmd zero_differs "^trainer run: rank 1: the resolved recipe or a flag differs f
 echo 'model {' >"$tmp/bad.lua"
 mpmd bad_recipe_on_one "^rank 1: .*bad.lua:2: unexpected symbol" -- \
     "$R" $q --out "$tmp/br" -- "$tmp/bad.lua" $q --out "$tmp/br"
+mpmd bad_flag_on_one "^trainer run: rank 1: --timeout needs a positive number of seconds, got 'abc'" -- \
+    "$R" $q --out "$tmp/bf" -- "$R" $q --out "$tmp/bf" --timeout abc
+# the same mistake on every rank is said once
+timeout 120 mpirun -np 2 "$T" run "$R" $q --bogus >"$tmp/bogus.log" 2>&1
+n=$(awk '/^-+$/ { box = !box; next } !box' "$tmp/bogus.log" | grep -c "unknown option '--bogus'")
+[ "$n" -eq 1 ] && echo "ok   a bad flag on every rank is said once" ||
+    { echo "FAIL a bad flag on every rank is said $n times"; cat "$tmp/bogus.log"; fail=1; }
 "$T" run "$R" --steps 2 --peak-gflops 10 --out "$tmp/keep" >/dev/null 2>&1
 cp "$tmp/keep/metrics.jsonl" "$tmp/keep.metrics"
 mpmd resume_on_one "^trainer run: rank 1: the resolved recipe or a flag differs" -- \

@@ -69,9 +69,15 @@ static const char *show_help =
     "parallel ranks at ZeRO stage S (default: the recipe's, else 1 rank). Runs no training;\n"
     "a bad recipe is reported exactly as `trainer run` would.\n";
 
+/* Where option mistakes go: stderr, or a buffer (tr_parse_options_msg). */
+static FILE *perr_stream;
+static FILE *perr(void) {
+    return perr_stream ? perr_stream : stderr;
+}
+
 static int need_value(const char *cmd, const char *flag, int i, int argc) {
     if (i + 1 >= argc) {
-        fprintf(stderr, "trainer %s: %s needs a value (see trainer %s --help)\n", cmd, flag, cmd);
+        fprintf(perr(), "trainer %s: %s needs a value (see trainer %s --help)\n", cmd, flag, cmd);
         return -1;
     }
     return 0;
@@ -81,7 +87,7 @@ static int parse_int(const char *cmd, const char *flag, const char *s, int min, 
     char *end;
     long v = strtol(s, &end, 10);
     if (*s == '\0' || *end != '\0' || v < min || v > 1000000000L) {
-        fprintf(stderr, "trainer %s: %s needs a %s integer, got '%s'\n", cmd, flag,
+        fprintf(perr(), "trainer %s: %s needs a %s integer, got '%s'\n", cmd, flag,
                 min > 0 ? "positive" : "non-negative", s);
         return -1;
     }
@@ -103,11 +109,11 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
                 v = argv[++i];
             }
             if (o->n_sets == TR_MAX_SETS) {
-                fprintf(stderr, "trainer %s: more than %d --set options\n", cmd, TR_MAX_SETS);
+                fprintf(perr(), "trainer %s: more than %d --set options\n", cmd, TR_MAX_SETS);
                 return -1;
             }
             if (tr_knob_set_parse(&o->sets[o->n_sets], v, err, sizeof(err))) {
-                fprintf(stderr, "trainer %s: %s\n", cmd, err);
+                fprintf(perr(), "trainer %s: %s\n", cmd, err);
                 return -1;
             }
             o->n_sets++;
@@ -131,7 +137,7 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             int dev = a[2] == 'd';
             if (dev ? strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")
                     : strcmp(v, "bf16") && strcmp(v, "fp32")) {
-                fprintf(stderr, "trainer %s: %s must be %s, got '%s'\n", cmd, a,
+                fprintf(perr(), "trainer %s: %s must be %s, got '%s'\n", cmd, a,
                         dev ? "auto, cpu or cuda" : "bf16 or fp32", v);
                 return -1;
             }
@@ -146,7 +152,7 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             char *end;
             o->timeout = strtod(argv[++i], &end);
             if (*end != '\0' || !(o->timeout > 0)) {
-                fprintf(stderr, "trainer %s: --timeout needs a positive number of seconds, got "
+                fprintf(perr(), "trainer %s: --timeout needs a positive number of seconds, got "
                         "'%s'\n", cmd, argv[i]);
                 return -1;
             }
@@ -156,7 +162,7 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->zero))
                 return -1;
             if (o->zero > 3) {
-                fprintf(stderr, "trainer %s: --zero must be 0, 1, 2 or 3, got %d\n", cmd, o->zero);
+                fprintf(perr(), "trainer %s: --zero must be 0, 1, 2 or 3, got %d\n", cmd, o->zero);
                 return -1;
             }
         } else if (!strcmp(a, "--out")) {
@@ -167,26 +173,40 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             char *end;
             o->peak_gflops = strtod(argv[++i], &end);
             if (*end != '\0' || !(o->peak_gflops >= 1e-3 && o->peak_gflops <= 1e9)) {
-                fprintf(stderr, "trainer %s: --peak-gflops needs a rate in GFLOP/s from 0.001 to "
+                fprintf(perr(), "trainer %s: --peak-gflops needs a rate in GFLOP/s from 0.001 to "
                         "1e9, got '%s'\n", cmd, argv[i]);
                 return -1;
             }
         } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "trainer %s: unknown option '%s' (see trainer %s --help)\n", cmd, a,
+            fprintf(perr(), "trainer %s: unknown option '%s' (see trainer %s --help)\n", cmd, a,
                     cmd);
             return -1;
         } else if (!o->recipe) {
             o->recipe = a;
         } else {
-            fprintf(stderr, "trainer %s: unexpected argument '%s' (one recipe only)\n", cmd, a);
+            fprintf(perr(), "trainer %s: unexpected argument '%s' (one recipe only)\n", cmd, a);
             return -1;
         }
     }
     if (!o->recipe) {
-        fprintf(stderr, "trainer %s: no recipe given (see trainer %s --help)\n", cmd, cmd);
+        fprintf(perr(), "trainer %s: no recipe given (see trainer %s --help)\n", cmd, cmd);
         return -1;
     }
     return 0;
+}
+
+int tr_parse_options_msg(tr_options *o, const char *cmd, int argc, char **argv, int first,
+                         char *msg, size_t msglen) {
+    char *buf = NULL;
+    size_t len = 0;
+    perr_stream = open_memstream(&buf, &len);
+    int rc = tr_parse_options(o, cmd, argc, argv, first);
+    if (perr_stream) fclose(perr_stream);
+    perr_stream = NULL;
+    if (buf && len && buf[len - 1] == '\n') buf[len - 1] = 0;
+    snprintf(msg, msglen, "%s", buf ? buf : "");
+    free(buf);
+    return rc;
 }
 
 int main(int argc, char **argv) {

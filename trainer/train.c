@@ -452,10 +452,35 @@ static void recipe_sha(const tr_recipe *r, const tr_options *o, char out[65]) {
     free(text);
 }
 
+/* Started by a launcher with other processes (mpirun, srun)? */
+static int launched_with_others(void) {
+    const char *v[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"};
+    for (int i = 0; i < 4; i++) {
+        const char *e = getenv(v[i]);
+        if (e && atoi(e) > 1) return 1;
+    }
+    return 0;
+}
+
 int tr_cmd_run(int argc, char **argv) {
     tr_options o;
-    int rc = tr_parse_options(&o, "run", argc, argv, 2);
-    if (rc) return rc < 0 ? 2 : 0;
+    char pmsg[600];
+    int rc = tr_parse_options_msg(&o, "run", argc, argv, 2, pmsg, sizeof(pmsg));
+    if (rc > 0) return 0;
+    if (rc < 0) {
+        /* Under a launcher, connect first, so that a mistake made on every rank is said once
+           and one made on some ranks only still ends the others at once (setup_failed: the
+           same collective the others meet after loading the recipe). */
+        tr_comm *w = NULL;
+        char cerr[256];
+        if (launched_with_others() && !tr_comm_init(&w, &argc, &argv, 0, cerr, sizeof(cerr))) {
+            setup_failed(w, 1, pmsg);
+            tr_comm_free(w);
+        } else {
+            fprintf(stderr, "%s\n", pmsg);
+        }
+        return 2;
+    }
     char err[1024] = ""; /* setup steps format it into msg even when they succeed */
     tr_comm *world = NULL;
     if (tr_comm_init(&world, &argc, &argv, o.timeout, err, sizeof(err))) {

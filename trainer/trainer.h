@@ -28,6 +28,9 @@ typedef struct {
 /* Parse argv[first..argc) into opts. Returns 0, 1 when --help was asked, -1 on a bad flag
  * (message printed). `cmd` names the subcommand in messages. */
 int tr_parse_options(tr_options *opts, const char *cmd, int argc, char **argv, int first);
+/* The same, with the message in msg instead of printed. */
+int tr_parse_options_msg(tr_options *opts, const char *cmd, int argc, char **argv, int first,
+                         char *msg, size_t msglen);
 
 int tr_cmd_run(int argc, char **argv);
 int tr_cmd_show(int argc, char **argv);
