@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one GPU check: build for Hopper (sm_90a) in build-gpu/, run every GPU test (the ctest
 # label gpu, each binary once), run the GPU benchmark (bench/gpu.sh), and print a short table
-# last: tests passed / failed / skipped, tokens/s and MFU. Logs go to $OUT when it is set (the device tool brings them back),
-# else build-gpu/logs/. Meant to finish in well under 8 minutes on one H200.
+# last: tests passed / failed / skipped, tokens/s and MFU. Logs go to $OUT when it is set (the
+# device tool brings them back), else build-gpu/logs/. Meant to finish in well under 8 minutes
+# on one H200.
 #
 # The GPU machine's image may lack Lua, OpenBLAS, libyaml and pkg-config and cannot reach a
 # package registry: run tests/gpu/fetch_debs.sh beforehand on a machine that can, carry .deps/
