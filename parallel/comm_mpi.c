@@ -229,13 +229,87 @@ static void die_mpi(const tr_comm *c, const op_info *o, int rc) {
     abort(); /* not reached */
 }
 
+/* ---- the census: which ranks are waiting, when a wait times out -----------------------------
+ * Every wait answers census requests on a private duplicate of the world at once. A rank whose
+ * wait times out asks every other rank and gives them CENSUS_S seconds: the ones that do not
+ * answer are not waiting on communication (computing, stuck, or dead), and its line names
+ * them. When every rank answers, all of them are waiting: collectives that do not match. */
+#define CENSUS_S 2.0
+enum { CENSUS_ASK = 1, CENSUS_ANSWER = 2 };
+static MPI_Comm g_census = MPI_COMM_NULL;
+static int g_census_me; /* the buffer of every answer and question: sent, never changed */
+
+static void census_serve(void) {
+    if (g_census == MPI_COMM_NULL) return;
+    for (;;) {
+        int flag = 0, q;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, CENSUS_ASK, g_census, &flag, &st) != MPI_SUCCESS || !flag)
+            return;
+        MPI_Recv(&q, 1, MPI_INT, st.MPI_SOURCE, CENSUS_ASK, g_census, MPI_STATUS_IGNORE);
+        MPI_Request r;
+        if (MPI_Isend(&g_census_me, 1, MPI_INT, st.MPI_SOURCE, CENSUS_ANSWER, g_census, &r) ==
+            MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+}
+
+/* The ranks that did not answer, as "1, 3" in buf; how many. -1: no census possible. */
+static int census(char *buf, size_t len) {
+    int n = 0, silent = 0;
+    if (g_census == MPI_COMM_NULL || MPI_Comm_size(g_census, &n) != MPI_SUCCESS || n < 2)
+        return -1;
+    int *ans = calloc((size_t)n, sizeof(int)), *got = calloc((size_t)n, sizeof(int));
+    MPI_Request *rr = calloc((size_t)n, sizeof(MPI_Request));
+    if (!ans || !got || !rr) {
+        free(ans), free(got), free(rr);
+        return -1;
+    }
+    for (int k = 0; k < n; k++) {
+        rr[k] = MPI_REQUEST_NULL;
+        if (k == g_census_me) continue;
+        MPI_Irecv(&ans[k], 1, MPI_INT, k, CENSUS_ANSWER, g_census, &rr[k]);
+        MPI_Request sr;
+        if (MPI_Isend(&g_census_me, 1, MPI_INT, k, CENSUS_ASK, g_census, &sr) == MPI_SUCCESS)
+            MPI_Request_free(&sr);
+    }
+    double deadline = now_s() + CENSUS_S;
+    for (int left = n - 1; left > 0 && now_s() < deadline;) {
+        for (int k = 0; k < n; k++) {
+            int flag = 0;
+            if (k == g_census_me || got[k]) continue;
+            if (MPI_Test(&rr[k], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) got[k] = 1, left--;
+        }
+        census_serve(); /* another rank may be taking its census now */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    size_t k0 = 0;
+    buf[0] = 0;
+    for (int k = 0; k < n; k++)
+        if (k != g_census_me && !got[k]) {
+            int w = snprintf(buf + k0, len > k0 ? len - k0 : 0, "%s%d", silent ? ", " : "", k);
+            if (w > 0 && k0 + (size_t)w < len) k0 += (size_t)w;
+            silent++;
+        }
+    free(ans), free(got), free(rr); /* the unanswered receives are left: the job ends now */
+    return silent;
+}
+
 static void die_timeout(const tr_comm *c, const op_info *o) {
-    char d[256];
+    char d[256], who[160], why[256];
     describe(d, sizeof d, c, o);
-    fprintf(stderr,
-            "trainer: rank %d: %s did not complete within %g s (a rank died or is stuck); "
-            "aborting\n",
-            g.world_rank, d, g.timeout);
+    int silent = census(who, sizeof who);
+    if (silent > 0)
+        snprintf(why, sizeof why, "rank%s %s did not answer (busy outside communication, stuck "
+                 "or dead; the others are waiting)", silent > 1 ? "s" : "", who);
+    else if (silent == 0)
+        snprintf(why, sizeof why, "every rank is waiting on communication: collectives that do "
+                 "not match");
+    else
+        snprintf(why, sizeof why, "a rank died or is stuck");
+    fprintf(stderr, "trainer: rank %d: %s did not complete within %g s: %s; aborting\n",
+            g.world_rank, d, g.timeout, why);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     abort();
@@ -254,6 +328,7 @@ static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_St
         int rc = MPI_Test(rq, &flag, st ? st : MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
         if (flag) return;
+        census_serve();
         double t = now_s();
         if (t > deadline) die_timeout(c, o);
         if (t - t0 < SPIN_US * 1e-6) {
@@ -421,6 +496,12 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
             return -1;
         }
         MPI_Comm_set_errhandler(w->mc, MPI_ERRORS_RETURN);
+        if (MPI_Comm_dup(MPI_COMM_WORLD, &g_census) == MPI_SUCCESS) {
+            MPI_Comm_set_errhandler(g_census, MPI_ERRORS_RETURN);
+            MPI_Comm_rank(g_census, &g_census_me);
+        } else {
+            g_census = MPI_COMM_NULL;
+        }
         MPI_Comm_rank(w->mc, &w->rank);
         MPI_Comm_size(w->mc, &w->size);
         g.mpi = 1;
@@ -455,6 +536,7 @@ void tr_comm_free(tr_comm *c) {
         if (c->is_world) {
             /* MPI_Finalize waits for every rank without a deadline: meet first, bounded. */
             tr_comm_barrier(c);
+            if (g_census != MPI_COMM_NULL) MPI_Comm_free(&g_census);
             MPI_Comm_free(&c->mc);
             if (g_byte_sum != MPI_OP_NULL) MPI_Op_free(&g_byte_sum);
             if (g.we_initialized) MPI_Finalize();

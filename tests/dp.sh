@@ -313,6 +313,19 @@ else
     echo "FAIL hung checkpoint write: exit $rc after ${took}s"; tail -5 "$tmp/hung.log"; fail=1
 fi
 
+# a rank far slower than --timeout: the ranks that time out name it (their census: it is the
+# one not waiting on communication), not just "a rank died or is stuck"
+start=$(date +%s)
+TR_FAULT_SLOW_RANK=1:4000 timeout 120 mpirun -np 2 "$T" run "$R" --timeout 1 --peak-gflops 10 \
+    --out "$tmp/laggard" >"$tmp/laggard.log" 2>&1
+rc=$? took=$(( $(date +%s) - start ))
+if [ $rc -ne 0 ] && [ $took -le 60 ] && grep -q "did not complete within 1 s: rank 1 did not answer" "$tmp/laggard.log" &&
+    ! grep "did not complete" "$tmp/laggard.log" | grep -qv "rank 1 did not answer"; then
+    echo "ok   a rank slower than --timeout is named: $(grep -m1 'did not answer' "$tmp/laggard.log")"
+else
+    echo "FAIL laggard not named: exit $rc after ${took}s"; grep -v '^\s*$' "$tmp/laggard.log" | tail -6; fail=1
+fi
+
 # a slow rank (30 ms more per step) is named as the one the others waited for, in the table
 # and in ranks.json; every step's metrics hold each rank's compute time
 TR_FAULT_SLOW_RANK=1:30 timeout 120 mpirun -np 2 "$T" run "$R" --out "$tmp/slow" --peak-gflops 10 >"$tmp/slow.log" 2>&1
