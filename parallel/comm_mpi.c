@@ -292,7 +292,8 @@ static int census(char *buf, size_t len) {
             if (w > 0 && k0 + (size_t)w < len) k0 += (size_t)w;
             silent++;
         }
-    free(ans), free(got), free(rr); /* the unanswered receives are left: the job ends now */
+    /* ans and rr stay allocated: a late answer may still land in ans, and the job ends now */
+    free(got);
     return silent;
 }
 
@@ -328,13 +329,13 @@ static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_St
         int rc = MPI_Test(rq, &flag, st ? st : MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
         if (flag) return;
-        census_serve();
         double t = now_s();
         if (t > deadline) die_timeout(c, o);
         if (t - t0 < SPIN_US * 1e-6) {
             sched_yield(); /* lets an oversubscribed peer run */
             continue;
         }
+        census_serve(); /* a long wait: another rank may be asking who waits (not while spinning) */
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         sleep_ns = sleep_ns * 2 > SLEEP_MAX_NS ? SLEEP_MAX_NS : sleep_ns * 2;
