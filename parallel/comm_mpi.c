@@ -233,8 +233,10 @@ static void die_mpi(const tr_comm *c, const op_info *o, int rc) {
  * Every wait answers census requests on a private duplicate of the world at once. A rank whose
  * wait times out asks every other rank and gives them CENSUS_S seconds: the ones that do not
  * answer are not waiting on communication (computing, stuck, or dead), and its line names
- * them. When every rank answers, all of them are waiting: collectives that do not match. */
-#define CENSUS_S 2.0
+ * them (a rank merely slower than the timeout is one of them: it answers only once it comes
+ * back to communicate, too late). When every rank answers, all of them are waiting: collectives that do not match. */
+#define CENSUS_S 0.5 /* a waiting rank answers within a millisecond or so (its poll interval);
+                       a rank that is late to this collective by more than this is named */
 enum { CENSUS_ASK = 1, CENSUS_ANSWER = 2 };
 static MPI_Comm g_census = MPI_COMM_NULL;
 static int g_census_me; /* the buffer of every answer and question: sent, never changed */

@@ -246,11 +246,32 @@ if unshare -m --propagation private sh -c "mount --bind '$tmp/alt.txt' '$tmp/cor
     rank1_sees "$tmp/wrap2.sh" "$tmp/elsewhere" "$tmp/unshared"
     timeout 120 mpirun -np 2 "$tmp/wrap2.sh" "$T" run "$R" --set ckpt=5 --out "$tmp/unshared" --peak-gflops 10 >"$tmp/unshared.log" 2>&1
     rc=$?
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "is not shared by the ranks" "$tmp/unshared.log" &&
-        grep -q "rank 1 on .* cannot read what rank 0 writes" "$tmp/unshared.log" && ! grep -q "^step" "$tmp/unshared.log"; then
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+        grep -q "^trainer run: rank 1: on .*, the output folder '$tmp/unshared' is not shared with rank 0" "$tmp/unshared.log" &&
+        ! grep -q "^step" "$tmp/unshared.log"; then
         echo "ok   an output folder the ranks do not share is refused: $(grep -m1 'is not shared' "$tmp/unshared.log")"
     else
         echo "FAIL unshared output folder: exit $rc"; tail -5 "$tmp/unshared.log"; fail=1
+    fi
+    # an output folder rank 1 sees read-only: refused at start, not at the first save (rank 0
+    # would wait out --timeout for rank 1's part of the checkpoint)
+    mkdir -p "$tmp/rofolder"
+    cat >"$tmp/wrap3.sh" <<EOF
+#!/bin/sh
+if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
+    exec unshare -m --propagation private sh -c 'mount --bind "$tmp/rofolder" "$tmp/rofolder" && mount -o remount,bind,ro "$tmp/rofolder" && exec "\$0" "\$@"' "\$@"
+fi
+exec "\$@"
+EOF
+    chmod +x "$tmp/wrap3.sh"
+    timeout 120 mpirun -np 2 "$tmp/wrap3.sh" "$T" run "$R" --set ckpt=5 --out "$tmp/rofolder" --peak-gflops 10 >"$tmp/ro.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+        grep -q "^trainer run: rank 1: on .*, cannot write in the output folder '$tmp/rofolder': Read-only file system" "$tmp/ro.log" &&
+        ! grep -q "^step" "$tmp/ro.log"; then
+        echo "ok   an output folder one rank cannot write is refused at start: $(grep -m1 'cannot write' "$tmp/ro.log")"
+    else
+        echo "FAIL read-only output folder on rank 1: exit $rc"; tail -5 "$tmp/ro.log"; fail=1
     fi
 else
     echo "skip different data per rank, unshared output: mount namespaces are not allowed here"
@@ -267,11 +288,13 @@ mpmd() { # name expected-line -- args of rank 0 -- args of rank 1
     shift
     b=("$@")
     local start=$(date +%s)
-    timeout 120 mpirun -np 1 "$T" run "${a[@]}" : -np 1 "$T" run "${b[@]}" >"$tmp/$name.log" 2>&1
+    timeout 120 mpirun -np 1 "$T" run "${a[@]}" : -np 1 env ${MPMD_ENV1:-} "$T" run "${b[@]}" \
+        >"$tmp/$name.log" 2>&1
     local rc=$? took=$(( $(date +%s) - start ))
     local ours
     # ours: the lines outside mpirun's boxes of dashes, less rank 0's progress output
-    ours=$(awk '/^-+$/ { box = !box; next } !box' "$tmp/$name.log" | grep -v -e "^micro_batch" -e "^ *$")
+    ours=$(awk '/^-+$/ { box = !box; next } !box' "$tmp/$name.log" | grep -v -e "^micro_batch" -e "^ *$" \
+        -e "^model " -e "^device " -e "^training " -e "^[0-9]* processes")
     if [ $rc -ne 0 ] && [ $took -le 60 ] && [ "$(echo "$ours" | wc -l)" -eq 1 ] &&
         echo "$ours" | grep -q -- "$pat"; then
         echo "ok   $name: $ours (${took}s)"
@@ -287,6 +310,13 @@ mpmd bad_recipe_on_one "^rank 1: .*bad.lua:2: unexpected symbol" -- \
     "$R" $q --out "$tmp/br" -- "$tmp/bad.lua" $q --out "$tmp/br"
 mpmd bad_flag_on_one "^trainer run: rank 1: --timeout needs a positive number of seconds, got 'abc'" -- \
     "$R" $q --out "$tmp/bf" -- "$R" $q --out "$tmp/bf" --timeout abc
+MPMD_ENV1=TR_FAULT_SLOW_RANK=x mpmd bad_fault_variable_on_one \
+    "^trainer run: rank 1: TR_FAULT_SLOW_RANK must be RANK:MILLISECONDS, got 'x'" -- \
+    "$R" $q --out "$tmp/fv" -- "$R" $q --out "$tmp/fv"
+# equivalent settings agree: --zero 0 on one rank, the recipe's default ZeRO-0 on the other
+timeout 120 mpirun -np 1 "$T" run "$R" $q --zero 0 --out "$tmp/eq" : -np 1 "$T" run "$R" $q \
+    --out "$tmp/eq" >"$tmp/eq.log" 2>&1 && echo "ok   --zero 0 and the recipe's ZeRO-0 agree" ||
+    { echo "FAIL --zero 0 against the default was refused"; tail -3 "$tmp/eq.log"; fail=1; }
 # the same mistake on every rank is said once
 timeout 120 mpirun -np 2 "$T" run "$R" $q --bogus >"$tmp/bogus.log" 2>&1
 n=$(awk '/^-+$/ { box = !box; next } !box' "$tmp/bogus.log" | grep -c "unknown option '--bogus'")

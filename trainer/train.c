@@ -97,8 +97,8 @@ static void sample(run_state *s, int n, unsigned long long seed, FILE *out) {
 }
 
 /* A fault-injection variable for tests: unset or empty leaves *a (and *b) alone; "N", or
- * "N:M" where b is given, sets them; anything else is one line and -1. */
-static int env_count(const char *name, long *a, long *b) {
+ * "N:M" where b is given, sets them; anything else is -1 with the message in msg. */
+static int env_count(const char *name, long *a, long *b, char *msg, size_t msglen) {
     const char *v = getenv(name);
     if (!v || !*v) return 0;
     char *end;
@@ -112,8 +112,8 @@ static int env_count(const char *name, long *a, long *b) {
         ok = ok && !errno && end != m + 1 && y >= 0;
     }
     if (!ok || *end) {
-        fprintf(stderr, "trainer run: %s must be %s, got '%s'\n", name,
-                b ? "RANK:MILLISECONDS" : "a non-negative integer", v);
+        snprintf(msg, msglen, "trainer run: %s must be %s, got '%s'", name,
+                 b ? "RANK:MILLISECONDS" : "a non-negative integer", v);
         return -1;
     }
     *a = x;
@@ -391,12 +391,13 @@ static int ranks_agree(tr_comm *world, const char *what, const char mine[65]) {
     return setup_failed(world, differs, msg);
 }
 
-/* Checkpoints and --resume need OUT to be one folder all ranks see: rank 0 writes a file with
- * a nonce there, every rank reads it back. -1 with a message naming the ranks that cannot. */
-static int out_is_shared(tr_comm *world, const char *out, char *err, size_t errlen) {
+/* Checkpoints and --resume need OUT to be one folder all ranks see and write: rank 0 writes a
+ * file with a nonce there, every rank reads it back and writes a file of its own. 1 on every
+ * rank when some rank cannot (said once, by the lowest such rank). */
+static int out_is_shared(tr_comm *world, const char *out) {
     int n = tr_comm_size(world), me = tr_comm_rank(world);
     if (n <= 1) return 0;
-    char path[TR_PATH_MAX + 64], want[65], got[65] = {0};
+    char path[TR_PATH_MAX + 64], mine[TR_PATH_MAX + 80], want[65], got[65] = {0};
     snprintf(want, sizeof(want), "%016llx%016llx%032d", (unsigned long long)tr_now() * 1000003ULL,
              (unsigned long long)getpid(), 0);
     tr_comm_broadcast(world, want, 64, TR_COMM_BYTE, 0);
@@ -415,38 +416,46 @@ static int out_is_shared(tr_comm *world, const char *out, char *err, size_t errl
         if (!fgets(got, sizeof(got), f)) got[0] = 0;
         fclose(f);
     }
-    int bad = strcmp(got, want) != 0;
-    char host[64] = "?";
+    char host[64] = "?", msg[TR_PATH_MAX + 300] = "";
     gethostname(host, sizeof(host) - 1);
-    if (bad)
-        fprintf(stderr, "trainer: rank %d on %s cannot read what rank 0 writes in '%s'\n", me,
-                host, out);
-    long long nbad = bad;
-    tr_comm_all_reduce(world, &nbad, 1, TR_COMM_I64);
+    int bad = strcmp(got, want) != 0;
+    if (bad) {
+        snprintf(msg, sizeof(msg), "trainer run: on %s, the output folder '%s' is not shared with "
+                 "rank 0 (its files are not there): checkpoints and --resume need one folder "
+                 "every rank sees (a shared file system)", host, out);
+    } else if (me > 0) { /* every rank writes its part of each checkpoint there */
+        snprintf(mine, sizeof(mine), "%s.r%d", path, me);
+        FILE *w = fopen(mine, "w");
+        int e = w ? 0 : errno;
+        if (w && fclose(w)) e = errno ? errno : EIO;
+        if (w) remove(mine);
+        if (e) {
+            bad = 1;
+            snprintf(msg, sizeof(msg), "trainer run: on %s, cannot write in the output folder "
+                     "'%s': %s (every rank writes its part of each checkpoint there)", host, out,
+                     strerror(e));
+        }
+    }
+    int failed = setup_failed(world, bad, msg);
     tr_comm_barrier(world);
     if (me == 0) remove(path);
-    if (nbad) {
-        if (snprintf(err, errlen, "the output folder '%s' is not shared by the ranks (%lld of "
-                     "%d cannot see rank 0's files): checkpoints and --resume need one folder "
-                     "every rank sees (a shared file system)", out, nbad, n) < 0)
-            err[0] = 0;
-        return -1;
-    }
-    return 0;
+    return failed;
 }
 
 /* The resolved recipe and every option that changes what a rank does (ranks launched with
  * other flags or test variables would otherwise meet in mismatched collectives). */
-static void recipe_sha(const tr_recipe *r, const tr_options *o, char out[65]) {
+static void recipe_sha(const tr_recipe *r, const tr_options *o, int zero, char out[65]) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     tr_recipe_write_lua(r, f);
     const char *pad = getenv("TR_PAD_VOCAB"), *sync = getenv("TR_CKPT_SYNC");
+    /* resolved values, so that equivalent settings agree (--zero 0 and the recipe's 0) */
     fprintf(f, "\n-- options: zero %d, dp %d, resume %d, device %s, precision %s, timeout %.17g, "
-            "TR_PAD_VOCAB %s, TR_CKPT_SYNC %s\n", o->zero, o->dp, o->resume,
-            o->device ? o->device : "auto", o->precision ? o->precision : "default", o->timeout,
-            pad ? pad : "", sync ? sync : "");
+            "TR_PAD_VOCAB %d, TR_CKPT_SYNC %d\n", zero, o->dp > 0 ? o->dp : 0, o->resume,
+            o->device ? o->device : "auto", o->precision ? o->precision : "default",
+            o->timeout > 0 ? o->timeout : 300.0, pad && *pad ? atoi(pad) : 0,
+            sync && *sync && strcmp(sync, "0"));
     fclose(f);
     tr_sha256_hex(text, len, out);
     free(text);
@@ -508,11 +517,11 @@ int tr_cmd_run(int argc, char **argv) {
     double *all_steps = NULL; /* every rank's figures of the last step */
     const char *out = r.train.out;
     const tr_parallel_desc *par = &r.parallel;
-    char fp[65];
-    recipe_sha(&r, &o, fp);
-    if (ranks_agree(world, "resolved recipe or a flag", fp)) goto done;
     /* --zero overrides parallel.zero; --dp, like parallel.dp, must be the process count */
     int zero = o.zero >= 0 ? o.zero : par->zero < 0 ? 0 : par->zero;
+    char fp[65];
+    recipe_sha(&r, &o, zero, fp);
+    if (ranks_agree(world, "resolved recipe or a flag", fp)) goto done;
     if (o.dp > 0 && o.dp != nranks) {
         if (rank == 0)
             fprintf(stderr, "trainer run: --dp %d does not fit %d process(es): the process count "
@@ -571,10 +580,7 @@ int tr_cmd_run(int argc, char **argv) {
     if (setup_failed(world, lbad, msg)) goto done;
     snprintf(fp, sizeof(fp), "%016llx%048d", (unsigned long long)tr_loader_fingerprint(s.loader), 0);
     if (ranks_agree(world, "data (sizes and sampled tokens)", fp)) goto done;
-    if ((r.train.checkpoint_every > 0 || o.resume) && out_is_shared(world, out, err, sizeof(err))) {
-        if (rank == 0) fprintf(stderr, "trainer run: %s\n", err);
-        goto done;
-    }
+    if ((r.train.checkpoint_every > 0 || o.resume) && out_is_shared(world, out)) goto done;
     tr_model_opts mopts = {.B = s.B, .T = s.T, .recompute = (tr_recompute)r.train.recompute,
                            .shards = zero == 1 ? nranks : 1, .shard = rank,
                            .external_grads = zero == 2, .external_params = zero == 3};
@@ -682,10 +688,10 @@ int tr_cmd_run(int argc, char **argv) {
        only rank R); TR_FAULT_SLOW_RANK=R:MS makes rank R MS milliseconds slower every step */
     long kill_step = -1, kill_r = -1, slow_r = -1, slow_ms = 0;
     const char *kill_rank = getenv("TR_FAULT_KILL_RANK");
-    if (env_count("TR_FAULT_KILL_AFTER_STEP", &kill_step, NULL) ||
-        env_count("TR_FAULT_KILL_RANK", &kill_r, NULL) ||
-        env_count("TR_FAULT_SLOW_RANK", &slow_r, &slow_ms))
-        goto done;
+    int ebad = env_count("TR_FAULT_KILL_AFTER_STEP", &kill_step, NULL, msg, sizeof(msg)) ||
+               env_count("TR_FAULT_KILL_RANK", &kill_r, NULL, msg, sizeof(msg)) ||
+               env_count("TR_FAULT_SLOW_RANK", &slow_r, &slow_ms, msg, sizeof(msg));
+    if (setup_failed(world, ebad, msg)) goto done; /* may be set on some ranks only */
     if (kill_r >= 0 && kill_r != rank) kill_step = -1;
     if (slow_r != rank) slow_ms = 0;
     /* what this rank did: computing, waiting (communication, and other ranks to catch up),
