@@ -292,11 +292,13 @@ mpmd() { # name expected-line -- args of rank 0 -- args of rank 1
         >"$tmp/$name.log" 2>&1
     local rc=$? took=$(( $(date +%s) - start ))
     local ours
-    # ours: the lines outside mpirun's boxes of dashes, less rank 0's progress output
-    ours=$(awk '/^-+$/ { box = !box; next } !box' "$tmp/$name.log" | grep -v -e "^micro_batch" -e "^ *$" \
-        -e "^model " -e "^device " -e "^training " -e "^[0-9]* processes")
+    # ours: the trainer's error lines ("trainer...", "rank N: ..."); mpirun's banner, rank 0's
+    # progress and the sanitizers' exit summaries are not; nothing may look like a crash or an
+    # MPI error dump
+    ours=$(grep -E "^(trainer|rank [0-9])" "$tmp/$name.log")
     if [ $rc -ne 0 ] && [ $took -le 60 ] && [ "$(echo "$ours" | wc -l)" -eq 1 ] &&
-        echo "$ours" | grep -q -- "$pat"; then
+        echo "$ours" | grep -q -- "$pat" &&
+        ! grep -Eq "Segmentation|backtrace|MPI_ERR|NBC_Progress|free\(\)|ERROR: AddressSanitizer" "$tmp/$name.log"; then
         echo "ok   $name: $ours (${took}s)"
     else
         echo "FAIL $name: exit $rc after ${took}s:"; sed 's/^/    /' "$tmp/$name.log" | head -12; fail=1
