@@ -1234,7 +1234,7 @@ static int l_parallel(lua_State *L)
         if (strcmp(lua_tostring(L, 1), "auto") != 0)
             raise_at(L, 0, "parallel: expected \"auto\" or a table { dp = ..., tp = ..., pp = ..., zero = ... }, got '%s'",
                      lua_tostring(L, 1));
-        *p = (tr_parallel_desc){.is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1};
+        *p = (tr_parallel_desc){.is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1, .sequence_parallel = -1};
     } else {
         if (lua_type(L, 1) != LUA_TTABLE)
             raise_at(L, 0, "parallel: expected \"auto\" or a table { dp = ..., tp = ..., pp = ..., zero = ... }, got %s",
@@ -1607,7 +1607,7 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
     r->optim = (tr_optim_desc){.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                .weight_decay = 0.1f, .grad_clip = 1.0f};
     r->schedule = (tr_schedule_desc){.warmup = 0, .decay = TR_DECAY_COSINE, .decay_frac = 0.2f};
-    r->parallel = (tr_parallel_desc){.is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1};
+    r->parallel = (tr_parallel_desc){.is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1, .sequence_parallel = -1};
 
     if (strlen(chunk) >= TR_PATH_MAX) {
         fail(err, errlen, "%.64s...: recipe path is longer than %d bytes", chunk,

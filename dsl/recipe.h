@@ -124,6 +124,7 @@ typedef struct {
 typedef struct {
     int is_auto; /* "auto" (the default) */
     int dp, tp, pp, zero; /* -1 = auto (the world is data parallel; ZeRO 0) */
+    int sequence_parallel; /* -1 = auto (off), 0, 1 (needs tp > 1) */
     int bucket_kb;        /* gradient communication bucket, KiB; 0 = 4096 */
 } tr_parallel_desc;
 

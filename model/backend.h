@@ -54,12 +54,15 @@ typedef struct tr_backend {
     /* out(N,OC) = inp(N,IC) @ w(OC,IC)^T + bias(OC); bias may be NULL */
     void (*linear_forward)(tr_buf *out, const tr_buf *inp, const tr_buf *w, const tr_buf *bias, int N,
                            int IC, int OC);
-    /* dinp(N,IC) = dout(N,OC) @ w (skipped when dinp is NULL); dw(OC,IC) += dout^T @ inp;
-     * dbias(OC) += column sums of dout (skipped when dbias is NULL) */
+    /* dinp(N,IC) = dout(N,OC) @ w (skipped when dinp is NULL); dw(OC,IC) += dout^T @ inp
+     * (skipped when dw is NULL: tensor parallelism computes dinp first and reduces it while
+     * the weight gradient is computed); dbias(OC) += column sums of dout (skipped when dbias
+     * is NULL) */
     void (*linear_backward)(tr_buf *dinp, tr_buf *dw, tr_buf *dbias, const tr_buf *dout,
                             const tr_buf *inp, const tr_buf *w, int N, int IC, int OC);
 
-    /* out(N,C) = wte[tokens[n]] */
+    /* out(N,C) = wte[tokens[n]]; a token < 0 (another rank's part of a vocabulary split by
+     * tensor parallelism) gives a row of zeros, and its backward adds nothing */
     void (*embedding_forward)(tr_buf *out, const int *tokens, const tr_buf *wte, int N, int C);
     /* dwte[tokens[n]] += dout[n]; deterministic (no ordering-dependent sums) */
     void (*embedding_backward)(tr_buf *dwte, const tr_buf *dout, const int *tokens, int N, int C);
@@ -118,6 +121,22 @@ typedef struct tr_backend {
      * 0), losses (N) get -log p[target]. A target < 0 is ignored (loss 0, gradient 0). */
     void (*softmax_xent)(tr_buf *logits, float *losses, const int *targets, int N, int V, int ld,
                          float dscale, int want_grad);
+
+    /* Optional (NULL: no tensor parallelism on this backend): softmax cross entropy over a
+     * vocabulary split by tensor parallelism. Each rank holds the V classes [lo, lo + V) of
+     * the vocabulary in columns 0..V-1 of its logits (N rows of ld >= V).
+     * xent_stats: stats (N, 3) = this rank's row maximum m (-inf when V = 0), sum of
+     * exp(x - m) over its classes, and x[target - lo] when the target is one of its classes
+     * (else 0). The ranks all-gather their stats; then
+     * xent_finish, given every rank's stats (R, N, 3), rank after rank: M = max m_r,
+     * S = sum_r s_r exp(m_r - M) (in double), losses[n] = log S + M - x_target (0 for a target
+     * < 0); with want_grad the logits become (exp(x - M) / S - [j == target - lo]) * dscale
+     * (columns V..ld-1 and rows of ignored targets 0). */
+    void (*xent_stats)(float *stats, const tr_buf *logits, const int *targets, int lo, int N,
+                       int V, int ld);
+    void (*xent_finish)(tr_buf *logits, float *losses, const float *all_stats, int R,
+                        const int *targets, int lo, int N, int V, int ld, float dscale,
+                        int want_grad);
 
     /* Optional fusions (NULL: the model runs the parts one by one). Each must give what its
      * parts give, element for element.

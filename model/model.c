@@ -168,6 +168,10 @@ static int param_add(builder *b, const char *prefix, const char *name, int ndim,
     p->decay = ndim >= 2;
     p->init_std = std;
     p->init_one = one;
+    p->gshape[0] = p->shape[0];
+    p->gshape[1] = p->shape[1];
+    p->n_seg = 1;
+    p->seg[0] = (tr_param_seg){.row = 0, .rows = s0, .grow = 0, .copies = 1};
     m->n_floats += align16(p->numel);
     return m->n_params++;
 }
@@ -421,15 +425,28 @@ static tr_memory memory_of(const tr_model *m) {
 
 int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, const tr_model_opts *o,
                      tr_memory *mem, char *err, size_t errlen) {
-    tr_model m;
-    memset(&m, 0, sizeof(m));
-    m.es = tr_dtype_size(dtype);
-    int rc = build(&m, desc, o, err, errlen);
-    if (rc == 0) *mem = memory_of(&m);
-    free(m.ops);
-    free(m.params);
-    free(m.ready_op);
-    return rc;
+    tr_model *m;
+    if (tr_model_plan(&m, desc, dtype, o, err, errlen)) return -1;
+    *mem = memory_of(m);
+    tr_model_free(m);
+    return 0;
+}
+
+int tr_model_plan(tr_model **out, const tr_model_desc *desc, tr_dtype dtype,
+                  const tr_model_opts *o, char *err, size_t errlen) {
+    *out = NULL;
+    tr_model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        snprintf(err, errlen, "model: out of memory");
+        return -1;
+    }
+    m->es = tr_dtype_size(dtype);
+    if (build(m, desc, o, err, errlen)) {
+        tr_model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
 }
 
 int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *be, int B, int T,
@@ -679,6 +696,66 @@ long tr_model_adam_steps(const tr_model *m) {
 
 void tr_model_set_adam_steps(tr_model *m, long t) {
     m->adam_t = t;
+}
+
+/* ---- tensor-parallel placement ----------------------------------------------------------- */
+
+int tr_param_runs(const tr_param *p, size_t lo, size_t hi, tr_run *out, int max) {
+    size_t C = (size_t)p->shape[1], G = (size_t)p->gshape[1];
+    int n = 0;
+    for (int s = 0; s < p->n_seg && lo < hi; s++) {
+        const tr_param_seg *g = &p->seg[s];
+        size_t a = (size_t)g->row * C, b = (size_t)(g->row + g->rows) * C;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        while (a < b) { /* whole segment rows are one run when they span the global rows */
+            size_t r = a / C, c = a % C, len = C == G ? b - a : (C - c < b - a ? C - c : b - a);
+            if (n < max)
+                out[n] = (tr_run){.local = a, .global = ((size_t)g->grow + (r - (size_t)g->row)) *
+                                                           G + (size_t)p->col + c,
+                                  .n = len, .seg = s};
+            n++;
+            a += len;
+        }
+    }
+    return n;
+}
+
+size_t tr_param_global_index(const tr_param *p, size_t i) {
+    tr_run r;
+    tr_param_runs(p, i, i + 1, &r, 1);
+    return r.global;
+}
+
+void tr_model_set_param_global(tr_model *m, int i, const float *global) {
+    const tr_param *p = &m->params[i];
+    float *host = malloc((p->numel ? p->numel : 1) * sizeof(float));
+    if (!host) {
+        fprintf(stderr, "trainer: out of memory for tensor %s\n", p->name);
+        abort();
+    }
+    int n = tr_param_runs(p, 0, p->numel, NULL, 0);
+    tr_run *r = malloc((size_t)(n ? n : 1) * sizeof(tr_run));
+    if (!r) abort();
+    tr_param_runs(p, 0, p->numel, r, n);
+    for (int k = 0; k < n; k++) memcpy(host + r[k].local, global + r[k].global, r[k].n * sizeof(float));
+    free(r);
+    tr_model_set_param(m, i, host);
+    free(host);
+}
+
+tr_comm *tr_model_grad_group(const tr_model *m, int i, int s) {
+    (void)m, (void)i, (void)s;
+    return NULL;
+}
+
+double tr_model_grad_sumsq(const tr_model *m, const tr_buf *grad, size_t lo, size_t hi) {
+    return hi > lo ? m->be->sumsq(grad, hi - lo) : 0.0;
+}
+
+tr_tp_stats tr_model_tp_stats(const tr_model *m) {
+    (void)m;
+    return (tr_tp_stats){0};
 }
 
 /* ---- initialisation ------------------------------------------------------------------- */
@@ -1029,6 +1106,12 @@ void tr_model_set_grad_addr(tr_model *m, int i, tr_buf *addr) {
 int tr_model_alloc_optim(tr_model *m, size_t elems) {
     const tr_backend *be = m->be;
     size_t n = elems ? elems : 16;
+    if (!be) { /* a planned model: the sizes only */
+        m->opt_lo = 0;
+        m->opt_hi = elems;
+        if (m->external_params) m->piece_elems = elems;
+        return 0;
+    }
     be->free(m->adam_m);
     be->free(m->adam_v);
     m->adam_m = be->alloc(n * sizeof(float));

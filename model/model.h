@@ -9,6 +9,7 @@
 
 #include "dsl/recipe.h"
 #include "model/backend.h"
+#include "parallel/comm.h"
 
 /* ---- cost model (model/cost.c): pure functions of the description ---------------------- */
 
@@ -39,10 +40,26 @@ typedef struct tr_model tr_model;
 
 #define TR_PARAM_NAME_MAX 128
 
+/* Tensor parallelism: where rows of a process's tensor lie in the global (single-process)
+ * tensor. Local rows [row, row + rows) are global rows [grow, grow + rows), at the tensor's
+ * global columns [col, col + shape[1]). A segment is this rank's alone (copies 1), or held
+ * identically by `copies` ranks of the tp group, of which this rank is copy `copy` (copy 0
+ * writes it into checkpoints). `partial`: each copy computes only a part of the segment's
+ * gradient (sequence-parallel norms, key/value heads shared by several ranks), which is
+ * summed over the copies (tr_model_grad_group) before the optimizer step. */
+typedef struct {
+    int row, rows;
+    int grow;
+    int copies, copy;
+    int partial;
+} tr_param_seg;
+
+#define TR_MAX_SEGS 3
+
 typedef struct {
     char name[TR_PARAM_NAME_MAX]; /* e.g. "stack.0.residual0.attention.qkv.weight" */
     int ndim;
-    int shape[2];
+    int shape[2];  /* this process's tensor (shape[1] = 1 for vectors) */
     size_t offset; /* in elements, into the parameter (and gradient, master, m, v) slabs */
     size_t numel;
     size_t extent; /* elements the slab reserves from offset: numel, or more for a vocabulary
@@ -50,7 +67,24 @@ typedef struct {
     int decay;     /* weight decay applies (matrices only) */
     float init_std; /* 0 with init_one = 1: ones; 0: zeros */
     int init_one;
+    /* tensor parallelism (without it: gshape == shape, one segment, the identity) */
+    int gshape[2]; /* the global tensor's shape */
+    int col;       /* global column of local column 0 */
+    int n_seg;     /* segments, in local row order, covering the local rows */
+    tr_param_seg seg[TR_MAX_SEGS];
 } tr_param;
+
+/* A run of elements contiguous in both the local and the global (flattened) tensor. */
+typedef struct {
+    size_t local, global, n;
+    int seg; /* the segment it lies in */
+} tr_run;
+
+/* Local elements [lo, hi) of p as runs, in local order: fills up to max of them into out and
+ * returns how many there are (call again with room for more when that exceeds max). */
+int tr_param_runs(const tr_param *p, size_t lo, size_t hi, tr_run *out, int max);
+/* The global flat index of local element i. */
+size_t tr_param_global_index(const tr_param *p, size_t i);
 
 typedef struct {
     size_t params, grads, optimizer, activations, scratch; /* bytes */
@@ -83,6 +117,16 @@ typedef struct {
      * backend's pad_vocab). Padding rows of the embedding / head matrix are zero and get zero
      * gradients; losses, logits and checkpoints are those of the V real classes. */
     int pad_vocab;
+    /* Tensor parallelism (Megatron-style) over a group of tp processes, of which this is
+     * tp_rank: attention heads and key/value heads (or, when tp does not divide kv_heads, the
+     * one key/value head a rank's query heads read, shared by tp / kv_heads ranks), the MLP's
+     * hidden units and the (padded) vocabulary are split; norms, positions and the biases
+     * of row-parallel products are replicated. The layers all-reduce (or, with
+     * sequence_parallel, all-gather and reduce-scatter over rows of the B*T tokens) over
+     * tp_comm, which must be given when tp > 1 except to tr_model_measure. tp 0 means 1. */
+    int tp, tp_rank;
+    int sequence_parallel;
+    tr_comm *tp_comm;
 } tr_model_opts;
 
 /* Build a model for micro-batches of at most B sequences of at most T tokens (T <= seq_len).
@@ -97,6 +141,11 @@ void tr_model_free(tr_model *m);
  * measuring pass). */
 int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, const tr_model_opts *opts,
                      tr_memory *mem, char *err, size_t errlen);
+/* The same pass, keeping the result: a model with its parameter tensors, slab and memory
+ * figures but no backend memory, for planning (tr_model_num_params, tr_model_param,
+ * tr_model_slab_elements, tr_model_memory, tr_model_alloc_optim and tr_model_free only). */
+int tr_model_plan(tr_model **out, const tr_model_desc *desc, tr_dtype dtype,
+                  const tr_model_opts *opts, char *err, size_t errlen);
 tr_memory tr_model_memory(const tr_model *m);
 
 int tr_model_num_params(const tr_model *m); /* parameter tensors */
@@ -109,6 +158,9 @@ size_t tr_model_num_elements(const tr_model *m); /* total parameter count */
 void tr_model_get_param(const tr_model *m, int i, float *host);
 void tr_model_set_param(tr_model *m, int i, const float *host);
 void tr_model_get_grad(const tr_model *m, int i, float *host);
+/* This process's part of tensor i, from the whole global tensor (host fp32, gshape[0] *
+ * gshape[1] floats): what a checkpoint or a Hugging Face model holds. */
+void tr_model_set_param_global(tr_model *m, int i, const float *global);
 
 /* The optimizer state, for checkpoints: AdamW's first and second moments of tensor i, and the
  * number of steps taken (the bias corrections depend on it). */
@@ -205,7 +257,8 @@ typedef struct {
 } tr_piece;
 void tr_model_adamw_pieces(tr_model *m, const tr_adamw *opt, const tr_piece *p, int n);
 /* (Re)allocate the optimizer state as `elems` zeroed elements (external_grads; with
- * external_params also the pieces' master weights and working copy); -1 when out of memory. */
+ * external_params also the pieces' master weights and working copy); -1 when out of memory.
+ * On a planned model (tr_model_plan) it records the sizes for tr_model_memory. */
 int tr_model_alloc_optim(tr_model *m, size_t elems);
 
 /* ---- ZeRO-3 (external_params) ----
@@ -230,6 +283,24 @@ int tr_model_num_ops(const tr_model *m);
 /* The parameter tensors op `op` reads when it runs in direction dir, into p; returns how many
  * (at most 4). */
 int tr_model_op_params(const tr_model *m, int op, int dir, int p[4]);
+
+/* ---- tensor parallelism -------------------------------------------------------------------
+ * The group over which segment s of tensor i's gradient must be summed (tr_param_seg.partial),
+ * NULL when this process's gradient of it is complete. Called by the parallel runtime once
+ * the gradients of a step are reduced over the data-parallel group (sums commute). */
+tr_comm *tr_model_grad_group(const tr_model *m, int i, int s);
+/* Sum of squares of gradient elements [lo, hi) of the slab, read from `grad` (slab element lo
+ * first), each element weighted by 1/copies of its segment, so that the sum over the tp
+ * group counts a replicated tensor once; without tensor parallelism the plain sum. */
+double tr_model_grad_sumsq(const tr_model *m, const tr_buf *grad, size_t lo, size_t hi);
+/* What tensor-parallel communication cost so far: collectives started, payload bytes this
+ * process contributed, seconds between start and completion (span) and seconds the
+ * computation waited for them (exposed). */
+typedef struct {
+    long ops;
+    double bytes, span_s, exposed_s;
+} tr_tp_stats;
+tr_tp_stats tr_model_tp_stats(const tr_model *m);
 
 const tr_model_desc *tr_model_desc_of(const tr_model *m);
 const tr_backend *tr_model_backend(const tr_model *m);

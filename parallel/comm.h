@@ -36,6 +36,17 @@ typedef struct {
 } tr_mesh;
 int tr_comm_mesh(tr_comm *world, tr_mesh mesh, tr_comm **dp, tr_comm **pp, tr_comm **tp,
                  char *err, size_t errlen);
+/* A subgroup of c: the ranks that pass the same color, ordered by key (every rank of c calls
+ * it, in the same order as its other operations on c). `name` (up to 7 characters) names the
+ * group in messages. -1 with a message when out of memory. */
+int tr_comm_split(tr_comm *c, int color, int key, const char *name, tr_comm **out, char *err,
+                  size_t errlen);
+
+/* Bytes this process sends for the collectives started on c since it was made, as a
+ * bandwidth-optimal (ring) algorithm moves them: all_reduce of S bytes 2(p-1)/p S,
+ * reduce_scatter of S bytes in and all_gather of S bytes out (p-1)/p S each, send n bytes,
+ * broadcast (root) S. Counted from the calls, not read off the wire; 0 on a group of one. */
+double tr_comm_bytes_sent(const tr_comm *c);
 
 /* Blocking collectives (sum is the only reduction). Buffers are host memory. `n` counts
  * elements. reduce_scatter: send holds size * n elements, rank r receives the sum of block r

@@ -21,6 +21,7 @@ struct tr_comm {
     char name[8]; /* "world", "dp", "pp", "tp" */
     int rank, size;
     int is_world;
+    double bytes_sent; /* tr_comm_bytes_sent */
 #ifdef TR_HAVE_MPI
     MPI_Comm mc; /* MPI_COMM_NULL in the world of one */
 #endif
@@ -354,12 +355,32 @@ static const char *launcher_var(void) {
     return NULL;
 }
 
+/* What a bandwidth-optimal algorithm makes this rank send for o (tr_comm_bytes_sent). */
+static double ring_bytes(const tr_comm *c, const op_info *o) {
+    double p = c->size, b = (double)o->n * (double)dtype_bytes[o->t];
+    if (c->size <= 1) return 0;
+    switch (o->op) {
+    case OP_ALL_REDUCE:
+        return 2 * (p - 1) / p * b;
+    case OP_REDUCE_SCATTER: /* n elements out of p * n in */
+    case OP_ALL_GATHER:     /* n elements in, p * n out */
+        return (p - 1) * b;
+    case OP_BROADCAST:
+        return c->rank == o->peer ? b : 0;
+    case OP_SEND:
+        return b;
+    default:
+        return 0;
+    }
+}
+
 /* Start op; on return either r->done (world of one) or r->rq is in flight. 0 or -1. */
 static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
     tr_comm *c = r->c;
     const op_info *o = &r->o;
     size_t esz = dtype_bytes[o->t];
     if (check_args(c, o)) return -1;
+    c->bytes_sent += ring_bytes(c, o);
     if (o->op == OP_BROADCAST && (o->peer < 0 || o->peer >= c->size))
         return usage_error(c, o, "bad root");
     if ((o->op == OP_SEND || o->op == OP_RECV) && (o->peer < 0 || o->peer >= c->size || o->tag < 0))
@@ -621,6 +642,47 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
     *pp = g3[1];
     *tp = g3[2];
     return 0;
+}
+
+int tr_comm_split(tr_comm *c, int color, int key, const char *name, tr_comm **out, char *err,
+                  size_t errlen) {
+    *out = NULL;
+    if (color < 0) {
+        set_err(err, errlen, "tr_comm_split: color %d must not be negative", color);
+        return -1;
+    }
+    /* the world of one (or a group of one): the only rank is its own subgroup */
+    int rank = 0, size = 1;
+#ifdef TR_HAVE_MPI
+    MPI_Comm mc = MPI_COMM_NULL;
+    if (c->mc != MPI_COMM_NULL) {
+        /* MPI_Comm_split has no deadline: a bounded barrier first catches a missing rank */
+        tr_comm_barrier(c);
+        op_info o = {.op = OP_SPLIT, .peer = -1};
+        int rc = MPI_Comm_split(c->mc, color, key, &mc);
+        if (rc != MPI_SUCCESS) die_mpi(c, &o, rc);
+        MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(mc, &rank);
+        MPI_Comm_size(mc, &size);
+    }
+#endif
+    tr_comm *g2 = group_new(name, rank, size);
+    if (!g2) {
+#ifdef TR_HAVE_MPI
+        if (mc != MPI_COMM_NULL) MPI_Comm_free(&mc);
+#endif
+        set_err(err, errlen, "tr_comm_split: out of memory");
+        return -1;
+    }
+#ifdef TR_HAVE_MPI
+    g2->mc = mc;
+#endif
+    *out = g2;
+    return 0;
+}
+
+double tr_comm_bytes_sent(const tr_comm *c) {
+    return c ? c->bytes_sent : 0.0;
 }
 
 int tr_comm_all_reduce(tr_comm *c, void *buf, size_t n, tr_comm_dtype t) {

@@ -357,6 +357,48 @@ static int z3_init(tr_dp *d) {
     return 0;
 }
 
+/* Buckets of at least bucket_bytes (0: 4 MiB), from the last tensor backwards, into b (room for
+ * one per tensor) and each tensor's bucket into bucket_of; each bucket splits into `world`
+ * pieces (ZeRO-2, 3), whose elements are summed into *pieces. Returns how many buckets. */
+static int cut_buckets(const tr_model *m, size_t bucket_bytes, int world, bucket *b,
+                       int *bucket_of, size_t *pieces) {
+    if (!bucket_bytes) bucket_bytes = (size_t)4 << 20;
+    int np = tr_model_num_params(m), n = 0;
+    size_t elems = 0, hi_el = 0, W = (size_t)world;
+    int hi_param = 0;
+    *pieces = 0;
+    for (int i = np - 1; i >= 0; i--) {
+        const tr_param *p = tr_model_param(m, i);
+        if (elems == 0) {
+            hi_el = p->offset + p->extent; /* with a padded vocabulary's rows */
+            hi_param = i;
+        }
+        elems += p->extent;
+        if (bucket_of) bucket_of[i] = n;
+        if (elems * sizeof(float) >= bucket_bytes || i == 0) {
+            size_t piece = (hi_el - p->offset + W - 1) / W;
+            b[n++] = (bucket){.lo_param = i, .hi_param = hi_param, .lo = p->offset, .hi = hi_el,
+                              .slot = -1, .piece = piece, .state = *pieces};
+            *pieces += piece;
+            elems = 0;
+        }
+    }
+    return n;
+}
+
+void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memory *mem) {
+    size_t pieces = 0;
+    if (zero >= 2) { /* the optimizer state (stage 3: and parameters) of this rank's pieces */
+        int np = tr_model_num_params(m);
+        bucket *b = calloc((size_t)(np ? np : 1), sizeof(bucket));
+        if (b) cut_buckets(m, bucket_bytes, size, b, NULL, &pieces);
+        free(b);
+        tr_model_alloc_optim(m, pieces); /* a planned model records the sizes only */
+    }
+    *mem = tr_model_memory(m);
+    mem->grads += pieces * sizeof(float); /* the summed gradient of the pieces */
+}
+
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_bytes, char *err,
                size_t errlen) {
     *out = NULL;
@@ -398,36 +440,15 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
     d->zero = zero;
     d->world = tr_comm_size(c);
     d->rank = tr_comm_rank(c);
-    if (!bucket_bytes) bucket_bytes = (size_t)4 << 20;
     int np = tr_model_num_params(m);
     d->b = calloc((size_t)(np ? np : 1), sizeof(bucket));
     d->bucket_of = calloc((size_t)(np ? np : 1), sizeof(int));
-    size_t elems = 0, hi_el = 0;
-    int hi_param = 0;
-    for (int i = np - 1; i >= 0; i--) {
-        const tr_param *p = tr_model_param(m, i);
-        if (elems == 0) {
-            hi_el = p->offset + p->extent; /* with a padded vocabulary's rows */
-            hi_param = i;
-        }
-        elems += p->extent;
-        d->bucket_of[i] = d->n_buckets;
-        if (elems * sizeof(float) >= bucket_bytes || i == 0) {
-            d->b[d->n_buckets++] = (bucket){.lo_param = i, .hi_param = hi_param, .lo = p->offset,
-                                            .hi = hi_el, .slot = -1};
-            elems = 0;
-        }
-    }
+    d->n_buckets = cut_buckets(m, bucket_bytes, d->world, d->b, d->bucket_of, &d->sgrad_elems);
     if (zero >= 2) {
-        size_t W = (size_t)d->world, maxp = 0; /* the largest piece */
-        for (int k = 0; k < d->n_buckets; k++) {
-            bucket *b = &d->b[k];
-            b->piece = (b->hi - b->lo + W - 1) / W;
-            b->state = d->sgrad_elems;
-            d->sgrad_elems += b->piece;
-            if (b->piece > maxp) maxp = b->piece;
-        }
-        d->ring_elems = W * maxp;
+        size_t maxp = 0; /* the largest piece */
+        for (int k = 0; k < d->n_buckets; k++)
+            if (d->b[k].piece > maxp) maxp = d->b[k].piece;
+        d->ring_elems = (size_t)d->world * maxp;
         int ok = (d->sgrad = calloc(d->sgrad_elems ? d->sgrad_elems : 1, sizeof(float))) &&
                  (d->gather = malloc(d->ring_elems * sizeof(float))) &&
                  (d->pieces = calloc((size_t)d->n_buckets, sizeof(tr_piece))) &&

@@ -36,6 +36,13 @@ typedef struct {
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *dp, int zero, size_t bucket_bytes, char *err,
                size_t errlen);
 void tr_dp_free(tr_dp *d);
+/* What one rank allocates at ZeRO stage `zero` over `size` ranks, without building anything:
+ * `m` is planned (tr_model_plan) with the options of that stage; at stages 2 and 3 its
+ * optimizer state (stage 3: and parameters) is sized for this rank's pieces, cut exactly as
+ * tr_dp_init cuts them, and the pieces' summed gradient is added. The transient bucket
+ * buffers are not included (tr_dp_grad_buffer_bytes and tr_dp_param_buffer_bytes measure
+ * their high-water marks during a run). */
+void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memory *mem);
 
 /* Call before the backward of the last micro-batch of a step: its gradients are reduced as
  * they complete. Earlier micro-batches accumulate locally, with no communication (ZeRO 0, 1;

@@ -1,0 +1,71 @@
+/* The resolved layout of a run: how its processes split the work (dp x tp x pp, ZeRO stage,
+ * sequence parallelism) and the micro-batching. Made in one place (tr_layout_resolve) from the
+ * recipe's parallel { ... }, the command-line flags and the world size, checked once with one
+ * message per mistake, then only read: by `run` (agreed by all ranks, written into the
+ * resolved recipe.lua and every checkpoint manifest), `show`, the parallel runtime and
+ * checkpoints. The model options and the per-process memory of a layout come from here too,
+ * so that `show` predicts exactly what `run` allocates. */
+#ifndef TR_LAYOUT_H
+#define TR_LAYOUT_H
+
+#include <stddef.h>
+
+#include "dsl/recipe.h"
+#include "model/model.h"
+
+typedef struct {
+    int world;             /* processes: dp * tp * pp */
+    int dp, tp, pp;        /* the mesh; world rank = (d * pp + p) * tp + t (parallel/comm.h) */
+    int zero;              /* ZeRO stage over the dp group, 0..3 */
+    int sequence_parallel; /* tp > 1: norms, residuals and dropout-free regions on 1/tp of the
+                              rows, all-gather / reduce-scatter instead of all-reduce */
+    int micro_batch;       /* sequences per forward/backward on each data-parallel rank */
+    int accum;             /* micro-batches per optimizer step */
+    int micro_auto;        /* micro_batch was "auto" (resolved by memory) */
+    tr_recompute recompute;
+    int bucket_kb;         /* gradient bucket (KiB), 0: the default (4096) */
+    int pad_vocab;         /* vocabulary padding of the head's products (0: the backend's) */
+} tr_layout;
+
+/* What the command line asks for; -1 (or 0 for sequence_parallel and micro_batch) where a flag
+ * was not given and the recipe decides. */
+typedef struct {
+    int dp, tp, zero;
+    int sequence_parallel; /* 1: --sequence-parallel */
+    int micro_batch;       /* --micro-batch, 0: the recipe's */
+} tr_layout_flags;
+
+/* Resolve the layout of `r` for `world` processes with the flags: -1 and one line in err for
+ * the first mistake, naming the setting and what would work (tp must divide the heads, the
+ * kv_heads or be a multiple of them, the MLP widths, dp * tp * pp must be the world size,
+ * ...). `dtype` and `budget` (bytes of activations per process, 0: a host-memory default)
+ * size an "auto" micro-batch. Without a planner, parallel "auto" is dp = world, tp = pp = 1. */
+int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f, int world,
+                      tr_dtype dtype, double budget, char *err, size_t errlen);
+
+/* This process's coordinates in the mesh. */
+typedef struct {
+    int d, p, t;
+} tr_layout_coord;
+tr_layout_coord tr_layout_coord_of(const tr_layout *l, int world_rank);
+
+/* The model options of the process at world rank `rank` (tp_comm is left NULL: the caller
+ * sets its group). */
+tr_model_opts tr_layout_model_opts(const tr_layout *l, int rank);
+
+/* What one process allocates at this layout: the model's measuring pass with the layout's
+ * options, plus ZeRO's gradient pieces (stage 2, 3) sized exactly as parallel/dp.c cuts them;
+ * the transient bucket buffers of stages 2 and 3 are not included (they are measured as
+ * high-water marks during the run). `rank`: whose (the data-parallel pieces differ at the
+ * edges by up to a bucket's padding). */
+int tr_layout_memory(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype, int rank,
+                     tr_memory *mem, char *err, size_t errlen);
+
+/* One line: "2 processes: dp 1 x tp 2, sequence parallel, ZeRO-0, micro-batch 4 x 2". */
+void tr_layout_describe(const tr_layout *l, char *buf, size_t len);
+
+/* Write the resolved layout back into the recipe (parallel { ... } and train.micro_batch), so
+ * that the saved recipe.lua names it. */
+void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r);
+
+#endif
