@@ -1,0 +1,94 @@
+/* Private to model/: the flattened program (ops) and the model's state, shared by the
+ * builder (model.c), the parameter and optimizer code (params.c) and the executor (exec.c). */
+#ifndef TR_MODEL_PRIVATE_H
+#define TR_MODEL_PRIVATE_H
+
+#include "model/model.h"
+
+typedef enum {
+    OP_EMBED,
+    OP_POS,
+    OP_LAYERNORM,
+    OP_RMSNORM,
+    OP_ATTENTION,
+    OP_MLP,
+    OP_RES_BEGIN,
+    OP_RES_END,
+    OP_HEAD
+} op_kind;
+
+typedef struct {
+    op_kind kind;
+    const tr_node *node;
+    int p[4];       /* parameter tensors: weight, bias, weight2, bias2 (-1: none) */
+    size_t in, out; /* activation offsets (floats) of the input and output streams, (N, C) */
+    size_t s[3];    /* saved tensors: LN mean, rstd; ATTN qkv, att, lse; MLP fc, act;
+                       RES_END s[0] = the skip stream */
+    int depth;      /* residual nesting level the op runs at */
+    int match;      /* RES_END: index of its RES_BEGIN */
+} op_t;
+
+/* Offsets with this bit set live in the transient arenas, which the recompute levels reuse:
+ * "selective" keeps one MLP activation buffer there (recomputed from the pre-activation in
+ * the backward), "full" every tensor inside a top-level residual branch (the branch's forward
+ * runs again from its saved input just before its backward). */
+#define TRANSIENT ((size_t)1 << 62)
+
+struct tr_model {
+    tr_model_desc desc; /* root points into the caller's recipe: it must outlive the model */
+    const tr_backend *be;
+    int maxB, maxT;
+    op_t *ops;
+    int n_ops, cap_ops;
+    tr_param *params;
+    int n_params, cap_params;
+    size_t n_floats;    /* parameter slab size (elements, with alignment padding) */
+    size_t act_floats;  /* activation arena size (storage elements) */
+    size_t stat_floats; /* fp32 statistics arena size (norm mean/rstd, attention lse) */
+    size_t tact_floats, tstat_floats; /* transient arenas (recompute) */
+    tr_recompute recompute;
+    size_t es;            /* bytes of one storage element */
+    size_t width_scratch; /* widest per-token scratch (floats) for attention/MLP backward */
+    int max_depth;
+    int last_branch_end; /* the last top-level RES_END: its branch is intact at backward */
+    size_t n_pad;        /* slab elements, padded to a multiple of the shard count */
+    size_t opt_lo, opt_hi; /* this process's optimizer shard of the slab */
+    int *ready_op;       /* per parameter: the op after whose backward its gradient is final */
+    tr_grad_hook hook, pre_hook, partial_hook;
+    void *hook_ctx, *pre_ctx, *partial_ctx;
+    tr_buf **gaddr;      /* per parameter: where its gradient lives (the slab, or placed) */
+    int external_grads;
+    /* ZeRO-3: no parameter slab; this process keeps pieces of it (master and working copy,
+       indexed like the optimizer state), and every op's parameters are placed by the op hook
+       before it runs (paddr) */
+    int external_params;
+    tr_buf **paddr;      /* per parameter: where the op reads it (the slab, or placed) */
+    tr_buf *wpar;        /* ZeRO-3: the working copy of the pieces (== master in fp32) */
+    tr_piece *pieces;    /* ZeRO-3: the pieces of the slab this process keeps */
+    int n_pieces;
+    size_t piece_elems;
+    tr_op_hook ohook;
+    void *octx;
+    int recompute_to;   /* inside the backward's repeated forward of ops [., recompute_to): 0
+                           when not */
+    tr_adamw_seg *segs; /* the optimizer step's stretches (reused every step) */
+    int cap_segs;
+    int n_attention;
+    size_t head_rows; /* rows of logits computed at once */
+    int Vp;           /* the vocabulary padded for the head's products (>= desc.vocab) */
+    int head_param;   /* parameter index of the head's weight (embedding's when tied) */
+    int embed_param;
+    /* backend memory; tr_buf in the storage dtype, float always fp32 */
+    tr_buf *param, *grad, *act, *tact;
+    float *master, *adam_m, *adam_v, *stats, *tstats; /* master == param when storage is fp32 */
+    tr_buf *scratch1, *scratch2, *logits;
+    float *losses;
+    tr_buf **gbuf; /* 2 * (max_depth + 1) gradient streams, (N, C) each */
+    int *tokens, *targets;
+    float *host_losses;
+    long adam_t;
+    int lastB, lastT;
+    float last_scale;
+};
+
+#endif
