@@ -19,6 +19,8 @@ typedef struct {
     size_t stat_cursor;           /* statistics arena cursor (floats) */
     size_t tcursor, tstat_cursor; /* transient arenas' cursors, reset per top-level branch */
     size_t N;                     /* rows of the largest micro-batch */
+    size_t Ns;                    /* rows of the residual stream: N, or N / tp with sequence
+                                     parallelism */
     int depth;
     char err[256];
 } builder;
@@ -39,14 +41,18 @@ static size_t take(size_t *cursor, size_t *high, size_t width, size_t N) {
     return off;
 }
 
-static size_t act_take(builder *b, size_t width) {
-    if (in_branch(b)) return TRANSIENT | take(&b->tcursor, &b->m->tact_floats, width, b->N);
-    return take(&b->cursor, NULL, width, b->N);
+/* An activation of `width` per row, over all N rows (the inside of a split layer) or over the
+ * Ns rows of the residual stream (`stream`: outputs of layers, norms and their statistics). */
+static size_t act_take(builder *b, size_t width, int stream) {
+    size_t rows = stream ? b->Ns : b->N;
+    if (in_branch(b)) return TRANSIENT | take(&b->tcursor, &b->m->tact_floats, width, rows);
+    return take(&b->cursor, NULL, width, rows);
 }
 
-static size_t stat_take(builder *b, size_t width) {
-    if (in_branch(b)) return TRANSIENT | take(&b->tstat_cursor, &b->m->tstat_floats, width, b->N);
-    return take(&b->stat_cursor, NULL, width, b->N);
+static size_t stat_take(builder *b, size_t width, int stream) {
+    size_t rows = stream ? b->Ns : b->N;
+    if (in_branch(b)) return TRANSIENT | take(&b->tstat_cursor, &b->m->tstat_floats, width, rows);
+    return take(&b->stat_cursor, NULL, width, rows);
 }
 
 static op_t *op_push(builder *b, op_kind kind, const tr_node *n) {
@@ -91,12 +97,108 @@ static int param_add(builder *b, const char *prefix, const char *name, int ndim,
     return m->n_params++;
 }
 
-/* A vocabulary matrix (V, C) just added: reserve Vp rows for it in the slab, the padding rows
- * zero (the head's products run over Vp rows). */
-static void pad_rows(tr_model *m, int i) {
+/* ---- where a tensor-parallel rank's tensors lie in the global ones ----
+ * A tensor is added with this rank's shape; these record the global shape and how its rows
+ * and columns map there (model.h, tr_param_seg). */
+
+/* Replicated on every rank of the tp group; `partial`: each computes part of its gradient. */
+static void replicate(tr_model *m, int i, int partial) {
     tr_param *p = &m->params[i];
-    p->extent = (size_t)m->Vp * (size_t)p->shape[1];
+    p->seg[0].copies = m->tp;
+    p->seg[0].copy = m->tpr;
+    p->seg[0].partial = partial && m->tp > 1;
+}
+
+/* Rows split: local rows come in `n` segments of rows[k] rows, segment k at global row
+ * grow[k] of a global tensor of grows rows. */
+static void split_rows(tr_model *m, int i, int grows, int n, const int *rows, const int *grow) {
+    tr_param *p = &m->params[i];
+    p->gshape[0] = grows;
+    p->n_seg = n;
+    for (int k = 0, r = 0; k < n; r += rows[k], k++)
+        p->seg[k] = (tr_param_seg){.row = r, .rows = rows[k], .grow = grow[k], .copies = 1};
+}
+
+/* Columns split: local columns are global columns [col, col + shape[1]) of gcols. */
+static void split_cols(tr_model *m, int i, int gcols, int col) {
+    tr_param *p = &m->params[i];
+    p->gshape[1] = gcols;
+    p->col = col;
+}
+
+/* A vocabulary matrix (V, C) just added with this rank's vn real rows: reserve its Vl rows
+ * in the slab (the padding rows stay zero: the head's products run over Vl rows) and place
+ * them at global row vlo. */
+static void vocab_rows(tr_model *m, int i) {
+    tr_param *p = &m->params[i];
+    p->extent = (size_t)m->Vl * (size_t)p->shape[1];
     m->n_floats = p->offset + align16(p->extent);
+    split_rows(m, i, m->desc.vocab, 1, &m->vn, &m->vlo);
+}
+
+/* Attention's parameters on this rank: its H / tp query heads, and either its KV / tp
+ * key/value heads or (tp a multiple of KV) the one its query heads read, shared with the
+ * tp / KV - 1 other ranks whose query heads read it (each computes part of its gradient). */
+static void attention_params(builder *b, op_t *op, const tr_node *n, const char *prefix,
+                             float std, float proj_std) {
+    tr_model *m = b->m;
+    const int C = m->desc.dim, H = n->heads, KV = n->kv_heads, hd = C / H, T = m->tp;
+    if (H % T || (KV % T && T % KV)) { /* the layout refuses these first, with a hint */
+        snprintf(b->err, sizeof(b->err), "model: tp %d must divide the heads (%d) and divide "
+                 "or be a multiple of the kv_heads (%d) of every attention", T, H, KV);
+        return;
+    }
+    int share = KV % T == 0 ? 1 : T / KV; /* ranks holding each key/value head */
+    op->H = H / T;
+    op->KV = share == 1 ? KV / T : 1;
+    int kv0 = share == 1 ? m->tpr * op->KV : m->tpr / share; /* this rank's first kv head */
+    int q = op->H * hd, kv = op->KV * hd, qkv = q + 2 * kv;
+    int rows[3] = {q, kv, kv}, grow[3] = {m->tpr * q, H * hd + kv0 * hd, (H + KV) * hd + kv0 * hd};
+    for (int k = 0; k < 2; k++) {
+        if (k && !n->bias) break;
+        int i = param_add(b, prefix, k ? "qkv.bias" : "qkv.weight", k ? 1 : 2, qkv, C,
+                          k ? 0 : std, 0);
+        split_rows(m, i, (H + 2 * KV) * hd, 3, rows, grow);
+        for (int s = 1; s < 3 && share > 1; s++) /* the shared key/value rows */
+            m->params[i].seg[s] = (tr_param_seg){.row = m->params[i].seg[s].row, .rows = kv,
+                                                 .grow = grow[s], .copies = share,
+                                                 .copy = m->tpr % share, .partial = 1};
+        op->p[k] = i;
+    }
+    op->p[2] = param_add(b, prefix, "out.weight", 2, C, q, proj_std, 0);
+    split_cols(m, op->p[2], H * hd, m->tpr * q);
+    if (n->bias) { /* added once, after the products' partial sums are reduced */
+        op->p[3] = param_add(b, prefix, "out.bias", 1, C, 1, 0, 0);
+        replicate(m, op->p[3], 0);
+    }
+}
+
+/* The MLP's parameters on this rank: hidden units [tpr * h, (tpr + 1) * h) of the first
+ * product (of both its gate and up halves for SwiGLU) and the matching columns of the second. */
+static void mlp_params(builder *b, op_t *op, const tr_node *n, const char *prefix, float std,
+                       float proj_std) {
+    tr_model *m = b->m;
+    const int C = m->desc.dim, swiglu = n->activation == TR_ACT_SWIGLU;
+    if (n->hidden % m->tp) {
+        snprintf(b->err, sizeof(b->err), "model: tp %d must divide the hidden width (%d) of "
+                 "every mlp", m->tp, n->hidden);
+        return;
+    }
+    int h = n->hidden / m->tp, fc = swiglu ? 2 * h : h;
+    int rows[2] = {h, h}, grow[2] = {m->tpr * h, n->hidden + m->tpr * h};
+    op->hid = h;
+    op->p[0] = param_add(b, prefix, "fc.weight", 2, fc, C, std, 0);
+    split_rows(m, op->p[0], swiglu ? 2 * n->hidden : n->hidden, swiglu ? 2 : 1, rows, grow);
+    if (n->bias) {
+        op->p[1] = param_add(b, prefix, "fc.bias", 1, fc, 1, 0, 0);
+        split_rows(m, op->p[1], swiglu ? 2 * n->hidden : n->hidden, swiglu ? 2 : 1, rows, grow);
+    }
+    op->p[2] = param_add(b, prefix, "proj.weight", 2, C, h, proj_std, 0);
+    split_cols(m, op->p[2], n->hidden, m->tpr * h);
+    if (n->bias) {
+        op->p[3] = param_add(b, prefix, "proj.bias", 1, C, 1, 0, 0);
+        replicate(m, op->p[3], 0);
+    }
 }
 
 /* Layers once every stack is unrolled (a double: nested repeats can pass any integer type). */
@@ -149,7 +251,7 @@ static size_t flatten_children(builder *b, const tr_node *n, const char *prefix,
 
 static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t cur) {
     tr_model *m = b->m;
-    const int C = m->desc.dim, V = m->desc.vocab;
+    const int C = m->desc.dim;
     const float std = 0.02f,
                 proj_std = 0.02f / sqrtf(2.0f * (float)(m->n_attention > 0 ? m->n_attention : 1));
     op_t *op;
@@ -178,19 +280,20 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         if (b->depth == 0) m->last_branch_end = m->n_ops - 1;
         op->in = branch;
         op->s[0] = cur;
-        op->out = act_take(b, (size_t)C);
+        op->out = act_take(b, (size_t)C, 1);
         return op->out;
     }
     case TR_NODE_EMBEDDING:
         op = op_push(b, OP_EMBED, n);
-        op->p[0] = param_add(b, prefix, "weight", 2, V, C, std, 0);
-        pad_rows(m, op->p[0]);
+        op->p[0] = param_add(b, prefix, "weight", 2, m->vn, C, std, 0);
+        vocab_rows(m, op->p[0]);
         m->embed_param = op->p[0];
-        op->out = act_take(b, (size_t)C);
+        op->out = act_take(b, (size_t)C, 1);
         return op->out;
     case TR_NODE_POSITIONS:
         op = op_push(b, OP_POS, n);
         op->p[0] = param_add(b, prefix, "weight", 2, m->desc.seq_len, C, std, 0);
+        replicate(m, op->p[0], m->sp); /* each rank adds it to its rows of the stream */
         op->in = op->out = cur; /* added in place: the embedding output is not needed later */
         return cur;
     case TR_NODE_ROPE: /* applied inside the attention layers that follow */
@@ -199,42 +302,41 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
     case TR_NODE_RMSNORM:
         op = op_push(b, n->kind == TR_NODE_LAYERNORM ? OP_LAYERNORM : OP_RMSNORM, n);
         op->p[0] = param_add(b, prefix, "weight", 1, C, 1, 0, 1);
-        if (n->kind == TR_NODE_LAYERNORM && n->bias)
+        replicate(m, op->p[0], m->sp);
+        if (n->kind == TR_NODE_LAYERNORM && n->bias) {
             op->p[1] = param_add(b, prefix, "bias", 1, C, 1, 0, 0);
+            replicate(m, op->p[1], m->sp);
+        }
         op->in = cur;
-        op->out = act_take(b, (size_t)C);
-        op->s[0] = stat_take(b, 1); /* mean (unused by RMSNorm) */
-        op->s[1] = stat_take(b, 1); /* rstd */
+        op->out = act_take(b, (size_t)C, 1);
+        op->s[0] = stat_take(b, 1, 1); /* mean (unused by RMSNorm) */
+        op->s[1] = stat_take(b, 1, 1); /* rstd */
         return op->out;
     case TR_NODE_ATTENTION: {
-        int hd = C / n->heads, q = n->heads * hd, qkv = (n->heads + 2 * n->kv_heads) * hd;
         op = op_push(b, OP_ATTENTION, n);
-        op->p[0] = param_add(b, prefix, "qkv.weight", 2, qkv, C, std, 0);
-        if (n->bias) op->p[1] = param_add(b, prefix, "qkv.bias", 1, qkv, 1, 0, 0);
-        op->p[2] = param_add(b, prefix, "out.weight", 2, C, q, proj_std, 0);
-        if (n->bias) op->p[3] = param_add(b, prefix, "out.bias", 1, C, 1, 0, 0);
+        attention_params(b, op, n, prefix, std, proj_std);
+        if (b->err[0]) return cur;
+        int hd = C / n->heads, q = op->H * hd, qkv = (op->H + 2 * op->KV) * hd;
         op->in = cur;
-        op->s[0] = act_take(b, (size_t)qkv);
-        op->s[1] = act_take(b, (size_t)q);
-        op->s[2] = stat_take(b, (size_t)n->heads); /* lse */
-        op->out = act_take(b, (size_t)C);
+        op->s[0] = act_take(b, (size_t)qkv, 0);
+        op->s[1] = act_take(b, (size_t)q, 0);
+        op->s[2] = stat_take(b, (size_t)op->H, 0); /* lse */
+        op->out = act_take(b, (size_t)C, 1);
         if ((size_t)qkv > m->width_scratch) m->width_scratch = (size_t)qkv;
         return op->out;
     }
     case TR_NODE_MLP: {
-        int h = n->hidden, fc = n->activation == TR_ACT_SWIGLU ? 2 * h : h;
         op = op_push(b, OP_MLP, n);
-        op->p[0] = param_add(b, prefix, "fc.weight", 2, fc, C, std, 0);
-        if (n->bias) op->p[1] = param_add(b, prefix, "fc.bias", 1, fc, 1, 0, 0);
-        op->p[2] = param_add(b, prefix, "proj.weight", 2, C, h, proj_std, 0);
-        if (n->bias) op->p[3] = param_add(b, prefix, "proj.bias", 1, C, 1, 0, 0);
+        mlp_params(b, op, n, prefix, std, proj_std);
+        if (b->err[0]) return cur;
+        int h = op->hid, fc = n->activation == TR_ACT_SWIGLU ? 2 * h : h;
         op->in = cur;
-        op->s[0] = act_take(b, (size_t)fc);
+        op->s[0] = act_take(b, (size_t)fc, 0);
         if (m->recompute == TR_RECOMPUTE_SELECTIVE) /* one shared buffer, recomputed */
             op->s[1] = TRANSIENT | take(&(size_t){0}, &m->tact_floats, (size_t)h, b->N);
         else
-            op->s[1] = act_take(b, (size_t)h);
-        op->out = act_take(b, (size_t)C);
+            op->s[1] = act_take(b, (size_t)h, 0);
+        op->out = act_take(b, (size_t)C, 1);
         if ((size_t)fc > m->width_scratch) m->width_scratch = (size_t)fc;
         return op->out;
     }
@@ -243,8 +345,8 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         if (n->tied) {
             op->p[0] = m->embed_param;
         } else {
-            op->p[0] = param_add(b, prefix, "weight", 2, V, C, std, 0);
-            pad_rows(m, op->p[0]);
+            op->p[0] = param_add(b, prefix, "weight", 2, m->vn, C, std, 0);
+            vocab_rows(m, op->p[0]);
         }
         m->head_param = op->p[0];
         op->in = cur;
@@ -275,8 +377,28 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     m->maxB = B;
     m->maxT = T;
     m->embed_param = m->head_param = -1;
+    m->tp = o->tp > 1 ? o->tp : 1;
+    m->tpr = m->tp > 1 ? o->tp_rank : 0;
+    m->sp = m->tp > 1 && o->sequence_parallel;
+    m->tp_comm = o->tp_comm;
+    if (m->tpr < 0 || m->tpr >= m->tp) {
+        snprintf(err, errlen, "model: tensor-parallel rank %d of %d", o->tp_rank, m->tp);
+        return -1;
+    }
+    if (m->sp && (size_t)B * (size_t)T % (size_t)m->tp) {
+        snprintf(err, errlen, "model: sequence parallelism over %d ranks needs a multiple of %d "
+                 "tokens per micro-batch (%d x %d)", m->tp, m->tp, B, T);
+        return -1;
+    }
+    /* the vocabulary, padded to the backend's multiple on every rank, splits into tp equal
+       runs of rows; the last rank's may be padding in part */
     int pad = o->pad_vocab > 0 ? o->pad_vocab : m->be && m->be->pad_vocab > 0 ? m->be->pad_vocab : 1;
-    m->Vp = (desc->vocab + pad - 1) / pad * pad;
+    int vunit = pad * m->tp;
+    m->Vp = (desc->vocab + vunit - 1) / vunit * vunit;
+    m->Vl = m->Vp / m->tp;
+    m->vlo = m->tpr * m->Vl;
+    m->vn = desc->vocab - m->vlo < m->Vl ? desc->vocab - m->vlo : m->Vl;
+    if (m->vn < 0) m->vn = 0;
     double layers = count_layers(root);
     if (layers > MAX_LAYERS) { /* refused before anything is built for it */
         snprintf(err, errlen, "model: %.4g layers once the repeats are unrolled (at most %.0f)",
@@ -285,6 +407,7 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     }
     m->n_attention = count_attention(root);
     builder b = {.m = m, .N = (size_t)B * (size_t)T};
+    b.Ns = m->sp ? b.N / (size_t)m->tp : b.N;
     flatten(&b, root, "", 0);
     if (!b.err[0] && m->max_depth >= 63)
         snprintf(b.err, sizeof(b.err), "model: residuals nested %d deep (at most 62)",
@@ -297,7 +420,7 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     m->stat_floats = b.stat_cursor;
     /* logits chunk: as many rows as fit in 8M floats, so a 50k vocabulary never needs the
        whole (N, V) matrix */
-    size_t rows = (size_t)(8u << 20) / (size_t)m->Vp;
+    size_t rows = (size_t)(8u << 20) / (size_t)m->Vl;
     if (rows < 1) rows = 1;
     if (rows > b.N) rows = b.N;
     m->head_rows = rows;
@@ -331,10 +454,15 @@ static tr_memory memory_of(const tr_model *m) {
     mem.optimizer = 2 * (m->opt_hi - m->opt_lo) * F;
     mem.activations =
         (m->act_floats + m->tact_floats) * es + (m->stat_floats + m->tstat_floats) * F;
-    mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->Vp +
-                   2 * (size_t)(m->max_depth + 1) * align16(N * C)) *
+    size_t Ns = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream */
+    mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->Vl +
+                   2 * (size_t)(m->max_depth + 1) * align16(Ns * C)) *
                       es +
                   align16(N) * F + 2 * N * sizeof(int);
+    if (m->sp) mem.scratch += 2 * align16(N * C) * es; /* xfull, gfull */
+    if (m->tp > 1) /* vgather, xstats, ltokens */
+        mem.scratch += (size_t)m->Vp * F + ((size_t)m->tp + 1) * m->head_rows * 3 * F +
+                       N * sizeof(int);
     return mem;
 }
 
@@ -370,6 +498,28 @@ int tr_model_init(tr_model **out, const tr_model_desc *desc, const tr_backend *b
     return tr_model_init_opts(out, desc, be, &o, err, errlen);
 }
 
+/* The groups of ranks sharing a key/value head (tp a multiple of an attention's kv_heads),
+ * one per sharing factor: made before anything is allocated, identically on every rank. */
+static int kv_groups(tr_model *m, char *err, size_t errlen) {
+    for (int i = 0; i < m->n_params; i++) {
+        const tr_param_seg *g = &m->params[i].seg[1];
+        if (m->params[i].n_seg < 3 || g->copies < 2) continue;
+        int k = 0;
+        while (k < m->n_kvg && m->kvg[k].copies != g->copies) k++;
+        if (k < m->n_kvg) continue;
+        if (k == (int)(sizeof(m->kvg) / sizeof(m->kvg[0]))) {
+            snprintf(err, errlen, "model: more than %d different kv_heads across attentions", k);
+            return -1;
+        }
+        m->kvg[k].copies = g->copies;
+        if (tr_comm_split(m->tp_comm, m->tpr / g->copies, m->tpr, "kv", &m->kvg[k].comm, err,
+                          errlen))
+            return -1;
+        m->n_kvg++;
+    }
+    return 0;
+}
+
 int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backend *be,
                        const tr_model_opts *o, char *err, size_t errlen) {
     int B = o->B, T = o->T;
@@ -385,7 +535,26 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
         tr_model_free(m);
         return -1;
     }
+    if (m->tp > 1 && (!be->xent_stats || !be->xent_finish || strcmp(be->name, "cpu"))) {
+        /* the collectives move host memory: a device backend needs NCCL (not yet) */
+        snprintf(err, errlen, "tensor parallelism on the %s backend needs NCCL, which is not "
+                 "implemented yet (run with --device cpu)", be->name);
+        tr_model_free(m);
+        return -1;
+    }
+    if (m->tp > 1 && (!o->tp_comm || tr_comm_size(o->tp_comm) != m->tp ||
+                      tr_comm_rank(o->tp_comm) != m->tpr)) {
+        snprintf(err, errlen, "model: tensor parallelism over %d ranks needs their group (rank "
+                 "%d of it)", m->tp, m->tpr);
+        tr_model_free(m);
+        return -1;
+    }
+    if (kv_groups(m, err, errlen)) {
+        tr_model_free(m);
+        return -1;
+    }
     size_t N = (size_t)B * (size_t)T, C = (size_t)desc->dim, F = sizeof(float), es = m->es;
+    size_t Ns = m->sp ? N / (size_t)m->tp : N;
     int ng = 2 * (m->max_depth + 1);
     int own_params = !m->external_params; /* ZeRO-3: pieces only (tr_model_alloc_optim) */
     m->param = own_params ? be->alloc(m->n_pad * es) : NULL;
@@ -399,7 +568,7 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     m->tstats = be->alloc((m->tstat_floats ? m->tstat_floats : 16) * F);
     m->scratch1 = be->alloc(align16(m->width_scratch * N) * es);
     m->scratch2 = be->alloc(align16(m->width_scratch * N) * es);
-    m->logits = be->alloc(m->head_rows * (size_t)m->Vp * es);
+    m->logits = be->alloc(m->head_rows * (size_t)m->Vl * es);
     m->losses = be->alloc(align16(N) * F);
     m->tokens = be->alloc(N * sizeof(int));
     m->targets = be->alloc(N * sizeof(int));
@@ -416,7 +585,13 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
              m->tact && m->tstats && m->scratch1 && m->scratch2 && m->logits && m->losses &&
              m->tokens && m->targets && m->host_losses && m->gbuf;
     for (int i = 0; ok && i < ng; i++)
-        ok = (m->gbuf[i] = be->alloc(align16(N * C) * es)) != NULL;
+        ok = (m->gbuf[i] = be->alloc(align16(Ns * C) * es)) != NULL;
+    if (ok && m->sp)
+        ok = (m->xfull = be->alloc(align16(N * C) * es)) && (m->gfull = be->alloc(align16(N * C) * es));
+    if (ok && m->tp > 1)
+        ok = (m->vgather = be->alloc((size_t)m->Vp * F)) &&
+             (m->xstats = be->alloc(((size_t)m->tp + 1) * m->head_rows * 3 * F)) &&
+             (m->ltokens = be->alloc(N * sizeof(int)));
     if (!ok) {
         tr_memory mem = memory_of(m);
         snprintf(err, errlen, "model: cannot allocate %.2f GiB on the %s backend",
@@ -432,6 +607,7 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
 
 void tr_model_free(tr_model *m) {
     if (!m) return;
+    for (int k = 0; k < m->n_kvg; k++) tr_comm_free(m->kvg[k].comm);
     const tr_backend *be = m->be;
     if (be) {
         if (m->master != m->param) be->free(m->master);
@@ -441,6 +617,11 @@ void tr_model_free(tr_model *m) {
         be->free(m->adam_m);
         be->free(m->adam_v);
         be->free(m->act);
+        be->free(m->xfull);
+        be->free(m->gfull);
+        be->free(m->vgather);
+        be->free(m->xstats);
+        be->free(m->ltokens);
         be->free(m->stats);
         be->free(m->tact);
         be->free(m->tstats);

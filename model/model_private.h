@@ -26,6 +26,8 @@ typedef struct {
                        RES_END s[0] = the skip stream */
     int depth;      /* residual nesting level the op runs at */
     int match;      /* RES_END: index of its RES_BEGIN */
+    int H, KV, hid; /* this rank's query heads, key/value heads (ATTENTION), hidden units
+                       (MLP): the node's, divided by tensor parallelism */
 } op_t;
 
 /* Offsets with this bit set live in the transient arenas, which the recompute levels reuse:
@@ -76,6 +78,23 @@ struct tr_model {
     int n_attention;
     size_t head_rows; /* rows of logits computed at once */
     int Vp;           /* the vocabulary padded for the head's products (>= desc.vocab) */
+    /* tensor parallelism: a group of tp ranks, this one tpr; sequence parallelism (sp) keeps
+       the residual stream, norms and their gradients on Ns = N / tp rows */
+    int tp, tpr, sp;
+    tr_comm *tp_comm;
+    struct {
+        int copies;     /* ranks sharing each key/value head */
+        tr_comm *comm;  /* the ranks sharing this rank's */
+    } kvg[4];
+    int n_kvg;
+    int Vl;           /* vocabulary rows of this rank's embedding / head (Vp / tp) */
+    int vlo, vn;      /* its first global row, and how many of its rows are real classes */
+    tr_buf *xfull, *gfull; /* sp: (N, C) the gathered input of a split product, and the full
+                              gradient or the partial sums before a reduce-scatter */
+    float *vgather;   /* tp: one row of Vp logits gathered from every rank (decoding, tools) */
+    float *xstats;    /* tp: the head's row statistics, (tp + 1) x head_rows x 3 */
+    int *ltokens;     /* tp: token ids in this rank's vocabulary rows, -1 elsewhere (host) */
+    tr_tp_stats tps;
     int head_param;   /* parameter index of the head's weight (embedding's when tied) */
     int embed_param;
     /* backend memory; tr_buf in the storage dtype, float always fp32 */

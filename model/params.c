@@ -181,17 +181,36 @@ void tr_model_set_param_global(tr_model *m, int i, const float *global) {
 }
 
 tr_comm *tr_model_grad_group(const tr_model *m, int i, int s) {
-    (void)m, (void)i, (void)s;
-    return NULL;
+    const tr_param_seg *g = &m->params[i].seg[s];
+    if (!g->partial || g->copies < 2) return NULL;
+    if (g->copies == m->tp) return m->tp_comm;
+    for (int k = 0; k < m->n_kvg; k++)
+        if (m->kvg[k].copies == g->copies) return m->kvg[k].comm;
+    return NULL; /* a planned model: no groups */
 }
 
 double tr_model_grad_sumsq(const tr_model *m, const tr_buf *grad, size_t lo, size_t hi) {
-    return hi > lo ? m->be->sumsq(grad, hi - lo) : 0.0;
+    if (hi <= lo) return 0.0;
+    if (m->tp == 1) /* padding between tensors is never written: one pass over the range */
+        return m->be->sumsq(grad, hi - lo);
+    double ss = 0;
+    for (int i = 0; i < m->n_params; i++) { /* tensor by tensor, segment by segment */
+        const tr_param *p = &m->params[i];
+        size_t C = (size_t)p->shape[1];
+        for (int s = 0; s < p->n_seg; s++) {
+            size_t a = p->offset + (size_t)p->seg[s].row * C,
+                   b = a + (size_t)p->seg[s].rows * C;
+            if (a < lo) a = lo;
+            if (b > hi) b = hi;
+            if (a < b)
+                ss += m->be->sumsq(tr_buf_at(m->be, grad, a - lo), b - a) / p->seg[s].copies;
+        }
+    }
+    return ss;
 }
 
 tr_tp_stats tr_model_tp_stats(const tr_model *m) {
-    (void)m;
-    return (tr_tp_stats){0};
+    return m->tps;
 }
 
 /* ---- initialisation ------------------------------------------------------------------- */
@@ -222,14 +241,30 @@ void tr_model_init_params(tr_model *m, unsigned long long seed) {
     size_t maxn = 0;
     for (int i = 0; i < m->n_params; i++)
         if (m->params[i].numel > maxn) maxn = m->params[i].numel;
-    float *host = malloc(maxn * sizeof(float));
+    float *host = malloc((maxn ? maxn : 1) * sizeof(float));
+    tr_run *runs = NULL;
+    int cap = 0;
     for (int i = 0; i < m->n_params; i++) {
         const tr_param *p = &m->params[i];
         uint64_t key = mix64(seed ^ hash_name(p->name));
-        for (size_t j = 0; j < p->numel; j++)
-            host[j] = p->init_one ? 1.0f : p->init_std > 0 ? p->init_std * normal_at(key, j) : 0;
+        /* element by its index in the global tensor: a tensor-parallel shard starts as the
+           slice of the single-process tensor */
+        int n = tr_param_runs(p, 0, p->numel, runs, cap);
+        if (n > cap) {
+            runs = realloc(runs, (size_t)n * sizeof(tr_run));
+            if (!runs) abort();
+            cap = n;
+            tr_param_runs(p, 0, p->numel, runs, cap);
+        }
+        for (int k = 0; k < n; k++)
+            for (size_t j = 0; j < runs[k].n; j++)
+                host[runs[k].local + j] =
+                    p->init_one     ? 1.0f
+                    : p->init_std > 0 ? p->init_std * normal_at(key, runs[k].global + j)
+                                      : 0;
         tr_model_set_param(m, i, host);
     }
+    free(runs);
     free(host);
     if (m->grad) m->be->zero(m->grad, m->n_pad * m->es);
     m->be->zero(m->adam_m, (m->opt_hi - m->opt_lo) * sizeof(float));
