@@ -1,6 +1,16 @@
 /* The model's executor: forward and backward over the program of ops (training, evaluation,
  * logits for tools), and incremental decoding with a KV cache; every computation is a call
- * into the backend table. */
+ * into the backend table.
+ *
+ * Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; sequence parallelism, Korthikanti et
+ * al. 2022): a split layer reads the whole (N, C) input, computes with its rank's heads or
+ * hidden units, and its output product yields partial sums that are all-reduced over the tp
+ * group (with sequence parallelism: reduce-scattered, so that the residual stream and the norms
+ * hold N / tp rows, and all-gathered again before the next split layer). The backward mirrors
+ * it, and reduces each input gradient while the weight gradient that does not depend on it is
+ * computed. The vocabulary is split too: the embedding's rows and the head's logits, whose
+ * cross entropy combines per-row statistics of every rank (one small all-gather) instead of
+ * gathering the logits. */
 #include "model/model_private.h"
 
 #include <math.h>
@@ -8,8 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-/* ---- forward / backward --------------------------------------------------------------- */
+/* ---- accessors ------------------------------------------------------------------------- */
 
 static tr_buf *ACT(const tr_model *m, size_t off) {
     if (off & TRANSIENT) return tr_buf_at(m->be, m->tact, off & ~TRANSIENT);
@@ -37,60 +48,221 @@ static tr_buf *ROW(const tr_model *m, const tr_buf *base, size_t r, size_t width
     return tr_buf_at(m->be, base, r * width);
 }
 
+/* ---- tensor-parallel communication -------------------------------------------------------
+ * Host memory in fp32 (tr_model_init_opts refuses tp > 1 on other backends). Each records
+ * the time it took: blocking ones are exposed in full; a non-blocking one is exposed only for
+ * the time its wait took. */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Rows of the residual stream in this pass, and the first global row this rank holds. */
+static int stream_rows(const tr_model *m, int N) {
+    return m->sp_now ? N / m->tp : N;
+}
+static int stream_row0(const tr_model *m, int N) {
+    return m->sp_now ? m->tpr * (N / m->tp) : 0;
+}
+
+typedef struct {
+    tr_comm_req *req;
+    double t0;
+} tp_req;
+
+static tp_req tp_start(tr_model *m, tr_comm_req *r) {
+    m->tps.ops++;
+    return (tp_req){r, now_s()};
+}
+
+static void tp_wait(tr_model *m, tp_req r) {
+    if (!r.req) return;
+    m->tps.exposed_s += tr_comm_wait(r.req);
+    m->tps.span_s += now_s() - r.t0;
+}
+
+/* The sum over the tp group of n elements, in place. */
+static tp_req tp_isum(tr_model *m, tr_buf *x, size_t n) {
+    return tp_start(m, tr_comm_iall_reduce(m->tp_comm, x, n, TR_COMM_F32));
+}
+static void tp_sum(tr_model *m, tr_buf *x, size_t n) {
+    tp_wait(m, tp_isum(m, x, n));
+}
+
+/* Sequence parallelism: every rank's `rows` rows of width C (chunk) into all tp * rows rows
+ * (full), in rank order. */
+static tp_req tp_igather(tr_model *m, const tr_buf *chunk, tr_buf *full, int rows, int C) {
+    return tp_start(m, tr_comm_iall_gather(m->tp_comm, chunk, full, (size_t)rows * (size_t)C,
+                                           TR_COMM_F32));
+}
+static void tp_gather(tr_model *m, const tr_buf *chunk, tr_buf *full, int rows, int C) {
+    tp_wait(m, tp_igather(m, chunk, full, rows, C));
+}
+
+/* Sequence parallelism: the sum over the group of every rank's partial (tp * rows, C) full,
+ * this rank's rows of it into chunk. */
+static tp_req tp_iscatter(tr_model *m, const tr_buf *full, tr_buf *chunk, int rows, int C) {
+    return tp_start(m, tr_comm_ireduce_scatter(m->tp_comm, full, chunk,
+                                               (size_t)rows * (size_t)C, TR_COMM_F32));
+}
+static void tp_scatter(tr_model *m, const tr_buf *full, tr_buf *chunk, int rows, int C) {
+    tp_wait(m, tp_iscatter(m, full, chunk, rows, C));
+}
+
+/* The partial sums of a split product's output (N, C) in `part` become the stream: summed
+ * over the group in place (part is the stream), or with sequence parallelism reduce-scattered
+ * from part (a full buffer) into the stream's rows. */
+static void tp_reduce_out(tr_model *m, tr_buf *part, tr_buf *out, int N, int C) {
+    if (m->tp == 1) return;
+    if (m->sp_now)
+        tp_scatter(m, part, out, N / m->tp, C);
+    else
+        tp_sum(m, part, (size_t)N * (size_t)C);
+}
+
+/* The whole (N, C) input of a split layer: the stream itself, or with sequence parallelism
+ * its rows from every rank gathered into `full`. */
+static const tr_buf *tp_full_input(tr_model *m, const tr_buf *x, tr_buf *full, int N, int C) {
+    if (!m->sp_now) return x;
+    tp_gather(m, x, full, N / m->tp, C);
+    return full;
+}
+
+/* Where a split product writes its partial sums: the stream (summed in place) or, with
+ * sequence parallelism, the full buffer that is reduce-scattered into it. */
+static tr_buf *tp_partial_dst(const tr_model *m, tr_buf *out) {
+    return m->sp_now ? m->gfull : out;
+}
+
+/* The backward of a column-parallel product y = x W^T (+ b) whose input x is the stream:
+ * dinp = dy W is partial over the group, reduced into `next` (summed, or reduce-scattered with
+ * sequence parallelism) while dW (and db) are computed from `x` (the full input). */
+static void tp_linear_backward(tr_model *m, tr_buf *next, tr_buf *dw, tr_buf *db,
+                               const tr_buf *dy, const tr_buf *x, const tr_buf *w, int N, int IC,
+                               int OC, tp_req xgather) {
+    const tr_backend *be = m->be;
+    if (m->tp == 1) {
+        be->linear_backward(next, dw, db, dy, x, w, N, IC, OC);
+        return;
+    }
+    tr_buf *part = tp_partial_dst(m, next);
+    be->linear_backward(part, NULL, NULL, dy, x, w, N, IC, OC);
+    tp_req r = m->sp_now ? tp_iscatter(m, part, next, N / m->tp, IC)
+                         : tp_isum(m, part, (size_t)N * (size_t)IC);
+    tp_wait(m, xgather); /* the re-gathered input, if it is still in flight */
+    be->linear_backward(NULL, dw, db, dy, x, w, N, IC, OC);
+    tp_wait(m, r);
+}
+
+/* Learned positions over the stream's rows: rows [r0, r0 + rows) of B*T tokens hold positions
+ * (r0 + r) % T, in up to three runs (the end of one sequence, whole sequences, the start of
+ * another). */
+static void positions_rows(tr_model *m, tr_buf *x, tr_buf *wpe, int r0, int rows, int T,
+                           int backward) {
+    const tr_backend *be = m->be;
+    const int C = m->desc.dim;
+    for (int r = 0; r < rows;) {
+        int t = (r0 + r) % T, len = T - t;
+        if (t == 0 && rows - r >= T) len = (rows - r) / T * T; /* whole sequences */
+        if (len > rows - r) len = rows - r;
+        tr_buf *xr = ROW(m, x, (size_t)r, (size_t)C), *pr = ROW(m, wpe, (size_t)t, (size_t)C);
+        int nb = t == 0 && len % T == 0 ? len / T : 1, nt = nb > 1 || len == T ? T : len;
+        if (backward)
+            be->positions_backward(pr, xr, nb, nt, C);
+        else
+            be->positions_forward(xr, pr, nb, nt, C);
+        r += len;
+    }
+}
+
+/* This rank's token ids (tensor parallelism): rows of its part of the vocabulary, -1 for the
+ * others' (a row of zeros). With one rank, the ids themselves. */
+static const int *local_tokens(tr_model *m, const int *tokens, int N) {
+    if (m->tp == 1) return m->tokens;
+    for (int n = 0; n < N; n++) {
+        int t = tokens[n] - m->vlo;
+        m->ltokens[n] = t >= 0 && t < m->vn ? t : -1;
+    }
+    return m->ltokens;
+}
+
+/* ---- forward ---------------------------------------------------------------------------- */
+
+static void attention_forward(tr_model *m, const op_t *op, int B, int T) {
+    const tr_backend *be = m->be;
+    const tr_node *n = op->node;
+    const int N = B * T, C = m->desc.dim, H = op->H, KV = op->KV, hd = C / n->heads;
+    const tr_buf *x = tp_full_input(m, ACT(m, op->in), m->xfull, N, C);
+    be->linear_forward(ACT(m, op->s[0]), x, P(m, op->p[0]), P(m, op->p[1]), N, C,
+                       (H + 2 * KV) * hd);
+    if (n->rope_theta > 0) be->rope_forward(ACT(m, op->s[0]), B, T, H, KV, hd, n->rope_theta);
+    be->attention_forward(ACT(m, op->s[1]), STAT(m, op->s[2]), ACT(m, op->s[0]), B, T, H, KV, hd);
+    /* row-parallel: partial sums over the ranks' heads; the bias is added once (rank 0) */
+    tr_buf *part = tp_partial_dst(m, ACT(m, op->out));
+    be->linear_forward(part, ACT(m, op->s[1]), P(m, op->p[2]), m->tpr ? NULL : P(m, op->p[3]), N,
+                       H * hd, C);
+    tp_reduce_out(m, part, ACT(m, op->out), N, C);
+}
+
+static void mlp_forward(tr_model *m, const op_t *op, int B, int T) {
+    const tr_backend *be = m->be;
+    const tr_node *n = op->node;
+    const int N = B * T, C = m->desc.dim, h = op->hid, swiglu = n->activation == TR_ACT_SWIGLU;
+    const tr_buf *x = tp_full_input(m, ACT(m, op->in), m->xfull, N, C);
+    /* the GELU in the product's epilogue; not under selective recompute, whose backward
+       recomputes the activation with gelu_forward and must get the same bits */
+    int fuse = !swiglu && be->linear_gelu_forward && m->recompute != TR_RECOMPUTE_SELECTIVE;
+    if (fuse)
+        be->linear_gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), x, P(m, op->p[0]),
+                                P(m, op->p[1]), N, C, h);
+    else
+        be->linear_forward(ACT(m, op->s[0]), x, P(m, op->p[0]), P(m, op->p[1]), N, C,
+                           swiglu ? 2 * h : h);
+    if (swiglu)
+        be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
+    else if (!fuse)
+        be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
+    tr_buf *part = tp_partial_dst(m, ACT(m, op->out));
+    be->linear_forward(part, ACT(m, op->s[1]), P(m, op->p[2]), m->tpr ? NULL : P(m, op->p[3]), N,
+                       h, C);
+    tp_reduce_out(m, part, ACT(m, op->out), N, C);
+}
+
 /* One op forward over B sequences of T tokens (the head is not run here). */
 static void forward_op(tr_model *m, const op_t *op, int B, int T) {
     const tr_backend *be = m->be;
-    const int N = B * T, C = m->desc.dim;
+    const int N = B * T, C = m->desc.dim, R = stream_rows(m, N);
     const tr_node *n = op->node;
     switch (op->kind) {
-    case OP_EMBED:
-        be->embedding_forward(ACT(m, op->out), m->tokens, P(m, op->p[0]), N, C);
+    case OP_EMBED: { /* a split vocabulary: each rank's rows, the others' zero, summed */
+        tr_buf *part = tp_partial_dst(m, ACT(m, op->out));
+        be->embedding_forward(part, m->tp > 1 ? m->ltokens : m->tokens, P(m, op->p[0]), N, C);
+        tp_reduce_out(m, part, ACT(m, op->out), N, C);
         break;
+    }
     case OP_POS:
-        be->positions_forward(ACT(m, op->out), P(m, op->p[0]), B, T, C);
+        positions_rows(m, ACT(m, op->out), P(m, op->p[0]), stream_row0(m, N), R, T, 0);
         break;
     case OP_LAYERNORM:
         be->layernorm_forward(ACT(m, op->out), STAT(m, op->s[0]), STAT(m, op->s[1]), ACT(m, op->in),
-                              P(m, op->p[0]), P(m, op->p[1]), N, C, n->eps);
+                              P(m, op->p[0]), P(m, op->p[1]), R, C, n->eps);
         break;
     case OP_RMSNORM:
-        be->rmsnorm_forward(ACT(m, op->out), STAT(m, op->s[1]), ACT(m, op->in), P(m, op->p[0]), N,
+        be->rmsnorm_forward(ACT(m, op->out), STAT(m, op->s[1]), ACT(m, op->in), P(m, op->p[0]), R,
                             C, n->eps);
         break;
-    case OP_ATTENTION: {
-        int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
-        be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]), N, C,
-                           qkv);
-        if (n->rope_theta > 0) be->rope_forward(ACT(m, op->s[0]), B, T, H, KV, hd, n->rope_theta);
-        be->attention_forward(ACT(m, op->s[1]), STAT(m, op->s[2]), ACT(m, op->s[0]), B, T, H, KV,
-                              hd);
-        be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N,
-                           H * hd, C);
+    case OP_ATTENTION:
+        attention_forward(m, op, B, T);
         break;
-    }
-    case OP_MLP: {
-        int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
-        /* the GELU in the product's epilogue; not under selective recompute, whose backward
-           recomputes the activation with gelu_forward and must get the same bits */
-        int fuse = !swiglu && be->linear_gelu_forward && m->recompute != TR_RECOMPUTE_SELECTIVE;
-        if (fuse)
-            be->linear_gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), ACT(m, op->in),
-                                    P(m, op->p[0]), P(m, op->p[1]), N, C, h);
-        else
-            be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]), N,
-                               C, swiglu ? 2 * h : h);
-        if (swiglu)
-            be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
-        else if (!fuse)
-            be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
-        be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]), N, h,
-                           C);
+    case OP_MLP:
+        mlp_forward(m, op, B, T);
         break;
-    }
     case OP_RES_BEGIN:
         break;
     case OP_RES_END:
-        be->add(ACT(m, op->out), ACT(m, op->s[0]), ACT(m, op->in), (size_t)N * (size_t)C);
+        be->add(ACT(m, op->out), ACT(m, op->s[0]), ACT(m, op->in), (size_t)R * (size_t)C);
         break;
     case OP_HEAD:
         break;
@@ -116,7 +288,8 @@ static const op_t *forward_range(tr_model *m, int from, int to, int B, int T) {
             m->be->residual_norm_forward(ACT(m, r->out), ACT(m, nm->out),
                                          rms ? NULL : STAT(m, nm->s[0]), STAT(m, nm->s[1]),
                                          ACT(m, r->s[0]), ACT(m, r->in), P(m, nm->p[0]),
-                                         P(m, nm->p[1]), B * T, m->desc.dim, nm->node->eps, rms);
+                                         P(m, nm->p[1]), stream_rows(m, B * T), m->desc.dim,
+                                         nm->node->eps, rms);
             op_end(m, i, +1);
             op_end(m, i + 1, +1);
             i++;
@@ -129,41 +302,85 @@ static const op_t *forward_range(tr_model *m, int from, int to, int B, int T) {
     return NULL;
 }
 
+/* Start a pass over B sequences of T tokens: the tokens in place, the stream's layout chosen
+ * (sequence parallelism needs whole rows per rank; a pass that cannot have them, such as a
+ * few tokens of a tool, keeps the whole stream on every rank, which fits when N <= N / tp of
+ * the largest micro-batch). Returns 0, or -1 when this pass does not fit the model. */
+static int pass_begin(tr_model *m, const int *tokens, int B, int T, int allow_sp) {
+    size_t N = (size_t)B * (size_t)T, maxN = (size_t)m->maxB * (size_t)m->maxT;
+    m->sp_now = m->sp && allow_sp && N % (size_t)m->tp == 0;
+    if (N > maxN || (m->sp && !m->sp_now && N * (size_t)m->tp > maxN)) return -1;
+    m->be->upload(m->tokens, tokens, N * sizeof(int));
+    local_tokens(m, tokens, (int)N);
+    return 0;
+}
+
 /* Run every op but the head; returns the head op (build() checked there is one). */
 static const op_t *forward_body(tr_model *m, int B, int T) {
     return forward_range(m, 0, m->n_ops, B, T);
 }
 
+/* The head over rows [r, r + n) of x (the whole input): logits of this rank's classes in
+ * m->logits, losses, and with want the gradient of the logits (softmax_xent's contract). */
+static void head_loss(tr_model *m, const op_t *head, const tr_buf *x, int r, int n,
+                      float dscale, int want) {
+    const tr_backend *be = m->be;
+    const int C = m->desc.dim;
+    be->linear_forward(m->logits, ROW(m, x, (size_t)r, (size_t)C), P(m, head->p[0]), NULL, n, C,
+                       m->Vl);
+    if (m->tp == 1) {
+        be->softmax_xent(m->logits, m->losses + r, m->targets + r, n, m->desc.vocab, m->Vl,
+                         dscale, want);
+        return;
+    }
+    float *mine = m->xstats + (size_t)m->tp * m->head_rows * 3, *all = m->xstats;
+    be->xent_stats(mine, m->logits, m->targets + r, m->vlo, n, m->vn, m->Vl);
+    tp_wait(m, tp_start(m, tr_comm_iall_gather(m->tp_comm, mine, all, (size_t)n * 3,
+                                               TR_COMM_F32)));
+    be->xent_finish(m->logits, m->losses + r, all, m->tp, m->targets + r, m->vlo, n, m->vn,
+                    m->Vl, dscale, want);
+}
+
 float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B, int T,
                        float grad_scale) {
     const tr_backend *be = m->be;
-    const int N = B * T, C = m->desc.dim, V = m->desc.vocab;
-    be->upload(m->tokens, tokens, (size_t)N * sizeof(int));
+    const int N = B * T, C = m->desc.dim;
+    double b0 = tr_comm_bytes_sent(m->tp_comm);
+    if (pass_begin(m, tokens, B, T, 1)) {
+        fprintf(stderr, "trainer: model: a forward of %d x %d tokens does not fit its buffers\n",
+                B, T);
+        abort(); /* an invariant: every caller sizes its batches within the model's */
+    }
     const op_t *head = forward_body(m, B, T);
     m->lastB = B;
     m->lastT = T;
     m->last_scale = targets ? grad_scale : 0;
-    if (!targets) return 0;
+    if (!targets) {
+        m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
+        return 0;
+    }
     be->upload(m->targets, targets, (size_t)N * sizeof(int));
     int hi = (int)(head - m->ops);
     op_begin(m, hi, +1);
-    const tr_buf *x = ACT(m, head->in), *w = P(m, head->p[0]);
+    const tr_buf *x = tp_full_input(m, ACT(m, head->in), m->xfull, N, C);
     int want = grad_scale > 0;
     if (want && m->pre_hook) m->pre_hook(m->pre_ctx, head->p[0]);
-    tr_buf *dw = G(m, head->p[0]), *dx = m->gbuf[0];
+    /* the stream's gradient: this rank's part of it, summed over the ranks after the loop */
+    tr_buf *dw = G(m, head->p[0]), *dx = tp_partial_dst(m, m->gbuf[0]);
     float dscale = grad_scale / (float)N;
     for (int r = 0; r < N; r += (int)m->head_rows) {
         int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
-        be->linear_forward(m->logits, ROW(m, x, (size_t)r, (size_t)C), w, NULL, n, C, m->Vp);
-        be->softmax_xent(m->logits, m->losses + r, m->targets + r, n, V, m->Vp, dscale, want);
+        head_loss(m, head, x, r, n, dscale, want);
         if (want)
             be->linear_backward(ROW(m, dx, (size_t)r, (size_t)C), dw, NULL, m->logits,
-                                ROW(m, x, (size_t)r, (size_t)C), w, n, C, m->Vp);
+                                ROW(m, x, (size_t)r, (size_t)C), P(m, head->p[0]), n, C, m->Vl);
     }
+    if (want) tp_reduce_out(m, dx, m->gbuf[0], N, C);
     op_end(m, hi, +1);
     /* a tied embedding: the head's part of its gradient is done; its backward adds the rest */
     if (want && m->partial_hook && head->p[0] == m->embed_param)
         m->partial_hook(m->partial_ctx, head->p[0]);
+    m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
     be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
     for (int i = 0; i < N; i++)
@@ -171,9 +388,70 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
     return (float)(sum / N);
 }
 
+/* ---- backward --------------------------------------------------------------------------- */
+
+/* Sequence parallelism: start gathering a split layer's input again (its weight gradient needs
+ * all rows), to overlap what comes before that product in the backward. */
+static tp_req regather_input(tr_model *m, const op_t *op, int N) {
+    if (!m->sp_now) return (tp_req){0};
+    return tp_igather(m, ACT(m, op->in), m->xfull, N / m->tp, m->desc.dim);
+}
+
+/* The gradient g of the op's output (the stream's rows) as a whole (N, C) gradient. */
+static const tr_buf *full_grad(tr_model *m, const tr_buf *g, int N) {
+    return tp_full_input(m, g, m->gfull, N, m->desc.dim);
+}
+
+static void attention_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *next, int B,
+                               int T) {
+    const tr_backend *be = m->be;
+    const tr_node *n = op->node;
+    const int N = B * T, C = m->desc.dim, H = op->H, KV = op->KV, hd = C / n->heads;
+    tp_req xg = regather_input(m, op, N);
+    const tr_buf *gf = full_grad(m, g, N);
+    be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), gf, ACT(m, op->s[1]),
+                        P(m, op->p[2]), N, H * hd, C);
+    be->attention_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), ACT(m, op->s[1]),
+                           STAT(m, op->s[2]), B, T, H, KV, hd);
+    if (n->rope_theta > 0) be->rope_backward(m->scratch2, B, T, H, KV, hd, n->rope_theta);
+    tp_linear_backward(m, next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2,
+                       m->sp_now ? m->xfull : ACT(m, op->in), P(m, op->p[0]), N, C,
+                       (H + 2 * KV) * hd, xg);
+}
+
+static void mlp_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *next, int B,
+                         int T) {
+    const tr_backend *be = m->be;
+    const tr_node *n = op->node;
+    const int N = B * T, C = m->desc.dim, h = op->hid, swiglu = n->activation == TR_ACT_SWIGLU;
+    tp_req xg = regather_input(m, op, N);
+    const tr_buf *gf = full_grad(m, g, N);
+    if (m->recompute == TR_RECOMPUTE_SELECTIVE) { /* the shared activation buffer */
+        if (swiglu)
+            be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
+        else
+            be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
+    }
+    if (!swiglu && be->linear_backward_gelu) { /* through the GELU in one call */
+        be->linear_backward_gelu(m->scratch2, G(m, op->p[2]), G(m, op->p[3]), gf,
+                                 ACT(m, op->s[1]), P(m, op->p[2]), ACT(m, op->s[0]), N, h, C);
+    } else {
+        be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), gf, ACT(m, op->s[1]),
+                            P(m, op->p[2]), N, h, C);
+        if (swiglu)
+            be->swiglu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), N, h);
+        else
+            be->gelu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), (size_t)N * (size_t)h);
+    }
+    tp_linear_backward(m, next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2,
+                       m->sp_now ? m->xfull : ACT(m, op->in), P(m, op->p[0]), N, C,
+                       swiglu ? 2 * h : h, xg);
+}
+
 void tr_model_backward(tr_model *m) {
     const tr_backend *be = m->be;
-    const int B = m->lastB, T = m->lastT, N = B * T, C = m->desc.dim;
+    const int B = m->lastB, T = m->lastT, N = B * T, C = m->desc.dim, R = stream_rows(m, N);
+    double b0 = tr_comm_bytes_sent(m->tp_comm);
     /* Gradient streams: level d of residual nesting ping-pongs between gbuf[2d] and
        gbuf[2d+1]; a residual's skip gradient stays in the enclosing level's buffer, so the
        branch never overwrites it and no copy is needed. */
@@ -181,7 +459,6 @@ void tr_model_backward(tr_model *m) {
     tr_buf *skip[64];
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const op_t *op = &m->ops[i];
-        const tr_node *n = op->node;
         op_begin(m, i, -1);
         if (m->pre_hook && op->kind != OP_HEAD) /* the head's gradient was placed in forward */
             for (int k = 0; k < 4; k++)
@@ -202,62 +479,33 @@ void tr_model_backward(tr_model *m) {
             }
             break;
         case OP_RES_BEGIN:
-            be->add(skip[op->depth], skip[op->depth], g, (size_t)N * (size_t)C);
+            be->add(skip[op->depth], skip[op->depth], g, (size_t)R * (size_t)C);
             g = skip[op->depth];
             break;
         case OP_LAYERNORM:
             be->layernorm_backward(next, G(m, op->p[0]), G(m, op->p[1]), g, ACT(m, op->in),
-                                   P(m, op->p[0]), STAT(m, op->s[0]), STAT(m, op->s[1]), N, C);
+                                   P(m, op->p[0]), STAT(m, op->s[0]), STAT(m, op->s[1]), R, C);
             g = next;
             break;
         case OP_RMSNORM:
             be->rmsnorm_backward(next, G(m, op->p[0]), g, ACT(m, op->in), P(m, op->p[0]),
-                                 STAT(m, op->s[1]), N, C);
+                                 STAT(m, op->s[1]), R, C);
             g = next;
             break;
-        case OP_ATTENTION: {
-            int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
-            be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g, ACT(m, op->s[1]),
-                                P(m, op->p[2]), N, H * hd, C);
-            be->attention_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), ACT(m, op->s[1]),
-                                   STAT(m, op->s[2]), B, T, H, KV, hd);
-            if (n->rope_theta > 0) be->rope_backward(m->scratch2, B, T, H, KV, hd, n->rope_theta);
-            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2, ACT(m, op->in),
-                                P(m, op->p[0]), N, C, qkv);
+        case OP_ATTENTION:
+            attention_backward(m, op, g, next, B, T);
             g = next;
             break;
-        }
-        case OP_MLP: {
-            int h = n->hidden, swiglu = n->activation == TR_ACT_SWIGLU;
-            if (m->recompute == TR_RECOMPUTE_SELECTIVE) { /* the shared activation buffer */
-                if (swiglu)
-                    be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
-                else
-                    be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
-            }
-            if (!swiglu && be->linear_backward_gelu) { /* through the GELU in one call */
-                be->linear_backward_gelu(m->scratch2, G(m, op->p[2]), G(m, op->p[3]), g,
-                                         ACT(m, op->s[1]), P(m, op->p[2]), ACT(m, op->s[0]), N, h,
-                                         C);
-            } else {
-                be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), g,
-                                    ACT(m, op->s[1]), P(m, op->p[2]), N, h, C);
-                if (swiglu)
-                    be->swiglu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), N, h);
-                else
-                    be->gelu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]),
-                                      (size_t)N * (size_t)h);
-            }
-            be->linear_backward(next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2, ACT(m, op->in),
-                                P(m, op->p[0]), N, C, swiglu ? 2 * h : h);
+        case OP_MLP:
+            mlp_backward(m, op, g, next, B, T);
             g = next;
             break;
-        }
         case OP_POS:
-            be->positions_backward(G(m, op->p[0]), g, B, T, C);
+            positions_rows(m, g, G(m, op->p[0]), stream_row0(m, N), R, T, 1);
             break;
         case OP_EMBED:
-            be->embedding_backward(G(m, op->p[0]), g, m->tokens, N, C);
+            be->embedding_backward(G(m, op->p[0]), full_grad(m, g, N),
+                                   m->tp > 1 ? m->ltokens : m->tokens, N, C);
             break;
         }
         if (m->hook)
@@ -265,37 +513,67 @@ void tr_model_backward(tr_model *m) {
                 if (op->p[k] >= 0 && m->ready_op[op->p[k]] == i) m->hook(m->hook_ctx, op->p[k]);
         op_end(m, i, -1);
     }
+    m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
+}
+
+/* ---- logits for tools ------------------------------------------------------------------- */
+
+/* Row r of x (the whole input of the head) to the V logits of every class, into host memory:
+ * with a split vocabulary each rank's part is gathered from every rank. */
+static void row_logits(tr_model *m, const op_t *head, const tr_buf *x, int r, float *out) {
+    const tr_backend *be = m->be;
+    const int C = m->desc.dim;
+    be->linear_forward(m->logits, ROW(m, x, (size_t)r, (size_t)C), P(m, head->p[0]), NULL, 1, C,
+                       m->Vl);
+    if (m->tp == 1) {
+        be->from_storage(out, m->logits, (size_t)m->desc.vocab);
+        return;
+    }
+    tp_wait(m, tp_start(m, tr_comm_iall_gather(m->tp_comm, m->logits, m->vgather, (size_t)m->Vl,
+                                               TR_COMM_F32)));
+    memcpy(out, m->vgather, (size_t)m->desc.vocab * sizeof(float));
+}
+
+/* Forward over B x T tokens for the logits of rows[0..n) (NULL: every row) into host memory. */
+static void logits_of(tr_model *m, const int *tokens, int B, int T, const int *rows, int n,
+                      float *logits) {
+    const int N = B * T, C = m->desc.dim, V = m->desc.vocab;
+    if (pass_begin(m, tokens, B, T, 1)) {
+        fprintf(stderr, "trainer: model: logits of %d x %d tokens do not fit its buffers (at "
+                "most %d x %d%s)\n", B, T, m->maxB, m->maxT,
+                m->sp ? " tokens, a multiple of tp, or 1/tp of that" : "");
+        abort(); /* tools size their calls within the model's */
+    }
+    const op_t *head = forward_body(m, B, T);
+    op_begin(m, (int)(head - m->ops), +1);
+    const tr_buf *x = tp_full_input(m, ACT(m, head->in), m->xfull, N, C);
+    if (m->tp == 1 && !rows) { /* chunks of rows at once */
+        const tr_backend *be = m->be;
+        for (int r = 0; r < N; r += (int)m->head_rows) {
+            int k = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
+            be->linear_forward(m->logits, ROW(m, x, (size_t)r, (size_t)C), P(m, head->p[0]),
+                               NULL, k, C, m->Vl);
+            for (int i = 0; i < k; i++) /* the V real columns of each row */
+                be->from_storage(logits + (size_t)(r + i) * V,
+                                 tr_buf_at(be, m->logits, (size_t)i * (size_t)m->Vl), (size_t)V);
+        }
+    } else {
+        for (int i = 0; i < (rows ? n : N); i++)
+            row_logits(m, head, x, rows ? rows[i] : i, logits + (size_t)i * V);
+    }
+    op_end(m, (int)(head - m->ops), +1);
 }
 
 void tr_model_last_logits(tr_model *m, const int *tokens, int B, int T, float *logits) {
-    const tr_backend *be = m->be;
-    const int C = m->desc.dim, V = m->desc.vocab;
-    be->upload(m->tokens, tokens, (size_t)B * T * sizeof(int));
-    const op_t *head = forward_body(m, B, T);
-    op_begin(m, (int)(head - m->ops), +1);
-    for (int b = 0; b < B; b++) {
-        const tr_buf *x = ROW(m, ACT(m, head->in), (size_t)b * T + (size_t)(T - 1), (size_t)C);
-        be->linear_forward(m->logits, x, P(m, head->p[0]), NULL, 1, C, m->Vp);
-        be->from_storage(logits + (size_t)b * V, m->logits, (size_t)V);
-    }
-    op_end(m, (int)(head - m->ops), +1);
+    int *rows = malloc((size_t)B * sizeof(int));
+    if (!rows) abort();
+    for (int b = 0; b < B; b++) rows[b] = b * T + T - 1;
+    logits_of(m, tokens, B, T, rows, B, logits);
+    free(rows);
 }
 
 void tr_model_all_logits(tr_model *m, const int *tokens, int B, int T, float *logits) {
-    const tr_backend *be = m->be;
-    const int N = B * T, C = m->desc.dim, V = m->desc.vocab;
-    be->upload(m->tokens, tokens, (size_t)N * sizeof(int));
-    const op_t *head = forward_body(m, B, T);
-    op_begin(m, (int)(head - m->ops), +1);
-    for (int r = 0; r < N; r += (int)m->head_rows) {
-        int n = N - r < (int)m->head_rows ? N - r : (int)m->head_rows;
-        be->linear_forward(m->logits, ROW(m, ACT(m, head->in), (size_t)r, (size_t)C),
-                           P(m, head->p[0]), NULL, n, C, m->Vp);
-        for (int i = 0; i < n; i++) /* the V real columns of each row */
-            be->from_storage(logits + (size_t)(r + i) * V,
-                             tr_buf_at(be, m->logits, (size_t)i * (size_t)m->Vp), (size_t)V);
-    }
-    op_end(m, (int)(head - m->ops), +1);
+    logits_of(m, tokens, B, T, NULL, 0, logits);
 }
 
 /* ---- incremental decoding ------------------------------------------------------------- */
@@ -316,10 +594,10 @@ int tr_kv_cache_init(tr_kv_cache **out, tr_model *m, char *err, size_t errlen) {
     c->k = calloc((size_t)m->n_ops, sizeof(tr_buf *));
     c->v = calloc((size_t)m->n_ops, sizeof(tr_buf *));
     for (int i = 0; i < m->n_ops; i++) {
-        const tr_node *n = m->ops[i].node;
-        if (m->ops[i].kind != OP_ATTENTION) continue;
-        size_t bytes = (size_t)m->desc.seq_len * (size_t)(n->kv_heads * (m->desc.dim / n->heads)) *
-                       m->es;
+        const op_t *op = &m->ops[i];
+        if (op->kind != OP_ATTENTION) continue;
+        size_t bytes = (size_t)m->desc.seq_len * (size_t)(op->KV * (m->desc.dim / op->node->heads)) *
+                       m->es; /* this rank's key/value heads */
         c->k[i] = m->be->alloc(bytes);
         c->v[i] = m->be->alloc(bytes);
         if (!c->k[i] || !c->v[i]) {
@@ -345,8 +623,8 @@ void tr_kv_cache_free(tr_kv_cache *c) {
 
 void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *logits) {
     const tr_backend *be = m->be;
-    const int C = m->desc.dim, V = m->desc.vocab;
-    be->upload(m->tokens, &token, sizeof(int));
+    const int C = m->desc.dim;
+    pass_begin(m, &token, 1, 1, 0); /* one row: the whole stream on every rank */
     for (int i = 0; i < m->n_ops; i++) {
         const op_t *op = &m->ops[i];
         const tr_node *n = op->node;
@@ -355,16 +633,16 @@ void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *log
             be->positions_forward(ACT(m, op->out), ROW(m, P(m, op->p[0]), (size_t)pos, (size_t)C),
                                   1, 1, C);
         } else if (op->kind == OP_ATTENTION) {
-            int H = n->heads, KV = n->kv_heads, hd = C / H, qkv = (H + 2 * KV) * hd;
+            int H = op->H, KV = op->KV, hd = C / n->heads;
             be->linear_forward(ACT(m, op->s[0]), ACT(m, op->in), P(m, op->p[0]), P(m, op->p[1]),
-                               1, C, qkv);
+                               1, C, (H + 2 * KV) * hd);
             be->decode_attention(ACT(m, op->s[1]), ACT(m, op->s[0]), c->k[i], c->v[i], pos, H, KV,
                                  hd, n->rope_theta);
-            be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]), P(m, op->p[3]),
-                               1, H * hd, C);
+            be->linear_forward(ACT(m, op->out), ACT(m, op->s[1]), P(m, op->p[2]),
+                               m->tpr ? NULL : P(m, op->p[3]), 1, H * hd, C);
+            tp_reduce_out(m, ACT(m, op->out), ACT(m, op->out), 1, C);
         } else if (op->kind == OP_HEAD) {
-            be->linear_forward(m->logits, ACT(m, op->in), P(m, op->p[0]), NULL, 1, C, m->Vp);
-            be->from_storage(logits, m->logits, (size_t)V);
+            row_logits(m, op, ACT(m, op->in), 0, logits);
             op_end(m, i, +1);
             return;
         } else {

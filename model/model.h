@@ -289,6 +289,8 @@ int tr_model_op_params(const tr_model *m, int op, int dir, int p[4]);
  * NULL when this process's gradient of it is complete. Called by the parallel runtime once
  * the gradients of a step are reduced over the data-parallel group (sums commute). */
 tr_comm *tr_model_grad_group(const tr_model *m, int i, int s);
+/* The tp group (NULL without tensor parallelism). */
+tr_comm *tr_model_tp_group(const tr_model *m);
 /* Sum of squares of gradient elements [lo, hi) of the slab, read from `grad` (slab element lo
  * first), each element weighted by 1/copies of its segment, so that the sum over the tp
  * group counts a replicated tensor once; without tensor parallelism the plain sum. */

@@ -94,6 +94,8 @@ struct tr_model {
     float *vgather;   /* tp: one row of Vp logits gathered from every rank (decoding, tools) */
     float *xstats;    /* tp: the head's row statistics, (tp + 1) x head_rows x 3 */
     int *ltokens;     /* tp: token ids in this rank's vocabulary rows, -1 elsewhere (host) */
+    int sp_now;       /* the pass running keeps the stream on N / tp rows (training and
+                         evaluation with sp; decoding never) */
     tr_tp_stats tps;
     int head_param;   /* parameter index of the head's weight (embedding's when tied) */
     int embed_param;

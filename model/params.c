@@ -189,6 +189,10 @@ tr_comm *tr_model_grad_group(const tr_model *m, int i, int s) {
     return NULL; /* a planned model: no groups */
 }
 
+tr_comm *tr_model_tp_group(const tr_model *m) {
+    return m->tp > 1 ? m->tp_comm : NULL;
+}
+
 double tr_model_grad_sumsq(const tr_model *m, const tr_buf *grad, size_t lo, size_t hi) {
     if (hi <= lo) return 0.0;
     if (m->tp == 1) /* padding between tensors is never written: one pass over the range */

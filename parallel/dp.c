@@ -519,14 +519,6 @@ size_t tr_dp_grad_buffer_bytes(const tr_dp *d) {
     return d->zero >= 2 ? d->ring_high : 0;
 }
 
-double tr_dp_grad_norm(tr_dp *d) {
-    if (d->zero < 2) return tr_model_grad_norm(d->m);
-    double ss = 0; /* this rank's pieces (padding is zero), then the sum over ranks */
-    for (size_t i = 0; i < d->sgrad_elems; i++) ss += (double)d->sgrad[i] * d->sgrad[i];
-    if (d->world > 1) tr_comm_all_reduce(d->c, &ss, 1, TR_COMM_F64);
-    return sqrt(ss);
-}
-
 void tr_dp_arm(tr_dp *d) {
     if (d->world <= 1 && d->zero < 2) return;
     d->armed = 1;
@@ -542,7 +534,119 @@ void tr_dp_micro_end(tr_dp *d) {
     reset_pending(d); /* the next micro-step's backward */
 }
 
+static void dp_sync(tr_dp *d);
+
+/* Where this rank keeps the final gradient of slab elements: the slab (ZeRO 0, 1), or its
+ * pieces (ZeRO-2, 3): calls fn for each stretch [lo, hi) held, with its first element. */
+typedef void (*held_fn)(void *ctx, size_t lo, size_t hi, float *at);
+static void each_held(tr_dp *d, held_fn fn, void *ctx) {
+    if (d->zero < 2) {
+        fn(ctx, 0, tr_model_slab_elements(d->m), (float *)tr_model_grad_slab(d->m));
+        return;
+    }
+    for (int k = 0; k < d->n_buckets; k++) {
+        const bucket *b = &d->b[k];
+        size_t lo = b->lo + (size_t)d->rank * b->piece, hi = lo + b->piece;
+        if (hi > b->hi) hi = b->hi;
+        if (lo < hi) fn(ctx, lo, hi, d->sgrad + b->state);
+    }
+}
+
+/* Tensor parallelism: a gradient that each of a group of tp ranks computed only in part
+ * (tr_model_grad_group: replicated norms under sequence parallelism, key/value heads shared by
+ * several ranks) is summed over that group where this rank keeps it, one all-reduce per
+ * group. After the data-parallel reduction: sums commute. Every rank of such a group has the
+ * same tensors and the same dp coordinate, so the same stretches, in the same order. */
+typedef struct {
+    tr_dp *d;
+    tr_comm *group;
+    float *buf;   /* packed stretches (NULL: count only) */
+    size_t n;     /* elements packed so far */
+    int unpack;
+} tp_pack;
+
+static void pack_held(void *ctx, size_t lo, size_t hi, float *at) {
+    tp_pack *k = ctx;
+    tr_model *m = k->d->m;
+    for (int i = 0; i < tr_model_num_params(m); i++) {
+        const tr_param *p = tr_model_param(m, i);
+        for (int s = 0; s < p->n_seg; s++) {
+            if (tr_model_grad_group(m, i, s) != k->group) continue;
+            size_t C = (size_t)p->shape[1], a = p->offset + (size_t)p->seg[s].row * C,
+                   b = a + (size_t)p->seg[s].rows * C;
+            if (a < lo) a = lo;
+            if (b > hi) b = hi;
+            if (a >= b) continue;
+            if (k->buf && !k->unpack) memcpy(k->buf + k->n, at + (a - lo), (b - a) * sizeof(float));
+            if (k->buf && k->unpack) memcpy(at + (a - lo), k->buf + k->n, (b - a) * sizeof(float));
+            k->n += b - a;
+        }
+    }
+}
+
+static void tp_sum_partial_grads(tr_dp *d) {
+    tr_model *m = d->m;
+    tr_comm *done[8];
+    int n_done = 0;
+    for (int i = 0; i < tr_model_num_params(m); i++)
+        for (int s = 0; s < tr_model_param(m, i)->n_seg; s++) {
+            tr_comm *g = tr_model_grad_group(m, i, s);
+            int seen = !g;
+            for (int k = 0; k < n_done && !seen; k++) seen = done[k] == g;
+            if (seen || n_done == 8) continue; /* the model makes at most 5 groups */
+            done[n_done++] = g;
+            tp_pack k = {.d = d, .group = g};
+            each_held(d, pack_held, &k); /* count */
+            if (!k.n) continue;
+            k.buf = malloc(k.n * sizeof(float));
+            if (!k.buf) {
+                fprintf(stderr, "trainer: out of memory summing tensor-parallel gradients\n");
+                abort();
+            }
+            k.n = 0;
+            each_held(d, pack_held, &k);
+            tr_comm_all_reduce(g, k.buf, k.n, TR_COMM_F32);
+            k.n = 0;
+            k.unpack = 1;
+            each_held(d, pack_held, &k);
+            free(k.buf);
+        }
+}
+
+/* The global gradient norm's square: what this rank keeps, a tensor replicated over the tp
+ * group counted once (tr_model_grad_sumsq). */
+typedef struct {
+    tr_dp *d;
+    double ss;
+} sumsq_acc;
+
+static void sumsq_held(void *ctx, size_t lo, size_t hi, float *at) {
+    sumsq_acc *a = ctx;
+    a->ss += tr_model_grad_sumsq(a->d->m, at, lo, hi);
+}
+
+double tr_dp_grad_norm(tr_dp *d) {
+    tr_comm *tp = tr_model_tp_group(d->m);
+    double ss = 0;
+    if (!tp && d->zero < 2) return tr_model_grad_norm(d->m);
+    if (!tp) { /* this rank's pieces (padding is zero) */
+        for (size_t i = 0; i < d->sgrad_elems; i++) ss += (double)d->sgrad[i] * d->sgrad[i];
+    } else {
+        sumsq_acc acc = {d, 0.0};
+        each_held(d, sumsq_held, &acc);
+        ss = acc.ss;
+    }
+    if (d->zero >= 2 && d->world > 1) tr_comm_all_reduce(d->c, &ss, 1, TR_COMM_F64);
+    if (tp) tr_comm_all_reduce(tp, &ss, 1, TR_COMM_F64);
+    return sqrt(ss);
+}
+
 void tr_dp_sync_grads(tr_dp *d) {
+    dp_sync(d);
+    tp_sum_partial_grads(d);
+}
+
+static void dp_sync(tr_dp *d) {
     if (d->zero >= 2) {
         double t0 = now();
         for (int k = 0; k < RING; k++)

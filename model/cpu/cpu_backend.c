@@ -110,8 +110,9 @@ static void linear_backward(tr_buf *dinp_, tr_buf *dw_, tr_buf *dbias_, const tr
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
                     0.0f, dinp, IC);
     /* (OC,IC) += (N,OC)^T @ (N,IC) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
-                1.0f, dw, IC);
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
+                    1.0f, dw, IC);
     if (dbias) {
         /* column sums: each block of 64 columns walks the rows in order (deterministic) */
         int nblk = (OC + 63) / 64;
@@ -134,8 +135,12 @@ static void embedding_forward(tr_buf *out_, const int *tokens, const tr_buf *wte
     float *out = out_;
     const float *wte = wte_;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, sizeof(float) * C);
+    for (int n = 0; n < N; n++) {
+        if (tokens[n] < 0) /* another rank's row of a split vocabulary */
+            memset(out + (size_t)n * C, 0, sizeof(float) * C);
+        else
+            memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, sizeof(float) * C);
+    }
 }
 
 /* Each thread owns a slice of the C columns and walks the tokens in order, so a row of dwte
@@ -149,6 +154,7 @@ static void embedding_backward(tr_buf *dwte_, const tr_buf *dout_, const int *to
         int per = ((C + nt - 1) / nt + 15) & ~15; /* 16-float slices keep lines apart */
         int c0 = id * per, c1 = c0 + per < C ? c0 + per : C;
         for (int n = 0; n < N && c0 < c1; n++) {
+            if (tokens[n] < 0) continue; /* another rank's row */
             float *restrict d = dwte + (size_t)tokens[n] * C;
             const float *restrict g = dout + (size_t)n * C;
             for (int c = c0; c < c1; c++) d[c] += g[c];
@@ -770,6 +776,68 @@ static void softmax_xent(tr_buf *logits_, float *losses, const int *targets, int
     }
 }
 
+/* The same over a vocabulary split by tensor parallelism (backend.h): this rank's classes
+ * [lo, lo + V) are its columns 0..V-1. Row statistics first: max, sum of exp(x - max), and
+ * the target's logit when it is one of this rank's classes. */
+static void xent_stats(float *stats, const tr_buf *logits_, const int *targets, int lo, int N,
+                       int V, int ld) {
+    const float *logits = logits_;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = logits + (size_t)n * ld;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+        double sum = 0.0; /* as softmax_xent: float blocks of 1024, added in double */
+        for (int j0 = 0; j0 < V; j0 += 1024) {
+            int j1 = j0 + 1024 < V ? j0 + 1024 : V;
+            float bs = 0.0f;
+#pragma omp simd reduction(+ : bs)
+            for (int j = j0; j < j1; j++) bs += fast_expf(x[j] - mx);
+            sum += bs;
+        }
+        int t = targets[n] - lo;
+        stats[3 * n] = mx;
+        stats[3 * n + 1] = (float)sum;
+        stats[3 * n + 2] = targets[n] >= 0 && t >= 0 && t < V ? x[t] : 0.0f;
+    }
+}
+
+/* Every rank's statistics (R, N, 3) combined: M = max m_r, S = sum_r s_r exp(m_r - M); the
+ * loss log S + M - x_target, and the gradient of this rank's classes. */
+static void xent_finish(tr_buf *logits_, float *losses, const float *all, int R,
+                        const int *targets, int lo, int N, int V, int ld, float dscale,
+                        int want_grad) {
+    float *logits = logits_;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *restrict x = logits + (size_t)n * ld;
+        if (want_grad && ld > V) memset(x + V, 0, sizeof(float) * (size_t)(ld - V));
+        if (targets[n] < 0) {
+            losses[n] = 0.0f;
+            if (want_grad) memset(x, 0, sizeof(float) * (size_t)V);
+            continue;
+        }
+        float M = -INFINITY, xt = 0.0f;
+        for (int r = 0; r < R; r++) {
+            const float *st = all + ((size_t)r * N + n) * 3;
+            M = st[0] > M ? st[0] : M;
+            xt += st[2]; /* one rank's is the target's, the others' are 0 */
+        }
+        double S = 0.0;
+        for (int r = 0; r < R; r++) {
+            const float *st = all + ((size_t)r * N + n) * 3;
+            if (st[1] > 0) S += (double)st[1] * exp((double)st[0] - M);
+        }
+        losses[n] = (float)(log(S) - ((double)xt - M));
+        if (!want_grad) continue;
+        float k = (float)(dscale / S);
+        for (int j = 0; j < V; j++) x[j] = fast_expf(x[j] - M) * k;
+        int t = targets[n] - lo;
+        if (t >= 0 && t < V) x[t] -= dscale;
+    }
+}
+
 /* ---- optimizer helpers ----------------------------------------------------------------- */
 
 #define SUMSQ_CHUNK 65536 /* fixed chunks: the sum does not depend on the thread count */
@@ -879,6 +947,8 @@ static const tr_backend cpu_backend = {
     .linear_gelu_forward = linear_gelu_forward,
     .linear_backward_gelu = linear_backward_gelu,
     .softmax_xent = softmax_xent,
+    .xent_stats = xent_stats,
+    .xent_finish = xent_finish,
     .sumsq = sumsq,
     .scale = scale,
     .adamw = adamw,
