@@ -4,6 +4,7 @@
  * deadline, so a dead or stuck peer ends the job with one line instead of a hang. */
 #include "parallel/comm.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -52,7 +53,8 @@ typedef struct {
 struct tr_comm_req {
     tr_comm *c;
     op_info o;
-    int done;
+    int done;       /* complete (set by the agent under g_mu) */
+    int registered; /* non-blocking: the progress agent polls it */
 #ifdef TR_HAVE_MPI
     MPI_Request rq;
 #endif
@@ -185,6 +187,92 @@ static int single_recv(const tr_comm *c, const op_info *o, void *buf, size_t byt
 /* ---- MPI ------------------------------------------------------------------------------ */
 
 #ifdef TR_HAVE_MPI
+/* ---- the progress agent ------------------------------------------------------------------
+ * Open MPI advances a non-blocking collective only inside MPI calls of the ranks taking part:
+ * one started before a product would move only once every rank waits for it, after the
+ * product, and a rank that finishes first waits for the slowest one's compute as well. A
+ * thread of each process polls the operations in flight every PROGRESS_NS while the training
+ * thread computes, so that they complete behind the compute. MPI calls are serialized by g_mu
+ * (MPI_THREAD_SERIALIZED): every MPI call below is made holding it, except on the paths that
+ * abort the job. TR_COMM_PROGRESS=0 turns the agent off. */
+#define PROGRESS_NS 20000
+#define MAX_INFLIGHT 256
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static pthread_t g_agent;
+static int g_agent_on, g_agent_quit;
+static tr_comm_req *g_inflight[MAX_INFLIGHT]; /* polled by the agent */
+static int g_n_inflight;
+
+static void lock(void) {
+    pthread_mutex_lock(&g_mu);
+}
+static void unlock(void) {
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void *agent_main(void *arg) {
+    (void)arg;
+    lock();
+    while (!g_agent_quit) {
+        if (!g_n_inflight) {
+            pthread_cond_wait(&g_cv, &g_mu);
+            continue;
+        }
+        for (int k = 0; k < g_n_inflight;) {
+            tr_comm_req *r = g_inflight[k];
+            int flag = 0;
+            /* an error is left for the waiting thread, whose own test reports it */
+            if (MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+                r->done = 1;
+                g_inflight[k] = g_inflight[--g_n_inflight];
+            } else {
+                k++;
+            }
+        }
+        unlock();
+        struct timespec ts = {0, PROGRESS_NS};
+        nanosleep(&ts, NULL);
+        lock();
+    }
+    unlock();
+    return NULL;
+}
+
+/* A non-blocking operation just started (holding g_mu): the agent polls it until it completes
+ * or is waited for. */
+static void agent_add(tr_comm_req *r) {
+    if (!g_agent_on || g_n_inflight == MAX_INFLIGHT) return; /* then tests and waits move it */
+    g_inflight[g_n_inflight++] = r;
+    pthread_cond_signal(&g_cv);
+}
+
+static void agent_remove(tr_comm_req *r) {
+    for (int k = 0; k < g_n_inflight; k++)
+        if (g_inflight[k] == r) {
+            g_inflight[k] = g_inflight[--g_n_inflight];
+            return;
+        }
+}
+
+static void agent_start(int provided) {
+    const char *v = getenv("TR_COMM_PROGRESS");
+    if (provided < MPI_THREAD_SERIALIZED || (v && !strcmp(v, "0"))) return;
+    g_agent_quit = 0;
+    g_agent_on = pthread_create(&g_agent, NULL, agent_main, NULL) == 0;
+}
+
+static void agent_stop(void) {
+    if (!g_agent_on) return;
+    lock();
+    g_agent_quit = 1;
+    pthread_cond_signal(&g_cv);
+    unlock();
+    pthread_join(g_agent, NULL);
+    g_agent_on = 0;
+    g_n_inflight = 0;
+}
+
 static MPI_Datatype mpi_type(tr_comm_dtype t) {
     /* MPI_SUM is not defined on MPI_BYTE; MPI_UINT8_T sums (mod 256) and moves the same. */
     switch (t) {
@@ -303,6 +391,7 @@ static int census(char *buf, size_t len) {
 static void die_timeout(const tr_comm *c, const op_info *o) {
     char d[256], who[160], why[256];
     describe(d, sizeof d, c, o);
+    lock(); /* kept: the job ends below */
     int silent = census(who, sizeof who);
     if (silent > 0)
         snprintf(why, sizeof why, "rank%s %s did not answer (busy outside communication, stuck "
@@ -329,7 +418,9 @@ static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_St
     long sleep_ns = SLEEP_MIN_NS;
     for (;;) {
         int flag = 0;
+        lock(); /* the agent may have completed it meanwhile: a null request tests complete */
         int rc = MPI_Test(rq, &flag, st ? st : MPI_STATUS_IGNORE);
+        unlock();
         if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
         if (flag) return;
         double t = now_s();
@@ -338,7 +429,9 @@ static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_St
             sched_yield(); /* lets an oversubscribed peer run */
             continue;
         }
+        lock();
         census_serve(); /* a long wait: another rank may be asking who waits (not while spinning) */
+        unlock();
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         sleep_ns = sleep_ns * 2 > SLEEP_MAX_NS ? SLEEP_MAX_NS : sleep_ns * 2;
@@ -395,6 +488,7 @@ static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
         MPI_Datatype dt = mpi_type(o->t);
         int n = (int)o->n, rc = MPI_SUCCESS;
         const char *in_place = (const char *)recv + (size_t)c->rank * o->n * esz;
+        lock();
         switch (o->op) {
         case OP_ALL_REDUCE:
             rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, sum_op(o->t), c->mc, &r->rq);
@@ -421,6 +515,8 @@ static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
             break;
         }
         if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
+        if (r->registered) agent_add(r);
+        unlock();
         return 0;
     }
 #endif
@@ -448,7 +544,9 @@ static int run_blocking(tr_comm *c, op_info o, void *buf, const void *send, void
         wait_mpi(c, &r.o, &r.rq, &st);
         if (o.op == OP_RECV) {
             int got = 0;
+            lock();
             MPI_Get_count(&st, mpi_type(o.t), &got);
+            unlock();
             if ((size_t)got != o.n) {
                 char why[96];
                 snprintf(why, sizeof why, "the matching send had %d elements", got);
@@ -470,6 +568,7 @@ static tr_comm_req *run_nonblocking(tr_comm *c, op_info o, void *buf, const void
     }
     r->c = c;
     r->o = o;
+    r->registered = 1;
     if (start(r, buf, send, recv)) {
         free(r);
         return NULL;
@@ -530,6 +629,8 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         MPI_Comm_size(w->mc, &w->size);
         g.mpi = 1;
         g.world_rank = w->rank;
+        MPI_Query_thread(&provided);
+        if (w->size > 1) agent_start(provided);
 #else
         (void)argc, (void)argv;
         const char *v = getenv(var);
@@ -560,6 +661,7 @@ void tr_comm_free(tr_comm *c) {
         if (c->is_world) {
             /* MPI_Finalize waits for every rank without a deadline: meet first, bounded. */
             tr_comm_barrier(c);
+            agent_stop();
             if (g_census != MPI_COMM_NULL) MPI_Comm_free(&g_census);
             MPI_Comm_free(&c->mc);
             if (g_byte_sum != MPI_OP_NULL) MPI_Op_free(&g_byte_sum);
@@ -568,7 +670,9 @@ void tr_comm_free(tr_comm *c) {
             g.finalized = 1;
             g.we_initialized = 0;
         } else {
+            lock();
             MPI_Comm_free(&c->mc);
+            unlock();
         }
     }
 #endif
@@ -622,12 +726,14 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
         int color[3] = {p * m.tp + t, d * m.tp + t, d * m.pp + p}, key[3] = {d, p, t};
         for (int i = 0; i < 3; i++) {
             op_info o = {.op = OP_SPLIT, .peer = -1};
+            lock();
             int rc = MPI_Comm_split(world->mc, color[i], key[i], &g3[i]->mc);
             if (rc != MPI_SUCCESS) die_mpi(world, &o, rc);
             MPI_Comm_set_errhandler(g3[i]->mc, MPI_ERRORS_RETURN);
             int gr = -1, gs = -1;
             MPI_Comm_rank(g3[i]->mc, &gr);
             MPI_Comm_size(g3[i]->mc, &gs);
+            unlock();
             if (gr != g3[i]->rank || gs != g3[i]->size) { /* an invariant of the split */
                 fprintf(stderr,
                         "trainer: rank %d: mesh group %s is rank %d of %d, expected "
@@ -659,17 +765,21 @@ int tr_comm_split(tr_comm *c, int color, int key, const char *name, tr_comm **ou
         /* MPI_Comm_split has no deadline: a bounded barrier first catches a missing rank */
         tr_comm_barrier(c);
         op_info o = {.op = OP_SPLIT, .peer = -1};
+        lock();
         int rc = MPI_Comm_split(c->mc, color, key, &mc);
         if (rc != MPI_SUCCESS) die_mpi(c, &o, rc);
         MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
         MPI_Comm_rank(mc, &rank);
         MPI_Comm_size(mc, &size);
+        unlock();
     }
 #endif
     tr_comm *g2 = group_new(name, rank, size);
     if (!g2) {
 #ifdef TR_HAVE_MPI
+        lock();
         if (mc != MPI_COMM_NULL) MPI_Comm_free(&mc);
+        unlock();
 #endif
         set_err(err, errlen, "tr_comm_split: out of memory");
         return -1;
@@ -720,21 +830,34 @@ tr_comm_req *tr_comm_iall_gather(tr_comm *c, const void *send, void *recv, size_
 }
 
 int tr_comm_test(tr_comm_req *r) {
-    if (!r || r->done) return 1;
+    if (!r) return 1;
+    int done = 0;
 #ifdef TR_HAVE_MPI
-    int flag = 0;
-    int rc = MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) die_mpi(r->c, &r->o, rc);
-    if (flag) r->done = 1;
+    lock();
+    done = r->done;
+    if (!done) {
+        int rc = MPI_Test(&r->rq, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) die_mpi(r->c, &r->o, rc);
+        r->done = done;
+    }
+    unlock();
+#else
+    done = r->done;
 #endif
-    return r->done;
+    return done;
 }
 
 double tr_comm_wait(tr_comm_req *r) {
     if (!r) return 0.0;
     double t0 = now_s();
 #ifdef TR_HAVE_MPI
-    if (!r->done) wait_mpi(r->c, &r->o, &r->rq, NULL);
+    lock();
+    int done = r->done;
+    unlock();
+    if (!done) wait_mpi(r->c, &r->o, &r->rq, NULL);
+    lock();
+    agent_remove(r);
+    unlock();
 #endif
     free(r);
     double dt = now_s() - t0;
