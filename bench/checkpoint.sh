@@ -54,7 +54,13 @@ save_gbs=$(awk -v g="$size" -v w="$(write_s "$dir/sync.log")" 'BEGIN { printf "%
 # --- load: --resume reads and verifies the newest checkpoint ---------------------------------
 "$T" run "$R" --set steps=$((STEPS + 1)) --set every=$EVERY --out "$dir/run" --resume \
     --peak-gflops 100 >"$dir/resume.log" 2>&1 || { cat "$dir/resume.log"; exit 1; }
-load_gbs=$(field "$dir/resume.log" '.*read and verified .* s, \([0-9.]*\) GB\/s).*')
+# trainer/train.c says "resuming from DIR (step N; checkpoint of X GB read and verified in Y s)"
+load_line=$(grep -m1 '^resuming from ' "$dir/resume.log" || true)
+load_size=$(field "$dir/resume.log" '.*checkpoint of \([0-9.]*\) GB read and verified.*')
+load_s=$(field "$dir/resume.log" '.*read and verified in \([0-9.]*\) s).*')
+# Y has two decimals: under 0.01 s (a tiny checkpoint) gives no throughput
+load_gbs=$(awk -v g="$load_size" -v s="$load_s" 'BEGIN { if (g == "" || s == "" || s + 0 <= 0) exit 1; printf "%.3f", g / s }') ||
+    { echo "bench/checkpoint.sh: no size and time in the --resume line: '${load_line}'" >&2; exit 1; }
 
 printf '\nGPT-2 124M checkpoint (%s GB: parameters + AdamW m, v), %s threads, %d steps, a save every %d\n' \
     "$size" "$OMP_NUM_THREADS" "$STEPS" "$EVERY"
