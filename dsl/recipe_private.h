@@ -91,6 +91,7 @@ typedef enum {
     FK_STR,
     FK_ENUM,
     FK_INT_AUTO,
+    FK_BOOL_AUTO,
     FK_PAIR,
     FK_TABLE
 } field_kind;
@@ -112,10 +113,10 @@ typedef struct {
     int present;
     lua_Integer i; /* FK_INT, FK_INT_AUTO (0 = auto) */
     double n;      /* FK_NUM */
-    int b;         /* FK_BOOL */
+    int b;         /* FK_BOOL, FK_BOOL_AUTO */
     const char *s; /* FK_STR: owned by the argument table, which outlives the read */
     int choice;    /* FK_ENUM: index into choices */
-    int is_auto;   /* FK_INT_AUTO */
+    int is_auto;   /* FK_INT_AUTO, FK_BOOL_AUTO: "auto" */
     double pair[2];
 } field_val;
 

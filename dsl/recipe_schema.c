@@ -20,6 +20,8 @@ static const char *kind_phrase(field_kind k) {
         return "a string";
     case FK_INT_AUTO:
         return "an integer or \"auto\"";
+    case FK_BOOL_AUTO:
+        return "true, false or \"auto\"";
     default:
         return "a value";
     }
@@ -94,12 +96,20 @@ void dsl_read_value(lua_State *L, const char *ctor, const field_spec *fs, field_
     out->present = 1;
     switch (fs->kind) {
     case FK_INT_AUTO:
+    case FK_BOOL_AUTO:
         if (t == LUA_TSTRING) {
             if (strcmp(lua_tostring(L, idx), "auto") != 0)
-                dsl_raise_at(L, 0, "%s: field '%s' must be an integer or \"auto\", got '%s'", ctor,
-                             fs->name, lua_tostring(L, idx));
+                dsl_raise_at(L, 0, "%s: field '%s' must be %s, got '%s'", ctor, fs->name,
+                             kind_phrase(fs->kind), lua_tostring(L, idx));
             out->is_auto = 1;
             out->i = 0;
+            return;
+        }
+        if (fs->kind == FK_BOOL_AUTO) {
+            if (t != LUA_TBOOLEAN)
+                dsl_raise_at(L, 0, "%s: field '%s' must be %s, got %s", ctor, fs->name,
+                             kind_phrase(fs->kind), dsl_type_word(L, idx));
+            out->b = lua_toboolean(L, idx);
             return;
         }
         /* fall through */

@@ -243,6 +243,7 @@ static int l_train(lua_State *L) {
     t->recompute = v[12].present ? v[12].choice : 0;
     t->peak_tflops = v[13].present ? v[13].n : 0;
     c->train_line = line;
+    c->r.train_line = line;
     return 0;
 }
 
@@ -251,37 +252,44 @@ static const field_spec parallel_fields[] = {
     {"tp", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
     {"pp", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
     {"zero", FK_INT_AUTO, OPT, LO_GE, 0, HI_LE, 3, NULL},
-    INT_FIELD("bucket_kb", OPT, 1)};
+    {"sequence_parallel", FK_BOOL_AUTO, OPT, 0, 0, 0, 0, NULL},
+    {"bucket_kb", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL}};
+enum { P_DP, P_TP, P_PP, P_ZERO, P_SP, P_BUCKET, P_COUNT };
 
+/* parallel "auto" or parallel { dp, tp, pp, zero, sequence_parallel, bucket_kb }, each field
+ * also "auto" (or absent): -1 (bucket_kb 0), left to the layout (parallel/layout.h). */
 static int l_parallel(lua_State *L) {
     recipe_ctx *c = dsl_ctx(L);
     int line = section_start(L, &c->parallel_line, "parallel");
     tr_parallel_desc *p = &c->r.parallel;
+    *p = (tr_parallel_desc){
+        .is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1, .sequence_parallel = -1};
     if (lua_type(L, 1) == LUA_TSTRING) {
         if (strcmp(lua_tostring(L, 1), "auto") != 0)
             dsl_raise_at(L, 0,
                          "parallel: expected \"auto\" or a table { dp = ..., tp = ..., pp = ..., "
                          "zero = ... }, got '%s'",
                          lua_tostring(L, 1));
-        *p = (tr_parallel_desc){
-            .is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1, .sequence_parallel = -1};
     } else {
         if (lua_type(L, 1) != LUA_TTABLE)
             dsl_raise_at(L, 0,
                          "parallel: expected \"auto\" or a table { dp = ..., tp = ..., pp = ..., "
                          "zero = ... }, got %s",
                          lua_isnone(L, 1) ? "no value" : dsl_type_word(L, 1));
-        field_val v[5];
-        dsl_read_fields(L, "parallel", parallel_fields, 5, v, NULL, NULL);
-        p->bucket_kb = v[4].present ? (int)v[4].i : 0;
-        /* -1 = auto (absent or "auto"): zero = 0 is a real choice, "don't shard" */
+        field_val v[P_COUNT];
+        dsl_read_fields(L, "parallel", parallel_fields, P_COUNT, v, NULL, NULL);
+        /* zero = 0 is a real choice ("don't shard"), so auto is -1 */
         int *dst[4] = {&p->dp, &p->tp, &p->pp, &p->zero};
-        for (int i = 0; i < 4; i++)
-            *dst[i] = v[i].present && !v[i].is_auto ? (int)v[i].i : -1;
-        /* everything left to "auto" is the same plan as parallel "auto" */
-        p->is_auto = p->dp < 0 && p->tp < 0 && p->pp < 0 && p->zero < 0 && p->bucket_kb == 0;
+        for (int i = P_DP; i <= P_ZERO; i++)
+            if (v[i].present && !v[i].is_auto) *dst[i] = (int)v[i].i;
+        if (v[P_SP].present && !v[P_SP].is_auto) p->sequence_parallel = v[P_SP].b;
+        if (v[P_BUCKET].present && !v[P_BUCKET].is_auto) p->bucket_kb = (int)v[P_BUCKET].i;
+        /* everything left to "auto" is the same layout as parallel "auto" */
+        p->is_auto = p->dp < 0 && p->tp < 0 && p->pp < 0 && p->zero < 0 &&
+                     p->sequence_parallel < 0 && p->bucket_kb == 0;
     }
     c->parallel_line = line;
+    c->r.parallel_line = line;
     return 0;
 }
 

@@ -110,6 +110,29 @@ static void put_data_path(FILE *f, const char *text) {
     free(real);
 }
 
+/* parallel "auto", or every field with its value or "auto". */
+static void put_parallel(FILE *f, const tr_parallel_desc *p) {
+    if (p->is_auto) {
+        fputs("parallel \"auto\"\n", f);
+        return;
+    }
+    const char *names[4] = {"dp", "tp", "pp", "zero"};
+    int vals[4] = {p->dp, p->tp, p->pp, p->zero};
+    fputs("parallel {", f);
+    for (int i = 0; i < 4; i++) {
+        if (vals[i] >= 0)
+            fprintf(f, "%s %s = %d", i ? "," : "", names[i], vals[i]);
+        else
+            fprintf(f, "%s %s = \"auto\"", i ? "," : "", names[i]);
+    }
+    fprintf(f, ", sequence_parallel = %s",
+            p->sequence_parallel < 0 ? "\"auto\"" : lua_bool(p->sequence_parallel));
+    if (p->bucket_kb)
+        fprintf(f, ", bucket_kb = %d }\n", p->bucket_kb);
+    else
+        fputs(", bucket_kb = \"auto\" }\n", f);
+}
+
 int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {
     fputs("-- The fully resolved recipe of this run, written by trainer from ", f);
     put_string(f, r->path);
@@ -212,21 +235,6 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {
         fputs("\n", f);
     }
 
-    const tr_parallel_desc *p = &r->parallel;
-    if (p->is_auto) {
-        fputs("parallel \"auto\"\n", f);
-    } else {
-        const char *names[4] = {"dp", "tp", "pp", "zero"};
-        int vals[4] = {p->dp, p->tp, p->pp, p->zero};
-        fputs("parallel {", f);
-        for (int i = 0; i < 4; i++) {
-            if (vals[i] >= 0)
-                fprintf(f, "%s %s = %d", i ? "," : "", names[i], vals[i]);
-            else
-                fprintf(f, "%s %s = \"auto\"", i ? "," : "", names[i]);
-        }
-        if (p->bucket_kb) fprintf(f, ", bucket_kb = %d", p->bucket_kb);
-        fputs(" }\n", f);
-    }
+    put_parallel(f, &r->parallel);
     return ferror(f) ? -1 : 0;
 }
