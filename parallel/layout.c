@@ -261,7 +261,7 @@ void tr_layout_describe(const tr_layout *l, char *buf, size_t len) {
     const char *kind = l->dp > 1 && l->tp > 1 ? "data and tensor parallel"
                        : l->dp > 1            ? "data parallel"
                        : l->tp > 1            ? "tensor parallel"
-                                              : "one process";
+                                              : "not parallel";
     char pp[32] = "";
     if (l->pp > 1) snprintf(pp, sizeof(pp), " x pp %d", l->pp);
     snprintf(buf, len, "dp %d x tp %d%s: %s%s, ZeRO-%d, micro-batch %d%s, %d accumulation step%s",

@@ -543,10 +543,10 @@ int tr_cmd_run(int argc, char **argv) {
         tr_choose_backend(&o, &r, &peak, device_desc, sizeof(device_desc), err, sizeof(err));
     snprintf(msg, sizeof(msg), "trainer run: %s", err);
     if (setup_failed(world, !be, msg)) goto done;
-    int micro = 0, accum = 0;
-    int mbad = tr_resolve_micro_batch(&r, nranks, be->dtype, 0, &micro, &accum, err, sizeof(err));
-    snprintf(msg, sizeof(msg), "%s: %s", r.path, err);
+    tr_layout lay;
+    int mbad = tr_resolve_layout(&lay, &r, &o, nranks, be->dtype, "run", msg, sizeof(msg));
     if (setup_failed(world, mbad, msg)) goto done;
+    int micro = lay.micro_batch, accum = lay.accum;
     snprintf(fp, sizeof(fp), "%032d%032d", micro, accum); /* "auto" is sized by each host's memory */
     if (ranks_agree(world, "resolved micro-batch", fp)) goto done;
     if (!r.train.micro_batch)
