@@ -23,9 +23,10 @@ typedef struct {
     int micro_batch;       /* sequences per forward/backward on each data-parallel rank */
     int accum;             /* micro-batches per optimizer step */
     int micro_auto;        /* micro_batch was "auto" (resolved by memory) */
-    tr_recompute recompute;
     int bucket_kb;         /* gradient bucket (KiB): the recipe's, or 4096 */
-    int pad_vocab;         /* vocabulary padding of the head's products (0: the backend's) */
+    int pad_vocab;         /* vocabulary padding of the head's products (the flags'; 0: the
+                              backend's) */
+    tr_recompute recompute;
 } tr_layout;
 
 /* What the command line asks for; -1 (or 0 for sequence_parallel and micro_batch) where a flag

@@ -40,7 +40,7 @@ expect 2 "trainer run: --set widht: expected name=value" -- run recipes/shakespe
 expect 2 "no recipe given" -- run
 # the stage is checked once, by the layout (the flag parser only reads an integer)
 expect 1 "trainer show: --zero must be 0, 1, 2 or 3, got 4" -- show recipes/shakespeare_char.lua --zero 4
-expect nonzero "--dp 2 does not fit 1 process(es): the process count comes from mpirun or srun" -- run recipes/shakespeare_char.lua --dp 2
+expect 1 "trainer run: dp 2 x tp 1 = 2 processes, but 1 started (mpirun -np 2)" -- run recipes/shakespeare_char.lua --dp 2
 expect 2 "--device must be auto, cpu or cuda, got 'gpu'" -- run recipes/shakespeare_char.lua --device gpu
 expect 2 "--precision must be bf16 or fp32, got 'fp8'" -- run recipes/shakespeare_char.lua --precision fp8
 expect 2 "--peak-gflops needs a rate in GFLOP/s from 0.001 to 1e9, got .1e-300." -- run recipes/shakespeare_char.lua --peak-gflops 1e-300

@@ -218,7 +218,7 @@ int tr_cmd_show(int argc, char **argv) {
         tr_recipe_free(&r);
         return 1;
     }
-    if (tr_resolve_layout(&l, &r, &o, (int)world, TR_DTYPE_F32, "show", err, sizeof(err))) {
+    if (tr_resolve_layout(&l, &r, &o, (int)world, tr_backend_cpu(), "show", err, sizeof(err))) {
         fprintf(stderr, "%s\n", err);
         tr_recipe_free(&r);
         return 1;

@@ -46,11 +46,12 @@ int tr_load_recipe_msg(tr_recipe *r, const tr_options *opts, const char *cmd, ch
                        size_t errlen);
 
 /* The layout of a run of `world` processes (parallel/layout.h) from the recipe and the flags
- * in opts (--dp, --tp, --zero, --sequence-parallel, --micro-batch; TR_PAD_VOCAB): -1 with one
- * line in err, which starts with the recipe's path when the mistake is located there and with
- * "trainer CMD: " otherwise. */
+ * in opts (--dp, --tp, --zero, --sequence-parallel, --micro-batch; TR_PAD_VOCAB, else the
+ * backend's vocabulary padding), for backend `be` (its dtype sizes an "auto" micro-batch):
+ * -1 with one line in err, which starts with the recipe's path when the mistake is located
+ * there and with "trainer CMD: " otherwise. */
 int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int world,
-                      tr_dtype dtype, const char *cmd, char *err, size_t errlen);
+                      const tr_backend *be, const char *cmd, char *err, size_t errlen);
 
 /* The backend for --device (auto: CUDA when a GPU is there, else the CPU) and --precision
  * (else the recipe's train.precision; r may be NULL).

@@ -120,16 +120,17 @@ int tr_load_recipe(tr_recipe *r, const tr_options *o, const char *cmd) {
 }
 
 int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int world,
-                      tr_dtype dtype, const char *cmd, char *err, size_t errlen) {
+                      const tr_backend *be, const char *cmd, char *err, size_t errlen) {
     tr_layout_flags f = {.dp = o->dp,
                          .tp = o->tp,
                          .zero = o->zero,
                          .sequence_parallel = o->sequence_parallel,
-                         .micro_batch = o->micro_batch};
+                         .micro_batch = o->micro_batch,
+                         .pad_vocab = be->pad_vocab};
     const char *pad = getenv("TR_PAD_VOCAB"); /* tests: the GPU's vocabulary padding on the CPU */
     if (pad && *pad) f.pad_vocab = atoi(pad);
     char why[1024];
-    if (!tr_layout_resolve(l, r, &f, world, dtype, 0, why, sizeof(why))) return 0;
+    if (!tr_layout_resolve(l, r, &f, world, be->dtype, 0, why, sizeof(why))) return 0;
     size_t n = strlen(r->path);
     if (!strncmp(why, r->path, n) && why[n] == ':')
         snprintf(err, errlen, "%s", why);
