@@ -13,11 +13,14 @@
 #define DEFAULT_BUCKET_KB 4096
 
 #ifdef __GNUC__
-__attribute__((format(printf, 5, 6)))
+#define PRINTF_LIKE(a, b) __attribute__((format(printf, a, b)))
+#else
+#define PRINTF_LIKE(a, b)
 #endif
+
 /* One line into err: `recipe.lua:LINE: ` first when line > 0 (the mistake is in the recipe). */
-static int
-fail(char *err, size_t errlen, const tr_recipe *r, int line, const char *fmt, ...) {
+PRINTF_LIKE(5, 6)
+static int fail(char *err, size_t errlen, const tr_recipe *r, int line, const char *fmt, ...) {
     int n = line > 0 ? snprintf(err, errlen, "%s:%d: ", r->path, line) : 0;
     if (n < 0 || (size_t)n >= errlen) n = 0;
     va_list ap;
@@ -47,8 +50,8 @@ static const char *values(char *buf, size_t len, int lo, int hi, tp_test ok, con
     return buf;
 }
 
-static int divides(const void *arg, int t) {
-    return *(const int *)arg % t == 0;
+static int divides(const void *arg, int t) { /* t divides *(const long *)arg */
+    return *(const long *)arg % t == 0;
 }
 
 static int fits_kv(const void *arg, int t) { /* t divides the heads and fits the kv heads */
@@ -59,21 +62,21 @@ static int fits_kv(const void *arg, int t) { /* t divides the heads and fits the
 /* tp against every attention and MLP under n (a stack's layers once: they repeat). */
 static int check_layers(const tr_recipe *r, const tr_node *n, int tp, char *err, size_t errlen) {
     char would[160];
+    long heads = n->heads, hidden = n->hidden;
     if (n->kind == TR_NODE_ATTENTION) {
         if (n->heads % tp)
             return fail(err, errlen, r, n->line,
-                        "attention: tp %d does not divide heads %d "
-                        "(tp %s would)",
-                        tp, n->heads, values(would, sizeof would, 1, n->heads, divides, &n->heads));
+                        "attention: tp %d does not divide heads %d (tp %s would)", tp, n->heads,
+                        values(would, sizeof would, 1, n->heads, divides, &heads));
         if (n->kv_heads % tp && tp % n->kv_heads)
             return fail(err, errlen, r, n->line,
-                        "attention: tp %d and kv_heads %d: tp must "
-                        "divide kv_heads or be a multiple of it (tp %s would)",
+                        "attention: tp %d and kv_heads %d: tp must divide kv_heads or be a "
+                        "multiple of it (tp %s would)",
                         tp, n->kv_heads, values(would, sizeof would, 1, n->heads, fits_kv, n));
     }
     if (n->kind == TR_NODE_MLP && n->hidden % tp)
         return fail(err, errlen, r, n->line, "mlp: tp %d does not divide hidden %d (tp %s would)",
-                    tp, n->hidden, values(would, sizeof would, 1, n->hidden, divides, &n->hidden));
+                    tp, n->hidden, values(would, sizeof would, 1, n->hidden, divides, &hidden));
     for (int i = 0; i < n->n_children; i++)
         if (check_layers(r, &n->children[i], tp, err, errlen)) return -1;
     return 0;
@@ -95,27 +98,24 @@ static int check_settings(const tr_layout *l, const tr_recipe *r, const tr_layou
                                 l->zero);
     if (l->pp != 1)
         return fail(err, errlen, r, pl,
-                    "parallel: pp %d: pipeline parallelism is not "
-                    "implemented yet (pp must be 1)",
+                    "parallel: pp %d: pipeline parallelism is not implemented yet (pp must be 1)",
                     l->pp);
     if (l->tp < 1)
         return fail(err, errlen, r, f->tp >= 0 ? 0 : pl, "%s must be 1 or more, got %d",
                     f->tp >= 0 ? "--tp" : "parallel: tp", l->tp);
     if (!l->sequence_parallel) return 0;
     if (l->tp == 1)
-        return f->sequence_parallel ? fail(err, errlen, r, 0,
-                                           "--sequence-parallel needs tensor parallelism: give "
-                                           "--tp 2 or more")
-                                    : fail(err, errlen, r, pl,
-                                           "parallel: sequence_parallel needs tp > 1 (tp is "
-                                           "1)");
-    int T = r->model.seq_len;
+        return f->sequence_parallel
+                   ? fail(err, errlen, r, 0,
+                          "--sequence-parallel needs tensor parallelism: give --tp 2 or more")
+                   : fail(err, errlen, r, pl, "parallel: sequence_parallel needs tp > 1 (tp is 1)");
+    long T = r->model.seq_len;
     char would[160];
     if (T % l->tp)
         return fail(err, errlen, r, r->model.root.line,
-                    "model: sequence parallelism needs tp to "
-                    "divide seq_len: tp %d does not divide %d (tp %s would)",
-                    l->tp, T, values(would, sizeof would, 2, T, divides, &T));
+                    "model: sequence parallelism needs tp to divide seq_len: tp %d does not divide "
+                    "%ld (tp %s would)",
+                    l->tp, T, values(would, sizeof would, 2, (int)T, divides, &T));
     return 0;
 }
 
@@ -129,17 +129,15 @@ static int fit_world(tr_layout *l, const tr_recipe *r, int dp, int world, int fr
     if (dp > 0) {
         if ((long)dp * group != world)
             return fail(err, errlen, r, line,
-                        "%sdp %d x tp %d = %ld processes, but %d started "
-                        "(mpirun -np %ld)",
-                        where, dp, l->tp, dp * group, world, dp * group);
+                        "%sdp %d x tp %d = %ld processes, but %d started (mpirun -np %ld)", where,
+                        dp, l->tp, dp * group, world, dp * group);
         l->dp = dp;
         return 0;
     }
     if (world % group) {
         long want = (world + group - 1) / group * group;
         return fail(err, errlen, r, line,
-                    "%stp %d needs a multiple of %ld processes, but %d "
-                    "started (mpirun -np %ld)",
+                    "%stp %d needs a multiple of %ld processes, but %d started (mpirun -np %ld)",
                     where, l->tp, group, world, want);
     }
     l->dp = (int)(world / group);
@@ -161,25 +159,24 @@ static int fit_micro_batch(tr_layout *l, const tr_recipe *r, int flag, tr_dtype 
     long seqs = r->train.batch_tokens / r->model.seq_len;
     int tl = r->train_line;
     char would[160];
-    int s = seqs < 1000000 ? (int)seqs : 1000000;
+    int upto = seqs < 1000000 ? (int)seqs : 1000000; /* where "would" lists stop looking */
     if (seqs % l->dp)
         return fail(err, errlen, r, tl,
-                    "train: the %ld sequences of a step (batch_tokens %ld / "
-                    "seq_len %d) do not split over dp %d (dp %s would)",
+                    "train: the %ld sequences of a step (batch_tokens %ld / seq_len %d) do not "
+                    "split over dp %d (dp %s would)",
                     seqs, r->train.batch_tokens, r->model.seq_len, l->dp,
-                    values(would, sizeof would, 1, s, divides, &s));
+                    values(would, sizeof would, 1, upto, divides, &seqs));
     long per = seqs / l->dp;
-    int per_i = per < 1000000 ? (int)per : 1000000;
     int micro = flag > 0 ? flag : r->train.micro_batch;
     if (micro > 0) {
         if (per % micro)
-            return fail(err, errlen, r, flag > 0 ? 0 : tl,
-                        "%s %d does not divide the %ld "
-                        "sequences per data-parallel rank of a step (batch_tokens %ld / seq_len "
-                        "%d / dp %d; %s would)",
-                        flag > 0 ? "--micro-batch" : "train: micro_batch", micro, per,
-                        r->train.batch_tokens, r->model.seq_len, l->dp,
-                        values(would, sizeof would, 1, per_i, divides, &per_i));
+            return fail(
+                err, errlen, r, flag > 0 ? 0 : tl,
+                "%s %d does not divide the %ld sequences per data-parallel rank of a step "
+                "(batch_tokens %ld / seq_len %d / dp %d; %s would)",
+                flag > 0 ? "--micro-batch" : "train: micro_batch", micro, per,
+                r->train.batch_tokens, r->model.seq_len, l->dp,
+                values(would, sizeof would, 1, per < upto ? (int)per : upto, divides, &per));
         l->micro_batch = micro;
         l->accum = (int)(per / micro);
         return 0;

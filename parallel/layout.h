@@ -35,8 +35,9 @@ typedef struct {
     int dp, tp, zero;
     int sequence_parallel; /* 1: --sequence-parallel */
     int micro_batch;       /* --micro-batch, 0: the recipe's */
-    int pad_vocab;         /* tests: the vocabulary padding of a GPU on the CPU (TR_PAD_VOCAB);
-                              0: the backend's */
+    int pad_vocab;         /* vocabulary padding of the head's products: the backend's, or
+                              TR_PAD_VOCAB (tests: a GPU's padding on the CPU); 0: the model's
+                              default (a planned model has no backend to ask) */
 } tr_layout_flags;
 
 /* Resolve the layout of `r` for `world` processes with the flags: -1 and one line in err for

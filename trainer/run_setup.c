@@ -315,7 +315,7 @@ static void agreed_sha(const run_ctx *x, char out[65]) {
 /* The flags, then the processes. A flag mistake under a launcher: connect first, so that a
  * mistake made on every rank is said once and one made on some ranks only still ends the
  * others at once (setup_failed: the same collective the others meet after the recipe). */
-static int connect(run_ctx *x, int *argc, char ***argv, int *status) {
+static int connect_ranks(run_ctx *x, int *argc, char ***argv, int *status) {
     char pmsg[600];
     int rc = tr_parse_options_msg(&x->o, "run", *argc, *argv, 2, pmsg, sizeof(pmsg));
     *status = rc > 0 ? 0 : rc < 0 ? 2 : 1;
@@ -542,7 +542,7 @@ static void print_banner(const run_ctx *x) {
 }
 
 int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
-    if (connect(x, argc, argv, status)) return -1;
+    if (connect_ranks(x, argc, argv, status)) return -1;
     *status = 1;
     if (setup_layout(x) || setup_data(x) || setup_model(x) || setup_outputs(x)) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
