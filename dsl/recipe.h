@@ -121,11 +121,13 @@ typedef struct {
     double peak_tflops;     /* the peak MFU divides by; 0 = the device table / measured sgemm */
 } tr_train_desc;
 
+/* parallel { ... }: what the recipe asks of the layout; parallel/layout.h resolves it with the
+ * command line's flags and the number of processes, and checks it. */
 typedef struct {
-    int is_auto; /* "auto" (the default) */
-    int dp, tp, pp, zero; /* -1 = auto (the world is data parallel; ZeRO 0) */
+    int is_auto; /* "auto" (the default), or every field below left to "auto" */
+    int dp, tp, pp, zero; /* -1 = auto (dp: the processes / (tp * pp); tp, pp 1; ZeRO 0) */
     int sequence_parallel; /* -1 = auto (off), 0, 1 (needs tp > 1) */
-    int bucket_kb;        /* gradient communication bucket, KiB; 0 = 4096 */
+    int bucket_kb;        /* gradient communication bucket, KiB; 0 = auto (4096) */
 } tr_parallel_desc;
 
 typedef enum { TR_KNOB_NUMBER = 0, TR_KNOB_STRING, TR_KNOB_BOOL } tr_knob_type;
@@ -148,6 +150,8 @@ typedef struct {
     tr_train_desc train;
     tr_parallel_desc parallel;
     char init_hf[TR_PATH_MAX]; /* `init = hf "DIR"`: start from a Hugging Face model directory; "" = none */
+    int train_line, parallel_line; /* where train { } and parallel { } are (0: not declared),
+                                      for the messages of later checks (the layout's) */
     int n_knobs;
     tr_knob knobs[TR_MAX_KNOBS];
 } tr_recipe;

@@ -10,10 +10,11 @@
  * at ZeRO-3, of the parameters (gathered per op, see below). */
 #include "parallel/dp.h"
 
+#include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <math.h>
 #include <time.h>
 
 typedef struct {
@@ -402,10 +403,7 @@ void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memo
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_bytes, char *err,
                size_t errlen) {
     *out = NULL;
-    if (zero < 0 || zero > 3) {
-        snprintf(err, errlen, "parallel.zero = %d: ZeRO stages are 0, 1, 2 and 3", zero);
-        return -1;
-    }
+    assert(zero >= 0 && zero <= 3); /* the resolved layout checked the stage (layout.c) */
     const tr_backend *be = tr_model_backend(m);
     /* the buckets, pieces and gathers live in host memory and MPI moves host memory: on a
        device backend that needs NCCL and device buffers */

@@ -26,12 +26,12 @@ typedef struct {
 
 /* `m` must have been built with opts.shards = (zero == 1 ? group size : 1), opts.shard = the
  * rank in the group, opts.external_grads = (zero == 2) and opts.external_params = (zero == 3).
- * zero: 0..3 (ZeRO-2: gradients reduce-scattered bucket by bucket into each rank's pieces,
- * optimizer state and update on those pieces; ZeRO-3: the parameters too are kept in those
- * pieces, and each op's buckets are all-gathered just before it runs, the next op's prefetched,
- * and freed after it). bucket_bytes: communication granularity (0: 4 MiB). For ZeRO-3, call
+ * zero: 0..3, as the resolved layout checked it (parallel/layout.h). ZeRO-2: gradients
+ * reduce-scattered bucket by bucket into each rank's pieces, optimizer state and update on
+ * those pieces; ZeRO-3: the parameters too are kept in those pieces, and each op's buckets are
+ * all-gathered just before it runs, the next op's prefetched, and freed after it. bucket_bytes: communication granularity (0: 4 MiB). For ZeRO-3, call
  * before initialising or loading the parameters (it tells the model its pieces).
- * Returns 0; -1 when the configuration is refused (stage, ranks, backend: the same answer on
+ * Returns 0; -1 when the configuration is refused (ranks, backend, model: the same answer on
  * every rank); -2 when this rank ran out of memory. err says why. */
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *dp, int zero, size_t bucket_bytes, char *err,
                size_t errlen);

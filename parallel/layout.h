@@ -19,27 +19,36 @@ typedef struct {
     int zero;              /* ZeRO stage over the dp group, 0..3 */
     int sequence_parallel; /* tp > 1: norms, residuals and dropout-free regions on 1/tp of the
                               rows, all-gather / reduce-scatter instead of all-reduce */
+    int seq_len;           /* T: tokens per sequence (the model's seq_len) */
     int micro_batch;       /* sequences per forward/backward on each data-parallel rank */
     int accum;             /* micro-batches per optimizer step */
     int micro_auto;        /* micro_batch was "auto" (resolved by memory) */
+    int bucket_kb;         /* gradient bucket (KiB): the recipe's, or 4096 */
+    int pad_vocab;         /* vocabulary padding of the head's products (the flags'; 0: the
+                              backend's) */
     tr_recompute recompute;
-    int bucket_kb;         /* gradient bucket (KiB), 0: the default (4096) */
-    int pad_vocab;         /* vocabulary padding of the head's products (0: the backend's) */
 } tr_layout;
 
 /* What the command line asks for; -1 (or 0 for sequence_parallel and micro_batch) where a flag
- * was not given and the recipe decides. */
+ * was not given and the recipe decides. Flags override the recipe. */
 typedef struct {
     int dp, tp, zero;
     int sequence_parallel; /* 1: --sequence-parallel */
     int micro_batch;       /* --micro-batch, 0: the recipe's */
+    int pad_vocab;         /* vocabulary padding of the head's products: the backend's, or
+                              TR_PAD_VOCAB (tests: a GPU's padding on the CPU); 0: the model's
+                              default (a planned model has no backend to ask) */
 } tr_layout_flags;
 
 /* Resolve the layout of `r` for `world` processes with the flags: -1 and one line in err for
  * the first mistake, naming the setting and what would work (tp must divide the heads, the
  * kv_heads or be a multiple of them, the MLP widths, dp * tp * pp must be the world size,
- * ...). `dtype` and `budget` (bytes of activations per process, 0: a host-memory default)
- * size an "auto" micro-batch. Without a planner, parallel "auto" is dp = world, tp = pp = 1. */
+ * ...). A mistake located in the recipe starts with `recipe.lua:LINE: `; one that comes from
+ * the flags alone starts with the flag (`--zero must be ...`) or the numbers (`dp 1 x tp 2 =
+ * 2 processes, ...`), for the caller to prefix with its command. `dtype` and `budget` (bytes
+ * of activations and scratch per process, 0: a quarter of the host's memory, at most 8 GiB)
+ * size an "auto" micro-batch. Without a planner, "auto" fields are: dp = world / (tp * pp),
+ * tp = pp = 1, ZeRO 0, no sequence parallelism. pp > 1 is refused (not implemented yet). */
 int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f, int world,
                       tr_dtype dtype, double budget, char *err, size_t errlen);
 
@@ -61,11 +70,13 @@ tr_model_opts tr_layout_model_opts(const tr_layout *l, int rank);
 int tr_layout_memory(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype, int rank,
                      tr_memory *mem, char *err, size_t errlen);
 
-/* One line: "2 processes: dp 1 x tp 2, sequence parallel, ZeRO-0, micro-batch 4 x 2". */
+/* One line, without the process count (the caller knows how they were started):
+ * "dp 1 x tp 2: tensor parallel, sequence parallel, ZeRO-0, micro-batch 4 (auto), 2
+ * accumulation steps". */
 void tr_layout_describe(const tr_layout *l, char *buf, size_t len);
 
-/* Write the resolved layout back into the recipe (parallel { ... } and train.micro_batch), so
- * that the saved recipe.lua names it. */
+/* Write the resolved layout back into the recipe (every field of parallel { ... } and
+ * train.micro_batch), so that the saved recipe.lua names it. */
 void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r);
 
 #endif

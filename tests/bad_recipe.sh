@@ -1,6 +1,7 @@
 #!/bin/sh
 # One bad recipe through `trainer show`: passes iff it exits non-zero and prints exactly one
-# line on stderr containing the text after `-- expect: ` on the recipe's first line.
+# line on stderr containing the text after `-- expect: ` on the recipe's first line. An
+# optional second line `-- args: FLAGS` gives show flags (a bad layout: `-- args: --tp 4`).
 # Usage: bad_recipe.sh TRAINER FILE. Runs from FILE's folder with the plain file name, so
 # messages name the file as a user in that folder would see it.
 set -u
@@ -23,9 +24,12 @@ if [ -z "$expect" ]; then
     exit 1
 fi
 
+args=$(sed -n '2s/^-- args: //p' "$name")
+
 errfile=$(mktemp) || exit 1
 trap 'rm -f "$errfile"' EXIT
-"$trainer" show "$name" >/dev/null 2>"$errfile"
+# shellcheck disable=SC2086 # the flags are words
+"$trainer" show "$name" $args >/dev/null 2>"$errfile"
 status=$?
 got=$(cat "$errfile")
 lines=$(awk 'END { print NR }' "$errfile") # counts a last line without a newline too
@@ -33,6 +37,7 @@ lines=$(awk 'END { print NR }' "$errfile") # counts a last line without a newlin
 fail() {
     echo "FAIL $name: $1"
     echo "  expected (exit != 0, one line on stderr containing): $expect"
+    [ -z "$args" ] || echo "  (show flags: $args)"
     echo "  got exit $status, $lines line(s) on stderr:"
     sed 's/^/  | /' "$errfile"
     exit 1

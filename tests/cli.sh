@@ -38,8 +38,17 @@ expect 2 "unknown option '--stepz'" -- run recipes/shakespeare_char.lua --stepz 
 expect 2 "--steps needs a positive integer, got 'three'" -- run recipes/shakespeare_char.lua --steps three
 expect 2 "trainer run: --set widht: expected name=value" -- run recipes/shakespeare_char.lua --set widht
 expect 2 "no recipe given" -- run
-expect 2 "--zero must be 0, 1, 2 or 3, got 4" -- show recipes/shakespeare_char.lua --zero 4
-expect nonzero "--dp 2 does not fit 1 process(es): the process count comes from mpirun or srun" -- run recipes/shakespeare_char.lua --dp 2
+# the stage is checked once, by the layout (the flag parser only reads an integer)
+expect 1 "trainer show: --zero must be 0, 1, 2 or 3, got 4" -- show recipes/shakespeare_char.lua --zero 4
+expect 1 "trainer run: dp 2 x tp 1 = 2 processes, but 1 started (mpirun -np 2)" -- run recipes/shakespeare_char.lua --dp 2
+# tensor parallelism in one process: refused before training, with the mpirun that would fit
+expect 1 "trainer run: tp 2 needs a multiple of 2 processes, but 1 started (mpirun -np 2)" -- \
+    run recipes/shakespeare_char.lua --tp 2 --out "$tmp/tp2"
+if [ ! -e "$tmp/tp2" ] && ! grep -q "^step" "$tmp/out"; then
+    echo "ok   run --tp 2 in one process trained nothing and made no output folder"
+else
+    echo "FAIL run --tp 2 in one process went on"; fail=1
+fi
 expect 2 "--device must be auto, cpu or cuda, got 'gpu'" -- run recipes/shakespeare_char.lua --device gpu
 expect 2 "--precision must be bf16 or fp32, got 'fp8'" -- run recipes/shakespeare_char.lua --precision fp8
 expect 2 "--peak-gflops needs a rate in GFLOP/s from 0.001 to 1e9, got .1e-300." -- run recipes/shakespeare_char.lua --peak-gflops 1e-300
@@ -81,6 +90,25 @@ for r in recipes/*.lua; do
         echo "FAIL trainer show $r"; cat "$tmp/out"; fail=1
     fi
 done
+# show predicts exactly what a run allocates: its bytes are memory.json's "predicted" figures
+# and, at ZeRO-0 (no transient bucket buffers), the measured ones
+"$T" show tests/recipes_good/dp_tiny.lua --micro-batch 4 >"$tmp/show.txt" 2>&1
+"$T" run tests/recipes_good/dp_tiny.lua --micro-batch 4 --steps 2 --eval-every 0 --sample-tokens 0 \
+    --peak-gflops 10 --out "$tmp/mem" >/dev/null 2>&1
+if e=$(python3 - "$tmp/show.txt" "$tmp/mem/memory.json" <<'PY'
+import json, re, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("memory bytes per process:")]
+shown = dict((k, int(v)) for k, v in re.findall(r"(\w+) (\d+)", line[0].split(":", 1)[1])) if line else {}
+m = json.load(open(sys.argv[2]))
+keys = ["params", "grads", "optimizer", "activations", "scratch"]
+print(" ".join("%s %s/%s/%s" % (k, shown.get(k), m["predicted"][k], m[k]) for k in keys))
+sys.exit(0 if all(shown.get(k) == m["predicted"][k] == m[k] for k in keys) else 1)
+PY
+); then
+    echo "ok   show's bytes = the run's predicted = measured at ZeRO-0 (show/predicted/measured: $e)"
+else
+    echo "FAIL show's bytes against memory.json: ${e:-no figures}"; fail=1
+fi
 grep -q "124.44M" <("$T" show recipes/gpt2_124m.lua) && echo "ok   GPT-2 small shows 124.44M parameters" ||
     { echo "FAIL GPT-2 small parameter count"; fail=1; }
 

@@ -97,7 +97,9 @@ else
 fi
 
 # ZeRO-1 keeps 1/N of the optimizer state per rank (what each process allocated)
-opt() { grep -o '"optimizer": [0-9]*' "$tmp/$1/memory.json" | awk '{print $2}'; }
+# a measured figure of a run's memory.json (read as JSON: "predicted" repeats the keys)
+mem() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$tmp/$1/memory.json" "$2"; }
+opt() { mem "$1" optimizer; }
 for np in 2 4; do
     o0=$(opt "np${np}_zero0_micro0") o1=$(opt "np${np}_zero1_micro0")
     if [ -n "$o0" ] && [ -n "$o1" ] && [ $((o1 * np)) -ge "$o0" ] && [ $((o1 * np)) -le $((o0 + 64 * np * 8)) ]; then
@@ -109,7 +111,7 @@ done
 
 # ZeRO-2 keeps 1/N of the gradient (the reduced pieces) plus bucket buffers bounded by the
 # bucket size, not the model's (what each process allocated; 8 blocks to make that visible)
-gr() { grep -o "\"$2\": [0-9]*" "$tmp/$1/memory.json" | awk '{print $2}'; }
+gr() { mem "$1" "$2"; }
 for np in 2 4; do
     run "mem_z0_np$np" "$np" 0 0 --set layers=8 --set steps=3 &&
         run "mem_z2_np$np" "$np" 2 0 --set layers=8 --set steps=3 --set bucket=16 || continue

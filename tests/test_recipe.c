@@ -406,6 +406,76 @@ static void test_round_trip(void)
                "/tmp", NULL, 0);
 }
 
+/* parallel { dp, tp, pp, zero, sequence_parallel, bucket_kb }: every field, each also "auto";
+ * written back so that the written recipe loads to the same structs. */
+static void test_parallel_fields(void)
+{
+    static const char *head =
+        "model { vocab = 10, dim = 8, seq_len = 4, embedding {}, stack { n = 2, mlp {} }, lm_head {} }\n"
+        "data { text = \"c\" }\ntrain { batch_tokens = 8, steps = 1 }\n";
+    char text[1024];
+    tr_recipe r;
+    snprintf(text, sizeof text, "%s\nparallel { dp = 2, tp = 4, pp = 1, zero = 3,\n"
+             "  sequence_parallel = true, bucket_kb = 64 }\n", head);
+    if (check(load(&r, text, "p.lua", NULL, 0) == 0, "parallel: every field loads")) {
+        const tr_parallel_desc *p = &r.parallel;
+        check(!p->is_auto && p->dp == 2 && p->tp == 4 && p->pp == 1 && p->zero == 3 &&
+                  p->sequence_parallel == 1 && p->bucket_kb == 64,
+              "parallel: dp 2, tp 4, pp 1, zero 3, sequence parallel, bucket 64 KiB");
+        check(r.train_line == 3 && r.parallel_line == 5, "parallel: lines of train (%d) and "
+              "parallel (%d) recorded", r.train_line, r.parallel_line);
+        tr_recipe_free(&r);
+    }
+    snprintf(text, sizeof text, "%sparallel { sequence_parallel = false, zero = 0 }\n", head);
+    if (check(load(&r, text, "p.lua", NULL, 0) == 0, "parallel: some fields loads")) {
+        const tr_parallel_desc *p = &r.parallel;
+        check(!p->is_auto && p->dp == -1 && p->tp == -1 && p->pp == -1 && p->zero == 0 &&
+                  p->sequence_parallel == 0 && p->bucket_kb == 0,
+              "parallel: sequence_parallel = false and zero = 0 are choices, the rest auto");
+        tr_recipe_free(&r);
+    }
+    snprintf(text, sizeof text, "%sparallel { dp = 'auto', tp = 'auto', pp = 'auto', zero = "
+             "'auto', sequence_parallel = 'auto', bucket_kb = 'auto' }\n", head);
+    if (check(load(&r, text, "p.lua", NULL, 0) == 0, "parallel: every field \"auto\" loads")) {
+        const tr_parallel_desc *p = &r.parallel;
+        check(p->is_auto && p->dp == -1 && p->tp == -1 && p->pp == -1 && p->zero == -1 &&
+                  p->sequence_parallel == -1 && p->bucket_kb == 0,
+              "parallel: every field \"auto\" is parallel \"auto\"");
+        tr_recipe_free(&r);
+    }
+    snprintf(text, sizeof text, "%s", head);
+    if (check(load(&r, text, "p.lua", NULL, 0) == 0, "parallel: absent loads")) {
+        check(r.parallel.is_auto && r.parallel.sequence_parallel == -1 && r.parallel_line == 0,
+              "parallel: absent is \"auto\", no line");
+        tr_recipe_free(&r);
+    }
+    struct {
+        const char *what, *fields, *expected;
+    } cases[] = {
+        {"unknown field", "dpp = 2",
+         "p.lua:4: parallel: unknown field 'dpp' (fields: bucket_kb, dp, pp, sequence_parallel, "
+         "tp, zero)"},
+        {"sequence_parallel a number", "sequence_parallel = 1",
+         "p.lua:4: parallel: field 'sequence_parallel' must be true, false or \"auto\", got number"},
+        {"sequence_parallel a word", "sequence_parallel = 'yes'",
+         "p.lua:4: parallel: field 'sequence_parallel' must be true, false or \"auto\", got 'yes'"},
+        {"tp 0", "tp = 0", "p.lua:4: parallel: field 'tp' must be >= 1, got 0"},
+        {"dp a fraction", "dp = 1.5", "p.lua:4: parallel: field 'dp' must be an integer, got 1.5"},
+        {"bucket_kb 0", "bucket_kb = 0", "p.lua:4: parallel: field 'bucket_kb' must be >= 1, got 0"},
+        {"bucket_kb a word", "bucket_kb = 'big'",
+         "p.lua:4: parallel: field 'bucket_kb' must be an integer or \"auto\", got 'big'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, "%sparallel { %s }\n", head, cases[i].fields);
+        expect_error(cases[i].what, text, "p.lua", NULL, 0, cases[i].expected);
+    }
+    snprintf(text, sizeof text, "%sparallel { dp = 2, tp = 4, zero = 3, sequence_parallel = true,\n"
+             "  bucket_kb = 64 }\n", head);
+    round_trip("rt-parallel", text, ".", NULL, 0);
+    snprintf(text, sizeof text, "%sparallel { sequence_parallel = false }\n", head);
+    round_trip("rt-parallel-sp-off", text, ".", NULL, 0);
+}
+
 /* checkpoint_every, keep_checkpoints and `init = hf "DIR"` load, write and load again. */
 static void test_checkpoint_fields(void)
 {
@@ -703,6 +773,7 @@ int main(void)
     test_llama();
     test_sets();
     test_round_trip();
+    test_parallel_fields();
     test_sandbox();
     test_checkpoint_fields();
     test_files();

@@ -34,11 +34,15 @@ static const char *run_help =
     "usage: trainer run RECIPE [--set NAME=VALUE]... [--steps N] [--out DIR]\n"
     "                          [--micro-batch B] [--eval-every N] [--sample-tokens N]\n"
     "                          [--device auto|cpu|cuda] [--precision bf16|fp32]\n"
-    "                          [--peak-gflops X] [--resume] [--timeout SECONDS] [--zero S]\n"
-    "       mpirun -np N trainer run RECIPE ...   (data parallel over N processes)\n"
+    "                          [--peak-gflops X] [--resume] [--timeout SECONDS]\n"
+    "                          [--dp D] [--tp T] [--sequence-parallel] [--zero S]\n"
+    "       mpirun -np N trainer run RECIPE ...   (N = dp x tp processes)\n"
     "\n"
-    "Train the model RECIPE declares. Under mpirun or srun every process trains on its slice\n"
-    "of each global batch (parallel { dp, zero } in the recipe; rank 0 writes the output).\n"
+    "Train the model RECIPE declares. Under mpirun or srun the processes form a dp x tp mesh:\n"
+    "each group of tp processes splits the model's heads, hidden units and vocabulary, and\n"
+    "the dp groups train on their slices of each global batch (parallel { dp, tp, zero,\n"
+    "sequence_parallel } in the recipe, the flags below override it; rank 0 writes the\n"
+    "output).\n"
     "\n"
     "  --set NAME=VALUE  override one of the recipe's knobs (repeatable); an unknown NAME\n"
     "                    lists the knobs the recipe declares\n"
@@ -55,19 +59,29 @@ static const char *run_help =
     "                    a table of devices, or the CPU's measured sgemm rate)\n"
     "  --timeout S       seconds any collective may take before every rank exits naming the\n"
     "                    operation (default 300)\n"
-    "  --zero S          ZeRO stage 0-3, instead of the recipe's parallel.zero\n"
+    "  --dp D            data-parallel groups, instead of parallel.dp (default: the processes\n"
+    "                    / tp); D x tp must be the number of processes\n"
+    "  --tp T            tensor-parallel processes per group, instead of parallel.tp (default\n"
+    "                    1); T must divide every attention's heads and MLP's hidden width\n"
+    "  --sequence-parallel  with --tp: norms and residuals on 1/T of the tokens (T must\n"
+    "                    divide seq_len), instead of parallel.sequence_parallel\n"
+    "  --zero S          ZeRO stage 0-3 over the dp group, instead of parallel.zero\n"
     "\n"
-    "Writes DIR/recipe.lua (the fully resolved recipe), DIR/metrics.jsonl (one JSON object\n"
-    "per step: step, loss, lr, grad_norm, tokens_per_s, gflops, mfu; val_loss on eval steps)\n"
-    "and DIR/sample.txt (text sampled from the trained model).\n";
+    "Writes DIR/recipe.lua (the fully resolved recipe, its layout included), DIR/metrics.jsonl\n"
+    "(one JSON object per step: step, loss, lr, grad_norm, tokens_per_s, gflops, mfu;\n"
+    "val_loss on eval steps), DIR/memory.json (what a process allocated, and what the layout\n"
+    "predicted) and DIR/sample.txt (text sampled from the trained model).\n";
 
 static const char *show_help =
-    "usage: trainer show RECIPE [--set NAME=VALUE]... [--micro-batch B] [--dp N] [--zero S]\n"
+    "usage: trainer show RECIPE [--set NAME=VALUE]... [--micro-batch B] [--dp D] [--tp T]\n"
+    "                           [--sequence-parallel] [--zero S]\n"
     "\n"
     "Print the model tree with the parameters, forward FLOPs per token and activation memory\n"
-    "per token of every component, and the memory each training process needs with N data\n"
-    "parallel ranks at ZeRO stage S (default: the recipe's, else 1 rank). Runs no training;\n"
-    "a bad recipe is reported exactly as `trainer run` would.\n";
+    "per token of every component, then the layout of a run of D x T processes (the flags,\n"
+    "else the recipe's parallel { }, else 1 process) and the memory each process would\n"
+    "allocate (the same figures `trainer run` predicts, and a line of exact bytes); with\n"
+    "T > 1, how each kind of tensor is split over the tensor-parallel ranks. Runs no\n"
+    "training; a bad recipe or layout is reported exactly as `trainer run` would.\n";
 
 /* Where option mistakes go: stderr, or a buffer (tr_parse_options_msg). */
 static FILE *perr_stream;
@@ -97,7 +111,7 @@ static int parse_int(const char *cmd, const char *flag, const char *s, int min, 
 
 int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int first) {
     memset(o, 0, sizeof(*o));
-    o->eval_every = o->sample_tokens = o->dp = o->zero = -1;
+    o->eval_every = o->sample_tokens = o->dp = o->tp = o->zero = -1;
     char err[256];
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -121,15 +135,13 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, &o->steps))
                 return -1;
         } else if (!strcmp(a, "--micro-batch")) {
-            if (need_value(cmd, a, i, argc) ||
-                parse_int(cmd, a, argv[++i], 1, &o->micro_batch))
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, &o->micro_batch))
                 return -1;
         } else if (!strcmp(a, "--eval-every")) {
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->eval_every))
                 return -1;
         } else if (!strcmp(a, "--sample-tokens")) {
-            if (need_value(cmd, a, i, argc) ||
-                parse_int(cmd, a, argv[++i], 0, &o->sample_tokens))
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->sample_tokens))
                 return -1;
         } else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
             if (need_value(cmd, a, i, argc)) return -1;
@@ -152,19 +164,20 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             char *end;
             o->timeout = strtod(argv[++i], &end);
             if (*end != '\0' || !(o->timeout > 0)) {
-                fprintf(perr(), "trainer %s: --timeout needs a positive number of seconds, got "
-                        "'%s'\n", cmd, argv[i]);
+                fprintf(perr(),
+                        "trainer %s: --timeout needs a positive number of seconds, got "
+                        "'%s'\n",
+                        cmd, argv[i]);
                 return -1;
             }
-        } else if (!strcmp(a, "--dp")) {
-            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, &o->dp)) return -1;
-        } else if (!strcmp(a, "--zero")) {
-            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->zero))
+        } else if (!strcmp(a, "--dp") || !strcmp(a, "--tp")) {
+            if (need_value(cmd, a, i, argc) ||
+                parse_int(cmd, a, argv[++i], 1, a[2] == 'd' ? &o->dp : &o->tp))
                 return -1;
-            if (o->zero > 3) {
-                fprintf(perr(), "trainer %s: --zero must be 0, 1, 2 or 3, got %d\n", cmd, o->zero);
-                return -1;
-            }
+        } else if (!strcmp(a, "--sequence-parallel")) {
+            o->sequence_parallel = 1;
+        } else if (!strcmp(a, "--zero")) { /* the stage is checked by the layout */
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->zero)) return -1;
         } else if (!strcmp(a, "--out")) {
             if (need_value(cmd, a, i, argc)) return -1;
             o->out = argv[++i];
@@ -173,8 +186,10 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             char *end;
             o->peak_gflops = strtod(argv[++i], &end);
             if (*end != '\0' || !(o->peak_gflops >= 1e-3 && o->peak_gflops <= 1e9)) {
-                fprintf(perr(), "trainer %s: --peak-gflops needs a rate in GFLOP/s from 0.001 to "
-                        "1e9, got '%s'\n", cmd, argv[i]);
+                fprintf(perr(),
+                        "trainer %s: --peak-gflops needs a rate in GFLOP/s from 0.001 to "
+                        "1e9, got '%s'\n",
+                        cmd, argv[i]);
                 return -1;
             }
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -229,7 +244,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return tr_cmd_sample(argc, argv);
     if (!is_run && !is_show) {
         fprintf(stderr,
-                "trainer: unknown command '%s' (commands: run, show, tokenize, export, sample; see trainer --help)\n",
+                "trainer: unknown command '%s' (commands: run, show, tokenize, export, sample; see "
+                "trainer --help)\n",
                 cmd);
         return 2;
     }

@@ -1,7 +1,9 @@
 /* `trainer show RECIPE`: the model tree with parameters, FLOPs and activation memory per
- * component, and the memory one training process needs (the torch7 print(model) of this
- * project). Pure function of the recipe: nothing is allocated for the model. */
+ * component, then the resolved layout of a run and the memory one of its processes needs
+ * (tr_layout_memory, exactly what `run` predicts), and how tensor parallelism splits the
+ * tensors (the torch7 print(model) of this project). Nothing is allocated for the model. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trainer/trainer.h"
@@ -42,8 +44,9 @@ static void describe(const tr_model_desc *d, const tr_node *n, char *buf, size_t
                      n->rope_theta > 0 ? ", rope" : "", n->bias ? "" : ", no bias");
         break;
     case TR_NODE_MLP:
-        snprintf(buf, len, "mlp  %s, hidden %d%s", n->activation == TR_ACT_SWIGLU ? "swiglu" : "gelu",
-                 n->hidden, n->bias ? "" : ", no bias");
+        snprintf(buf, len, "mlp  %s, hidden %d%s",
+                 n->activation == TR_ACT_SWIGLU ? "swiglu" : "gelu", n->hidden,
+                 n->bias ? "" : ", no bias");
         break;
     case TR_NODE_LM_HEAD:
         snprintf(buf, len, "lm_head  %s", n->tied ? "tied to the embedding" : "own weights");
@@ -67,7 +70,8 @@ static void print_node(const tr_model_desc *d, const tr_node *n, int T, const ch
     snprintf(line, sizeof(line), "%s%s%s", prefix, branch, what);
     /* the tree glyphs are 3 bytes but 1 column wide: pad by columns, not bytes */
     int cols = 0;
-    for (const char *s = line; *s; s++) cols += ((unsigned char)*s & 0xC0) != 0x80;
+    for (const char *s = line; *s; s++)
+        cols += ((unsigned char)*s & 0xC0) != 0x80;
     printf("%s%*s %8s %11s %11s %11s\n", line, cols < 60 ? 60 - cols : 0, "",
            c.params > 0 ? p : "-", c.params > 0 ? st : "-", c.fwd_flops > 0 ? f : "-",
            c.act_bytes > 0 ? a : "-");
@@ -77,9 +81,118 @@ static void print_node(const tr_model_desc *d, const tr_node *n, int T, const ch
         if (n->kind == TR_NODE_SEQUENCE)
             snprintf(sub, sizeof(sub), "%s", prefix);
         else
-            snprintf(sub, sizeof(sub), "%s%s", prefix, *branch == '\0' ? "" : (strstr(branch, "└") ? "   " : "│  "));
+            snprintf(sub, sizeof(sub), "%s%s", prefix,
+                     *branch == '\0' ? "" : (strstr(branch, "└") ? "   " : "│  "));
         print_node(d, &n->children[i], T, sub, last ? "└─ " : "├─ ");
     }
+}
+
+/* How tensor parallelism splits p, read off its placement (model.h, tr_param_seg). */
+static void split_of(const tr_param *p, char *buf, size_t len) {
+    const char *by = strstr(p->name, "attention") ? "heads"
+                     : strstr(p->name, "mlp")     ? "hidden units"
+                                                  : "vocabulary";
+    int shared = 1, replicas = p->seg[0].copies;
+    for (int s = 0; s < p->n_seg; s++)
+        if (p->seg[s].copies > shared) shared = p->seg[s].copies;
+    if (p->shape[0] != p->gshape[0] || p->n_seg > 1) {
+        int n = snprintf(buf, len, "rows split (column-parallel, by %s)", by);
+        if (shared > 1 && n > 0 && (size_t)n < len)
+            snprintf(buf + n, len - (size_t)n, "; key/value heads shared by %d ranks", shared);
+    } else if (p->shape[1] != p->gshape[1]) {
+        snprintf(buf, len, "columns split (row-parallel, by %s)", by);
+    } else if (replicas > 1) {
+        snprintf(buf, len, "replicated on %d ranks%s", replicas,
+                 p->seg[0].partial ? ", each computing part of its gradient" : "");
+    } else {
+        snprintf(buf, len, "whole on this rank");
+    }
+}
+
+static void shape_of(int ndim, const int *shape, char *buf, size_t len) {
+    if (ndim == 1)
+        snprintf(buf, len, "%d", shape[0]);
+    else
+        snprintf(buf, len, "%d x %d", shape[0], shape[1]);
+}
+
+/* One tensor of each kind (the repeats of a stack named stack.*.): its global shape, tp rank
+ * 0's shape and how it is split, from the model planned with rank 0's options. */
+static int print_splits(const tr_layout *l, const tr_model_desc *d, char *err, size_t errlen) {
+    tr_model_opts mo = tr_layout_model_opts(l, 0);
+    tr_model *m;
+    if (tr_model_plan(&m, d, TR_DTYPE_F32, &mo, err, errlen)) return -1;
+    int n = tr_model_num_params(m), shown = 0;
+    char(*kinds)[TR_PARAM_NAME_MAX] = calloc((size_t)(n ? n : 1), TR_PARAM_NAME_MAX);
+    if (!kinds) {
+        tr_model_free(m);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    printf("tensor parallel   tp %d: each kind of tensor, its global shape -> tp rank 0's\n",
+           l->tp);
+    for (int i = 0; i < n; i++) {
+        const tr_param *p = tr_model_param(m, i);
+        char kind[TR_PARAM_NAME_MAX], g[32], mine[32], how[160];
+        const char *s = p->name;
+        size_t k = 0;
+        while (*s && k + 1 < sizeof(kind)) { /* stack.N. -> stack.*. */
+            if (!strncmp(s, "stack.", 6) && s[6] >= '0' && s[6] <= '9') {
+                k += (size_t)snprintf(kind + k, sizeof(kind) - k, "stack.*");
+                for (s += 6; *s >= '0' && *s <= '9'; s++) {
+                }
+                continue;
+            }
+            kind[k++] = *s++;
+        }
+        kind[k] = 0;
+        int seen = 0;
+        for (int j = 0; j < shown && !seen; j++)
+            seen = !strcmp(kinds[j], kind);
+        if (seen) continue;
+        snprintf(kinds[shown++], TR_PARAM_NAME_MAX, "%s", kind);
+        shape_of(p->ndim, p->gshape, g, sizeof(g));
+        shape_of(p->ndim, p->shape, mine, sizeof(mine));
+        split_of(p, how, sizeof(how));
+        printf("  %-44s %13s -> %-13s %s\n", kind, g, mine, how);
+    }
+    free(kinds);
+    tr_model_free(m);
+    return 0;
+}
+
+/* The layout's lines: what each process holds (the same figures `run` predicts), one line of
+ * exact bytes for tools, and how tensor parallelism splits the tensors. */
+static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_t errlen) {
+    static const char *const recompute[] = {"none", "selective", "full"};
+    char desc[256];
+    tr_layout_describe(l, desc, sizeof(desc));
+    printf("layout           %d process%s, %s\n", l->world, l->world == 1 ? "" : "es", desc);
+    printf("micro-batch      %d x %d tokens%s, %d accumulation step(s) of %ld tokens; "
+           "recompute %s\n",
+           l->micro_batch, l->seq_len, l->micro_auto ? " (auto)" : "", l->accum,
+           r->train.batch_tokens, recompute[l->recompute]);
+    tr_memory mem;
+    if (tr_layout_memory(l, &r->model, TR_DTYPE_F32, 0, &mem, err, errlen)) return -1;
+    char b[6][32];
+    double all = (double)(mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch);
+    double v[6] = {(double)mem.params,      (double)mem.grads,   (double)mem.optimizer,
+                   (double)mem.activations, (double)mem.scratch, all};
+    for (int i = 0; i < 6; i++)
+        tr_fmt_bytes(v[i], b[i], sizeof(b[i]));
+    printf("memory (fp32)    per process (rank 0):\n"
+           "                 parameters %s, gradients %s, AdamW state %s,\n"
+           "                 activations %s, scratch %s: %s in all\n",
+           b[0], b[1], b[2], b[3], b[4], b[5]);
+    if (l->zero >= 2)
+        printf("                 (ZeRO-%d: plus the gradient buckets being computed and reduced%s, "
+               "a few times parallel.bucket_kb and the largest tensor)\n",
+               l->zero,
+               l->zero == 3 ? " and the parameter buckets of the op running and the next" : "");
+    printf("memory bytes per process: params %zu grads %zu optimizer %zu activations %zu "
+           "scratch %zu\n",
+           mem.params, mem.grads, mem.optimizer, mem.activations, mem.scratch);
+    return l->tp > 1 ? print_splits(l, &r->model, err, errlen) : 0;
 }
 
 int tr_cmd_show(int argc, char **argv) {
@@ -89,36 +202,33 @@ int tr_cmd_show(int argc, char **argv) {
     tr_recipe r;
     if (tr_load_recipe(&r, &o, "show")) return 1;
     const tr_model_desc *d = &r.model;
-    int T = d->seq_len, micro, accum;
-    char err[512];
-    int ranks = o.dp > 0 ? o.dp : r.parallel.dp > 0 ? r.parallel.dp : 1;
-    int zero = o.zero >= 0 ? o.zero : r.parallel.zero > 0 ? r.parallel.zero : 0;
-    if (tr_resolve_micro_batch(&r, ranks, TR_DTYPE_F32, 0, &micro, &accum, err, sizeof(err))) {
-        fprintf(stderr, "%s: %s\n", r.path, err);
+    const tr_parallel_desc *par = &r.parallel;
+    /* the processes of the run shown: dp x tp x pp from the flags, else the recipe, else 1 */
+    long world = (long)(o.dp > 0      ? o.dp
+                        : par->dp > 0 ? par->dp
+                                      : 1) *
+                 (o.tp > 0      ? o.tp
+                  : par->tp > 0 ? par->tp
+                                : 1) *
+                 (par->pp > 0 ? par->pp : 1);
+    char err[1024];
+    tr_layout l;
+    if (world > 1000000) {
+        fprintf(stderr, "trainer show: %ld processes: too many to plan\n", world);
+        tr_recipe_free(&r);
+        return 1;
+    }
+    if (tr_resolve_layout(&l, &r, &o, (int)world, tr_backend_cpu(), "show", err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
         tr_recipe_free(&r);
         return 1;
     }
     printf("%-60s %8s %11s %11s %11s\n", r.path, "params", "p+g+adam", "FLOPs/tok", "act/tok");
-    print_node(d, &d->root, T, "", "");
+    print_node(d, &d->root, d->seq_len, "", "");
 
     tr_cost c;
-    tr_cost_model(d, T, &c);
-    tr_memory mem;
-    tr_model_opts mo = {.B = micro, .T = T, .recompute = (tr_recompute)r.train.recompute,
-                        .shards = zero == 1 ? ranks : 1, .shard = 0, .external_grads = zero == 2,
-                        .external_params = zero == 3};
-    if (tr_model_measure(d, TR_DTYPE_F32, &mo, &mem, err, sizeof(err))) {
-        fprintf(stderr, "%s: %s\n", r.path, err);
-        tr_recipe_free(&r);
-        return 1;
-    }
-    if (zero >= 2) { /* each rank keeps 1/N of the gradient and of the optimizer state */
-        size_t n = (size_t)c.params, per = (n + (size_t)ranks - 1) / (size_t)ranks;
-        mem.grads = per * sizeof(float);
-        mem.optimizer = 2 * per * sizeof(float);
-        if (zero == 3) mem.params = per * sizeof(float); /* and of the parameters */
-    }
-    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
+    tr_cost_model(d, d->seq_len, &c);
+    char b1[32], b2[32];
     tr_fmt_count(c.params, b1, sizeof(b1));
     tr_fmt_count(c.matrix_params, b2, sizeof(b2));
     printf("\ncolumns: parameters | fp32 parameters + gradients + AdamW state | forward FLOPs "
@@ -129,26 +239,8 @@ int tr_cmd_show(int argc, char **argv) {
     printf("FLOPs per token  %s forward, %s training (matrix products; attention's causal "
            "half only; training = 3x forward)\n",
            b1, b2);
-    static const char *const recompute[] = {"none", "selective", "full"};
-    printf("micro-batch      %d x %d tokens%s, %d accumulation step(s) of %ld tokens; "
-           "recompute %s\n",
-           micro, T, r.train.micro_batch ? "" : " (auto)", accum, r.train.batch_tokens,
-           recompute[r.train.recompute]);
-    tr_fmt_bytes((double)mem.params, b1, sizeof(b1));
-    tr_fmt_bytes((double)mem.grads, b2, sizeof(b2));
-    tr_fmt_bytes((double)mem.optimizer, b3, sizeof(b3));
-    tr_fmt_bytes((double)mem.activations, b4, sizeof(b4));
-    tr_fmt_bytes((double)mem.scratch, b5, sizeof(b5));
-    tr_fmt_bytes((double)(mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch),
-                 b6, sizeof(b6));
-    printf("memory (fp32)    per process with %d data-parallel rank(s) at ZeRO-%d:\n"
-           "                 parameters %s, gradients %s, AdamW state %s,\n"
-           "                 activations %s, scratch %s: %s in all\n",
-           ranks, zero, b1, b2, b3, b4, b5, b6);
-    if (zero >= 2)
-        printf("                 (ZeRO-%d: plus the gradient buckets being computed and reduced%s, "
-               "a few times parallel.bucket_kb and the largest tensor)\n",
-               zero, zero == 3 ? " and the parameter buckets of the op running and the next" : "");
+    rc = print_layout(&l, &r, err, sizeof(err));
+    if (rc) fprintf(stderr, "%s: %s\n", r.path, err);
     tr_recipe_free(&r);
-    return 0;
+    return rc ? 1 : 0;
 }

@@ -6,23 +6,25 @@
 
 #include "dsl/recipe.h"
 #include "model/model.h"
+#include "parallel/layout.h"
 
 /* Options shared by the subcommands that read a recipe. */
 typedef struct {
     const char *recipe;
     tr_knob_set sets[TR_MAX_SETS];
     int n_sets;
-    int steps;          /* --steps, 0 = the recipe's */
-    const char *out;    /* --out, NULL = the recipe's */
-    int micro_batch;    /* --micro-batch, 0 = the recipe's */
-    double peak_gflops; /* --peak-gflops, 0 = measure */
-    int eval_every;     /* --eval-every, -1 = the recipe's */
-    const char *device; /* --device auto|cpu|cuda, NULL = auto */
-    double timeout;     /* --timeout: seconds any collective may take (0 = 300) */
-    int dp, zero;       /* show --dp N --zero S (-1 = the recipe's) */
+    int steps;             /* --steps, 0 = the recipe's */
+    const char *out;       /* --out, NULL = the recipe's */
+    int micro_batch;       /* --micro-batch, 0 = the recipe's */
+    double peak_gflops;    /* --peak-gflops, 0 = measure */
+    int eval_every;        /* --eval-every, -1 = the recipe's */
+    const char *device;    /* --device auto|cpu|cuda, NULL = auto */
+    double timeout;        /* --timeout: seconds any collective may take (0 = 300) */
+    int dp, tp, zero;      /* --dp D --tp T --zero S (-1 = the recipe's) */
+    int sequence_parallel; /* --sequence-parallel */
     const char *precision; /* --precision bf16|fp32, NULL = the device's default */
-    int sample_tokens;  /* --sample-tokens, -1 = the recipe's */
-    int resume;         /* --resume: continue from the newest good checkpoint in the output folder */
+    int sample_tokens;     /* --sample-tokens, -1 = the recipe's */
+    int resume; /* --resume: continue from the newest good checkpoint in the output folder */
 } tr_options;
 
 /* Parse argv[first..argc) into opts. Returns 0, 1 when --help was asked, -1 on a bad flag
@@ -43,10 +45,13 @@ int tr_load_recipe(tr_recipe *r, const tr_options *opts, const char *cmd);
 int tr_load_recipe_msg(tr_recipe *r, const tr_options *opts, const char *cmd, char *err,
                        size_t errlen);
 
-/* Micro-batch (sequences) for a recipe: the recipe's, or the largest divisor of the
- * sequences per step whose activations fit `budget` bytes (0: a host-memory default). */
-int tr_resolve_micro_batch(const tr_recipe *r, int world, tr_dtype dtype, double budget,
-                           int *micro, int *accum, char *err, size_t errlen);
+/* The layout of a run of `world` processes (parallel/layout.h) from the recipe and the flags
+ * in opts (--dp, --tp, --zero, --sequence-parallel, --micro-batch; TR_PAD_VOCAB, else the
+ * backend's vocabulary padding), for backend `be` (its dtype sizes an "auto" micro-batch):
+ * -1 with one line in err, which starts with the recipe's path when the mistake is located
+ * there and with "trainer CMD: " otherwise. */
+int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int world,
+                      const tr_backend *be, const char *cmd, char *err, size_t errlen);
 
 /* The backend for --device (auto: CUDA when a GPU is there, else the CPU) and --precision
  * (else the recipe's train.precision; r may be NULL).

@@ -1,5 +1,5 @@
 /* Helpers shared by the subcommands: loading a recipe with the command-line overrides,
- * resolving "auto" values, the machine's measured peak, folders and number formatting. */
+ * resolving the layout, the machine's measured peak, folders and number formatting. */
 #include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
@@ -54,8 +54,7 @@ double tr_measure_peak_gflops(void) {
     double best = 0;
     for (int rep = 0; rep < 8; rep++) {
         double t0 = tr_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
-                    n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         double dt = tr_now() - t0;
         double g = 2.0 * n * n * n / dt / 1e9;
         if (rep >= 2 && g > best) best = g;
@@ -108,18 +107,6 @@ int tr_load_recipe_msg(tr_recipe *r, const tr_options *o, const char *cmd, char 
     if (o->eval_every >= 0) r->train.eval_every = o->eval_every;
     if (o->sample_tokens >= 0) r->train.sample_tokens = o->sample_tokens;
     if (o->out) snprintf(r->train.out, sizeof(r->train.out), "%s", o->out);
-    if (o->micro_batch) {
-        long seqs = r->train.batch_tokens / r->model.seq_len;
-        if (seqs % o->micro_batch) {
-            snprintf(err, errlen,
-                     "trainer %s: --micro-batch %d does not divide the %ld sequences of a step "
-                     "(batch_tokens %ld / seq_len %d)",
-                     cmd, o->micro_batch, seqs, r->train.batch_tokens, r->model.seq_len);
-            tr_recipe_free(r);
-            return -1;
-        }
-        r->train.micro_batch = o->micro_batch;
-    }
     return 0;
 }
 
@@ -132,49 +119,23 @@ int tr_load_recipe(tr_recipe *r, const tr_options *o, const char *cmd) {
     return 0;
 }
 
-static double memory_budget(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    double phys = pages > 0 && size > 0 ? (double)pages * (double)size : 8.0 * (1 << 30);
-    double b = 0.25 * phys;
-    return b < 8.0 * (1 << 30) ? b : 8.0 * (1 << 30);
-}
-
-int tr_resolve_micro_batch(const tr_recipe *r, int world, tr_dtype dtype, double budget,
-                           int *micro, int *accum, char *err, size_t errlen) {
-    long seqs = r->train.batch_tokens / r->model.seq_len;
-    if (seqs % world) {
-        snprintf(err, errlen, "train: %ld sequences per step do not split over %d ranks", seqs,
-                 world);
-        return -1;
-    }
-    long per_rank = seqs / world;
-    if (r->train.micro_batch > 0) {
-        if (per_rank % r->train.micro_batch) {
-            snprintf(err, errlen,
-                     "train: micro_batch %d does not divide the %ld sequences per rank of a step",
-                     r->train.micro_batch, per_rank);
-            return -1;
-        }
-        *micro = r->train.micro_batch;
-        *accum = (int)(per_rank / r->train.micro_batch);
-        return 0;
-    }
-    /* auto: the largest divisor whose activations and scratch fit the budget */
-    if (budget <= 0) budget = memory_budget();
-    for (long b = per_rank; b >= 1; b--) {
-        if (per_rank % b) continue;
-        tr_memory mem;
-        tr_model_opts mo = {.B = (int)b, .T = r->model.seq_len,
-                            .recompute = (tr_recompute)r->train.recompute};
-        if (tr_model_measure(&r->model, dtype, &mo, &mem, err, errlen))
-            return -1;
-        if ((double)(mem.activations + mem.scratch) <= budget || b == 1) {
-            *micro = (int)b;
-            *accum = (int)(per_rank / b);
-            return 0;
-        }
-    }
-    snprintf(err, errlen, "train: no micro-batch fits");
+int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int world,
+                      const tr_backend *be, const char *cmd, char *err, size_t errlen) {
+    tr_layout_flags f = {.dp = o->dp,
+                         .tp = o->tp,
+                         .zero = o->zero,
+                         .sequence_parallel = o->sequence_parallel,
+                         .micro_batch = o->micro_batch,
+                         .pad_vocab = be->pad_vocab};
+    const char *pad = getenv("TR_PAD_VOCAB"); /* tests: the GPU's vocabulary padding on the CPU */
+    if (pad && *pad) f.pad_vocab = atoi(pad);
+    char why[1024];
+    if (!tr_layout_resolve(l, r, &f, world, be->dtype, 0, why, sizeof(why))) return 0;
+    size_t n = strlen(r->path);
+    if (!strncmp(why, r->path, n) && why[n] == ':')
+        snprintf(err, errlen, "%s", why);
+    else
+        snprintf(err, errlen, "trainer %s: %s", cmd, why);
     return -1;
 }
 
@@ -200,9 +161,10 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
                          dtype == TR_DTYPE_BF16 ? "bf16" : "fp32", *peak / 1e12,
                          given ? "given" : "device table");
             else /* MFU is then not reported (a 0 peak would print it as inf) */
-                snprintf(desc, desclen, "cuda (%s), %s storage, peak unknown for this device: no "
-                         "MFU (set train.peak_tflops or --peak-gflops)", name,
-                         dtype == TR_DTYPE_BF16 ? "bf16" : "fp32");
+                snprintf(desc, desclen,
+                         "cuda (%s), %s storage, peak unknown for this device: no "
+                         "MFU (set train.peak_tflops or --peak-gflops)",
+                         name, dtype == TR_DTYPE_BF16 ? "bf16" : "fp32");
             return be;
         }
         if (!strcmp(dev, "cuda")) {
@@ -213,7 +175,8 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
     if (*peak <= 0) *peak = tr_measure_peak_gflops() * 1e9;
     snprintf(desc, desclen, "cpu, fp32, peak %.1f GFLOP/s (%s)%s%s%s", *peak / 1e9,
              given ? "given" : "measured sgemm",
-             o->precision && dtype == TR_DTYPE_BF16 ? "; --precision bf16 applies to CUDA only" : "",
+             o->precision && dtype == TR_DTYPE_BF16 ? "; --precision bf16 applies to CUDA only"
+                                                    : "",
              why[0] ? "; no GPU: " : "", why);
     return tr_backend_cpu();
 }

@@ -1,0 +1,493 @@
+/* The recipe's sections: knobs { } (the tunable values and their --set overrides), data,
+ * optimizer, schedule, train and parallel { }, and `init = hf "DIR"`. Each may appear once;
+ * its fields are read through the schema (recipe_schema.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsl/recipe_private.h"
+
+/* ---- sections ----------------------------------------------------------------------------- */
+
+static int section_start(lua_State *L, int *line_slot, const char *name) {
+    if (dsl_ctx(L)->done)
+        dsl_raise_at(L, 0, "%s: called after the recipe finished (from a __gc finalizer?)", name);
+    int line = dsl_caller_line(L, NULL);
+    if (*line_slot)
+        dsl_raise_at(L, line, "%s: declared twice (first at line %d)", name, *line_slot);
+    return line;
+}
+
+static const field_spec data_fields[] = {
+    {"text", FK_STR, OPT, 0, 0, 0, 0, NULL},
+    {"tokenizer", FK_ENUM, OPT, 0, 0, 0, 0, dsl_tokenizer_names},
+    {"val_fraction", FK_NUM, OPT, LO_GT, 0, HI_LE, 0.5, NULL},
+    {"shards", FK_STR, OPT, 0, 0, 0, 0, NULL},
+    {"val_shards", FK_STR, OPT, 0, 0, 0, 0, NULL},
+    {"mix", FK_TABLE, OPT, 0, 0, 0, 0, NULL},
+    {"encoder", FK_STR, OPT, 0, 0, 0, 0, NULL},
+    {"merges", FK_STR, OPT, 0, 0, 0, 0, NULL}};
+enum {
+    D_TEXT,
+    D_TOKENIZER,
+    D_VAL_FRACTION,
+    D_SHARDS,
+    D_VAL_SHARDS,
+    D_MIX,
+    D_ENCODER,
+    D_MERGES,
+    D_COUNT
+};
+
+static const field_spec mix_fields[] = {{"shards", FK_STR, REQ, 0, 0, 0, 0, NULL},
+                                        {"weight", FK_NUM, REQ, LO_GT, 0, HI_NONE, 0, NULL}};
+
+#ifndef TR_DATA_DIR
+#define TR_DATA_DIR "data"
+#endif
+
+/* A data path as written in the recipe, resolved against the recipe's folder. */
+static void resolve_path(lua_State *L, char *dst, size_t cap, const char *src, const char *what) {
+    const char *base = dsl_ctx(L)->basedir;
+    int n;
+    if (src[0] == '/' || !base || !base[0] || strcmp(base, ".") == 0)
+        n = snprintf(dst, cap, "%s", src);
+    else
+        n = snprintf(dst, cap, "%s%s%s", base, base[strlen(base) - 1] == '/' ? "" : "/", src);
+    if (n < 0 || (size_t)n >= cap)
+        dsl_raise_at(L, 0, "data: the path of '%s' is longer than %zu bytes", what, cap - 1);
+}
+
+/* mix = { { shards = "...", weight = w }, ... }: the table is field `mix` of argument 1. */
+static void read_mix(lua_State *L, tr_data_desc *d) {
+    lua_getfield(L, 1, "mix");
+    int idx = lua_gettop(L);
+    lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
+    int count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        count++;
+        int ok = lua_type(L, -2) == LUA_TNUMBER && lua_isinteger(L, -2) &&
+                 lua_tointeger(L, -2) >= 1 && lua_tointeger(L, -2) <= len;
+        lua_pop(L, 1);
+        if (!ok)
+            dsl_raise_at(L, 0,
+                         "data: 'mix' must be a list of { shards = \"...\", weight = w }, "
+                         "without named fields or gaps");
+    }
+    if (count == 0 || count != len)
+        dsl_raise_at(L, 0, "data: 'mix' needs at least one { shards = \"...\", weight = w }");
+    if (count > TR_MAX_MIX)
+        dsl_raise_at(L, 0, "data: 'mix' has %d sources; at most %d are supported", count,
+                     TR_MAX_MIX);
+    for (int k = 1; k <= count; k++) {
+        char ctor[32];
+        snprintf(ctor, sizeof ctor, "data: mix[%d]", k);
+        lua_rawgeti(L, idx, k);
+        int e = lua_gettop(L);
+        if (lua_type(L, e) != LUA_TTABLE)
+            dsl_raise_at(L, 0, "%s: expected a table { shards = \"...\", weight = w }, got %s",
+                         ctor, dsl_type_word(L, e));
+        lua_pushnil(L);
+        while (lua_next(L, e)) {
+            const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+            if (!key || (strcmp(key, "shards") != 0 && strcmp(key, "weight") != 0))
+                dsl_raise_at(L, 0, "%s: unknown field '%s' (fields: shards, weight)", ctor,
+                             key ? key : dsl_type_word(L, -2));
+            lua_pop(L, 1);
+        }
+        field_val v[2];
+        for (int f = 0; f < 2; f++) {
+            memset(&v[f], 0, sizeof v[f]);
+            lua_getfield(L, e, mix_fields[f].name);
+            if (lua_isnil(L, -1))
+                dsl_raise_at(L, 0, "%s: field '%s' is required", ctor, mix_fields[f].name);
+            dsl_read_value(L, ctor, &mix_fields[f], &v[f]);
+            if (f == 0)
+                resolve_path(L, d->mix[k - 1].shards, sizeof d->mix[k - 1].shards, v[0].s,
+                             "shards");
+            lua_pop(L, 1);
+        }
+        d->mix[k - 1].weight = (float)v[1].n;
+        lua_pop(L, 1);
+    }
+    d->n_mix = count;
+    lua_pop(L, 1);
+}
+
+static int l_data(lua_State *L) {
+    recipe_ctx *c = dsl_ctx(L);
+    int line = section_start(L, &c->data_line, "data");
+    field_val v[D_COUNT];
+    dsl_read_fields(L, "data", data_fields, D_COUNT, v, NULL, NULL);
+    tr_data_desc *d = &c->r.data;
+    int sources = v[D_TEXT].present + v[D_SHARDS].present + v[D_MIX].present;
+    if (sources == 0) dsl_raise_at(L, 0, "data: one of 'text', 'shards' or 'mix' is required");
+    if (sources > 1) dsl_raise_at(L, 0, "data: give only one of 'text', 'shards' and 'mix'");
+    d->tokenizer =
+        v[D_TOKENIZER].present ? (tr_tokenizer_kind)v[D_TOKENIZER].choice : TR_TOKENIZER_BYTE;
+    if (v[D_TEXT].present && v[D_VAL_SHARDS].present)
+        dsl_raise_at(L, 0,
+                     "data: 'val_shards' goes with 'shards' or 'mix'; a 'text' corpus is "
+                     "split by val_fraction");
+    if (!v[D_TEXT].present && v[D_VAL_FRACTION].present)
+        dsl_raise_at(L, 0, "data: 'val_fraction' goes with 'text'; shards take 'val_shards'");
+    if (d->tokenizer != TR_TOKENIZER_GPT2 && (v[D_ENCODER].present || v[D_MERGES].present))
+        dsl_raise_at(L, 0, "data: '%s' goes with tokenizer = \"gpt2\"",
+                     v[D_ENCODER].present ? "encoder" : "merges");
+    if (v[D_TEXT].present) resolve_path(L, d->text, sizeof d->text, v[D_TEXT].s, "text");
+    if (v[D_SHARDS].present) resolve_path(L, d->shards, sizeof d->shards, v[D_SHARDS].s, "shards");
+    if (v[D_VAL_SHARDS].present)
+        resolve_path(L, d->val_shards, sizeof d->val_shards, v[D_VAL_SHARDS].s, "val_shards");
+    if (v[D_MIX].present) read_mix(L, d);
+    if (d->tokenizer == TR_TOKENIZER_GPT2) {
+        if (v[D_ENCODER].present)
+            resolve_path(L, d->encoder, sizeof d->encoder, v[D_ENCODER].s, "encoder");
+        else
+            snprintf(d->encoder, sizeof d->encoder, "%s", TR_DATA_DIR "/gpt2/encoder.json");
+        if (v[D_MERGES].present)
+            resolve_path(L, d->merges, sizeof d->merges, v[D_MERGES].s, "merges");
+        else
+            snprintf(d->merges, sizeof d->merges, "%s", TR_DATA_DIR "/gpt2/vocab.bpe");
+    }
+    d->val_fraction = v[D_VAL_FRACTION].present ? (float)v[D_VAL_FRACTION].n : 0.1f;
+    c->data_line = line;
+    return 0;
+}
+
+static const field_spec optimizer_fields[] = {
+    {"lr", FK_NUM, OPT, LO_GT, 0, HI_NONE, 0, NULL},
+    {"betas", FK_PAIR, OPT, LO_GE, 0, HI_LT, 1, NULL},
+    {"eps", FK_NUM, OPT, LO_GT, 0, HI_NONE, 0, NULL},
+    {"weight_decay", FK_NUM, OPT, LO_GE, 0, HI_NONE, 0, NULL},
+    {"grad_clip", FK_NUM, OPT, LO_GE, 0, HI_NONE, 0, NULL}};
+
+static int l_optimizer(lua_State *L) {
+    recipe_ctx *c = dsl_ctx(L);
+    int line = section_start(L, &c->optim_line, "optimizer");
+    field_val v[5];
+    dsl_read_fields(L, "optimizer", optimizer_fields, 5, v, NULL, NULL);
+    tr_optim_desc *o = &c->r.optim;
+    if (v[0].present) o->lr = (float)v[0].n;
+    if (v[1].present) {
+        o->beta1 = (float)v[1].pair[0];
+        o->beta2 = (float)v[1].pair[1];
+    }
+    if (v[2].present) o->eps = (float)v[2].n;
+    if (v[3].present) o->weight_decay = (float)v[3].n;
+    if (v[4].present) o->grad_clip = (float)v[4].n;
+    c->optim_line = line;
+    return 0;
+}
+
+static const field_spec schedule_fields[] = {INT_FIELD("warmup", OPT, 0),
+                                             {"decay", FK_ENUM, OPT, 0, 0, 0, 0, dsl_decay_names},
+                                             {"min_lr", FK_NUM, OPT, LO_GE, 0, HI_NONE, 0, NULL},
+                                             {"decay_frac", FK_NUM, OPT, LO_GT, 0, HI_LE, 1, NULL}};
+
+static int l_schedule(lua_State *L) {
+    recipe_ctx *c = dsl_ctx(L);
+    int line = section_start(L, &c->sched_line, "schedule");
+    field_val v[4];
+    dsl_read_fields(L, "schedule", schedule_fields, 4, v, NULL, NULL);
+    tr_schedule_desc *s = &c->r.schedule;
+    if (v[0].present) s->warmup = (int)v[0].i;
+    if (v[1].present) s->decay = (tr_decay_kind)v[1].choice;
+    if (v[2].present) {
+        s->min_lr = (float)v[2].n;
+        c->min_lr_set = 1;
+    }
+    if (v[3].present) s->decay_frac = (float)v[3].n;
+    c->sched_line = line;
+    return 0;
+}
+
+static const field_spec train_fields[] = {
+    LONG_FIELD("batch_tokens", REQ, 1),
+    {"micro_batch", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
+    INT_FIELD("steps", REQ, 1),
+    INT_FIELD("eval_every", OPT, 0),
+    LONG_FIELD("eval_tokens", OPT, 0),
+    {"seed", FK_INT, OPT, LO_GE, 0, HI_NONE, 0, NULL},
+    {"out", FK_STR, OPT, 0, 0, 0, 0, NULL},
+    INT_FIELD("sample_tokens", OPT, 0),
+    INT_FIELD("log_every", OPT, 1),
+    INT_FIELD("checkpoint_every", OPT, 0),
+    INT_FIELD("keep_checkpoints", OPT, 1),
+    {"precision", FK_ENUM, OPT, 0, 0, 0, 0, dsl_precision_names},
+    {"recompute", FK_ENUM, OPT, 0, 0, 0, 0, dsl_recompute_names},
+    {"peak_tflops", FK_NUM, OPT, LO_GE, 0, HI_NONE, 0, NULL}};
+
+static int l_train(lua_State *L) {
+    recipe_ctx *c = dsl_ctx(L);
+    int line = section_start(L, &c->train_line, "train");
+    field_val v[14];
+    dsl_read_fields(L, "train", train_fields, 14, v, NULL, NULL);
+    tr_train_desc *t = &c->r.train;
+    t->batch_tokens = (long)v[0].i;
+    t->micro_batch = v[1].present ? (int)v[1].i : 0;
+    t->steps = (int)v[2].i;
+    t->eval_every = v[3].present ? (int)v[3].i : 0;
+    t->eval_tokens = v[4].present ? (long)v[4].i : 0;
+    t->seed = v[5].present ? (unsigned long long)v[5].i : 1337;
+    if (v[6].present)
+        dsl_copy_field(L, t->out, sizeof t->out, "train", "out", v[6].s);
+    else
+        snprintf(t->out, sizeof t->out, "runs/%s", c->stem);
+    t->sample_tokens = v[7].present ? (int)v[7].i : 200;
+    t->log_every = v[8].present ? (int)v[8].i : 10;
+    t->checkpoint_every = v[9].present ? (int)v[9].i : 0;
+    t->keep_checkpoints = v[10].present ? (int)v[10].i : 3;
+    t->precision = v[11].present ? (tr_precision)v[11].choice : TR_PRECISION_BF16;
+    t->recompute = v[12].present ? v[12].choice : 0;
+    t->peak_tflops = v[13].present ? v[13].n : 0;
+    c->train_line = line;
+    c->r.train_line = line;
+    return 0;
+}
+
+static const field_spec parallel_fields[] = {
+    {"dp", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
+    {"tp", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
+    {"pp", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
+    {"zero", FK_INT_AUTO, OPT, LO_GE, 0, HI_LE, 3, NULL},
+    {"sequence_parallel", FK_BOOL_AUTO, OPT, 0, 0, 0, 0, NULL},
+    {"bucket_kb", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL}};
+enum { P_DP, P_TP, P_PP, P_ZERO, P_SP, P_BUCKET, P_COUNT };
+
+/* parallel "auto" or parallel { dp, tp, pp, zero, sequence_parallel, bucket_kb }, each field
+ * also "auto" (or absent): -1 (bucket_kb 0), left to the layout (parallel/layout.h). */
+static int l_parallel(lua_State *L) {
+    recipe_ctx *c = dsl_ctx(L);
+    int line = section_start(L, &c->parallel_line, "parallel");
+    tr_parallel_desc *p = &c->r.parallel;
+    *p = (tr_parallel_desc){
+        .is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1, .sequence_parallel = -1};
+    if (lua_type(L, 1) == LUA_TSTRING) {
+        if (strcmp(lua_tostring(L, 1), "auto") != 0)
+            dsl_raise_at(L, 0,
+                         "parallel: expected \"auto\" or a table { dp = ..., tp = ..., pp = ..., "
+                         "zero = ... }, got '%s'",
+                         lua_tostring(L, 1));
+    } else {
+        if (lua_type(L, 1) != LUA_TTABLE)
+            dsl_raise_at(L, 0,
+                         "parallel: expected \"auto\" or a table { dp = ..., tp = ..., pp = ..., "
+                         "zero = ... }, got %s",
+                         lua_isnone(L, 1) ? "no value" : dsl_type_word(L, 1));
+        field_val v[P_COUNT];
+        dsl_read_fields(L, "parallel", parallel_fields, P_COUNT, v, NULL, NULL);
+        /* zero = 0 is a real choice ("don't shard"), so auto is -1 */
+        int *dst[4] = {&p->dp, &p->tp, &p->pp, &p->zero};
+        for (int i = P_DP; i <= P_ZERO; i++)
+            if (v[i].present && !v[i].is_auto) *dst[i] = (int)v[i].i;
+        if (v[P_SP].present && !v[P_SP].is_auto) p->sequence_parallel = v[P_SP].b;
+        if (v[P_BUCKET].present && !v[P_BUCKET].is_auto) p->bucket_kb = (int)v[P_BUCKET].i;
+        /* everything left to "auto" is the same layout as parallel "auto" */
+        p->is_auto = p->dp < 0 && p->tp < 0 && p->pp < 0 && p->zero < 0 &&
+                     p->sequence_parallel < 0 && p->bucket_kb == 0;
+    }
+    c->parallel_line = line;
+    c->r.parallel_line = line;
+    return 0;
+}
+
+/* ---- knobs -------------------------------------------------------------------------------- */
+
+static const char *knob_list(recipe_ctx *c) {
+    const char *names[TR_MAX_KNOBS];
+    for (int i = 0; i < c->r.n_knobs; i++)
+        names[i] = c->r.knobs[i].name;
+    if (c->r.n_knobs == 0) return "none declared";
+    return dsl_sorted_list(c->list, sizeof c->list, names, c->r.n_knobs);
+}
+
+static int knob_index(lua_State *L) {
+    lua_settop(L, 2);
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+    recipe_ctx *c = dsl_ctx(L);
+    if (lua_type(L, 2) == LUA_TSTRING)
+        dsl_raise_at(L, 0, "unknown knob '%s' (knobs: %s)", lua_tostring(L, 2), knob_list(c));
+    dsl_raise_at(L, 0, "unknown knob [%s] (knobs: %s)", dsl_type_word(L, 2), knob_list(c));
+}
+
+static int knob_newindex(lua_State *L) {
+    const char *name = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "?";
+    dsl_raise_at(L, 0, "knobs are read-only: change '%s' with --set %s=VALUE or in knobs { ... }",
+                 name, name);
+}
+
+/* pairs(k) walks the hidden table without handing it out (the state passed is the proxy). */
+static int knob_next(lua_State *L) {
+    lua_settop(L, 2);
+    if (lua_next(L, lua_upvalueindex(1))) return 2;
+    lua_pushnil(L);
+    return 1;
+}
+
+static int knob_pairs(lua_State *L) {
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushcclosure(L, knob_next, 1);
+    lua_pushvalue(L, 1);
+    lua_pushnil(L);
+    return 3;
+}
+
+static int cmp_knob(const void *a, const void *b) {
+    return strcmp(((const tr_knob *)a)->name, ((const tr_knob *)b)->name);
+}
+
+static int is_name(const char *s) {
+    if (!(s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z'))) return 0;
+    for (; *s; s++)
+        if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+              (*s >= '0' && *s <= '9')))
+            return 0;
+    return 1;
+}
+
+/* Apply one --set to knob k, pushing the new Lua value. */
+static void apply_set(lua_State *L, int line, tr_knob *k, const tr_knob_set *s) {
+    char dflt[160];
+    switch (k->type) {
+    case TR_KNOB_NUMBER:
+        snprintf(dflt, sizeof dflt, "%.14g", k->number);
+        if (lua_stringtonumber(L, s->value) == 0)
+            dsl_raise_at(L, line, "--set %s=%s: '%s' is not a number (knob '%s' defaults to %s)",
+                         s->name, s->value, s->value, s->name, dflt);
+        k->number = lua_tonumber(L, -1);
+        if (!isfinite(k->number))
+            dsl_raise_at(L, line, "--set %s=%s: '%s' is not a finite number", s->name, s->value,
+                         s->value);
+        break;
+    case TR_KNOB_BOOL:
+        if (strcmp(s->value, "true") == 0 || strcmp(s->value, "false") == 0) {
+            k->boolean = s->value[0] == 't';
+            lua_pushboolean(L, k->boolean);
+        } else {
+            dsl_raise_at(
+                L, line,
+                "--set %s=%s: '%s' is not a boolean; use true or false (knob '%s' defaults to %s)",
+                s->name, s->value, s->value, s->name, k->boolean ? "true" : "false");
+        }
+        break;
+    case TR_KNOB_STRING:
+        snprintf(k->string, sizeof k->string, "%s", s->value);
+        lua_pushstring(L, k->string);
+        break;
+    }
+    k->overridden = 1;
+}
+
+static int l_knobs(lua_State *L) {
+    recipe_ctx *c = dsl_ctx(L);
+    int line = section_start(L, &c->knobs_line, "knobs");
+    if (lua_type(L, 1) != LUA_TTABLE)
+        dsl_raise_at(L, 0, "knobs: expected a table, as in knobs { layers = 4, lr = 3e-4 }, got %s",
+                     lua_isnone(L, 1) ? "no value" : dsl_type_word(L, 1));
+    lua_settop(L, 1);
+    int n = 0;
+    tr_knob *ks = c->r.knobs;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING || !is_name(lua_tostring(L, -2)))
+            dsl_raise_at(
+                L, 0,
+                "knobs: knobs are written name = default, as in layers = 4; got a key of type %s",
+                lua_type(L, -2) == LUA_TSTRING ? "string that is not a name"
+                                               : dsl_type_word(L, -2));
+        const char *name = lua_tostring(L, -2);
+        if (n == TR_MAX_KNOBS) dsl_raise_at(L, 0, "knobs: more than %d knobs", TR_MAX_KNOBS);
+        if (strlen(name) >= TR_NAME_MAX)
+            dsl_raise_at(L, 0, "knobs: knob name '%s' is longer than %d bytes", name,
+                         TR_NAME_MAX - 1);
+        tr_knob *k = &ks[n];
+        memset(k, 0, sizeof *k);
+        memcpy(k->name, name, strlen(name) + 1);
+        switch (lua_type(L, -1)) {
+        case LUA_TNUMBER:
+            k->type = TR_KNOB_NUMBER;
+            k->number = lua_tonumber(L, -1);
+            break;
+        case LUA_TBOOLEAN:
+            k->type = TR_KNOB_BOOL;
+            k->boolean = lua_toboolean(L, -1);
+            break;
+        case LUA_TSTRING:
+            k->type = TR_KNOB_STRING;
+            if (strlen(lua_tostring(L, -1)) >= sizeof k->string)
+                dsl_raise_at(L, 0, "knobs: the value of '%s' is longer than %zu bytes", name,
+                             sizeof k->string - 1);
+            memcpy(k->string, lua_tostring(L, -1), strlen(lua_tostring(L, -1)) + 1);
+            break;
+        default:
+            dsl_raise_at(L, 0, "knobs: knob '%s' must be a number, string or boolean, got %s", name,
+                         dsl_type_word(L, -1));
+        }
+        n++;
+        lua_pop(L, 1);
+    }
+    qsort(ks, (size_t)n, sizeof *ks, cmp_knob);
+    c->r.n_knobs = n;
+    lua_newtable(L); /* 2: the values the recipe reads */
+    for (int i = 0; i < n; i++) {
+        lua_getfield(L, 1, ks[i].name);
+        lua_setfield(L, 2, ks[i].name);
+    }
+    for (int i = 0; i < c->n_sets; i++) {
+        const tr_knob_set *s = &c->sets[i];
+        tr_knob *k = NULL;
+        for (int j = 0; j < n && !k; j++)
+            if (strcmp(ks[j].name, s->name) == 0) k = &ks[j];
+        if (!k) dsl_raise_at(L, line, "--set %s: unknown knob (knobs: %s)", s->name, knob_list(c));
+        apply_set(L, line, k, s);
+        lua_setfield(L, 2, k->name);
+    }
+    lua_newtable(L); /* 3: the read-only proxy handed to the recipe */
+    lua_createtable(L, 0, 4);
+    lua_pushvalue(L, 2);
+    lua_pushcclosure(L, knob_index, 1);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, knob_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushvalue(L, 2);
+    lua_pushcclosure(L, knob_pairs, 1);
+    lua_setfield(L, -2, "__pairs");
+    lua_pushliteral(L, "knobs");
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, 3);
+    c->knobs_line = line;
+    return 1;
+}
+
+/* `init = hf "DIR"`: a Hugging Face model directory to start from, resolved against the
+ * recipe's folder. hf returns a marker that load_text finds in the global `init`. */
+static int l_hf(lua_State *L) {
+    recipe_ctx *c = dsl_ctx(L);
+    if (c->done) return 0;
+    if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TSTRING)
+        dsl_raise_at(L, 0, "hf: expects a directory path, as in init = hf \"path/to/model\"");
+    const char *dir = lua_tostring(L, 1), *base = c->basedir;
+    char *path = lua_newuserdatauv(L, TR_PATH_MAX, 0);
+    int n;
+    if (dir[0] == '/' || !base || !base[0] || strcmp(base, ".") == 0)
+        n = snprintf(path, TR_PATH_MAX, "%s", dir);
+    else
+        n = snprintf(path, TR_PATH_MAX, "%s%s%s", base, base[strlen(base) - 1] == '/' ? "" : "/",
+                     dir);
+    if (n < 0 || n >= TR_PATH_MAX)
+        dsl_raise_at(L, 0, "hf: the path is longer than %d bytes", TR_PATH_MAX - 1);
+    luaL_setmetatable(L, HF_MT);
+    return 1;
+}
+
+const luaL_Reg dsl_section_ctors[] = {{"knobs", l_knobs},
+                                      {"data", l_data},
+                                      {"optimizer", l_optimizer},
+                                      {"schedule", l_schedule},
+                                      {"train", l_train},
+                                      {"parallel", l_parallel},
+                                      {"hf", l_hf},
+                                      {NULL, NULL}};

@@ -1,0 +1,68 @@
+/* Private header of `trainer run`: the context one run holds from setup to its end-of-run
+ * report, shared by trainer/run_setup.c (flags, connecting, the setup steps that every rank
+ * agrees on, the output files) and trainer/train.c (the step loop and the report). */
+#ifndef TR_RUN_H
+#define TR_RUN_H
+
+#include <stdio.h>
+
+#include "data/loader.h"
+#include "parallel/comm.h"
+#include "parallel/dp.h"
+#include "parallel/layout.h"
+#include "trainer/checkpoint.h"
+#include "trainer/trainer.h"
+
+/* What this rank did: computing, waiting (communication, and other ranks to catch up), waiting
+ * for data; summed over the steps (the table at the end). */
+typedef struct {
+    double compute_s, wait_s, data_s;
+    long steps;
+} rank_ledger;
+
+typedef struct {
+    tr_options o;
+    tr_comm *world;           /* every process */
+    tr_comm *dpc, *ppc, *tpc; /* this process's groups of the dp x pp x tp mesh */
+    int rank, nranks;         /* in the world */
+    tr_recipe r;              /* with the layout written back once it is resolved */
+    int have_recipe;
+    tr_layout lay;
+    tr_memory predicted; /* tr_layout_memory of this rank */
+    const tr_backend *be;
+    char device[512]; /* the backend, in words */
+    double peak;      /* GFLOP/s of one process; 0: unknown (no MFU) */
+    tr_model *model;
+    tr_loader *loader;
+    int B, T;
+    int *inputs, *targets; /* (B, T) */
+    tr_dp *dp;
+    tr_ckpt_writer *ckw;
+    FILE *metrics; /* rank 0 */
+    char metrics_path[TR_PATH_MAX + 32];
+    int start_step;
+    int out_failed;          /* an output file could not be written: the run exits with 1 */
+    long kill_step, slow_ms; /* tests' fault injection (TR_FAULT_*), for this rank */
+    int kill_alone;          /* TR_FAULT_KILL_RANK: only this rank dies, abruptly */
+    double flops_tok;        /* training FLOPs per token */
+    long tokens_step;        /* B x T x accumulation x dp */
+    double t_start, t_train, best_val;
+    rank_ledger led;
+    double *all_steps; /* every rank's figures of the last step (3 each) */
+    int tty;
+    char err[1024];
+    char msg[TR_PATH_MAX + 1100]; /* a setup step's failure, for the agreement */
+} run_ctx;
+
+/* Parse the flags, connect the processes and set everything up, every step agreed by all
+ * ranks (the lowest failing rank says why): 0 when training can start, else -1 and the exit
+ * status in *status. run_free releases whatever was made, in either case. */
+int run_setup(run_ctx *x, int *argc, char ***argv, int *status);
+void run_free(run_ctx *x);
+
+/* One line for an output file that could not be written (opened, written or closed): -1. */
+int run_cannot_write(const char *path, int e);
+/* Close an output file: -1 (and the line) when anything written to it did not reach it. */
+int run_close_output(FILE *f, const char *path);
+
+#endif
