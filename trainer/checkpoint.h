@@ -1,4 +1,4 @@
-/* Checkpoints (trainer/checkpoint.c) and Hugging Face interchange (trainer/export.c).
+/* Checkpoints (trainer/checkpoint_*.c) and Hugging Face interchange (trainer/export.c).
  *
  * Layout: OUT/checkpoints/step_NNNNNNNN/ holds manifest.yaml and one safetensors file per
  * writing rank (rank_RRRRR.safetensors); OUT/checkpoints/latest names the newest complete one.
