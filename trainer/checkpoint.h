@@ -88,10 +88,13 @@ typedef struct {
     int keep;        /* newest checkpoints kept (>= 1) */
     /* Several writers: every rank of the group has a writer and calls tr_ckpt_save for the
      * same steps; each writes rank_RRRRR.safetensors with the parameters and AdamW moments of
-     * the slab ranges it keeps, `ranges` ([lo, hi) pairs of slab elements, n_ranges of them;
-     * NULL: the whole slab), which together must cover the slab once. Rank 0 waits for the
-     * others' block lists, writes the manifest and publishes the checkpoint. OUT must be one
-     * folder shared by the ranks. */
+     * the slab ranges it keeps, `ranges` ([lo, hi) pairs of elements of its own slab, n_ranges
+     * of them; NULL: the whole slab), as blocks of the global tensors (tensor parallelism: the
+     * rows and columns its tensors hold there; segments another rank also holds are written by
+     * their copy 0 only). Over all ranks every element of every global tensor must be written
+     * exactly once: rank 0 waits for the others' block lists, checks that (a gap or an overlap
+     * fails the save, naming the tensor and element), writes the manifest and publishes the
+     * checkpoint. OUT must be one folder shared by the ranks. */
     int rank, world;
     const size_t *ranges;
     int n_ranges;
@@ -101,7 +104,12 @@ typedef struct {
      * launcher that does not clean up): rank 0 fails the save; a caller whose own writer is
      * stuck prints one line and exits with status 1. 0: an hour. */
     double timeout_s;
-    int zero;        /* the ZeRO stage, recorded in the manifest */
+    /* The layout, recorded in the manifest's parallel section (loading does not need it: the
+     * blocks say where everything is): dp x tp x pp must be world (tp, pp 0: 1; dp 0: world /
+     * (tp * pp)); the ZeRO stage; sequence parallelism on or off. */
+    int dp, tp, pp;
+    int zero;
+    int sequence_parallel;
     int sync;        /* 1: tr_ckpt_save returns once the checkpoint is on disk (benchmarks) */
     int overlap;     /* 1: copy the state on the writer thread while the caller goes on with
                       * forward/backward (needs concurrent reads of the model to be safe: the

@@ -134,22 +134,341 @@ static const char *kind_prefix(int kind) {
     return kind < 0 ? "" : kind == 0 ? "adam_m/" : "adam_v/";
 }
 
+static size_t global_numel(const tr_param *p) {
+    return (size_t)p->gshape[0] * (size_t)p->gshape[1];
+}
+
 /* The global name of a block's tensor, and its key in the rank's file: the name itself when
- * the block is the whole tensor, else name@flat. */
+ * the block is the whole global tensor, else name@flat (its first element's global index:
+ * unique, since every element is written once). */
 void ck_slice_names(const tr_param *p, const slice_info *s, char *name, size_t nlen, char *key,
                     size_t klen) {
     snprintf(name, nlen, "%s%s", kind_prefix(s->kind), p->name);
-    if (s->count == p->numel)
+    if (s->count == global_numel(p))
         snprintf(key, klen, "%s", name);
     else
         snprintf(key, klen, "%s@%zu", name, s->flat);
 }
 
+/* ---- blocks of the global tensors ------------------------------------------------------- */
+
+/* Append b, or grow the last block when b continues it: the next global rows at the same
+ * columns (a vector: the next elements) and the next local elements, so that the grown
+ * block's rows still lie back to back, row-major, in the local tensor and the snapshot. */
+static int push_block(slice_info **sl, int *n, int *cap, const slice_info *b) {
+    slice_info *l = *n ? &(*sl)[*n - 1] : NULL;
+    if (l && l->param == b->param && l->kind == b->kind && l->local + l->count == b->local &&
+        (b->ndim == 1 ? l->flat + l->count == b->flat
+                      : l->start[1] == b->start[1] && l->shape[1] == b->shape[1] &&
+                            l->start[0] + l->shape[0] == b->start[0])) {
+        l->shape[0] += b->shape[0];
+        l->count += b->count;
+        return 0;
+    }
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        slice_info *g = realloc(*sl, (size_t)*cap * sizeof(slice_info));
+        if (!g) return -1;
+        *sl = g;
+    }
+    (*sl)[(*n)++] = *b;
+    return 0;
+}
+
+/* One run of elements contiguous in the local and the global tensor, as blocks: a partial
+ * first row, whole rows, a partial last row (a run of a column-split tensor lies in one row;
+ * push_block stacks such rows into one rectangle). */
+static int push_run(slice_info **sl, int *n, int *cap, const tr_param *p, slice_info b,
+                    const tr_run *run) {
+    size_t G = (size_t)p->gshape[1], g = run->global, left = run->n;
+    b.local = run->local;
+    while (left > 0) {
+        size_t r = g / G, c = g % G, len;
+        b.flat = g;
+        if (p->ndim == 1) {
+            len = left;
+            b.start[0] = (long)g, b.start[1] = 0, b.shape[0] = (long)len, b.shape[1] = 1;
+        } else if (c || left < G) { /* part of one row */
+            len = G - c < left ? G - c : left;
+            b.start[0] = (long)r, b.start[1] = (long)c, b.shape[0] = 1, b.shape[1] = (long)len;
+        } else { /* whole rows */
+            len = left / G * G;
+            b.start[0] = (long)r, b.start[1] = 0, b.shape[0] = (long)(len / G);
+            b.shape[1] = (long)G;
+        }
+        b.count = len;
+        if (push_block(sl, n, cap, &b)) return -1;
+        g += len, b.local += len, left -= len;
+    }
+    return 0;
+}
+
+int ck_add_blocks(slice_info **sl, int *n, int *cap, const tr_param *p, int param, int kind,
+                  int rank, size_t lo, size_t hi) {
+    const slice_info b = {.param = param, .kind = kind, .rank = rank, .ndim = p->ndim};
+    tr_run run[32];
+    while (lo < hi) {
+        int k = tr_param_runs(p, lo, hi, run, 32);
+        if (k <= 0) return 0; /* past the tensor's rows: nothing of it there */
+        if (k > 32) k = 32;
+        for (int j = 0; j < k; j++)
+            if (p->seg[run[j].seg].copy == 0 && push_run(sl, n, cap, p, b, &run[j])) return -1;
+        lo = run[k - 1].local + run[k - 1].n;
+    }
+    return 0;
+}
+
+static int cmp_slice(const void *a, const void *b) {
+    const slice_info *x = a, *y = b;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    if (x->param != y->param) return x->param < y->param ? -1 : 1;
+    return x->flat < y->flat ? -1 : x->flat > y->flat;
+}
+
+void ck_sort_blocks(slice_info *sl, int n) {
+    qsort(sl, (size_t)n, sizeof(slice_info), cmp_slice);
+}
+
+/* Rows [r0, r1) x columns [c0, c1) of a global tensor, from one rank's block: a block of
+ * whole rows is one span, any other block one span per row (a vector is one row). */
+typedef struct {
+    long r0, r1, c0, c1;
+    int rank;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    if (x->r0 != y->r0) return x->r0 < y->r0 ? -1 : 1;
+    return x->c0 < y->c0 ? -1 : x->c0 > y->c0;
+}
+
+/* The spans of blocks b[0..nb) of a tensor of G columns into *sp (grown as needed); -1 when out of
+ * memory. */
+static int tensor_spans(const slice_info *b, int nb, long G, span **sp, size_t *n, size_t *cap) {
+    *n = 0;
+    for (int k = 0; k < nb; k++) {
+        int band = b[k].ndim == 1 || (b[k].start[1] == 0 && b[k].shape[1] == G);
+        long rows = band ? 1 : b[k].shape[0];
+        if (*n + (size_t)rows > *cap) {
+            *cap = 2 * (*n + (size_t)rows);
+            span *g = realloc(*sp, *cap * sizeof(span));
+            if (!g) return -1;
+            *sp = g;
+        }
+        for (long r = 0; r < rows; r++) {
+            span s = {.r0 = b[k].start[0] + r,
+                      .r1 = b[k].start[0] + r + 1,
+                      .c0 = b[k].start[1],
+                      .c1 = b[k].start[1] + b[k].shape[1],
+                      .rank = b[k].rank};
+            if (b[k].ndim == 1)
+                s = (span){0, 1, b[k].start[0], b[k].start[0] + b[k].shape[0], b[k].rank};
+            else if (band)
+                s.r1 = b[k].start[0] + b[k].shape[0];
+            (*sp)[(*n)++] = s;
+        }
+    }
+    qsort(*sp, *n, sizeof(span), cmp_span);
+    return 0;
+}
+
+static void element_name(char *buf, size_t n, int ndim, long r, long c) {
+    if (ndim == 1)
+        snprintf(buf, n, "element %ld", c);
+    else
+        snprintf(buf, n, "element [%ld, %ld]", r, c);
+}
+
+/* Sweep the sorted spans of one tensor with the next element expected, (r, c). */
+static int sweep_spans(const char *name, int ndim, long R, long G, const span *sp, size_t n,
+                       char *err, size_t errlen) {
+    long r = 0, c = 0;
+    char at[64];
+    for (size_t k = 0; k < n; k++) {
+        const span *s = &sp[k];
+        if (s->r0 < 0 || s->c0 < 0 || s->r1 > R || s->c1 > G || s->c0 >= s->c1)
+            return ck_fail(err, errlen,
+                           "tensor '%s': rank %d's block reaches outside the "
+                           "tensor (%ld x %ld): a bug",
+                           name, s->rank, R, G);
+        if (s->r0 < r || (s->r0 == r && s->c0 < c)) {
+            element_name(at, sizeof(at), ndim, s->r0, s->c0);
+            return ck_fail(err, errlen,
+                           "tensor '%s': %s is written twice (again by rank %d): "
+                           "the ranks' blocks overlap, a bug",
+                           name, at, s->rank);
+        }
+        if (s->r0 > r || s->c0 > c) break; /* a gap before s */
+        if (s->c0 == 0 && s->c1 == G)
+            r = s->r1;
+        else if ((c = s->c1) == G)
+            r++, c = 0;
+    }
+    if (r == R && c == 0) return 0;
+    element_name(at, sizeof(at), ndim, r, c);
+    return ck_fail(err, errlen,
+                   "tensor '%s': %s is written by no rank: the ranks' blocks leave "
+                   "a gap, a bug",
+                   name, at);
+}
+
+int ck_check_cover(const tr_model *m, const slice_info *sl, int n, char *err, size_t errlen) {
+    span *sp = NULL;
+    size_t nsp = 0, cap = 0;
+    int rc = 0, np = tr_model_num_params(m), j = 0;
+    for (int kind = -1; kind <= 1 && !rc; kind++)
+        for (int i = 0; i < np && !rc; i++) {
+            const tr_param *p = tr_model_param(m, i);
+            int k = j;
+            while (k < n && sl[k].kind == kind && sl[k].param == i)
+                k++;
+            char name[TR_PARAM_NAME_MAX + 16];
+            snprintf(name, sizeof(name), "%s%s", kind_prefix(kind), p->name);
+            long R = p->ndim == 1 ? 1 : p->gshape[0],
+                 G = p->ndim == 1 ? p->gshape[0] : p->gshape[1];
+            if (tensor_spans(sl + j, k - j, G, &sp, &nsp, &cap))
+                rc = ck_fail(err, errlen, "out of memory checking the blocks of '%s'", name);
+            else
+                rc = sweep_spans(name, p->ndim, R, G, sp, nsp, err, errlen);
+            j = k;
+        }
+    free(sp);
+    if (!rc && j < n)
+        rc = ck_fail(err, errlen, "a block of no tensor (kind %d, tensor %d): a bug", sl[j].kind,
+                     sl[j].param);
+    return rc;
+}
+
+/* ---- the manifest ------------------------------------------------------------------------ */
+
+static void y_model(yout *y, const tr_model_desc *d, const tr_model *m) {
+    size_t n = 0; /* the global tensors' elements */
+    for (int i = 0; i < tr_model_num_params(m); i++)
+        n += global_numel(tr_model_param(m, i));
+    y_plain(y, "model");
+    y_map(y, 1);
+    y_plain(y, "vocab");
+    y_fmt(y, "%d", d->vocab);
+    y_plain(y, "dim");
+    y_fmt(y, "%d", d->dim);
+    y_plain(y, "seq_len");
+    y_fmt(y, "%d", d->seq_len);
+    y_plain(y, "parameters");
+    y_fmt(y, "%zu", n);
+    y_plain(y, "layers");
+    y_seq(y, 1, 0);
+    for (int i = 0; i < d->root.n_children; i++)
+        y_node(y, &d->root.children[i]);
+    y_seq(y, 0, 0);
+    y_map(y, 0);
+}
+
+/* The layout the checkpoint was saved with (for people and tools: loading reads the blocks,
+ * whatever the layout). */
+static void y_parallel(yout *y, const tr_ckpt_opts *o) {
+    y_plain(y, "parallel");
+    y_map(y, 1);
+    y_plain(y, "world");
+    y_fmt(y, "%d", o->world);
+    y_plain(y, "dp");
+    y_fmt(y, "%d", o->dp);
+    y_plain(y, "tp");
+    y_fmt(y, "%d", o->tp);
+    y_plain(y, "pp");
+    y_fmt(y, "%d", o->pp);
+    y_plain(y, "zero");
+    y_fmt(y, "%d", o->zero);
+    y_plain(y, "sequence_parallel");
+    y_plain(y, o->sequence_parallel ? "true" : "false");
+    y_map(y, 0);
+}
+
+static void y_position(yout *y, unsigned long long seed, const tr_loader_pos *pos) {
+    y_plain(y, "rng");
+    y_map(y, 1);
+    /* every random choice derives from the seed and a position: parameter init from (seed,
+       name, index), data order from (seed, loader position), sampling from the seed; the
+       loop keeps no other generator */
+    y_plain(y, "seed");
+    y_fmt(y, "%llu", seed);
+    y_plain(y, "loader");
+    y_plain(y, "see loader_position");
+    y_map(y, 0);
+    y_plain(y, "loader_position");
+    y_map(y, 1);
+    y_plain(y, "bytes");
+    y_fmt(y, "%zu", sizeof(tr_loader_pos));
+    y_plain(y, "hex");
+    char hex[2 * sizeof(tr_loader_pos) + 1];
+    const unsigned char *pb = (const unsigned char *)pos;
+    for (size_t i = 0; i < sizeof(tr_loader_pos); i++)
+        snprintf(hex + 2 * i, 3, "%02x", pb[i]);
+    y_str(y, hex, YAML_DOUBLE_QUOTED_SCALAR_STYLE);
+    y_map(y, 0);
+}
+
+static void y_files(yout *y, const size_t *file_bytes, int world) {
+    y_plain(y, "files");
+    y_seq(y, 1, 0);
+    for (int r = 0; r < world; r++) {
+        y_map(y, 1);
+        y_plain(y, "name");
+        y_fmt(y, "rank_%05d.safetensors", r);
+        y_plain(y, "rank");
+        y_fmt(y, "%d", r);
+        y_plain(y, "bytes");
+        y_fmt(y, "%zu", file_bytes[r]);
+        y_map(y, 0);
+    }
+    y_seq(y, 0, 0);
+}
+
+/* Every global tensor once, with its global shape and its blocks from every rank (sl sorted
+ * by kind, tensor, position). */
+static void y_tensors(yout *y, const tr_model *m, const slice_info *sl, int n_sl) {
+    y_plain(y, "tensors");
+    y_seq(y, 1, 0);
+    for (int i = 0; i < n_sl;) {
+        const tr_param *p = tr_model_param(m, sl[i].param);
+        long shape[2] = {p->gshape[0], p->gshape[1]};
+        char name[TR_PARAM_NAME_MAX + 16], key[TR_PARAM_NAME_MAX + 48];
+        ck_slice_names(p, &sl[i], name, sizeof(name), key, sizeof(key));
+        y_map(y, 1);
+        y_plain(y, "name");
+        y_plain(y, name);
+        y_plain(y, "dtype");
+        y_plain(y, "F32");
+        y_plain(y, "shape");
+        y_shape(y, p->ndim, shape);
+        y_plain(y, "slices");
+        y_seq(y, 1, 0);
+        int j = i;
+        for (; j < n_sl && sl[j].kind == sl[i].kind && sl[j].param == sl[i].param; j++) {
+            ck_slice_names(p, &sl[j], name, sizeof(name), key, sizeof(key));
+            y_map(y, 1);
+            y_plain(y, "file");
+            y_fmt(y, "rank_%05d.safetensors", sl[j].rank);
+            y_plain(y, "key");
+            y_plain(y, key);
+            y_plain(y, "start");
+            y_shape(y, p->ndim, sl[j].start);
+            y_plain(y, "shape");
+            y_shape(y, p->ndim, sl[j].shape);
+            y_plain(y, "crc32c");
+            y_fmt(y, "%08x", sl[j].crc);
+            y_map(y, 0);
+        }
+        y_seq(y, 0, 0);
+        y_map(y, 0);
+        i = j;
+    }
+    y_seq(y, 0, 0);
+}
+
 char *ck_manifest_text(unsigned long long seed, const char *recipe_text, const char *sha,
                        const tr_model_desc *d, const tr_model *m, const snap_meta *sm,
-                       const slice_info *sl, int n_sl, const size_t *file_bytes, int world,
-                       int zero, size_t *out_len) {
-    size_t n_params = tr_model_num_elements(m);
+                       const slice_info *sl, int n_sl, const size_t *file_bytes,
+                       const tr_ckpt_opts *o, size_t *out_len) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -176,110 +495,11 @@ char *ck_manifest_text(unsigned long long seed, const char *recipe_text, const c
     y_plain(&y, sha);
     y_plain(&y, "recipe");
     y_str(&y, recipe_text, YAML_LITERAL_SCALAR_STYLE);
-    y_plain(&y, "model");
-    y_map(&y, 1);
-    y_plain(&y, "vocab");
-    y_fmt(&y, "%d", d->vocab);
-    y_plain(&y, "dim");
-    y_fmt(&y, "%d", d->dim);
-    y_plain(&y, "seq_len");
-    y_fmt(&y, "%d", d->seq_len);
-    y_plain(&y, "parameters");
-    y_fmt(&y, "%zu", n_params);
-    y_plain(&y, "layers");
-    y_seq(&y, 1, 0);
-    for (int i = 0; i < d->root.n_children; i++)
-        y_node(&y, &d->root.children[i]);
-    y_seq(&y, 0, 0);
-    y_map(&y, 0);
-    y_plain(&y, "parallel");
-    y_map(&y, 1);
-    y_plain(&y, "world");
-    y_fmt(&y, "%d", world);
-    y_plain(&y, "dp");
-    y_fmt(&y, "%d", world);
-    y_plain(&y, "tp");
-    y_plain(&y, "1");
-    y_plain(&y, "pp");
-    y_plain(&y, "1");
-    y_plain(&y, "zero");
-    y_fmt(&y, "%d", zero);
-    y_map(&y, 0);
-    y_plain(&y, "rng");
-    y_map(&y, 1);
-    /* every random choice derives from the seed and a position: parameter init from (seed,
-       name, index), data order from (seed, loader position), sampling from the seed; the
-       loop keeps no other generator */
-    y_plain(&y, "seed");
-    y_fmt(&y, "%llu", seed);
-    y_plain(&y, "loader");
-    y_plain(&y, "see loader_position");
-    y_map(&y, 0);
-    y_plain(&y, "loader_position");
-    y_map(&y, 1);
-    y_plain(&y, "bytes");
-    y_fmt(&y, "%zu", sizeof(tr_loader_pos));
-    y_plain(&y, "hex");
-    {
-        char *hex = malloc(2 * sizeof(tr_loader_pos) + 1);
-        const unsigned char *pb = (const unsigned char *)&sm->pos;
-        for (size_t i = 0; i < sizeof(tr_loader_pos); i++)
-            snprintf(hex + 2 * i, 3, "%02x", pb[i]);
-        y_str(&y, hex, YAML_DOUBLE_QUOTED_SCALAR_STYLE);
-        free(hex);
-    }
-    y_map(&y, 0);
-    y_plain(&y, "files");
-    y_seq(&y, 1, 0);
-    for (int r = 0; r < world; r++) {
-        y_map(&y, 1);
-        y_plain(&y, "name");
-        y_fmt(&y, "rank_%05d.safetensors", r);
-        y_plain(&y, "rank");
-        y_fmt(&y, "%d", r);
-        y_plain(&y, "bytes");
-        y_fmt(&y, "%zu", file_bytes[r]);
-        y_map(&y, 0);
-    }
-    y_seq(&y, 0, 0);
-    y_plain(&y, "tensors");
-    y_seq(&y, 1, 0);
-    /* sl is sorted by (kind, tensor, position): one entry per tensor, its blocks in order */
-    for (int i = 0; i < n_sl;) {
-        const tr_param *p = tr_model_param(m, sl[i].param);
-        long shape[2] = {p->shape[0], p->shape[1]};
-        char name[TR_PARAM_NAME_MAX + 16], key[TR_PARAM_NAME_MAX + 48];
-        ck_slice_names(p, &sl[i], name, sizeof(name), key, sizeof(key));
-        y_map(&y, 1);
-        y_plain(&y, "name");
-        y_plain(&y, name);
-        y_plain(&y, "dtype");
-        y_plain(&y, "F32");
-        y_plain(&y, "shape");
-        y_shape(&y, p->ndim, shape);
-        y_plain(&y, "slices");
-        y_seq(&y, 1, 0);
-        int j = i;
-        for (; j < n_sl && sl[j].kind == sl[i].kind && sl[j].param == sl[i].param; j++) {
-            ck_slice_names(p, &sl[j], name, sizeof(name), key, sizeof(key));
-            y_map(&y, 1);
-            y_plain(&y, "file");
-            y_fmt(&y, "rank_%05d.safetensors", sl[j].rank);
-            y_plain(&y, "key");
-            y_plain(&y, key);
-            y_plain(&y, "start");
-            y_shape(&y, p->ndim, sl[j].start);
-            y_plain(&y, "shape");
-            y_shape(&y, p->ndim, sl[j].shape);
-            y_plain(&y, "crc32c");
-            y_fmt(&y, "%08x", sl[j].crc);
-            y_map(&y, 0);
-        }
-        y_seq(&y, 0, 0);
-        y_map(&y, 0);
-        i = j;
-    }
-    y_seq(&y, 0, 0);
+    y_model(&y, d, m);
+    y_parallel(&y, o);
+    y_position(&y, seed, &sm->pos);
+    y_files(&y, file_bytes, o->world);
+    y_tensors(&y, m, sl, n_sl);
     y_map(&y, 0);
     yaml_document_end_event_initialize(&ev, 1);
     y_event(&y, &ev);

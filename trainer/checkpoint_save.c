@@ -14,52 +14,6 @@
 
 #include "trainer/trainer.h"
 
-static int cmp_slice(const void *a, const void *b) {
-    const slice_info *x = a, *y = b;
-    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
-    if (x->param != y->param) return x->param < y->param ? -1 : 1;
-    return x->flat < y->flat ? -1 : x->flat > y->flat;
-}
-
-/* Append the blocks covering elements [a, b) of tensor p (at most three: a partial first row,
- * whole rows, a partial last row). */
-static int add_blocks(slice_info **sl, int *n, int *cap, const tr_param *p, int param, int kind,
-                      int rank, size_t a, size_t b) {
-    size_t C = p->ndim > 1 ? (size_t)p->shape[1] : p->numel;
-    while (a < b) {
-        size_t r = a / C, c = a % C, len;
-        long start[2], shape[2];
-        if (p->ndim == 1) {
-            len = b - a;
-            start[0] = (long)a, shape[0] = (long)len;
-            start[1] = 0, shape[1] = 1;
-        } else if (c || b - a < C) { /* part of one row */
-            len = C - c < b - a ? C - c : b - a;
-            start[0] = (long)r, start[1] = (long)c, shape[0] = 1, shape[1] = (long)len;
-        } else { /* whole rows */
-            size_t rows = (b - a) / C;
-            len = rows * C;
-            start[0] = (long)r, start[1] = 0, shape[0] = (long)rows, shape[1] = (long)C;
-        }
-        if (*n == *cap) {
-            *cap = *cap ? 2 * *cap : 64;
-            slice_info *g = realloc(*sl, (size_t)*cap * sizeof(slice_info));
-            if (!g) return -1;
-            *sl = g;
-        }
-        (*sl)[(*n)++] = (slice_info){.param = param,
-                                     .kind = kind,
-                                     .rank = rank,
-                                     .ndim = p->ndim,
-                                     .start = {start[0], start[1]},
-                                     .shape = {shape[0], shape[1]},
-                                     .flat = a,
-                                     .count = len};
-        a += len;
-    }
-    return 0;
-}
-
 /* ---- the writer ------------------------------------------------------------------------------ */
 
 enum { W_IDLE = 0, W_COPY, W_WRITE };
@@ -95,7 +49,7 @@ static void copy_state(tr_ckpt_writer *w) {
     w->copy_failed = 0;
     for (int i = 0; i < w->n_sl; i++) {
         const slice_info *s = &w->sl[i];
-        size_t lo = tr_model_param(w->m, s->param)->offset + s->flat;
+        size_t lo = tr_model_param(w->m, s->param)->offset + s->local;
         if (tr_model_read_range(w->m, s->kind, lo, lo + s->count, w->snap + s->offset))
             w->copy_failed = 1;
     }
@@ -188,21 +142,16 @@ static int read_part(const tr_ckpt_writer *w, const char *tmp, int r, slice_info
     return rc;
 }
 
-static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t errlen) {
-    const snap_meta *sm = &w->meta;
-    char tmp[TR_PATH_MAX + 64], fin[TR_PATH_MAX + 64], path[TR_PATH_MAX + 128];
-    snprintf(tmp, sizeof(tmp), "%s/.tmp_step_%08ld", w->ckdir, sm->step);
-    snprintf(fin, sizeof(fin), "%s/step_%08ld", w->ckdir, sm->step);
-    int world = w->o.world;
-    if (world == 1) ck_remove_dir(tmp); /* several writers: rank 0 cleared leftovers at start */
-    if (mkdir(tmp, 0755) && !(world > 1 && errno == EEXIST))
-        return ck_fail(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
-    if (w->copy_failed)
-        return ck_fail(err, errlen, "rank %d was asked to save a range it does not keep",
-                       w->o.rank);
-    /* this rank's blocks: a CRC each, one safetensors file */
+/* This rank's blocks, a CRC each, as one safetensors file in the temporary folder. */
+static int write_rank_file(tr_ckpt_writer *w, const char *tmp, size_t *bytes, char *err,
+                           size_t errlen) {
     tr_st_tensor *t = malloc((size_t)(w->n_sl ? w->n_sl : 1) * sizeof(tr_st_tensor));
     char(*keys)[TR_PARAM_NAME_MAX + 48] = malloc((size_t)(w->n_sl ? w->n_sl : 1) * sizeof(*keys));
+    if (!t || !keys) {
+        free(t);
+        free(keys);
+        return ck_fail(err, errlen, "out of memory for the list of %d blocks", w->n_sl);
+    }
     for (int i = 0; i < w->n_sl; i++) {
         slice_info *s = &w->sl[i];
         const tr_param *p = tr_model_param(w->m, s->param);
@@ -214,14 +163,13 @@ static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t 
                               .data = w->snap + s->offset};
         s->crc = tr_crc32c(0, t[i].data, s->count * sizeof(float));
     }
-    char file[32], stepbuf[32], rankbuf[16], worldbuf[16];
-    snprintf(file, sizeof(file), "rank_%05d.safetensors", w->o.rank);
-    snprintf(stepbuf, sizeof(stepbuf), "%ld", sm->step);
+    char path[TR_PATH_MAX + 128], stepbuf[32], rankbuf[16], worldbuf[16];
+    snprintf(stepbuf, sizeof(stepbuf), "%ld", w->meta.step);
     snprintf(rankbuf, sizeof(rankbuf), "%d", w->o.rank);
-    snprintf(worldbuf, sizeof(worldbuf), "%d", world);
+    snprintf(worldbuf, sizeof(worldbuf), "%d", w->o.world);
     const char *meta[] = {"format", CKPT_FORMAT, "step",   stepbuf, "rank",
                           rankbuf,  "world",     worldbuf, NULL};
-    snprintf(path, sizeof(path), "%s/%s", tmp, file);
+    snprintf(path, sizeof(path), "%s/rank_%05d.safetensors", tmp, w->o.rank);
     size_t hlen;
     unsigned char *h = ck_st_header(t, w->n_sl, meta, &hlen);
     const void *parts[2] = {h, w->snap};
@@ -230,13 +178,23 @@ static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t 
     free(h);
     free(t);
     free(keys);
-    if (rc) return -1;
     *bytes = hlen + lens[1];
-    if (w->o.rank > 0) return write_part(w, tmp, *bytes, NULL, err, errlen);
-    /* rank 0: every rank's blocks, then the manifest */
+    return rc;
+}
+
+/* Rank 0: every rank's blocks (waiting for their lists), checked to cover every global element
+ * once, then the manifest. Adds the other files' and the manifest's sizes to *bytes. */
+static int write_manifest(tr_ckpt_writer *w, const char *tmp, size_t *bytes, char *err,
+                          size_t errlen) {
+    int world = w->o.world, rc = 0;
     size_t *fbytes = calloc((size_t)world, sizeof(size_t));
     int n_all = w->n_sl, cap = w->n_sl ? w->n_sl : 1;
     slice_info *all = malloc((size_t)cap * sizeof(slice_info));
+    if (!fbytes || !all) {
+        free(fbytes);
+        free(all);
+        return ck_fail(err, errlen, "out of memory for the manifest");
+    }
     memcpy(all, w->sl, (size_t)w->n_sl * sizeof(slice_info));
     fbytes[0] = *bytes;
     for (int r = 1; r < world && !rc; r++) {
@@ -244,13 +202,17 @@ static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t 
         *bytes += fbytes[r];
     }
     if (!rc) {
-        qsort(all, (size_t)n_all, sizeof(slice_info), cmp_slice);
+        ck_sort_blocks(all, n_all);
+        rc = ck_check_cover(w->m, all, n_all, err, errlen);
+    }
+    if (!rc) {
         size_t mlen;
-        char *man = ck_manifest_text(w->seed, w->recipe_text, w->sha, &w->desc, w->m, sm, all,
-                                     n_all, fbytes, world, w->o.zero, &mlen);
+        char *man = ck_manifest_text(w->seed, w->recipe_text, w->sha, &w->desc, w->m, &w->meta, all,
+                                     n_all, fbytes, &w->o, &mlen);
         if (!man) {
             rc = ck_fail(err, errlen, "cannot format the manifest (libyaml emitter error)");
         } else {
+            char path[TR_PATH_MAX + 128];
             snprintf(path, sizeof(path), "%s/manifest.yaml", tmp);
             const void *mp[1] = {man};
             size_t ml[1] = {mlen};
@@ -261,12 +223,16 @@ static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t 
     }
     free(all);
     free(fbytes);
-    if (rc) return -1;
-    for (int r = 1; r < world; r++) { /* the lists served their purpose */
+    return rc;
+}
+
+/* Rank 0: the folder by rename, then `latest` by rename, then retention. */
+static int publish(tr_ckpt_writer *w, const char *tmp, const char *fin, char *err, size_t errlen) {
+    char path[TR_PATH_MAX + 128], dst[TR_PATH_MAX + 64];
+    for (int r = 1; r < w->o.world; r++) { /* the lists served their purpose */
         part_path(path, sizeof(path), tmp, r);
         unlink(path);
     }
-    /* publish: the folder by rename, then `latest` by rename */
     if (ck_fsync_dir(tmp))
         return ck_fail(err, errlen, "cannot sync '%s': %s", tmp, strerror(errno));
     ck_remove_dir(fin); /* an older save of the same step (a resumed run redoing it) */
@@ -274,26 +240,43 @@ static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t 
         return ck_fail(err, errlen, "cannot rename '%s': %s", tmp, strerror(errno));
     ck_fsync_dir(w->ckdir);
     char latest[64];
-    snprintf(latest, sizeof(latest), "step_%08ld\n", sm->step);
+    snprintf(latest, sizeof(latest), "step_%08ld\n", w->meta.step);
     snprintf(path, sizeof(path), "%s/latest.tmp", w->ckdir);
     const void *lp[1] = {latest};
     size_t ll[1] = {strlen(latest)};
     if (ck_write_file(path, lp, ll, 1, err, errlen)) return -1;
-    snprintf(tmp, sizeof(tmp), "%s/latest", w->ckdir);
-    if (rename(path, tmp))
+    snprintf(dst, sizeof(dst), "%s/latest", w->ckdir);
+    if (rename(path, dst))
         return ck_fail(err, errlen, "cannot rename '%s': %s", path, strerror(errno));
     ck_fsync_dir(w->ckdir);
     /* retention: only now that a newer one is complete */
     long *steps;
     int n = ck_list_steps(w->ckdir, &steps);
     for (int i = 0, kept = 0; i < n; i++) {
-        if (steps[i] > sm->step) continue; /* from a run this one resumed past: leave it */
+        if (steps[i] > w->meta.step) continue; /* from a run this one resumed past: leave it */
         if (++kept <= w->o.keep) continue;
         snprintf(path, sizeof(path), "%s/step_%08ld", w->ckdir, steps[i]);
         ck_remove_dir(path);
     }
     free(steps);
     return 0;
+}
+
+static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t errlen) {
+    char tmp[TR_PATH_MAX + 64], fin[TR_PATH_MAX + 64];
+    snprintf(tmp, sizeof(tmp), "%s/.tmp_step_%08ld", w->ckdir, w->meta.step);
+    snprintf(fin, sizeof(fin), "%s/step_%08ld", w->ckdir, w->meta.step);
+    int world = w->o.world;
+    if (world == 1) ck_remove_dir(tmp); /* several writers: rank 0 cleared leftovers at start */
+    if (mkdir(tmp, 0755) && !(world > 1 && errno == EEXIST))
+        return ck_fail(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+    if (w->copy_failed)
+        return ck_fail(err, errlen, "rank %d was asked to save a range it does not keep",
+                       w->o.rank);
+    if (write_rank_file(w, tmp, bytes, err, errlen)) return -1;
+    if (w->o.rank > 0) return write_part(w, tmp, *bytes, NULL, err, errlen);
+    if (write_manifest(w, tmp, bytes, err, errlen)) return -1;
+    return publish(w, tmp, fin, err, errlen);
 }
 
 static void *writer_main(void *arg) {
@@ -349,6 +332,56 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
+/* The layout recorded in the manifest, completed (tp, pp: 0 means 1; dp: 0 means the rest of
+ * the world) and checked against the world. */
+static int layout_opts(tr_ckpt_opts *o, char *err, size_t errlen) {
+    if (o->tp < 1) o->tp = 1;
+    if (o->pp < 1) o->pp = 1;
+    if (o->dp < 1) o->dp = o->world / (o->tp * o->pp);
+    if (o->dp * o->tp * o->pp != o->world || o->rank < 0 || o->rank >= o->world)
+        return ck_fail(err, errlen,
+                       "checkpoints: rank %d of a world of %d with dp %d x tp %d x "
+                       "pp %d (the layout must fill the world)",
+                       o->rank, o->world, o->dp, o->tp, o->pp);
+    return 0;
+}
+
+/* This rank's blocks of the global tensors: every tensor's part inside each of its slab
+ * ranges, for the parameters, m and v, each block at its offset in the snapshot. */
+static int plan_blocks(tr_ckpt_writer *w, const tr_ckpt_opts *opts, char *err, size_t errlen) {
+    w->n_params = tr_model_num_params(w->m);
+    size_t whole[2] = {0, tr_model_slab_elements(w->m)};
+    const size_t *rg = opts->ranges ? opts->ranges : whole;
+    int n_rg = opts->ranges ? opts->n_ranges : 1, cap = 0;
+    for (int kind = -1; kind <= 1; kind++)
+        for (int r = 0; r < n_rg; r++)
+            for (int i = 0; i < w->n_params; i++) {
+                const tr_param *p = tr_model_param(w->m, i);
+                size_t lo = rg[2 * r] > p->offset ? rg[2 * r] : p->offset;
+                size_t hi =
+                    rg[2 * r + 1] < p->offset + p->numel ? rg[2 * r + 1] : p->offset + p->numel;
+                if (lo < hi && ck_add_blocks(&w->sl, &w->n_sl, &cap, p, i, kind, w->o.rank,
+                                             lo - p->offset, hi - p->offset))
+                    return ck_fail(err, errlen, "checkpoints: out of memory");
+            }
+    size_t off = 0;
+    for (int i = 0; i < w->n_sl; i++) {
+        w->sl[i].offset = off;
+        off += w->sl[i].count;
+    }
+    w->snap_floats = off;
+    return 0;
+}
+
+/* A writer that failed to start (no thread, mutex or condition yet): freed; returns -1. */
+static int init_failed(tr_ckpt_writer *w) {
+    free(w->snap);
+    free(w->sl);
+    free(w->recipe_text);
+    free(w);
+    return -1;
+}
+
 int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *recipe,
                         const tr_ckpt_opts *opts, char *err, size_t errlen) {
     *out = NULL;
@@ -362,10 +395,7 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
     w->seed = recipe->train.seed;
     snprintf(w->out, sizeof(w->out), "%s", opts->out);
     snprintf(w->ckdir, sizeof(w->ckdir), "%s/checkpoints", opts->out);
-    if (tr_mkdirs(w->ckdir, err, errlen)) {
-        free(w);
-        return -1;
-    }
+    if (layout_opts(&w->o, err, errlen) || tr_mkdirs(w->ckdir, err, errlen)) return init_failed(w);
     /* leftovers of a save that was killed: never taken by a resume, removed here (by rank 0:
        the others may be writing into a new one once training runs) */
     DIR *d = w->o.rank == 0 ? opendir(w->ckdir) : NULL;
@@ -383,49 +413,15 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
     tr_recipe_write_lua(recipe, mf);
     fclose(mf);
     tr_sha256_hex(w->recipe_text, w->recipe_len, w->sha);
-    w->n_params = tr_model_num_params(m);
-    /* this rank's blocks: every tensor's part inside each of its slab ranges, for the
-       parameters, m and v */
-    size_t whole[2] = {0, tr_model_slab_elements(m)};
-    const size_t *rg = opts->ranges ? opts->ranges : whole;
-    int n_rg = opts->ranges ? opts->n_ranges : 1, cap = 0;
-    for (int kind = -1; kind <= 1; kind++)
-        for (int r = 0; r < n_rg; r++)
-            for (int i = 0; i < w->n_params; i++) {
-                const tr_param *p = tr_model_param(m, i);
-                size_t lo = rg[2 * r] > p->offset ? rg[2 * r] : p->offset;
-                size_t hi =
-                    rg[2 * r + 1] < p->offset + p->numel ? rg[2 * r + 1] : p->offset + p->numel;
-                if (lo < hi && add_blocks(&w->sl, &w->n_sl, &cap, p, i, kind, w->o.rank,
-                                          lo - p->offset, hi - p->offset)) {
-                    free(w->sl);
-                    free(w->recipe_text);
-                    free(w);
-                    return ck_fail(err, errlen, "checkpoints: out of memory");
-                }
-            }
-    size_t off = 0;
-    for (int i = 0; i < w->n_sl; i++) {
-        w->sl[i].offset = off;
-        off += w->sl[i].count;
-    }
+    if (plan_blocks(w, opts, err, errlen)) return init_failed(w);
     w->o.ranges = NULL; /* the caller's, used only here */
-    w->snap_floats = off;
-    w->snap = malloc(off * sizeof(float) + 1);
+    w->snap = malloc(w->snap_floats * sizeof(float) + 1);
     if (!w->snap) {
-        free(w->sl);
-        free(w->recipe_text);
-        free(w);
-        return ck_fail(err, errlen, "checkpoints: cannot allocate the host copy (%zu bytes)",
-                       off * sizeof(float));
+        ck_fail(err, errlen, "checkpoints: cannot allocate the host copy (%zu bytes)",
+                w->snap_floats * sizeof(float));
+        return init_failed(w);
     }
-    if (ck_fault_init(err, errlen)) {
-        free(w->snap); /* not started: no thread, mutex or condition yet */
-        free(w->sl);
-        free(w->recipe_text);
-        free(w);
-        return -1;
-    }
+    if (ck_fault_init(err, errlen)) return init_failed(w);
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->thread, NULL, writer_main, w)) {
