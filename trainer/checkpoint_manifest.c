@@ -242,34 +242,29 @@ static int cmp_span(const void *a, const void *b) {
     return x->c0 < y->c0 ? -1 : x->c0 > y->c0;
 }
 
-/* The spans of blocks b[0..nb) of a tensor of G columns into *sp (grown as needed); -1 when out of
- * memory. */
-static int tensor_spans(const slice_info *b, int nb, long G, span **sp, size_t *n, size_t *cap) {
+/* The spans of blocks b[0..nb) of a tensor of G columns, sorted; NULL when out of memory. */
+static span *tensor_spans(const slice_info *b, int nb, long G, size_t *n) {
+    size_t cap = 0;
+    for (int k = 0; k < nb; k++)
+        cap += b[k].ndim == 1 || (b[k].start[1] == 0 && b[k].shape[1] == G) || b[k].shape[0] < 0
+                   ? 1
+                   : (size_t)b[k].shape[0];
+    span *sp = malloc((cap ? cap : 1) * sizeof(span));
+    if (!sp) return NULL;
     *n = 0;
     for (int k = 0; k < nb; k++) {
-        int band = b[k].ndim == 1 || (b[k].start[1] == 0 && b[k].shape[1] == G);
-        long rows = band ? 1 : b[k].shape[0];
-        if (*n + (size_t)rows > *cap) {
-            *cap = 2 * (*n + (size_t)rows);
-            span *g = realloc(*sp, *cap * sizeof(span));
-            if (!g) return -1;
-            *sp = g;
-        }
-        for (long r = 0; r < rows; r++) {
-            span s = {.r0 = b[k].start[0] + r,
-                      .r1 = b[k].start[0] + r + 1,
-                      .c0 = b[k].start[1],
-                      .c1 = b[k].start[1] + b[k].shape[1],
-                      .rank = b[k].rank};
-            if (b[k].ndim == 1)
-                s = (span){0, 1, b[k].start[0], b[k].start[0] + b[k].shape[0], b[k].rank};
-            else if (band)
-                s.r1 = b[k].start[0] + b[k].shape[0];
-            (*sp)[(*n)++] = s;
+        const slice_info *x = &b[k];
+        if (x->ndim == 1) {
+            sp[(*n)++] = (span){0, 1, x->start[0], x->start[0] + x->shape[0], x->rank};
+        } else if (x->start[1] == 0 && x->shape[1] == G) { /* whole rows: one span */
+            sp[(*n)++] = (span){x->start[0], x->start[0] + x->shape[0], 0, G, x->rank};
+        } else {
+            for (long r = x->start[0]; r < x->start[0] + x->shape[0]; r++)
+                sp[(*n)++] = (span){r, r + 1, x->start[1], x->start[1] + x->shape[1], x->rank};
         }
     }
-    qsort(*sp, *n, sizeof(span), cmp_span);
-    return 0;
+    qsort(sp, *n, sizeof(span), cmp_span);
+    return sp;
 }
 
 static void element_name(char *buf, size_t n, int ndim, long r, long c) {
@@ -279,24 +274,22 @@ static void element_name(char *buf, size_t n, int ndim, long r, long c) {
         snprintf(buf, n, "element [%ld, %ld]", r, c);
 }
 
-/* Sweep the sorted spans of one tensor with the next element expected, (r, c). */
+/* Sweep the sorted spans of one R x G tensor with the next element expected, (r, c). */
 static int sweep_spans(const char *name, int ndim, long R, long G, const span *sp, size_t n,
                        char *err, size_t errlen) {
     long r = 0, c = 0;
     char at[64];
     for (size_t k = 0; k < n; k++) {
         const span *s = &sp[k];
-        if (s->r0 < 0 || s->c0 < 0 || s->r1 > R || s->c1 > G || s->c0 >= s->c1)
+        if (s->r0 < 0 || s->c0 < 0 || s->r1 > R || s->c1 > G || s->c0 >= s->c1 || s->r0 >= s->r1)
             return ck_fail(err, errlen,
-                           "tensor '%s': rank %d's block reaches outside the "
-                           "tensor (%ld x %ld): a bug",
+                           "tensor '%s': a block of rank %d lies outside its %ld x "
+                           "%ld elements",
                            name, s->rank, R, G);
         if (s->r0 < r || (s->r0 == r && s->c0 < c)) {
             element_name(at, sizeof(at), ndim, s->r0, s->c0);
-            return ck_fail(err, errlen,
-                           "tensor '%s': %s is written twice (again by rank %d): "
-                           "the ranks' blocks overlap, a bug",
-                           name, at, s->rank);
+            return ck_fail(err, errlen, "tensor '%s': %s is in two blocks (one of rank %d)", name,
+                           at, s->rank);
         }
         if (s->r0 > r || s->c0 > c) break; /* a gap before s */
         if (s->c0 == 0 && s->c1 == G)
@@ -306,16 +299,23 @@ static int sweep_spans(const char *name, int ndim, long R, long G, const span *s
     }
     if (r == R && c == 0) return 0;
     element_name(at, sizeof(at), ndim, r, c);
-    return ck_fail(err, errlen,
-                   "tensor '%s': %s is written by no rank: the ranks' blocks leave "
-                   "a gap, a bug",
-                   name, at);
+    return ck_fail(err, errlen, "tensor '%s': %s is in no block", name, at);
+}
+
+int ck_check_tensor_cover(const char *name, int ndim, const long gshape[2], const slice_info *b,
+                          int nb, char *err, size_t errlen) {
+    long R = ndim == 1 ? 1 : gshape[0], G = ndim == 1 ? gshape[0] : gshape[1];
+    size_t n;
+    span *sp = tensor_spans(b, nb, G, &n);
+    if (!sp) return ck_fail(err, errlen, "out of memory checking the blocks of '%s'", name);
+    int rc = sweep_spans(name, ndim, R, G, sp, n, err, errlen);
+    free(sp);
+    return rc;
 }
 
 int ck_check_cover(const tr_model *m, const slice_info *sl, int n, char *err, size_t errlen) {
-    span *sp = NULL;
-    size_t nsp = 0, cap = 0;
     int rc = 0, np = tr_model_num_params(m), j = 0;
+    char why[512];
     for (int kind = -1; kind <= 1 && !rc; kind++)
         for (int i = 0; i < np && !rc; i++) {
             const tr_param *p = tr_model_param(m, i);
@@ -324,19 +324,19 @@ int ck_check_cover(const tr_model *m, const slice_info *sl, int n, char *err, si
                 k++;
             char name[TR_PARAM_NAME_MAX + 16];
             snprintf(name, sizeof(name), "%s%s", kind_prefix(kind), p->name);
-            long R = p->ndim == 1 ? 1 : p->gshape[0],
-                 G = p->ndim == 1 ? p->gshape[0] : p->gshape[1];
-            if (tensor_spans(sl + j, k - j, G, &sp, &nsp, &cap))
-                rc = ck_fail(err, errlen, "out of memory checking the blocks of '%s'", name);
-            else
-                rc = sweep_spans(name, p->ndim, R, G, sp, nsp, err, errlen);
+            long gshape[2] = {p->gshape[0], p->gshape[1]};
+            rc = ck_check_tensor_cover(name, p->ndim, gshape, sl + j, k - j, why, sizeof(why));
             j = k;
         }
-    free(sp);
     if (!rc && j < n)
-        rc = ck_fail(err, errlen, "a block of no tensor (kind %d, tensor %d): a bug", sl[j].kind,
+        rc = ck_fail(why, sizeof(why), "a block of no tensor (kind %d, tensor %d)", sl[j].kind,
                      sl[j].param);
-    return rc;
+    if (rc)
+        return ck_fail(err, errlen,
+                       "the ranks' blocks do not hold every element of the global "
+                       "tensors exactly once (a bug in the ranges or the layout): %s",
+                       why);
+    return 0;
 }
 
 /* ---- the manifest ------------------------------------------------------------------------ */

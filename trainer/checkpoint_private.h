@@ -75,6 +75,11 @@ int ck_add_blocks(slice_info **sl, int *n, int *cap, const tr_param *p, int para
                   int rank, size_t lo, size_t hi);
 /* Sort blocks by (kind, tensor, first element): the manifest's order. */
 void ck_sort_blocks(slice_info *sl, int n);
+/* Blocks b[0..nb) of one global tensor (ndim 1 or 2, its shape gshape; any order) must hold
+ * each of its elements exactly once: -1 with a message naming the tensor and the first
+ * element in no block or in two (or a block outside it). */
+int ck_check_tensor_cover(const char *name, int ndim, const long gshape[2], const slice_info *b,
+                          int nb, char *err, size_t errlen);
 /* Every rank's blocks, sorted: each element of each global tensor (parameters and both AdamW
  * moments) must be in exactly one block; -1 with a message naming the tensor and the first
  * element written twice or by no rank. */
