@@ -286,10 +286,14 @@ static int sweep_spans(const char *name, int ndim, long R, long G, const span *s
                            "tensor '%s': a block of rank %d lies outside its %ld x "
                            "%ld elements",
                            name, s->rank, R, G);
-        if (s->r0 < r || (s->r0 == r && s->c0 < c)) {
+        if (s->r0 < r || (s->r0 == r && s->c0 < c)) { /* an earlier span holds (r0, c0) */
+            int other = -1;
+            for (size_t j = k; j-- > 0 && other < 0;)
+                if (sp[j].r0 <= s->r0 && s->r0 < sp[j].r1 && sp[j].c0 <= s->c0 && s->c0 < sp[j].c1)
+                    other = sp[j].rank;
             element_name(at, sizeof(at), ndim, s->r0, s->c0);
-            return ck_fail(err, errlen, "tensor '%s': %s is in two blocks (one of rank %d)", name,
-                           at, s->rank);
+            return ck_fail(err, errlen, "tensor '%s': %s is in two blocks (of ranks %d and %d)",
+                           name, at, other, s->rank);
         }
         if (s->r0 > r || s->c0 > c) break; /* a gap before s */
         if (s->c0 == 0 && s->c1 == G)
