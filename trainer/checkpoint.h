@@ -144,7 +144,7 @@ void tr_ckpt_writer_free(tr_ckpt_writer *w);
 
 typedef struct {
     const unsigned char *src; /* fp32 rows of the block, in a mapped file */
-    long start[2], shape[2];
+    long start[2], shape[2];  /* a rectangle of the global tensor */
     uint32_t crc;             /* the manifest's CRC32C of the block */
     int verified;             /* its bytes were checked against crc */
     const char *file;         /* for messages: the file it is in */
@@ -154,7 +154,7 @@ typedef struct {
 typedef struct {
     char name[TR_PARAM_NAME_MAX + 16]; /* "x.weight", "adam_m/x.weight", "adam_v/x.weight" */
     int ndim;
-    long shape[2];
+    long shape[2]; /* the global tensor's (shape[1] = 1 for vectors) */
     size_t numel;
     /* the whole tensor when it is one block of one file (in place) or was materialized
      * (tr_ckpt_materialize); else NULL, and the blocks tell where its parts are */
@@ -180,7 +180,8 @@ typedef struct {
     int n_keys;
 } tr_ckpt;
 
-/* Read and verify a checkpoint folder (manifest checksum, file sizes, every tensor's CRC32C).
+/* Read and verify a checkpoint folder (manifest checksum, file sizes, each tensor's blocks
+ * holding each of its elements once, every block's CRC32C).
  * with_optimizer = 0 skips the AdamW moments. Messages name the damaged file. The files are
  * memory-mapped and a tensor written in blocks by several ranks is not assembled: a process
  * reads the parts it needs (tr_ckpt_read_elems), so loading a sharded checkpoint never holds a
@@ -191,8 +192,8 @@ int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, siz
  * its part. A damaged block shows as an error of the read or apply. */
 int tr_ckpt_read_lazy(tr_ckpt *c, const char *dir, int with_optimizer, char *err, size_t errlen);
 const tr_ckpt_tensor *tr_ckpt_find(const tr_ckpt *c, const char *name);
-/* Elements [lo, hi) of the flattened tensor into dst (checking the blocks it touches if they
- * were not yet); -1 with a message naming the file when one is damaged. */
+/* Elements [lo, hi) of the flattened global tensor into dst (checking the blocks it touches
+ * if they were not yet); -1 with a message naming the file when one is damaged. */
 int tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst, char *err,
                        size_t errlen);
 /* The complete checkpoints under OUT/checkpoints (step numbers, newest first, malloc'ed). */
@@ -200,8 +201,11 @@ int tr_ckpt_steps(const char *out, long **steps);
 /* Give every tensor whole data (assembling those in blocks); -1 when out of memory. */
 int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen);
 /* Copy the checkpoint's parameters (and, when present, AdamW moments and step count) into
- * the model, reading only the parts of each tensor the model keeps (tr_model_held_parts); -1
- * when a tensor is missing, has another shape, or (lazy) a block it reads is damaged. */
+ * the model, whatever layout saved it: each tensor's global shape must be the model's gshape,
+ * and only the parts the model keeps (tr_model_held_parts) are read, from where they lie in the
+ * global tensor (tr_param_runs). -1 when a tensor is missing, has another shape (the message
+ * names it and both shapes), or (lazy) a block it reads is damaged; nothing is changed when a
+ * tensor is missing or of another shape. */
 int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen);
 void tr_ckpt_free(tr_ckpt *c);
 
