@@ -2,7 +2,10 @@
  * reader, a save -> verified read -> apply round trip of parameters and AdamW state (bitwise),
  * damage detection (manifest and tensor bytes), recipe comparison, and the Hugging Face
  * export -> import round trip (bitwise) for GPT-2- and Llama-shaped models, with the
- * refusals for shapes that do not match. */
+ * refusals for shapes that do not match. Several writers: blocks from ranges cut mid-row,
+ * ranges with a gap or an overlap refused; the blocks of tensor-parallel layouts (planned in
+ * one process) cover each global element once. Saving and loading real tensor-parallel shards
+ * needs their tp groups: tests/test_ckpt_tp.c, under mpirun. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +13,7 @@
 #include <unistd.h>
 
 #include "trainer/checkpoint.h"
+#include "trainer/checkpoint_private.h" /* the blocks of tensor-parallel layouts */
 #include "trainer/trainer.h"
 
 static int failures = 0;
@@ -45,6 +49,23 @@ static const char *gpt_nobias_recipe =
 static const char *llama_recipe =
     "model { vocab = 64, dim = 32, seq_len = 16, embedding {}, rope { theta = 10000 },\n"
     "  stack { n = 2, residual { rmsnorm {}, attention { heads = 4, kv_heads = 2, bias = false } },\n"
+    "    residual { rmsnorm {}, mlp { hidden = 48, activation = \"swiglu\", bias = false } } },\n"
+    "  rmsnorm {}, lm_head { tied = false } }\n"
+    "data { text = \"x.txt\" }\n"
+    "train { batch_tokens = 32, steps = 10 }\n";
+
+static const char *tp_gpt_recipe = /* the vocabulary does not fill the last tp shards */
+    "model { vocab = 130, dim = 32, seq_len = 16, embedding {}, positions {},\n"
+    "  stack { n = 2, residual { layernorm {}, attention { heads = 4 } },\n"
+    "    residual { layernorm {}, mlp { hidden = 64 } } },\n"
+    "  layernorm {}, lm_head {} }\n"
+    "data { text = \"x.txt\" }\n"
+    "train { batch_tokens = 32, steps = 10 }\n";
+
+static const char *tp_llama_recipe = /* one key/value head, shared by every tp rank */
+    "model { vocab = 200, dim = 32, seq_len = 16, embedding {}, rope { theta = 10000 },\n"
+    "  stack { n = 2,\n"
+    "    residual { rmsnorm {}, attention { heads = 4, kv_heads = 1, bias = false } },\n"
     "    residual { rmsnorm {}, mlp { hidden = 48, activation = \"swiglu\", bias = false } } },\n"
     "  rmsnorm {}, lm_head { tied = false } }\n"
     "data { text = \"x.txt\" }\n"
@@ -378,6 +399,90 @@ static void test_two_writers(const char *root) {
     tr_recipe_free(&r), tr_recipe_free(&r2), tr_recipe_free(&r3);
 }
 
+/* Two writers whose ranges overlap, or leave a gap: rank 0 refuses to publish, naming the
+ * tensor and the element (a bug in the ranges, never a checkpoint that loads wrong). */
+static void test_bad_ranges(const char *root) {
+    tr_recipe r;
+    tr_model *m = make_model(gpt_recipe, &r, 11);
+    size_t n = tr_model_slab_elements(m), cut = n / 2 + 3;
+    for (int overlap = 0; overlap < 2; overlap++) {
+        char err[1024] = "", out[512];
+        snprintf(out, sizeof(out), "%s/bad_ranges_%d", root, overlap);
+        /* rank 1 starts 8 elements before (overlap) or after (gap) rank 0's end */
+        size_t r0[2] = {0, cut}, r1[2] = {overlap ? cut - 8 : cut + 8, n};
+        tr_ckpt_opts o0 = {.out = out, .keep = 1, .rank = 0, .world = 2, .ranges = r0,
+                           .n_ranges = 1, .timeout_s = 30};
+        tr_ckpt_opts o1 = o0;
+        o1.rank = 1, o1.ranges = r1;
+        tr_ckpt_writer *w0, *w1;
+        if (tr_ckpt_writer_init(&w0, m, &r, &o0, err, sizeof(err)) ||
+            tr_ckpt_writer_init(&w1, m, &r, &o1, err, sizeof(err))) {
+            CHECK(0, "two writers start: %s", err);
+            break;
+        }
+        tr_ckpt_save(w0, 1, NULL);
+        tr_ckpt_save(w1, 1, NULL);
+        int rc1 = tr_ckpt_wait(w1, err, sizeof(err)), rc0 = tr_ckpt_wait(w0, err, sizeof(err));
+        CHECK(rc1 == 0 && rc0 && strstr(err, overlap ? "is in two blocks" : "is in no block") &&
+                  strstr(err, "tensor '"),
+              "ranges with %s are refused: %s", overlap ? "an overlap" : "a gap", err);
+        tr_ckpt_writer_free(w0);
+        tr_ckpt_writer_free(w1);
+        long *steps;
+        CHECK(tr_ckpt_steps(out, &steps) == 0, "and nothing was published");
+        free(steps);
+    }
+    tr_model_free(m);
+    tr_recipe_free(&r);
+}
+
+/* Tensor-parallel layouts planned in one process (tr_model_plan needs no tp group): the blocks
+ * of all tp ranks of a GPT shape (vocabulary 130 padded to 64 per rank: at tp 4 the last rank
+ * holds no real row) and a Llama shape (one key/value head, shared by every rank) cover every
+ * global element exactly once, and dropping or repeating one block is caught. */
+static void test_tp_blocks(void) {
+    const char *recipes[2] = {tp_gpt_recipe, tp_llama_recipe};
+    for (int c = 0; c < 2; c++)
+        for (int tp = 2; tp <= 4; tp += 2) {
+            tr_recipe r;
+            char err[1024];
+            if (tr_recipe_load_string(&r, recipes[c], "tp.lua", ".", NULL, 0, err, sizeof(err))) {
+                CHECK(0, "recipe: %s", err);
+                return;
+            }
+            slice_info *sl = NULL;
+            int n = 0, cap = 0, rc = 0;
+            tr_model *m0 = NULL;
+            for (int rank = 0; rank < tp && !rc; rank++) {
+                tr_model *m;
+                tr_model_opts o = {.B = 1, .T = 16, .tp = tp, .tp_rank = rank, .pad_vocab = 64};
+                rc = tr_model_plan(&m, &r.model, TR_DTYPE_F32, &o, err, sizeof(err));
+                for (int i = 0; !rc && i < tr_model_num_params(m); i++)
+                    for (int kind = -1; kind <= 1; kind++)
+                        rc |= ck_add_blocks(&sl, &n, &cap, tr_model_param(m, i), i, kind, rank, 0,
+                                            tr_model_param(m, i)->numel);
+                if (rank == 0)
+                    m0 = m;
+                else
+                    tr_model_free(m);
+            }
+            ck_sort_blocks(sl, n);
+            if (!rc) rc = ck_check_cover(m0, sl, n, err, sizeof(err));
+            CHECK(rc == 0, "%s at tp %d: %d blocks hold every global element once%s%s",
+                  c ? "Llama" : "GPT", tp, n, rc ? ": " : "", rc ? err : "");
+            slice_info last = sl[n - 1];
+            rc = ck_check_cover(m0, sl, n - 1, err, sizeof(err));
+            CHECK(rc && strstr(err, "is in no block"), "a missing block is caught: %s", err);
+            sl[n - 1] = sl[n - 2];
+            rc = ck_check_cover(m0, sl, n, err, sizeof(err));
+            CHECK(rc && strstr(err, "is in two blocks"), "a repeated block is caught: %s", err);
+            sl[n - 1] = last;
+            free(sl);
+            tr_model_free(m0);
+            tr_recipe_free(&r);
+        }
+}
+
 static void export_import(const char *root, const char *name, const char *recipe) {
     tr_recipe r, r2;
     tr_model *m = make_model(recipe, &r, 3), *m2 = make_model(recipe, &r2, 4);
@@ -431,6 +536,8 @@ int main(void) {
     test_json();
     test_round_trip(root);
     test_two_writers(root);
+    test_bad_ranges(root);
+    test_tp_blocks();
     export_import(root, "gpt_nobias", gpt_nobias_recipe);
     export_import(root, "llama", llama_recipe);
     test_refusals(root);

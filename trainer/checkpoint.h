@@ -1,4 +1,4 @@
-/* Checkpoints (trainer/checkpoint.c) and Hugging Face interchange (trainer/export.c).
+/* Checkpoints (trainer/checkpoint_*.c) and Hugging Face interchange (trainer/export.c).
  *
  * Layout: OUT/checkpoints/step_NNNNNNNN/ holds manifest.yaml and one safetensors file per
  * writing rank (rank_RRRRR.safetensors); OUT/checkpoints/latest names the newest complete one.
@@ -88,10 +88,13 @@ typedef struct {
     int keep;        /* newest checkpoints kept (>= 1) */
     /* Several writers: every rank of the group has a writer and calls tr_ckpt_save for the
      * same steps; each writes rank_RRRRR.safetensors with the parameters and AdamW moments of
-     * the slab ranges it keeps, `ranges` ([lo, hi) pairs of slab elements, n_ranges of them;
-     * NULL: the whole slab), which together must cover the slab once. Rank 0 waits for the
-     * others' block lists, writes the manifest and publishes the checkpoint. OUT must be one
-     * folder shared by the ranks. */
+     * the slab ranges it keeps, `ranges` ([lo, hi) pairs of elements of its own slab, n_ranges
+     * of them; NULL: the whole slab), as blocks of the global tensors (tensor parallelism: the
+     * rows and columns its tensors hold there; segments another rank also holds are written by
+     * their copy 0 only). Over all ranks every element of every global tensor must be written
+     * exactly once: rank 0 waits for the others' block lists, checks that (a gap or an overlap
+     * fails the save, naming the tensor and element), writes the manifest and publishes the
+     * checkpoint. OUT must be one folder shared by the ranks. */
     int rank, world;
     const size_t *ranges;
     int n_ranges;
@@ -101,7 +104,12 @@ typedef struct {
      * launcher that does not clean up): rank 0 fails the save; a caller whose own writer is
      * stuck prints one line and exits with status 1. 0: an hour. */
     double timeout_s;
-    int zero;        /* the ZeRO stage, recorded in the manifest */
+    /* The layout, recorded in the manifest's parallel section (loading does not need it: the
+     * blocks say where everything is): dp x tp x pp must be world (tp, pp 0: 1; dp 0: world /
+     * (tp * pp)); the ZeRO stage; sequence parallelism on or off. */
+    int dp, tp, pp;
+    int zero;
+    int sequence_parallel;
     int sync;        /* 1: tr_ckpt_save returns once the checkpoint is on disk (benchmarks) */
     int overlap;     /* 1: copy the state on the writer thread while the caller goes on with
                       * forward/backward (needs concurrent reads of the model to be safe: the
@@ -136,7 +144,7 @@ void tr_ckpt_writer_free(tr_ckpt_writer *w);
 
 typedef struct {
     const unsigned char *src; /* fp32 rows of the block, in a mapped file */
-    long start[2], shape[2];
+    long start[2], shape[2];  /* a rectangle of the global tensor */
     uint32_t crc;             /* the manifest's CRC32C of the block */
     int verified;             /* its bytes were checked against crc */
     const char *file;         /* for messages: the file it is in */
@@ -146,7 +154,7 @@ typedef struct {
 typedef struct {
     char name[TR_PARAM_NAME_MAX + 16]; /* "x.weight", "adam_m/x.weight", "adam_v/x.weight" */
     int ndim;
-    long shape[2];
+    long shape[2]; /* the global tensor's (shape[1] = 1 for vectors) */
     size_t numel;
     /* the whole tensor when it is one block of one file (in place) or was materialized
      * (tr_ckpt_materialize); else NULL, and the blocks tell where its parts are */
@@ -172,7 +180,8 @@ typedef struct {
     int n_keys;
 } tr_ckpt;
 
-/* Read and verify a checkpoint folder (manifest checksum, file sizes, every tensor's CRC32C).
+/* Read and verify a checkpoint folder (manifest checksum, file sizes, each tensor's blocks
+ * holding each of its elements once, every block's CRC32C).
  * with_optimizer = 0 skips the AdamW moments. Messages name the damaged file. The files are
  * memory-mapped and a tensor written in blocks by several ranks is not assembled: a process
  * reads the parts it needs (tr_ckpt_read_elems), so loading a sharded checkpoint never holds a
@@ -183,8 +192,8 @@ int tr_ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, char *err, siz
  * its part. A damaged block shows as an error of the read or apply. */
 int tr_ckpt_read_lazy(tr_ckpt *c, const char *dir, int with_optimizer, char *err, size_t errlen);
 const tr_ckpt_tensor *tr_ckpt_find(const tr_ckpt *c, const char *name);
-/* Elements [lo, hi) of the flattened tensor into dst (checking the blocks it touches if they
- * were not yet); -1 with a message naming the file when one is damaged. */
+/* Elements [lo, hi) of the flattened global tensor into dst (checking the blocks it touches
+ * if they were not yet); -1 with a message naming the file when one is damaged. */
 int tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst, char *err,
                        size_t errlen);
 /* The complete checkpoints under OUT/checkpoints (step numbers, newest first, malloc'ed). */
@@ -192,8 +201,11 @@ int tr_ckpt_steps(const char *out, long **steps);
 /* Give every tensor whole data (assembling those in blocks); -1 when out of memory. */
 int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen);
 /* Copy the checkpoint's parameters (and, when present, AdamW moments and step count) into
- * the model, reading only the parts of each tensor the model keeps (tr_model_held_parts); -1
- * when a tensor is missing, has another shape, or (lazy) a block it reads is damaged. */
+ * the model, whatever layout saved it: each tensor's global shape must be the model's gshape,
+ * and only the parts the model keeps (tr_model_held_parts) are read, from where they lie in the
+ * global tensor (tr_param_runs). -1 when a tensor is missing, has another shape (the message
+ * names it and both shapes), or (lazy) a block it reads is damaged; nothing is changed when a
+ * tensor is missing or of another shape. */
 int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen);
 void tr_ckpt_free(tr_ckpt *c);
 

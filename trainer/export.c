@@ -508,7 +508,12 @@ int tr_hf_import(tr_model *m, const char *dir, char *err, size_t errlen) {
             break;
         }
         const tr_param *p = tr_model_param(m, pi);
-        if (!full[pi]) full[pi] = calloc(p->numel, sizeof(float));
+        size_t gnumel = (size_t)p->gshape[0] * (size_t)p->gshape[1]; /* the global tensor */
+        if (!full[pi]) full[pi] = calloc(gnumel, sizeof(float));
+        if (!full[pi]) {
+            rc = ex_fail(err, errlen, "out of memory importing '%s'", e->hf);
+            break;
+        }
         float *dst = full[pi] + (size_t)e->row0 * (size_t)cols;
         if (e->transpose) {
             for (long r = 0; r < e->rows; r++)
@@ -522,8 +527,8 @@ int tr_hf_import(tr_model *m, const char *dir, char *err, size_t errlen) {
         if (!full[i])
             rc = ex_fail(err, errlen, "%s: nothing in the file maps to parameter '%s'", path,
                          tr_model_param(m, i)->name);
-    if (!rc)
-        for (int i = 0; i < np; i++) tr_model_set_param(m, i, full[i]);
+    if (!rc) /* this process's part of each global tensor */
+        for (int i = 0; i < np; i++) tr_model_set_param_global(m, i, full[i]);
     for (int i = 0; i < np; i++) free(full[i]);
     free(full);
     free(tmp);
