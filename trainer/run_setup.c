@@ -362,12 +362,6 @@ static int setup_layout(run_ctx *x) {
     if (ranks_agree(x->world, "resolved recipe or a flag", fp)) return -1;
     snprintf(fp, sizeof(fp), "%032d%032d", x->lay.micro_batch, x->lay.accum);
     if (ranks_agree(x->world, "resolved micro-batch", fp)) return -1;
-    /* checkpoints hold every rank's part of the slab: of a tensor-parallel slab, not yet */
-    bad = x->lay.tp > 1 && (x->r.train.checkpoint_every > 0 || x->o.resume);
-    snprintf(x->msg, sizeof(x->msg),
-             "trainer run: checkpoints (train.checkpoint_every, --resume) with tensor "
-             "parallelism are not implemented yet");
-    if (setup_failed(x->world, bad, x->msg)) return -1;
     if (x->lay.micro_auto)
         printf("micro_batch auto -> %d sequences (%d accumulation step(s) per %ld-token step)\n",
                x->lay.micro_batch, x->lay.accum, x->r.train.batch_tokens);
@@ -482,6 +476,10 @@ static int setup_outputs(run_ctx *x) {
                            .ranges = ranges,
                            .n_ranges = n_ranges,
                            .zero = x->lay.zero,
+                           .dp = x->lay.dp,
+                           .tp = x->lay.tp,
+                           .pp = x->lay.pp,
+                           .sequence_parallel = x->lay.sequence_parallel,
                            .sync = sync && *sync && strcmp(sync, "0"),
                            .timeout_s = x->o.timeout > 0 ? x->o.timeout : 300,
                            .overlap = !strcmp(x->be->name, "cpu")};
