@@ -79,8 +79,9 @@ static tp_req tp_start(tr_model *m, tr_comm_req *r) {
 
 static void tp_wait(tr_model *m, tp_req r) {
     if (!r.req) return;
-    m->tps.exposed_s += tr_comm_wait(r.req);
-    m->tps.span_s += now_s() - r.t0;
+    double done_at;
+    m->tps.exposed_s += tr_comm_wait_done(r.req, &done_at);
+    m->tps.span_s += done_at - r.t0;
 }
 
 /* The sum over the tp group of n elements, in place. */

@@ -295,9 +295,10 @@ tr_comm *tr_model_tp_group(const tr_model *m);
  * first), each element weighted by 1/copies of its segment, so that the sum over the tp
  * group counts a replicated tensor once; without tensor parallelism the plain sum. */
 double tr_model_grad_sumsq(const tr_model *m, const tr_buf *grad, size_t lo, size_t hi);
-/* What tensor-parallel communication cost so far: collectives started, payload bytes this
- * process contributed, seconds between start and completion (span) and seconds the
- * computation waited for them (exposed). */
+/* What tensor-parallel communication cost so far: collectives started, the bytes they made
+ * this process send (tr_comm_bytes_sent), seconds the computation waited for them (exposed)
+ * and seconds from their start to their completion (span; without a progress agent a
+ * started collective moves only inside communication calls, so its span says little). */
 typedef struct {
     long ops;
     double bytes, span_s, exposed_s;

@@ -74,6 +74,14 @@ int tr_comm_test(tr_comm_req *r);
 /* Wait for completion (bounded by the timeout); returns seconds spent waiting. */
 double tr_comm_wait(tr_comm_req *r);
 
+/* The same, also giving when the operation completed (CLOCK_MONOTONIC seconds), as first
+ * seen by the progress agent, a test or the wait itself. */
+double tr_comm_wait_done(tr_comm_req *r, double *done_at);
+/* 1 when a progress agent moves non-blocking operations while the caller computes (MPI with
+ * more than one rank, unless TR_COMM_PROGRESS=0); without it an operation moves only inside
+ * this process's communication calls, mostly its wait. */
+int tr_comm_progress_agent(void);
+
 /* Time this process spent inside blocking operations and waits, in seconds, since init. */
 double tr_comm_wait_seconds(void);
 

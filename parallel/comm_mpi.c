@@ -55,6 +55,7 @@ struct tr_comm_req {
     op_info o;
     int done;       /* complete (set by the agent under g_mu) */
     int registered; /* non-blocking: the progress agent polls it */
+    double t_done;  /* when its completion was first seen (0: not yet) */
 #ifdef TR_HAVE_MPI
     MPI_Request rq;
 #endif
@@ -225,6 +226,7 @@ static void *agent_main(void *arg) {
             /* an error is left for the waiting thread, whose own test reports it */
             if (MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
                 r->done = 1;
+                r->t_done = now_s();
                 g_inflight[k] = g_inflight[--g_n_inflight];
             } else {
                 k++;
@@ -839,6 +841,7 @@ int tr_comm_test(tr_comm_req *r) {
         int rc = MPI_Test(&r->rq, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) die_mpi(r->c, &r->o, rc);
         r->done = done;
+        if (done) r->t_done = now_s();
     }
     unlock();
 #else
@@ -848,8 +851,22 @@ int tr_comm_test(tr_comm_req *r) {
 }
 
 double tr_comm_wait(tr_comm_req *r) {
+    double done_at;
+    return tr_comm_wait_done(r, &done_at);
+}
+
+int tr_comm_progress_agent(void) {
+#ifdef TR_HAVE_MPI
+    return g_agent_on;
+#else
+    return 0;
+#endif
+}
+
+double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
+    double t0 = now_s(), seen = 0;
+    *done_at = t0;
     if (!r) return 0.0;
-    double t0 = now_s();
 #ifdef TR_HAVE_MPI
     lock();
     int done = r->done;
@@ -857,12 +874,14 @@ double tr_comm_wait(tr_comm_req *r) {
     if (!done) wait_mpi(r->c, &r->o, &r->rq, NULL);
     lock();
     agent_remove(r);
+    seen = r->t_done;
     unlock();
 #endif
     free(r);
-    double dt = now_s() - t0;
-    g.wait_seconds += dt;
-    return dt;
+    double t1 = now_s();
+    *done_at = seen > 0 ? seen : t1; /* else it completed in the wait */
+    g.wait_seconds += t1 - t0;
+    return t1 - t0;
 }
 
 double tr_comm_wait_seconds(void) {

@@ -389,10 +389,16 @@ static void print_parallel_stats(const run_ctx *x) {
             printf("ZeRO-%d parameter all-gathers: %.3f s\n", zero, ds.gather_s);
     }
     if (x->lay.tp > 1) {
+        /* training and evaluation so far (the sample at the end comes after) */
         tr_tp_stats ts = tr_model_tp_stats(x->model);
-        printf("tensor parallel: %ld collectives, %.3f GB sent by this process; waited %.3f s "
-               "for them (of %.3f s in flight)\n",
-               ts.ops, ts.bytes / 1e9, ts.exposed_s, ts.span_s);
+        double steps = x->r.train.steps - x->start_step;
+        printf("tensor parallel: %.0f collectives and %.3f MB sent by this process per step; "
+               "the compute waited %.1f ms per step for them",
+               ts.ops / steps, ts.bytes / steps / 1e6, 1e3 * ts.exposed_s / steps);
+        if (tr_comm_progress_agent() && ts.span_s > 0) /* else: nothing moved behind compute */
+            printf(", %.0f%% of their time in flight was hidden behind compute",
+                   100.0 * (1.0 - ts.exposed_s / ts.span_s));
+        printf("\n");
     }
 }
 
