@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Tensor and sequence parallelism with real MPI processes (mpirun --oversubscribe): dp x tp in
+# 1x2, 1x4 and 2x2 for a GPT shape (tied and untied head) and a Llama shape (grouped-query
+# attention whose 2 kv heads tp 2 splits and tp 4 shares), with and without sequence
+# parallelism, ZeRO 0-3 where dp > 1. Every run's losses, gradient norms and final parameters
+# (the global tensors: TR_DUMP_PARAMS) equal the single process's within a few times the
+# rounding noise the order of the sums makes on this machine (tests/lib.sh); sequence
+# parallelism gives the losses it gives without; the memory `trainer show` predicts for each
+# layout is what the run allocates; checkpoints saved in one layout resume in another; the
+# sample drawn with the KV cache at the end and the Hugging Face export equal one process's;
+# a layout that does not fit the processes is refused in one line.
+set -u
+. "$(dirname "$0")/lib.sh"
+T="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+
+recipe() { # model key: the recipe and its --set
+    case $1 in
+    gpt) echo "tests/recipes_good/tp_gpt.lua" ;;
+    gptu) echo "tests/recipes_good/tp_gpt.lua --set tied=false" ;;
+    llama) echo "tests/recipes_good/tp_llama.lua" ;;
+    esac
+}
+
+run() { # name np model [flags...]: TRAIN OUT=$tmp/name, final parameters in $tmp/name.params
+    local name=$1 np=$2 model=$3
+    shift 3
+    local cmd=("$T" run $(recipe "$model") --out "$tmp/$name" --peak-gflops 10 "$@")
+    if [ "$np" -eq 1 ]; then
+        TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+    else
+        TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+    fi || { bad "$name exited $?: $(grep -v '^--\|^ \|^$' "$tmp/$name.log" | tail -2 | tr '\n' ' ')"; return 1; }
+}
+
+# the single process, and the rounding noise of its accumulation order (micro-batches of 1, 2
+# and 4 sequences instead of 8: the per-rank shapes of dp 2 too), per model
+declare -A noise
+for model in gpt gptu llama; do
+    run "${model}_one" 1 "$model" --set ckpt=10 --set sample=40 || exit 1
+    for m in 1 2 4; do run "${model}_m$m" 1 "$model" --set micro=$m || exit 1; done
+    if n=$(run_noise "$tmp/${model}_one" "$tmp/${model}_m1" "$tmp/${model}_m2" "$tmp/${model}_m4"); then
+        noise[$model]=$n
+        ok "$model: rounding noise of the accumulation order (losses, grad norms, params): $n"
+    else
+        bad "$model: cannot compare the single-process runs: $n"; exit 1
+    fi
+done
+
+# show's exact per-process bytes for a layout against the run's memory.json (measured, less
+# ZeRO's transient bucket buffers, which show leaves out)
+memory_check() { # name model show-flags...
+    local name=$1 model=$2
+    shift 2
+    "$T" show $(recipe "$model") "$@" >"$tmp/$name.show" 2>&1
+    python3 - "$tmp/$name.show" "$tmp/$name/memory.json" <<'PY'
+import json, re, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("memory bytes per process:")]
+shown = dict((k, int(v)) for k, v in re.findall(r"(\w+) (\d+)", line[0].split(":", 1)[1])) if line else {}
+m = json.load(open(sys.argv[2]))
+meas = {k: m[k] for k in ["params", "grads", "optimizer", "activations", "scratch"]}
+meas["params"] -= m["param_buffers"]
+meas["grads"] -= m["grad_buffers"]
+print(" ".join("%s %s/%s" % (k, shown.get(k), meas[k]) for k in meas))
+sys.exit(0 if all(shown.get(k) == meas[k] for k in meas) else 1)
+PY
+}
+
+layouts=(
+    "gpt tp2 2 --tp 2"
+    "gpt tp2_sp 2 --tp 2 --sequence-parallel"
+    "gpt tp4 4 --tp 4"
+    "gpt tp4_sp 4 --tp 4 --sequence-parallel"
+    "gpt dp2tp2_z0 4 --dp 2 --tp 2"
+    "gpt dp2tp2_z1 4 --dp 2 --tp 2 --zero 1"
+    "gpt dp2tp2_z2_sp 4 --dp 2 --tp 2 --zero 2 --sequence-parallel"
+    "gpt dp2tp2_z3 4 --dp 2 --tp 2 --zero 3"
+    "gptu tp2_sp 2 --tp 2 --sequence-parallel"
+    "gptu dp2tp2_z2 4 --dp 2 --tp 2 --zero 2"
+    "llama tp2 2 --tp 2"
+    "llama tp4 4 --tp 4"
+    "llama tp4_sp 4 --tp 4 --sequence-parallel"
+    "llama dp2tp2_z3_sp 4 --dp 2 --tp 2 --zero 3 --sequence-parallel"
+)
+for l in "${layouts[@]}"; do
+    set -- $l
+    model=$1 name="$1_$2" np=$3
+    shift 3
+    run "$name" "$np" "$model" "$@" || continue
+    grep -q "^tensor parallel: [0-9]* collectives" "$tmp/$name.log" || bad "$name: no tensor-parallel report"
+    if e=$(cmp_run "${noise[$model]}" "$tmp/$name" "$tmp/${model}_one"); then
+        ok "$name: equal to one process: $e"
+    else
+        bad "$name: differs from one process: $e"
+    fi
+    if e=$(memory_check "$name" "$model" "$@"); then
+        ok "$name: show predicts what the run allocates (show/measured: $e)"
+    else
+        bad "$name: show and the run's memory differ: $e"
+    fi
+done
+# sequence parallelism computes what its absence does
+for p in gpt_tp2 gpt_tp4 llama_tp4; do
+    if e=$(cmp_run "${noise[${p%%_*}]}" "$tmp/${p}_sp" "$tmp/$p"); then
+        ok "$p: with sequence parallelism as without: $e"
+    else
+        bad "$p: sequence parallelism changes the run: $e"
+    fi
+done
+
+# checkpoints across layouts: saved at step 5 (the run then killed), resumed in another layout;
+# the ten steps and the final parameters are the single process's
+resume_pair() { # model name np-save "save flags" np-resume "resume flags"
+    local model=$1 name=$2 np1=$3 f1=$4 np2=$5 f2=$6
+    local save=("$T" run $(recipe "$model") --out "$tmp/$name" --peak-gflops 10 --set ckpt=5 $f1)
+    [ "$np1" -gt 1 ] && save=(timeout 300 mpirun -np "$np1" "${save[@]}")
+    (TR_FAULT_KILL_AFTER_STEP=5 "${save[@]}" >"$tmp/$name.save.log" 2>&1; true) 2>/dev/null # killed
+    [ -f "$tmp/$name/checkpoints/step_00000005/manifest.yaml" ] || { bad "$name: no checkpoint at step 5"; return; }
+    run "$name" "$np2" "$model" --set ckpt=5 --resume $f2 || return
+    grep -q "resuming from .*step_00000005" "$tmp/$name.log" || { bad "$name: did not resume"; return; }
+    if e=$(cmp_run "${noise[$model]}" "$tmp/$name" "$tmp/${model}_one"); then
+        ok "$name: resumed in another layout, equal to one process: $e"
+    else
+        bad "$name: resumed run differs: $e"
+    fi
+}
+resume_pair gpt ckpt_tp2_to_1 2 "--tp 2" 1 ""
+resume_pair gpt ckpt_1_to_tp4sp 1 "" 4 "--tp 4 --sequence-parallel"
+resume_pair gpt ckpt_dp2tp2z2_to_dp4z1 4 "--dp 2 --tp 2 --zero 2" 4 "--dp 4 --zero 1"
+resume_pair llama ckpt_tp4_to_tp2 4 "--tp 4" 2 "--tp 2"
+
+# the sample drawn with the KV cache at the end of a tensor-parallel run (every rank decodes
+# its heads, the logits are gathered) and the Hugging Face export of its checkpoint
+for model in gpt llama; do
+    name="${model}_tp2_sample"
+    run "$name" 2 "$model" --tp 2 --sequence-parallel --set ckpt=10 --set sample=40 || continue
+    if cmp -s "$tmp/$name/sample.txt" "$tmp/${model}_one/sample.txt"; then
+        ok "$name: the 40-token sample equals one process's"
+    else
+        bad "$name: the sample differs from one process's"
+    fi
+    for r in "$name" "${model}_one"; do
+        "$T" export "$tmp/$r" --format hf --out "$tmp/$r.hf" >"$tmp/$r.export.log" 2>&1 ||
+            bad "$r: export failed: $(tail -1 "$tmp/$r.export.log")"
+    done
+    if e=$(python3 - "$tmp/$name.hf/model.safetensors" "$tmp/${model}_one.hf/model.safetensors" \
+        "$(echo "${noise[$model]}" | awk '{print $3}')" "$noise_k" <<'PY'
+import array, json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: array.array("f", b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}, {k: v["shape"] for k, v in h.items()}
+a, sa = load(sys.argv[1])
+b, sb = load(sys.argv[2])
+if sa != sb:
+    print("tensors or shapes differ"); sys.exit(1)
+top = max(max(abs(x) for x in t) for t in b.values())
+d = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) / top
+lim = float(sys.argv[4]) * max(float(sys.argv[3]), 2.0**-20)
+print("%d tensors, max diff %.2e of the largest (limit %.2e)" % (len(a), d, lim))
+sys.exit(0 if d <= lim else 1)
+PY
+    ); then
+        ok "$name: the Hugging Face export equals one process's: $e"
+    else
+        bad "$name: the Hugging Face export differs: $e"
+    fi
+done
+
+# a layout that does not fit the processes: one line, before training
+timeout 60 mpirun -np 2 "$T" run tests/recipes_good/tp_gpt.lua --tp 4 --out "$tmp/badl" >"$tmp/badl.log" 2>&1
+rc=$?
+n=$(grep -c "^trainer\|^tests/recipes_good" "$tmp/badl.log")
+if [ "$rc" -ne 0 ] && [ "$n" -eq 1 ] && grep -q "tp 4 needs a multiple of 4 processes, but 2 started" "$tmp/badl.log" &&
+    ! [ -e "$tmp/badl/metrics.jsonl" ]; then
+    ok "--tp 4 on 2 processes is refused in one line: $(grep "tp 4" "$tmp/badl.log" | head -1)"
+else
+    bad "--tp 4 on 2 processes: exit $rc, $n line(s) of ours"; cat "$tmp/badl.log"
+fi
+
+[ "$fail" -eq 0 ] && echo "tp: all passed" || echo "tp: FAILED"
+exit "$fail"
