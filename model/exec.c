@@ -179,14 +179,18 @@ static void positions_rows(tr_model *m, tr_buf *x, tr_buf *wpe, int r0, int rows
 }
 
 /* This rank's token ids (tensor parallelism): rows of its part of the vocabulary, -1 for the
- * others' (a row of zeros). With one rank, the ids themselves. */
-static const int *local_tokens(tr_model *m, const int *tokens, int N) {
-    if (m->tp == 1) return m->tokens;
+ * others' (a row of zeros), into ltokens. With one rank, the ids themselves. */
+static void local_tokens(tr_model *m, const int *tokens, int N) {
+    if (m->tp == 1) return;
     for (int n = 0; n < N; n++) {
         int t = tokens[n] - m->vlo;
         m->ltokens[n] = t >= 0 && t < m->vn ? t : -1;
     }
-    return m->ltokens;
+}
+
+/* The ids the embedding reads: this rank's (local_tokens) or, with one rank, the uploaded ones. */
+static const int *embed_tokens(const tr_model *m) {
+    return m->tp > 1 ? m->ltokens : m->tokens;
 }
 
 /* ---- forward ---------------------------------------------------------------------------- */
@@ -239,7 +243,7 @@ static void forward_op(tr_model *m, const op_t *op, int B, int T) {
     switch (op->kind) {
     case OP_EMBED: { /* a split vocabulary: each rank's rows, the others' zero, summed */
         tr_buf *part = tp_partial_dst(m, ACT(m, op->out));
-        be->embedding_forward(part, m->tp > 1 ? m->ltokens : m->tokens, P(m, op->p[0]), N, C);
+        be->embedding_forward(part, embed_tokens(m), P(m, op->p[0]), N, C);
         tp_reduce_out(m, part, ACT(m, op->out), N, C);
         break;
     }
@@ -506,7 +510,7 @@ void tr_model_backward(tr_model *m) {
             break;
         case OP_EMBED:
             be->embedding_backward(G(m, op->p[0]), full_grad(m, g, N),
-                                   m->tp > 1 ? m->ltokens : m->tokens, N, C);
+                                   embed_tokens(m), N, C);
             break;
         }
         if (m->hook)
