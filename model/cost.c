@@ -86,6 +86,40 @@ void tr_cost_model(const tr_model_desc *d, int T, tr_cost *out) {
     tr_cost_node(d, &d->root, T, out);
 }
 
+int tr_cost_blocks(const tr_model_desc *d, int T, tr_cost *out, int max) {
+    const tr_node *root = &d->root;
+    int n = 0; /* blocks started so far; layers before the first one join block 0 */
+    tr_cost pending = {0};
+    for (int i = 0; i < root->n_children; i++) {
+        const tr_node *c = &root->children[i];
+        if (c->kind == TR_NODE_STACK) {
+            tr_cost once = {0}, k;
+            for (int j = 0; j < c->n_children; j++) {
+                tr_cost_node(d, &c->children[j], T, &k);
+                cost_add(&once, &k, 1);
+            }
+            for (int r = 0; r < c->repeat; r++, n++) {
+                if (out && n < max) {
+                    out[n] = once;
+                    if (n == 0) cost_add(&out[n], &pending, 1);
+                }
+            }
+            continue;
+        }
+        tr_cost k;
+        tr_cost_node(d, c, T, &k);
+        if (n == 0)
+            cost_add(&pending, &k, 1);
+        else if (out && n - 1 < max)
+            cost_add(&out[n - 1], &k, 1);
+    }
+    if (n == 0) { /* no stack: one block, the whole model */
+        if (out && max > 0) out[0] = pending;
+        return 1;
+    }
+    return n;
+}
+
 double tr_cost_train_flops_per_token(const tr_model_desc *d, int T) {
     tr_cost c;
     tr_cost_model(d, T, &c);

@@ -31,6 +31,14 @@ typedef struct {
 void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out);
 void tr_cost_model(const tr_model_desc *d, int T, tr_cost *out);
 
+/* The model's blocks: the units pipeline parallelism splits into stages. One block per
+ * repetition of every stack at the top of the model (the transformer blocks); the layers
+ * before the first of them (embedding, positions) belong to block 0, any other top-level layer
+ * to the block before it (the final norm and the head to the last). Fills the cost of each
+ * block into out (up to max of them; out may be NULL) and returns how many there are: 1 when
+ * the model has no top-level stack. model.c cuts its program at the same places. */
+int tr_cost_blocks(const tr_model_desc *d, int T, tr_cost *out, int max);
+
 /* Training FLOPs per token (3x forward), the figure MFU divides by. */
 double tr_cost_train_flops_per_token(const tr_model_desc *d, int T);
 
@@ -39,6 +47,7 @@ double tr_cost_train_flops_per_token(const tr_model_desc *d, int T);
 typedef struct tr_model tr_model;
 
 #define TR_PARAM_NAME_MAX 128
+#define TR_MAX_CHUNKS 256 /* pipeline chunks: pp x virtual stages */
 
 /* Tensor parallelism: where rows of a process's tensor lie in the global (single-process)
  * tensor. Local rows [row, row + rows) are global rows [grow, grow + rows), at the tensor's
@@ -127,6 +136,17 @@ typedef struct {
     int tp, tp_rank;
     int sequence_parallel;
     tr_comm *tp_comm;
+    /* Pipeline parallelism: the program cut into n_chunks chunks at block boundaries
+     * (tr_cost_blocks): chunk c = blocks [chunk_start[c], chunk_start[c + 1]). This process
+     * holds the chunks with held[c]: their parameters, and activations for slots[c]
+     * micro-batches in flight (at least 1). split_backward (zb-h1): the backward runs in two
+     * parts, the input gradient then later the weight gradient, and keeps what the second
+     * needs. n_chunks 0: one chunk, the whole model, one slot. */
+    int n_chunks;
+    int chunk_start[TR_MAX_CHUNKS + 1];
+    unsigned char held[TR_MAX_CHUNKS];
+    int slots[TR_MAX_CHUNKS];
+    int split_backward;
 } tr_model_opts;
 
 /* Build a model for micro-batches of at most B sequences of at most T tokens (T <= seq_len).

@@ -27,12 +27,24 @@ typedef struct {
     int pad_vocab;         /* vocabulary padding of the head's products (the flags'; 0: the
                               backend's) */
     tr_recompute recompute;
+    /* pipeline parallelism (pp > 1; with pp 1 one chunk, the whole model) */
+    int schedule;       /* tr_pp_kind (parallel/schedule.h) */
+    int microbatches;   /* M: micro-batches per step through the pipeline (= accum) */
+    int virtual_stages; /* V: chunks per pipeline rank (interleaved), else 1 */
+    int n_blocks;       /* the model's blocks (tr_cost_blocks) */
+    int stages_given;   /* chunk_start came from the recipe's stages = { ... } */
+    /* pp * V chunks in model order, chunk c = blocks [chunk_start[c], chunk_start[c + 1])
+       (chunk_start[pp * V] = n_blocks), on pipeline rank c % pp */
+    int chunk_start[TR_MAX_CHUNKS + 1];
 } tr_layout;
 
 /* What the command line asks for; -1 (or 0 for sequence_parallel and micro_batch) where a flag
  * was not given and the recipe decides. Flags override the recipe. */
 typedef struct {
-    int dp, tp, zero;
+    int dp, tp, pp, zero;
+    int schedule;          /* --schedule: tr_pp_kind, -1: the recipe's */
+    int microbatches;      /* --microbatches, 0: the recipe's */
+    int virtual_stages;    /* --virtual-stages, 0: the recipe's */
     int sequence_parallel; /* 1: --sequence-parallel */
     int micro_batch;       /* --micro-batch, 0: the recipe's */
     int pad_vocab;         /* vocabulary padding of the head's products: the backend's, or

@@ -1,0 +1,78 @@
+/* Pipeline schedules: for P pipeline ranks, V model chunks per rank (virtual stages) and M
+ * micro-batches, the plain list of actions each rank runs in order during one optimizer step.
+ * Chunk c (0 .. P*V-1, in model order) lives on rank c % P; "chunk" in an action is that
+ * global index. The list implies the communication: a forward of chunk c > 0 receives its
+ * input from chunk c-1's rank, a forward of chunk c < P*V-1 sends its output to chunk c+1's
+ * rank, and the backward (full, or input part) mirrors it. A schedule is generated once,
+ * tested on its own (tests/test_schedule.c simulates every rank's list: no deadlock, every
+ * forward before its backward, never more activations held than promised) and only read by
+ * the executor (parallel/pipeline.c).
+ *
+ *   gpipe        every forward, then every backward (M micro-batches of activations held)
+ *   1f1b         P-1-r warm-up forwards on rank r, then one forward one backward, then the
+ *                remaining backwards (at most P-r held: P on rank 0); bubble (P-1)/M
+ *   interleaved  Megatron's interleaved 1F1B over V chunks per rank; bubble (P-1)/(V*M);
+ *                needs M a multiple of P
+ *   zb-h1        Qi et al. 2023 (ZB-H1): each backward split into the input gradient (B,
+ *                on the critical path) and the weight gradient (W, deferred into the
+ *                bubble), at 1F1B's activation memory; bubble about a third of 1F1B's. */
+#ifndef TR_SCHEDULE_H
+#define TR_SCHEDULE_H
+
+#include <stddef.h>
+
+#define TR_PP_MAX_RANKS 64
+
+typedef enum { TR_PP_GPIPE = 0, TR_PP_1F1B, TR_PP_INTERLEAVED, TR_PP_ZBH1 } tr_pp_kind;
+
+typedef enum {
+    TR_ACT_FWD = 0, /* forward of (micro-batch, chunk) */
+    TR_ACT_BWD,     /* the whole backward: input and weight gradients */
+    TR_ACT_BWD_IN,  /* zb-h1: the input gradient only (what the previous chunk waits for) */
+    TR_ACT_BWD_W    /* zb-h1: the weight gradient of an earlier BWD_IN of the same pair */
+} tr_pp_op;
+
+typedef struct {
+    unsigned char op; /* tr_pp_op */
+    int mb;           /* micro-batch 0 .. M-1 */
+    int chunk;        /* global chunk 0 .. P*V-1 (on rank chunk % P) */
+} tr_pp_action;
+
+typedef struct {
+    tr_pp_kind kind;
+    int P, V, M;
+    int n[TR_PP_MAX_RANKS];               /* actions of each rank (P <= 64) */
+    tr_pp_action *list[TR_PP_MAX_RANKS];  /* each rank's actions, in order */
+    int max_inflight[TR_PP_MAX_RANKS];    /* the promise: most micro-batch-chunks whose forward ran and
+                                whose backward (zb-h1: weight part) has not, on each rank */
+} tr_pp_schedule;
+
+/* "gpipe", "1f1b", "interleaved", "zb-h1" -> kind; -1 when unknown. */
+int tr_pp_kind_parse(const char *s);
+const char *tr_pp_kind_name(tr_pp_kind k);
+
+/* Whether this schedule can run P ranks x V chunks x M micro-batches: 0, or -1 with one line
+ * in err saying what would work ("interleaved needs microbatches a multiple of pp 4 (8, 12,
+ * ...)", "virtual_stages 2 needs the interleaved schedule", ...). */
+int tr_pp_check(tr_pp_kind k, int P, int V, int M, char *err, size_t errlen);
+
+/* Generate the lists (after tr_pp_check passed): 0, or -1 when out of memory. */
+int tr_pp_generate(tr_pp_schedule *s, tr_pp_kind k, int P, int V, int M);
+void tr_pp_free(tr_pp_schedule *s);
+
+/* The schedule's theoretical bubble: the idle fraction of a rank's step when a forward takes
+ * one unit and a backward two (zb-h1: input and weight parts one each), communication free.
+ * gpipe and 1f1b (P-1)/(M+P-1), interleaved (P-1)/(V*M+P-1); zb-h1 by simulation of its lists. */
+double tr_pp_bubble(const tr_pp_schedule *s);
+
+/* Simulate the lists with the unit costs above and blocking receives: 0 when every rank
+ * finishes, with each rank's finishing time in *makespan; -1 with one line in err naming the
+ * first problem (a deadlock and which ranks wait for what, a backward before its forward, an
+ * action missing or repeated, more in flight than max_inflight). Tests and tr_pp_bubble. */
+int tr_pp_simulate(const tr_pp_schedule *s, double *makespan, char *err, size_t errlen);
+
+/* The most micro-batches of global chunk c in flight at once on its rank (forward ran, backward
+ * (zb-h1: weight part) not yet): how many sets of activations the executor keeps for it. */
+int tr_pp_chunk_slots(const tr_pp_schedule *s, int chunk);
+
+#endif
