@@ -22,13 +22,20 @@
 
 /* ---- accessors ------------------------------------------------------------------------- */
 
+/* Activations of the slot in use (use_slot): offsets are those of one micro-batch's layout,
+ * shifted (modulo 2^64) to the slot's copy of its chunk. */
 static tr_buf *ACT(const tr_model *m, size_t off) {
     if (off & TRANSIENT) return tr_buf_at(m->be, m->tact, off & ~TRANSIENT);
-    return tr_buf_at(m->be, m->act, off);
+    return tr_buf_at(m->be, m->act, off + m->ashift);
 }
 static float *STAT(const tr_model *m, size_t off) {
     if (off & TRANSIENT) return m->tstats + (off & ~TRANSIENT);
-    return m->stats + off;
+    return m->stats + (off + m->sshift);
+}
+static void use_slot(tr_model *m, int c, int slot) {
+    const chunk_t *k = &m->chunks[c];
+    m->ashift = k->aoff + (size_t)slot * (k->aend - k->abase) - k->abase;
+    m->sshift = k->soff + (size_t)slot * (k->send - k->sbase) - k->sbase;
 }
 static tr_buf *P(const tr_model *m, int i) {
     return i < 0 ? NULL : m->paddr[i];
@@ -153,7 +160,7 @@ static void tp_linear_backward(tr_model *m, tr_buf *next, tr_buf *dw, tr_buf *db
     tp_req r = m->sp_now ? tp_iscatter(m, part, next, N / m->tp, IC)
                          : tp_isum(m, part, (size_t)N * (size_t)IC);
     tp_wait(m, xgather); /* the re-gathered input, if it is still in flight */
-    be->linear_backward(NULL, dw, db, dy, x, w, N, IC, OC);
+    if (dw || db) be->linear_backward(NULL, dw, db, dy, x, w, N, IC, OC); /* not split */
     tp_wait(m, r);
 }
 
@@ -315,6 +322,7 @@ static int pass_begin(tr_model *m, const int *tokens, int B, int T, int allow_sp
     size_t N = (size_t)B * (size_t)T, maxN = (size_t)m->maxB * (size_t)m->maxT;
     m->sp_now = m->sp && allow_sp && N % (size_t)m->tp == 0;
     if (N > maxN || (m->sp && !m->sp_now && N * (size_t)m->tp > maxN)) return -1;
+    if (!tokens) return 0; /* a pipeline chunk without the embedding */
     m->be->upload(m->tokens, tokens, N * sizeof(int));
     local_tokens(m, tokens, (int)N);
     return 0;
@@ -346,24 +354,13 @@ static void head_loss(tr_model *m, const op_t *head, const tr_buf *x, int r, int
                     m->Vl, dscale, want);
 }
 
-float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B, int T,
+/* The head over its input (the stream, in the slot in use): the mean cross entropy of the
+ * N rows against targets; with grad_scale > 0 also the gradient of the stream, into gbuf[0],
+ * and the head's weight gradient, chunk by chunk of rows (the logits never exist whole). */
+static float head_pass(tr_model *m, const op_t *head, const int *targets, int B, int T,
                        float grad_scale) {
     const tr_backend *be = m->be;
     const int N = B * T, C = m->desc.dim;
-    double b0 = tr_comm_bytes_sent(m->tp_comm);
-    if (pass_begin(m, tokens, B, T, 1)) {
-        fprintf(stderr, "trainer: model: a forward of %d x %d tokens does not fit its buffers\n",
-                B, T);
-        abort(); /* an invariant: every caller sizes its batches within the model's */
-    }
-    const op_t *head = forward_body(m, B, T);
-    m->lastB = B;
-    m->lastT = T;
-    m->last_scale = targets ? grad_scale : 0;
-    if (!targets) {
-        m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
-        return 0;
-    }
     be->upload(m->targets, targets, (size_t)N * sizeof(int));
     int hi = (int)(head - m->ops);
     op_begin(m, hi, +1);
@@ -385,12 +382,33 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
     /* a tied embedding: the head's part of its gradient is done; its backward adds the rest */
     if (want && m->partial_hook && head->p[0] == m->embed_param)
         m->partial_hook(m->partial_ctx, head->p[0]);
-    m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
     be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
     for (int i = 0; i < N; i++)
         sum += m->host_losses[i];
     return (float)(sum / N);
+}
+
+/* The start of a pass the model cannot fit is a caller's bug (they size batches within the
+ * model's): said, then abort. */
+static void begin_or_die(tr_model *m, const int *tokens, int B, int T, const char *what) {
+    if (!pass_begin(m, tokens, B, T, 1)) return;
+    fprintf(stderr, "trainer: model: %s of %d x %d tokens does not fit its buffers\n", what, B,
+            T);
+    abort();
+}
+
+float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B, int T,
+                       float grad_scale) {
+    double b0 = tr_comm_bytes_sent(m->tp_comm);
+    begin_or_die(m, tokens, B, T, "a forward");
+    const op_t *head = forward_body(m, B, T);
+    m->lastB = B;
+    m->lastT = T;
+    m->last_scale = targets ? grad_scale : 0;
+    float loss = targets ? head_pass(m, head, targets, B, T, grad_scale) : 0;
+    m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
+    return loss;
 }
 
 /* ---- backward --------------------------------------------------------------------------- */
@@ -407,118 +425,251 @@ static const tr_buf *full_grad(tr_model *m, const tr_buf *g, int N) {
     return tp_full_input(m, g, m->gfull, N, m->desc.dim);
 }
 
+/* dst = src, n elements of backend memory (through the table: zero, then add). */
+static void copy_buf(const tr_model *m, tr_buf *dst, const tr_buf *src, size_t n) {
+    m->be->zero(dst, n * m->es);
+    m->be->add(dst, dst, src, n);
+}
+
+/* The backward of an attention or MLP op: with `split` only the input part (the weight
+ * gradients are left to weights_backward, from the output gradients kept in op->dy). */
 static void attention_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *next, int B,
-                               int T) {
+                               int T, int split) {
     const tr_backend *be = m->be;
     const tr_node *n = op->node;
     const int N = B * T, C = m->desc.dim, H = op->H, KV = op->KV, hd = C / n->heads;
-    tp_req xg = regather_input(m, op, N);
+    tp_req xg = split ? (tp_req){0} : regather_input(m, op, N);
     const tr_buf *gf = full_grad(m, g, N);
-    be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), gf, ACT(m, op->s[1]),
-                        P(m, op->p[2]), N, H * hd, C);
-    be->attention_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), ACT(m, op->s[1]),
+    if (split) copy_buf(m, ACT(m, op->dy[0]), gf, (size_t)N * (size_t)C);
+    be->linear_backward(m->scratch1, split ? NULL : G(m, op->p[2]), split ? NULL : G(m, op->p[3]),
+                        gf, ACT(m, op->s[1]), P(m, op->p[2]), N, H * hd, C);
+    tr_buf *dqkv = split ? ACT(m, op->dy[1]) : m->scratch2;
+    be->attention_backward(dqkv, m->scratch1, ACT(m, op->s[0]), ACT(m, op->s[1]),
                            STAT(m, op->s[2]), B, T, H, KV, hd);
-    if (n->rope_theta > 0) be->rope_backward(m->scratch2, B, T, H, KV, hd, n->rope_theta);
-    tp_linear_backward(m, next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2,
+    if (n->rope_theta > 0) be->rope_backward(dqkv, B, T, H, KV, hd, n->rope_theta);
+    tp_linear_backward(m, next, split ? NULL : G(m, op->p[0]), split ? NULL : G(m, op->p[1]), dqkv,
                        m->sp_now ? m->xfull : ACT(m, op->in), P(m, op->p[0]), N, C,
                        (H + 2 * KV) * hd, xg);
 }
 
+/* Selective recompute: the MLP's activation again, from its pre-activation (the shared buffer
+ * holds another layer's). */
+static void mlp_activation(tr_model *m, const op_t *op, int N) {
+    const tr_backend *be = m->be;
+    if (m->recompute != TR_RECOMPUTE_SELECTIVE) return;
+    if (op->node->activation == TR_ACT_SWIGLU)
+        be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, op->hid);
+    else
+        be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)op->hid);
+}
+
 static void mlp_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *next, int B,
-                         int T) {
+                         int T, int split) {
     const tr_backend *be = m->be;
     const tr_node *n = op->node;
     const int N = B * T, C = m->desc.dim, h = op->hid, swiglu = n->activation == TR_ACT_SWIGLU;
-    tp_req xg = regather_input(m, op, N);
+    tp_req xg = split ? (tp_req){0} : regather_input(m, op, N);
     const tr_buf *gf = full_grad(m, g, N);
-    if (m->recompute == TR_RECOMPUTE_SELECTIVE) { /* the shared activation buffer */
-        if (swiglu)
-            be->swiglu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), N, h);
-        else
-            be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)h);
-    }
-    if (!swiglu && be->linear_backward_gelu) { /* through the GELU in one call */
-        be->linear_backward_gelu(m->scratch2, G(m, op->p[2]), G(m, op->p[3]), gf,
-                                 ACT(m, op->s[1]), P(m, op->p[2]), ACT(m, op->s[0]), N, h, C);
+    tr_buf *dpre = split ? ACT(m, op->dy[1]) : m->scratch2;
+    if (split) copy_buf(m, ACT(m, op->dy[0]), gf, (size_t)N * (size_t)C);
+    mlp_activation(m, op, N);
+    if (!swiglu && be->linear_backward_gelu && !split) { /* through the GELU in one call */
+        be->linear_backward_gelu(dpre, G(m, op->p[2]), G(m, op->p[3]), gf, ACT(m, op->s[1]),
+                                 P(m, op->p[2]), ACT(m, op->s[0]), N, h, C);
     } else {
-        be->linear_backward(m->scratch1, G(m, op->p[2]), G(m, op->p[3]), gf, ACT(m, op->s[1]),
-                            P(m, op->p[2]), N, h, C);
+        be->linear_backward(m->scratch1, split ? NULL : G(m, op->p[2]),
+                            split ? NULL : G(m, op->p[3]), gf, ACT(m, op->s[1]), P(m, op->p[2]),
+                            N, h, C);
         if (swiglu)
-            be->swiglu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), N, h);
+            be->swiglu_backward(dpre, m->scratch1, ACT(m, op->s[0]), N, h);
         else
-            be->gelu_backward(m->scratch2, m->scratch1, ACT(m, op->s[0]), (size_t)N * (size_t)h);
+            be->gelu_backward(dpre, m->scratch1, ACT(m, op->s[0]), (size_t)N * (size_t)h);
     }
-    tp_linear_backward(m, next, G(m, op->p[0]), G(m, op->p[1]), m->scratch2,
+    tp_linear_backward(m, next, split ? NULL : G(m, op->p[0]), split ? NULL : G(m, op->p[1]), dpre,
                        m->sp_now ? m->xfull : ACT(m, op->in), P(m, op->p[0]), N, C,
                        swiglu ? 2 * h : h, xg);
 }
 
-void tr_model_backward(tr_model *m) {
+/* The weight part of a split backward of an attention or MLP op: both products' weight (and
+ * bias) gradients from their inputs and the output gradients the input part kept. */
+static void weights_backward(tr_model *m, const op_t *op, int B, int T) {
     const tr_backend *be = m->be;
-    const int B = m->lastB, T = m->lastT, N = B * T, C = m->desc.dim, R = stream_rows(m, N);
-    double b0 = tr_comm_bytes_sent(m->tp_comm);
-    /* Gradient streams: level d of residual nesting ping-pongs between gbuf[2d] and
-       gbuf[2d+1]; a residual's skip gradient stays in the enclosing level's buffer, so the
-       branch never overwrites it and no copy is needed. */
-    tr_buf *g = m->gbuf[0];
-    tr_buf *skip[64];
-    for (int i = m->n_ops - 1; i >= 0; i--) {
-        const op_t *op = &m->ops[i];
-        op_begin(m, i, -1);
-        if (m->pre_hook && op->kind != OP_HEAD) /* the head's gradient was placed in forward */
-            for (int k = 0; k < 4; k++)
-                if (op->p[k] >= 0) m->pre_hook(m->pre_ctx, op->p[k]);
-        tr_buf *a = m->gbuf[2 * op->depth], *b = m->gbuf[2 * op->depth + 1];
-        tr_buf *next = g == a ? b : a;
-        switch (op->kind) {
-        case OP_HEAD:
-            break;
-        case OP_RES_END:
-            skip[op->depth] = g;
-            /* full recompute: the branch's tensors were overwritten by later branches; run
-               its forward again from its input (kept) before going back through it */
-            if (m->recompute == TR_RECOMPUTE_FULL && op->depth == 0 && i != m->last_branch_end) {
-                m->recompute_to = i;
-                forward_range(m, op->match + 1, i, B, T);
-                m->recompute_to = 0;
-            }
-            break;
-        case OP_RES_BEGIN:
-            be->add(skip[op->depth], skip[op->depth], g, (size_t)R * (size_t)C);
-            g = skip[op->depth];
-            break;
-        case OP_LAYERNORM:
-            be->layernorm_backward(next, G(m, op->p[0]), G(m, op->p[1]), g, ACT(m, op->in),
-                                   P(m, op->p[0]), STAT(m, op->s[0]), STAT(m, op->s[1]), R, C);
-            g = next;
-            break;
-        case OP_RMSNORM:
-            be->rmsnorm_backward(next, G(m, op->p[0]), g, ACT(m, op->in), P(m, op->p[0]),
-                                 STAT(m, op->s[1]), R, C);
-            g = next;
-            break;
-        case OP_ATTENTION:
-            attention_backward(m, op, g, next, B, T);
-            g = next;
-            break;
-        case OP_MLP:
-            mlp_backward(m, op, g, next, B, T);
-            g = next;
-            break;
-        case OP_POS:
-            positions_rows(m, g, G(m, op->p[0]), stream_row0(m, N), R, T, 1);
-            break;
-        case OP_EMBED:
-            be->embedding_backward(G(m, op->p[0]), full_grad(m, g, N),
-                                   embed_tokens(m), N, C);
-            break;
+    const int N = B * T, C = m->desc.dim, attn = op->kind == OP_ATTENTION;
+    int hd = C / op->node->heads;
+    int mid = attn ? op->H * hd : op->hid; /* the second product's input width */
+    int wide = attn ? (op->H + 2 * op->KV) * hd
+                    : (op->node->activation == TR_ACT_SWIGLU ? 2 : 1) * op->hid;
+    if (!attn) mlp_activation(m, op, N);
+    be->linear_backward(NULL, G(m, op->p[2]), G(m, op->p[3]), ACT(m, op->dy[0]), ACT(m, op->s[1]),
+                        P(m, op->p[2]), N, mid, C);
+    const tr_buf *x = tp_full_input(m, ACT(m, op->in), m->xfull, N, C);
+    be->linear_backward(NULL, G(m, op->p[0]), G(m, op->p[1]), ACT(m, op->dy[1]), x, P(m, op->p[0]),
+                        N, C, wide);
+}
+
+/* Whether op's parameters get their gradients in the weight part of a split backward. */
+static int deferred(const tr_model *m, const op_t *op) {
+    return m->split && (op->kind == OP_ATTENTION || op->kind == OP_MLP);
+}
+
+/* The hooks around an op's gradients in a backward part: the pre-gradient hook before the
+ * first write (after = 0), the gradient hook for the tensors this op completes (after = 1). */
+static void grad_hooks(tr_model *m, int i, int after) {
+    const op_t *op = &m->ops[i];
+    tr_grad_hook fn = after ? m->hook : m->pre_hook;
+    void *ctx = after ? m->hook_ctx : m->pre_ctx;
+    if (!fn || (!after && op->kind == OP_HEAD)) return; /* the head's: placed in forward */
+    for (int k = 0; k < 4; k++)
+        if (op->p[k] >= 0 && (!after || m->ready_op[op->p[k]] == i)) fn(ctx, op->p[k]);
+}
+
+/* One op's backward (input part, or all of it), from the gradient of its output stream `g`;
+ * returns the gradient of its input stream. skip: each residual level's skip gradient. */
+static tr_buf *backward_op(tr_model *m, int i, tr_buf *g, tr_buf **skip, int split, int B,
+                           int T) {
+    const tr_backend *be = m->be;
+    const op_t *op = &m->ops[i];
+    const int N = B * T, C = m->desc.dim, R = stream_rows(m, N);
+    /* level d of residual nesting ping-pongs between gbuf[2d] and gbuf[2d+1]; a residual's
+       skip gradient stays in the enclosing level's buffer, so the branch never overwrites it */
+    tr_buf *a = m->gbuf[2 * op->depth], *b = m->gbuf[2 * op->depth + 1];
+    tr_buf *next = g == a ? b : a;
+    switch (op->kind) {
+    case OP_HEAD:
+        return g;
+    case OP_RES_END:
+        skip[op->depth] = g;
+        /* full recompute: the branch's tensors were overwritten by later branches; run its
+           forward again from its input (kept) before going back through it */
+        if (m->recompute == TR_RECOMPUTE_FULL && op->depth == 0 && i != m->last_branch_end) {
+            m->recompute_to = i;
+            forward_range(m, op->match + 1, i, B, T);
+            m->recompute_to = 0;
         }
-        if (m->hook)
-            for (int k = 0; k < 4; k++)
-                if (op->p[k] >= 0 && m->ready_op[op->p[k]] == i) m->hook(m->hook_ctx, op->p[k]);
+        return g;
+    case OP_RES_BEGIN:
+        be->add(skip[op->depth], skip[op->depth], g, (size_t)R * (size_t)C);
+        return skip[op->depth];
+    case OP_LAYERNORM:
+        be->layernorm_backward(next, G(m, op->p[0]), G(m, op->p[1]), g, ACT(m, op->in),
+                               P(m, op->p[0]), STAT(m, op->s[0]), STAT(m, op->s[1]), R, C);
+        return next;
+    case OP_RMSNORM:
+        be->rmsnorm_backward(next, G(m, op->p[0]), g, ACT(m, op->in), P(m, op->p[0]),
+                             STAT(m, op->s[1]), R, C);
+        return next;
+    case OP_ATTENTION:
+        attention_backward(m, op, g, next, B, T, split);
+        return next;
+    case OP_MLP:
+        mlp_backward(m, op, g, next, B, T, split);
+        return next;
+    case OP_POS:
+        positions_rows(m, g, G(m, op->p[0]), stream_row0(m, N), R, T, 1);
+        return g;
+    case OP_EMBED:
+        be->embedding_backward(G(m, op->p[0]), full_grad(m, g, N), embed_tokens(m), N, C);
+        return g;
+    }
+    return g;
+}
+
+/* Back through ops [lo, hi) of the last pass (B x T tokens, the slot in use) from the gradient
+ * g of the stream leaving op hi - 1: everything, or one part of a split backward. Returns the
+ * gradient of the stream entering op lo (the input part; NULL for the weight part). */
+static tr_buf *backward_range(tr_model *m, int lo, int hi, tr_buf *g, tr_bwd_part part, int B,
+                              int T) {
+    tr_buf *skip[64];
+    double b0 = tr_comm_bytes_sent(m->tp_comm);
+    for (int i = hi - 1; i >= lo; i--) {
+        const op_t *op = &m->ops[i];
+        int later = deferred(m, op); /* its gradients come in the weight part */
+        if (part == TR_BWD_WEIGHT && !later) continue;
+        op_begin(m, i, -1);
+        int hooks = part == TR_BWD_ALL || (part == TR_BWD_WEIGHT) == later;
+        if (hooks) grad_hooks(m, i, 0);
+        if (part == TR_BWD_WEIGHT)
+            weights_backward(m, op, B, T);
+        else
+            g = backward_op(m, i, g, skip, part == TR_BWD_INPUT, B, T);
+        if (hooks) grad_hooks(m, i, 1);
         op_end(m, i, -1);
     }
     m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
+    return part == TR_BWD_WEIGHT ? NULL : g;
+}
+
+void tr_model_backward(tr_model *m) {
+    backward_range(m, 0, m->n_ops, m->gbuf[0], TR_BWD_ALL, m->lastB, m->lastT);
+}
+
+/* ---- pipeline chunks -------------------------------------------------------------------- */
+
+int tr_model_num_chunks(const tr_model *m) {
+    return m->n_chunks;
+}
+int tr_model_chunk_held(const tr_model *m, int c) {
+    return c >= 0 && c < m->n_chunks && m->chunks[c].held;
+}
+size_t tr_model_stream_elems(const tr_model *m, int B, int T) {
+    int N = B * T;
+    return (size_t)(m->sp && N % m->tp == 0 ? N / m->tp : N) * (size_t)m->desc.dim;
+}
+tr_buf *tr_model_chunk_input(tr_model *m, int c, int slot) {
+    use_slot(m, c, slot);
+    return ACT(m, m->chunks[c].in);
+}
+tr_buf *tr_model_chunk_output(tr_model *m, int c, int slot) {
+    use_slot(m, c, slot);
+    return ACT(m, m->chunks[c].out);
+}
+tr_buf *tr_model_chunk_grad_output(tr_model *m, int c, int slot) {
+    return m->gio[m->chunks[c].gslot + 2 * slot];
+}
+tr_buf *tr_model_chunk_grad_input(tr_model *m, int c, int slot) {
+    return m->gio[m->chunks[c].gslot + 2 * slot + 1];
+}
+tr_comm *tr_model_pp_group(const tr_model *m) {
+    return m->pp_comm;
+}
+
+/* The head, when chunk c ends with it. */
+static const op_t *chunk_head(const tr_model *m, int c) {
+    const chunk_t *k = &m->chunks[c];
+    return k->hi > k->lo && m->ops[k->hi - 1].kind == OP_HEAD ? &m->ops[k->hi - 1] : NULL;
+}
+
+float tr_model_chunk_forward(tr_model *m, int c, int slot, const int *tokens, const int *targets,
+                             int B, int T) {
+    const chunk_t *k = &m->chunks[c];
+    double b0 = tr_comm_bytes_sent(m->tp_comm);
+    begin_or_die(m, tokens, B, T, "a chunk's forward");
+    use_slot(m, c, slot);
+    const op_t *head = forward_range(m, k->lo, k->hi, B, T);
+    float loss = head && targets ? head_pass(m, head, targets, B, T, 0) : 0;
+    m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
+    return loss;
+}
+
+float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens,
+                              const int *targets, int B, int T, float grad_scale,
+                              tr_bwd_part part) {
+    const chunk_t *k = &m->chunks[c];
+    begin_or_die(m, tokens, B, T, "a chunk's backward");
+    use_slot(m, c, slot);
+    const op_t *head = chunk_head(m, c);
+    float loss = 0;
+    tr_buf *g = NULL;
+    if (part != TR_BWD_WEIGHT) {
+        double b0 = tr_comm_bytes_sent(m->tp_comm);
+        if (head) loss = head_pass(m, head, targets, B, T, grad_scale);
+        m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
+        g = head ? m->gbuf[0] : tr_model_chunk_grad_output(m, c, slot);
+    }
+    g = backward_range(m, k->lo, k->hi, g, part, B, T);
+    if (g && c > 0) /* the gradient of the chunk's input, for the previous chunk */
+        copy_buf(m, tr_model_chunk_grad_input(m, c, slot), g, tr_model_stream_elems(m, B, T));
+    return loss;
 }
 
 /* ---- logits for tools ------------------------------------------------------------------- */
@@ -600,7 +751,7 @@ int tr_kv_cache_init(tr_kv_cache **out, tr_model *m, char *err, size_t errlen) {
     c->v = calloc((size_t)m->n_ops, sizeof(tr_buf *));
     for (int i = 0; i < m->n_ops; i++) {
         const op_t *op = &m->ops[i];
-        if (op->kind != OP_ATTENTION) continue;
+        if (op->kind != OP_ATTENTION || !m->chunks[op->chunk].held) continue;
         size_t bytes = (size_t)m->desc.seq_len * (size_t)(op->KV * (m->desc.dim / op->node->heads)) *
                        m->es; /* this rank's key/value heads */
         c->k[i] = m->be->alloc(bytes);
@@ -626,11 +777,12 @@ void tr_kv_cache_free(tr_kv_cache *c) {
     free(c);
 }
 
-void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *logits) {
+/* One token through ops [lo, hi) at position pos (the slot in use); the head, when reached,
+ * writes the logits. */
+static void decode_range(tr_model *m, tr_kv_cache *c, int lo, int hi, int pos, float *logits) {
     const tr_backend *be = m->be;
     const int C = m->desc.dim;
-    pass_begin(m, &token, 1, 1, 0); /* one row: the whole stream on every rank */
-    for (int i = 0; i < m->n_ops; i++) {
+    for (int i = lo; i < hi; i++) {
         const op_t *op = &m->ops[i];
         const tr_node *n = op->node;
         op_begin(m, i, +1);
@@ -655,4 +807,16 @@ void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *log
         }
         op_end(m, i, +1);
     }
+}
+
+void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *logits) {
+    pass_begin(m, &token, 1, 1, 0); /* one row: the whole stream on every rank */
+    decode_range(m, c, 0, m->n_ops, pos, logits);
+}
+
+void tr_model_decode_chunk(tr_model *m, tr_kv_cache *c, int ch, int token, int pos,
+                           float *logits) {
+    pass_begin(m, &token, 1, 1, 0);
+    use_slot(m, ch, 0);
+    decode_range(m, c, m->chunks[ch].lo, m->chunks[ch].hi, pos, logits);
 }

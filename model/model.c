@@ -22,6 +22,12 @@ typedef struct {
     size_t Ns;                    /* rows of the residual stream: N, or N / tp with sequence
                                      parallelism */
     int depth;
+    /* pipeline chunks: blocks started so far, the chunk being built, whether it is held here
+       (a chunk that is not takes no activations), whether the node being flattened is a child
+       of the root (its stacks' repetitions are the blocks) */
+    const tr_model_opts *o;
+    const tr_node *root;
+    int blocks, chunk, skip, top_level;
     char err[256];
 } builder;
 
@@ -45,12 +51,14 @@ static size_t take(size_t *cursor, size_t *high, size_t width, size_t N) {
  * Ns rows of the residual stream (`stream`: outputs of layers, norms and their statistics). */
 static size_t act_take(builder *b, size_t width, int stream) {
     size_t rows = stream ? b->Ns : b->N;
+    if (b->skip) return 0; /* a chunk another pipeline rank holds */
     if (in_branch(b)) return TRANSIENT | take(&b->tcursor, &b->m->tact_floats, width, rows);
     return take(&b->cursor, NULL, width, rows);
 }
 
 static size_t stat_take(builder *b, size_t width, int stream) {
     size_t rows = stream ? b->Ns : b->N;
+    if (b->skip) return 0;
     if (in_branch(b)) return TRANSIENT | take(&b->tstat_cursor, &b->m->tstat_floats, width, rows);
     return take(&b->stat_cursor, NULL, width, rows);
 }
@@ -67,6 +75,7 @@ static op_t *op_push(builder *b, op_kind kind, const tr_node *n) {
     op->node = n;
     op->p[0] = op->p[1] = op->p[2] = op->p[3] = -1;
     op->depth = b->depth;
+    op->chunk = b->chunk;
     return op;
 }
 
@@ -235,6 +244,53 @@ static void child_name(const tr_node *parent, int i, char *out, size_t len) {
         snprintf(out, len, "%s", tr_node_kind_name(c->kind));
 }
 
+/* ---- pipeline chunks ----
+ * The program is cut at block boundaries (tr_cost_blocks: each repetition of a top-level
+ * stack starts a block). A chunk another rank holds is flattened like any other, so that ops
+ * keep their indices on every rank, but takes no activations, and its parameters are dropped
+ * afterwards (keep_held_params). */
+
+static int chunk_of_block(const builder *b, int block) {
+    int c = 0;
+    while (c + 1 < b->m->n_chunks && b->o->chunk_start[c + 1] <= block) c++;
+    return c;
+}
+
+/* Chunk c starts here: a held chunk after the first gets its own input stream, into which the
+ * previous chunk's output is received. Returns the stream its first op reads. */
+static size_t chunk_begin(builder *b, int c, size_t cur) {
+    tr_model *m = b->m;
+    chunk_t *k = &m->chunks[c];
+    b->chunk = c;
+    k->lo = m->n_ops;
+    k->held = m->pipelined ? b->o->held[c] != 0 : 1;
+    k->slots = m->pipelined && b->o->slots[c] > 1 ? b->o->slots[c] : 1;
+    b->skip = !k->held;
+    k->abase = b->cursor;
+    k->sbase = b->stat_cursor;
+    if (c > 0) cur = act_take(b, (size_t)m->desc.dim, 1);
+    k->in = cur;
+    return cur;
+}
+
+static void chunk_end(builder *b, size_t cur) {
+    chunk_t *k = &b->m->chunks[b->chunk];
+    k->hi = b->m->n_ops;
+    k->out = cur;
+    k->aend = b->cursor;
+    k->send = b->stat_cursor;
+}
+
+/* A repetition of a top-level stack: a new block, and a new chunk where a cut lies. Returns
+ * the stream the block reads. */
+static size_t block_begin(builder *b, size_t cur) {
+    if (b->blocks++ == 0) return cur; /* block 0 began with the program */
+    int c = chunk_of_block(b, b->blocks - 1);
+    if (c == b->chunk) return cur;
+    chunk_end(b, cur);
+    return chunk_begin(b, c, cur);
+}
+
 /* cur: offset of the stream entering the node; returns the offset of the stream leaving it. */
 static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t cur);
 
@@ -243,6 +299,7 @@ static size_t flatten_children(builder *b, const tr_node *n, const char *prefix,
         char name[64], sub[TR_PARAM_NAME_MAX];
         child_name(n, i, name, sizeof(name));
         snprintf(sub, sizeof(sub), "%s%s.", prefix, name);
+        b->top_level = n == b->root;
         cur = flatten(b, &n->children[i], sub, cur);
         if (b->err[0]) return cur;
     }
@@ -258,14 +315,17 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
     switch (n->kind) {
     case TR_NODE_SEQUENCE:
         return flatten_children(b, n, prefix, cur);
-    case TR_NODE_STACK:
+    case TR_NODE_STACK: {
+        int top = b->top_level;
         for (int r = 0; r < n->repeat; r++) {
             char sub[TR_PARAM_NAME_MAX];
             snprintf(sub, sizeof(sub), "%s%d.", prefix, r);
+            if (top) cur = block_begin(b, cur);
             cur = flatten_children(b, n, sub, cur);
             if (b->err[0]) return cur;
         }
         return cur;
+    }
     case TR_NODE_RESIDUAL: {
         op = op_push(b, OP_RES_BEGIN, n);
         op->in = op->out = cur;
@@ -322,6 +382,10 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         op->s[1] = act_take(b, (size_t)q, 0);
         op->s[2] = stat_take(b, (size_t)op->H, 0); /* lse */
         op->out = act_take(b, (size_t)C, 1);
+        if (m->split) { /* the products' output gradients, for the deferred weight part */
+            op->dy[0] = act_take(b, (size_t)C, 0);
+            op->dy[1] = act_take(b, (size_t)qkv, 0);
+        }
         if ((size_t)qkv > m->width_scratch) m->width_scratch = (size_t)qkv;
         return op->out;
     }
@@ -333,10 +397,14 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         op->in = cur;
         op->s[0] = act_take(b, (size_t)fc, 0);
         if (m->recompute == TR_RECOMPUTE_SELECTIVE) /* one shared buffer, recomputed */
-            op->s[1] = TRANSIENT | take(&(size_t){0}, &m->tact_floats, (size_t)h, b->N);
+            op->s[1] = b->skip ? 0 : TRANSIENT | take(&(size_t){0}, &m->tact_floats, (size_t)h, b->N);
         else
             op->s[1] = act_take(b, (size_t)h, 0);
         op->out = act_take(b, (size_t)C, 1);
+        if (m->split) {
+            op->dy[0] = act_take(b, (size_t)C, 0);
+            op->dy[1] = act_take(b, (size_t)fc, 0);
+        }
         if ((size_t)fc > m->width_scratch) m->width_scratch = (size_t)fc;
         return op->out;
     }
@@ -356,6 +424,106 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
     }
     snprintf(b->err, sizeof(b->err), "model: unknown layer kind %d", (int)n->kind);
     return cur;
+}
+
+/* The pipeline options, checked (the layout checked them for the user; these are invariants
+ * of callers): chunks cut at blocks 0 = start[0] < start[1] < ... < blocks. */
+static int pipeline_opts(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
+                         char *err, size_t errlen) {
+    int n = o->n_chunks > 0 ? o->n_chunks : 1, blocks = tr_cost_blocks(desc, 1, NULL, 0);
+    m->pipelined = o->n_chunks > 0;
+    m->split = m->pipelined && o->split_backward;
+    m->n_chunks = n;
+    m->chunks = calloc((size_t)n, sizeof(chunk_t));
+    if (!m->chunks) {
+        snprintf(err, errlen, "model: out of memory");
+        return -1;
+    }
+    if (!m->pipelined) return 0;
+    int ok = n <= TR_MAX_CHUNKS && o->chunk_start[0] == 0 && o->chunk_start[n] == blocks;
+    for (int c = 0; ok && c < n; c++) ok = o->chunk_start[c] < o->chunk_start[c + 1];
+    if (!ok) {
+        snprintf(err, errlen, "model: %d pipeline chunks do not cut its %d blocks in order", n,
+                 blocks);
+        return -1;
+    }
+    if (m->split && m->recompute == TR_RECOMPUTE_FULL) {
+        snprintf(err, errlen, "model: a split backward needs the inputs of every product: "
+                 "recompute \"none\" or \"selective\"");
+        return -1;
+    }
+    m->pp_comm = o->pp_comm;
+    m->tie_comm = o->tie_comm;
+    return 0;
+}
+
+/* Pipeline parallelism: keep only the tensors the held chunks' ops read, in order, placed
+ * anew in the slab; ops of other chunks lose theirs (they never run here). A tied embedding
+ * is held by the first stage (the embedding) and the last (the head): pp_tied on both, and
+ * the last stage's is the replica. */
+static void keep_held_params(tr_model *m) {
+    int np = m->n_params, *map = malloc((size_t)(np ? np : 1) * sizeof(int));
+    int emb_op = -1, head_op = -1;
+    for (int i = 0; i < np; i++) map[i] = -1;
+    for (int i = 0; i < m->n_ops; i++) {
+        const op_t *op = &m->ops[i];
+        if (op->kind == OP_EMBED) emb_op = i;
+        if (op->kind == OP_HEAD) head_op = i;
+        for (int k = 0; k < 4 && m->chunks[op->chunk].held; k++)
+            if (op->p[k] >= 0) map[op->p[k]] = 0;
+    }
+    int tied = emb_op >= 0 && head_op >= 0 && m->ops[head_op].p[0] == m->ops[emb_op].p[0];
+    int emb_here = emb_op >= 0 && m->chunks[m->ops[emb_op].chunk].held;
+    int head_here = head_op >= 0 && m->chunks[m->ops[head_op].chunk].held;
+    int n = 0;
+    m->n_floats = 0;
+    for (int i = 0; i < np; i++) {
+        if (map[i] < 0) continue;
+        m->params[n] = m->params[i];
+        m->params[n].offset = m->n_floats;
+        m->n_floats += align16(m->params[n].extent);
+        map[i] = n++;
+    }
+    m->n_params = n;
+    for (int i = 0; i < m->n_ops; i++)
+        for (int k = 0; k < 4; k++) {
+            op_t *op = &m->ops[i];
+            if (op->p[k] >= 0) op->p[k] = m->chunks[op->chunk].held ? map[op->p[k]] : -1;
+        }
+    m->embed_param = m->embed_param >= 0 ? map[m->embed_param] : -1;
+    m->head_param = m->head_param >= 0 ? map[m->head_param] : -1;
+    if (tied && emb_here != head_here) { /* the pair of stages shares it */
+        tr_param *p = &m->params[emb_here ? m->embed_param : m->head_param];
+        p->pp_tied = 1;
+        p->pp_copy = head_here;
+        m->has_copies = head_here;
+    }
+    free(map);
+}
+
+/* Where each held chunk's slots lie in the arenas, and its gradient buffers (gin for every
+ * chunk but the last, whose head seeds the gradient; gout for every chunk but the first). */
+static void arena_layout(tr_model *m) {
+    size_t a = 0, s = 0;
+    int g = 0;
+    for (int c = 0; c < m->n_chunks; c++) {
+        chunk_t *k = &m->chunks[c];
+        if (!k->held) continue;
+        k->aoff = a;
+        k->soff = s;
+        a += (size_t)k->slots * (k->aend - k->abase);
+        s += (size_t)k->slots * (k->send - k->sbase);
+        k->gslot = g;
+        if (m->pipelined) g += 2 * k->slots;
+    }
+    m->act_floats = a;
+    m->stat_floats = s;
+    m->n_gio = g;
+}
+
+/* Whether gradient buffer j (gin: even, gout: odd) of chunk c is needed. */
+static int gio_needed(const tr_model *m, int c, int j) {
+    return j % 2 == 0 ? c + 1 < m->n_chunks : c > 0;
 }
 
 static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o, char *err,
@@ -406,9 +574,11 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
         return -1;
     }
     m->n_attention = count_attention(root);
-    builder b = {.m = m, .N = (size_t)B * (size_t)T};
+    if (pipeline_opts(m, desc, o, err, errlen)) return -1;
+    builder b = {.m = m, .N = (size_t)B * (size_t)T, .o = o, .root = root};
     b.Ns = m->sp ? b.N / (size_t)m->tp : b.N;
-    flatten(&b, root, "", 0);
+    chunk_begin(&b, 0, 0);
+    chunk_end(&b, flatten(&b, root, "", 0));
     if (!b.err[0] && m->max_depth >= 63)
         snprintf(b.err, sizeof(b.err), "model: residuals nested %d deep (at most 62)",
                  m->max_depth);
@@ -416,8 +586,11 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
         snprintf(err, errlen, "%s", b.err);
         return -1;
     }
-    m->act_floats = b.cursor;
-    m->stat_floats = b.stat_cursor;
+    if (m->pipelined) {
+        keep_held_params(m);
+        m->last_branch_end = -1; /* other micro-batches' forwards run between */
+    }
+    arena_layout(m);
     /* logits chunk: as many rows as fit in 8M floats, so a 50k vocabulary never needs the
        whole (N, V) matrix */
     size_t rows = (size_t)(8u << 20) / (size_t)m->Vl;
@@ -460,6 +633,9 @@ static tr_memory memory_of(const tr_model *m) {
                       es +
                   align16(N) * F + 2 * N * sizeof(int);
     if (m->sp) mem.scratch += 2 * align16(N * C) * es; /* xfull, gfull */
+    for (int c = 0; c < m->n_chunks; c++) /* pipeline: the gradients between stages */
+        for (int j = 0; m->chunks[c].held && j < (m->pipelined ? 2 * m->chunks[c].slots : 0); j++)
+            if (gio_needed(m, c, j)) mem.activations += align16(Ns * C) * es;
     if (m->tp > 1) /* vgather, xstats, ltokens */
         mem.scratch += (size_t)m->Vp * F + ((size_t)m->tp + 1) * m->head_rows * 3 * F +
                        N * sizeof(int);
@@ -542,6 +718,12 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
         tr_model_free(m);
         return -1;
     }
+    if (m->pipelined && strcmp(be->name, "cpu")) {
+        snprintf(err, errlen, "pipeline parallelism on the %s backend needs NCCL, which is not "
+                 "implemented yet (run with --device cpu)", be->name);
+        tr_model_free(m);
+        return -1;
+    }
     if (m->tp > 1 && (!o->tp_comm || tr_comm_size(o->tp_comm) != m->tp ||
                       tr_comm_rank(o->tp_comm) != m->tpr)) {
         snprintf(err, errlen, "model: tensor parallelism over %d ranks needs their group (rank "
@@ -588,6 +770,12 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
         ok = (m->gbuf[i] = be->alloc(align16(Ns * C) * es)) != NULL;
     if (ok && m->sp)
         ok = (m->xfull = be->alloc(align16(N * C) * es)) && (m->gfull = be->alloc(align16(N * C) * es));
+    if (ok && m->n_gio)
+        ok = (m->gio = calloc((size_t)m->n_gio, sizeof(tr_buf *))) != NULL;
+    for (int c = 0; ok && c < m->n_chunks; c++)
+        for (int j = 0; ok && m->chunks[c].held && j < 2 * m->chunks[c].slots; j++)
+            if (gio_needed(m, c, j))
+                ok = (m->gio[m->chunks[c].gslot + j] = be->alloc(align16(Ns * C) * es)) != NULL;
     if (ok && m->tp > 1)
         ok = (m->vgather = be->alloc((size_t)m->Vp * F)) &&
              (m->xstats = be->alloc(((size_t)m->tp + 1) * m->head_rows * 3 * F)) &&
@@ -635,6 +823,9 @@ void tr_model_free(tr_model *m) {
             for (int i = 0; i < 2 * (m->max_depth + 1); i++)
                 be->free(m->gbuf[i]);
     }
+    for (int i = 0; be && m->gio && i < m->n_gio; i++) be->free(m->gio[i]);
+    free(m->gio);
+    free(m->chunks);
     free(m->gbuf);
     free(m->host_losses);
     free(m->ops);

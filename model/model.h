@@ -81,6 +81,11 @@ typedef struct {
     int col;       /* global column of local column 0 */
     int n_seg;     /* segments, in local row order, covering the local rows */
     tr_param_seg seg[TR_MAX_SEGS];
+    /* pipeline parallelism: a tied embedding lives on the first stage (the embedding) and the
+     * last (the head); each computes part of its gradient, summed over the pair
+     * (tr_model_grad_group) so that both copies take the same step. The last stage's is
+     * pp_copy 1: not written into checkpoints, not counted twice in the gradient norm. */
+    int pp_tied, pp_copy;
 } tr_param;
 
 /* A run of elements contiguous in both the local and the global (flattened) tensor. */
@@ -147,6 +152,10 @@ typedef struct {
     unsigned char held[TR_MAX_CHUNKS];
     int slots[TR_MAX_CHUNKS];
     int split_backward;
+    /* pp_comm: the pipeline ranks of this process's dp and tp coordinates (the gradient norm
+     * sums over them); tie_comm: the first and last of them, when the head is tied to the
+     * embedding (NULL otherwise). Both may be NULL for tr_model_measure. */
+    tr_comm *pp_comm, *tie_comm;
 } tr_model_opts;
 
 /* Build a model for micro-batches of at most B sequences of at most T tokens (T <= seq_len).
@@ -324,6 +333,43 @@ typedef struct {
     double bytes, span_s, exposed_s;
 } tr_tp_stats;
 tr_tp_stats tr_model_tp_stats(const tr_model *m);
+
+/* ---- pipeline parallelism ------------------------------------------------------------------
+ * A model built with chunks runs them one at a time, for one micro-batch in one of the chunk's
+ * slots (0 .. slots - 1): the executor (parallel/pipeline.c) moves the streams between ranks.
+ * Without chunks the model is one chunk (0) of one slot. */
+int tr_model_num_chunks(const tr_model *m);
+int tr_model_chunk_held(const tr_model *m, int c);
+/* Elements of one stream tensor of B x T tokens on this rank (rows x C: N / tp rows with
+ * sequence parallelism): what goes between stages. */
+size_t tr_model_stream_elems(const tr_model *m, int B, int T);
+/* Chunk c's input stream in a slot (c > 0: receive the previous chunk's output into it) and
+ * its output stream after its forward (send it), the gradient of its output (receive it; the
+ * last chunk's comes from its head) and, after its backward, of its input (send it). */
+tr_buf *tr_model_chunk_input(tr_model *m, int c, int slot);
+tr_buf *tr_model_chunk_output(tr_model *m, int c, int slot);
+tr_buf *tr_model_chunk_grad_output(tr_model *m, int c, int slot);
+tr_buf *tr_model_chunk_grad_input(tr_model *m, int c, int slot);
+/* Forward of chunk c over B x T tokens (tokens: read by the chunk holding the embedding) into
+ * the slot. The chunk holding the head: with targets (evaluation) returns the mean loss; in
+ * training it stops before the head, whose loss and gradient the backward computes. */
+float tr_model_chunk_forward(tr_model *m, int c, int slot, const int *tokens, const int *targets,
+                             int B, int T);
+/* Backward of chunk c for the micro-batch in the slot: TR_BWD_ALL, or (split_backward) the
+ * input gradient first and the weight gradient later. The chunk holding the head starts with
+ * its loss (returned; 0 elsewhere) and gradient, seeded with grad_scale; the others from
+ * tr_model_chunk_grad_output. Gradients accumulate, as tr_model_backward's do. */
+typedef enum { TR_BWD_ALL = 0, TR_BWD_INPUT, TR_BWD_WEIGHT } tr_bwd_part;
+float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens,
+                              const int *targets, int B, int T, float grad_scale,
+                              tr_bwd_part part);
+/* Incremental decoding of chunk c (tr_model_decode, one chunk): the chunk holding the
+ * embedding reads `token`, the others their input (slot 0); the chunk holding the head writes
+ * the logits, the others leave their output in slot 0. */
+void tr_model_decode_chunk(tr_model *m, tr_kv_cache *cache, int c, int token, int pos,
+                           float *logits);
+/* The pipeline group given at init (NULL: none). */
+tr_comm *tr_model_pp_group(const tr_model *m);
 
 const tr_model_desc *tr_model_desc_of(const tr_model *m);
 const tr_backend *tr_model_backend(const tr_model *m);

@@ -28,7 +28,26 @@ typedef struct {
     int match;      /* RES_END: index of its RES_BEGIN */
     int H, KV, hid; /* this rank's query heads, key/value heads (ATTENTION), hidden units
                        (MLP): the node's, divided by tensor parallelism */
+    int chunk;      /* the pipeline chunk it belongs to */
+    size_t dy[2];   /* split backward (ATTENTION, MLP): the output gradients of the layer's
+                       two products, kept from the input part for the weight part: (N, C) of
+                       the output product, (N, qkv or fc) of the input product */
 } op_t;
+
+/* A pipeline chunk: ops [lo, hi) of the program. A held chunk's activations take arena range
+ * [abase, aend) (statistics [sbase, send)) in the layout of one micro-batch; the arena holds
+ * `slots` copies of it from aoff (soff), one per micro-batch in flight. in: the stream entering
+ * it (for chunk > 0 a buffer of its own, which the previous chunk's output is received into);
+ * out: the stream leaving it. gin / gout: per slot, the gradient of the output (received, or
+ * from the head) and of the input (to send), Ns x C each, from gslot. */
+typedef struct {
+    int lo, hi;
+    int held, slots;
+    size_t in, out;
+    size_t abase, aend, sbase, send;
+    size_t aoff, soff;
+    int gslot;
+} chunk_t;
 
 /* Offsets with this bit set live in the transient arenas, which the recompute levels reuse:
  * "selective" keeps one MLP activation buffer there (recomputed from the pre-activation in
@@ -38,6 +57,16 @@ typedef struct {
 
 struct tr_model {
     tr_model_desc desc; /* root points into the caller's recipe: it must outlive the model */
+    /* pipeline chunks (one, the whole program, without pipeline parallelism); the slot in use
+       shifts every non-transient activation offset by ashift (statistics: sshift) */
+    chunk_t *chunks;
+    int n_chunks, pipelined, split;
+    size_t ashift, sshift;
+    tr_buf **gio;       /* per chunk and slot (from chunk.gslot): gin, gout alternate */
+    int n_gio;
+    tr_comm *tie_comm;  /* the first and last pipeline stages (a tied embedding), or NULL */
+    tr_comm *pp_comm;   /* the pipeline ranks with this rank's dp and tp coordinates */
+    int has_copies;     /* some tensor is a pipeline replica (tr_param.pp_copy) */
     const tr_backend *be;
     int maxB, maxT;
     op_t *ops;
