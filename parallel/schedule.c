@@ -120,11 +120,12 @@ static void gen_interleaved(tr_pp_schedule *s, int r) {
  * turn, a weight gradient (W, oldest first) slipped in before a forward only when the forward
  * would hold more than 1F1B's P-r micro-batches; in the cool-down a W before each B, in the
  * time the rank would otherwise wait for that B's input gradient, and the W's left at the end.
- * B costs half a full backward, so the backward ramp is shorter: 2(P-1) idle units instead of
- * 1F1B's 3(P-1). That is the least rank r's bound of P-r allows: the last rank holds one
- * micro-batch, so its W's cannot wait and its last B ends no earlier than 3M+P-2. */
+ * Every rank may hold P micro-batches (min(P, M)): the peak of 1F1B, reached on its first
+ * rank, as in the paper; the later ranks use the room to defer their W's into the cool-down,
+ * which leaves (P-1) idle units instead of 1F1B's 3(P-1). (With 1F1B's P-r per rank the last
+ * rank could defer nothing and the bubble would stay at 2(P-1).) */
 static void gen_zbh1(tr_pp_schedule *s, int r) {
-    int M = s->M, bound = min_int(s->P - r, M), warm = min_int(s->P - 1 - r, M);
+    int M = s->M, bound = min_int(s->P, M), warm = min_int(s->P - 1 - r, M);
     int w = 0; /* next micro-batch whose W is due (W's go in B order: oldest first) */
     for (int mb = 0; mb < warm; mb++)
         push(s, r, TR_ACT_FWD, mb, r);

@@ -17,9 +17,9 @@
  *                needs M a multiple of P
  *   zb-h1        Qi et al. 2023 (ZB-H1): each backward split into the input gradient (B,
  *                on the critical path) and the weight gradient (W, deferred into the
- *                bubble), holding no more than 1F1B on every rank (min(P-r, M)); bubble
- *                2(P-1)/(3M), two thirds of 1F1B's. (The paper's third, (P-1)/(3M), lets every
- *                rank hold up to P: the last rank must defer P-1 W's to its end.)
+ *                bubble), holding at most 1F1B's peak, min(P, M), on every rank (as in the
+ *                paper: later ranks use that room to defer their W's); bubble (P-1)/(3M),
+ *                a third of 1F1B's
  *
  * Bubbles above are ratios, idle time / compute time, for M >= P with a forward of one unit and
  * a backward of two (B and W one each). tr_pp_bubble returns the idle fraction of the step
@@ -67,7 +67,7 @@ const char *tr_pp_kind_name(tr_pp_kind k);
 int tr_pp_check(tr_pp_kind k, int P, int V, int M, char *err, size_t errlen);
 
 /* Generate the lists (after tr_pp_check passed), overwriting *s: 0, or -1 when out of memory.
- * max_inflight[r] is the most the rank's list holds: gpipe M, 1f1b and zb-h1 min(P-r, M),
+ * max_inflight[r] is the most the rank's list holds: gpipe M, 1f1b min(P-r, M), zb-h1 min(P, M),
  * interleaved its warm-up forwards + 1 (at most M*V). */
 int tr_pp_generate(tr_pp_schedule *s, tr_pp_kind k, int P, int V, int M);
 void tr_pp_free(tr_pp_schedule *s); /* NULL or a zeroed schedule: nothing to free */
