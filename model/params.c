@@ -182,6 +182,7 @@ void tr_model_set_param_global(tr_model *m, int i, const float *global) {
 
 tr_comm *tr_model_grad_group(const tr_model *m, int i, int s) {
     const tr_param_seg *g = &m->params[i].seg[s];
+    if (m->params[i].pp_tied) return m->tie_comm; /* the first and last pipeline stages */
     if (!g->partial || g->copies < 2) return NULL;
     if (g->copies == m->tp) return m->tp_comm;
     for (int k = 0; k < m->n_kvg; k++)
@@ -195,7 +196,7 @@ tr_comm *tr_model_tp_group(const tr_model *m) {
 
 double tr_model_grad_sumsq(const tr_model *m, const tr_buf *grad, size_t lo, size_t hi) {
     if (hi <= lo) return 0.0;
-    if (m->tp == 1) /* padding between tensors is never written: one pass over the range */
+    if (m->tp == 1 && !m->has_copies) /* padding is never written: one pass over the range */
         return m->be->sumsq(grad, hi - lo);
     double ss = 0;
     for (int i = 0; i < m->n_params; i++) { /* tensor by tensor, segment by segment */
@@ -206,7 +207,7 @@ double tr_model_grad_sumsq(const tr_model *m, const tr_buf *grad, size_t lo, siz
                    b = a + (size_t)p->seg[s].rows * C;
             if (a < lo) a = lo;
             if (b > hi) b = hi;
-            if (a < b)
+            if (a < b && !p->pp_copy) /* a pipeline replica: counted on the first stage */
                 ss += m->be->sumsq(tr_buf_at(m->be, grad, a - lo), b - a) / p->seg[s].copies;
         }
     }

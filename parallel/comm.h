@@ -68,6 +68,11 @@ tr_comm_req *tr_comm_ireduce_scatter(tr_comm *c, const void *send, void *recv, s
                                      tr_comm_dtype t);
 tr_comm_req *tr_comm_iall_gather(tr_comm *c, const void *send, void *recv, size_t n,
                                  tr_comm_dtype t);
+/* Point to point (pipeline stages): messages between two ranks with the same tag arrive in
+ * the order they were sent. */
+tr_comm_req *tr_comm_isend(tr_comm *c, const void *buf, size_t n, tr_comm_dtype t, int peer,
+                           int tag);
+tr_comm_req *tr_comm_irecv(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int peer, int tag);
 /* Progress an operation without blocking: 1 when complete (the handle stays valid until
  * tr_comm_wait), 0 when not yet. */
 int tr_comm_test(tr_comm_req *r);

@@ -831,6 +831,14 @@ tr_comm_req *tr_comm_iall_gather(tr_comm *c, const void *send, void *recv, size_
     return run_nonblocking(c, (op_info){OP_ALL_GATHER, n, t, -1, 0}, NULL, send, recv);
 }
 
+tr_comm_req *tr_comm_isend(tr_comm *c, const void *buf, size_t n, tr_comm_dtype t, int peer,
+                           int tag) {
+    return run_nonblocking(c, (op_info){OP_SEND, n, t, peer, tag}, NULL, buf, NULL);
+}
+tr_comm_req *tr_comm_irecv(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int peer, int tag) {
+    return run_nonblocking(c, (op_info){OP_RECV, n, t, peer, tag}, buf, NULL, NULL);
+}
+
 int tr_comm_test(tr_comm_req *r) {
     if (!r) return 1;
     int done = 0;

@@ -586,9 +586,13 @@ static void tp_sum_partial_grads(tr_dp *d) {
     tr_model *m = d->m;
     tr_comm *done[8];
     int n_done = 0;
+    /* the tp groups first, then the pipeline's tied embedding (its pair of stages differ in
+       which tp groups they have: one order for every rank) */
+    for (int last = 0; last < 2; last++)
     for (int i = 0; i < tr_model_num_params(m); i++)
         for (int s = 0; s < tr_model_param(m, i)->n_seg; s++) {
             tr_comm *g = tr_model_grad_group(m, i, s);
+            if (g && tr_model_param(m, i)->pp_tied != last) continue;
             int seen = !g;
             for (int k = 0; k < n_done && !seen; k++) seen = done[k] == g;
             if (seen || n_done == 8) continue; /* the model makes at most 5 groups */
@@ -624,10 +628,10 @@ static void sumsq_held(void *ctx, size_t lo, size_t hi, float *at) {
 }
 
 double tr_dp_grad_norm(tr_dp *d) {
-    tr_comm *tp = tr_model_tp_group(d->m);
+    tr_comm *tp = tr_model_tp_group(d->m), *pp = tr_model_pp_group(d->m);
     double ss = 0;
-    if (!tp && d->zero < 2) return tr_model_grad_norm(d->m);
-    if (!tp) { /* this rank's pieces (padding is zero) */
+    if (!tp && !pp && d->zero < 2) return tr_model_grad_norm(d->m);
+    if (!tp && !pp) { /* this rank's pieces (padding is zero) */
         for (size_t i = 0; i < d->sgrad_elems; i++) ss += (double)d->sgrad[i] * d->sgrad[i];
     } else {
         sumsq_acc acc = {d, 0.0};
@@ -636,6 +640,7 @@ double tr_dp_grad_norm(tr_dp *d) {
     }
     if (d->zero >= 2 && d->world > 1) tr_comm_all_reduce(d->c, &ss, 1, TR_COMM_F64);
     if (tp) tr_comm_all_reduce(tp, &ss, 1, TR_COMM_F64);
+    if (pp) tr_comm_all_reduce(pp, &ss, 1, TR_COMM_F64); /* every stage's tensors */
     return sqrt(ss);
 }
 

@@ -10,6 +10,7 @@
 #include "parallel/comm.h"
 #include "parallel/dp.h"
 #include "parallel/layout.h"
+#include "parallel/pipeline.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
@@ -20,10 +21,18 @@ typedef struct {
     long steps;
 } rank_ledger;
 
+/* Per rank and step, gathered to every rank: seconds computing, waiting, waiting for data, and
+ * the pipeline's idle share of the step. */
+#define RANK_FIGS 4
+
 typedef struct {
     tr_options o;
     tr_comm *world;           /* every process */
     tr_comm *dpc, *ppc, *tpc; /* this process's groups of the dp x pp x tp mesh */
+    tr_comm *tiec;            /* pipeline: the first and last stages (a tied embedding) */
+    tr_comm *mpc;             /* the ranks holding one copy of the model (tp x pp) */
+    tr_pipe *pipe;            /* pipeline parallelism (pp > 1), else NULL */
+    int **mb_in, **mb_tg;     /* pipeline: a step's micro-batches, (B, T) each */
     int rank, nranks;         /* in the world */
     tr_recipe r;              /* with the layout written back once it is resolved */
     int have_recipe;
@@ -48,7 +57,7 @@ typedef struct {
     long tokens_step;        /* B x T x accumulation x dp */
     double t_start, t_train, best_val;
     rank_ledger led;
-    double *all_steps; /* every rank's figures of the last step (3 each) */
+    double *all_steps; /* every rank's figures of the last step (RANK_FIGS each) */
     int tty;
     char err[1024];
     char msg[TR_PATH_MAX + 1100]; /* a setup step's failure, for the agreement */

@@ -374,6 +374,13 @@ static int setup_layout(run_ctx *x) {
     if (setup_failed(x->world, bad, x->msg)) return -1;
     tr_mesh mesh = {.dp = x->lay.dp, .pp = x->lay.pp, .tp = x->lay.tp};
     bad = tr_comm_mesh(x->world, mesh, &x->dpc, &x->ppc, &x->tpc, x->err, sizeof(x->err));
+    /* the pipeline's first and last stages (each pair of them: the others get a group of
+       their own they never use), and the ranks of one model copy */
+    tr_layout_coord co = tr_layout_coord_of(&x->lay, x->rank);
+    int edge = co.p == 0 || co.p == x->lay.pp - 1;
+    bad = bad ||
+          tr_comm_split(x->ppc, edge ? 0 : 1, co.p, "tie", &x->tiec, x->err, sizeof(x->err)) ||
+          tr_comm_split(x->world, co.d, x->rank, "mp", &x->mpc, x->err, sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
     return setup_failed(x->world, bad, x->msg) ? -1 : 0;
 }
@@ -412,12 +419,40 @@ static int setup_data(run_ctx *x) {
     return 0;
 }
 
+/* ZeRO-2 and 3 reduce each micro-batch's gradients after its backward. */
+static void micro_end(void *dp) {
+    tr_dp_micro_end(dp);
+}
+
+/* Pipeline parallelism: the executor over the pp group, and a step's micro-batch buffers. */
+static int setup_pipeline(run_ctx *x) {
+    const tr_layout *l = &x->lay;
+    if (l->pp <= 1) return 0;
+    int bad = tr_pipe_init(&x->pipe, x->model, x->ppc, (tr_pp_kind)l->schedule,
+                           l->virtual_stages, l->microbatches, x->err, sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
+    if (setup_failed(x->world, bad, x->msg)) return -1;
+    tr_pipe_set_backward_hook(x->pipe, micro_end, x->dp);
+    x->mb_in = calloc((size_t)l->accum, sizeof(int *));
+    x->mb_tg = calloc((size_t)l->accum, sizeof(int *));
+    bad = !x->mb_in || !x->mb_tg;
+    for (int a = 0; !bad && a < l->accum; a++)
+        bad = !(x->mb_in[a] = malloc((size_t)x->B * x->T * sizeof(int))) ||
+              !(x->mb_tg[a] = malloc((size_t)x->B * x->T * sizeof(int)));
+    snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the micro-batches");
+    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
+}
+
 /* This rank's part of the model (the layout's options, the tp group), data parallelism over
  * the dp group, and the parameters: initialised, then from --resume or init = hf. */
 static int setup_model(run_ctx *x) {
     const tr_recipe *r = &x->r;
     tr_model_opts mo = tr_layout_model_opts(&x->lay, x->rank);
     mo.tp_comm = x->tpc;
+    if (x->lay.pp > 1) {
+        mo.pp_comm = x->ppc;
+        mo.tie_comm = x->tiec;
+    }
     int bad = tr_model_init_opts(&x->model, &r->model, x->be, &mo, x->err, sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
     if (setup_failed(x->world, bad, x->msg)) return -1;
@@ -425,6 +460,7 @@ static int setup_model(run_ctx *x) {
                      sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
     if (setup_failed(x->world, bad, x->msg)) return -1; /* a refused configuration: said once */
+    if (setup_pipeline(x)) return -1;
     tr_model_init_params(x->model, r->train.seed);
     if (x->o.resume) {
         int rrc = resume_from(x, &x->start_step, x->err, sizeof(x->err));
@@ -490,7 +526,7 @@ static int setup_outputs(run_ctx *x) {
     }
     x->inputs = malloc((size_t)x->B * x->T * sizeof(int));
     x->targets = malloc((size_t)x->B * x->T * sizeof(int));
-    x->all_steps = malloc((size_t)x->nranks * 3 * sizeof(double));
+    x->all_steps = malloc((size_t)x->nranks * RANK_FIGS * sizeof(double));
     int bad = !x->inputs || !x->targets || !x->all_steps;
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the batches");
     if (setup_failed(x->world, bad, x->msg)) return -1;
@@ -558,6 +594,11 @@ void run_free(run_ctx *x) {
     free(x->inputs);
     free(x->targets);
     free(x->all_steps);
+    for (int a = 0; x->mb_in && a < x->lay.accum; a++) free(x->mb_in[a]);
+    for (int a = 0; x->mb_tg && a < x->lay.accum; a++) free(x->mb_tg[a]);
+    free(x->mb_in);
+    free(x->mb_tg);
+    tr_pipe_free(x->pipe);
     tr_dp_free(x->dp); /* before the model: it unhooks itself from it */
     tr_model_free(x->model);
     tr_loader_free(x->loader);
@@ -565,6 +606,8 @@ void run_free(run_ctx *x) {
     tr_comm_free(x->dpc);
     tr_comm_free(x->ppc);
     tr_comm_free(x->tpc);
+    tr_comm_free(x->tiec);
+    tr_comm_free(x->mpc);
     tr_comm_free(x->world); /* last: freeing the world finalizes MPI */
     free(x);
 }

@@ -46,9 +46,24 @@ static int pick(const float *logits, int V, float temperature, int top_k, uint64
     return scratch[n - 1].id;
 }
 
+static void model_decode(void *m, tr_kv_cache *c, int token, int pos, float *logits) {
+    tr_model_decode(m, c, token, pos, logits);
+}
+
 int tr_sample_tokens(tr_model *m, const int *prompt, int n_prompt, int n_new, float temperature,
                      int top_k, unsigned long long seed, int *out, char *err, size_t errlen) {
+    return tr_sample_tokens_via(m, NULL, NULL, prompt, n_prompt, n_new, temperature, top_k, seed,
+                                out, err, errlen);
+}
+
+int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *dctx, const int *prompt,
+                         int n_prompt, int n_new, float temperature, int top_k,
+                         unsigned long long seed, int *out, char *err, size_t errlen) {
     const tr_model_desc *d = tr_model_desc_of(m);
+    if (!decode) {
+        decode = model_decode;
+        dctx = m;
+    }
     int V = d->vocab, T = d->seq_len;
     if (n_prompt < 1) {
         snprintf(err, errlen, "sampling needs a prompt of at least one token");
@@ -57,6 +72,10 @@ int tr_sample_tokens(tr_model *m, const int *prompt, int n_prompt, int n_new, fl
     tr_kv_cache *c = NULL;
     char why[256];
     int cached = tr_kv_cache_init(&c, m, why, sizeof(why)) == 0;
+    if (!cached && decode != model_decode) { /* no other way through a pipeline */
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
     int total = n_prompt + n_new;
     int *ctx = malloc((size_t)total * sizeof(int));
     float *logits = malloc((size_t)V * sizeof(float));
@@ -67,7 +86,7 @@ int tr_sample_tokens(tr_model *m, const int *prompt, int n_prompt, int n_new, fl
     /* the prompt: only its last T-1 tokens fit with room for one more */
     int start = n_prompt > T - 1 ? n_prompt - (T - 1) : 0, pos = 0;
     if (cached)
-        for (int i = start; i < n_prompt; i++) tr_model_decode(m, c, ctx[i], pos++, logits);
+        for (int i = start; i < n_prompt; i++) decode(dctx, c, ctx[i], pos++, logits);
     else
         tr_model_last_logits(m, ctx + start, 1, n_prompt - start, logits);
     for (int i = n_prompt; i < total; i++) {
@@ -82,9 +101,9 @@ int tr_sample_tokens(tr_model *m, const int *prompt, int n_prompt, int n_new, fl
         }
         if (pos == T) { /* the window is full: restart from its last half */
             pos = 0;
-            for (int j = i + 1 - T / 2; j < i; j++) tr_model_decode(m, c, ctx[j], pos++, logits);
+            for (int j = i + 1 - T / 2; j < i; j++) decode(dctx, c, ctx[j], pos++, logits);
         }
-        tr_model_decode(m, c, next, pos++, logits);
+        decode(dctx, c, next, pos++, logits);
     }
     free(ctx);
     free(logits);

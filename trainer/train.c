@@ -54,11 +54,16 @@ static int evaluate(run_ctx *x, double *loss) {
     double sum = 0;
     for (long i = 0; i < want; i++) {
         if (tr_loader_val_batch(x->loader, i, x->inputs, x->targets) < 0) return -1;
-        sum += tr_model_forward(x->model, x->inputs, x->targets, x->B, x->T, 0);
+        sum += x->pipe ? tr_pipe_eval(x->pipe, x->inputs, x->targets, x->B, x->T)
+                       : tr_model_forward(x->model, x->inputs, x->targets, x->B, x->T, 0);
     }
     sum = tr_dp_sum(x->dp, sum);
     *loss = want > 0 ? sum / (double)(want * ndp) : NAN;
     return 0;
+}
+
+static void pipe_decode(void *pipe, tr_kv_cache *c, int token, int pos, float *logits) {
+    tr_pipe_decode(pipe, c, token, pos, logits);
 }
 
 /* Sample n tokens, temperature 1, from the model's full distribution, after <|endoftext|>
@@ -74,7 +79,9 @@ static void sample(run_ctx *x, int n, unsigned long long seed, FILE *out) {
     int prompt[8], len = 1, *ids = malloc((size_t)n * sizeof(int));
     prompt[0] = tr_tokenizer_eot(tok);
     if (prompt[0] < 0) len = (int)tr_tokenizer_encode(tok, "\n", 1, prompt);
-    if (tr_sample_tokens(x->model, prompt, len, n, 1.0f, 0, seed, ids, err, sizeof(err))) {
+    tr_decode_fn via = x->pipe ? pipe_decode : NULL;
+    if (tr_sample_tokens_via(x->model, via, x->pipe, prompt, len, n, 1.0f, 0, seed, ids, err,
+                             sizeof(err))) {
         fprintf(stderr, "%s: sample: %s\n", x->r.path, err);
         n = 0;
     }
@@ -118,19 +125,22 @@ static int write_sample(run_ctx *x, const char *outdir, int writer) {
 
 typedef struct {
     double compute_s, wait_s, data_s, steps;
+    double pp_idle; /* the pipeline's idle share of its schedules; -1 without one */
     char host[64], device[96];
 } rank_row;
 
 /* Every rank's ledger to rank 0, which prints a table and writes OUT/ranks.json: where the
  * time went on each rank, and which rank the others waited for. -1 when out of memory, 1 when
  * ranks.json could not be written (said in one line). */
-static int rank_table(tr_comm *world, const rank_ledger *led, const char *device, const char *out) {
+static int rank_table(tr_comm *world, const rank_ledger *led, double pp_idle, const char *device,
+                      const char *out) {
     int n = tr_comm_size(world), me = tr_comm_rank(world);
     rank_row row, *rows = calloc((size_t)n, sizeof(rank_row));
     if (!rows) return -1;
     memset(&row, 0, sizeof(row));
     row.compute_s = led->compute_s, row.wait_s = led->wait_s, row.data_s = led->data_s;
     row.steps = (double)led->steps;
+    row.pp_idle = pp_idle;
     if (gethostname(row.host, sizeof(row.host) - 1)) snprintf(row.host, sizeof(row.host), "?");
     /* the device without the start-up notes after ';' (why there is no GPU, and so on) */
     snprintf(row.device, sizeof(row.device), "%.*s", (int)strcspn(device, ";"), device);
@@ -165,9 +175,11 @@ static int rank_table(tr_comm *world, const rank_ledger *led, const char *device
                 tr_json_write_string(f, rows[k].device);
                 fprintf(f,
                         ", \"steps\": %.0f, \"compute_s\": %.4f, \"wait_s\": %.4f, "
-                        "\"data_wait_s\": %.4f}%s\n",
-                        rows[k].steps, rows[k].compute_s, rows[k].wait_s, rows[k].data_s,
-                        k + 1 < n ? "," : "");
+                        "\"data_wait_s\": %.4f",
+                        rows[k].steps, rows[k].compute_s, rows[k].wait_s, rows[k].data_s);
+                if (rows[k].pp_idle >= 0)
+                    fprintf(f, ", \"pipeline_idle\": %.4f", rows[k].pp_idle);
+                fprintf(f, "}%s\n", k + 1 < n ? "," : "");
             }
             fprintf(f, "]\n");
             if (run_close_output(f, path)) bad = 1;
@@ -206,16 +218,23 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     tr_model_zero_grad(x->model);
     double loss = 0;
     for (int a = 0; a < accum; a++) {
-        if (tr_loader_next(x->loader, x->inputs, x->targets)) {
+        int *in = x->pipe ? x->mb_in[a] : x->inputs, *tg = x->pipe ? x->mb_tg[a] : x->targets;
+        if (tr_loader_next(x->loader, in, tg)) {
             fprintf(stderr, "%s%s: %s\n", x->tty ? "\n" : "", r->path, tr_loader_error(x->loader));
             return -1;
         }
+        if (x->pipe) continue; /* the schedule runs them all below */
         loss += tr_model_forward(x->model, x->inputs, x->targets, x->B, x->T,
                                  1.0f / (float)(accum * ndp));
         if (a == accum - 1) tr_dp_arm(x->dp); /* reduce buckets during the last backward */
         tr_model_backward(x->model);
         tr_dp_micro_end(x->dp);
     }
+    /* a pipeline: the dp reduction (ZeRO 0, 1) waits for the schedule's end, whose last
+       backwards are those of every chunk of the rank in turn */
+    if (x->pipe)
+        loss = tr_pipe_step(x->pipe, (const int *const *)x->mb_in, (const int *const *)x->mb_tg,
+                            x->B, x->T, 1.0f / (float)(accum * ndp));
     if (x->slow_ms > 0) {
         struct timespec ts = {x->slow_ms / 1000, (x->slow_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
@@ -242,11 +261,14 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     tr_dp_step(x->dp, &opt);
     res->dt = tr_now() - t0;
     x->t_train += res->dt;
-    double mine[3] = {0, tr_comm_wait_seconds() - c0, tr_loader_wait_seconds(x->loader) - w0};
+    double mine[RANK_FIGS] = {0, tr_comm_wait_seconds() - c0,
+                              tr_loader_wait_seconds(x->loader) - w0,
+                              x->pipe ? tr_pipe_last_idle(x->pipe) : 0};
     mine[0] = res->dt - mine[1] - mine[2];
     x->led.compute_s += mine[0], x->led.wait_s += mine[1], x->led.data_s += mine[2];
     x->led.steps++;
-    if (x->nranks > 1) tr_comm_all_gather(x->world, mine, x->all_steps, 3, TR_COMM_F64);
+    if (x->nranks > 1)
+        tr_comm_all_gather(x->world, mine, x->all_steps, RANK_FIGS, TR_COMM_F64);
     res->tps = (double)x->tokens_step / res->dt;
     res->gflops = x->flops_tok * res->tps / 1e9;
     /* every process of the world brings its own peak */
@@ -271,7 +293,13 @@ static void write_metrics(run_ctx *x, int step, const step_result *res, int do_e
     if (x->nranks > 1) {
         fprintf(m, ", \"rank_compute_s\": [");
         for (int k = 0; k < x->nranks; k++)
-            fprintf(m, "%s%.4f", k ? ", " : "", x->all_steps[3 * k]);
+            fprintf(m, "%s%.4f", k ? ", " : "", x->all_steps[RANK_FIGS * k]);
+        fprintf(m, "]");
+    }
+    if (x->pipe) { /* each rank's idle share of the pipeline schedule */
+        fprintf(m, ", \"pipeline_idle\": [");
+        for (int k = 0; k < x->nranks; k++)
+            fprintf(m, "%s%.4f", k ? ", " : "", x->all_steps[RANK_FIGS * k + 3]);
         fprintf(m, "]");
     }
     if (do_eval) fprintf(m, ", \"val_loss\": %.6f", val);
@@ -402,43 +430,92 @@ static void print_parallel_stats(const run_ctx *x) {
     }
 }
 
-/* TR_DUMP_PARAMS (tests): the final parameters as raw fp32, every tensor in order, as the
- * GLOBAL tensors: each rank places its part of a tensor (what several ranks hold, once: copy
- * 0's) into a zeroed global buffer, a sum over the tp group assembles it (every element comes
- * from exactly one rank), and rank 0 writes it. ZeRO-3 reads the gathered state. Every rank
- * takes part; 1 when the file could not be written (said), -1 when out of memory. */
+/* This process's part of global tensor g (its name) into `global` (zeroed; what several ranks
+ * hold, once: tp copy 0, not a pipeline replica); nothing when it does not hold the tensor.
+ * -1 when out of memory. */
+static int place_param(run_ctx *x, const tr_dp_state *all, const char *name, float *global) {
+    int i = 0, np = tr_model_num_params(x->model);
+    while (i < np && strcmp(tr_model_param(x->model, i)->name, name)) i++;
+    if (i == np || tr_model_param(x->model, i)->pp_copy) return 0;
+    const tr_param *p = tr_model_param(x->model, i);
+    int nr = tr_param_runs(p, 0, p->numel, NULL, 0);
+    float *mine = malloc((p->numel ? p->numel : 1) * sizeof(float));
+    tr_run *runs = malloc((size_t)(nr ? nr : 1) * sizeof(tr_run));
+    if (!mine || !runs) {
+        free(mine), free(runs);
+        return -1;
+    }
+    if (x->lay.zero == 3)
+        tr_dp_param_source((void *)all, i, mine);
+    else
+        tr_model_get_param(x->model, i, mine);
+    tr_param_runs(p, 0, p->numel, runs, nr);
+    for (int k = 0; k < nr; k++)
+        if (p->seg[runs[k].seg].copy == 0)
+            memcpy(global + runs[k].global, mine + runs[k].local, runs[k].n * sizeof(float));
+    free(mine), free(runs);
+    return 0;
+}
+
+/* TR_DUMP_PARAMS (tests): the final parameters as raw fp32, every GLOBAL tensor in the order
+ * of one process's model (a planned one lists them): each rank places its part of a tensor
+ * into a zeroed buffer, a sum over the ranks of one model copy (tp x pp) assembles it (every
+ * element comes from exactly one rank), and rank 0 writes it. ZeRO-3 reads the gathered
+ * state. Every rank takes part; 1 when the file could not be written (said), -1 when out of
+ * memory. */
 static int dump_params(run_ctx *x, const char *path) {
     tr_dp_state all = {0};
-    if (x->lay.zero == 3 && tr_dp_gather_state(x->dp, &all)) return -1;
+    tr_model *plan = NULL;
+    tr_model_opts one = {.B = 1, .T = 1};
+    if (tr_model_plan(&plan, &x->r.model, TR_DTYPE_F32, &one, x->err, sizeof(x->err)))
+        return -1;
+    if (x->lay.zero == 3 && tr_dp_gather_state(x->dp, &all)) {
+        tr_model_free(plan);
+        return -1;
+    }
     FILE *df = x->rank == 0 ? fopen(path, "wb") : NULL;
     int bad = x->rank == 0 && !df ? -run_cannot_write(path, errno) : 0;
-    for (int i = 0; i < tr_model_num_params(x->model) && bad >= 0; i++) {
-        const tr_param *p = tr_model_param(x->model, i);
+    for (int i = 0; i < tr_model_num_params(plan) && bad >= 0; i++) {
+        const tr_param *p = tr_model_param(plan, i);
         size_t n = (size_t)p->gshape[0] * (size_t)p->gshape[1];
-        int nr = tr_param_runs(p, 0, p->numel, NULL, 0);
-        float *mine = malloc((p->numel ? p->numel : 1) * sizeof(float));
         float *global = calloc(n ? n : 1, sizeof(float));
-        tr_run *runs = malloc((size_t)(nr ? nr : 1) * sizeof(tr_run));
-        if (!mine || !global || !runs) {
-            free(mine), free(global), free(runs);
+        if (!global || place_param(x, &all, p->name, global)) {
+            free(global);
             bad = -1;
             break;
         }
-        if (x->lay.zero == 3)
-            tr_dp_param_source(&all, i, mine);
-        else
-            tr_model_get_param(x->model, i, mine);
-        tr_param_runs(p, 0, p->numel, runs, nr);
-        for (int k = 0; k < nr; k++)
-            if (p->seg[runs[k].seg].copy == 0)
-                memcpy(global + runs[k].global, mine + runs[k].local, runs[k].n * sizeof(float));
-        tr_comm_all_reduce(x->tpc, global, n, TR_COMM_F32);
+        tr_comm_all_reduce(x->mpc, global, n, TR_COMM_F32);
         if (df) fwrite(global, sizeof(float), n, df);
-        free(mine), free(global), free(runs);
+        free(global);
     }
     if (df && run_close_output(df, path) && bad >= 0) bad = 1;
     tr_dp_state_free(&all);
+    tr_model_free(plan);
     return bad;
+}
+
+/* Pipeline parallelism: every stage's idle share of its schedules (rank 0 prints them, one
+ * per stage: the first rank of each), beside the schedule's theoretical bubble. */
+static void print_pipeline(const run_ctx *x, double idle) {
+    if (!x->pipe) return;
+    int P = x->lay.pp, n = x->nranks;
+    double *all = malloc((size_t)n * sizeof(double));
+    if (!all) return;
+    tr_comm_all_gather(x->world, &idle, all, 1, TR_COMM_F64);
+    const tr_pp_schedule *s = tr_pipe_schedule(x->pipe);
+    tr_pipe_stats ps = tr_pipe_get_stats(x->pipe);
+    if (x->rank == 0) {
+        printf("pipeline %s, %d stages x %d micro-batches%s: idle share of the step by stage",
+               tr_pp_kind_name(s->kind), P, s->M, s->V > 1 ? " (interleaved)" : "");
+        for (int p = 0; p < P; p++) {
+            tr_layout_coord c = {.d = 0, .p = p, .t = 0};
+            int rank = (c.d * P + c.p) * x->lay.tp + c.t;
+            printf("%s%.1f%%", p ? ", " : " ", 100.0 * all[rank]);
+        }
+        printf(" (theory %.1f%%); %.3f MB sent to the next or previous stage per step\n",
+               100.0 * tr_pp_bubble(s), ps.steps ? ps.bytes / ps.steps / 1e6 : 0.0);
+    }
+    free(all);
 }
 
 /* The summary, the last save, memory.json, the parallel figures, the table of ranks, the
@@ -470,12 +547,18 @@ static int run_report(run_ctx *x) {
     }
     write_memory_json(x);
     print_parallel_stats(x);
-    int rt = x->nranks > 1 ? rank_table(x->world, &x->led, x->device, r->train.out) : 0;
+    double idle = -1;
+    if (x->pipe) {
+        tr_pipe_stats ps = tr_pipe_get_stats(x->pipe);
+        idle = ps.step_s > 0 ? ps.idle_s / ps.step_s : 0;
+    }
+    print_pipeline(x, idle);
+    int rt = x->nranks > 1 ? rank_table(x->world, &x->led, idle, x->device, r->train.out) : 0;
     if (rt < 0) return 1;
     if (rt > 0) x->out_failed = 1;
-    /* tensor parallelism and ZeRO-3: the sampling forwards are collective, every rank takes
-       part (all draw the same tokens), rank 0 writes them */
-    int together = x->lay.tp > 1 || x->lay.zero == 3;
+    /* tensor and pipeline parallelism, ZeRO-3: the sampling forwards are collective, every
+       rank takes part (all draw the same tokens), rank 0 writes them */
+    int together = x->lay.tp > 1 || x->lay.zero == 3 || x->pipe;
     if (x->lay.zero == 3) tr_dp_hold_params(x->dp, 1); /* each bucket gathered once */
     if ((x->rank == 0 || together) && write_sample(x, r->train.out, x->rank == 0))
         x->out_failed = 1;

@@ -65,6 +65,12 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
  * Temperature 0 is greedy; top_k 0 keeps the whole vocabulary. */
 int tr_sample_tokens(tr_model *m, const int *prompt, int n_prompt, int n_new, float temperature,
                      int top_k, unsigned long long seed, int *out, char *err, size_t errlen);
+/* The same, each token through `decode` (tr_model_decode when NULL; a pipeline's runs every
+ * stage): with one, every process of the model takes part and draws the same tokens. */
+typedef void (*tr_decode_fn)(void *ctx, tr_kv_cache *c, int token, int pos, float *logits);
+int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *ctx, const int *prompt,
+                         int n_prompt, int n_new, float temperature, int top_k,
+                         unsigned long long seed, int *out, char *err, size_t errlen);
 
 double tr_now(void);
 int tr_mkdirs(const char *path, char *err, size_t errlen);

@@ -1,0 +1,291 @@
+/* The pipeline executor (pipeline.h). Before a step, each action of this rank's list gets the
+ * slot its micro-batch uses in its chunk (the lowest free one at its forward, freed by its
+ * backward, or by the weight part of a split one), and each receive the action after which
+ * its buffer is free: a forward's input once the slot's previous micro-batch is done with it,
+ * a backward's output gradient once its own forward ran. Receives are posted as soon as that
+ * action has run; sends start when their data is ready and are completed before the buffer is
+ * written again. Messages carry (micro-batch mod 16, direction, receiving chunk) as their tag:
+ * between two ranks they arrive in order, and every chunk sees its micro-batches in order. */
+#include "parallel/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct tr_pipe {
+    tr_model *m;
+    tr_comm *c;
+    int P, p, nch, maxs; /* stages, this one, chunks, most slots of a chunk */
+    tr_pp_schedule s;
+    const tr_pp_action *a; /* this rank's list */
+    int n;
+    int *slot;        /* per action: the slot of its micro-batch in its chunk */
+    int *post_after;  /* per action: its receive may be posted after this action (-1: at
+                         the start), -2: it receives nothing */
+    tr_comm_req **rq; /* per action: its receive in flight */
+    tr_comm_req **send_act, **send_grad; /* per chunk x slot: the send reading that buffer */
+    void (*hook)(void *);
+    void *hook_ctx;
+    tr_pipe_stats st;
+    double last_idle;
+    double busy; /* this step: seconds computing */
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int rank_of(const tr_pipe *p, int chunk) {
+    return chunk % p->P;
+}
+
+static int tag_of(int mb, int grad, int chunk) {
+    return ((mb % 16) * 2 + grad) * 256 + chunk;
+}
+
+/* Slots and receive points of every action (see the top of the file). -1 when the model's
+ * chunks do not match the schedule's. */
+static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
+    int *busy = calloc((size_t)(p->nch * p->maxs), sizeof(int));
+    int *freed_at = malloc((size_t)(p->nch * p->maxs) * sizeof(int));
+    int *fwd_at = malloc((size_t)(p->nch * p->s.M) * sizeof(int)); /* (chunk, mb) */
+    if (!busy || !freed_at || !fwd_at) {
+        free(busy), free(freed_at), free(fwd_at);
+        snprintf(err, errlen, "pipeline: out of memory");
+        return -1;
+    }
+    for (int k = 0; k < p->nch * p->maxs; k++) freed_at[k] = -1;
+    int rc = 0, last = p->nch - 1;
+    for (int i = 0; i < p->n && !rc; i++) {
+        const tr_pp_action *a = &p->a[i];
+        int c = a->chunk, *b = busy + c * p->maxs;
+        p->post_after[i] = -2;
+        if (!tr_model_chunk_held(p->m, c)) {
+            snprintf(err, errlen, "pipeline: the schedule runs chunk %d on stage %d, whose "
+                     "model does not hold it", c, p->p);
+            rc = -1;
+            break;
+        }
+        if (a->op == TR_ACT_FWD) {
+            int k = 0;
+            while (k < p->maxs && b[k]) k++;
+            if (k == p->maxs || k >= tr_pp_chunk_slots(&p->s, c)) {
+                snprintf(err, errlen, "pipeline: chunk %d needs more slots than it has", c);
+                rc = -1;
+                break;
+            }
+            b[k] = 1;
+            p->slot[i] = k;
+            fwd_at[c * p->s.M + a->mb] = i;
+            if (c > 0) p->post_after[i] = freed_at[c * p->maxs + k];
+            continue;
+        }
+        int f = fwd_at[c * p->s.M + a->mb];
+        p->slot[i] = p->slot[f];
+        if (a->op != TR_ACT_BWD_W && c < last) p->post_after[i] = f;
+        if (a->op != TR_ACT_BWD_IN) { /* the micro-batch is done with the slot */
+            b[p->slot[i]] = 0;
+            freed_at[c * p->maxs + p->slot[i]] = i;
+        }
+    }
+    free(busy), free(freed_at), free(fwd_at);
+    return rc;
+}
+
+int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V, int M,
+                 char *err, size_t errlen) {
+    *out = NULL;
+    tr_pipe *p = calloc(1, sizeof(*p));
+    if (!p) {
+        snprintf(err, errlen, "pipeline: out of memory");
+        return -1;
+    }
+    p->m = m;
+    p->c = pp;
+    p->P = tr_comm_size(pp);
+    p->p = tr_comm_rank(pp);
+    p->nch = tr_model_num_chunks(m);
+    if (p->nch != p->P * V || tr_pp_check(kind, p->P, V, M, err, errlen) ||
+        tr_pp_generate(&p->s, kind, p->P, V, M)) {
+        if (p->nch != p->P * V)
+            snprintf(err, errlen, "pipeline: the model has %d chunks, not pp %d x %d", p->nch,
+                     p->P, V);
+        tr_pipe_free(p);
+        return -1;
+    }
+    p->a = p->s.list[p->p];
+    p->n = p->s.n[p->p];
+    for (int c = 0; c < p->nch; c++)
+        if (tr_pp_chunk_slots(&p->s, c) > p->maxs) p->maxs = tr_pp_chunk_slots(&p->s, c);
+    size_t na = (size_t)(p->n ? p->n : 1), ns = (size_t)(p->nch * (p->maxs ? p->maxs : 1));
+    p->slot = calloc(na, sizeof(int));
+    p->post_after = calloc(na, sizeof(int));
+    p->rq = calloc(na, sizeof(tr_comm_req *));
+    p->send_act = calloc(ns, sizeof(tr_comm_req *));
+    p->send_grad = calloc(ns, sizeof(tr_comm_req *));
+    if (!p->slot || !p->post_after || !p->rq || !p->send_act || !p->send_grad) {
+        snprintf(err, errlen, "pipeline: out of memory");
+        tr_pipe_free(p);
+        return -1;
+    }
+    if (assign_slots(p, err, errlen)) {
+        tr_pipe_free(p);
+        return -1;
+    }
+    *out = p;
+    return 0;
+}
+
+void tr_pipe_free(tr_pipe *p) {
+    if (!p) return;
+    tr_pp_free(&p->s);
+    free(p->slot);
+    free(p->post_after);
+    free(p->rq);
+    free(p->send_act);
+    free(p->send_grad);
+    free(p);
+}
+
+void tr_pipe_set_backward_hook(tr_pipe *p, void (*fn)(void *ctx), void *ctx) {
+    p->hook = fn;
+    p->hook_ctx = ctx;
+}
+
+/* ---- one step -------------------------------------------------------------------------- */
+
+/* Wait for a request (NULL: none), counted as time waiting on a neighbour. */
+static void wait_on(tr_pipe *p, tr_comm_req **r, double *idle) {
+    if (!*r) return;
+    *idle += tr_comm_wait(*r);
+    *r = NULL;
+}
+
+/* Post the receive of action j: a forward's input, a backward's output gradient. */
+static void post_recv(tr_pipe *p, int j, int B, int T) {
+    const tr_pp_action *a = &p->a[j];
+    size_t n = tr_model_stream_elems(p->m, B, T);
+    int grad = a->op != TR_ACT_FWD, from = a->chunk + (grad ? 1 : -1);
+    tr_buf *buf = grad ? tr_model_chunk_grad_output(p->m, a->chunk, p->slot[j])
+                       : tr_model_chunk_input(p->m, a->chunk, p->slot[j]);
+    p->rq[j] = tr_comm_irecv(p->c, buf, n, TR_COMM_F32, rank_of(p, from),
+                             tag_of(a->mb, grad, a->chunk));
+}
+
+/* The receives that may start once action i has run (i = -1: at the start of the step). */
+static void post_after(tr_pipe *p, int i, int B, int T) {
+    for (int j = i + 1; j < p->n; j++)
+        if (p->post_after[j] == i) post_recv(p, j, B, T);
+}
+
+/* Run action i; returns the loss it computed (the last chunk's backward), else 0. */
+static double run_action(tr_pipe *p, int i, const int *const *tokens, const int *const *targets,
+                         int B, int T, float scale, double *idle) {
+    const tr_pp_action *a = &p->a[i];
+    int c = a->chunk, k = p->slot[i], last = p->nch - 1, at = c * p->maxs + k;
+    size_t n = tr_model_stream_elems(p->m, B, T);
+    const int *tok = c == 0 ? tokens[a->mb] : NULL;
+    double loss = 0, t0;
+    wait_on(p, &p->rq[i], idle);
+    if (a->op == TR_ACT_FWD) {
+        wait_on(p, &p->send_act[at], idle); /* the slot's output is about to be rewritten */
+        t0 = now_s();
+        tr_model_chunk_forward(p->m, c, k, tok, NULL, B, T);
+        p->busy += now_s() - t0;
+        if (c < last)
+            p->send_act[at] = tr_comm_isend(p->c, tr_model_chunk_output(p->m, c, k), n,
+                                            TR_COMM_F32, rank_of(p, c + 1), tag_of(a->mb, 0, c + 1));
+        return 0;
+    }
+    tr_bwd_part part = a->op == TR_ACT_BWD ? TR_BWD_ALL
+                       : a->op == TR_ACT_BWD_IN ? TR_BWD_INPUT
+                                                : TR_BWD_WEIGHT;
+    if (part != TR_BWD_WEIGHT) wait_on(p, &p->send_grad[at], idle);
+    t0 = now_s();
+    loss = tr_model_chunk_backward(p->m, c, k, tok, c == last ? targets[a->mb] : NULL, B, T,
+                                   scale, part);
+    p->busy += now_s() - t0;
+    if (part != TR_BWD_WEIGHT && c > 0)
+        p->send_grad[at] = tr_comm_isend(p->c, tr_model_chunk_grad_input(p->m, c, k), n,
+                                         TR_COMM_F32, rank_of(p, c - 1), tag_of(a->mb, 1, c - 1));
+    if (part != TR_BWD_INPUT && p->hook) p->hook(p->hook_ctx);
+    return loss;
+}
+
+double tr_pipe_step(tr_pipe *p, const int *const *tokens, const int *const *targets, int B, int T,
+                    float grad_scale) {
+    double t0 = now_s(), idle = 0, loss = 0, b0 = tr_comm_bytes_sent(p->c);
+    p->busy = 0;
+    post_after(p, -1, B, T);
+    for (int i = 0; i < p->n; i++) {
+        loss += run_action(p, i, tokens, targets, B, T, grad_scale, &idle);
+        post_after(p, i, B, T);
+    }
+    for (int k = 0; k < p->nch * p->maxs; k++) {
+        wait_on(p, &p->send_act[k], &idle);
+        wait_on(p, &p->send_grad[k], &idle);
+    }
+    /* the loss is the last stage's; its sum also ends the step together on every stage, so
+       that what each one did not compute of the span is its bubble */
+    tr_comm_all_reduce(p->c, &loss, 1, TR_COMM_F64);
+    double span = now_s() - t0;
+    p->st.steps++;
+    p->st.step_s += span;
+    p->st.idle_s += span - p->busy;
+    p->st.bytes += tr_comm_bytes_sent(p->c) - b0;
+    p->last_idle = span > 0 ? 1.0 - p->busy / span : 0;
+    return loss;
+}
+
+/* ---- evaluation and decoding ---------------------------------------------------------- */
+
+double tr_pipe_eval(tr_pipe *p, const int *tokens, const int *targets, int B, int T) {
+    size_t n = tr_model_stream_elems(p->m, B, T);
+    double loss = 0;
+    tr_comm_req *sent = NULL;
+    for (int c = 0; c < p->nch; c++) { /* each stage its chunks, in model order */
+        if (!tr_model_chunk_held(p->m, c)) continue;
+        if (c > 0)
+            tr_comm_recv(p->c, tr_model_chunk_input(p->m, c, 0), n, TR_COMM_F32,
+                         rank_of(p, c - 1), tag_of(0, 0, c));
+        tr_comm_wait(sent); /* slot 0's output, sent from the chunk before */
+        sent = NULL;
+        loss += tr_model_chunk_forward(p->m, c, 0, c == 0 ? tokens : NULL,
+                                       c == p->nch - 1 ? targets : NULL, B, T);
+        if (c < p->nch - 1)
+            sent = tr_comm_isend(p->c, tr_model_chunk_output(p->m, c, 0), n, TR_COMM_F32,
+                                 rank_of(p, c + 1), tag_of(0, 0, c + 1));
+    }
+    tr_comm_wait(sent);
+    tr_comm_all_reduce(p->c, &loss, 1, TR_COMM_F64);
+    return loss;
+}
+
+void tr_pipe_decode(tr_pipe *p, tr_kv_cache *cache, int token, int pos, float *logits) {
+    size_t C = (size_t)tr_model_desc_of(p->m)->dim;
+    for (int c = 0; c < p->nch; c++) {
+        if (!tr_model_chunk_held(p->m, c)) continue;
+        if (c > 0)
+            tr_comm_recv(p->c, tr_model_chunk_input(p->m, c, 0), C, TR_COMM_F32,
+                         rank_of(p, c - 1), tag_of(0, 0, c));
+        tr_model_decode_chunk(p->m, cache, c, token, pos, logits);
+        if (c < p->nch - 1) /* one row: a blocking send, its receiver is waiting for it */
+            tr_comm_send(p->c, tr_model_chunk_output(p->m, c, 0), C, TR_COMM_F32,
+                         rank_of(p, c + 1), tag_of(0, 0, c + 1));
+    }
+    tr_comm_broadcast(p->c, logits, (size_t)tr_model_desc_of(p->m)->vocab, TR_COMM_F32,
+                      rank_of(p, p->nch - 1));
+}
+
+tr_pipe_stats tr_pipe_get_stats(const tr_pipe *p) {
+    return p->st;
+}
+double tr_pipe_last_idle(const tr_pipe *p) {
+    return p->last_idle;
+}
+const tr_pp_schedule *tr_pipe_schedule(const tr_pipe *p) {
+    return &p->s;
+}
