@@ -495,7 +495,7 @@ static void mlp_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *n
 static void weights_backward(tr_model *m, const op_t *op, int B, int T) {
     const tr_backend *be = m->be;
     const int N = B * T, C = m->desc.dim, attn = op->kind == OP_ATTENTION;
-    int hd = C / op->node->heads;
+    int hd = attn ? C / op->node->heads : 0;
     int mid = attn ? op->H * hd : op->hid; /* the second product's input width */
     int wide = attn ? (op->H + 2 * op->KV) * hd
                     : (op->node->activation == TR_ACT_SWIGLU ? 2 : 1) * op->hid;

@@ -679,6 +679,10 @@ static void dp_sync(tr_dp *d) {
     d->st.steps++;
     d->st.exposed_s += t1 - t0;
     d->st.span_s += d->last_done - d->first_start;
+    /* the next step starts every bucket anew, armed or not (a pipeline does not arm: its
+       chunks' last backwards interleave) */
+    for (int i = 0; i < d->n_buckets; i++) d->b[i].started = 0, d->b[i].req = NULL;
+    d->first_start = d->last_done = 0;
 }
 
 void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
