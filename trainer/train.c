@@ -126,14 +126,19 @@ static int write_sample(run_ctx *x, const char *outdir, int writer) {
 typedef struct {
     double compute_s, wait_s, data_s, steps;
     double pp_idle; /* the pipeline's idle share of its schedules; -1 without one */
+    double mem[5], pred[5]; /* bytes allocated (less ZeRO's transient bucket buffers) and
+                               predicted: parameters, gradients, optimizer, activations,
+                               scratch */
     char host[64], device[96];
 } rank_row;
 
 /* Every rank's ledger to rank 0, which prints a table and writes OUT/ranks.json: where the
  * time went on each rank, and which rank the others waited for. -1 when out of memory, 1 when
  * ranks.json could not be written (said in one line). */
-static int rank_table(tr_comm *world, const rank_ledger *led, double pp_idle, const char *device,
-                      const char *out) {
+static int rank_table(const run_ctx *x, double pp_idle) {
+    tr_comm *world = x->world;
+    const rank_ledger *led = &x->led;
+    const char *device = x->device, *out = x->r.train.out;
     int n = tr_comm_size(world), me = tr_comm_rank(world);
     rank_row row, *rows = calloc((size_t)n, sizeof(rank_row));
     if (!rows) return -1;
@@ -141,6 +146,11 @@ static int rank_table(tr_comm *world, const rank_ledger *led, double pp_idle, co
     row.compute_s = led->compute_s, row.wait_s = led->wait_s, row.data_s = led->data_s;
     row.steps = (double)led->steps;
     row.pp_idle = pp_idle;
+    tr_memory m = tr_model_memory(x->model), p = x->predicted;
+    m.grads += tr_dp_grad_bytes(x->dp) - tr_dp_grad_buffer_bytes(x->dp);
+    const size_t *mv[5] = {&m.params, &m.grads, &m.optimizer, &m.activations, &m.scratch},
+                 *pv[5] = {&p.params, &p.grads, &p.optimizer, &p.activations, &p.scratch};
+    for (int k = 0; k < 5; k++) row.mem[k] = (double)*mv[k], row.pred[k] = (double)*pv[k];
     if (gethostname(row.host, sizeof(row.host) - 1)) snprintf(row.host, sizeof(row.host), "?");
     /* the device without the start-up notes after ';' (why there is no GPU, and so on) */
     snprintf(row.device, sizeof(row.device), "%.*s", (int)strcspn(device, ";"), device);
@@ -177,6 +187,11 @@ static int rank_table(tr_comm *world, const rank_ledger *led, double pp_idle, co
                         ", \"steps\": %.0f, \"compute_s\": %.4f, \"wait_s\": %.4f, "
                         "\"data_wait_s\": %.4f",
                         rows[k].steps, rows[k].compute_s, rows[k].wait_s, rows[k].data_s);
+                for (int j = 0; j < 2; j++) { /* [params, grads, optimizer, activations, scratch] */
+                    const double *v = j ? rows[k].pred : rows[k].mem;
+                    fprintf(f, ", \"%s\": [%.0f, %.0f, %.0f, %.0f, %.0f]",
+                            j ? "predicted_bytes" : "memory_bytes", v[0], v[1], v[2], v[3], v[4]);
+                }
                 if (rows[k].pp_idle >= 0)
                     fprintf(f, ", \"pipeline_idle\": %.4f", rows[k].pp_idle);
                 fprintf(f, "}%s\n", k + 1 < n ? "," : "");
@@ -388,12 +403,12 @@ static void write_memory_json(run_ctx *x) {
         return;
     }
     fprintf(f,
-            "{\"ranks\": %d, \"dp\": %d, \"tp\": %d, \"sequence_parallel\": %s, "
+            "{\"ranks\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"sequence_parallel\": %s, "
             "\"micro_batch\": %d, \"zero\": %d, \"params\": %zu, \"param_buffers\": %zu, "
             "\"grads\": %zu, \"grad_buffers\": %zu, \"optimizer\": %zu, \"activations\": %zu, "
             "\"scratch\": %zu,\n \"predicted\": {\"params\": %zu, \"grads\": %zu, "
             "\"optimizer\": %zu, \"activations\": %zu, \"scratch\": %zu}}\n",
-            x->nranks, x->lay.dp, x->lay.tp, x->lay.sequence_parallel ? "true" : "false",
+            x->nranks, x->lay.dp, x->lay.tp, x->lay.pp, x->lay.sequence_parallel ? "true" : "false",
             x->lay.micro_batch, x->lay.zero, m.params, pbuf, m.grads, gbuf, m.optimizer,
             m.activations, m.scratch, p.params, p.grads, p.optimizer, p.activations, p.scratch);
     if (run_close_output(f, path)) x->out_failed = 1;
@@ -553,7 +568,7 @@ static int run_report(run_ctx *x) {
         idle = ps.step_s > 0 ? ps.idle_s / ps.step_s : 0;
     }
     print_pipeline(x, idle);
-    int rt = x->nranks > 1 ? rank_table(x->world, &x->led, idle, x->device, r->train.out) : 0;
+    int rt = x->nranks > 1 ? rank_table(x, idle) : 0;
     if (rt < 0) return 1;
     if (rt > 0) x->out_failed = 1;
     /* tensor and pipeline parallelism, ZeRO-3: the sampling forwards are collective, every
