@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Pipeline parallelism with real MPI processes (mpirun --oversubscribe): dp x tp x pp in 1x1x2,
+# 1x1x4, 2x1x2, 1x2x2 and 2x2x2, every schedule (gpipe, 1f1b, interleaved, zb-h1) for a GPT
+# shape (8 blocks, tied head) and the Llama shape (4 blocks, untied) in a few of them, ZeRO 1,
+# 2 and 3 over dp with pp 2. Every run's losses, gradient norms and final parameters (the
+# global tensors: TR_DUMP_PARAMS) equal the single process's within a few times the rounding
+# noise of the accumulation order (tests/lib.sh); every rank allocates the memory the layout
+# predicted for it (ranks.json), and `trainer show` prints each stage's; the run reports each
+# stage's idle share beside the schedule's theory; checkpoints saved in one layout resume in
+# another (four pairs with pp); the sample drawn through the stages and the Hugging Face export
+# equal one process's; bad layouts are refused in one line before training.
+set -u
+. "$(dirname "$0")/lib.sh"
+T="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+
+recipe() { # model key: the recipe and its --set
+    case $1 in
+    gpt) echo "tests/recipes_good/pp_gpt.lua" ;;
+    gptu) echo "tests/recipes_good/pp_gpt.lua --set tied=false" ;;
+    llama) echo "tests/recipes_good/pp_llama.lua" ;;
+    esac
+}
+
+run() { # name np model [flags...]: TRAIN OUT=$tmp/name, final parameters in $tmp/name.params
+    local name=$1 np=$2 model=$3
+    shift 3
+    local cmd=("$T" run $(recipe "$model") --out "$tmp/$name" --peak-gflops 10 "$@")
+    if [ "$np" -eq 1 ]; then
+        TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+    else
+        TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+    fi || { bad "$name exited $?: $(grep -v '^--\|^ \|^$' "$tmp/$name.log" | tail -2 | tr '\n' ' ')"; return 1; }
+}
+
+# the single process, and the rounding noise of its accumulation order (micro-batches of 1, 2
+# and 4 sequences: the shapes of the layouts' micro-batches), per model
+declare -A noise
+for model in gpt gptu llama; do
+    run "${model}_one" 1 "$model" --set ckpt=10 --set sample=40 || exit 1
+    for m in 1 2 4; do run "${model}_m$m" 1 "$model" --set micro=$m || exit 1; done
+    if n=$(run_noise "$tmp/${model}_one" "$tmp/${model}_m1" "$tmp/${model}_m2" "$tmp/${model}_m4"); then
+        noise[$model]=$n
+        ok "$model: rounding noise of the accumulation order (losses, grad norms, params): $n"
+    else
+        bad "$model: cannot compare the single-process runs: $n"; exit 1
+    fi
+done
+
+# every rank's allocation against its prediction (ranks.json, written by rank 0)
+memory_check() { # name
+    python3 - "$tmp/$1/ranks.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+bad = [r["rank"] for r in rows if r["memory_bytes"] != r["predicted_bytes"]]
+acts = sorted(set(r["memory_bytes"][3] for r in rows))
+print("%d ranks, activation bytes %s" % (len(rows), "/".join(str(a) for a in acts)))
+sys.exit(1 if bad else 0)
+PY
+}
+
+check_layout() { # name model np flags...: equal to one process, memory as predicted, the report
+    local name=$1 model=$2 np=$3
+    shift 3
+    run "$name" "$np" "$model" "$@" || return
+    grep -q "^pipeline .*idle share of the step by stage.*(theory" "$tmp/$name.log" ||
+        bad "$name: no pipeline report"
+    if e=$(cmp_run "${noise[$model]}" "$tmp/$name" "$tmp/${model}_one"); then
+        ok "$name: equal to one process: $e"
+    else
+        bad "$name: differs from one process: $e"
+    fi
+    if e=$(memory_check "$name"); then
+        ok "$name: every rank allocates what the layout predicted ($e)"
+    else
+        bad "$name: a rank's memory differs from its prediction: $e"
+    fi
+}
+
+# every schedule in every layout for GPT; micro-batches of 2 sequences (dp 1: M 8, dp 2: M 4)
+layouts=("1x1x2 2 --pp 2" "1x1x4 4 --pp 4" "2x1x2 4 --dp 2 --pp 2" "1x2x2 4 --tp 2 --pp 2"
+         "2x2x2 8 --dp 2 --tp 2 --pp 2")
+for l in "${layouts[@]}"; do
+    set -- $l
+    lname=$1 np=$2
+    shift 2
+    for s in gpipe 1f1b interleaved zb-h1; do
+        extra=()
+        [ "$s" = interleaved ] && extra=(--virtual-stages 2)
+        check_layout "gpt_${lname}_$s" gpt "$np" "$@" --schedule "$s" --micro-batch 2 "${extra[@]}"
+    done
+done
+# Llama (4 blocks, untied), sequence parallelism inside the stages, ZeRO over dp with pp 2
+check_layout llama_1x1x2_interleaved llama 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batch 2
+check_layout llama_1x1x4_zb-h1 llama 4 --pp 4 --schedule zb-h1 --micro-batch 2
+check_layout llama_1x2x2_1f1b_sp llama 4 --tp 2 --pp 2 --sequence-parallel --schedule 1f1b --micro-batch 2
+check_layout llama_2x2x2_gpipe llama 8 --dp 2 --tp 2 --pp 2 --schedule gpipe --micro-batch 2
+check_layout gptu_2x1x2_1f1b_z1 gptu 4 --dp 2 --pp 2 --zero 1 --schedule 1f1b --micro-batch 2
+check_layout gptu_2x1x2_gpipe_z2 gptu 4 --dp 2 --pp 2 --zero 2 --schedule gpipe --micro-batch 2
+check_layout llama_2x1x2_1f1b_z3 llama 4 --dp 2 --pp 2 --zero 3 --schedule 1f1b --micro-batch 2
+check_layout gpt_2x1x2_zb-h1_z1 gpt 4 --dp 2 --pp 2 --zero 1 --schedule zb-h1 --micro-batch 2
+
+# checkpoints across layouts: saved at step 5 (the run then killed), resumed in another layout;
+# the ten steps and the final parameters are the single process's
+resume_pair() { # model name np-save "save flags" np-resume "resume flags"
+    local model=$1 name=$2 np1=$3 f1=$4 np2=$5 f2=$6
+    local save=("$T" run $(recipe "$model") --out "$tmp/$name" --peak-gflops 10 --set ckpt=5 $f1)
+    [ "$np1" -gt 1 ] && save=(timeout 300 mpirun -np "$np1" "${save[@]}")
+    (TR_FAULT_KILL_AFTER_STEP=5 "${save[@]}" >"$tmp/$name.save.log" 2>&1; true) 2>/dev/null # killed
+    [ -f "$tmp/$name/checkpoints/step_00000005/manifest.yaml" ] || { bad "$name: no checkpoint at step 5"; return; }
+    run "$name" "$np2" "$model" --set ckpt=5 --resume $f2 || return
+    grep -q "resuming from .*step_00000005" "$tmp/$name.log" || { bad "$name: did not resume"; return; }
+    if e=$(cmp_run "${noise[$model]}" "$tmp/$name" "$tmp/${model}_one"); then
+        ok "$name: resumed in another layout, equal to one process: $e"
+    else
+        bad "$name: resumed run differs: $e"
+    fi
+}
+resume_pair gpt ckpt_tp2pp2dp2_to_1 8 "--dp 2 --tp 2 --pp 2 --micro-batch 2" 1 ""
+resume_pair gpt ckpt_pp4_to_tp2pp2 4 "--pp 4 --micro-batch 2" 4 "--tp 2 --pp 2 --micro-batch 2"
+resume_pair gpt ckpt_1_to_pp2_zbh1 1 "" 2 "--pp 2 --schedule zb-h1 --micro-batch 2"
+resume_pair llama ckpt_pp2_to_tp2 2 "--pp 2 --micro-batch 2" 2 "--tp 2"
+
+# the sample drawn through the stages with their KV caches, and the Hugging Face export of the
+# pipeline run's checkpoint
+for model in gpt llama; do
+    name="${model}_pp2_sample"
+    run "$name" 2 "$model" --pp 2 --micro-batch 2 --set ckpt=10 --set sample=40 || continue
+    if cmp -s "$tmp/$name/sample.txt" "$tmp/${model}_one/sample.txt"; then
+        ok "$name: the 40-token sample equals one process's"
+    else
+        bad "$name: the sample differs from one process's"
+    fi
+    for r in "$name" "${model}_one"; do
+        "$T" export "$tmp/$r" --format hf --out "$tmp/$r.hf" >"$tmp/$r.export.log" 2>&1 ||
+            bad "$r: export failed: $(tail -1 "$tmp/$r.export.log")"
+    done
+    if e=$(python3 - "$tmp/$name.hf/model.safetensors" "$tmp/${model}_one.hf/model.safetensors" \
+        "$(echo "${noise[$model]}" | awk '{print $3}')" "$noise_k" <<'PY'
+import array, json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: array.array("f", b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}, {k: v["shape"] for k, v in h.items()}
+a, sa = load(sys.argv[1])
+b, sb = load(sys.argv[2])
+if sa != sb:
+    print("tensors or shapes differ"); sys.exit(1)
+top = max(max(abs(x) for x in t) for t in b.values())
+d = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) / top
+lim = float(sys.argv[4]) * max(float(sys.argv[3]), 2.0**-20)
+print("%d tensors, max diff %.2e of the largest (limit %.2e)" % (len(a), d, lim))
+sys.exit(0 if d <= lim else 1)
+PY
+    ); then
+        ok "$name: the Hugging Face export equals one process's: $e"
+    else
+        bad "$name: the Hugging Face export differs: $e"
+    fi
+done
+
+# bad layouts: one line of ours, a non-zero exit, before training
+refused() { # name np expected-text flags...
+    local name=$1 np=$2 want=$3
+    shift 3
+    timeout 60 mpirun -np "$np" "$T" run tests/recipes_good/pp_gpt.lua --out "$tmp/$name" "$@" \
+        >"$tmp/$name.log" 2>&1
+    local rc=$? n
+    n=$(grep -c "^trainer\|^tests/recipes_good" "$tmp/$name.log")
+    if [ "$rc" -ne 0 ] && [ "$n" -eq 1 ] && grep -qF -- "$want" "$tmp/$name.log" &&
+        ! [ -e "$tmp/$name/metrics.jsonl" ]; then
+        ok "$name: refused in one line: $(grep -F -- "$want" "$tmp/$name.log" | head -1)"
+    else
+        bad "$name: exit $rc, $n line(s) of ours"; cat "$tmp/$name.log"
+    fi
+}
+refused bad_world 2 "4 processes, but 2 started" --pp 4
+refused bad_blocks 2 "the model has 8 blocks" --pp 2 --virtual-stages 8 --schedule interleaved
+refused bad_interleaved 2 "multiple of pp 2" --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 3
+
+[ "$fail" -eq 0 ] && echo "pp: all passed" || echo "pp: FAILED"
+exit "$fail"
