@@ -503,6 +503,7 @@ int tr_hf_import(tr_model *m, const char *dir, char *err, size_t errlen) {
         int pi = -1;
         for (int k = 0; k < np; k++)
             if (!strcmp(tr_model_param(m, k)->name, e->ours)) pi = k;
+        if (pi < 0 && tr_model_num_chunks(m) > 1) continue; /* another pipeline stage's */
         if (pi < 0) {
             rc = ex_fail(err, errlen, "internal: no parameter '%s'", e->ours);
             break;
