@@ -8,14 +8,22 @@
  * forward before its backward, never more activations held than promised) and only read by
  * the executor (parallel/pipeline.c).
  *
- *   gpipe        every forward, then every backward (M micro-batches of activations held)
- *   1f1b         P-1-r warm-up forwards on rank r, then one forward one backward, then the
- *                remaining backwards (at most P-r held: P on rank 0); bubble (P-1)/M
+ *   gpipe        every forward, then every backward, both oldest micro-batch first (M
+ *                micro-batches of activations held); bubble (P-1)/M
+ *   1f1b         min(P-1-r, M) warm-up forwards on rank r, then one forward one backward,
+ *                then the remaining backwards (at most min(P-r, M) held: P on rank 0);
+ *                bubble (P-1)/M
  *   interleaved  Megatron's interleaved 1F1B over V chunks per rank; bubble (P-1)/(V*M);
  *                needs M a multiple of P
  *   zb-h1        Qi et al. 2023 (ZB-H1): each backward split into the input gradient (B,
  *                on the critical path) and the weight gradient (W, deferred into the
- *                bubble), at 1F1B's activation memory; bubble about a third of 1F1B's. */
+ *                bubble), holding no more than 1F1B on every rank (min(P-r, M)); bubble
+ *                2(P-1)/(3M), two thirds of 1F1B's. (The paper's third, (P-1)/(3M), lets every
+ *                rank hold up to P: the last rank must defer P-1 W's to its end.)
+ *
+ * Bubbles above are ratios, idle time / compute time, for M >= P with a forward of one unit and
+ * a backward of two (B and W one each). tr_pp_bubble returns the idle fraction of the step
+ * instead: fraction = ratio / (1 + ratio), e.g. 1f1b's (P-1)/(M+P-1). */
 #ifndef TR_SCHEDULE_H
 #define TR_SCHEDULE_H
 
@@ -41,10 +49,11 @@ typedef struct {
 typedef struct {
     tr_pp_kind kind;
     int P, V, M;
-    int n[TR_PP_MAX_RANKS];               /* actions of each rank (P <= 64) */
-    tr_pp_action *list[TR_PP_MAX_RANKS];  /* each rank's actions, in order */
-    int max_inflight[TR_PP_MAX_RANKS];    /* the promise: most micro-batch-chunks whose forward ran and
-                                whose backward (zb-h1: weight part) has not, on each rank */
+    int n[TR_PP_MAX_RANKS];              /* actions of each rank (P <= 64) */
+    tr_pp_action *list[TR_PP_MAX_RANKS]; /* each rank's actions, in order */
+    /* the promise: the most micro-batch-chunks whose forward ran and whose backward (zb-h1:
+       weight part) has not, on each rank */
+    int max_inflight[TR_PP_MAX_RANKS];
 } tr_pp_schedule;
 
 /* "gpipe", "1f1b", "interleaved", "zb-h1" -> kind; -1 when unknown. */
@@ -52,23 +61,31 @@ int tr_pp_kind_parse(const char *s);
 const char *tr_pp_kind_name(tr_pp_kind k);
 
 /* Whether this schedule can run P ranks x V chunks x M micro-batches: 0, or -1 with one line
- * in err saying what would work ("interleaved needs microbatches a multiple of pp 4 (8, 12,
- * ...)", "virtual_stages 2 needs the interleaved schedule", ...). */
+ * in err saying what would work ("interleaved needs microbatches a multiple of pp 4 (4, 8,
+ * ...), not 6", "virtual_stages 2 needs schedule \"interleaved\"", ...). 1f1b and zb-h1 accept
+ * M < P (fewer warm-up forwards); P * V is at most 256 chunks. */
 int tr_pp_check(tr_pp_kind k, int P, int V, int M, char *err, size_t errlen);
 
-/* Generate the lists (after tr_pp_check passed): 0, or -1 when out of memory. */
+/* Generate the lists (after tr_pp_check passed), overwriting *s: 0, or -1 when out of memory.
+ * max_inflight[r] is the most the rank's list holds: gpipe M, 1f1b and zb-h1 min(P-r, M),
+ * interleaved its warm-up forwards + 1 (at most M*V). */
 int tr_pp_generate(tr_pp_schedule *s, tr_pp_kind k, int P, int V, int M);
-void tr_pp_free(tr_pp_schedule *s);
+void tr_pp_free(tr_pp_schedule *s); /* NULL or a zeroed schedule: nothing to free */
 
-/* The schedule's theoretical bubble: the idle fraction of a rank's step when a forward takes
- * one unit and a backward two (zb-h1: input and weight parts one each), communication free.
- * gpipe and 1f1b (P-1)/(M+P-1), interleaved (P-1)/(V*M+P-1); zb-h1 by simulation of its lists. */
+/* The schedule's theoretical bubble, by simulation of its lists: 1 - (a rank's compute, 3*V*M
+ * units) / (the step's makespan, the latest rank's finish) when a forward takes one unit and a
+ * backward two (zb-h1: input and weight parts one each), communication free. The simulation
+ * gives gpipe and 1f1b (P-1)/(M+P-1) (also for M < P), interleaved (P-1)/(V*M+P-1) and zb-h1
+ * 2(P-1)/(3M+2(P-1)) (M >= P); tests/test_schedule.c checks these. -1 when the lists fail
+ * tr_pp_simulate. */
 double tr_pp_bubble(const tr_pp_schedule *s);
 
 /* Simulate the lists with the unit costs above and blocking receives: 0 when every rank
- * finishes, with each rank's finishing time in *makespan; -1 with one line in err naming the
- * first problem (a deadlock and which ranks wait for what, a backward before its forward, an
- * action missing or repeated, more in flight than max_inflight). Tests and tr_pp_bubble. */
+ * finishes, with each rank's finishing time in makespan[0 .. P-1] (may be NULL); -1 with one
+ * line in err naming the first problem (a deadlock and which ranks wait for what, a backward
+ * before its forward, an action on the wrong rank or of the wrong kind (zb-h1 uses only the
+ * split backward, the others only the whole one), an action missing or repeated, more in
+ * flight than max_inflight). Tests and tr_pp_bubble. */
 int tr_pp_simulate(const tr_pp_schedule *s, double *makespan, char *err, size_t errlen);
 
 /* The most micro-batches of global chunk c in flight at once on its rank (forward ran, backward
