@@ -135,8 +135,8 @@ static int fit_world(tr_layout *l, const tr_recipe *r, int dp, int world, int fr
     if (dp > 0) {
         if ((long)dp * group != world)
             return fail(err, errlen, r, line,
-                        "%sdp %d x tp %d%s = %ld processes, but %d started (mpirun -np %ld)",
-                        where, dp, l->tp, pp, dp * group, world, dp * group);
+                        "%sdp %d x tp %d%s = %ld processes, but %d started (mpirun -np %ld)", where,
+                        dp, l->tp, pp, dp * group, world, dp * group);
         l->dp = dp;
         return 0;
     }
@@ -232,8 +232,8 @@ static int fit_micro_batch(tr_layout *l, const tr_recipe *r, const tr_layout_fla
     if (M > 0 && divides_per(l, r, per, mflag ? "--microbatches" : "parallel: microbatches", M,
                              mflag ? 0 : pl, err, errlen))
         return -1;
-    if (micro > 0 && divides_per(l, r, per, uflag ? "--micro-batch" : "train: micro_batch",
-                                 micro, uflag ? 0 : tl, err, errlen))
+    if (micro > 0 && divides_per(l, r, per, uflag ? "--micro-batch" : "train: micro_batch", micro,
+                                 uflag ? 0 : tl, err, errlen))
         return -1;
     if (M > 0 && micro > 0 && (long)M * micro != per) /* both flags, or both the recipe's */
         return fail(err, errlen, r, mflag ? 0 : pl,
@@ -241,8 +241,8 @@ static int fit_micro_batch(tr_layout *l, const tr_recipe *r, const tr_layout_fla
                     "each data-parallel rank has %ld a step (batch_tokens %ld / seq_len %d / dp "
                     "%d); give one of them",
                     mflag ? "--microbatches" : "parallel: microbatches", M,
-                    mflag ? "--micro-batch" : "train.micro_batch", micro, M, micro,
-                    (long)M * micro, per, r->train.batch_tokens, r->model.seq_len, l->dp);
+                    mflag ? "--micro-batch" : "train.micro_batch", micro, M, micro, (long)M * micro,
+                    per, r->train.batch_tokens, r->model.seq_len, l->dp);
     if (M > 0) micro = (int)(per / M);
     if (micro <= 0) return auto_micro_batch(l, r, per, dtype, budget, err, errlen);
     l->micro_batch = micro;
@@ -338,9 +338,10 @@ static int check_stages(tr_layout *l, const tr_recipe *r, int K, char *err, size
     int n = l->n_blocks, pl = r->parallel_line;
     if (p->n_stages != K)
         return fail(err, errlen, r, pl,
-                    "parallel: stages has %d entr%s, but pp %d x virtual_stages %d = %d chunks "
-                    "(give %d starts, the first 0, or stages = \"auto\")",
-                    p->n_stages, p->n_stages == 1 ? "y" : "ies", l->pp, l->virtual_stages, K, K);
+                    "parallel: stages has %d entr%s, but pp %d x virtual_stages %d = %d chunk%s "
+                    "(give %d start%s, the first 0, or stages = \"auto\")",
+                    p->n_stages, p->n_stages == 1 ? "y" : "ies", l->pp, l->virtual_stages, K,
+                    K == 1 ? "" : "s", K, K == 1 ? "" : "s");
     if (p->stages[0] != 0)
         return fail(err, errlen, r, pl,
                     "parallel: stages[1] = %d, but the first chunk starts at block 0 (stages[1] = "
@@ -351,14 +352,14 @@ static int check_stages(tr_layout *l, const tr_recipe *r, int K, char *err, size
         char what[160];
         if (v >= lo && v <= hi) continue;
         if (v == prev)
-            snprintf(what, sizeof what, "repeats stages[%d]: the chunk starting there would be empty",
-                     k - 1);
+            snprintf(what, sizeof what,
+                     "repeats stages[%d]: the chunk starting there would be empty", k - 1);
         else if (v < prev)
             snprintf(what, sizeof what, "comes before stages[%d] = %d: the starts must increase",
                      k - 1, prev);
         else if (v >= n)
-            snprintf(what, sizeof what,
-                     "starts an empty chunk: the model has %d blocks (0 to %d)", n, n - 1);
+            snprintf(what, sizeof what, "starts an empty chunk: the model has %d blocks (0 to %d)",
+                     n, n - 1);
         else
             snprintf(what, sizeof what, "leaves %d block%s for the %d chunks from it on", n - v,
                      n - v == 1 ? "" : "s", K - k + 1);

@@ -68,7 +68,8 @@ typedef struct {
  * given, sets the micro-batch (the sequences of a step on each dp rank / M), else M is the
  * number of micro-batches the micro-batch gives (accum). The pp * V chunks start where
  * stages = { ... } says, else where tr_layout_partition balances the blocks' forward FLOPs.
- * With pp 1 the schedule is not used (resolved to 1f1b) and V must be 1. */int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f, int world,
+ * With pp 1 the schedule is not used (resolved to 1f1b) and V must be 1. */
+int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f, int world,
                       tr_dtype dtype, double budget, char *err, size_t errlen);
 
 /* This process's coordinates in the mesh. */

@@ -160,8 +160,9 @@ void tr_layout_describe_stages(const tr_layout *l, const tr_model_desc *d, FILE 
             l->micro_batch == 1 ? "" : "s", n, K,
             l->stages_given ? "the recipe's stages" : "balanced by forward FLOPs");
     if (bubble >= 0)
-        fprintf(out, "                 bubble %.1f%% of a step in theory (forward 1, backward 2, "
-                     "communication free)\n",
+        fprintf(out,
+                "                 bubble %.1f%% of a step in theory (forward 1, backward 2, "
+                "communication free)\n",
                 100 * bubble);
     for (int p = 0; p < l->pp; p++) {
         for (int c = p; c < K; c += l->pp) {

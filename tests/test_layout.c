@@ -190,9 +190,9 @@ static void test_resolve(void) {
     /* written back into the recipe: the same layout again, with no flags */
     tr_layout_to_recipe(&l, &r);
     tr_layout again;
-    rc = tr_layout_resolve(&again, &r, &(tr_layout_flags){.dp = -1, .tp = -1, .zero = -1,
-                                                          .schedule = -1},
-                           4, TR_DTYPE_F32, 0, err, sizeof(err));
+    rc = tr_layout_resolve(&again, &r,
+                           &(tr_layout_flags){.dp = -1, .tp = -1, .zero = -1, .schedule = -1}, 4,
+                           TR_DTYPE_F32, 0, err, sizeof(err));
     check(!rc && !memcmp(&again, &l, sizeof(l)) && !r.parallel.is_auto,
           "to_recipe: the written-back recipe resolves to the same layout (%s)", err);
     tr_recipe_free(&r);
@@ -355,8 +355,9 @@ static void test_partition(void) {
         for (int c = 0; ok && c < k; c++)
             ok = start[c] < start[c + 1];
         ok = ok && worst(cost, k, start) == brute_worst(cost, n, k);
-        if (!ok) printf("     n %d, k %d: worst %g, best %g\n", n, k, worst(cost, k, start),
-                        brute_worst(cost, n, k));
+        if (!ok)
+            printf("     n %d, k %d: worst %g, best %g\n", n, k, worst(cost, k, start),
+                   brute_worst(cost, n, k));
     }
     check(ok, "partition: 300 random cuts are as good as the best of every cut");
     double even[6] = {1, 1, 1, 1, 1, 3};
@@ -424,8 +425,8 @@ static void test_pipeline_resolve(void) {
           "pp 1 (--pp over the recipe's): no chunks in the model options");
     tr_recipe_free(&r);
 
-    if (load_pp(&r, 6, "false", "parallel { pp = 3, stages = { 0, 1, 3 }, microbatches = 8 }",
-                "")) return;
+    if (load_pp(&r, 6, "false", "parallel { pp = 3, stages = { 0, 1, 3 }, microbatches = 8 }", ""))
+        return;
     f = no_flags();
     rc = tr_layout_resolve(&l, &r, &f, 3, TR_DTYPE_F32, 0, err, sizeof(err));
     check(!rc && l.stages_given && l.chunk_start[1] == 1 && l.chunk_start[2] == 3 &&
@@ -441,8 +442,7 @@ static void test_pipeline_resolve(void) {
     if (load_pp(&r, 8, "false", "parallel { pp = 4, schedule = 'interleaved' }", "")) return;
     f = no_flags();
     rc = tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 1e12, err, sizeof(err));
-    check(!rc && l.micro_auto && l.virtual_stages == 2 && l.microbatches == 4 &&
-              l.micro_batch == 8,
+    check(!rc && l.micro_auto && l.virtual_stages == 2 && l.microbatches == 4 && l.micro_batch == 8,
           "auto micro-batch, ample budget, interleaved pp 4: V 2, 4 micro-batches of 8 (%s)", err);
     tr_recipe_free(&r);
 }
@@ -461,8 +461,8 @@ static void test_pipeline_refusals(void) {
     f.pp = 100;
     pp_refused("--pp 100", 6, no, "", "", f, 100, "--pp must be from 1 to 64, got 100");
     f = no_flags();
-    pp_refused("virtual stages without a pipeline", 6, no, "parallel { virtual_stages = 2 }", "",
-               f, 1, "pp.lua:9: parallel: virtual_stages 2 needs pp 2 or more (pp is 1)");
+    pp_refused("virtual stages without a pipeline", 6, no, "parallel { virtual_stages = 2 }", "", f,
+               1, "pp.lua:9: parallel: virtual_stages 2 needs pp 2 or more (pp is 1)");
     pp_refused("virtual stages with 1f1b", 6, no, "parallel { pp = 2, virtual_stages = 2 }", "", f,
                2, "pp.lua:9: parallel: virtual_stages 2 needs schedule \"interleaved\"");
     pp_refused("interleaved with 1 micro-batch on pp 2", 6, no,
@@ -563,8 +563,8 @@ static void round_trip(const char *what, const char *parallel, const char *train
     fclose(out);
     rc = rc || tr_recipe_load_string(&back, text, "saved.lua", ".", NULL, 0, err, sizeof(err));
     if (check(!rc, "round trip %s: the written recipe loads (%s)", what, err)) {
-        rc = tr_layout_resolve(&again, &back, &(tr_layout_flags){.dp = -1, .tp = -1, .zero = -1,
-                                                                 .schedule = -1},
+        rc = tr_layout_resolve(&again, &back,
+                               &(tr_layout_flags){.dp = -1, .tp = -1, .zero = -1, .schedule = -1},
                                world, TR_DTYPE_F32, 0, err, sizeof(err));
         again.stages_given = l.stages_given; /* written back, they come from the recipe now */
         check(!rc && !memcmp(&again, &l, sizeof(l)),
@@ -579,8 +579,10 @@ static void round_trip(const char *what, const char *parallel, const char *train
 static void test_pipeline_round_trip(void) {
     tr_layout_flags f = no_flags();
     round_trip("pp 2", "parallel { pp = 2 }", ", micro_batch = 2", f, 4);
-    round_trip("interleaved, stages", "parallel { pp = 2, schedule = 'interleaved', stages = { 0, "
-               "1, 2, 4 }, microbatches = 4 }", "", f, 2);
+    round_trip("interleaved, stages",
+               "parallel { pp = 2, schedule = 'interleaved', stages = { 0, "
+               "1, 2, 4 }, microbatches = 4 }",
+               "", f, 2);
     f.pp = 3;
     f.schedule = TR_PP_GPIPE;
     f.microbatches = 8;

@@ -193,8 +193,8 @@ static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_
     char desc[256];
     tr_layout_describe(l, desc, sizeof(desc));
     printf("layout           %d process%s, %s\n", l->world, l->world == 1 ? "" : "es", desc);
-    printf("micro-batch      %d x %d tokens%s, %d %s of %ld tokens; recompute %s\n",
-           l->micro_batch, l->seq_len, l->micro_auto ? " (auto)" : "", l->accum,
+    printf("micro-batch      %d x %d tokens%s, %d %s of %ld tokens; recompute %s\n", l->micro_batch,
+           l->seq_len, l->micro_auto ? " (auto)" : "", l->accum,
            l->pp > 1 ? "micro-batch(es) per step" : "accumulation step(s)", r->train.batch_tokens,
            recompute[l->recompute]);
     tr_layout_describe_stages(l, &r->model, stdout);
