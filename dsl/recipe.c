@@ -21,6 +21,8 @@ const char *const dsl_tokenizer_names[] = {"byte", "gpt2", NULL};
 const char *const dsl_decay_names[] = {"cosine", "linear", "constant", "wsd", NULL};
 const char *const dsl_precision_names[] = {"bf16", "fp32", NULL};
 const char *const dsl_recompute_names[] = {"none", "selective", "full", NULL};
+/* in the order of tr_pp_kind (parallel/schedule.h) */
+const char *const dsl_pp_schedule_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", NULL};
 
 const char *tr_node_kind_name(tr_node_kind k) {
     return (k >= 0 && k < TR_NODE_KIND_COUNT) ? dsl_kind_names[k] : "?";
@@ -89,8 +91,13 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
                                .weight_decay = 0.1f,
                                .grad_clip = 1.0f};
     r->schedule = (tr_schedule_desc){.warmup = 0, .decay = TR_DECAY_COSINE, .decay_frac = 0.2f};
-    r->parallel = (tr_parallel_desc){
-        .is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1, .sequence_parallel = -1};
+    r->parallel = (tr_parallel_desc){.is_auto = 1,
+                                     .dp = -1,
+                                     .tp = -1,
+                                     .pp = -1,
+                                     .zero = -1,
+                                     .sequence_parallel = -1,
+                                     .schedule = -1};
 
     if (strlen(chunk) >= TR_PATH_MAX) {
         fail(err, errlen, "%.64s...: recipe path is longer than %d bytes", chunk, TR_PATH_MAX - 1);

@@ -123,11 +123,21 @@ typedef struct {
 
 /* parallel { ... }: what the recipe asks of the layout; parallel/layout.h resolves it with the
  * command line's flags and the number of processes, and checks it. */
+#define TR_MAX_STAGES 256 /* pipeline chunks: pp x virtual_stages (= TR_MAX_CHUNKS, model.h) */
+
 typedef struct {
     int is_auto; /* "auto" (the default), or every field below left to "auto" */
     int dp, tp, pp, zero; /* -1 = auto (dp: the processes / (tp * pp); tp, pp 1; ZeRO 0) */
     int sequence_parallel; /* -1 = auto (off), 0, 1 (needs tp > 1) */
     int bucket_kb;        /* gradient communication bucket, KiB; 0 = auto (4096) */
+    /* pipeline parallelism (pp > 1) */
+    int schedule;       /* -1 = auto (1f1b); else tr_pp_kind (parallel/schedule.h): 0 "gpipe",
+                           1 "1f1b", 2 "interleaved", 3 "zb-h1" */
+    int microbatches;   /* micro-batches per optimizer step on each dp rank; 0 = auto */
+    int virtual_stages; /* chunks per pipeline rank; 0 = auto (1) */
+    int n_stages;       /* entries of stages = { ... }; 0 = auto (balanced by FLOPs) */
+    int stages[TR_MAX_STAGES]; /* the block each of the pp x virtual_stages chunks starts at,
+                                  in model order (as written: checked by the layout) */
 } tr_parallel_desc;
 
 typedef enum { TR_KNOB_NUMBER = 0, TR_KNOB_STRING, TR_KNOB_BOOL } tr_knob_type;

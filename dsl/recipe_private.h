@@ -69,6 +69,7 @@ extern const char *const dsl_tokenizer_names[];
 extern const char *const dsl_decay_names[];
 extern const char *const dsl_precision_names[];
 extern const char *const dsl_recompute_names[];
+extern const char *const dsl_pp_schedule_names[];
 
 /* ---- errors (recipe_sandbox.c) ---------------------------------------------------------- */
 
@@ -90,10 +91,13 @@ typedef enum {
     FK_BOOL,
     FK_STR,
     FK_ENUM,
+    FK_ENUM_AUTO, /* one of choices, or "auto" */
     FK_INT_AUTO,
     FK_BOOL_AUTO,
     FK_PAIR,
-    FK_TABLE
+    FK_TABLE,
+    FK_LIST_AUTO /* "auto" or a list of integers >= lo (no gaps, no named fields, at most hi
+                    items): checked here, copied by the constructor */
 } field_kind;
 enum { LO_NONE = 0, LO_GE, LO_GT };
 enum { HI_NONE = 0, HI_LE, HI_LT };
@@ -106,7 +110,7 @@ typedef struct {
     double lo;
     int hi_kind;
     double hi;
-    const char *const *choices; /* FK_ENUM, NULL-terminated */
+    const char *const *choices; /* FK_ENUM, FK_ENUM_AUTO: NULL-terminated */
 } field_spec;
 
 typedef struct {
@@ -115,8 +119,8 @@ typedef struct {
     double n;      /* FK_NUM */
     int b;         /* FK_BOOL, FK_BOOL_AUTO */
     const char *s; /* FK_STR: owned by the argument table, which outlives the read */
-    int choice;    /* FK_ENUM: index into choices */
-    int is_auto;   /* FK_INT_AUTO, FK_BOOL_AUTO: "auto" */
+    int choice;    /* FK_ENUM, FK_ENUM_AUTO: index into choices */
+    int is_auto;   /* FK_INT_AUTO, FK_BOOL_AUTO, FK_ENUM_AUTO, FK_LIST_AUTO: "auto" */
     double pair[2];
 } field_val;
 

@@ -22,6 +22,8 @@ static const char *kind_phrase(field_kind k) {
         return "an integer or \"auto\"";
     case FK_BOOL_AUTO:
         return "true, false or \"auto\"";
+    case FK_LIST_AUTO:
+        return "a list of integers or \"auto\"";
     default:
         return "a value";
     }
@@ -88,6 +90,53 @@ static double read_float(lua_State *L, int idx, const char *ctor, const char *fi
     return v;
 }
 
+/* "auto" or { i1, i2, ... }: integers >= fs->lo, a plain list of 1 to fs->hi items. The count
+ * goes to out->i; the constructor copies the items (lua_rawgeti) from its argument. */
+static void read_list(lua_State *L, const char *ctor, const field_spec *fs, field_val *out) {
+    int idx = lua_gettop(L), t = lua_type(L, idx);
+    if (t == LUA_TSTRING && strcmp(lua_tostring(L, idx), "auto") == 0) {
+        out->is_auto = 1;
+        return;
+    }
+    if (t == LUA_TSTRING)
+        dsl_raise_at(L, 0, "%s: field '%s' must be %s, got '%s'", ctor, fs->name,
+                     kind_phrase(fs->kind), lua_tostring(L, idx));
+    if (t != LUA_TTABLE)
+        dsl_raise_at(L, 0, "%s: field '%s' must be %s, got %s", ctor, fs->name,
+                     kind_phrase(fs->kind), dsl_type_word(L, idx));
+    lua_Integer len = (lua_Integer)lua_rawlen(L, idx), count = 0;
+    int ok = 1;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        count++;
+        ok = ok && lua_type(L, -2) == LUA_TNUMBER && lua_isinteger(L, -2) &&
+             lua_tointeger(L, -2) >= 1 && lua_tointeger(L, -2) <= len;
+        lua_pop(L, 1);
+    }
+    if (!ok || count != len)
+        dsl_raise_at(L, 0,
+                     "%s: field '%s' must be a list of integers, as in %s = { 0, 6, 12, 18 }, "
+                     "without named fields or gaps",
+                     ctor, fs->name, fs->name);
+    if (count == 0)
+        dsl_raise_at(L, 0, "%s: field '%s' must not be empty (or \"auto\")", ctor, fs->name);
+    if ((double)count > fs->hi)
+        dsl_raise_at(L, 0, "%s: field '%s' has %lld entries; at most %.14g are supported", ctor,
+                     fs->name, (long long)count, fs->hi);
+    field_spec item = {fs->name, FK_INT, REQ, fs->lo_kind, fs->lo, HI_LE, INT_MAX, NULL};
+    char name[64];
+    for (lua_Integer k = 1; k <= count; k++) {
+        snprintf(name, sizeof name, "%s[%lld]", fs->name, (long long)k);
+        item.name = name;
+        field_val v;
+        memset(&v, 0, sizeof v);
+        lua_rawgeti(L, idx, k);
+        dsl_read_value(L, ctor, &item, &v);
+        lua_pop(L, 1);
+    }
+    out->i = count;
+}
+
 /* Check the value on top of the stack against fs and store it in *out. */
 void dsl_read_value(lua_State *L, const char *ctor, const field_spec *fs, field_val *out) {
     int idx = lua_gettop(L);
@@ -146,7 +195,13 @@ void dsl_read_value(lua_State *L, const char *ctor, const field_spec *fs, field_
             dsl_raise_at(L, 0, "%s: field '%s' must not contain a NUL byte", ctor, fs->name);
         return;
     }
-    case FK_ENUM: {
+    case FK_ENUM:
+    case FK_ENUM_AUTO: {
+        if (fs->kind == FK_ENUM_AUTO && t == LUA_TSTRING &&
+            strcmp(lua_tostring(L, idx), "auto") == 0) {
+            out->is_auto = 1;
+            return;
+        }
         const char *names[8];
         int n = 0;
         while (fs->choices[n])
@@ -156,6 +211,8 @@ void dsl_read_value(lua_State *L, const char *ctor, const field_spec *fs, field_
         for (int k = 0; k < n; k++) /* in declaration order, which reads best */
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "",
                      names[k]);
+        if (fs->kind == FK_ENUM_AUTO)
+            snprintf(list + strlen(list), sizeof list - strlen(list), " or \"auto\"");
         if (t != LUA_TSTRING)
             dsl_raise_at(L, 0, "%s: field '%s' must be one of %s, got %s", ctor, fs->name, list,
                          dsl_type_word(L, idx));
@@ -168,6 +225,9 @@ void dsl_read_value(lua_State *L, const char *ctor, const field_spec *fs, field_
         }
         dsl_raise_at(L, 0, "%s: field '%s' must be one of %s, got '%s'", ctor, fs->name, list, s);
     }
+    case FK_LIST_AUTO:
+        read_list(L, ctor, fs, out);
+        return;
     case FK_TABLE: /* checked by the constructor, which reads it from its argument */
         if (t != LUA_TTABLE)
             dsl_raise_at(L, 0, "%s: field '%s' must be a table, got %s", ctor, fs->name,

@@ -253,17 +253,63 @@ static const field_spec parallel_fields[] = {
     {"pp", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
     {"zero", FK_INT_AUTO, OPT, LO_GE, 0, HI_LE, 3, NULL},
     {"sequence_parallel", FK_BOOL_AUTO, OPT, 0, 0, 0, 0, NULL},
-    {"bucket_kb", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL}};
-enum { P_DP, P_TP, P_PP, P_ZERO, P_SP, P_BUCKET, P_COUNT };
+    {"bucket_kb", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
+    {"schedule", FK_ENUM_AUTO, OPT, 0, 0, 0, 0, dsl_pp_schedule_names},
+    {"microbatches", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
+    {"virtual_stages", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, TR_MAX_STAGES, NULL},
+    {"stages", FK_LIST_AUTO, OPT, LO_GE, 0, HI_LE, TR_MAX_STAGES, NULL}};
+enum {
+    P_DP,
+    P_TP,
+    P_PP,
+    P_ZERO,
+    P_SP,
+    P_BUCKET,
+    P_SCHEDULE,
+    P_MICROBATCHES,
+    P_VIRTUAL,
+    P_STAGES,
+    P_COUNT
+};
 
-/* parallel "auto" or parallel { dp, tp, pp, zero, sequence_parallel, bucket_kb }, each field
- * also "auto" (or absent): -1 (bucket_kb 0), left to the layout (parallel/layout.h). */
+/* The fields of parallel { ... } that are not "auto" into p. */
+static void parallel_values(lua_State *L, tr_parallel_desc *p, const field_val *v) {
+    /* zero = 0 is a real choice ("don't shard"), so auto is -1 */
+    int *dst[4] = {&p->dp, &p->tp, &p->pp, &p->zero};
+    for (int i = P_DP; i <= P_ZERO; i++)
+        if (v[i].present && !v[i].is_auto) *dst[i] = (int)v[i].i;
+    if (v[P_SP].present && !v[P_SP].is_auto) p->sequence_parallel = v[P_SP].b;
+    if (v[P_BUCKET].present && !v[P_BUCKET].is_auto) p->bucket_kb = (int)v[P_BUCKET].i;
+    if (v[P_SCHEDULE].present && !v[P_SCHEDULE].is_auto) p->schedule = v[P_SCHEDULE].choice;
+    if (v[P_MICROBATCHES].present && !v[P_MICROBATCHES].is_auto)
+        p->microbatches = (int)v[P_MICROBATCHES].i;
+    if (v[P_VIRTUAL].present && !v[P_VIRTUAL].is_auto) p->virtual_stages = (int)v[P_VIRTUAL].i;
+    if (v[P_STAGES].present && !v[P_STAGES].is_auto) { /* checked by the schema: integers >= 0 */
+        lua_getfield(L, 1, "stages");
+        p->n_stages = (int)v[P_STAGES].i;
+        for (int k = 0; k < p->n_stages; k++) {
+            lua_rawgeti(L, -1, k + 1);
+            p->stages[k] = (int)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* parallel "auto" or parallel { dp, tp, pp, zero, sequence_parallel, bucket_kb, schedule,
+ * microbatches, virtual_stages, stages }, each field also "auto" (or absent): -1 (bucket_kb,
+ * microbatches, virtual_stages 0, stages none), left to the layout (parallel/layout.h). */
 static int l_parallel(lua_State *L) {
     recipe_ctx *c = dsl_ctx(L);
     int line = section_start(L, &c->parallel_line, "parallel");
     tr_parallel_desc *p = &c->r.parallel;
-    *p = (tr_parallel_desc){
-        .is_auto = 1, .dp = -1, .tp = -1, .pp = -1, .zero = -1, .sequence_parallel = -1};
+    *p = (tr_parallel_desc){.is_auto = 1,
+                            .dp = -1,
+                            .tp = -1,
+                            .pp = -1,
+                            .zero = -1,
+                            .sequence_parallel = -1,
+                            .schedule = -1};
     if (lua_type(L, 1) == LUA_TSTRING) {
         if (strcmp(lua_tostring(L, 1), "auto") != 0)
             dsl_raise_at(L, 0,
@@ -278,15 +324,11 @@ static int l_parallel(lua_State *L) {
                          lua_isnone(L, 1) ? "no value" : dsl_type_word(L, 1));
         field_val v[P_COUNT];
         dsl_read_fields(L, "parallel", parallel_fields, P_COUNT, v, NULL, NULL);
-        /* zero = 0 is a real choice ("don't shard"), so auto is -1 */
-        int *dst[4] = {&p->dp, &p->tp, &p->pp, &p->zero};
-        for (int i = P_DP; i <= P_ZERO; i++)
-            if (v[i].present && !v[i].is_auto) *dst[i] = (int)v[i].i;
-        if (v[P_SP].present && !v[P_SP].is_auto) p->sequence_parallel = v[P_SP].b;
-        if (v[P_BUCKET].present && !v[P_BUCKET].is_auto) p->bucket_kb = (int)v[P_BUCKET].i;
+        parallel_values(L, p, v);
         /* everything left to "auto" is the same layout as parallel "auto" */
         p->is_auto = p->dp < 0 && p->tp < 0 && p->pp < 0 && p->zero < 0 &&
-                     p->sequence_parallel < 0 && p->bucket_kb == 0;
+                     p->sequence_parallel < 0 && p->bucket_kb == 0 && p->schedule < 0 &&
+                     p->microbatches == 0 && p->virtual_stages == 0 && p->n_stages == 0;
     }
     c->parallel_line = line;
     c->r.parallel_line = line;

@@ -110,6 +110,13 @@ static void put_data_path(FILE *f, const char *text) {
     free(real);
 }
 
+static void put_int_auto(FILE *f, const char *sep, const char *name, int v, int is_set) {
+    if (is_set)
+        fprintf(f, "%s%s = %d", sep, name, v);
+    else
+        fprintf(f, "%s%s = \"auto\"", sep, name);
+}
+
 /* parallel "auto", or every field with its value or "auto". */
 static void put_parallel(FILE *f, const tr_parallel_desc *p) {
     if (p->is_auto) {
@@ -119,18 +126,24 @@ static void put_parallel(FILE *f, const tr_parallel_desc *p) {
     const char *names[4] = {"dp", "tp", "pp", "zero"};
     int vals[4] = {p->dp, p->tp, p->pp, p->zero};
     fputs("parallel {", f);
-    for (int i = 0; i < 4; i++) {
-        if (vals[i] >= 0)
-            fprintf(f, "%s %s = %d", i ? "," : "", names[i], vals[i]);
-        else
-            fprintf(f, "%s %s = \"auto\"", i ? "," : "", names[i]);
-    }
+    for (int i = 0; i < 4; i++)
+        put_int_auto(f, i ? ", " : " ", names[i], vals[i], vals[i] >= 0);
     fprintf(f, ", sequence_parallel = %s",
             p->sequence_parallel < 0 ? "\"auto\"" : lua_bool(p->sequence_parallel));
-    if (p->bucket_kb)
-        fprintf(f, ", bucket_kb = %d }\n", p->bucket_kb);
-    else
-        fputs(", bucket_kb = \"auto\" }\n", f);
+    put_int_auto(f, ", ", "bucket_kb", p->bucket_kb, p->bucket_kb > 0);
+    int sched = p->schedule >= 0 && p->schedule <= 3 ? p->schedule : -1;
+    fprintf(f, ",\n           schedule = \"%s\"",
+            sched < 0 ? "auto" : dsl_pp_schedule_names[sched]);
+    put_int_auto(f, ", ", "microbatches", p->microbatches, p->microbatches > 0);
+    put_int_auto(f, ", ", "virtual_stages", p->virtual_stages, p->virtual_stages > 0);
+    if (p->n_stages > 0) {
+        fputs(", stages = {", f);
+        for (int i = 0; i < p->n_stages; i++)
+            fprintf(f, "%s%d", i ? ", " : " ", p->stages[i]);
+        fputs(" } }\n", f);
+    } else {
+        fputs(", stages = \"auto\" }\n", f);
+    }
 }
 
 int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {

@@ -9,6 +9,7 @@
 #define TR_LAYOUT_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "dsl/recipe.h"
 #include "model/model.h"
@@ -38,8 +39,10 @@ typedef struct {
     int chunk_start[TR_MAX_CHUNKS + 1];
 } tr_layout;
 
-/* What the command line asks for; -1 (or 0 for sequence_parallel and micro_batch) where a flag
- * was not given and the recipe decides. Flags override the recipe. */
+/* What the command line asks for; -1 (or 0 for pp, microbatches, virtual_stages,
+ * sequence_parallel and micro_batch) where a flag was not given and the recipe decides. Flags
+ * override the recipe; a flag --microbatches overrides the recipe's micro_batch, and a flag
+ * --micro-batch the recipe's microbatches. */
 typedef struct {
     int dp, tp, pp, zero;
     int schedule;          /* --schedule: tr_pp_kind, -1: the recipe's */
@@ -60,7 +63,12 @@ typedef struct {
  * 2 processes, ...`), for the caller to prefix with its command. `dtype` and `budget` (bytes
  * of activations and scratch per process, 0: a quarter of the host's memory, at most 8 GiB)
  * size an "auto" micro-batch. Without a planner, "auto" fields are: dp = world / (tp * pp),
- * tp = pp = 1, ZeRO 0, no sequence parallelism. pp > 1 is refused (not implemented yet). */
+ * tp = pp = 1, ZeRO 0, no sequence parallelism.
+ * The pipeline (pp > 1): schedule "auto" is 1f1b, virtual_stages 1; microbatches M, when
+ * given, sets the micro-batch (the sequences of a step on each dp rank / M), else M is the
+ * number of micro-batches the micro-batch gives (accum). The pp * V chunks start where
+ * stages = { ... } says, else where tr_layout_partition balances the blocks' forward FLOPs.
+ * With pp 1 the schedule is not used (resolved to 1f1b) and V must be 1. */
 int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f, int world,
                       tr_dtype dtype, double budget, char *err, size_t errlen);
 
@@ -84,11 +92,29 @@ int tr_layout_memory(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype,
 
 /* One line, without the process count (the caller knows how they were started):
  * "dp 1 x tp 2: tensor parallel, sequence parallel, ZeRO-0, micro-batch 4 (auto), 2
- * accumulation steps". */
+ * accumulation steps"; with pp > 1 "dp 2 x tp 1 x pp 4: data parallel, pipeline 1f1b over 8
+ * micro-batches, ZeRO-1, micro-batch 2". */
 void tr_layout_describe(const tr_layout *l, char *buf, size_t len);
 
+/* The pipeline's chunks (pp > 1; nothing with pp 1): a header line with the schedule and its
+ * theoretical bubble (tr_pp_bubble), then one line per chunk, grouped by pipeline rank: its
+ * blocks, the layers outside the stacks it carries ("blocks 0-5 (+ embedding, positions)",
+ * "blocks 18-23 (+ final norm, head)"), its forward FLOPs per token and their share. For
+ * `show` and the run's start-up log; `d` is the model the layout was resolved for. */
+void tr_layout_describe_stages(const tr_layout *l, const tr_model_desc *d, FILE *out);
+
 /* Write the resolved layout back into the recipe (every field of parallel { ... } and
- * train.micro_batch), so that the saved recipe.lua names it. */
+ * train.micro_batch; with pp > 1 the schedule, virtual stages and the chunks' starts too, and
+ * microbatches unless the micro-batch was "auto"), so that the saved recipe.lua names it and
+ * loads again to the same layout. */
 void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r);
+
+/* Cut n blocks of the given costs (>= 0) into k contiguous non-empty chunks (1 <= k <= n):
+ * start[c] = the first block of chunk c, start[k] = n. Exact: the most expensive chunk is as
+ * cheap as any cut makes it; among the cuts that reach it, the one with the least sum of
+ * squared chunk costs (the other chunks as even as they can be), and on a tie the one found
+ * first, whose chunks end earliest. Two dynamic programs of O(k n^2) steps. 0, or -1 when out
+ * of memory or k is out of range. */
+int tr_layout_partition(const double *cost, int n, int k, int *start);
 
 #endif

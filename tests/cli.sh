@@ -60,6 +60,14 @@ expect 1 "nope.lua: cannot read recipe" -- show nope.lua
 expect 1 "unknown knob (knobs: batch_tokens, heads, layers, lr, seq, steps, width)" -- show recipes/shakespeare_char.lua --set widht=3
 expect 1 "knob 'layers'" -- show recipes/shakespeare_char.lua --set layers=many
 expect 1 "micro-batch 5 does not divide" -- show recipes/shakespeare_char.lua --micro-batch 5
+# pipeline flags: a schedule name the flag does not know, a pipeline that needs more processes
+expect 2 "trainer show: --schedule must be gpipe, 1f1b, interleaved or zb-h1, got 'fast'" -- \
+    show recipes/shakespeare_char.lua --pp 2 --schedule fast
+expect 2 "--microbatches needs a positive integer, got '0'" -- show recipes/shakespeare_char.lua --microbatches 0
+expect 1 "trainer run: dp 1 x tp 1 x pp 2 = 2 processes, but 1 started (mpirun -np 2)" -- \
+    run recipes/shakespeare_char.lua --dp 1 --pp 2 --out "$tmp/pp2"
+expect 1 "trainer show: --microbatches 3: interleaved needs microbatches a multiple of pp 2" -- \
+    show recipes/shakespeare_char.lua --pp 2 --schedule interleaved --microbatches 3 --set batch_tokens=6144
 
 # a recipe whose corpus is missing: the loader names the file
 sed 's#../data/corpora/tinyshakespeare.txt#missing/corpus.txt#' recipes/shakespeare_char.lua >"$tmp/r.lua"
@@ -108,6 +116,17 @@ PY
     echo "ok   show's bytes = the run's predicted = measured at ZeRO-0 (show/predicted/measured: $e)"
 else
     echo "FAIL show's bytes against memory.json: ${e:-no figures}"; fail=1
+fi
+# show with a pipeline: each rank's chunks, the bubble, the memory of each pipeline rank
+if "$T" show recipes/gpt2_124m.lua --pp 4 --microbatches 8 >"$tmp/out" 2>&1 &&
+    grep -q "dp 1 x tp 1 x pp 4: pipeline 1f1b over 8 micro-batches" "$tmp/out" &&
+    grep -q "rank p0 .*blocks 0-[0-9]* (+ embedding, positions)" "$tmp/out" &&
+    grep -q "rank p3 .*block.*11 (+ final norm, head)" "$tmp/out" &&
+    grep -q "bubble 27.3% of a step" "$tmp/out" &&
+    [ "$(grep -c "^memory bytes per process (pipeline rank" "$tmp/out")" -eq 4 ]; then
+    echo "ok   trainer show gpt2_124m --pp 4: chunks, bubble, memory of each pipeline rank"
+else
+    echo "FAIL trainer show gpt2_124m --pp 4"; cat "$tmp/out"; fail=1
 fi
 grep -q "124.44M" <("$T" show recipes/gpt2_124m.lua) && echo "ok   GPT-2 small shows 124.44M parameters" ||
     { echo "FAIL GPT-2 small parameter count"; fail=1; }

@@ -453,8 +453,37 @@ static void test_parallel_fields(void)
         const char *what, *fields, *expected;
     } cases[] = {
         {"unknown field", "dpp = 2",
-         "p.lua:4: parallel: unknown field 'dpp' (fields: bucket_kb, dp, pp, sequence_parallel, "
-         "tp, zero)"},
+         "p.lua:4: parallel: unknown field 'dpp' (fields: bucket_kb, dp, microbatches, pp, "
+         "schedule, sequence_parallel, stages, tp, virtual_stages, zero)"},
+        {"schedule unknown", "schedule = 'fast'",
+         "p.lua:4: parallel: field 'schedule' must be one of gpipe, 1f1b, interleaved, zb-h1 or "
+         "\"auto\", got 'fast'"},
+        {"schedule a number", "schedule = 1",
+         "p.lua:4: parallel: field 'schedule' must be one of gpipe, 1f1b, interleaved, zb-h1 or "
+         "\"auto\", got number"},
+        {"microbatches 0", "microbatches = 0",
+         "p.lua:4: parallel: field 'microbatches' must be >= 1, got 0"},
+        {"virtual_stages 0", "virtual_stages = 0",
+         "p.lua:4: parallel: field 'virtual_stages' must be >= 1, got 0"},
+        {"stages a number", "stages = 6",
+         "p.lua:4: parallel: field 'stages' must be a list of integers or \"auto\", got number"},
+        {"stages a word", "stages = 'even'",
+         "p.lua:4: parallel: field 'stages' must be a list of integers or \"auto\", got 'even'"},
+        {"stages empty", "stages = {}",
+         "p.lua:4: parallel: field 'stages' must not be empty (or \"auto\")"},
+        {"stages with a gap", "stages = { 0, nil, 3 }",
+         "p.lua:4: parallel: field 'stages' must be a list of integers, as in stages = { 0, 6, 12, "
+         "18 }, without named fields or gaps"},
+        {"stages with a name", "stages = { 0, x = 3 }",
+         "p.lua:4: parallel: field 'stages' must be a list of integers, as in stages = { 0, 6, 12, "
+         "18 }, without named fields or gaps"},
+        {"stages a fraction", "stages = { 0, 1.5 }",
+         "p.lua:4: parallel: field 'stages[2]' must be an integer, got 1.5"},
+        {"stages negative", "stages = { -1, 2 }",
+         "p.lua:4: parallel: field 'stages[1]' must be >= 0, got -1"},
+        {"stages too long", "stages = (function() local t = {} for i = 1, 257 do t[i] = i - 1 end "
+         "return t end)()",
+         "p.lua:4: parallel: field 'stages' has 257 entries; at most 256 are supported"},
         {"sequence_parallel a number", "sequence_parallel = 1",
          "p.lua:4: parallel: field 'sequence_parallel' must be true, false or \"auto\", got number"},
         {"sequence_parallel a word", "sequence_parallel = 'yes'",
@@ -474,6 +503,28 @@ static void test_parallel_fields(void)
     round_trip("rt-parallel", text, ".", NULL, 0);
     snprintf(text, sizeof text, "%sparallel { sequence_parallel = false }\n", head);
     round_trip("rt-parallel-sp-off", text, ".", NULL, 0);
+    snprintf(text, sizeof text, "%sparallel { pp = 2, schedule = 'interleaved', microbatches = 4,\n"
+             "  virtual_stages = 2, stages = { 0, 3, 5, 9 } }\n", head);
+    if (check(load(&r, text, "p.lua", NULL, 0) == 0, "parallel: pipeline fields load")) {
+        const tr_parallel_desc *p = &r.parallel;
+        check(!p->is_auto && p->pp == 2 && p->schedule == 2 && p->microbatches == 4 &&
+                  p->virtual_stages == 2 && p->n_stages == 4 && p->stages[0] == 0 &&
+                  p->stages[1] == 3 && p->stages[2] == 5 && p->stages[3] == 9,
+              "parallel: pp 2, interleaved, 4 micro-batches, 2 virtual stages, stages 0 3 5 9");
+        tr_recipe_free(&r);
+    }
+    round_trip("rt-parallel-pipeline", text, ".", NULL, 0);
+    snprintf(text, sizeof text, "%sparallel { schedule = 'auto', microbatches = 'auto',\n"
+             "  virtual_stages = 'auto', stages = 'auto' }\n", head);
+    if (check(load(&r, text, "p.lua", NULL, 0) == 0, "parallel: pipeline fields \"auto\" load")) {
+        const tr_parallel_desc *p = &r.parallel;
+        check(p->is_auto && p->schedule == -1 && p->microbatches == 0 && p->virtual_stages == 0 &&
+                  p->n_stages == 0,
+              "parallel: pipeline fields \"auto\" are parallel \"auto\"");
+        tr_recipe_free(&r);
+    }
+    snprintf(text, sizeof text, "%sparallel { schedule = 'zb-h1' }\n", head);
+    round_trip("rt-parallel-zbh1", text, ".", NULL, 0);
 }
 
 /* checkpoint_every, keep_checkpoints and `init = hf "DIR"` load, write and load again. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/schedule.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
@@ -36,13 +37,15 @@ static const char *run_help =
     "                          [--device auto|cpu|cuda] [--precision bf16|fp32]\n"
     "                          [--peak-gflops X] [--resume] [--timeout SECONDS]\n"
     "                          [--dp D] [--tp T] [--sequence-parallel] [--zero S]\n"
-    "       mpirun -np N trainer run RECIPE ...   (N = dp x tp processes)\n"
+    "                          [--pp P] [--schedule S] [--microbatches M] [--virtual-stages V]\n"
+    "       mpirun -np N trainer run RECIPE ...   (N = dp x tp x pp processes)\n"
     "\n"
-    "Train the model RECIPE declares. Under mpirun or srun the processes form a dp x tp mesh:\n"
-    "each group of tp processes splits the model's heads, hidden units and vocabulary, and\n"
-    "the dp groups train on their slices of each global batch (parallel { dp, tp, zero,\n"
-    "sequence_parallel } in the recipe, the flags below override it; rank 0 writes the\n"
-    "output).\n"
+    "Train the model RECIPE declares. Under mpirun or srun the processes form a dp x tp x pp\n"
+    "mesh: each group of tp processes splits the model's heads, hidden units and vocabulary,\n"
+    "each of the pp pipeline ranks runs its chunks of the model's blocks on micro-batches in\n"
+    "turn, and the dp groups train on their slices of each global batch (parallel { dp, tp,\n"
+    "pp, zero, sequence_parallel, schedule, microbatches, virtual_stages, stages } in the\n"
+    "recipe, the flags below override it; rank 0 writes the output).\n"
     "\n"
     "  --set NAME=VALUE  override one of the recipe's knobs (repeatable); an unknown NAME\n"
     "                    lists the knobs the recipe declares\n"
@@ -60,12 +63,22 @@ static const char *run_help =
     "  --timeout S       seconds any collective may take before every rank exits naming the\n"
     "                    operation (default 300)\n"
     "  --dp D            data-parallel groups, instead of parallel.dp (default: the processes\n"
-    "                    / tp); D x tp must be the number of processes\n"
+    "                    / (tp x pp)); D x tp x pp must be the number of processes\n"
     "  --tp T            tensor-parallel processes per group, instead of parallel.tp (default\n"
     "                    1); T must divide every attention's heads and MLP's hidden width\n"
     "  --sequence-parallel  with --tp: norms and residuals on 1/T of the tokens (T must\n"
     "                    divide seq_len), instead of parallel.sequence_parallel\n"
     "  --zero S          ZeRO stage 0-3 over the dp group, instead of parallel.zero\n"
+    "  --pp P            pipeline ranks, instead of parallel.pp (default 1); the model's blocks\n"
+    "                    (the repeats of its stacks) are cut into P x V chunks, balanced by\n"
+    "                    FLOPs unless parallel.stages says where each starts\n"
+    "  --schedule S      the pipeline's schedule: gpipe, 1f1b (default), interleaved or zb-h1,\n"
+    "                    instead of parallel.schedule\n"
+    "  --microbatches M  micro-batches per step on each data-parallel rank (sets the micro-\n"
+    "                    batch: the step's sequences / (dp x M)), instead of\n"
+    "                    parallel.microbatches\n"
+    "  --virtual-stages V  chunks per pipeline rank (interleaved: default 2; else 1), instead\n"
+    "                    of parallel.virtual_stages\n"
     "\n"
     "Writes DIR/recipe.lua (the fully resolved recipe, its layout included), DIR/metrics.jsonl\n"
     "(one JSON object per step: step, loss, lr, grad_norm, tokens_per_s, gflops, mfu;\n"
@@ -74,14 +87,17 @@ static const char *run_help =
 
 static const char *show_help =
     "usage: trainer show RECIPE [--set NAME=VALUE]... [--micro-batch B] [--dp D] [--tp T]\n"
-    "                           [--sequence-parallel] [--zero S]\n"
+    "                           [--sequence-parallel] [--zero S] [--pp P] [--schedule S]\n"
+    "                           [--microbatches M] [--virtual-stages V]\n"
     "\n"
     "Print the model tree with the parameters, forward FLOPs per token and activation memory\n"
-    "per token of every component, then the layout of a run of D x T processes (the flags,\n"
-    "else the recipe's parallel { }, else 1 process) and the memory each process would\n"
+    "per token of every component, then the layout of a run of D x T x P processes (the\n"
+    "flags, else the recipe's parallel { }, else 1 process) and the memory each process would\n"
     "allocate (the same figures `trainer run` predicts, and a line of exact bytes); with\n"
-    "T > 1, how each kind of tensor is split over the tensor-parallel ranks. Runs no\n"
-    "training; a bad recipe or layout is reported exactly as `trainer run` would.\n";
+    "T > 1, how each kind of tensor is split over the tensor-parallel ranks; with P > 1, the\n"
+    "pipeline: each rank's chunks of blocks, their FLOPs, the schedule's bubble, and the\n"
+    "memory of each pipeline rank. Runs no training; a bad recipe or layout is reported\n"
+    "exactly as `trainer run` would. The flags are those of `trainer run`.\n";
 
 /* Where option mistakes go: stderr, or a buffer (tr_parse_options_msg). */
 static FILE *perr_stream;
@@ -111,7 +127,7 @@ static int parse_int(const char *cmd, const char *flag, const char *s, int min, 
 
 int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int first) {
     memset(o, 0, sizeof(*o));
-    o->eval_every = o->sample_tokens = o->dp = o->tp = o->zero = -1;
+    o->eval_every = o->sample_tokens = o->dp = o->tp = o->zero = o->schedule = -1;
     char err[256];
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -174,6 +190,20 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             if (need_value(cmd, a, i, argc) ||
                 parse_int(cmd, a, argv[++i], 1, a[2] == 'd' ? &o->dp : &o->tp))
                 return -1;
+        } else if (!strcmp(a, "--pp") || !strcmp(a, "--microbatches") ||
+                   !strcmp(a, "--virtual-stages")) {
+            int *dst = a[2] == 'p' ? &o->pp : a[2] == 'm' ? &o->microbatches : &o->virtual_stages;
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, dst)) return -1;
+        } else if (!strcmp(a, "--schedule")) {
+            if (need_value(cmd, a, i, argc)) return -1;
+            o->schedule = tr_pp_kind_parse(argv[++i]);
+            if (o->schedule < 0) {
+                fprintf(perr(),
+                        "trainer %s: --schedule must be gpipe, 1f1b, interleaved or zb-h1, got "
+                        "'%s'\n",
+                        cmd, argv[i]);
+                return -1;
+            }
         } else if (!strcmp(a, "--sequence-parallel")) {
             o->sequence_parallel = 1;
         } else if (!strcmp(a, "--zero")) { /* the stage is checked by the layout */

@@ -563,6 +563,7 @@ static void print_banner(const run_ctx *x) {
         char desc[256];
         tr_layout_describe(&x->lay, desc, sizeof(desc));
         printf("%d processes (%s), %s\n", x->nranks, tr_comm_transport(), desc);
+        tr_layout_describe_stages(&x->lay, &x->r.model, stdout);
     }
     const tr_memory *m = &x->predicted;
     char b1[32], b2[32], b3[32], b4[32];

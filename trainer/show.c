@@ -1,7 +1,8 @@
 /* `trainer show RECIPE`: the model tree with parameters, FLOPs and activation memory per
- * component, then the resolved layout of a run and the memory one of its processes needs
- * (tr_layout_memory, exactly what `run` predicts), and how tensor parallelism splits the
- * tensors (the torch7 print(model) of this project). Nothing is allocated for the model. */
+ * component, then the resolved layout of a run, its pipeline's chunks, the memory one of its
+ * processes needs (tr_layout_memory, exactly what `run` predicts; one per pipeline rank), and
+ * how tensor parallelism splits the tensors (the torch7 print(model) of this project).
+ * Nothing is allocated for the model. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,37 +162,56 @@ static int print_splits(const tr_layout *l, const tr_model_desc *d, char *err, s
     return 0;
 }
 
-/* The layout's lines: what each process holds (the same figures `run` predicts), one line of
- * exact bytes for tools, and how tensor parallelism splits the tensors. */
-static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_t errlen) {
-    static const char *const recompute[] = {"none", "selective", "full"};
-    char desc[256];
-    tr_layout_describe(l, desc, sizeof(desc));
-    printf("layout           %d process%s, %s\n", l->world, l->world == 1 ? "" : "es", desc);
-    printf("micro-batch      %d x %d tokens%s, %d accumulation step(s) of %ld tokens; "
-           "recompute %s\n",
-           l->micro_batch, l->seq_len, l->micro_auto ? " (auto)" : "", l->accum,
-           r->train.batch_tokens, recompute[l->recompute]);
+/* The memory of the process at world rank `rank` (`who` names it), and one line of exact
+ * bytes for tools ("memory bytes per process:", with pp > 1 "... (pipeline rank P):"). */
+static int print_memory(const tr_layout *l, const tr_recipe *r, int rank, const char *who,
+                        char *err, size_t errlen) {
     tr_memory mem;
-    if (tr_layout_memory(l, &r->model, TR_DTYPE_F32, 0, &mem, err, errlen)) return -1;
-    char b[6][32];
+    if (tr_layout_memory(l, &r->model, TR_DTYPE_F32, rank, &mem, err, errlen)) return -1;
+    char b[6][32], tag[48] = "";
     double all = (double)(mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch);
     double v[6] = {(double)mem.params,      (double)mem.grads,   (double)mem.optimizer,
                    (double)mem.activations, (double)mem.scratch, all};
     for (int i = 0; i < 6; i++)
         tr_fmt_bytes(v[i], b[i], sizeof(b[i]));
-    printf("memory (fp32)    per process (rank 0):\n"
+    printf("memory (fp32)    per process (%s):\n"
            "                 parameters %s, gradients %s, AdamW state %s,\n"
            "                 activations %s, scratch %s: %s in all\n",
-           b[0], b[1], b[2], b[3], b[4], b[5]);
+           who, b[0], b[1], b[2], b[3], b[4], b[5]);
+    if (l->pp > 1) snprintf(tag, sizeof(tag), " (pipeline rank %d)", tr_layout_coord_of(l, rank).p);
+    printf("memory bytes per process%s: params %zu grads %zu optimizer %zu activations %zu "
+           "scratch %zu\n",
+           tag, mem.params, mem.grads, mem.optimizer, mem.activations, mem.scratch);
+    return 0;
+}
+
+/* The layout's lines: the pipeline's chunks (pp > 1), what each process holds (the same
+ * figures `run` predicts; with pp > 1 one process of each pipeline rank, whose chunks
+ * differ), one line of exact bytes for tools, and how tensor parallelism splits the tensors. */
+static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_t errlen) {
+    static const char *const recompute[] = {"none", "selective", "full"};
+    char desc[256];
+    tr_layout_describe(l, desc, sizeof(desc));
+    printf("layout           %d process%s, %s\n", l->world, l->world == 1 ? "" : "es", desc);
+    printf("micro-batch      %d x %d tokens%s, %d %s of %ld tokens; recompute %s\n", l->micro_batch,
+           l->seq_len, l->micro_auto ? " (auto)" : "", l->accum,
+           l->pp > 1 ? "micro-batch(es) per step" : "accumulation step(s)", r->train.batch_tokens,
+           recompute[l->recompute]);
+    tr_layout_describe_stages(l, &r->model, stdout);
+    for (int p = 0; p < l->pp; p++) {
+        char who[64];
+        int rank = p * l->tp; /* (d 0, p, t 0) */
+        if (l->pp > 1)
+            snprintf(who, sizeof(who), "pipeline rank %d: world rank %d", p, rank);
+        else
+            snprintf(who, sizeof(who), "rank 0");
+        if (print_memory(l, r, rank, who, err, errlen)) return -1;
+    }
     if (l->zero >= 2)
         printf("                 (ZeRO-%d: plus the gradient buckets being computed and reduced%s, "
                "a few times parallel.bucket_kb and the largest tensor)\n",
                l->zero,
                l->zero == 3 ? " and the parameter buckets of the op running and the next" : "");
-    printf("memory bytes per process: params %zu grads %zu optimizer %zu activations %zu "
-           "scratch %zu\n",
-           mem.params, mem.grads, mem.optimizer, mem.activations, mem.scratch);
     return l->tp > 1 ? print_splits(l, &r->model, err, errlen) : 0;
 }
 
@@ -210,7 +230,9 @@ int tr_cmd_show(int argc, char **argv) {
                  (o.tp > 0      ? o.tp
                   : par->tp > 0 ? par->tp
                                 : 1) *
-                 (par->pp > 0 ? par->pp : 1);
+                 (o.pp > 0      ? o.pp
+                  : par->pp > 0 ? par->pp
+                                : 1);
     char err[1024];
     tr_layout l;
     if (world > 1000000) {

@@ -21,6 +21,10 @@ typedef struct {
     const char *device;    /* --device auto|cpu|cuda, NULL = auto */
     double timeout;        /* --timeout: seconds any collective may take (0 = 300) */
     int dp, tp, zero;      /* --dp D --tp T --zero S (-1 = the recipe's) */
+    int pp;                /* --pp P, 0 = the recipe's */
+    int schedule;          /* --schedule S: tr_pp_kind, -1 = the recipe's */
+    int microbatches;      /* --microbatches M, 0 = the recipe's */
+    int virtual_stages;    /* --virtual-stages V, 0 = the recipe's */
     int sequence_parallel; /* --sequence-parallel */
     const char *precision; /* --precision bf16|fp32, NULL = the device's default */
     int sample_tokens;     /* --sample-tokens, -1 = the recipe's */
@@ -46,7 +50,8 @@ int tr_load_recipe_msg(tr_recipe *r, const tr_options *opts, const char *cmd, ch
                        size_t errlen);
 
 /* The layout of a run of `world` processes (parallel/layout.h) from the recipe and the flags
- * in opts (--dp, --tp, --zero, --sequence-parallel, --micro-batch; TR_PAD_VOCAB, else the
+ * in opts (--dp, --tp, --pp, --zero, --sequence-parallel, --micro-batch, --schedule,
+ * --microbatches, --virtual-stages; TR_PAD_VOCAB, else the
  * backend's vocabulary padding), for backend `be` (its dtype sizes an "auto" micro-batch):
  * -1 with one line in err, which starts with the recipe's path when the mistake is located
  * there and with "trainer CMD: " otherwise. */

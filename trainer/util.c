@@ -123,7 +123,11 @@ int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int
                       const tr_backend *be, const char *cmd, char *err, size_t errlen) {
     tr_layout_flags f = {.dp = o->dp,
                          .tp = o->tp,
+                         .pp = o->pp,
                          .zero = o->zero,
+                         .schedule = o->schedule,
+                         .microbatches = o->microbatches,
+                         .virtual_stages = o->virtual_stages,
                          .sequence_parallel = o->sequence_parallel,
                          .micro_batch = o->micro_batch,
                          .pad_vocab = be->pad_vocab};
