@@ -286,6 +286,10 @@ static int fits_blocks(const void *arg, int pp) { /* pp x V chunks of at least o
     const tr_layout *l = arg;
     return (long)pp * l->virtual_stages <= l->n_blocks;
 }
+static int fits_virtual(const void *arg, int v) { /* this pp x v chunks fit the blocks */
+    const tr_layout *l = arg;
+    return (long)l->pp * v <= l->n_blocks;
+}
 
 /* The pipeline's shape against the model (pp x V chunks, one block at least each) and the
  * combinations the executor does not run (parallel/pipeline.c). Needs no world. */
@@ -302,12 +306,16 @@ static int check_pipeline(const tr_layout *l, const tr_recipe *r, const tr_layou
     if (K > TR_MAX_CHUNKS)
         return fail(err, errlen, r, pl, "%spp %d x virtual_stages %d = %d chunks: at most %d",
                     where, l->pp, V, K, TR_MAX_CHUNKS);
-    if (K > l->n_blocks)
+    if (K > l->n_blocks) { /* say which pp would do, or else which virtual_stages */
+        int by_pp = (long)(V > 1 ? 2 : 1) * V <= l->n_blocks;
         return fail(err, errlen, r, pl,
-                    "%spp %d x virtual_stages %d = %d stages, but the model has %d block%s (pp "
+                    "%spp %d x virtual_stages %d = %d stages, but the model has %d block%s (%s "
                     "%s would)",
                     where, l->pp, V, K, l->n_blocks, l->n_blocks == 1 ? "" : "s",
-                    values(would, sizeof would, V > 1 ? 2 : 1, l->n_blocks, fits_blocks, l));
+                    by_pp ? "pp" : "virtual_stages",
+                    by_pp ? values(would, sizeof would, V > 1 ? 2 : 1, l->n_blocks, fits_blocks, l)
+                          : values(would, sizeof would, 2, l->n_blocks, fits_virtual, l));
+    }
     if (l->pp == 1) return 0;
     if ((l->schedule == TR_PP_INTERLEAVED || l->schedule == TR_PP_ZBH1) && zero >= 2) {
         int here = rec && f->schedule < 0 && f->zero < 0;

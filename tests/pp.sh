@@ -182,8 +182,8 @@ refused() { # name np expected-text flags...
     fi
 }
 refused bad_world 2 "4 processes, but 2 started" --pp 4
-refused bad_blocks 2 "the model has 8 blocks" --pp 2 --virtual-stages 8 --schedule interleaved
-refused bad_interleaved 2 "multiple of pp 2" --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 3
+refused bad_blocks 2 "the model has 8 blocks (virtual_stages 2, 3 or 4 would)" --pp 2 --virtual-stages 8 --schedule interleaved
+refused bad_interleaved 4 "interleaved needs microbatches a multiple of pp 4" --pp 4 --schedule interleaved --microbatches 2
 
 [ "$fail" -eq 0 ] && echo "pp: all passed" || echo "pp: FAILED"
 exit "$fail"

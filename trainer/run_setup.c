@@ -550,7 +550,9 @@ static int setup_outputs(run_ctx *x) {
 static void print_banner(const run_ctx *x) {
     const tr_recipe *r = &x->r;
     char np[32], ft[32], tt[32], vt[32];
-    tr_fmt_count((double)tr_model_num_elements(x->model), np, sizeof(np));
+    tr_cost all; /* the whole model's, whatever part of it this process holds */
+    tr_cost_model(&r->model, x->T, &all);
+    tr_fmt_count(all.params, np, sizeof(np));
     tr_fmt_count(x->flops_tok, ft, sizeof(ft));
     tr_fmt_count((double)tr_loader_train_tokens(x->loader), tt, sizeof(tt));
     tr_fmt_count((double)tr_loader_val_tokens(x->loader), vt, sizeof(vt));
