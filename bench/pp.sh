@@ -54,7 +54,9 @@ configs=()
 for P in 2 4; do
     for M in 4 8; do
         for s in gpipe 1f1b interleaved zb-h1; do
-            configs+=("pp${P}_M${M}_$s:$P:--pp $P --microbatches $M --schedule $s$([ "$s" = interleaved ] && echo " --virtual-stages 2")")
+            v=""
+            [ "$s" = interleaved ] && v=" --virtual-stages 2"
+            configs+=("pp${P}_M${M}_$s:$P:--pp $P --microbatches $M --schedule $s$v")
         done
     done
 done
