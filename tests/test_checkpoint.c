@@ -459,8 +459,8 @@ static void test_tp_blocks(void) {
                 rc = tr_model_plan(&m, &r.model, TR_DTYPE_F32, &o, err, sizeof(err));
                 for (int i = 0; !rc && i < tr_model_num_params(m); i++)
                     for (int kind = -1; kind <= 1; kind++)
-                        rc |= ck_add_blocks(&sl, &n, &cap, tr_model_param(m, i), i, kind, rank, 0,
-                                            tr_model_param(m, i)->numel);
+                        rc |= ck_add_blocks(&sl, &n, &cap, tr_model_param(m, i), i, i, kind, rank,
+                                            0, tr_model_param(m, i)->numel);
                 if (rank == 0)
                     m0 = m;
                 else

@@ -91,10 +91,12 @@ typedef struct {
      * the slab ranges it keeps, `ranges` ([lo, hi) pairs of elements of its own slab, n_ranges
      * of them; NULL: the whole slab), as blocks of the global tensors (tensor parallelism: the
      * rows and columns its tensors hold there; segments another rank also holds are written by
-     * their copy 0 only). Over all ranks every element of every global tensor must be written
-     * exactly once: rank 0 waits for the others' block lists, checks that (a gap or an overlap
-     * fails the save, naming the tensor and element), writes the manifest and publishes the
-     * checkpoint. OUT must be one folder shared by the ranks. */
+     * their copy 0 only; pipeline parallelism: the tensors of its stage, the last stage's copy
+     * of a tied embedding left to the first). Over all ranks every element of every global
+     * tensor (those of the one-process model, whichever stage holds them) must be written
+     * exactly once: rank 0 waits for the others' block lists, checks that (a gap, an overlap
+     * or a tensor no rank wrote fails the save, naming the tensor and element), writes the
+     * manifest and publishes the checkpoint. OUT must be one folder shared by the ranks. */
     int rank, world;
     const size_t *ranges;
     int n_ranges;
@@ -172,6 +174,9 @@ typedef struct {
     int has_loader;
     char *recipe; /* the resolved recipe text */
     char recipe_sha256[65];
+    /* the layout that saved it (the manifest's parallel section; 0 where not recorded): for
+     * messages, loading does not need it */
+    int world, dp, tp, pp, chunks;
     int n;
     tr_ckpt_tensor *t;
     int n_files;
@@ -201,7 +206,9 @@ int tr_ckpt_steps(const char *out, long **steps);
 /* Give every tensor whole data (assembling those in blocks); -1 when out of memory. */
 int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen);
 /* Copy the checkpoint's parameters (and, when present, AdamW moments and step count) into
- * the model, whatever layout saved it: each tensor's global shape must be the model's gshape,
+ * the model, whatever layout saved it: every tensor the model holds (a pipeline stage: its
+ * own, and the last stage's copy of a tied embedding from the embedding's), whose global
+ * shape must be the model's gshape,
  * and only the parts the model keeps (tr_model_held_parts) are read, from where they lie in the
  * global tensor (tr_param_runs). -1 when a tensor is missing, has another shape (the message
  * names it and both shapes), or (lazy) a block it reads is damaged; nothing is changed when a

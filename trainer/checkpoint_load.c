@@ -192,6 +192,37 @@ static int read_header(tr_ckpt *c, yaml_document_t *doc, const char *path, char 
     return read_loader(c, doc, ymap_get(doc, root, "loader_position"), path, err, errlen);
 }
 
+/* The layout that saved the checkpoint (the parallel section; absent fields stay 0). */
+static void read_layout(tr_ckpt *c, yaml_document_t *doc) {
+    yaml_node_t *par = ymap_get(doc, yaml_document_get_root_node(doc), "parallel");
+    const char *keys[5] = {"world", "dp", "tp", "pp", "chunks"};
+    int *dst[5] = {&c->world, &c->dp, &c->tp, &c->pp, &c->chunks};
+    for (int k = 0; k < 5; k++) {
+        const char *v = yscalar(ymap_get(doc, par, keys[k]));
+        *dst[k] = v ? atoi(v) : 0;
+    }
+}
+
+/* Whose part file entry fn held, for a message about it: "" with one writer. */
+static void file_owner(const tr_ckpt *c, yaml_document_t *doc, yaml_node_t *fn, char *buf,
+                       size_t n) {
+    yaml_node_t *mesh = ymap_get(doc, fn, "mesh");
+    const char *rank = yscalar(ymap_get(doc, fn, "rank"));
+    buf[0] = 0;
+    if (c->world <= 1 || !rank) return;
+    const char *d = yseq_len(mesh) == 3 ? yscalar(yseq_at(doc, mesh, 0)) : NULL;
+    const char *p = d ? yscalar(yseq_at(doc, mesh, 1)) : NULL;
+    const char *t = d ? yscalar(yseq_at(doc, mesh, 2)) : NULL;
+    if (d && p && t)
+        snprintf(buf, n,
+                 " (rank %s's part: pipeline stage %s of %d, tp rank %s of %d, dp rank %s of "
+                 "%d; a checkpoint needs every rank's file)",
+                 rank, p, c->pp, t, c->tp, d, c->dp);
+    else
+        snprintf(buf, n, " (rank %s's part of %d; a checkpoint needs every rank's file)", rank,
+                 c->world);
+}
+
 /* Map every rank file the manifest lists, checking its size; their names into fnames. */
 static int open_files(tr_ckpt *c, yaml_document_t *doc, const char *dir, const char *path,
                       char (**fnames)[256], char *err, size_t errlen) {
@@ -210,7 +241,13 @@ static int open_files(tr_ckpt *c, yaml_document_t *doc, const char *dir, const c
         snprintf((*fnames)[i], 256, "%s", name);
         char fp[TR_PATH_MAX + 300];
         snprintf(fp, sizeof(fp), "%s/%s", dir, name);
-        if (tr_st_open(&c->files[i], fp, err, errlen)) return -1;
+        if (tr_st_open(&c->files[i], fp, err, errlen)) {
+            char who[256];
+            file_owner(c, doc, fn, who, sizeof(who));
+            size_t k = strlen(err);
+            snprintf(err + k, errlen - k, "%s", who);
+            return -1;
+        }
         if (bytes && (size_t)atoll(bytes) != c->files[i].size)
             return ck_fail(err, errlen,
                            "%s: %zu bytes, the manifest says %s (truncated or "
@@ -333,6 +370,7 @@ static int ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, int lazy, 
     if (load_manifest(path, &doc, err, errlen)) return -1;
     tensor_reader tr = {.c = c, .doc = &doc, .dir = dir, .path = path, .lazy = lazy};
     int rc = read_header(c, &doc, path, err, errlen);
+    if (!rc) read_layout(c, &doc);
     if (!rc) rc = open_files(c, &doc, dir, path, &tr.fnames, err, errlen);
     yaml_node_t *tensors = ymap_get(&doc, yaml_document_get_root_node(&doc), "tensors");
     int nt = yseq_len(tensors);

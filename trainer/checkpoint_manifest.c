@@ -203,10 +203,12 @@ static int push_run(slice_info **sl, int *n, int *cap, const tr_param *p, slice_
     return 0;
 }
 
-int ck_add_blocks(slice_info **sl, int *n, int *cap, const tr_param *p, int param, int kind,
-                  int rank, size_t lo, size_t hi) {
-    const slice_info b = {.param = param, .kind = kind, .rank = rank, .ndim = p->ndim};
+int ck_add_blocks(slice_info **sl, int *n, int *cap, const tr_param *p, int param, int gparam,
+                  int kind, int rank, size_t lo, size_t hi) {
+    const slice_info b = {
+        .param = param, .gparam = gparam, .kind = kind, .rank = rank, .ndim = p->ndim};
     tr_run run[32];
+    if (p->pp_copy) return 0; /* the last stage's copy of a tied embedding: the first writes it */
     while (lo < hi) {
         int k = tr_param_runs(p, lo, hi, run, 32);
         if (k <= 0) return 0; /* past the tensor's rows: nothing of it there */
@@ -221,7 +223,7 @@ int ck_add_blocks(slice_info **sl, int *n, int *cap, const tr_param *p, int para
 static int cmp_slice(const void *a, const void *b) {
     const slice_info *x = a, *y = b;
     if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
-    if (x->param != y->param) return x->param < y->param ? -1 : 1;
+    if (x->gparam != y->gparam) return x->gparam < y->gparam ? -1 : 1;
     return x->flat < y->flat ? -1 : x->flat > y->flat;
 }
 
@@ -317,24 +319,28 @@ int ck_check_tensor_cover(const char *name, int ndim, const long gshape[2], cons
     return rc;
 }
 
-int ck_check_cover(const tr_model *m, const slice_info *sl, int n, char *err, size_t errlen) {
-    int rc = 0, np = tr_model_num_params(m), j = 0;
+int ck_check_cover(const tr_model *g, const slice_info *sl, int n, char *err, size_t errlen) {
+    int rc = 0, np = tr_model_num_params(g), j = 0;
     char why[512];
     for (int kind = -1; kind <= 1 && !rc; kind++)
         for (int i = 0; i < np && !rc; i++) {
-            const tr_param *p = tr_model_param(m, i);
+            const tr_param *p = tr_model_param(g, i);
             int k = j;
-            while (k < n && sl[k].kind == kind && sl[k].param == i)
+            while (k < n && sl[k].kind == kind && sl[k].gparam == i)
                 k++;
             char name[TR_PARAM_NAME_MAX + 16];
             snprintf(name, sizeof(name), "%s%s", kind_prefix(kind), p->name);
             long gshape[2] = {p->gshape[0], p->gshape[1]};
-            rc = ck_check_tensor_cover(name, p->ndim, gshape, sl + j, k - j, why, sizeof(why));
+            if (k == j) /* not one element of it: a rank (a pipeline stage?) did not write */
+                rc = ck_fail(why, sizeof(why),
+                             "tensor '%s' is in no block (no rank wrote any of it)", name);
+            else
+                rc = ck_check_tensor_cover(name, p->ndim, gshape, sl + j, k - j, why, sizeof(why));
             j = k;
         }
     if (!rc && j < n)
         rc = ck_fail(why, sizeof(why), "a block of no tensor (kind %d, tensor %d)", sl[j].kind,
-                     sl[j].param);
+                     sl[j].gparam);
     if (rc)
         return ck_fail(err, errlen,
                        "the ranks' blocks do not hold every element of the global "
@@ -345,10 +351,10 @@ int ck_check_cover(const tr_model *m, const slice_info *sl, int n, char *err, si
 
 /* ---- the manifest ------------------------------------------------------------------------ */
 
-static void y_model(yout *y, const tr_model_desc *d, const tr_model *m) {
+static void y_model(yout *y, const tr_model_desc *d, const tr_model *g) {
     size_t n = 0; /* the global tensors' elements */
-    for (int i = 0; i < tr_model_num_params(m); i++)
-        n += global_numel(tr_model_param(m, i));
+    for (int i = 0; i < tr_model_num_params(g); i++)
+        n += global_numel(tr_model_param(g, i));
     y_plain(y, "model");
     y_map(y, 1);
     y_plain(y, "vocab");
@@ -369,7 +375,7 @@ static void y_model(yout *y, const tr_model_desc *d, const tr_model *m) {
 
 /* The layout the checkpoint was saved with (for people and tools: loading reads the blocks,
  * whatever the layout). */
-static void y_parallel(yout *y, const tr_ckpt_opts *o) {
+static void y_parallel(yout *y, const tr_ckpt_opts *o, int n_chunks) {
     y_plain(y, "parallel");
     y_map(y, 1);
     y_plain(y, "world");
@@ -380,6 +386,8 @@ static void y_parallel(yout *y, const tr_ckpt_opts *o) {
     y_fmt(y, "%d", o->tp);
     y_plain(y, "pp");
     y_fmt(y, "%d", o->pp);
+    y_plain(y, "chunks"); /* pipeline chunks: pp x virtual stages (1: no pipeline) */
+    y_fmt(y, "%d", n_chunks);
     y_plain(y, "zero");
     y_fmt(y, "%d", o->zero);
     y_plain(y, "sequence_parallel");
@@ -411,15 +419,23 @@ static void y_position(yout *y, unsigned long long seed, const tr_loader_pos *po
     y_map(y, 0);
 }
 
-static void y_files(yout *y, const size_t *file_bytes, int world) {
+/* Every rank's file, with the rank's place in the mesh (world rank = (d * pp + p) * tp + t:
+ * parallel/comm.h), so that a message about a missing file can say whose part it held. */
+static void y_files(yout *y, const size_t *file_bytes, const tr_ckpt_opts *o) {
     y_plain(y, "files");
     y_seq(y, 1, 0);
-    for (int r = 0; r < world; r++) {
+    for (int r = 0; r < o->world; r++) {
         y_map(y, 1);
         y_plain(y, "name");
         y_fmt(y, "rank_%05d.safetensors", r);
         y_plain(y, "rank");
         y_fmt(y, "%d", r);
+        y_plain(y, "mesh"); /* [dp rank, pipeline stage, tp rank] */
+        y_seq(y, 1, 1);
+        y_fmt(y, "%d", r / (o->tp * o->pp));
+        y_fmt(y, "%d", r / o->tp % o->pp);
+        y_fmt(y, "%d", r % o->tp);
+        y_seq(y, 0, 1);
         y_plain(y, "bytes");
         y_fmt(y, "%zu", file_bytes[r]);
         y_map(y, 0);
@@ -428,12 +444,12 @@ static void y_files(yout *y, const size_t *file_bytes, int world) {
 }
 
 /* Every global tensor once, with its global shape and its blocks from every rank (sl sorted
- * by kind, tensor, position). */
-static void y_tensors(yout *y, const tr_model *m, const slice_info *sl, int n_sl) {
+ * by kind, global tensor, position; g the one-process model). */
+static void y_tensors(yout *y, const tr_model *g, const slice_info *sl, int n_sl) {
     y_plain(y, "tensors");
     y_seq(y, 1, 0);
     for (int i = 0; i < n_sl;) {
-        const tr_param *p = tr_model_param(m, sl[i].param);
+        const tr_param *p = tr_model_param(g, sl[i].gparam);
         long shape[2] = {p->gshape[0], p->gshape[1]};
         char name[TR_PARAM_NAME_MAX + 16], key[TR_PARAM_NAME_MAX + 48];
         ck_slice_names(p, &sl[i], name, sizeof(name), key, sizeof(key));
@@ -447,7 +463,7 @@ static void y_tensors(yout *y, const tr_model *m, const slice_info *sl, int n_sl
         y_plain(y, "slices");
         y_seq(y, 1, 0);
         int j = i;
-        for (; j < n_sl && sl[j].kind == sl[i].kind && sl[j].param == sl[i].param; j++) {
+        for (; j < n_sl && sl[j].kind == sl[i].kind && sl[j].gparam == sl[i].gparam; j++) {
             ck_slice_names(p, &sl[j], name, sizeof(name), key, sizeof(key));
             y_map(y, 1);
             y_plain(y, "file");
@@ -470,9 +486,9 @@ static void y_tensors(yout *y, const tr_model *m, const slice_info *sl, int n_sl
 }
 
 char *ck_manifest_text(unsigned long long seed, const char *recipe_text, const char *sha,
-                       const tr_model_desc *d, const tr_model *m, const snap_meta *sm,
+                       const tr_model_desc *d, const tr_model *g, const snap_meta *sm,
                        const slice_info *sl, int n_sl, const size_t *file_bytes,
-                       const tr_ckpt_opts *o, size_t *out_len) {
+                       const tr_ckpt_opts *o, int n_chunks, size_t *out_len) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -499,11 +515,11 @@ char *ck_manifest_text(unsigned long long seed, const char *recipe_text, const c
     y_plain(&y, sha);
     y_plain(&y, "recipe");
     y_str(&y, recipe_text, YAML_LITERAL_SCALAR_STYLE);
-    y_model(&y, d, m);
-    y_parallel(&y, o);
+    y_model(&y, d, g);
+    y_parallel(&y, o, n_chunks);
     y_position(&y, seed, &sm->pos);
-    y_files(&y, file_bytes, o->world);
-    y_tensors(&y, m, sl, n_sl);
+    y_files(&y, file_bytes, o);
+    y_tensors(&y, g, sl, n_sl);
     y_map(&y, 0);
     yaml_document_end_event_initialize(&ev, 1);
     y_event(&y, &ev);

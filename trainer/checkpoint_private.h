@@ -54,6 +54,8 @@ int ck_fault_init(char *err, size_t errlen);
  * first element is global element `flat` of the flattened global tensor. */
 typedef struct {
     int param, kind; /* tr_model_param index; -1 parameters, 0 adam_m, 1 adam_v */
+    int gparam;      /* the global tensor: its index in the one-process model (ranks of a
+                        pipeline hold different tensors, so their local indices differ) */
     int rank;
     int ndim;
     long start[2], shape[2];
@@ -68,12 +70,13 @@ typedef struct {
     tr_loader_pos pos;
 } snap_meta;
 
-/* Append the blocks of the global tensor that local elements [lo, hi) of tensor p (parameter
- * index `param`, kind -1, 0, 1) hold, leaving out the segments another copy writes
- * (tr_param_seg.copy != 0); -1 when out of memory. */
-int ck_add_blocks(slice_info **sl, int *n, int *cap, const tr_param *p, int param, int kind,
-                  int rank, size_t lo, size_t hi);
-/* Sort blocks by (kind, tensor, first element): the manifest's order. */
+/* Append the blocks of the global tensor `gparam` that local elements [lo, hi) of tensor p
+ * (parameter index `param`, kind -1, 0, 1) hold, leaving out the segments another copy writes
+ * (tr_param_seg.copy != 0) and a pipeline replica (tr_param.pp_copy: the embedding's stage
+ * writes it); -1 when out of memory. */
+int ck_add_blocks(slice_info **sl, int *n, int *cap, const tr_param *p, int param, int gparam,
+                  int kind, int rank, size_t lo, size_t hi);
+/* Sort blocks by (kind, global tensor, first element): the manifest's order. */
 void ck_sort_blocks(slice_info *sl, int n);
 /* Blocks b[0..nb) of one global tensor (ndim 1 or 2, its shape gshape; any order) must hold
  * each of its elements exactly once: -1 with a message naming the tensor and the first
@@ -81,18 +84,20 @@ void ck_sort_blocks(slice_info *sl, int n);
 int ck_check_tensor_cover(const char *name, int ndim, const long gshape[2], const slice_info *b,
                           int nb, char *err, size_t errlen);
 /* Every rank's blocks, sorted: each element of each global tensor (parameters and both AdamW
- * moments) must be in exactly one block; -1 with a message naming the tensor and the first
- * element written twice or by no rank. */
-int ck_check_cover(const tr_model *m, const slice_info *sl, int n, char *err, size_t errlen);
+ * moments) of g, the one-process model (every tensor of every pipeline stage), must be in
+ * exactly one block; -1 with a message naming the tensor and the first element written twice
+ * or by no rank. */
+int ck_check_cover(const tr_model *g, const slice_info *sl, int n, char *err, size_t errlen);
 /* The global name of a block's tensor, and its key in the rank's file. */
 void ck_slice_names(const tr_param *p, const slice_info *s, char *name, size_t nlen, char *key,
                     size_t klen);
 /* The manifest text (with its trailing checksum comment), from every rank's blocks sorted by
- * (kind, tensor, position) and the layout in o (world, dp, tp, pp, zero, sequence_parallel);
- * malloc'ed, NULL when libyaml fails. */
+ * (kind, global tensor, position), g (the one-process model: the global tensors' names and
+ * shapes), the layout in o (world, dp, tp, pp, zero, sequence_parallel) and the pipeline's
+ * chunk count; malloc'ed, NULL when libyaml fails. */
 char *ck_manifest_text(unsigned long long seed, const char *recipe_text, const char *sha,
-                       const tr_model_desc *d, const tr_model *m, const snap_meta *sm,
+                       const tr_model_desc *d, const tr_model *g, const snap_meta *sm,
                        const slice_info *sl, int n_sl, const size_t *file_bytes,
-                       const tr_ckpt_opts *o, size_t *out_len);
+                       const tr_ckpt_opts *o, int n_chunks, size_t *out_len);
 
 #endif

@@ -20,6 +20,10 @@ enum { W_IDLE = 0, W_COPY, W_WRITE };
 
 struct tr_ckpt_writer {
     tr_model *m;
+    /* the one-process model, planned (no memory): every global tensor, whichever pipeline
+       stage holds it; gidx[i]: the index in it of this rank's tensor i */
+    tr_model *g;
+    int *gidx;
     char out[TR_PATH_MAX];
     char ckdir[TR_PATH_MAX + 16];
     char *recipe_text;
@@ -74,7 +78,7 @@ static int write_part(const tr_ckpt_writer *w, const char *tmp, size_t bytes, co
         fprintf(f, "bytes %zu\n", bytes);
         for (int i = 0; i < w->n_sl; i++) {
             const slice_info *s = &w->sl[i];
-            fprintf(f, "%d %d %ld %ld %ld %ld %zu %zu %08x\n", s->param, s->kind, s->start[0],
+            fprintf(f, "%d %d %ld %ld %ld %ld %zu %zu %08x\n", s->gparam, s->kind, s->start[0],
                     s->start[1], s->shape[0], s->shape[1], s->flat, s->count, s->crc);
         }
     }
@@ -113,7 +117,7 @@ static int read_part(const tr_ckpt_writer *w, const char *tmp, int r, slice_info
         nanosleep(&ts, NULL);
     }
     char line[512];
-    int rc = 0, np = tr_model_num_params(w->m);
+    int rc = 0, np = tr_model_num_params(w->g);
     if (!fgets(line, sizeof(line), f)) line[0] = 0;
     if (!strncmp(line, "failed ", 7)) {
         line[strcspn(line, "\n")] = 0;
@@ -122,16 +126,17 @@ static int read_part(const tr_ckpt_writer *w, const char *tmp, int r, slice_info
         rc = ck_fail(err, errlen, "%s: damaged", path);
     }
     while (!rc && fgets(line, sizeof(line), f)) {
-        slice_info s = {.rank = r};
+        slice_info s = {.rank = r, .param = -1}; /* its index in rank r's model is not ours */
         unsigned crc;
-        if (sscanf(line, "%d %d %ld %ld %ld %ld %zu %zu %x", &s.param, &s.kind, &s.start[0],
+        if (sscanf(line, "%d %d %ld %ld %ld %ld %zu %zu %x", &s.gparam, &s.kind, &s.start[0],
                    &s.start[1], &s.shape[0], &s.shape[1], &s.flat, &s.count, &crc) != 9 ||
-            s.param < 0 || s.param >= np || s.kind < -1 || s.kind > 1) {
+            s.gparam < 0 || s.gparam >= np || s.kind < -1 || s.kind > 1) {
+            line[strcspn(line, "\n")] = 0;
             rc = ck_fail(err, errlen, "%s: damaged line '%.60s'", path, line);
             break;
         }
         s.crc = crc;
-        s.ndim = tr_model_param(w->m, s.param)->ndim;
+        s.ndim = tr_model_param(w->g, s.gparam)->ndim;
         if (*n == *cap) {
             *cap = *cap ? 2 * *cap : 64;
             *sl = realloc(*sl, (size_t)*cap * sizeof(slice_info));
@@ -203,12 +208,12 @@ static int write_manifest(tr_ckpt_writer *w, const char *tmp, size_t *bytes, cha
     }
     if (!rc) {
         ck_sort_blocks(all, n_all);
-        rc = ck_check_cover(w->m, all, n_all, err, errlen);
+        rc = ck_check_cover(w->g, all, n_all, err, errlen);
     }
     if (!rc) {
         size_t mlen;
-        char *man = ck_manifest_text(w->seed, w->recipe_text, w->sha, &w->desc, w->m, &w->meta, all,
-                                     n_all, fbytes, &w->o, &mlen);
+        char *man = ck_manifest_text(w->seed, w->recipe_text, w->sha, &w->desc, w->g, &w->meta, all,
+                                     n_all, fbytes, &w->o, tr_model_num_chunks(w->m), &mlen);
         if (!man) {
             rc = ck_fail(err, errlen, "cannot format the manifest (libyaml emitter error)");
         } else {
@@ -346,10 +351,46 @@ static int layout_opts(tr_ckpt_opts *o, char *err, size_t errlen) {
     return 0;
 }
 
+/* The index of the tensor named `name` in g, looked for from `from` on (a stage lists its
+ * tensors in the global order), then from the start; -1 when g has none of that name. */
+static int global_index(const tr_model *g, const char *name, int from) {
+    int ng = tr_model_num_params(g);
+    for (int k = 0; k < ng; k++) {
+        int j = (from + k) % ng;
+        if (!strcmp(tr_model_param(g, j)->name, name)) return j;
+    }
+    return -1;
+}
+
+/* The one-process model (every global tensor: a pipeline stage's model lists only its own)
+ * and where this rank's tensors are in it (by name; the global shapes must agree). */
+static int plan_global(tr_ckpt_writer *w, char *err, size_t errlen) {
+    tr_model_opts one = {.B = 1, .T = 1};
+    char why[256];
+    if (tr_model_plan(&w->g, &w->desc, TR_DTYPE_F32, &one, why, sizeof(why)))
+        return ck_fail(err, errlen, "checkpoints: planning the one-process model: %s", why);
+    int n = tr_model_num_params(w->m), j = -1;
+    if (!(w->gidx = malloc((size_t)(n ? n : 1) * sizeof(int))))
+        return ck_fail(err, errlen, "checkpoints: out of memory");
+    for (int i = 0; i < n; i++) {
+        const tr_param *p = tr_model_param(w->m, i);
+        j = global_index(w->g, p->name, j + 1);
+        const tr_param *q = j >= 0 ? tr_model_param(w->g, j) : NULL;
+        if (!q || q->gshape[0] != p->gshape[0] || q->gshape[1] != p->gshape[1])
+            return ck_fail(err, errlen,
+                           "checkpoints: rank %d's tensor '%s' (%d x %d) is not a tensor of the "
+                           "one-process model (a bug in the layout)",
+                           w->o.rank, p->name, p->gshape[0], p->gshape[1]);
+        w->gidx[i] = j;
+    }
+    return 0;
+}
+
 /* This rank's blocks of the global tensors: every tensor's part inside each of its slab
  * ranges, for the parameters, m and v, each block at its offset in the snapshot. */
 static int plan_blocks(tr_ckpt_writer *w, const tr_ckpt_opts *opts, char *err, size_t errlen) {
     w->n_params = tr_model_num_params(w->m);
+    if (plan_global(w, err, errlen)) return -1;
     size_t whole[2] = {0, tr_model_slab_elements(w->m)};
     const size_t *rg = opts->ranges ? opts->ranges : whole;
     int n_rg = opts->ranges ? opts->n_ranges : 1, cap = 0;
@@ -360,8 +401,8 @@ static int plan_blocks(tr_ckpt_writer *w, const tr_ckpt_opts *opts, char *err, s
                 size_t lo = rg[2 * r] > p->offset ? rg[2 * r] : p->offset;
                 size_t hi =
                     rg[2 * r + 1] < p->offset + p->numel ? rg[2 * r + 1] : p->offset + p->numel;
-                if (lo < hi && ck_add_blocks(&w->sl, &w->n_sl, &cap, p, i, kind, w->o.rank,
-                                             lo - p->offset, hi - p->offset))
+                if (lo < hi && ck_add_blocks(&w->sl, &w->n_sl, &cap, p, i, w->gidx[i], kind,
+                                             w->o.rank, lo - p->offset, hi - p->offset))
                     return ck_fail(err, errlen, "checkpoints: out of memory");
             }
     size_t off = 0;
@@ -375,6 +416,8 @@ static int plan_blocks(tr_ckpt_writer *w, const tr_ckpt_opts *opts, char *err, s
 
 /* A writer that failed to start (no thread, mutex or condition yet): freed; returns -1. */
 static int init_failed(tr_ckpt_writer *w) {
+    tr_model_free(w->g);
+    free(w->gidx);
     free(w->snap);
     free(w->sl);
     free(w->recipe_text);
@@ -527,6 +570,8 @@ void tr_ckpt_writer_free(tr_ckpt_writer *w) {
     }
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
+    tr_model_free(w->g);
+    free(w->gidx);
     free(w->snap);
     free(w->sl);
     free(w->recipe_text);

@@ -447,7 +447,9 @@ int tr_hf_import(tr_model *m, const char *dir, char *err, size_t errlen) {
     if (!s.tied && tied) /* the file ties its head: ours starts from the embedding */
         snprintf(l.m[l.n - 1].hf, sizeof(l.m[l.n - 1].hf), "%s",
                  s.kind == HF_GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight");
-    int np = tr_model_num_params(m);
+    int np = tr_model_num_params(m), holds_all = 1; /* a pipeline stage holds a part */
+    for (int c = 0; c < tr_model_num_chunks(m); c++)
+        holds_all = holds_all && tr_model_chunk_held(m, c);
     float **full = calloc((size_t)np, sizeof(float *));
     float *tmp = NULL;
     for (int i = 0; i < l.n && !rc; i++) {
@@ -503,7 +505,7 @@ int tr_hf_import(tr_model *m, const char *dir, char *err, size_t errlen) {
         int pi = -1;
         for (int k = 0; k < np; k++)
             if (!strcmp(tr_model_param(m, k)->name, e->ours)) pi = k;
-        if (pi < 0 && tr_model_num_chunks(m) > 1) continue; /* another pipeline stage's */
+        if (pi < 0 && !holds_all) continue; /* another pipeline stage's tensor */
         if (pi < 0) {
             rc = ex_fail(err, errlen, "internal: no parameter '%s'", e->ours);
             break;
