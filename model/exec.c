@@ -393,8 +393,7 @@ static float head_pass(tr_model *m, const op_t *head, const int *targets, int B,
  * model's): said, then abort. */
 static void begin_or_die(tr_model *m, const int *tokens, int B, int T, const char *what) {
     if (!pass_begin(m, tokens, B, T, 1)) return;
-    fprintf(stderr, "trainer: model: %s of %d x %d tokens does not fit its buffers\n", what, B,
-            T);
+    fprintf(stderr, "trainer: model: %s of %d x %d tokens does not fit its buffers\n", what, B, T);
     abort();
 }
 
@@ -444,8 +443,8 @@ static void attention_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_
     be->linear_backward(m->scratch1, split ? NULL : G(m, op->p[2]), split ? NULL : G(m, op->p[3]),
                         gf, ACT(m, op->s[1]), P(m, op->p[2]), N, H * hd, C);
     tr_buf *dqkv = split ? ACT(m, op->dy[1]) : m->scratch2;
-    be->attention_backward(dqkv, m->scratch1, ACT(m, op->s[0]), ACT(m, op->s[1]),
-                           STAT(m, op->s[2]), B, T, H, KV, hd);
+    be->attention_backward(dqkv, m->scratch1, ACT(m, op->s[0]), ACT(m, op->s[1]), STAT(m, op->s[2]),
+                           B, T, H, KV, hd);
     if (n->rope_theta > 0) be->rope_backward(dqkv, B, T, H, KV, hd, n->rope_theta);
     tp_linear_backward(m, next, split ? NULL : G(m, op->p[0]), split ? NULL : G(m, op->p[1]), dqkv,
                        m->sp_now ? m->xfull : ACT(m, op->in), P(m, op->p[0]), N, C,
@@ -463,8 +462,8 @@ static void mlp_activation(tr_model *m, const op_t *op, int N) {
         be->gelu_forward(ACT(m, op->s[1]), ACT(m, op->s[0]), (size_t)N * (size_t)op->hid);
 }
 
-static void mlp_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *next, int B,
-                         int T, int split) {
+static void mlp_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *next, int B, int T,
+                         int split) {
     const tr_backend *be = m->be;
     const tr_node *n = op->node;
     const int N = B * T, C = m->desc.dim, h = op->hid, swiglu = n->activation == TR_ACT_SWIGLU;
@@ -478,8 +477,8 @@ static void mlp_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *n
                                  P(m, op->p[2]), ACT(m, op->s[0]), N, h, C);
     } else {
         be->linear_backward(m->scratch1, split ? NULL : G(m, op->p[2]),
-                            split ? NULL : G(m, op->p[3]), gf, ACT(m, op->s[1]), P(m, op->p[2]),
-                            N, h, C);
+                            split ? NULL : G(m, op->p[3]), gf, ACT(m, op->s[1]), P(m, op->p[2]), N,
+                            h, C);
         if (swiglu)
             be->swiglu_backward(dpre, m->scratch1, ACT(m, op->s[0]), N, h);
         else
@@ -525,8 +524,7 @@ static void grad_hooks(tr_model *m, int i, int after) {
 
 /* One op's backward (input part, or all of it), from the gradient of its output stream `g`;
  * returns the gradient of its input stream. skip: each residual level's skip gradient. */
-static tr_buf *backward_op(tr_model *m, int i, tr_buf *g, tr_buf **skip, int split, int B,
-                           int T) {
+static tr_buf *backward_op(tr_model *m, int i, tr_buf *g, tr_buf **skip, int split, int B, int T) {
     const tr_backend *be = m->be;
     const op_t *op = &m->ops[i];
     const int N = B * T, C = m->desc.dim, R = stream_rows(m, N);
@@ -651,9 +649,8 @@ float tr_model_chunk_forward(tr_model *m, int c, int slot, const int *tokens, co
     return loss;
 }
 
-float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens,
-                              const int *targets, int B, int T, float grad_scale,
-                              tr_bwd_part part) {
+float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens, const int *targets,
+                              int B, int T, float grad_scale, tr_bwd_part part) {
     const chunk_t *k = &m->chunks[c];
     begin_or_die(m, tokens, B, T, "a chunk's backward");
     use_slot(m, c, slot);
@@ -814,8 +811,7 @@ void tr_model_decode(tr_model *m, tr_kv_cache *c, int token, int pos, float *log
     decode_range(m, c, 0, m->n_ops, pos, logits);
 }
 
-void tr_model_decode_chunk(tr_model *m, tr_kv_cache *c, int ch, int token, int pos,
-                           float *logits) {
+void tr_model_decode_chunk(tr_model *m, tr_kv_cache *c, int ch, int token, int pos, float *logits) {
     pass_begin(m, &token, 1, 1, 0);
     use_slot(m, ch, 0);
     decode_range(m, c, m->chunks[ch].lo, m->chunks[ch].hi, pos, logits);

@@ -252,7 +252,8 @@ static void child_name(const tr_node *parent, int i, char *out, size_t len) {
 
 static int chunk_of_block(const builder *b, int block) {
     int c = 0;
-    while (c + 1 < b->m->n_chunks && b->o->chunk_start[c + 1] <= block) c++;
+    while (c + 1 < b->m->n_chunks && b->o->chunk_start[c + 1] <= block)
+        c++;
     return c;
 }
 
@@ -397,7 +398,8 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         op->in = cur;
         op->s[0] = act_take(b, (size_t)fc, 0);
         if (m->recompute == TR_RECOMPUTE_SELECTIVE) /* one shared buffer, recomputed */
-            op->s[1] = b->skip ? 0 : TRANSIENT | take(&(size_t){0}, &m->tact_floats, (size_t)h, b->N);
+            op->s[1] =
+                b->skip ? 0 : TRANSIENT | take(&(size_t){0}, &m->tact_floats, (size_t)h, b->N);
         else
             op->s[1] = act_take(b, (size_t)h, 0);
         op->out = act_take(b, (size_t)C, 1);
@@ -428,8 +430,8 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
 
 /* The pipeline options, checked (the layout checked them for the user; these are invariants
  * of callers): chunks cut at blocks 0 = start[0] < start[1] < ... < blocks. */
-static int pipeline_opts(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
-                         char *err, size_t errlen) {
+static int pipeline_opts(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o, char *err,
+                         size_t errlen) {
     int n = o->n_chunks > 0 ? o->n_chunks : 1, blocks = tr_cost_blocks(desc, 1, NULL, 0);
     m->pipelined = o->n_chunks > 0;
     m->split = m->pipelined && o->split_backward;
@@ -441,14 +443,16 @@ static int pipeline_opts(tr_model *m, const tr_model_desc *desc, const tr_model_
     }
     if (!m->pipelined) return 0;
     int ok = n <= TR_MAX_CHUNKS && o->chunk_start[0] == 0 && o->chunk_start[n] == blocks;
-    for (int c = 0; ok && c < n; c++) ok = o->chunk_start[c] < o->chunk_start[c + 1];
+    for (int c = 0; ok && c < n; c++)
+        ok = o->chunk_start[c] < o->chunk_start[c + 1];
     if (!ok) {
         snprintf(err, errlen, "model: %d pipeline chunks do not cut its %d blocks in order", n,
                  blocks);
         return -1;
     }
     if (m->split && m->recompute == TR_RECOMPUTE_FULL) {
-        snprintf(err, errlen, "model: a split backward needs the inputs of every product: "
+        snprintf(err, errlen,
+                 "model: a split backward needs the inputs of every product: "
                  "recompute \"none\" or \"selective\"");
         return -1;
     }
@@ -464,7 +468,8 @@ static int pipeline_opts(tr_model *m, const tr_model_desc *desc, const tr_model_
 static void keep_held_params(tr_model *m) {
     int np = m->n_params, *map = malloc((size_t)(np ? np : 1) * sizeof(int));
     int emb_op = -1, head_op = -1;
-    for (int i = 0; i < np; i++) map[i] = -1;
+    for (int i = 0; i < np; i++)
+        map[i] = -1;
     for (int i = 0; i < m->n_ops; i++) {
         const op_t *op = &m->ops[i];
         if (op->kind == OP_EMBED) emb_op = i;
@@ -633,7 +638,7 @@ static tr_memory memory_of(const tr_model *m) {
                       es +
                   align16(N) * F + 2 * N * sizeof(int);
     if (m->sp) mem.scratch += 2 * align16(N * C) * es; /* xfull, gfull */
-    for (int c = 0; c < m->n_chunks; c++) /* pipeline: the gradients between stages */
+    for (int c = 0; c < m->n_chunks; c++)              /* pipeline: the gradients between stages */
         for (int j = 0; m->chunks[c].held && j < (m->pipelined ? 2 * m->chunks[c].slots : 0); j++)
             if (gio_needed(m, c, j)) mem.activations += align16(Ns * C) * es;
     if (m->tp > 1) /* vgather, xstats, ltokens */
@@ -719,8 +724,10 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
         return -1;
     }
     if (m->pipelined && strcmp(be->name, "cpu")) {
-        snprintf(err, errlen, "pipeline parallelism on the %s backend needs NCCL, which is not "
-                 "implemented yet (run with --device cpu)", be->name);
+        snprintf(err, errlen,
+                 "pipeline parallelism on the %s backend needs NCCL, which is not "
+                 "implemented yet (run with --device cpu)",
+                 be->name);
         tr_model_free(m);
         return -1;
     }
@@ -770,8 +777,7 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
         ok = (m->gbuf[i] = be->alloc(align16(Ns * C) * es)) != NULL;
     if (ok && m->sp)
         ok = (m->xfull = be->alloc(align16(N * C) * es)) && (m->gfull = be->alloc(align16(N * C) * es));
-    if (ok && m->n_gio)
-        ok = (m->gio = calloc((size_t)m->n_gio, sizeof(tr_buf *))) != NULL;
+    if (ok && m->n_gio) ok = (m->gio = calloc((size_t)m->n_gio, sizeof(tr_buf *))) != NULL;
     for (int c = 0; ok && c < m->n_chunks; c++)
         for (int j = 0; ok && m->chunks[c].held && j < 2 * m->chunks[c].slots; j++)
             if (gio_needed(m, c, j))
@@ -823,7 +829,8 @@ void tr_model_free(tr_model *m) {
             for (int i = 0; i < 2 * (m->max_depth + 1); i++)
                 be->free(m->gbuf[i]);
     }
-    for (int i = 0; be && m->gio && i < m->n_gio; i++) be->free(m->gio[i]);
+    for (int i = 0; be && m->gio && i < m->n_gio; i++)
+        be->free(m->gio[i]);
     free(m->gio);
     free(m->chunks);
     free(m->gbuf);

@@ -360,9 +360,8 @@ float tr_model_chunk_forward(tr_model *m, int c, int slot, const int *tokens, co
  * its loss (returned; 0 elsewhere) and gradient, seeded with grad_scale; the others from
  * tr_model_chunk_grad_output. Gradients accumulate, as tr_model_backward's do. */
 typedef enum { TR_BWD_ALL = 0, TR_BWD_INPUT, TR_BWD_WEIGHT } tr_bwd_part;
-float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens,
-                              const int *targets, int B, int T, float grad_scale,
-                              tr_bwd_part part);
+float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens, const int *targets,
+                              int B, int T, float grad_scale, tr_bwd_part part);
 /* Incremental decoding of chunk c (tr_model_decode, one chunk): the chunk holding the
  * embedding reads `token`, the others their input (slot 0); the chunk holding the head writes
  * the logits, the others leave their output in slot 0. */

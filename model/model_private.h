@@ -62,11 +62,11 @@ struct tr_model {
     chunk_t *chunks;
     int n_chunks, pipelined, split;
     size_t ashift, sshift;
-    tr_buf **gio;       /* per chunk and slot (from chunk.gslot): gin, gout alternate */
+    tr_buf **gio; /* per chunk and slot (from chunk.gslot): gin, gout alternate */
     int n_gio;
-    tr_comm *tie_comm;  /* the first and last pipeline stages (a tied embedding), or NULL */
-    tr_comm *pp_comm;   /* the pipeline ranks with this rank's dp and tp coordinates */
-    int has_copies;     /* some tensor is a pipeline replica (tr_param.pp_copy) */
+    tr_comm *tie_comm; /* the first and last pipeline stages (a tied embedding), or NULL */
+    tr_comm *pp_comm;  /* the pipeline ranks with this rank's dp and tp coordinates */
+    int has_copies;    /* some tensor is a pipeline replica (tr_param.pp_copy) */
     const tr_backend *be;
     int maxB, maxT;
     op_t *ops;

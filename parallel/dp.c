@@ -589,30 +589,31 @@ static void tp_sum_partial_grads(tr_dp *d) {
     /* the tp groups first, then the pipeline's tied embedding (its pair of stages differ in
        which tp groups they have: one order for every rank) */
     for (int last = 0; last < 2; last++)
-    for (int i = 0; i < tr_model_num_params(m); i++)
-        for (int s = 0; s < tr_model_param(m, i)->n_seg; s++) {
-            tr_comm *g = tr_model_grad_group(m, i, s);
-            if (g && tr_model_param(m, i)->pp_tied != last) continue;
-            int seen = !g;
-            for (int k = 0; k < n_done && !seen; k++) seen = done[k] == g;
-            if (seen || n_done == 8) continue; /* the model makes at most 5 groups */
-            done[n_done++] = g;
-            tp_pack k = {.d = d, .group = g};
-            each_held(d, pack_held, &k); /* count */
-            if (!k.n) continue;
-            k.buf = malloc(k.n * sizeof(float));
-            if (!k.buf) {
-                fprintf(stderr, "trainer: out of memory summing tensor-parallel gradients\n");
-                abort();
+        for (int i = 0; i < tr_model_num_params(m); i++)
+            for (int s = 0; s < tr_model_param(m, i)->n_seg; s++) {
+                tr_comm *g = tr_model_grad_group(m, i, s);
+                if (g && tr_model_param(m, i)->pp_tied != last) continue;
+                int seen = !g;
+                for (int k = 0; k < n_done && !seen; k++)
+                    seen = done[k] == g;
+                if (seen || n_done == 8) continue; /* the model makes at most 5 groups */
+                done[n_done++] = g;
+                tp_pack k = {.d = d, .group = g};
+                each_held(d, pack_held, &k); /* count */
+                if (!k.n) continue;
+                k.buf = malloc(k.n * sizeof(float));
+                if (!k.buf) {
+                    fprintf(stderr, "trainer: out of memory summing tensor-parallel gradients\n");
+                    abort();
+                }
+                k.n = 0;
+                each_held(d, pack_held, &k);
+                tr_comm_all_reduce(g, k.buf, k.n, TR_COMM_F32);
+                k.n = 0;
+                k.unpack = 1;
+                each_held(d, pack_held, &k);
+                free(k.buf);
             }
-            k.n = 0;
-            each_held(d, pack_held, &k);
-            tr_comm_all_reduce(g, k.buf, k.n, TR_COMM_F32);
-            k.n = 0;
-            k.unpack = 1;
-            each_held(d, pack_held, &k);
-            free(k.buf);
-        }
 }
 
 /* The global gradient norm's square: what this rank keeps, a tensor replicated over the tp
@@ -681,7 +682,8 @@ static void dp_sync(tr_dp *d) {
     d->st.span_s += d->last_done - d->first_start;
     /* the next step starts every bucket anew, armed or not (a pipeline does not arm: its
        chunks' last backwards interleave) */
-    for (int i = 0; i < d->n_buckets; i++) d->b[i].started = 0, d->b[i].req = NULL;
+    for (int i = 0; i < d->n_buckets; i++)
+        d->b[i].started = 0, d->b[i].req = NULL;
     d->first_start = d->last_done = 0;
 }
 

@@ -57,21 +57,25 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
         snprintf(err, errlen, "pipeline: out of memory");
         return -1;
     }
-    for (int k = 0; k < p->nch * p->maxs; k++) freed_at[k] = -1;
+    for (int k = 0; k < p->nch * p->maxs; k++)
+        freed_at[k] = -1;
     int rc = 0, last = p->nch - 1;
     for (int i = 0; i < p->n && !rc; i++) {
         const tr_pp_action *a = &p->a[i];
         int c = a->chunk, *b = busy + c * p->maxs;
         p->post_after[i] = -2;
         if (!tr_model_chunk_held(p->m, c)) {
-            snprintf(err, errlen, "pipeline: the schedule runs chunk %d on stage %d, whose "
-                     "model does not hold it", c, p->p);
+            snprintf(err, errlen,
+                     "pipeline: the schedule runs chunk %d on stage %d, whose "
+                     "model does not hold it",
+                     c, p->p);
             rc = -1;
             break;
         }
         if (a->op == TR_ACT_FWD) {
             int k = 0;
-            while (k < p->maxs && b[k]) k++;
+            while (k < p->maxs && b[k])
+                k++;
             if (k == p->maxs || k >= tr_pp_chunk_slots(&p->s, c)) {
                 snprintf(err, errlen, "pipeline: chunk %d needs more slots than it has", c);
                 rc = -1;
@@ -95,8 +99,8 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
     return rc;
 }
 
-int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V, int M,
-                 char *err, size_t errlen) {
+int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V, int M, char *err,
+                 size_t errlen) {
     *out = NULL;
     tr_pipe *p = calloc(1, sizeof(*p));
     if (!p) {
@@ -111,8 +115,8 @@ int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V
     if (p->nch != p->P * V || tr_pp_check(kind, p->P, V, M, err, errlen) ||
         tr_pp_generate(&p->s, kind, p->P, V, M)) {
         if (p->nch != p->P * V)
-            snprintf(err, errlen, "pipeline: the model has %d chunks, not pp %d x %d", p->nch,
-                     p->P, V);
+            snprintf(err, errlen, "pipeline: the model has %d chunks, not pp %d x %d", p->nch, p->P,
+                     V);
         tr_pipe_free(p);
         return -1;
     }
@@ -171,8 +175,8 @@ static void post_recv(tr_pipe *p, int j, int B, int T) {
     int grad = a->op != TR_ACT_FWD, from = a->chunk + (grad ? 1 : -1);
     tr_buf *buf = grad ? tr_model_chunk_grad_output(p->m, a->chunk, p->slot[j])
                        : tr_model_chunk_input(p->m, a->chunk, p->slot[j]);
-    p->rq[j] = tr_comm_irecv(p->c, buf, n, TR_COMM_F32, rank_of(p, from),
-                             tag_of(a->mb, grad, a->chunk));
+    p->rq[j] =
+        tr_comm_irecv(p->c, buf, n, TR_COMM_F32, rank_of(p, from), tag_of(a->mb, grad, a->chunk));
 }
 
 /* The receives that may start once action i has run (i = -1: at the start of the step). */
@@ -196,17 +200,17 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
         tr_model_chunk_forward(p->m, c, k, tok, NULL, B, T);
         p->busy += now_s() - t0;
         if (c < last)
-            p->send_act[at] = tr_comm_isend(p->c, tr_model_chunk_output(p->m, c, k), n,
-                                            TR_COMM_F32, rank_of(p, c + 1), tag_of(a->mb, 0, c + 1));
+            p->send_act[at] = tr_comm_isend(p->c, tr_model_chunk_output(p->m, c, k), n, TR_COMM_F32,
+                                            rank_of(p, c + 1), tag_of(a->mb, 0, c + 1));
         return 0;
     }
-    tr_bwd_part part = a->op == TR_ACT_BWD ? TR_BWD_ALL
+    tr_bwd_part part = a->op == TR_ACT_BWD      ? TR_BWD_ALL
                        : a->op == TR_ACT_BWD_IN ? TR_BWD_INPUT
                                                 : TR_BWD_WEIGHT;
     if (part != TR_BWD_WEIGHT) wait_on(p, &p->send_grad[at], idle);
     t0 = now_s();
-    loss = tr_model_chunk_backward(p->m, c, k, tok, c == last ? targets[a->mb] : NULL, B, T,
-                                   scale, part);
+    loss = tr_model_chunk_backward(p->m, c, k, tok, c == last ? targets[a->mb] : NULL, B, T, scale,
+                                   part);
     p->busy += now_s() - t0;
     if (part != TR_BWD_WEIGHT && c > 0)
         p->send_grad[at] = tr_comm_isend(p->c, tr_model_chunk_grad_input(p->m, c, k), n,
@@ -249,8 +253,8 @@ double tr_pipe_eval(tr_pipe *p, const int *tokens, const int *targets, int B, in
     for (int c = 0; c < p->nch; c++) { /* each stage its chunks, in model order */
         if (!tr_model_chunk_held(p->m, c)) continue;
         if (c > 0)
-            tr_comm_recv(p->c, tr_model_chunk_input(p->m, c, 0), n, TR_COMM_F32,
-                         rank_of(p, c - 1), tag_of(0, 0, c));
+            tr_comm_recv(p->c, tr_model_chunk_input(p->m, c, 0), n, TR_COMM_F32, rank_of(p, c - 1),
+                         tag_of(0, 0, c));
         tr_comm_wait(sent); /* slot 0's output, sent from the chunk before */
         sent = NULL;
         loss += tr_model_chunk_forward(p->m, c, 0, c == 0 ? tokens : NULL,
@@ -269,12 +273,12 @@ void tr_pipe_decode(tr_pipe *p, tr_kv_cache *cache, int token, int pos, float *l
     for (int c = 0; c < p->nch; c++) {
         if (!tr_model_chunk_held(p->m, c)) continue;
         if (c > 0)
-            tr_comm_recv(p->c, tr_model_chunk_input(p->m, c, 0), C, TR_COMM_F32,
-                         rank_of(p, c - 1), tag_of(0, 0, c));
+            tr_comm_recv(p->c, tr_model_chunk_input(p->m, c, 0), C, TR_COMM_F32, rank_of(p, c - 1),
+                         tag_of(0, 0, c));
         tr_model_decode_chunk(p->m, cache, c, token, pos, logits);
         if (c < p->nch - 1) /* one row: a blocking send, its receiver is waiting for it */
-            tr_comm_send(p->c, tr_model_chunk_output(p->m, c, 0), C, TR_COMM_F32,
-                         rank_of(p, c + 1), tag_of(0, 0, c + 1));
+            tr_comm_send(p->c, tr_model_chunk_output(p->m, c, 0), C, TR_COMM_F32, rank_of(p, c + 1),
+                         tag_of(0, 0, c + 1));
     }
     tr_comm_broadcast(p->c, logits, (size_t)tr_model_desc_of(p->m)->vocab, TR_COMM_F32,
                       rank_of(p, p->nch - 1));

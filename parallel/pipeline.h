@@ -23,8 +23,8 @@ typedef struct {
 /* For the model `m` (built with this rank's chunks and the schedule's slots), over the
  * pipeline group `pp` (rank p = this rank's stage), schedule kind/P/V/M: 0, or -1 with a
  * message (out of memory, or a model whose chunks do not match). */
-int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V, int M,
-                 char *err, size_t errlen);
+int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V, int M, char *err,
+                 size_t errlen);
 void tr_pipe_free(tr_pipe *p);
 
 /* Called after each backward (or its weight part) of a micro-batch of a chunk, e.g. for

@@ -27,16 +27,16 @@ static void check(int ok, const char *what, double got, double lim) {
         printf("%s rank %d %s (%.2e, limit %.0e)\n", ok ? "ok  " : "FAIL", g_rank, what, got, lim);
 }
 
-static const char *gpt =
-    "model { vocab = 61, dim = 32, seq_len = 8, embedding {}, positions {},\n"
-    "  stack { n = 8, residual { layernorm {}, attention { heads = 4 } },\n"
-    "                 residual { layernorm {}, mlp { hidden = 64 } } },\n"
-    "  layernorm {}, lm_head {} }\n"
-    "data { text = 'x' } train { batch_tokens = 32, steps = 1 }\n";
+static const char *gpt = "model { vocab = 61, dim = 32, seq_len = 8, embedding {}, positions {},\n"
+                         "  stack { n = 8, residual { layernorm {}, attention { heads = 4 } },\n"
+                         "                 residual { layernorm {}, mlp { hidden = 64 } } },\n"
+                         "  layernorm {}, lm_head {} }\n"
+                         "data { text = 'x' } train { batch_tokens = 32, steps = 1 }\n";
 
 static const char *llama =
     "model { vocab = 61, dim = 32, seq_len = 8, embedding {}, rope { theta = 10000 },\n"
-    "  stack { n = 4, residual { rmsnorm {}, attention { heads = 4, kv_heads = 2, bias = false } },\n"
+    "  stack { n = 4, residual { rmsnorm {}, attention { heads = 4, kv_heads = 2, bias = false } "
+    "},\n"
     "    residual { rmsnorm {}, mlp { hidden = 48, activation = 'swiglu', bias = false } } },\n"
     "  rmsnorm {}, lm_head { tied = false } }\n"
     "data { text = 'x' } train { batch_tokens = 32, steps = 1 }\n";
@@ -52,7 +52,8 @@ static double compare(tr_model *one, tr_model *part, int grads, double floor) {
         const tr_param *q = tr_model_param(one, i);
         float *all = malloc((q->numel + 1) * sizeof(float));
         (grads ? tr_model_get_grad : tr_model_get_param)(one, i, all);
-        for (size_t j = 0; j < q->numel; j++) top = fmax(top, fabs(all[j]));
+        for (size_t j = 0; j < q->numel; j++)
+            top = fmax(top, fabs(all[j]));
         free(all);
     }
     for (int i = 0; i < tr_model_num_params(part); i++) {
@@ -62,9 +63,11 @@ static double compare(tr_model *one, tr_model *part, int grads, double floor) {
         if (!q) return 1e9;
         float *mine = malloc((p->numel + 1) * sizeof(float)), *all = malloc((q->numel + 1) * 4);
         (grads ? tr_model_get_grad : tr_model_get_param)(part, i, mine);
-        (grads ? tr_model_get_grad : tr_model_get_param)(one, (int)(q - tr_model_param(one, 0)), all);
+        (grads ? tr_model_get_grad : tr_model_get_param)(one, (int)(q - tr_model_param(one, 0)),
+                                                         all);
         double scale = floor * top, diff = 0;
-        for (size_t j = 0; j < q->numel; j++) scale = fmax(scale, fabs(all[j]));
+        for (size_t j = 0; j < q->numel; j++)
+            scale = fmax(scale, fabs(all[j]));
         int n = tr_param_runs(p, 0, p->numel, NULL, 0);
         tr_run *r = malloc((size_t)(n + 1) * sizeof(tr_run));
         tr_param_runs(p, 0, p->numel, r, n);
@@ -109,7 +112,8 @@ static tr_model_opts part_opts(const variant *v, const setup *s, int T, int bloc
     o.external_grads = v->zero >= 2, o.external_params = v->zero == 3;
     o.n_chunks = nc, o.split_backward = v->kind == TR_PP_ZBH1;
     o.pp_comm = s->pp, o.tie_comm = s->tie;
-    for (int c = 0; c <= nc; c++) o.chunk_start[c] = c * blocks / nc;
+    for (int c = 0; c <= nc; c++)
+        o.chunk_start[c] = c * blocks / nc;
     for (int c = 0; c < nc; c++) {
         o.held[c] = c % v->pp == p;
         o.slots[c] = o.held[c] ? tr_pp_chunk_slots(&sc, c) : 1;
@@ -171,7 +175,8 @@ static void batch(int step, int k, int V, int N, int *tok, int *tgt) {
 static void eval_decode(const variant *v, setup *s, int *tok, int *tgt, int T) {
     int V = s->r.model.vocab;
     char err[256], what[200];
-    double le = tr_pipe_eval(s->pipe, tok, tgt, B, T), l1 = tr_model_forward(s->one, tok, tgt, B, T, 0);
+    double le = tr_pipe_eval(s->pipe, tok, tgt, B, T),
+           l1 = tr_model_forward(s->one, tok, tgt, B, T, 0);
     double e = fabs(le - l1) / fabs(l1);
     snprintf(what, sizeof(what), "%s: evaluation loss", v->name);
     check(e <= 1e-5, what, e, 1e-5);
@@ -185,7 +190,8 @@ static void eval_decode(const variant *v, setup *s, int *tok, int *tgt, int T) {
     for (int pos = 0; pos < 5; pos++) {
         tr_model_decode(s->one, c1, tok[pos], pos, a);
         tr_pipe_decode(s->pipe, ct, tok[pos], pos, b);
-        for (int i = 0; i < V; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+        for (int i = 0; i < V; i++)
+            worst = fmax(worst, fabs(a[i] - b[i]));
     }
     tr_dp_hold_params(s->dt, 0);
     snprintf(what, sizeof(what), "%s: decoded logits", v->name);
@@ -203,9 +209,14 @@ static void run(tr_comm *world, const variant *v) {
     }
     int T = s.r.model.seq_len, N = B * T, V = s.r.model.vocab, d = tr_comm_rank(s.dp);
     int *tok[M], *tgt[M], *t1 = malloc((size_t)N * sizeof(int)), *g1 = malloc((size_t)N * 4);
-    for (int k = 0; k < M; k++) tok[k] = malloc((size_t)N * 4), tgt[k] = malloc((size_t)N * 4);
-    tr_adamw opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-3f,
-                    .weight_decay = 0.1f, .grad_scale = 1.0f};
+    for (int k = 0; k < M; k++)
+        tok[k] = malloc((size_t)N * 4), tgt[k] = malloc((size_t)N * 4);
+    tr_adamw opt = {.lr = 1e-2f,
+                    .beta1 = 0.9f,
+                    .beta2 = 0.95f,
+                    .eps = 1e-3f,
+                    .weight_decay = 0.1f,
+                    .grad_scale = 1.0f};
     char what[200];
     float scale = 1.0f / (float)(M * v->dp);
     for (int step = 0; step < 3; step++) {
@@ -217,9 +228,10 @@ static void run(tr_comm *world, const variant *v) {
             l1 += tr_model_forward(s.one, t1, g1, B, T, scale);
             tr_model_backward(s.one);
         }
-        for (int k = 0; k < M; k++) batch(step, d * M + k, V, N, tok[k], tgt[k]);
-        double lp = tr_pipe_step(s.pipe, (const int *const *)tok, (const int *const *)tgt, B, T,
-                                 scale);
+        for (int k = 0; k < M; k++)
+            batch(step, d * M + k, V, N, tok[k], tgt[k]);
+        double lp =
+            tr_pipe_step(s.pipe, (const int *const *)tok, (const int *const *)tgt, B, T, scale);
         lp = tr_dp_sum(s.dt, lp);
         tr_dp_sync_grads(s.dt);
         double e = fabs(lp - l1) / fabs(l1);
@@ -243,7 +255,8 @@ static void run(tr_comm *world, const variant *v) {
         check(e <= 1e-5, what, e, 1e-5);
     }
     eval_decode(v, &s, tok[0], tgt[0], T);
-    for (int k = 0; k < M; k++) free(tok[k]), free(tgt[k]);
+    for (int k = 0; k < M; k++)
+        free(tok[k]), free(tgt[k]);
     free(t1), free(g1);
     release(&s);
 }
@@ -288,7 +301,8 @@ int main(int argc, char **argv) {
             {"llama dp 2 pp 2 1f1b zero 2", llama, 2, 1, 2, 1, 2, 0, TR_PP_1F1B},
             {"llama dp 2 pp 2 1f1b zero 3", llama, 2, 1, 2, 1, 3, 0, TR_PP_1F1B},
         };
-        for (size_t i = 0; i < sizeof(zs) / sizeof(zs[0]); i++) run(world, &zs[i]);
+        for (size_t i = 0; i < sizeof(zs) / sizeof(zs[0]); i++)
+            run(world, &zs[i]);
     }
     if (g_rank == 0)
         printf("%s: %d failure(s) on rank 0 (%d ranks)\n", g_fail ? "FAIL" : "PASS", g_fail, W);

@@ -21,16 +21,16 @@ static void check(int ok, const char *what, double got, double lim) {
     printf("%s %s (%.2e, limit %.0e)\n", ok ? "ok  " : "FAIL", what, got, lim);
 }
 
-static const char *gpt =
-    "model { vocab = 61, dim = 32, seq_len = 8, embedding {}, positions {},\n"
-    "  stack { n = 3, residual { layernorm {}, attention { heads = 4 } },\n"
-    "                 residual { layernorm {}, mlp { hidden = 64 } } },\n"
-    "  layernorm {}, lm_head {} }\n"
-    "data { text = 'x' } train { batch_tokens = 32, steps = 1 }\n";
+static const char *gpt = "model { vocab = 61, dim = 32, seq_len = 8, embedding {}, positions {},\n"
+                         "  stack { n = 3, residual { layernorm {}, attention { heads = 4 } },\n"
+                         "                 residual { layernorm {}, mlp { hidden = 64 } } },\n"
+                         "  layernorm {}, lm_head {} }\n"
+                         "data { text = 'x' } train { batch_tokens = 32, steps = 1 }\n";
 
 static const char *llama =
     "model { vocab = 61, dim = 32, seq_len = 8, embedding {}, rope { theta = 10000 },\n"
-    "  stack { n = 3, residual { rmsnorm {}, attention { heads = 4, kv_heads = 2, bias = false } },\n"
+    "  stack { n = 3, residual { rmsnorm {}, attention { heads = 4, kv_heads = 2, bias = false } "
+    "},\n"
     "    residual { rmsnorm {}, mlp { hidden = 48, activation = 'swiglu', bias = false } } },\n"
     "  rmsnorm {}, lm_head { tied = false } }\n"
     "data { text = 'x' } train { batch_tokens = 32, steps = 1 }\n";
@@ -109,8 +109,8 @@ static double decode_diff(tr_model *one, tr_model *m, const int *tok) {
     return worst;
 }
 
-static void one_case(const char *name, const char *text, int nc, const int *starts,
-                     tr_recompute rc, int split) {
+static void one_case(const char *name, const char *text, int nc, const int *starts, tr_recompute rc,
+                     int split) {
     tr_recipe r;
     char err[512], what[200];
     if (tr_recipe_load_string(&r, text, name, ".", NULL, 0, err, sizeof(err))) {
@@ -121,8 +121,10 @@ static void one_case(const char *name, const char *text, int nc, const int *star
     tr_model_opts o1 = {.B = B, .T = T, .recompute = rc}, oc = o1;
     oc.n_chunks = nc;
     oc.split_backward = split;
-    for (int c = 0; c <= nc; c++) oc.chunk_start[c] = starts[c];
-    for (int c = 0; c < nc; c++) oc.held[c] = 1, oc.slots[c] = M;
+    for (int c = 0; c <= nc; c++)
+        oc.chunk_start[c] = starts[c];
+    for (int c = 0; c < nc; c++)
+        oc.held[c] = 1, oc.slots[c] = M;
     tr_model *one, *m;
     if (tr_model_init_opts(&one, &r.model, tr_backend_cpu(), &o1, err, sizeof(err)) ||
         tr_model_init_opts(&m, &r.model, tr_backend_cpu(), &oc, err, sizeof(err))) {

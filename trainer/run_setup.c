@@ -428,8 +428,8 @@ static void micro_end(void *dp) {
 static int setup_pipeline(run_ctx *x) {
     const tr_layout *l = &x->lay;
     if (l->pp <= 1) return 0;
-    int bad = tr_pipe_init(&x->pipe, x->model, x->ppc, (tr_pp_kind)l->schedule,
-                           l->virtual_stages, l->microbatches, x->err, sizeof(x->err));
+    int bad = tr_pipe_init(&x->pipe, x->model, x->ppc, (tr_pp_kind)l->schedule, l->virtual_stages,
+                           l->microbatches, x->err, sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
     if (setup_failed(x->world, bad, x->msg)) return -1;
     tr_pipe_set_backward_hook(x->pipe, micro_end, x->dp);
@@ -597,8 +597,10 @@ void run_free(run_ctx *x) {
     free(x->inputs);
     free(x->targets);
     free(x->all_steps);
-    for (int a = 0; x->mb_in && a < x->lay.accum; a++) free(x->mb_in[a]);
-    for (int a = 0; x->mb_tg && a < x->lay.accum; a++) free(x->mb_tg[a]);
+    for (int a = 0; x->mb_in && a < x->lay.accum; a++)
+        free(x->mb_in[a]);
+    for (int a = 0; x->mb_tg && a < x->lay.accum; a++)
+        free(x->mb_tg[a]);
     free(x->mb_in);
     free(x->mb_tg);
     tr_pipe_free(x->pipe);

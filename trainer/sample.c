@@ -86,7 +86,8 @@ int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *dctx, const int
     /* the prompt: only its last T-1 tokens fit with room for one more */
     int start = n_prompt > T - 1 ? n_prompt - (T - 1) : 0, pos = 0;
     if (cached)
-        for (int i = start; i < n_prompt; i++) decode(dctx, c, ctx[i], pos++, logits);
+        for (int i = start; i < n_prompt; i++)
+            decode(dctx, c, ctx[i], pos++, logits);
     else
         tr_model_last_logits(m, ctx + start, 1, n_prompt - start, logits);
     for (int i = n_prompt; i < total; i++) {
@@ -101,7 +102,8 @@ int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *dctx, const int
         }
         if (pos == T) { /* the window is full: restart from its last half */
             pos = 0;
-            for (int j = i + 1 - T / 2; j < i; j++) decode(dctx, c, ctx[j], pos++, logits);
+            for (int j = i + 1 - T / 2; j < i; j++)
+                decode(dctx, c, ctx[j], pos++, logits);
         }
         decode(dctx, c, next, pos++, logits);
     }

@@ -125,7 +125,7 @@ static int write_sample(run_ctx *x, const char *outdir, int writer) {
 
 typedef struct {
     double compute_s, wait_s, data_s, steps;
-    double pp_idle; /* the pipeline's idle share of its schedules; -1 without one */
+    double pp_idle;         /* the pipeline's idle share of its schedules; -1 without one */
     double mem[5], pred[5]; /* bytes allocated (less ZeRO's transient bucket buffers) and
                                predicted: parameters, gradients, optimizer, activations,
                                scratch */
@@ -150,7 +150,8 @@ static int rank_table(const run_ctx *x, double pp_idle) {
     m.grads += tr_dp_grad_bytes(x->dp) - tr_dp_grad_buffer_bytes(x->dp);
     const size_t *mv[5] = {&m.params, &m.grads, &m.optimizer, &m.activations, &m.scratch},
                  *pv[5] = {&p.params, &p.grads, &p.optimizer, &p.activations, &p.scratch};
-    for (int k = 0; k < 5; k++) row.mem[k] = (double)*mv[k], row.pred[k] = (double)*pv[k];
+    for (int k = 0; k < 5; k++)
+        row.mem[k] = (double)*mv[k], row.pred[k] = (double)*pv[k];
     if (gethostname(row.host, sizeof(row.host) - 1)) snprintf(row.host, sizeof(row.host), "?");
     /* the device without the start-up notes after ';' (why there is no GPU, and so on) */
     snprintf(row.device, sizeof(row.device), "%.*s", (int)strcspn(device, ";"), device);
@@ -192,8 +193,7 @@ static int rank_table(const run_ctx *x, double pp_idle) {
                     fprintf(f, ", \"%s\": [%.0f, %.0f, %.0f, %.0f, %.0f]",
                             j ? "predicted_bytes" : "memory_bytes", v[0], v[1], v[2], v[3], v[4]);
                 }
-                if (rows[k].pp_idle >= 0)
-                    fprintf(f, ", \"pipeline_idle\": %.4f", rows[k].pp_idle);
+                if (rows[k].pp_idle >= 0) fprintf(f, ", \"pipeline_idle\": %.4f", rows[k].pp_idle);
                 fprintf(f, "}%s\n", k + 1 < n ? "," : "");
             }
             fprintf(f, "]\n");
@@ -282,8 +282,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     mine[0] = res->dt - mine[1] - mine[2];
     x->led.compute_s += mine[0], x->led.wait_s += mine[1], x->led.data_s += mine[2];
     x->led.steps++;
-    if (x->nranks > 1)
-        tr_comm_all_gather(x->world, mine, x->all_steps, RANK_FIGS, TR_COMM_F64);
+    if (x->nranks > 1) tr_comm_all_gather(x->world, mine, x->all_steps, RANK_FIGS, TR_COMM_F64);
     res->tps = (double)x->tokens_step / res->dt;
     res->gflops = x->flops_tok * res->tps / 1e9;
     /* every process of the world brings its own peak */
@@ -450,7 +449,8 @@ static void print_parallel_stats(const run_ctx *x) {
  * -1 when out of memory. */
 static int place_param(run_ctx *x, const tr_dp_state *all, const char *name, float *global) {
     int i = 0, np = tr_model_num_params(x->model);
-    while (i < np && strcmp(tr_model_param(x->model, i)->name, name)) i++;
+    while (i < np && strcmp(tr_model_param(x->model, i)->name, name))
+        i++;
     if (i == np || tr_model_param(x->model, i)->pp_copy) return 0;
     const tr_param *p = tr_model_param(x->model, i);
     int nr = tr_param_runs(p, 0, p->numel, NULL, 0);
@@ -482,8 +482,7 @@ static int dump_params(run_ctx *x, const char *path) {
     tr_dp_state all = {0};
     tr_model *plan = NULL;
     tr_model_opts one = {.B = 1, .T = 1};
-    if (tr_model_plan(&plan, &x->r.model, TR_DTYPE_F32, &one, x->err, sizeof(x->err)))
-        return -1;
+    if (tr_model_plan(&plan, &x->r.model, TR_DTYPE_F32, &one, x->err, sizeof(x->err))) return -1;
     if (x->lay.zero == 3 && tr_dp_gather_state(x->dp, &all)) {
         tr_model_free(plan);
         return -1;
