@@ -69,7 +69,8 @@ tr_comm_req *tr_comm_ireduce_scatter(tr_comm *c, const void *send, void *recv, s
 tr_comm_req *tr_comm_iall_gather(tr_comm *c, const void *send, void *recv, size_t n,
                                  tr_comm_dtype t);
 /* Point to point (pipeline stages): messages between two ranks with the same tag arrive in
- * the order they were sent. */
+ * the order they were sent. The progress agent polls sends, not receives (a pipeline keeps
+ * one posted ahead at all times): a receive moves in its tests and wait. */
 tr_comm_req *tr_comm_isend(tr_comm *c, const void *buf, size_t n, tr_comm_dtype t, int peer,
                            int tag);
 tr_comm_req *tr_comm_irecv(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int peer, int tag);

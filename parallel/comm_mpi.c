@@ -570,7 +570,10 @@ static tr_comm_req *run_nonblocking(tr_comm *c, op_info o, void *buf, const void
     }
     r->c = c;
     r->o = o;
-    r->registered = 1;
+    /* the agent moves collectives and sends; not receives: a pipeline always has one posted
+       ahead, and polling it every PROGRESS_NS would take a core's share from the compute for
+       as long (a send completes once its receiver is there, which it is, posted ahead) */
+    r->registered = o.op != OP_RECV;
     if (start(r, buf, send, recv)) {
         free(r);
         return NULL;

@@ -13,7 +13,7 @@
 
 typedef struct tr_pipe tr_pipe;
 
-typedef struct {
+typedef struct { /* over the steps after the first (a warm-up) */
     long steps;
     double step_s; /* the schedule's span, first action to last, summed over steps */
     double idle_s; /* of which waiting for a neighbour's activation or gradient */
