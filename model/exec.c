@@ -515,7 +515,7 @@ static int deferred(const tr_model *m, const op_t *op) {
  * first write (after = 0), the gradient hook for the tensors this op completes (after = 1). */
 static void grad_hooks(tr_model *m, int i, int after) {
     const op_t *op = &m->ops[i];
-    tr_grad_hook fn = after ? m->hook : m->pre_hook;
+    tr_grad_hook fn = after ? (m->hooks_held ? NULL : m->hook) : m->pre_hook;
     void *ctx = after ? m->hook_ctx : m->pre_ctx;
     if (!fn || (!after && op->kind == OP_HEAD)) return; /* the head's: placed in forward */
     for (int k = 0; k < 4; k++)
@@ -626,6 +626,9 @@ tr_buf *tr_model_chunk_grad_output(tr_model *m, int c, int slot) {
 }
 tr_buf *tr_model_chunk_grad_input(tr_model *m, int c, int slot) {
     return m->gio[m->chunks[c].gslot + 2 * slot + 1];
+}
+void tr_model_hold_grad_hooks(tr_model *m, int hold) {
+    m->hooks_held = hold;
 }
 tr_comm *tr_model_pp_group(const tr_model *m) {
     return m->pp_comm;

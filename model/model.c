@@ -387,7 +387,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
             op->dy[0] = act_take(b, (size_t)C, 0);
             op->dy[1] = act_take(b, (size_t)qkv, 0);
         }
-        if ((size_t)qkv > m->width_scratch) m->width_scratch = (size_t)qkv;
+        if (!b->skip && (size_t)qkv > m->width_scratch) m->width_scratch = (size_t)qkv;
         return op->out;
     }
     case TR_NODE_MLP: {
@@ -407,7 +407,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
             op->dy[0] = act_take(b, (size_t)C, 0);
             op->dy[1] = act_take(b, (size_t)fc, 0);
         }
-        if ((size_t)fc > m->width_scratch) m->width_scratch = (size_t)fc;
+        if (!b->skip && (size_t)fc > m->width_scratch) m->width_scratch = (size_t)fc;
         return op->out;
     }
     case TR_NODE_LM_HEAD:
@@ -434,6 +434,7 @@ static int pipeline_opts(tr_model *m, const tr_model_desc *desc, const tr_model_
                          size_t errlen) {
     int n = o->n_chunks > 0 ? o->n_chunks : 1, blocks = tr_cost_blocks(desc, 1, NULL, 0);
     m->pipelined = o->n_chunks > 0;
+    m->head_here = 1; /* until keep_held_params says otherwise */
     m->split = m->pipelined && o->split_backward;
     m->n_chunks = n;
     m->chunks = calloc((size_t)n, sizeof(chunk_t));
@@ -480,6 +481,7 @@ static void keep_held_params(tr_model *m) {
     int tied = emb_op >= 0 && head_op >= 0 && m->ops[head_op].p[0] == m->ops[emb_op].p[0];
     int emb_here = emb_op >= 0 && m->chunks[m->ops[emb_op].chunk].held;
     int head_here = head_op >= 0 && m->chunks[m->ops[head_op].chunk].held;
+    m->head_here = head_here;
     int n = 0;
     m->n_floats = 0;
     for (int i = 0; i < np; i++) {
@@ -621,6 +623,12 @@ static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o,
     return 0;
 }
 
+/* The head's chunk of logits (rows x this rank's vocabulary); a pipeline stage without the
+ * head keeps a token buffer. */
+static size_t logits_elems(const tr_model *m) {
+    return m->head_here ? m->head_rows * (size_t)m->Vl : 16;
+}
+
 static tr_memory memory_of(const tr_model *m) {
     size_t N = (size_t)m->maxB * (size_t)m->maxT, C = (size_t)m->desc.dim, F = sizeof(float);
     size_t es = m->es;
@@ -633,7 +641,7 @@ static tr_memory memory_of(const tr_model *m) {
     mem.activations =
         (m->act_floats + m->tact_floats) * es + (m->stat_floats + m->tstat_floats) * F;
     size_t Ns = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream */
-    mem.scratch = (2 * align16(m->width_scratch * N) + m->head_rows * (size_t)m->Vl +
+    mem.scratch = (2 * align16(m->width_scratch * N) + logits_elems(m) +
                    2 * (size_t)(m->max_depth + 1) * align16(Ns * C)) *
                       es +
                   align16(N) * F + 2 * N * sizeof(int);
@@ -757,7 +765,7 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     m->tstats = be->alloc((m->tstat_floats ? m->tstat_floats : 16) * F);
     m->scratch1 = be->alloc(align16(m->width_scratch * N) * es);
     m->scratch2 = be->alloc(align16(m->width_scratch * N) * es);
-    m->logits = be->alloc(m->head_rows * (size_t)m->Vl * es);
+    m->logits = be->alloc(logits_elems(m) * es);
     m->losses = be->alloc(align16(N) * F);
     m->tokens = be->alloc(N * sizeof(int));
     m->targets = be->alloc(N * sizeof(int));

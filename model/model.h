@@ -367,6 +367,9 @@ float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens, c
  * the logits, the others leave their output in slot 0. */
 void tr_model_decode_chunk(tr_model *m, tr_kv_cache *cache, int c, int token, int pos,
                            float *logits);
+/* While hold is 1, the gradient hook (tr_model_set_grad_hook) is not called: a pipeline's
+ * backwards of a chunk before its last one in a step (their gradients are not final). */
+void tr_model_hold_grad_hooks(tr_model *m, int hold);
 /* The pipeline group given at init (NULL: none). */
 tr_comm *tr_model_pp_group(const tr_model *m);
 

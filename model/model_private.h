@@ -67,6 +67,8 @@ struct tr_model {
     tr_comm *tie_comm; /* the first and last pipeline stages (a tied embedding), or NULL */
     tr_comm *pp_comm;  /* the pipeline ranks with this rank's dp and tp coordinates */
     int has_copies;    /* some tensor is a pipeline replica (tr_param.pp_copy) */
+    int head_here;     /* this process holds the head's chunk */
+    int hooks_held;    /* the gradient hook is not called (tr_model_hold_grad_hooks) */
     const tr_backend *be;
     int maxB, maxT;
     op_t *ops;

@@ -27,6 +27,8 @@ struct tr_pipe {
     tr_comm_req **send_act, **send_grad; /* per chunk x slot: the send reading that buffer */
     void (*hook)(void *);
     void *hook_ctx;
+    unsigned char *final; /* per action: its chunk's last backward (part) of the step */
+    int gate;             /* gradient hooks in final actions only (tr_pipe_final_hooks) */
     tr_pipe_stats st;
     double last_idle;
     double busy; /* this step: seconds computing */
@@ -97,6 +99,14 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
         }
     }
     free(busy), free(freed_at), free(fwd_at);
+    /* each chunk's last backward of each kind (whole, input part, weight part) */
+    for (int i = p->n - 1; i >= 0 && !rc; i--) {
+        const tr_pp_action *a = &p->a[i];
+        int later = 0;
+        for (int j = i + 1; j < p->n && !later; j++)
+            later = p->a[j].chunk == a->chunk && p->a[j].op == a->op;
+        p->final[i] = a->op != TR_ACT_FWD && !later;
+    }
     return rc;
 }
 
@@ -131,7 +141,8 @@ int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V
     p->rq = calloc(na, sizeof(tr_comm_req *));
     p->send_act = calloc(ns, sizeof(tr_comm_req *));
     p->send_grad = calloc(ns, sizeof(tr_comm_req *));
-    if (!p->slot || !p->post_after || !p->rq || !p->send_act || !p->send_grad) {
+    p->final = calloc(na, 1);
+    if (!p->slot || !p->post_after || !p->rq || !p->send_act || !p->send_grad || !p->final) {
         snprintf(err, errlen, "pipeline: out of memory");
         tr_pipe_free(p);
         return -1;
@@ -152,7 +163,12 @@ void tr_pipe_free(tr_pipe *p) {
     free(p->rq);
     free(p->send_act);
     free(p->send_grad);
+    free(p->final);
     free(p);
+}
+
+void tr_pipe_final_hooks(tr_pipe *p, int on) {
+    p->gate = on;
 }
 
 void tr_pipe_set_backward_hook(tr_pipe *p, void (*fn)(void *ctx), void *ctx) {
@@ -209,6 +225,7 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
                        : a->op == TR_ACT_BWD_IN ? TR_BWD_INPUT
                                                 : TR_BWD_WEIGHT;
     if (part != TR_BWD_WEIGHT) wait_on(p, &p->send_grad[at], idle);
+    if (p->gate) tr_model_hold_grad_hooks(p->m, !p->final[i]);
     t0 = now_s();
     loss = tr_model_chunk_backward(p->m, c, k, tok, c == last ? targets[a->mb] : NULL, B, T, scale,
                                    part);
@@ -233,6 +250,7 @@ double tr_pipe_step(tr_pipe *p, const int *const *tokens, const int *const *targ
         wait_on(p, &p->send_act[k], &idle);
         wait_on(p, &p->send_grad[k], &idle);
     }
+    tr_model_hold_grad_hooks(p->m, 0);
     /* the loss is the last stage's; its sum also ends the step together on every stage, so
        that what each one did not compute of the span is its bubble */
     tr_comm_all_reduce(p->c, &loss, 1, TR_COMM_F64);

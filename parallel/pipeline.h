@@ -31,6 +31,12 @@ void tr_pipe_free(tr_pipe *p);
  * ZeRO-2's per-micro-batch reduction. */
 void tr_pipe_set_backward_hook(tr_pipe *p, void (*fn)(void *ctx), void *ctx);
 
+/* With on = 1, the model's gradient hook is called only in each chunk's last backward of a
+ * step (for a split backward: its last input part and its last weight part), when its
+ * gradients are final: data parallelism with ZeRO 0 or 1 (armed before the step) then reduces
+ * each bucket as soon as it is complete, during the schedule's last backwards. */
+void tr_pipe_final_hooks(tr_pipe *p, int on);
+
 /* One optimizer step's forwards and backwards: M micro-batches of B x T tokens (tokens[k],
  * targets[k]), each loss scaled by grad_scale into the accumulated gradients. Returns the
  * sum of the M micro-batches' mean losses, on every rank of the pipeline. */

@@ -147,6 +147,7 @@ static int make(tr_comm *world, const variant *v, setup *s) {
         return -1;
     }
     tr_pipe_set_backward_hook(s->pipe, micro_end, s->dt);
+    tr_pipe_final_hooks(s->pipe, v->zero < 2); /* as the trainer */
     tr_model_init_params(s->one, 5);
     tr_model_init_params(s->part, 5);
     return 0;
@@ -230,6 +231,7 @@ static void run(tr_comm *world, const variant *v) {
         }
         for (int k = 0; k < M; k++)
             batch(step, d * M + k, V, N, tok[k], tgt[k]);
+        if (v->zero < 2) tr_dp_arm(s.dt); /* buckets reduced in the last backwards */
         double lp =
             tr_pipe_step(s.pipe, (const int *const *)tok, (const int *const *)tgt, B, T, scale);
         lp = tr_dp_sum(s.dt, lp);

@@ -433,6 +433,7 @@ static int setup_pipeline(run_ctx *x) {
     snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
     if (setup_failed(x->world, bad, x->msg)) return -1;
     tr_pipe_set_backward_hook(x->pipe, micro_end, x->dp);
+    tr_pipe_final_hooks(x->pipe, l->zero < 2);
     x->mb_in = calloc((size_t)l->accum, sizeof(int *));
     x->mb_tg = calloc((size_t)l->accum, sizeof(int *));
     bad = !x->mb_in || !x->mb_tg;

@@ -245,8 +245,9 @@ static int train_step(run_ctx *x, int step, step_result *res) {
         tr_model_backward(x->model);
         tr_dp_micro_end(x->dp);
     }
-    /* a pipeline: the dp reduction (ZeRO 0, 1) waits for the schedule's end, whose last
-       backwards are those of every chunk of the rank in turn */
+    /* a pipeline: ZeRO 0 and 1 reduce each bucket during the chunks' last backwards (the
+       executor calls the gradient hook in those only); ZeRO 2 and 3 every micro-batch */
+    if (x->pipe && x->lay.zero < 2) tr_dp_arm(x->dp);
     if (x->pipe)
         loss = tr_pipe_step(x->pipe, (const int *const *)x->mb_in, (const int *const *)x->mb_tg,
                             x->B, x->T, 1.0f / (float)(accum * ndp));
