@@ -60,12 +60,6 @@ static tr_buf *ROW(const tr_model *m, const tr_buf *base, size_t r, size_t width
  * the time it took: blocking ones are exposed in full; a non-blocking one is exposed only for
  * the time its wait took. */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Rows of the residual stream in this pass, and the first global row this rank holds. */
 static int stream_rows(const tr_model *m, int N) {
     return m->sp_now ? N / m->tp : N;
@@ -81,7 +75,7 @@ typedef struct {
 
 static tp_req tp_start(tr_model *m, tr_comm_req *r) {
     m->tps.ops++;
-    return (tp_req){r, now_s()};
+    return (tp_req){r, tr_comm_now()};
 }
 
 static void tp_wait(tr_model *m, tp_req r) {

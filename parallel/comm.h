@@ -88,6 +88,9 @@ double tr_comm_wait_done(tr_comm_req *r, double *done_at);
  * this process's communication calls, mostly its wait. */
 int tr_comm_progress_agent(void);
 
+/* CLOCK_MONOTONIC in seconds: the clock every figure of the parallel runtime is timed with. */
+double tr_comm_now(void);
+
 /* Time this process spent inside blocking operations and waits, in seconds, since init. */
 double tr_comm_wait_seconds(void);
 

@@ -82,7 +82,7 @@ static struct {
 static const char *const dtype_names[] = {"float", "double", "int32", "int64", "byte"};
 static const size_t dtype_bytes[] = {4, 8, 4, 8, 1};
 
-static double now_s(void) {
+double tr_comm_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -141,7 +141,7 @@ static int check_args(const tr_comm *c, const op_info *o) {
 }
 
 static void account(double t0) {
-    g.wait_seconds += now_s() - t0;
+    g.wait_seconds += tr_comm_now() - t0;
 }
 
 /* ---- the world of one ----------------------------------------------------------------- */
@@ -226,7 +226,7 @@ static void *agent_main(void *arg) {
             /* an error is left for the waiting thread, whose own test reports it */
             if (MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
                 r->done = 1;
-                r->t_done = now_s();
+                r->t_done = tr_comm_now();
                 g_inflight[k] = g_inflight[--g_n_inflight];
             } else {
                 k++;
@@ -366,8 +366,8 @@ static int census(char *buf, size_t len) {
         if (MPI_Isend(&g_census_me, 1, MPI_INT, k, CENSUS_ASK, g_census, &sr) == MPI_SUCCESS)
             MPI_Request_free(&sr);
     }
-    double deadline = now_s() + CENSUS_S;
-    for (int left = n - 1; left > 0 && now_s() < deadline;) {
+    double deadline = tr_comm_now() + CENSUS_S;
+    for (int left = n - 1; left > 0 && tr_comm_now() < deadline;) {
         for (int k = 0; k < n; k++) {
             int flag = 0;
             if (k == g_census_me || got[k]) continue;
@@ -416,7 +416,7 @@ static void die_timeout(const tr_comm *c, const op_info *o) {
 enum { SPIN_US = 20000, SLEEP_MIN_NS = 20000, SLEEP_MAX_NS = 500000 };
 
 static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_Status *st) {
-    double t0 = now_s(), deadline = t0 + g.timeout;
+    double t0 = tr_comm_now(), deadline = t0 + g.timeout;
     long sleep_ns = SLEEP_MIN_NS;
     for (;;) {
         int flag = 0;
@@ -425,7 +425,7 @@ static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_St
         unlock();
         if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
         if (flag) return;
-        double t = now_s();
+        double t = tr_comm_now();
         if (t > deadline) die_timeout(c, o);
         if (t - t0 < SPIN_US * 1e-6) {
             sched_yield(); /* lets an oversubscribed peer run */
@@ -537,7 +537,7 @@ static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
 
 /* Blocking: start, then wait against the deadline. */
 static int run_blocking(tr_comm *c, op_info o, void *buf, const void *send, void *recv) {
-    double t0 = now_s();
+    double t0 = tr_comm_now();
     tr_comm_req r = {.c = c, .o = o};
     int rc = start(&r, buf, send, recv);
 #ifdef TR_HAVE_MPI
@@ -852,7 +852,7 @@ int tr_comm_test(tr_comm_req *r) {
         int rc = MPI_Test(&r->rq, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) die_mpi(r->c, &r->o, rc);
         r->done = done;
-        if (done) r->t_done = now_s();
+        if (done) r->t_done = tr_comm_now();
     }
     unlock();
 #else
@@ -875,7 +875,7 @@ int tr_comm_progress_agent(void) {
 }
 
 double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
-    double t0 = now_s(), seen = 0;
+    double t0 = tr_comm_now(), seen = 0;
     *done_at = t0;
     if (!r) return 0.0;
 #ifdef TR_HAVE_MPI
@@ -889,7 +889,7 @@ double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
     unlock();
 #endif
     free(r);
-    double t1 = now_s();
+    double t1 = tr_comm_now();
     *done_at = seen > 0 ? seen : t1; /* else it completed in the wait */
     g.wait_seconds += t1 - t0;
     return t1 - t0;

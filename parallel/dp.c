@@ -104,17 +104,11 @@ static void pool_give(tr_dp *d, float *p, size_t n) {
     }
 }
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void poll_buckets(tr_dp *d) {
     for (int i = 0; i < d->n_buckets; i++)
         if (d->b[i].started && !d->b[i].done && tr_comm_test(d->b[i].req)) {
             d->b[i].done = 1;
-            d->last_done = now();
+            d->last_done = tr_comm_now();
         }
 }
 
@@ -127,7 +121,7 @@ static void reset_pending(tr_dp *d) {
 }
 
 static void start_allreduce(tr_dp *d, bucket *b) {
-    if (!d->first_start) d->first_start = now();
+    if (!d->first_start) d->first_start = tr_comm_now();
     b->started = 1;
     b->done = 0;
     b->req = tr_comm_iall_reduce(
@@ -157,7 +151,7 @@ static void z2_finish(tr_dp *d, int k) {
     s->buf = s->recv = NULL;
     b->slot = -1;
     s->bucket = -1;
-    d->last_done = now();
+    d->last_done = tr_comm_now();
 }
 
 static void z2_poll(tr_dp *d) {
@@ -211,7 +205,7 @@ static void z2_place(void *ctx, int param) {
 static void z2_start(tr_dp *d, bucket *b) {
     ring_slot *s = &d->ring[b->slot];
     b->started = 1;
-    if (!d->first_start) d->first_start = now();
+    if (!d->first_start) d->first_start = tr_comm_now();
     s->seq = d->seq++;
     s->req = tr_comm_ireduce_scatter(d->c, s->buf, s->recv, b->piece, TR_COMM_F32);
     d->st.buckets++;
@@ -284,9 +278,9 @@ static void z3_ready(tr_dp *d, int k) {
     bucket *b = &d->b[k];
     z3_start(d, k);
     if (!b->preq) return;
-    double t0 = now();
+    double t0 = tr_comm_now();
     tr_comm_wait(b->preq);
-    d->st.gather_s += now() - t0;
+    d->st.gather_s += tr_comm_now() - t0;
     b->preq = NULL;
     for (int i = b->lo_param; i <= b->hi_param; i++)
         tr_model_set_param_addr(d->m, i, b->full + (tr_model_param(d->m, i)->offset - b->lo));
@@ -652,17 +646,17 @@ void tr_dp_sync_grads(tr_dp *d) {
 
 static void dp_sync(tr_dp *d) {
     if (d->zero >= 2) {
-        double t0 = now();
+        double t0 = tr_comm_now();
         for (int k = 0; k < RING; k++)
             if (d->ring[k].req) z2_finish(d, k);
-        double t1 = now();
+        double t1 = tr_comm_now();
         d->st.steps++;
         d->st.exposed_s += t1 - t0;
         if (d->first_start > 0) d->st.span_s += d->last_done - d->first_start;
         return;
     }
     if (d->world <= 1) return;
-    double t0 = now();
+    double t0 = tr_comm_now();
     /* the hook starts every bucket as its tensors complete; should one not have started
        (a model whose tensors complete out of order), start it now: correctness first */
     for (int i = 0; i < d->n_buckets; i++)
@@ -671,11 +665,11 @@ static void dp_sync(tr_dp *d) {
         if (!d->b[i].done) {
             tr_comm_wait(d->b[i].req);
             d->b[i].done = 1;
-            d->last_done = now();
+            d->last_done = tr_comm_now();
         } else {
             tr_comm_wait(d->b[i].req); /* completed earlier: frees the handle */
         }
-    double t1 = now();
+    double t1 = tr_comm_now();
     d->armed = 0;
     d->st.steps++;
     d->st.exposed_s += t1 - t0;
@@ -702,7 +696,7 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
             return;
         }
         /* every rank's updated pieces, bucket by bucket, back into every rank's parameters */
-        double t0 = now();
+        double t0 = tr_comm_now();
         const tr_backend *be = tr_model_backend(d->m);
         tr_buf *slab = tr_model_param_slab(d->m);
         for (int k = 0; k < d->n_buckets; k++) {
@@ -715,19 +709,19 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
                 tr_comm_all_gather(d->c, d->gather + mine, d->gather, b->piece, TR_COMM_F32);
             be->upload(tr_buf_at(be, slab, b->lo), d->gather, len * sizeof(float));
         }
-        d->st.gather_s += now() - t0;
+        d->st.gather_s += tr_comm_now() - t0;
         memset(d->sgrad, 0, d->sgrad_elems * sizeof(float));
         return;
     }
     tr_model_adamw_step(d->m, opt); /* the shard only, when the model was built sharded */
     if (d->zero == 1 && d->world > 1) {
-        double t0 = now();
+        double t0 = tr_comm_now();
         size_t lo, hi;
         tr_model_optim_range(d->m, &lo, &hi);
         tr_buf *slab = tr_model_param_slab(d->m);
         tr_comm_all_gather(d->c, tr_buf_at(tr_model_backend(d->m), slab, lo), slab, hi - lo,
                            TR_COMM_F32);
-        d->st.gather_s += now() - t0;
+        d->st.gather_s += tr_comm_now() - t0;
     }
 }
 

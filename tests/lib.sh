@@ -136,3 +136,48 @@ cmp_run() { # "L G P" A B
     [ "${#n[@]}" -eq 3 ] || { echo "cmp_run: the noise '$1' is not three numbers"; return 1; }
     _run_diff cmp "$noise_k" "${n[@]}" "$2" "$3"
 }
+
+# ---- Shared by the layout tests (tp.sh, pp.sh) -----------------------------------------
+# They define recipe MODEL (the recipe and its --set), run NAME NP MODEL [flags...], T (the
+# trainer), tmp and noise[MODEL] (run_noise's figures).
+
+# Checkpoints across layouts: saved at step 5 (the run then killed), resumed in another layout;
+# the ten steps and the final parameters are the single process's.
+resume_pair() { # model name np-save "save flags" np-resume "resume flags"
+    local model=$1 name=$2 np1=$3 f1=$4 np2=$5 f2=$6
+    local save=("$T" run $(recipe "$model") --out "$tmp/$name" --peak-gflops 10 --set ckpt=5 $f1)
+    [ "$np1" -gt 1 ] && save=(timeout 300 mpirun -np "$np1" "${save[@]}")
+    (TR_FAULT_KILL_AFTER_STEP=5 "${save[@]}" >"$tmp/$name.save.log" 2>&1; true) 2>/dev/null # killed
+    [ -f "$tmp/$name/checkpoints/step_00000005/manifest.yaml" ] || { bad "$name: no checkpoint at step 5"; return; }
+    run "$name" "$np2" "$model" --set ckpt=5 --resume $f2 || return
+    grep -q "resuming from .*step_00000005" "$tmp/$name.log" || { bad "$name: did not resume"; return; }
+    if e=$(cmp_run "${noise[$model]}" "$tmp/$name" "$tmp/${model}_one"); then
+        ok "$name: resumed in another layout, equal to one process: $e"
+    else
+        bad "$name: resumed run differs: $e"
+    fi
+}
+
+# Two Hugging Face model.safetensors files: the same tensors and shapes, and values within
+# noise_k times the parameters' noise (or its floor) of the largest; prints the difference.
+hf_cmp() { # A B params-noise
+    python3 - "$1" "$2" "$3" "$noise_k" <<'PY'
+import array, json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: array.array("f", b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}, {k: v["shape"] for k, v in h.items()}
+a, sa = load(sys.argv[1])
+b, sb = load(sys.argv[2])
+if sa != sb:
+    print("tensors or shapes differ"); sys.exit(1)
+top = max(max(abs(x) for x in t) for t in b.values())
+d = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) / top
+lim = float(sys.argv[4]) * max(float(sys.argv[3]), 2.0**-20)
+print("%d tensors, max diff %.2e of the largest (limit %.2e)" % (len(a), d, lim))
+sys.exit(0 if d <= lim else 1)
+PY
+}

@@ -8,7 +8,8 @@
 # predicted for it (ranks.json), and `trainer show` prints each stage's; the run reports each
 # stage's idle share beside the schedule's theory; checkpoints saved in one layout resume in
 # another (four pairs with pp); the sample drawn through the stages and the Hugging Face export
-# equal one process's; bad layouts are refused in one line before training.
+# equal one process's; bad layouts are refused in one line before training; a stage killed
+# mid-run ends the job instead of hanging its neighbour.
 # TR_TEST_QUICK=1 (the sanitizer build in CI, where every run is a few times slower): each
 # layout with one schedule, every schedule at least once, two checkpoint pairs, one sample.
 set -u
@@ -117,22 +118,6 @@ check_layout llama_1x2x2_1f1b_sp llama 4 --tp 2 --pp 2 --sequence-parallel --sch
 check_layout llama_2x1x2_1f1b_z3 llama 4 --dp 2 --pp 2 --zero 3 --schedule 1f1b --micro-batch 2
 fi
 
-# checkpoints across layouts: saved at step 5 (the run then killed), resumed in another layout;
-# the ten steps and the final parameters are the single process's
-resume_pair() { # model name np-save "save flags" np-resume "resume flags"
-    local model=$1 name=$2 np1=$3 f1=$4 np2=$5 f2=$6
-    local save=("$T" run $(recipe "$model") --out "$tmp/$name" --peak-gflops 10 --set ckpt=5 $f1)
-    [ "$np1" -gt 1 ] && save=(timeout 300 mpirun -np "$np1" "${save[@]}")
-    (TR_FAULT_KILL_AFTER_STEP=5 "${save[@]}" >"$tmp/$name.save.log" 2>&1; true) 2>/dev/null # killed
-    [ -f "$tmp/$name/checkpoints/step_00000005/manifest.yaml" ] || { bad "$name: no checkpoint at step 5"; return; }
-    run "$name" "$np2" "$model" --set ckpt=5 --resume $f2 || return
-    grep -q "resuming from .*step_00000005" "$tmp/$name.log" || { bad "$name: did not resume"; return; }
-    if e=$(cmp_run "${noise[$model]}" "$tmp/$name" "$tmp/${model}_one"); then
-        ok "$name: resumed in another layout, equal to one process: $e"
-    else
-        bad "$name: resumed run differs: $e"
-    fi
-}
 resume_pair gpt ckpt_tp2pp2dp2_to_1 8 "--dp 2 --tp 2 --pp 2 --micro-batch 2" 1 ""
 resume_pair gpt ckpt_pp4_to_tp2pp2 4 "--pp 4 --micro-batch 2" 4 "--tp 2 --pp 2 --micro-batch 2"
 if [ "$quick" != 1 ]; then
@@ -156,27 +141,8 @@ for model in "${samples[@]}"; do
         "$T" export "$tmp/$r" --format hf --out "$tmp/$r.hf" >"$tmp/$r.export.log" 2>&1 ||
             bad "$r: export failed: $(tail -1 "$tmp/$r.export.log")"
     done
-    if e=$(python3 - "$tmp/$name.hf/model.safetensors" "$tmp/${model}_one.hf/model.safetensors" \
-        "$(echo "${noise[$model]}" | awk '{print $3}')" "$noise_k" <<'PY'
-import array, json, struct, sys
-def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    return {k: array.array("f", b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in h.items()}, {k: v["shape"] for k, v in h.items()}
-a, sa = load(sys.argv[1])
-b, sb = load(sys.argv[2])
-if sa != sb:
-    print("tensors or shapes differ"); sys.exit(1)
-top = max(max(abs(x) for x in t) for t in b.values())
-d = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) / top
-lim = float(sys.argv[4]) * max(float(sys.argv[3]), 2.0**-20)
-print("%d tensors, max diff %.2e of the largest (limit %.2e)" % (len(a), d, lim))
-sys.exit(0 if d <= lim else 1)
-PY
-    ); then
+    if e=$(hf_cmp "$tmp/$name.hf/model.safetensors" "$tmp/${model}_one.hf/model.safetensors" \
+        "$(echo "${noise[$model]}" | awk '{print $3}')"); then
         ok "$name: the Hugging Face export equals one process's: $e"
     else
         bad "$name: the Hugging Face export differs: $e"
@@ -201,6 +167,20 @@ refused() { # name np expected-text flags...
 refused bad_world 2 "4 processes, but 2 started" --pp 4
 refused bad_blocks 2 "the model has 8 blocks (virtual_stages 2, 3 or 4 would)" --pp 2 --virtual-stages 8 --schedule interleaved
 refused bad_interleaved 4 "interleaved needs microbatches a multiple of pp 4" --pp 4 --schedule interleaved --microbatches 2
+
+# a stage killed mid-run: its neighbour, waiting for its activations or gradients, exits
+# within the timeout with a line naming a rank (no hang)
+start=$(date +%s)
+TR_FAULT_KILL_AFTER_STEP=5 TR_FAULT_KILL_RANK=1 timeout 120 mpirun -np 2 "$T" run \
+    tests/recipes_good/pp_gpt.lua --pp 2 --micro-batch 2 --timeout 10 --out "$tmp/dead" \
+    >"$tmp/dead.log" 2>&1
+rc=$? took=$(($(date +%s) - start))
+line=$(grep -iE "^trainer.*rank [0-9]|process rank [0-9]" "$tmp/dead.log" | head -1)
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] && [ -n "$line" ]; then
+    ok "a killed stage ends the job in ${took}s (exit $rc): $line"
+else
+    bad "killed stage: exit $rc after ${took}s"; tail -5 "$tmp/dead.log"
+fi
 
 [ "$fail" -eq 0 ] && echo "pp: all passed" || echo "pp: FAILED"
 exit "$fail"
