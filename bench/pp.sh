@@ -33,7 +33,8 @@ import json, re, statistics, sys
 tmp, names = sys.argv[1], sys.argv[2:]
 tps, idle, act, theory = [], [], [], None
 for n in names:
-    steps = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (tmp, n))][2:]
+    steps = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (tmp, n))]
+    steps = [s for s in steps if "step" in s][2:]
     tps.append(statistics.median(s["tokens_per_s"] for s in steps))
     if "pipeline_idle" in steps[0]:
         per_rank = [statistics.median(s["pipeline_idle"][k] for s in steps)

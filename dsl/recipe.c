@@ -20,7 +20,7 @@ const char *const dsl_activation_names[] = {"gelu", "swiglu", NULL};
 const char *const dsl_tokenizer_names[] = {"byte", "gpt2", NULL};
 const char *const dsl_decay_names[] = {"cosine", "linear", "constant", "wsd", NULL};
 const char *const dsl_precision_names[] = {"bf16", "fp32", NULL};
-const char *const dsl_recompute_names[] = {"none", "selective", "full", NULL};
+const char *const dsl_recompute_names[] = {"none", "selective", "full", "auto", NULL};
 /* in the order of tr_pp_kind (parallel/schedule.h) */
 const char *const dsl_pp_schedule_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", NULL};
 

@@ -117,7 +117,8 @@ typedef struct {
     int checkpoint_every; /* save a checkpoint every N steps (and at the end); 0 = never */
     int keep_checkpoints; /* newest checkpoints kept; older ones are deleted once a newer one is complete */
     tr_precision precision; /* "bf16" (default) | "fp32" */
-    int recompute;          /* activation recomputation: 0 "none", 1 "selective", 2 "full" */
+    int recompute;          /* activation recomputation: 0 "none", 1 "selective", 2 "full",
+                               -1 "auto" (the planner's choice; without one "none") */
     double peak_tflops;     /* the peak MFU divides by; 0 = the device table / measured sgemm */
 } tr_train_desc;
 

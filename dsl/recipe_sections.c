@@ -240,7 +240,8 @@ static int l_train(lua_State *L) {
     t->checkpoint_every = v[9].present ? (int)v[9].i : 0;
     t->keep_checkpoints = v[10].present ? (int)v[10].i : 3;
     t->precision = v[11].present ? (tr_precision)v[11].choice : TR_PRECISION_BF16;
-    t->recompute = v[12].present ? v[12].choice : 0;
+    /* "auto" (the default, -1): the planner chooses, else "none" */
+    t->recompute = v[12].present && v[12].choice < 3 ? v[12].choice : -1;
     t->peak_tflops = v[13].present ? v[13].n : 0;
     c->train_line = line;
     c->r.train_line = line;

@@ -241,7 +241,8 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {
             "keep_checkpoints = %d,",
             t->sample_tokens, t->log_every, t->checkpoint_every, t->keep_checkpoints);
     fprintf(f, " precision = \"%s\", recompute = \"%s\", peak_tflops = %.17g }\n",
-            dsl_precision_names[t->precision], dsl_recompute_names[t->recompute], t->peak_tflops);
+            dsl_precision_names[t->precision], dsl_recompute_names[t->recompute < 0 ? 3 : t->recompute],
+            t->peak_tflops);
     if (r->init_hf[0]) {
         fputs("init = hf ", f);
         put_data_path(f, r->init_hf);

@@ -11,6 +11,10 @@ static void cost_add(tr_cost *a, const tr_cost *b, double times) {
     a->optim_bytes += b->optim_bytes * times;
     a->fwd_flops += b->fwd_flops * times;
     a->act_bytes += b->act_bytes * times;
+    a->act_split_bytes += b->act_split_bytes * times;
+    a->act_sel_bytes += b->act_sel_bytes * times;
+    a->residuals += b->residuals * times;
+    a->matrix_ops += b->matrix_ops * times;
 }
 
 void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out) {
@@ -30,7 +34,10 @@ void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out)
             c = (tr_cost){0};
             cost_add(&c, &once, n->repeat);
         }
-        if (n->kind == TR_NODE_RESIDUAL) c.act_bytes += F * C; /* the sum */
+        if (n->kind == TR_NODE_RESIDUAL) {
+            c.act_bytes += F * C; /* the sum */
+            c.residuals += 1;
+        }
         break;
     case TR_NODE_EMBEDDING:
         c.params = c.matrix_params = V * C;
@@ -56,6 +63,8 @@ void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out)
         /* projections, then QK^T and PV over the causal half: query t sees t+1 keys */
         c.fwd_flops = 2 * C * qkv + 2 * q * C + 2.0 * 2.0 * q * (T + 1) / 2.0;
         c.act_bytes = F * (qkv + q + n->heads + C); /* qkv, attention out, lse, output */
+        c.act_split_bytes = F * (qkv + q + n->heads);
+        c.matrix_ops = 4; /* qkv, scores, values, output */
         break;
     }
     case TR_NODE_MLP: {
@@ -64,12 +73,16 @@ void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out)
         c.params = c.matrix_params + (n->bias ? fc + C : 0);
         c.fwd_flops = 2 * C * fc + 2 * h * C;
         c.act_bytes = F * (fc + h + C); /* pre-activation, activation, output */
+        c.act_split_bytes = F * (fc + h);
+        c.act_sel_bytes = F * h;
+        c.matrix_ops = 2;
         break;
     }
     case TR_NODE_LM_HEAD:
         c.params = c.matrix_params = n->tied ? 0 : V * C;
         c.fwd_flops = 2 * C * V;
         c.act_bytes = F * (1 + C); /* per-token loss, gradient seeded into the stream */
+        c.matrix_ops = 1;
         break;
     case TR_NODE_KIND_COUNT:
         break;

@@ -26,6 +26,13 @@ typedef struct {
     double optim_bytes;
     double fwd_flops;     /* forward FLOPs per token */
     double act_bytes;     /* bytes of activations kept for the backward, per token */
+    /* for the planner's memory estimate (parallel/plan_cost.c): */
+    double act_split_bytes; /* of act_bytes, what tensor parallelism splits (inside attention
+                               and the MLP; the rest is the residual stream's) */
+    double act_sel_bytes;   /* of act_bytes, what selective recompute drops (the MLP's
+                               activation) */
+    double residuals;       /* residual branches (full recompute keeps one stream each) */
+    double matrix_ops;      /* matrix products in the forward (kernels: a fixed cost each) */
 } tr_cost;
 
 void tr_cost_node(const tr_model_desc *d, const tr_node *n, int T, tr_cost *out);

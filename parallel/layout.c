@@ -423,7 +423,7 @@ int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
     memset(l, 0, sizeof(*l));
     l->world = world;
     l->seq_len = r->model.seq_len;
-    l->recompute = (tr_recompute)r->train.recompute;
+    l->recompute = r->train.recompute > 0 ? (tr_recompute)r->train.recompute : TR_RECOMPUTE_NONE;
     l->pad_vocab = f->pad_vocab;
     l->bucket_kb = p->bucket_kb > 0 ? p->bucket_kb : DEFAULT_BUCKET_KB;
     int dp = pick(f->dp, p->dp, 0, &dp_flag); /* 0: what the world leaves */
@@ -538,6 +538,7 @@ void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r) {
                             .bucket_kb = l->bucket_kb,
                             .schedule = -1};
     r->train.micro_batch = l->micro_batch;
+    r->train.recompute = (int)l->recompute;
     if (l->pp == 1) return; /* no pipeline: its fields stay "auto" */
     int K = l->pp * l->virtual_stages;
     p->schedule = l->schedule;

@@ -12,7 +12,8 @@ import json, sys
 seen = {}
 for line in open(sys.argv[1]):
     m = json.loads(line)
-    seen[m["step"]] = "%.6f" % m["loss"]
+    if "step" in m:  # the last record is the plan's, without a step
+        seen[m["step"]] = "%.6f" % m["loss"]
 for s in sorted(seen):
     print(s, seen[s])
 PY
@@ -77,6 +78,8 @@ def load(p):
     try:
         for line in open(p + "/metrics.jsonl"):
             m = json.loads(line)
+            if "step" not in m:  # the plan's record
+                continue
             rows[m["step"]] = (float(m["loss"]), m.get("val_loss"), float(m["grad_norm"]))
         a = array.array("f")
         with open(p + ".params", "rb") as f:

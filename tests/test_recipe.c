@@ -198,8 +198,8 @@ static void test_llama(void)
     check(t->micro_batch == 0 && t->eval_every == 0 && t->eval_tokens == 0 && t->seed == 1337 &&
               t->sample_tokens == 200 && t->log_every == 10 && t->checkpoint_every == 0 &&
               t->keep_checkpoints == 3 && r.init_hf[0] == 0 &&
-              t->precision == TR_PRECISION_BF16 && t->recompute == 0 && t->peak_tflops == 0,
-          "llama: train defaults (no checkpoints, keep 3, no init, bf16, no recompute)");
+              t->precision == TR_PRECISION_BF16 && t->recompute == -1 && t->peak_tflops == 0,
+          "llama: train defaults (no checkpoints, keep 3, no init, bf16, recompute auto)");
     check(strcmp(t->out, "runs/llama-2") == 0, "llama: string and integer knobs in out (%s)",
           t->out);
     check(strcmp(r.data.text, "/nonexistent/corpus.txt") == 0 && feq(r.data.val_fraction, 0.1f),

@@ -19,6 +19,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run RECIPE     train the model the recipe declares\n"
             "  show RECIPE    print the model tree: parameters, FLOPs and memory per layer\n"
+            "  plan RECIPE [--cluster FILE | --gpus N --gpu NAME]\n"
+            "                 choose the parallel layout for a cluster, with predictions\n"
             "  export CKPT --format hf --out DIR\n"
             "                 write a checkpoint as a Hugging Face model folder\n"
             "  sample CKPT [--prompt TEXT] [--tokens N]\n"
@@ -272,9 +274,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return tr_cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "export")) return tr_cmd_export(argc, argv);
     if (!strcmp(cmd, "sample")) return tr_cmd_sample(argc, argv);
+    if (!strcmp(cmd, "plan")) return tr_cmd_plan(argc, argv);
     if (!is_run && !is_show) {
         fprintf(stderr,
-                "trainer: unknown command '%s' (commands: run, show, tokenize, export, sample; see "
+                "trainer: unknown command '%s' (commands: run, show, plan, tokenize, export, sample; see "
                 "trainer --help)\n",
                 cmd);
         return 2;

@@ -11,6 +11,7 @@
 #include "parallel/dp.h"
 #include "parallel/layout.h"
 #include "parallel/pipeline.h"
+#include "parallel/plan.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
@@ -38,6 +39,13 @@ typedef struct {
     int have_recipe;
     tr_layout lay;
     tr_memory predicted; /* tr_layout_memory of this rank */
+    tr_cluster cluster;  /* the job's topology (parallel/topology.h), the same on every rank */
+    tr_plan plan;        /* the planner's choice, when it chose (planned) */
+    int planned;
+    double plan_step_s, plan_mem; /* the cost model's step time and fullest process's bytes
+                                     for the layout that runs */
+    double steps_s;      /* measured: seconds of the steps after each start's first */
+    int steps_n;
     const tr_backend *be;
     char device[512]; /* the backend, in words */
     double peak;      /* GFLOP/s of one process; 0: unknown (no MFU) */
@@ -68,6 +76,12 @@ typedef struct {
  * status in *status. run_free releases whatever was made, in either case. */
 int run_setup(run_ctx *x, int *argc, char ***argv, int *status);
 void run_free(run_ctx *x);
+
+/* The topology, and the planner's choice of what the recipe and flags leave open, into x->o
+ * and x->r (trainer/run_plan.c): 0, or -1 with the line in x->msg. After the layout is
+ * resolved, run_price predicts its step time and memory (x->plan_step_s, x->plan_mem). */
+int run_plan(run_ctx *x);
+void run_price(run_ctx *x);
 
 /* One line for an output file that could not be written (opened, written or closed): -1. */
 int run_cannot_write(const char *path, int e);

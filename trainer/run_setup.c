@@ -354,6 +354,7 @@ static int setup_layout(run_ctx *x) {
     snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
     if (setup_failed(x->world, !x->be, x->msg)) return -1;
     x->peak = peak / 1e9;
+    if (setup_failed(x->world, run_plan(x), x->msg)) return -1;
     int bad =
         tr_resolve_layout(&x->lay, &x->r, &x->o, x->nranks, x->be, "run", x->msg, sizeof(x->msg));
     if (setup_failed(x->world, bad, x->msg)) return -1;
@@ -372,6 +373,7 @@ static int setup_layout(run_ctx *x) {
                            sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
     if (setup_failed(x->world, bad, x->msg)) return -1;
+    run_price(x);
     tr_mesh mesh = {.dp = x->lay.dp, .pp = x->lay.pp, .tp = x->lay.tp};
     bad = tr_comm_mesh(x->world, mesh, &x->dpc, &x->ppc, &x->tpc, x->err, sizeof(x->err));
     /* the pipeline's first and last stages (each pair of them: the others get a group of

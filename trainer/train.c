@@ -277,6 +277,10 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     tr_dp_step(x->dp, &opt);
     res->dt = tr_now() - t0;
     x->t_train += res->dt;
+    if (step > x->start_step) { /* the first step of a start warms up: not the plan's */
+        x->steps_s += res->dt;
+        x->steps_n++;
+    }
     double mine[RANK_FIGS] = {0, tr_comm_wait_seconds() - c0,
                               tr_loader_wait_seconds(x->loader) - w0,
                               x->pipe ? tr_pipe_last_idle(x->pipe) : 0};
@@ -318,6 +322,7 @@ static void write_metrics(run_ctx *x, int step, const step_result *res, int do_e
         fprintf(m, "]");
     }
     if (do_eval) fprintf(m, ", \"val_loss\": %.6f", val);
+    if (x->plan_step_s > 0) fprintf(m, ", \"predicted_step_s\": %.6g", x->plan_step_s);
     fprintf(m, "}\n");
     if (fflush(m) || ferror(m)) {
         int e = errno;
@@ -533,6 +538,34 @@ static void print_pipeline(const run_ctx *x, double idle) {
     free(all);
 }
 
+/* The plan's prediction against the run: the mean step after the first, and the fullest
+ * process's memory (its arena and the data-parallel buffers, as memory.json counts them), a
+ * last record in metrics.jsonl and a line. Every rank takes part (the memory's maximum). */
+static void report_plan(run_ctx *x) {
+    tr_memory m = tr_model_memory(x->model);
+    double mem[1] = {(double)(m.params + m.grads + m.optimizer + m.activations + m.scratch +
+                              tr_dp_grad_bytes(x->dp) + tr_dp_param_buffer_bytes(x->dp))};
+    double *all = calloc((size_t)x->nranks, sizeof(double)), most = mem[0];
+    if (all && x->nranks > 1 && !tr_comm_all_gather(x->world, mem, all, 1, TR_COMM_F64))
+        for (int k = 0; k < x->nranks; k++) most = all[k] > most ? all[k] : most;
+    free(all);
+    if (x->rank != 0 || x->steps_n == 0 || !(x->plan_step_s > 0)) return;
+    double step = x->steps_s / x->steps_n, es = step / x->plan_step_s - 1;
+    double em = x->plan_mem > 0 ? most / x->plan_mem - 1 : 0;
+    char pm[32], mm[32];
+    tr_fmt_bytes(x->plan_mem, pm, sizeof pm);
+    tr_fmt_bytes(most, mm, sizeof mm);
+    printf("plan vs run: step %.4g s predicted, %.4g s measured (%+.1f%%); memory %s predicted, "
+           "%s measured (%+.1f%%)\n",
+           x->plan_step_s, step, 100 * es, pm, mm, 100 * em);
+    if (x->metrics)
+        fprintf(x->metrics,
+                "{\"plan\": {\"planned\": %s, \"predicted_step_s\": %.6g, \"measured_step_s\": "
+                "%.6g, \"step_error\": %.4f, \"predicted_memory_bytes\": %.0f, "
+                "\"measured_memory_bytes\": %.0f, \"memory_error\": %.4f}}\n",
+                x->planned ? "true" : "false", x->plan_step_s, step, es, x->plan_mem, most, em);
+}
+
 /* The summary, the last save, memory.json, the parallel figures, the table of ranks, the
  * sample and (tests) the parameters. Returns the exit status. */
 static int run_report(run_ctx *x) {
@@ -561,6 +594,7 @@ static int run_report(run_ctx *x) {
         }
     }
     write_memory_json(x);
+    report_plan(x);
     print_parallel_stats(x);
     double idle = -1;
     if (x->pipe) {

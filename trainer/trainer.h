@@ -40,6 +40,7 @@ int tr_parse_options_msg(tr_options *opts, const char *cmd, int argc, char **arg
 
 int tr_cmd_run(int argc, char **argv);
 int tr_cmd_show(int argc, char **argv);
+int tr_cmd_plan(int argc, char **argv);
 int tr_cmd_tokenize(int argc, char **argv);
 int tr_cmd_sample(int argc, char **argv);
 

@@ -1,4 +1,4 @@
--- expect: bad_recompute.lua:9: train: field 'recompute' must be one of none, selective, full, got 'some'
+-- expect: bad_recompute.lua:9: train: field 'recompute' must be one of none, selective, full, auto, got 'some'
 model {
   vocab = 256, dim = 32, seq_len = 16,
   embedding {},

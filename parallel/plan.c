@@ -1,0 +1,474 @@
+/* The planner's search (plan.h): every layout the recipe and the flags leave open, priced by
+ * the cost model (plan_cost.c), pruned by memory, ranked by the objective; the best few are
+ * then resolved like a layout written by hand (tr_layout_resolve) and their memory measured
+ * exactly (tr_layout_memory). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/plan_private.h"
+#include "parallel/schedule.h"
+
+#define KEEP 64 /* feasible plans kept for the exact check and the alternatives */
+
+/* What the flags and the recipe fix: -1 where the planner chooses. */
+typedef struct {
+    int dp, tp, pp, zero, sp, schedule, V, M, micro, recompute;
+} pl_fixed;
+
+typedef struct {
+    const tr_recipe *r;
+    const tr_plan_opts *o;
+    pl_model m;
+    pl_fixed fx;
+    int *cuts[TR_MAX_CHUNKS + 1]; /* chunk starts for K chunks, made on first use */
+    tr_plan keep[KEEP];           /* the best feasible, ranked */
+    int n_keep;
+    tr_plan low_mem;              /* the plan needing the least memory (nothing fits) */
+    tr_plan over[4];              /* the fastest that do not fit, by ZeRO stage */
+    int have_over[4];
+    long evaluated, feasible;
+} pl_search;
+
+static int flag_or(int flag, int recipe) { return flag >= 0 ? flag : recipe; }
+
+static void fixed_of(const tr_recipe *r, const tr_plan_opts *o, pl_fixed *f) {
+    const tr_layout_flags *g = &o->fixed;
+    const tr_parallel_desc *p = &r->parallel;
+    f->dp = flag_or(g->dp, p->dp > 0 ? p->dp : -1);
+    f->tp = flag_or(g->tp, p->tp);
+    f->pp = flag_or(g->pp > 0 ? g->pp : -1, p->pp);
+    f->zero = flag_or(g->zero, p->zero);
+    f->sp = g->sequence_parallel ? 1 : p->sequence_parallel;
+    f->schedule = flag_or(g->schedule, p->schedule);
+    f->V = flag_or(g->virtual_stages > 0 ? g->virtual_stages : -1,
+                   p->virtual_stages > 0 ? p->virtual_stages : -1);
+    int mflag = g->microbatches > 0, uflag = g->micro_batch > 0;
+    f->M = mflag ? g->microbatches : uflag ? -1 : p->microbatches > 0 ? p->microbatches : -1;
+    f->micro = uflag ? g->micro_batch : mflag ? -1 : r->train.micro_batch > 0 ? r->train.micro_batch : -1;
+    f->recompute = o->recompute >= 0 ? o->recompute : r->train.recompute;
+}
+
+static int ok(int fixed, int v) { return fixed < 0 || fixed == v; }
+
+/* tp against every attention and MLP (tr_layout_resolve says why when it refuses) */
+static int tp_fits(const tr_node *n, int tp) {
+    if (n->kind == TR_NODE_ATTENTION &&
+        (n->heads % tp || (n->kv_heads % tp && tp % n->kv_heads)))
+        return 0;
+    if (n->kind == TR_NODE_MLP && n->hidden % tp) return 0;
+    for (int i = 0; i < n->n_children; i++)
+        if (!tp_fits(&n->children[i], tp)) return 0;
+    return 1;
+}
+
+static const int *cuts_for(pl_search *s, int K) {
+    if (s->cuts[K]) return s->cuts[K];
+    int *c = malloc((size_t)(K + 1) * sizeof(int));
+    const tr_parallel_desc *p = &s->r->parallel;
+    if (!c) return NULL;
+    if (p->n_stages == K && K > 1) { /* the recipe's own cut */
+        memcpy(c, p->stages, (size_t)K * sizeof(int));
+        c[K] = s->m.n;
+    } else {
+        double *cost = malloc((size_t)s->m.n * sizeof(double));
+        for (int i = 0; cost && i < s->m.n; i++) cost[i] = s->m.blk[i].fwd_flops;
+        if (!cost || tr_layout_partition(cost, s->m.n, K, c)) {
+            free(cost);
+            free(c);
+            return NULL;
+        }
+        free(cost);
+    }
+    return s->cuts[K] = c;
+}
+
+/* The objective's value: lower is better. */
+static double score(const pl_search *s, const tr_plan *p) {
+    if (s->o->objective == TR_PLAN_COST || s->o->deadline_h > 0) {
+        double c = p->cost;
+        if (s->o->deadline_h > 0 && p->hours > s->o->deadline_h) c += 1e12 * p->hours;
+        return c;
+    }
+    return p->step_s;
+}
+
+static int same_shape(const tr_plan *a, const tr_plan *b) {
+    return a->world == b->world && a->dp == b->dp && a->tp == b->tp && a->pp == b->pp &&
+           a->zero == b->zero && a->schedule == b->schedule;
+}
+
+/* Keep p among the best KEEP, one per shape (dp, tp, pp, ZeRO, schedule): its best micro-batch
+ * and the rest. */
+static void keep(pl_search *s, const tr_plan *p) {
+    double v = score(s, p);
+    for (int i = 0; i < s->n_keep; i++)
+        if (same_shape(&s->keep[i], p)) {
+            if (score(s, &s->keep[i]) <= v) return;
+            memmove(&s->keep[i], &s->keep[i + 1], (size_t)(s->n_keep - i - 1) * sizeof(tr_plan));
+            s->n_keep--;
+            break;
+        }
+    int at = s->n_keep;
+    while (at > 0 && score(s, &s->keep[at - 1]) > v) at--;
+    if (at >= KEEP) return;
+    int n = s->n_keep < KEEP ? s->n_keep : KEEP - 1;
+    memmove(&s->keep[at + 1], &s->keep[at], (size_t)(n - at) * sizeof(tr_plan));
+    s->keep[at] = *p;
+    if (s->n_keep < KEEP) s->n_keep++;
+}
+
+static void consider(pl_search *s, const pl_devices *dv, tr_plan *p) {
+    pl_price(&s->m, dv, p);
+    s->evaluated++;
+    if (p->mem_bytes > p->mem_cap) {
+        if (s->low_mem.world == 0 || p->mem_bytes < s->low_mem.mem_bytes) s->low_mem = *p;
+        int z = p->zero;
+        if (!s->have_over[z] || p->step_s < s->over[z].step_s) s->over[z] = *p;
+        s->have_over[z] = 1;
+        return;
+    }
+    s->feasible++;
+    keep(s, p);
+}
+
+/* Every schedule, virtual stages, ZeRO stage, sequence parallelism and recompute level for
+ * one mesh and micro-batch. */
+static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
+    const pl_fixed *f = &s->fx;
+    int P = base.pp, M = base.microbatches;
+    const tr_node *root = &s->r->model.root;
+    int tied_head = s->m.tied;
+    for (int k = 0; k < 4; k++) {
+        if (!ok(f->schedule, k) || (P == 1 && k != TR_PP_1F1B)) continue;
+        for (int V = 1; V <= 8; V++) {
+            if (!ok(f->V, V) || (V > 1 && k != TR_PP_INTERLEAVED) ||
+                (k == TR_PP_INTERLEAVED && V < 2) || P * V > s->m.n || P * V > TR_MAX_CHUNKS)
+                continue;
+            char why[8];
+            if (P > 1 && tr_pp_check((tr_pp_kind)k, P, V, M, why, sizeof why)) continue;
+            const int *cut = cuts_for(s, P * V);
+            if (!cut) continue;
+            tr_plan p = base;
+            p.schedule = k;
+            p.virtual_stages = V;
+            memcpy(p.chunk_start, cut, (size_t)(P * V + 1) * sizeof(int));
+            for (int z = 0; z <= 3; z++) {
+                if (!ok(f->zero, z) || (z >= 1 && base.dp == 1 && f->zero < 0 && z > 0)) continue;
+                if (P > 1 && z >= 2 && (k >= TR_PP_INTERLEAVED || tied_head)) continue;
+                for (int sp = 0; sp <= 1; sp++) {
+                    if (!ok(f->sp, sp) || (sp && (base.tp == 1 || (long)s->m.T % base.tp)))
+                        continue;
+                    for (int rc = 0; rc <= 2; rc++) {
+                        if (!ok(f->recompute, rc) || (k == TR_PP_ZBH1 && rc == 2)) continue;
+                        p.zero = z;
+                        p.sequence_parallel = sp;
+                        p.recompute = rc;
+                        consider(s, dv, &p);
+                    }
+                }
+            }
+        }
+    }
+    (void)root;
+}
+
+/* Every mesh dp x tp x pp of `world` ranks and micro-batch; tp within a node unless
+ * `cross`. */
+static void search_world(pl_search *s, const tr_cluster *c, long world, int cross) {
+    pl_devices dv;
+    pl_devices_of(c, world, &dv);
+    const pl_fixed *f = &s->fx;
+    long seqs = (long)s->m.seqs;
+    for (int tp = 1; tp <= world && tp <= 1024; tp++) {
+        if (world % tp || !ok(f->tp, tp) || !tp_fits(&s->r->model.root, tp)) continue;
+        if ((tp > dv.per_node || dv.per_node % tp) && !cross && f->tp < 0) continue;
+        for (int pp = 1; pp <= TR_PP_MAX_RANKS && pp <= s->m.n; pp++) {
+            if ((world / tp) % pp || !ok(f->pp, pp)) continue;
+            long dp = world / tp / pp;
+            if (!ok(f->dp, (int)dp) || seqs % dp) continue;
+            long per = seqs / dp;
+            for (long b = 1; b <= per; b++) {
+                if (per % b || !ok(f->micro, (int)b) || !ok(f->M, (int)(per / b))) continue;
+                tr_plan p = {.world = world, .dp = (int)dp, .tp = tp, .pp = pp,
+                             .micro_batch = (int)b, .microbatches = (int)(per / b)};
+                inner(s, &dv, p);
+            }
+        }
+    }
+}
+
+/* The world sizes to try: all the devices, or (objective cost, a deadline) also whole nodes
+ * of a prefix of the cluster, and parts of the first node. */
+static int worlds(const tr_cluster *c, const tr_plan_opts *o, const pl_fixed *f, long *w,
+                  int max) {
+    long all = tr_cluster_devices(c);
+    int n = 0;
+    if (o->all_devices || (o->objective == TR_PLAN_TIME && o->deadline_h <= 0) || f->dp > 0) {
+        w[n++] = all;
+        return n;
+    }
+    int per = c->g[0].per_node;
+    for (long k = 1; k < per && n < max; k *= 2) w[n++] = k;
+    for (long nodes = 1; nodes * per < all && n < max - 1; nodes *= 2) w[n++] = nodes * per;
+    w[n++] = all;
+    return n;
+}
+
+/* ---- the exact check and the reasons ------------------------------------------------------ */
+
+tr_layout_flags tr_plan_flags(const tr_plan *p) {
+    return (tr_layout_flags){.dp = p->dp,
+                             .tp = p->tp,
+                             .pp = p->pp,
+                             .zero = p->zero,
+                             .schedule = p->schedule,
+                             .microbatches = p->microbatches,
+                             .virtual_stages = p->virtual_stages,
+                             .sequence_parallel = p->sequence_parallel,
+                             .micro_batch = 0};
+}
+
+/* Resolve p as run would and measure each pipeline rank's memory: 0 (p->mem_bytes exact), or
+ * -1 and the resolver's reason in p->why. */
+static int measure(const pl_search *s, const pl_devices *dv, tr_plan *p) {
+    tr_recipe r = *s->r; /* a shallow copy: the layout reads it */
+    r.train.recompute = p->recompute;
+    r.parallel.n_stages = 0;
+    tr_layout_flags f = tr_plan_flags(p);
+    f.pad_vocab = s->o->fixed.pad_vocab;
+    tr_layout l;
+    char err[512];
+    if (tr_layout_resolve(&l, &r, &f, (int)p->world, s->o->dtype, 1, err, sizeof err)) {
+        snprintf(p->why, sizeof p->why, "refused: %.300s", err);
+        return -1;
+    }
+    double worst = 0;
+    for (int q = 0; q < p->pp; q++) {
+        tr_memory mem;
+        if (tr_layout_memory(&l, &r.model, s->o->dtype, q * p->tp, &mem, err, sizeof err)) {
+            snprintf(p->why, sizeof p->why, "refused: %.300s", err);
+            return -1;
+        }
+        double t = (double)(mem.params + mem.grads + mem.optimizer + mem.activations +
+                            mem.scratch);
+        if (t > worst) worst = t;
+    }
+    memcpy(p->chunk_start, l.chunk_start, sizeof(l.chunk_start));
+    p->mem_bytes = worst + dv->reserve;
+    p->mem_exact = 1;
+    return 0;
+}
+
+static void gb(double b, char *buf, size_t n) {
+    if (b >= 1e9)
+        snprintf(buf, n, "%.1f GB", b / 1e9);
+    else
+        snprintf(buf, n, "%.1f MB", b / 1e6);
+}
+
+/* Why alternative a lost to the best plan b: its largest excess, then the ratio. */
+static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b, tr_plan *a) {
+    char x[64], y[64];
+    if (a->why[0]) return;
+    if (a->mem_bytes > a->mem_cap) {
+        gb(a->mem_bytes, x, sizeof x);
+        gb(a->mem_cap, y, sizeof y);
+        snprintf(a->why, sizeof a->why, "ZeRO-%d, recompute %s: %s > %s", a->zero,
+                 a->recompute == 2 ? "full" : a->recompute == 1 ? "selective" : "none", x, y);
+        return;
+    }
+    struct {
+        const char *what;
+        double a, b;
+    } part[] = {{"tensor-parallel collectives", a->tp_s, b->tp_s},
+                {"pipeline bubble", a->bubble_s, b->bubble_s},
+                {"pipeline sends", a->pp_s, b->pp_s},
+                {"exposed data-parallel reduction", a->dp_s, b->dp_s},
+                {"compute", a->compute_s, b->compute_s},
+                {"optimizer", a->optim_s, b->optim_s}};
+    int w = 0;
+    for (int i = 1; i < 6; i++)
+        if (part[i].a - part[i].b > part[w].a - part[w].b) w = i;
+    double ratio = s->o->objective == TR_PLAN_COST ? a->cost / b->cost : a->step_s / b->step_s;
+    const char *unit = s->o->objective == TR_PLAN_COST ? "cost" : "step";
+    if (w == 0 && a->tp > dv->per_node)
+        snprintf(a->why, sizeof a->why, "tp %d crosses nodes: %s %.3g s vs %.3g s; %s %.2fx",
+                 a->tp, part[w].what, part[w].a, part[w].b, unit, ratio);
+    else if (part[w].a - part[w].b <= 0)
+        snprintf(a->why, sizeof a->why, "%s %.2fx", unit, ratio);
+    else
+        snprintf(a->why, sizeof a->why, "%s %.3g s vs %.3g s; %s %.2fx", part[w].what, part[w].a,
+                 part[w].b, unit, ratio);
+}
+
+/* The best plans that pass the resolver and fit when measured: best, then alternatives. */
+static void finish(pl_search *s, const pl_devices *dv, tr_plan_result *out) {
+    int want = s->o->alternatives < TR_PLAN_MAX_ALTS ? s->o->alternatives : TR_PLAN_MAX_ALTS;
+    int have_best = 0;
+    for (int i = 0; i < s->n_keep && (!have_best || out->n_alts < want); i++) {
+        tr_plan p = s->keep[i];
+        int bad = measure(s, dv, &p);
+        if (!bad && p.mem_bytes > p.mem_cap) bad = 1;
+        if (!have_best && !bad) {
+            out->best = p;
+            have_best = 1;
+            continue;
+        }
+        if (bad && !p.why[0]) why_lost(s, dv, &p, &p);
+        if ((have_best || bad) && out->n_alts < want) out->alts[out->n_alts++] = p;
+    }
+    out->fits = have_best;
+    for (int z = 0; z < 4 && want > 0 && out->n_alts < TR_PLAN_MAX_ALTS; z++)
+        if (s->have_over[z] && (!have_best || z < out->best.zero)) {
+            tr_plan p = s->over[z];
+            p.why[0] = 0;
+            why_lost(s, dv, &p, &p);
+            out->alts[out->n_alts++] = p;
+        }
+    if (have_best)
+        for (int i = 0; i < out->n_alts; i++) why_lost(s, dv, &out->best, &out->alts[i]);
+}
+
+/* Nothing fits: the fewest devices of the cluster's kind that would, and whether full
+ * recompute would on these. */
+static void what_would(pl_search *s, const tr_cluster *c, tr_plan_result *out) {
+    tr_cluster big = *c;
+    tr_node_group *g = &big.g[big.n_groups - 1];
+    long have = tr_cluster_devices(c);
+    char more[160] = "", rec[120] = "";
+    pl_fixed saved = s->fx;
+    s->fx.dp = -1;
+    for (int grow = 1; grow <= 4096 && !more[0]; grow *= 2) {
+        g->nodes = c->g[c->n_groups - 1].nodes * (grow + 1);
+        long world = tr_cluster_devices(&big);
+        s->n_keep = 0;
+        search_world(s, &big, world, 0);
+        if (s->n_keep)
+            snprintf(more, sizeof more, "needs %ld devices of %.0f GB (%ld here)",
+                     s->keep[0].world, s->keep[0].mem_cap / 1e9, have);
+    }
+    if (saved.recompute != TR_RECOMPUTE_FULL) {
+        s->fx.recompute = TR_RECOMPUTE_FULL;
+        s->n_keep = 0;
+        search_world(s, c, have, 1);
+        if (s->n_keep) snprintf(rec, sizeof rec, "recompute = \"full\" on these %ld", have);
+    }
+    s->fx = saved;
+    s->n_keep = 0;
+    snprintf(out->need, sizeof out->need, "%s%s%s", more[0] ? more : "",
+             more[0] && rec[0] ? ", or " : "", rec);
+    if (!out->need[0])
+        snprintf(out->need, sizeof out->need, "no layout of up to %ld devices fits", have * 4097);
+}
+
+static void assumed(const tr_cluster *c, char *buf, size_t n) {
+    size_t used = (size_t)snprintf(buf, n, "%s", c->cpu ? "" : "matrix efficiency 0.53, ");
+    const tr_node_group *g = &c->g[0];
+    struct {
+        const char *name;
+        tr_origin o;
+    } f[] = {{"peak", g->peak_flops.from},      {"memory", g->mem_bytes.from},
+             {"memory bandwidth", g->mem_bw.from}, {"node links", g->intra.bw.from},
+             {"network", g->inter.bw.from},     {"price", g->price_hour.from}};
+    for (int i = 0; i < 6 && used < n; i++)
+        if (f[i].o == TR_ORIGIN_ASSUMED || f[i].o == TR_ORIGIN_TABLE)
+            used += (size_t)snprintf(buf + used, n - used, "%s%s (%s)", used ? ", " : "",
+                                     f[i].name, tr_origin_name(f[i].o));
+    if (used < n)
+        snprintf(buf + used, n - used, "%soverlap %.1f, runtime reserve %.1f GB",
+                 used ? ", " : "", PL_OVERLAP, c->cpu ? 0.0 : PL_GPU_RESERVE / 1e9);
+}
+
+int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *o,
+                   tr_plan_result *out, char *err, size_t errlen) {
+    double t0 = tr_comm_now();
+    memset(out, 0, sizeof(*out));
+    if (tr_cluster_devices(c) < 1) {
+        snprintf(err, errlen, "planner: the cluster has no devices");
+        return -1;
+    }
+    pl_search *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "planner: out of memory");
+        return -1;
+    }
+    s->r = r;
+    s->o = o;
+    fixed_of(r, o, &s->fx);
+    if (pl_model_init(&s->m, r, o->dtype, err, errlen)) {
+        free(s);
+        return -1;
+    }
+    long w[64];
+    int nw = worlds(c, o, &s->fx, w, 64);
+    for (int i = 0; i < nw; i++) search_world(s, c, w[i], 0);
+    if (s->n_keep == 0) /* tp within a node leaves nothing: across nodes */
+        for (int i = 0; i < nw; i++) search_world(s, c, w[i], 1);
+    out->evaluated = s->evaluated;
+    out->feasible = s->feasible;
+    pl_devices dv;
+    pl_devices_of(c, s->n_keep ? s->keep[0].world : tr_cluster_devices(c), &dv);
+    finish(s, &dv, out);
+    if (!out->fits) {
+        out->best = s->low_mem;
+        if (s->low_mem.world == 0 && s->evaluated == 0) {
+            tr_layout l; /* no layout to price: the resolver says why */
+            tr_layout_resolve(&l, r, &o->fixed, (int)tr_cluster_devices(c), o->dtype, 1, err,
+                              errlen);
+            if (!err[0]) snprintf(err, errlen, "planner: no layout runs this recipe here");
+            pl_model_free(&s->m);
+            for (int k = 0; k <= TR_MAX_CHUNKS; k++) free(s->cuts[k]);
+            free(s);
+            return -1;
+        }
+        what_would(s, c, out);
+    }
+    out->deadline_met = o->deadline_h <= 0 || out->best.hours <= o->deadline_h;
+    assumed(c, out->assumed, sizeof out->assumed);
+    pl_model_free(&s->m);
+    for (int k = 0; k <= TR_MAX_CHUNKS; k++) free(s->cuts[k]);
+    free(s);
+    out->seconds = tr_comm_now() - t0;
+    return 0;
+}
+
+void tr_plan_price(const tr_recipe *r, const tr_cluster *c, const tr_layout *l, tr_dtype dtype,
+                   tr_plan *p) {
+    pl_model m;
+    char err[256];
+    memset(p, 0, sizeof(*p));
+    if (pl_model_init(&m, r, dtype, err, sizeof err)) return;
+    pl_devices dv;
+    pl_devices_of(c, l->world, &dv);
+    *p = (tr_plan){.world = l->world, .dp = l->dp, .tp = l->tp, .pp = l->pp, .zero = l->zero,
+                   .sequence_parallel = l->sequence_parallel, .micro_batch = l->micro_batch,
+                   .microbatches = l->microbatches, .schedule = l->schedule,
+                   .virtual_stages = l->virtual_stages, .recompute = (int)l->recompute};
+    memcpy(p->chunk_start, l->chunk_start, sizeof(l->chunk_start));
+    pl_price(&m, &dv, p);
+    pl_model_free(&m);
+}
+
+void tr_plan_describe(const tr_plan *p, char *buf, size_t len) {
+    static const char *const rec[] = {"none", "selective", "full"};
+    char pipe[96] = "";
+    if (p->pp > 1)
+        snprintf(pipe, sizeof pipe, " x pp %d, %s%s", p->pp,
+                 tr_pp_kind_name((tr_pp_kind)p->schedule),
+                 p->virtual_stages > 1 ? " (interleaved chunks)" : "");
+    if (p->pp > 1 && p->virtual_stages > 1)
+        snprintf(pipe, sizeof pipe, " x pp %d, interleaved x %d", p->pp, p->virtual_stages);
+    snprintf(buf, len, "dp %d x tp %d%s, %d micro-batch%s of %d, ZeRO-%d%s, recompute %s", p->dp,
+             p->tp, pipe, p->microbatches, p->microbatches == 1 ? "" : "es", p->micro_batch,
+             p->zero, p->sequence_parallel ? ", sequence parallel" : "",
+             rec[p->recompute >= 0 && p->recompute <= 2 ? p->recompute : 0]);
+}
+
+int tr_plan_open(const tr_recipe *r, const tr_plan_opts *o) {
+    pl_fixed f;
+    fixed_of(r, o, &f);
+    int pipe = f.pp != 1; /* a pipeline may be chosen: its schedule and stages too */
+    return f.tp < 0 || f.pp < 0 || f.zero < 0 || (f.sp < 0 && f.tp != 1) || f.recompute < 0 ||
+           (f.micro < 0 && f.M < 0) || (pipe && (f.schedule < 0 || f.V < 0));
+}

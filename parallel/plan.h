@@ -1,0 +1,111 @@
+/* The planner: for a recipe and a cluster (dsl/cluster.h), every layout that can run (dp x tp
+ * x pp, ZeRO stage, micro-batch and count, schedule and virtual stages, sequence
+ * parallelism, recompute), its predicted memory per rank and step time, and the best one for
+ * an objective: the shortest step, the least cost, or the least cost that finishes the
+ * recipe's steps by a deadline. A plan is a pure function of the recipe, the cluster and the
+ * options: `trainer plan` runs it for a cluster described in a file, `trainer run` with
+ * parallel "auto" for the detected one, and the result goes through tr_layout_resolve like a
+ * layout written by hand.
+ *
+ * The cost model (parallel/plan_cost.c):
+ *  memory  per rank: parameters, gradients and AdamW state of the chunks it holds (split by
+ *          tp, sharded by ZeRO over dp), activations of its chunks for the micro-batches the
+ *          schedule keeps in flight (split by tp, and the stream by sequence parallelism; less
+ *          with recompute), the head's logits, and a reserve for the runtime (the CUDA
+ *          context, NCCL's buffers: assumed). A quick estimate prunes the search; the plans
+ *          shown are then measured exactly by the model's measuring pass (tr_layout_memory:
+ *          what each rank's arena allocates).
+ *  time    per step: each rank's FLOPs at the device's rate times an efficiency (assumed for
+ *          GPUs, measured sgemm on the CPU) plus a fixed cost per operation, element-wise
+ *          traffic at the memory bandwidth, tensor-parallel collectives and pipeline sends
+ *          with an alpha-beta model on the link they cross (inside a node or between nodes,
+ *          between groups), the schedule's bubble, and the data-parallel reduction (by ZeRO
+ *          stage) less what overlaps the backward.
+ *  cost    the devices used times their price per hour times the run's hours, plus the bytes
+ *          that leave a provider times its egress price. */
+#ifndef TR_PLAN_H
+#define TR_PLAN_H
+
+#include <stdio.h>
+
+#include "dsl/cluster.h"
+#include "dsl/recipe.h"
+#include "parallel/layout.h"
+
+typedef enum { TR_PLAN_TIME = 0, TR_PLAN_COST } tr_plan_objective;
+
+typedef struct {
+    tr_plan_objective objective;
+    double deadline_h; /* > 0: the cheapest plan that runs the recipe's steps within it */
+    int all_devices;   /* 1: use every device of the cluster (a running job: its world); 0:
+                          fewer may be chosen (whole nodes, or part of one) when cheaper */
+    tr_layout_flags fixed; /* what the command line fixes (as for tr_layout_resolve); the
+                              recipe's parallel { } and train fields fix the rest they set */
+    int recompute;     /* -1: the recipe's (its "auto": planned); else the level to use */
+    tr_dtype dtype;    /* storage dtype (bf16 on GPUs; the CPU computes in fp32) */
+    int alternatives;  /* how many runner-up plans to keep (at most TR_PLAN_MAX_ALTS) */
+} tr_plan_opts;
+
+#define TR_PLAN_MAX_ALTS 16
+
+typedef struct {
+    /* the layout, under the recipe's names */
+    long world;
+    int dp, tp, pp, zero, sequence_parallel;
+    int micro_batch, microbatches, schedule, virtual_stages, recompute;
+    int chunk_start[TR_MAX_CHUNKS + 1]; /* pp x V chunks (balanced by the planner) */
+    /* predictions */
+    double mem_bytes;   /* the most any rank holds, with the runtime's reserve */
+    double mem_cap;     /* what that rank's device has */
+    int mem_exact;      /* mem_bytes from the measuring pass (else the estimate) */
+    double step_s;      /* one optimizer step */
+    double compute_s;   /* of which computing (the slowest pipeline rank, all micro-batches) */
+    double bubble_s;    /* the pipeline's idle time */
+    double tp_s;        /* tensor-parallel collectives (not overlapped) */
+    double pp_s;        /* pipeline sends and receives (exposed) */
+    double dp_s;        /* data-parallel reduction and ZeRO gathers (exposed part) */
+    double optim_s;     /* the optimizer step */
+    double tokens_s, mfu, hours; /* tokens per second, model FLOPs utilization, the run */
+    double cost, cost_per_mtok;  /* USD for the recipe's steps, per million tokens */
+    double egress_gb;            /* per step, leaving a provider */
+    char why[320];      /* an alternative: why it lost to the chosen plan */
+} tr_plan;
+
+typedef struct {
+    tr_plan best;
+    int n_alts;
+    tr_plan alts[TR_PLAN_MAX_ALTS];
+    long evaluated;     /* layouts priced */
+    long feasible;      /* of which fit in memory */
+    double seconds;     /* the search's wall time */
+    int fits;           /* 0: nothing fits (best is the least-memory plan, and need says what
+                           would) */
+    int deadline_met;   /* with a deadline: whether best meets it */
+    char need[300];     /* nothing fits: "needs 12 GPUs of 80 GB, or recompute = full on 8" */
+    char assumed[600];  /* which figures were assumed (not measured or given) */
+} tr_plan_result;
+
+/* Plan `r` for cluster `c`: 0 and *out, or -1 and one line in err (a recipe whose fixed
+ * fields cannot run on this cluster says which and why, in tr_layout_resolve's words). */
+int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *o,
+                   tr_plan_result *out, char *err, size_t errlen);
+
+/* Whether the recipe and the fixed flags leave the planner anything to choose (a layout
+ * field, the micro-batch or recompute left "auto"). */
+int tr_plan_open(const tr_recipe *r, const tr_plan_opts *o);
+
+/* The plan as layout flags (every field set), for tr_layout_resolve; and the recompute level
+ * to put into the recipe (r->train.recompute) before resolving. */
+tr_layout_flags tr_plan_flags(const tr_plan *p);
+
+/* Price one layout (the planner's cost model) into *p: its memory estimate and step time.
+ * `l` is resolved for cluster `c` (l->world devices, the first of the cluster). For tests and
+ * the benchmark. */
+void tr_plan_price(const tr_recipe *r, const tr_cluster *c, const tr_layout *l, tr_dtype dtype,
+                   tr_plan *p);
+
+/* One line: "dp 8 x tp 8 x pp 2, 1f1b, 16 micro-batches of 1, ZeRO-1, sequence parallel,
+ * recompute selective". */
+void tr_plan_describe(const tr_plan *p, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,318 @@
+/* The planner's cost model (plan.h): memory and step time of one layout, from the model's
+ * per-block costs (model/cost.c) and the cluster's figures, in a few microseconds, so that the
+ * search can price every layout. The memory estimate is calibrated once per recipe against the
+ * model's measuring pass (pl_model_init); the plans shown are then measured exactly. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/plan_private.h"
+#include "parallel/schedule.h"
+
+static double maxd(double a, double b) { return a > b ? a : b; }
+static double mind(double a, double b) { return a < b ? a : b; }
+
+int pl_model_init(pl_model *m, const tr_recipe *r, tr_dtype dtype, char *err, size_t errlen) {
+    const tr_model_desc *d = &r->model;
+    memset(m, 0, sizeof(*m));
+    m->T = d->seq_len;
+    m->C = d->dim;
+    m->V = d->vocab;
+    m->Vpad = d->vocab;
+    m->n = tr_cost_blocks(d, d->seq_len, NULL, 0);
+    m->blk = calloc((size_t)m->n, sizeof(tr_cost));
+    m->pre_flops = calloc((size_t)m->n + 1, sizeof(double));
+    if (!m->blk || !m->pre_flops) {
+        pl_model_free(m);
+        snprintf(err, errlen, "planner: out of memory");
+        return -1;
+    }
+    tr_cost_blocks(d, d->seq_len, m->blk, m->n);
+    for (int i = 0; i < m->n; i++) m->pre_flops[i + 1] = m->pre_flops[i] + m->blk[i].fwd_flops;
+    tr_cost all;
+    tr_cost_model(d, d->seq_len, &all);
+    m->train_flops_tok = 3.0 * all.fwd_flops;
+    m->seqs = (double)(r->train.batch_tokens / d->seq_len);
+    m->steps = r->train.steps;
+    m->es = (double)tr_dtype_size(dtype);
+    m->bucket = (r->parallel.bucket_kb > 0 ? r->parallel.bucket_kb : 4096) * 1024.0;
+    /* bytes per parameter and per activation byte of this dtype: the measuring pass of the
+       whole model on one process, one sequence */
+    tr_model_opts mo = {.B = 1, .T = d->seq_len};
+    tr_memory mem;
+    if (tr_model_measure(d, dtype, &mo, &mem, err, errlen)) {
+        pl_model_free(m);
+        return -1;
+    }
+    double P = all.params > 0 ? all.params : 1;
+    m->p_bytes = (double)mem.params / P;
+    m->g_bytes = (double)mem.grads / P;
+    m->o_bytes = (double)mem.optimizer / P;
+    m->a_scale = all.act_bytes > 0 ? (double)mem.activations / (all.act_bytes * m->T) : 1;
+    m->tied = 0; /* a tied head: with pp > 1 the last stage keeps a copy of the embedding */
+    for (int i = 0; i < d->root.n_children; i++)
+        if (d->root.children[i].kind == TR_NODE_LM_HEAD) m->tied = d->root.children[i].tied;
+    return 0;
+}
+
+void pl_model_free(pl_model *m) {
+    free(m->blk);
+    free(m->pre_flops);
+    memset(m, 0, sizeof(*m));
+}
+
+/* ---- the devices and links of the first `world` ranks -------------------------------- */
+
+static void link_min(tr_link *a, const tr_link *b) {
+    if (b->bw.v < a->bw.v) a->bw = b->bw;
+    if (b->lat.v > a->lat.v) a->lat = b->lat;
+}
+
+void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
+    memset(d, 0, sizeof(*d));
+    d->mem_cap = d->rate = d->mem_bw = HUGE_VAL;
+    d->per_node = 1 << 30;
+    tr_link slow = {.bw = {HUGE_VAL, TR_ORIGIN_ASSUMED}, .lat = {0, TR_ORIGIN_ASSUMED}};
+    d->intra = d->inter = d->between = slow;
+    long left = world;
+    int first = -1, last = -1;
+    double egress = 0;
+    for (int i = 0; i < c->n_groups && left > 0; i++) {
+        const tr_node_group *g = &c->g[i];
+        long have = (long)g->nodes * g->per_node, use = have < left ? have : left;
+        left -= use;
+        if (first < 0) first = i;
+        last = i;
+        double eff = c->cpu ? 1.0 : PL_GPU_EFFICIENCY;
+        if (g->peak_flops.v * eff < d->rate) {
+            d->rate = g->peak_flops.v * eff;
+            d->peak = g->peak_flops.v;
+        }
+        d->mem_bw = mind(d->mem_bw, g->mem_bw.v);
+        d->mem_cap = mind(d->mem_cap, g->mem_bytes.v);
+        d->per_node = g->per_node < d->per_node ? g->per_node : d->per_node;
+        if (use < d->per_node) d->per_node = (int)use;
+        d->price_s += (double)use * g->price_hour.v / 3600.0;
+        if (g->per_node > 1) link_min(&d->intra, &g->intra);
+        if (use > g->per_node) link_min(&d->inter, &g->inter);
+        egress = maxd(egress, g->egress_per_gb.v / 1e9);
+        d->groups++;
+    }
+    for (int i = first; i >= 0 && i <= last; i++)
+        for (int j = i + 1; j <= last; j++) link_min(&d->between, &c->between[i][j]);
+    if (d->groups > 1) {
+        d->egress_per_byte = egress;
+        link_min(&d->inter, &d->between);
+    }
+    if (!isfinite(d->intra.bw.v)) d->intra = d->inter;
+    if (!isfinite(d->inter.bw.v)) d->inter = d->intra;
+    if (!isfinite(d->between.bw.v)) d->between = d->inter;
+    d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
+    d->reserve = c->cpu ? 0 : PL_GPU_RESERVE;
+}
+
+/* ---- one layout --------------------------------------------------------------------------- */
+
+/* The link a group of `size` ranks, `stride` apart, crosses: inside a node when they all sit
+ * on one, else between nodes (between providers' groups when the world spans them). */
+static const tr_link *link_of(const pl_devices *dv, long stride, long size) {
+    if (size <= 1) return &dv->intra;
+    if (stride * size <= dv->per_node) return &dv->intra;
+    return dv->groups > 1 && stride * size > dv->per_node ? &dv->inter : &dv->inter;
+}
+
+/* An all-reduce of S bytes over p ranks: a ring's 2(p-1)/p S on the wire, and the latency of
+ * a tree's 2 log2(p) steps (NCCL picks the faster per size; this takes the better of each). */
+static double t_allreduce(const tr_link *l, double S, int p) {
+    if (p <= 1) return 0;
+    return 2.0 * (p - 1) / p * S / l->bw.v + 2.0 * log2((double)p) * l->lat.v;
+}
+
+/* The same in collectives of `bucket` bytes at most (each pays the latency). */
+static double t_bucketed(const tr_link *l, double S, int p, double bucket) {
+    double n = ceil(S / bucket);
+    if (n < 1) n = 1;
+    return n * t_allreduce(l, S / n, p);
+}
+
+/* The activations a micro-batch of B sequences leaves on a rank for its blocks [a, b), per
+ * micro-batch in flight, in bytes. */
+static double stage_act(const pl_model *m, const tr_plan *p, int a, int b) {
+    double split = 0, stream = 0, sel = 0, resid = 0, most = 0;
+    for (int i = a; i < b; i++) {
+        const tr_cost *k = &m->blk[i];
+        split += k->act_split_bytes;
+        stream += k->act_bytes - k->act_split_bytes;
+        sel += k->act_sel_bytes;
+        resid += k->residuals;
+        most = maxd(most, k->act_bytes);
+    }
+    double tp = p->tp, sp = p->sequence_parallel ? tp : 1, tok = (double)p->micro_batch * m->T;
+    double per_tok;
+    if (p->recompute == TR_RECOMPUTE_FULL) /* the stream between branches, one block again */
+        per_tok = resid * 4.0 * m->C / sp + most / tp;
+    else
+        per_tok = (split - (p->recompute == TR_RECOMPUTE_SELECTIVE ? sel : 0)) / tp + stream / sp;
+    return per_tok * tok * m->a_scale;
+}
+
+/* Parameters held by pipeline rank `r` (its chunks), per tensor-parallel rank. */
+static double stage_params(const pl_model *m, const tr_plan *p, int r) {
+    double n = 0;
+    int K = p->pp * p->virtual_stages;
+    for (int c = r; c < K; c += p->pp)
+        for (int i = p->chunk_start[c]; i < p->chunk_start[c + 1]; i++)
+            n += m->blk[i].matrix_params / p->tp + (m->blk[i].params - m->blk[i].matrix_params);
+    if (m->tied && p->pp > 1 && r == (K - 1) % p->pp) n += m->V * m->C / p->tp; /* the copy */
+    return n;
+}
+
+/* Micro-batches of each of rank r's chunks in flight at once. */
+static double inflight(const tr_plan *p, int r) {
+    int P = p->pp, M = p->microbatches, V = p->virtual_stages;
+    if (P == 1) return 1;
+    switch ((tr_pp_kind)p->schedule) {
+    case TR_PP_GPIPE: return M;
+    case TR_PP_ZBH1: return mind(P, M);
+    case TR_PP_INTERLEAVED: /* warm-up forwards over all V chunks, per chunk */
+        return mind((double)M, ((V - 1.0) * P + 2.0 * (P - r - 1) + 1) / V + 1);
+    default: return mind(P - r, M);
+    }
+}
+
+static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
+    double worst = 0;
+    int K = p->pp * p->virtual_stages;
+    for (int r = 0; r < p->pp; r++) {
+        double n = stage_params(m, p, r), dp = p->dp;
+        double pb = m->p_bytes * n, gb = m->g_bytes * n, ob = m->o_bytes * n;
+        if (p->zero >= 1) ob /= dp;
+        if (p->zero >= 2) gb = gb / dp + 2.0 * 4.0 * 1048576.0; /* the pieces and the buckets */
+        if (p->zero >= 3) pb /= dp;
+        double act = 0;
+        for (int c = r; c < K; c += p->pp)
+            act += inflight(p, r) * stage_act(m, p, p->chunk_start[c], p->chunk_start[c + 1]);
+        /* scratch: the widest layer's buffers and the stream's, one micro-batch */
+        double tok = (double)p->micro_batch * m->T;
+        double scratch = tok * (4.0 * m->C * m->es / (p->sequence_parallel ? p->tp : 1) +
+                                2.0 * m->C * m->es) +
+                         8.0 * 1048576.0 * 4.0 * ((K - 1) % p->pp == r);
+        double tot = pb + gb + ob + act + scratch + dv->reserve;
+        worst = maxd(worst, tot);
+    }
+    p->mem_bytes = worst;
+    p->mem_cap = dv->mem_cap;
+    p->mem_exact = 0;
+}
+
+/* Forward and backward seconds of one micro-batch on chunk blocks [a, b), with tp's
+ * collectives, on one rank. */
+static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
+                       double *compute, double *tp_s) {
+    double tok = (double)p->micro_batch * m->T, tp = p->tp;
+    double flops = (m->pre_flops[b] - m->pre_flops[a]) * tok / tp, ops = 0, act = 0, resid = 0;
+    for (int i = a; i < b; i++) {
+        ops += m->blk[i].matrix_ops;
+        act += m->blk[i].act_bytes;
+        resid += m->blk[i].residuals;
+    }
+    double mm = flops / dv->rate, fixed = ops * dv->op_cost;
+    double elem = PL_ELEMENTWISE_PASSES * act * tok * m->a_scale / tp / dv->mem_bw;
+    double f = mm + fixed + elem / 3, bwd = 2 * (mm + fixed) + 2 * elem / 3;
+    double rec = p->recompute == TR_RECOMPUTE_FULL ? f
+                 : p->recompute == TR_RECOMPUTE_SELECTIVE
+                     ? elem / 6
+                     : 0;
+    *compute = f + bwd + rec;
+    /* one all-reduce (or reduce-scatter + all-gather) of the stream per residual branch in
+       the forward, one in the backward, and the vocabulary-parallel embedding and head */
+    double S = tok * m->C * m->es;
+    const tr_link *l = link_of(dv, 1, p->tp);
+    double n_coll = 2 * resid + (a == 0) + (b == m->n);
+    if (p->recompute == TR_RECOMPUTE_FULL) n_coll += resid;
+    *tp_s = n_coll * t_allreduce(l, S, p->tp);
+}
+
+/* The pipeline's bubble as a share of the compute (tr_pp_bubble's ratios). */
+static double bubble_ratio(const tr_plan *p) {
+    double P = p->pp, M = p->microbatches, V = p->virtual_stages;
+    if (P <= 1) return 0;
+    switch ((tr_pp_kind)p->schedule) {
+    case TR_PP_INTERLEAVED: return (P - 1) / (V * M);
+    case TR_PP_ZBH1: return M >= P ? (P - 1) / (3 * M) : (P - 1) / M - 2 * (M - 1) / (3 * M);
+    default: return (P - 1) / M;
+    }
+}
+
+static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
+    int K = p->pp * p->virtual_stages;
+    double worst = 0, worst_c = 0, worst_tp = 0, worst_pp = 0, params = 0;
+    double tok = (double)p->micro_batch * m->T;
+    const tr_link *pl = link_of(dv, p->tp, p->pp);
+    double S = tok * m->C * m->es / (p->sequence_parallel ? p->tp : 1);
+    double bwd_last = 0;
+    for (int r = 0; r < p->pp; r++) {
+        double c = 0, t = 0, send = 0;
+        for (int k = r; k < K; k += p->pp) {
+            double cc, tt;
+            chunk_time(m, dv, p, p->chunk_start[k], p->chunk_start[k + 1], &cc, &tt);
+            c += cc;
+            t += tt;
+            if (k > 0) send += S / pl->bw.v + pl->lat.v;         /* receive forward, send back */
+            if (k < K - 1) send += S / pl->bw.v + pl->lat.v;
+        }
+        if (c + t + send > worst) {
+            worst = c + t + send;
+            worst_c = c;
+            worst_tp = t;
+            worst_pp = send;
+            params = stage_params(m, p, r);
+            bwd_last = c * 2.0 / 3.0;
+        }
+    }
+    double M = p->microbatches;
+    p->compute_s = M * worst_c;
+    p->tp_s = M * worst_tp;
+    p->pp_s = M * worst_pp;
+    p->bubble_s = M * worst * bubble_ratio(p);
+    /* data parallelism: gradients and ZeRO's gathers over the dp group */
+    int d = p->dp;
+    const tr_link *dl = link_of(dv, (long)p->tp * p->pp, d);
+    double G = params * m->es, Pb = params * m->es, comm = 0, window = 0;
+    double bk = m->bucket;
+    switch (p->zero) {
+    case 0:
+    case 1:
+        comm = t_bucketed(dl, G, d, bk);
+        window = bwd_last;
+        break;
+    case 2:
+        comm = 0.5 * (M * t_bucketed(dl, G, d, bk) + t_bucketed(dl, Pb, d, bk));
+        window = M * bwd_last;
+        break;
+    default:
+        comm = 0.5 * M * (t_bucketed(dl, G, d, bk) + 2 * t_bucketed(dl, Pb, d, bk));
+        window = M * worst_c;
+        break;
+    }
+    p->dp_s = maxd(0, comm - PL_OVERLAP * window);
+    double shards = p->zero >= 1 ? d : 1;
+    p->optim_s = params / shards * (4.0 * 3 + m->es) * 2 / dv->mem_bw;
+    p->step_s = M * worst + p->bubble_s + p->dp_s + p->optim_s;
+    /* egress: a data-parallel ring that crosses providers sends its volume out of each */
+    p->egress_gb = 0;
+    if (dv->groups > 1 && d > 1)
+        p->egress_gb = (double)p->tp * p->pp * 2.0 * G * (p->zero >= 3 ? 1.5 * M : 1) / 1e9;
+}
+
+void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p) {
+    price_memory(m, dv, p);
+    price_time(m, dv, p);
+    double tokens = m->seqs * m->T;
+    p->tokens_s = tokens / p->step_s;
+    p->mfu = m->train_flops_tok * p->tokens_s / ((double)p->world * dv->peak);
+    p->hours = p->step_s * (double)m->steps / 3600.0;
+    double per_step = p->step_s * dv->price_s + p->egress_gb * 1e9 * dv->egress_per_byte;
+    p->cost = per_step * (double)m->steps;
+    p->cost_per_mtok = per_step / tokens * 1e6;
+}

@@ -1,0 +1,61 @@
+/* Inside the planner: the model summarised for pricing many layouts fast (plan_cost.c), and
+ * the search that enumerates them (plan.c). */
+#ifndef TR_PLAN_PRIVATE_H
+#define TR_PLAN_PRIVATE_H
+
+#include "model/model.h"
+#include "parallel/plan.h"
+
+/* Figures the cost model assumes (README "How plans are chosen" lists them). */
+#define PL_GPU_EFFICIENCY 0.53  /* of the dense bf16 peak a training step reaches in its matrix
+                                   products: calibrated on the A100 rows of Narayanan et al.
+                                   2021, assumed for the other devices */
+#define PL_GPU_OP_COST 6e-6     /* s per kernel launch and tail, per matrix product */
+#define PL_CPU_OP_COST 20e-6    /* s per operation on the CPU backend (threads' fork and join) */
+#define PL_OVERLAP 0.8          /* share of a backward's time a bucketed reduction can hide in */
+#define PL_GPU_RESERVE (1.5 * 1073741824.0) /* CUDA context, cuBLASLt workspace, NCCL buffers */
+#define PL_ELEMENTWISE_PASSES 4.0 /* activation bytes moved per kept byte, forward + backward */
+
+/* The model as the cost model reads it: per block (tr_cost_blocks), prefix sums, and the
+ * bytes per parameter and per activation byte of this dtype (from one measuring pass). */
+typedef struct {
+    int n;               /* blocks */
+    tr_cost *blk;        /* n blocks, per token at T */
+    double *pre_flops;   /* prefix sums over blocks of fwd_flops, n + 1 */
+    double C, V, T, Vpad;
+    int tied;            /* tied head: with pp > 1 the last stage keeps a copy of the embedding */
+    double p_bytes, g_bytes, o_bytes; /* per parameter: weights (+ fp32 master), gradient,
+                                         AdamW state */
+    double a_scale;      /* measured activation bytes / tr_cost's fp32 count */
+    double es;           /* storage dtype bytes (activations exchanged between ranks) */
+    double train_flops_tok; /* 3 x forward per token: MFU's numerator */
+    double seqs;         /* sequences per optimizer step */
+    double bucket;       /* bytes per data-parallel collective (parallel.bucket_kb) */
+    long steps;
+} pl_model;
+
+int pl_model_init(pl_model *m, const tr_recipe *r, tr_dtype dtype, char *err, size_t errlen);
+void pl_model_free(pl_model *m);
+
+/* The devices a layout of `world` ranks uses (the first ranks of the cluster) and the links
+ * its groups cross. */
+typedef struct {
+    double rate;    /* slowest device's FLOP/s a matrix product reaches */
+    double peak;    /* its nominal peak (MFU's denominator) */
+    double mem_bw;  /* slowest memory bandwidth */
+    double mem_cap; /* smallest device memory */
+    double op_cost; /* per operation */
+    double reserve; /* memory the runtime keeps */
+    double price_s; /* USD per second for all the devices used */
+    int per_node;   /* the smallest node used (devices) */
+    int groups;     /* groups the world spans */
+    tr_link intra, inter, between; /* slowest of each kind among those used */
+    double egress_per_byte; /* the dearest provider's (0: one provider) */
+} pl_devices;
+
+void pl_devices_of(const tr_cluster *c, long world, pl_devices *d);
+
+/* One layout to price: the fields of tr_plan's first part. */
+void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p);
+
+#endif

@@ -1,0 +1,292 @@
+/* `trainer plan RECIPE`: the planner (parallel/plan.h) for a cluster described by a file
+ * (--cluster), by a device count and type (--gpus N --gpus-per-node K --gpu NAME) or, without
+ * either, this machine (one process of the CPU backend per core). Prints the chosen layout
+ * with its predictions, the runners-up and why each lost, what the model assumed; --json the
+ * same for scripts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/json.h"
+#include "parallel/plan.h"
+#include "parallel/schedule.h"
+#include "trainer/trainer.h"
+
+static const char *plan_help =
+    "usage: trainer plan RECIPE [--cluster FILE | --gpus N [--gpus-per-node K] --gpu NAME]\n"
+    "                           [--objective time|cost] [--deadline HOURS] [--json]\n"
+    "                           [--alternatives N] [run's --set, --steps and layout flags]\n"
+    "\n"
+    "Choose how to lay out a run of RECIPE on a cluster: data, tensor and pipeline\n"
+    "parallelism, ZeRO stage, micro-batch and count, schedule, sequence parallelism and\n"
+    "recompute. Prints the chosen plan with its predicted memory per device, step time,\n"
+    "tokens/s, MFU and cost, the next plans with why each lost, and which figures were\n"
+    "assumed. Layout fields the recipe or the flags fix (--tp 2, --zero 1, ...) are kept.\n"
+    "\n"
+    "  --cluster FILE     a cluster file (YAML; examples in recipes/clusters/)\n"
+    "  --gpus N           N devices of type --gpu, --gpus-per-node K per server (default:\n"
+    "                     the type's usual server)\n"
+    "  --gpu NAME         a known device: A100-40GB, A100-80GB, H100-80GB, H200, B200,\n"
+    "                     L40S, ...\n"
+    "  --objective O      time (default): the shortest step; cost: the least money for the\n"
+    "                     recipe's steps (may use fewer devices)\n"
+    "  --deadline H       the cheapest plan that runs the recipe's steps within H hours\n"
+    "  --alternatives N   runners-up to show (default 5)\n"
+    "  --json             the chosen plan under the recipe's names, its predictions and the\n"
+    "                     alternatives, as JSON\n"
+    "Without --cluster or --gpus: this machine, one CPU-backend process per core.\n";
+
+typedef struct {
+    const char *cluster, *gpu;
+    long gpus;
+    int per_node, json, alternatives;
+    tr_plan_objective objective;
+    double deadline;
+} plan_args;
+
+static int bad(const char *flag, const char *what, const char *got) {
+    fprintf(stderr, "trainer plan: %s needs %s, got '%s'\n", flag, what, got);
+    return -1;
+}
+
+/* Take plan's own flags out of argv (the rest are run's, parsed by tr_parse_options). */
+static int take_flags(plan_args *a, int *argc, char **argv) {
+    int n = 2;
+    for (int i = 2; i < *argc; i++) {
+        const char *f = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        int takes = !strcmp(f, "--cluster") || !strcmp(f, "--gpus") ||
+                    !strcmp(f, "--gpus-per-node") || !strcmp(f, "--gpu") ||
+                    !strcmp(f, "--objective") || !strcmp(f, "--deadline") ||
+                    !strcmp(f, "--alternatives");
+        if (!strcmp(f, "--json")) {
+            a->json = 1;
+            continue;
+        }
+        if (!takes) {
+            argv[n++] = argv[i];
+            continue;
+        }
+        if (!v) return bad(f, "a value", "");
+        i++;
+        if (!strcmp(f, "--cluster")) {
+            a->cluster = v;
+        } else if (!strcmp(f, "--gpu")) {
+            a->gpu = v;
+        } else if (!strcmp(f, "--objective")) {
+            if (strcmp(v, "time") && strcmp(v, "cost")) return bad(f, "time or cost", v);
+            a->objective = strcmp(v, "cost") ? TR_PLAN_TIME : TR_PLAN_COST;
+        } else if (!strcmp(f, "--deadline")) {
+            a->deadline = strtod(v, &end);
+            if (*end || !(a->deadline > 0 && a->deadline < 1e7)) return bad(f, "hours > 0", v);
+        } else {
+            long x = strtol(v, &end, 10);
+            if (*end || x < (strcmp(f, "--alternatives") ? 1 : 0) || x > 10000000)
+                return bad(f, "a positive whole number", v);
+            if (!strcmp(f, "--gpus")) a->gpus = x;
+            if (!strcmp(f, "--gpus-per-node")) a->per_node = (int)x;
+            if (!strcmp(f, "--alternatives")) a->alternatives = (int)x;
+        }
+    }
+    *argc = n;
+    if (a->cluster && (a->gpus || a->gpu))
+        return fprintf(stderr, "trainer plan: give --cluster or --gpus/--gpu, not both\n"), -1;
+    if ((a->gpus > 0) != (a->gpu != NULL))
+        return fprintf(stderr, "trainer plan: --gpus and --gpu go together (--gpus 8 --gpu "
+                               "H100-80GB)\n"),
+               -1;
+    if (a->per_node && !a->gpus)
+        return fprintf(stderr, "trainer plan: --gpus-per-node needs --gpus and --gpu\n"), -1;
+    return 0;
+}
+
+/* This machine: one CPU-backend process per core, at the measured sgemm rate of one core. */
+static void this_machine(tr_cluster *c) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES);
+    long psize = sysconf(_SC_PAGE_SIZE);
+    if (cores < 1) cores = 1;
+    double mem = pages > 0 && psize > 0 ? (double)pages * (double)psize : 8e9;
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    memset(c, 0, sizeof(*c));
+    c->cpu = 1;
+    c->n_groups = 1;
+    tr_node_group *g = &c->g[0];
+    snprintf(g->name, sizeof g->name, "%s", host);
+    snprintf(g->device, sizeof g->device, "cpu");
+    g->nodes = 1;
+    g->per_node = (int)cores;
+    g->cores = (int)cores;
+    g->peak_flops = (tr_figure){tr_measure_peak_gflops() * 1e9 / (double)cores, TR_ORIGIN_MEASURED};
+    g->mem_bytes = (tr_figure){0.25 * mem / (double)cores, TR_ORIGIN_MEASURED};
+    g->mem_bw = (tr_figure){10e9 / (double)cores, TR_ORIGIN_ASSUMED};
+    g->intra = (tr_link){{2e9, TR_ORIGIN_ASSUMED}, {20e-6, TR_ORIGIN_ASSUMED}};
+    g->inter = g->intra;
+    c->between[0][0] = g->intra;
+    snprintf(c->source, sizeof c->source, "this machine (%s): %ld cores, one process each", host,
+             cores);
+}
+
+static const char *rec_name(int r) {
+    return r == 2 ? "full" : r == 1 ? "selective" : "none";
+}
+
+static void print_plan_line(const tr_plan *p, FILE *f) {
+    char d[200];
+    tr_plan_describe(p, d, sizeof d);
+    fprintf(f, "%s", d);
+}
+
+static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_cluster *c,
+                       const plan_args *a, FILE *f) {
+    const tr_plan *b = &res->best;
+    char mem[32], cap[32], toks[32];
+    fprintf(f, "plan for %s on %s\n", r->path, c->source);
+    fprintf(f, "objective %s%s; searched %ld layouts (%ld fit) in %.3f s\n\n",
+            a->objective == TR_PLAN_COST || a->deadline > 0 ? "cost" : "time",
+            a->deadline > 0 ? " within the deadline" : "", res->evaluated, res->feasible,
+            res->seconds);
+    if (!res->fits) {
+        tr_fmt_bytes(b->mem_bytes, mem, sizeof mem);
+        tr_fmt_bytes(b->mem_cap, cap, sizeof cap);
+        fprintf(f, "nothing fits: the least memory any layout needs is %s per device (%s "
+                   "here); %s\n",
+                mem, cap, res->need);
+        return;
+    }
+    fprintf(f, "chosen  ");
+    print_plan_line(b, f);
+    tr_fmt_bytes(b->mem_bytes, mem, sizeof mem);
+    tr_fmt_bytes(b->mem_cap, cap, sizeof cap);
+    tr_fmt_count(b->tokens_s, toks, sizeof toks);
+    fprintf(f, "\n  devices     %ld\n", b->world);
+    fprintf(f, "  memory      %s of %s on the fullest device (%s)\n", mem, cap,
+            b->mem_exact ? "the model's sizing pass, as run allocates" : "estimate");
+    fprintf(f, "  step        %.4g s: compute %.3g, bubble %.3g, tp %.3g, pp %.3g, dp exposed "
+               "%.3g, optimizer %.3g\n",
+            b->step_s, b->compute_s, b->bubble_s, b->tp_s, b->pp_s, b->dp_s, b->optim_s);
+    fprintf(f, "  throughput  %s tokens/s, MFU %.1f%%\n", toks, 100 * b->mfu);
+    fprintf(f, "  run         %ld steps in %.3g h", (long)r->train.steps, b->hours);
+    if (b->cost > 0)
+        fprintf(f, ", $%.2f ($%.4g per million tokens)", b->cost, b->cost_per_mtok);
+    fprintf(f, "\n");
+    if (a->deadline > 0 && !res->deadline_met)
+        fprintf(f, "  deadline    missed: no plan runs the %ld steps within %.3g h; this is the "
+                   "cheapest of the fastest\n",
+                (long)r->train.steps, a->deadline);
+    if (res->n_alts) fprintf(f, "\nnext best:\n");
+    for (int i = 0; i < res->n_alts; i++) {
+        const tr_plan *p = &res->alts[i];
+        tr_fmt_bytes(p->mem_bytes, mem, sizeof mem);
+        fprintf(f, "  %d. ", i + 1);
+        print_plan_line(p, f);
+        fprintf(f, "\n     step %.4g s, %s: %s\n", p->step_s, mem, p->why);
+    }
+    fprintf(f, "\nassumed: %s\n", res->assumed);
+    fprintf(f, "to fix it in the recipe: parallel { dp = %d, tp = %d, pp = %d, zero = %d, "
+               "sequence_parallel = %s, schedule = \"%s\", microbatches = %d",
+            b->dp, b->tp, b->pp, b->zero, b->sequence_parallel ? "true" : "false",
+            tr_pp_kind_name((tr_pp_kind)b->schedule), b->microbatches);
+    if (b->virtual_stages > 1) fprintf(f, ", virtual_stages = %d", b->virtual_stages);
+    fprintf(f, " } and train { recompute = \"%s\" }\n", rec_name(b->recompute));
+}
+
+static void json_plan(const tr_plan *p, FILE *f) {
+    fprintf(f, "{\"world\": %ld, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, "
+               "\"sequence_parallel\": %s, \"micro_batch\": %d, \"microbatches\": %d, "
+               "\"schedule\": \"%s\", \"virtual_stages\": %d, \"recompute\": \"%s\", "
+               "\"stages\": [",
+            p->world, p->dp, p->tp, p->pp, p->zero, p->sequence_parallel ? "true" : "false",
+            p->micro_batch, p->microbatches, tr_pp_kind_name((tr_pp_kind)p->schedule),
+            p->virtual_stages, rec_name(p->recompute));
+    for (int k = 0; k < p->pp * p->virtual_stages; k++)
+        fprintf(f, "%s%d", k ? ", " : "", p->chunk_start[k]);
+    fprintf(f, "], \"predicted\": {\"memory_bytes\": %.0f, \"memory_exact\": %s, "
+               "\"memory_capacity\": %.0f, \"step_s\": %.6g, \"compute_s\": %.6g, "
+               "\"bubble_s\": %.6g, \"tp_s\": %.6g, \"pp_s\": %.6g, \"dp_s\": %.6g, "
+               "\"optimizer_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.4f, \"hours\": %.6g, "
+               "\"cost_usd\": %.6g, \"cost_per_million_tokens\": %.6g, \"egress_gb_per_step\": "
+               "%.6g}",
+            p->mem_bytes, p->mem_exact ? "true" : "false", p->mem_cap, p->step_s, p->compute_s,
+            p->bubble_s, p->tp_s, p->pp_s, p->dp_s, p->optim_s, p->tokens_s, p->mfu, p->hours,
+            p->cost, p->cost_per_mtok, p->egress_gb);
+    if (p->why[0]) {
+        fprintf(f, ", \"why\": ");
+        tr_json_write_string(f, p->why);
+    }
+    fprintf(f, "}");
+}
+
+static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
+    fprintf(f, "{\"fits\": %s, \"plan\": ", res->fits ? "true" : "false");
+    json_plan(&res->best, f);
+    fprintf(f, ",\n \"need\": ");
+    tr_json_write_string(f, res->need);
+    fprintf(f, ", \"cluster\": ");
+    tr_json_write_string(f, c->source);
+    fprintf(f, ", \"assumed\": ");
+    tr_json_write_string(f, res->assumed);
+    fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": %.4f},\n"
+               " \"alternatives\": [",
+            res->evaluated, res->feasible, res->seconds);
+    for (int i = 0; i < res->n_alts; i++) {
+        fprintf(f, "%s\n  ", i ? "," : "");
+        json_plan(&res->alts[i], f);
+    }
+    fprintf(f, "]}\n");
+}
+
+int tr_cmd_plan(int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(plan_help, stdout);
+            return 0;
+        }
+    plan_args a = {.alternatives = 5};
+    if (take_flags(&a, &argc, argv)) return 2;
+    tr_options o;
+    if (tr_parse_options(&o, "plan", argc, argv, 2)) return 2;
+    tr_recipe r;
+    if (tr_load_recipe(&r, &o, "plan")) return 1;
+    tr_cluster *c = calloc(1, sizeof(*c));
+    char err[1024] = "";
+    int rc = 0;
+    if (!c) return 1;
+    if (a.cluster)
+        rc = tr_cluster_load(c, a.cluster, err, sizeof err);
+    else if (a.gpu)
+        rc = tr_cluster_from_gpus(c, a.gpus, a.per_node, a.gpu, err, sizeof err);
+    else
+        this_machine(c);
+    if (rc) {
+        fprintf(stderr, "trainer plan: %s\n", err);
+        free(c);
+        tr_recipe_free(&r);
+        return 2;
+    }
+    tr_plan_opts po = {.objective = a.objective,
+                       .deadline_h = a.deadline,
+                       .recompute = -1,
+                       .dtype = c->cpu ? TR_DTYPE_F32 : TR_DTYPE_BF16,
+                       .alternatives = a.alternatives};
+    po.fixed = (tr_layout_flags){.dp = o.dp, .tp = o.tp, .pp = o.pp, .zero = o.zero,
+                                 .schedule = o.schedule, .microbatches = o.microbatches,
+                                 .virtual_stages = o.virtual_stages,
+                                 .sequence_parallel = o.sequence_parallel,
+                                 .micro_batch = o.micro_batch};
+    if (!c->cpu) po.fixed.pad_vocab = 128; /* the CUDA backend's vocabulary padding */
+    tr_plan_result *res = calloc(1, sizeof(*res));
+    rc = !res || tr_plan_search(&r, c, &po, res, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "trainer plan: %s\n", res ? err : "out of memory");
+    else if (a.json)
+        print_json(res, c, stdout);
+    else
+        print_text(res, &r, c, &a, stdout);
+    int status = rc ? 1 : res->fits ? 0 : 3;
+    free(res);
+    free(c);
+    tr_recipe_free(&r);
+    return status;
+}
