@@ -19,11 +19,12 @@ typedef struct {
     cpu_set_t cpus; /* the cores this rank may run on (none: unknown) */
 } host_rec;
 
-/* How long the measurements run (0.2-0.4 s with 4 ranks on 2 cores): SGEMM_REPS products of
- * SGEMM_N cubed after one warm-up, timed together; COPY_REPS memcpy of COPY_BYTES; LAT_REPS
- * all-reduces of 8 bytes and BW_REPS of BW_BYTES after one warm-up each. */
-enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 3, LAT_REPS = 20, BW_REPS = 3 };
-#define COPY_BYTES ((size_t)64 << 20)
+/* How long the measurements run (0.3-0.5 s with 4 ranks on 2 busy cores, most of it sgemm
+ * and memcpy): SGEMM_REPS products of SGEMM_N cubed after one warm-up, timed together;
+ * COPY_REPS memcpy of COPY_BYTES; LAT_REPS all-reduces of 8 bytes and BW_REPS of BW_BYTES
+ * after one warm-up each. */
+enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 2, LAT_REPS = 20, BW_REPS = 3 };
+#define COPY_BYTES ((size_t)32 << 20)
 #define BW_BYTES ((size_t)4 << 20)
 
 /* One rank's measurements, gathered from every rank as doubles (0: not measured). */
@@ -251,21 +252,31 @@ static int scratch_init(tr_comm *w, const tr_topology_opts *o, int links, scratc
     return 0;
 }
 
-/* The latency of an 8-byte all-reduce and the bus bandwidth of a BW_BYTES one on g
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The latency of an 8-byte all-reduce (the median of LAT_REPS: a rank descheduled on shared
+ * cores delays a few, not the typical one) and the bus bandwidth of a BW_BYTES one on g
  * (NCCL's definition for all-reduce: 2(p-1)/p x bytes / time). */
 static int time_link(tr_comm *g, float *buf, double *bw, double *lat) {
     size_t small = 2, big = BW_BYTES / sizeof(float);
+    double t[LAT_REPS] = {0};
     int rc = tr_comm_all_reduce(g, buf, small, TR_COMM_F32);
-    double t0 = now();
-    for (int i = 0; i < LAT_REPS && !rc; i++)
+    for (int i = 0; i < LAT_REPS && !rc; i++) {
+        double t0 = now();
         rc = tr_comm_all_reduce(g, buf, small, TR_COMM_F32);
-    *lat = (now() - t0) / LAT_REPS;
+        t[i] = now() - t0;
+    }
+    qsort(t, LAT_REPS, sizeof t[0], cmp_double);
+    *lat = t[LAT_REPS / 2];
     if (!rc) rc = tr_comm_all_reduce(g, buf, big, TR_COMM_F32);
-    t0 = now();
+    double t0 = now();
     for (int i = 0; i < BW_REPS && !rc; i++)
         rc = tr_comm_all_reduce(g, buf, big, TR_COMM_F32);
-    double p = tr_comm_size(g), t = (now() - t0) / BW_REPS;
-    *bw = 2.0 * (p - 1) / p * (double)BW_BYTES / t;
+    double p = tr_comm_size(g), each = (now() - t0) / BW_REPS;
+    *bw = 2.0 * (p - 1) / p * (double)BW_BYTES / each;
     return rc;
 }
 

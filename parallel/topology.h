@@ -39,13 +39,16 @@ typedef struct {
  * placement, which the mesh's tp-innermost order does not expect) the groups are still built
  * and `source` ends with "; ranks not contiguous per node".
  *
- * Per group: cores (online, or the affinity mask's count if smaller, the fewest of its
- * nodes), memory per device (the CPU: physical memory / ranks on the node, measured; a GPU:
- * o->device_mem), peak_flops (the CPU: sgemm timed on all ranks at once, so ranks sharing
- * cores see each other, the slowest rank), mem_bw (the CPU: memcpy, bytes read + written per
- * second, all ranks at once, the slowest; a GPU: 0 assumed), the links as all-reduce bus
- * bandwidth 2(p-1)/p x bytes / time and the time of an 8-byte all-reduce (the slowest node
- * of the group inside a node; one rank per node between nodes), price and egress 0 assumed.
+ * Per group, the slowest of its nodes and ranks:
+ * - cores: those online, or the cores its ranks may run on together if fewer;
+ * - mem_bytes: the CPU: physical memory / ranks on the node; a GPU: o->device_mem (measured,
+ *   as the caller read it from its runtime);
+ * - peak_flops: the CPU: sgemm timed on all ranks at once, so that ranks sharing cores see
+ *   each other (measured), or o->peak_flops if given; a GPU: o->peak_flops (table);
+ * - mem_bw: the CPU: memcpy, bytes read + written per second, all ranks at once; a GPU: 0;
+ * - intra, inter: the bus bandwidth of an all-reduce, 2(p-1)/p x bytes / time, and the median
+ *   time of an 8-byte one, among the ranks of each node and among one rank per node;
+ * - price_hour, egress_per_gb: 0, assumed.
  * between[i][j] is the inter-node link. Rank 0's result is broadcast, so the struct is
  * bytewise identical on every rank.
  *
