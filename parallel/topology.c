@@ -19,11 +19,11 @@ typedef struct {
     cpu_set_t cpus; /* the cores this rank may run on (none: unknown) */
 } host_rec;
 
-/* How long the measurements run (0.3-0.5 s with 4 ranks on 2 busy cores, most of it sgemm
+/* How long the measurements run (about 0.3 s with 4 ranks on 2 busy cores, most of it sgemm
  * and memcpy): SGEMM_REPS products of SGEMM_N cubed after one warm-up, timed together;
  * COPY_REPS memcpy of COPY_BYTES; LAT_REPS all-reduces of 8 bytes and BW_REPS of BW_BYTES
- * after one warm-up each. */
-enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 2, LAT_REPS = 20, BW_REPS = 3 };
+ * after one warm-up each, timed one by one for their median. */
+enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 2, LAT_REPS = 21, BW_REPS = 5, MAX_REPS = 21 };
 #define COPY_BYTES ((size_t)32 << 20)
 #define BW_BYTES ((size_t)4 << 20)
 
@@ -257,26 +257,28 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The latency of an 8-byte all-reduce (the median of LAT_REPS: a rank descheduled on shared
- * cores delays a few, not the typical one) and the bus bandwidth of a BW_BYTES one on g
- * (NCCL's definition for all-reduce: 2(p-1)/p x bytes / time). */
-static int time_link(tr_comm *g, float *buf, double *bw, double *lat) {
-    size_t small = 2, big = BW_BYTES / sizeof(float);
-    double t[LAT_REPS] = {0};
-    int rc = tr_comm_all_reduce(g, buf, small, TR_COMM_F32);
-    for (int i = 0; i < LAT_REPS && !rc; i++) {
+/* The median time of `reps` all-reduces of n floats on g, after one warm-up: a rank
+ * descheduled on shared cores delays a few of them, not the typical one. */
+static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *median) {
+    double t[MAX_REPS] = {0};
+    int rc = tr_comm_all_reduce(g, buf, n, TR_COMM_F32);
+    for (int i = 0; i < reps && !rc; i++) {
         double t0 = now();
-        rc = tr_comm_all_reduce(g, buf, small, TR_COMM_F32);
+        rc = tr_comm_all_reduce(g, buf, n, TR_COMM_F32);
         t[i] = now() - t0;
     }
-    qsort(t, LAT_REPS, sizeof t[0], cmp_double);
-    *lat = t[LAT_REPS / 2];
-    if (!rc) rc = tr_comm_all_reduce(g, buf, big, TR_COMM_F32);
-    double t0 = now();
-    for (int i = 0; i < BW_REPS && !rc; i++)
-        rc = tr_comm_all_reduce(g, buf, big, TR_COMM_F32);
-    double p = tr_comm_size(g), each = (now() - t0) / BW_REPS;
-    *bw = 2.0 * (p - 1) / p * (double)BW_BYTES / each;
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    *median = t[reps / 2];
+    return rc;
+}
+
+/* The latency of an 8-byte all-reduce and the bus bandwidth of a BW_BYTES one on g (NCCL's
+ * definition for all-reduce: 2(p-1)/p x bytes / time). */
+static int time_link(tr_comm *g, float *buf, double *bw, double *lat) {
+    double p = tr_comm_size(g), each = 0;
+    int rc = median_time(g, buf, 2, LAT_REPS, lat);
+    if (!rc) rc = median_time(g, buf, BW_BYTES / sizeof(float), BW_REPS, &each);
+    *bw = each > 0 ? 2.0 * (p - 1) / p * (double)BW_BYTES / each : 0;
     return rc;
 }
 
