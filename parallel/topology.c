@@ -25,7 +25,9 @@ typedef struct {
  * after one warm-up each, timed one by one for their median. */
 enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 2, LAT_REPS = 21, BW_REPS = 5, MAX_REPS = 21 };
 #define COPY_BYTES ((size_t)32 << 20)
-#define BW_BYTES ((size_t)4 << 20)
+/* 1 MiB: with 4 ranks on 2 cores, 2 and 4 MiB all-reduces sometimes outlast the 20 ms that
+ * comm_mpi.c's waits spin before they sleep, and then read 20 times slower */
+#define BW_BYTES ((size_t)1 << 20)
 
 /* One rank's measurements, gathered from every rank as doubles (0: not measured). */
 enum { F_CORES, F_MEM, F_FLOPS, F_COPY, F_INTRA_BW, F_INTRA_LAT, F_INTER_BW, F_INTER_LAT, F_N };
@@ -272,13 +274,15 @@ static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *media
     return rc;
 }
 
-/* The latency of an 8-byte all-reduce and the bus bandwidth of a BW_BYTES one on g (NCCL's
- * definition for all-reduce: 2(p-1)/p x bytes / time). */
+/* The link as the planner models a collective, time = latency + bytes / bandwidth: the
+ * latency is the time of an 8-byte all-reduce, the bandwidth the bus bandwidth (NCCL's for
+ * all-reduce, 2(p-1)/p x bytes / time) of a BW_BYTES one less that latency. */
 static int time_link(tr_comm *g, float *buf, double *bw, double *lat) {
-    double p = tr_comm_size(g), each = 0;
+    double p = tr_comm_size(g), t = 0;
     int rc = median_time(g, buf, 2, LAT_REPS, lat);
-    if (!rc) rc = median_time(g, buf, BW_BYTES / sizeof(float), BW_REPS, &each);
-    *bw = each > 0 ? 2.0 * (p - 1) / p * (double)BW_BYTES / each : 0;
+    if (!rc) rc = median_time(g, buf, BW_BYTES / sizeof(float), BW_REPS, &t);
+    if (t > 2 * *lat) t -= *lat;
+    *bw = t > 0 ? 2.0 * (p - 1) / p * (double)BW_BYTES / t : 0;
     return rc;
 }
 

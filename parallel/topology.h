@@ -46,8 +46,9 @@ typedef struct {
  * - peak_flops: the CPU: sgemm timed on all ranks at once, so that ranks sharing cores see
  *   each other (measured), or o->peak_flops if given; a GPU: o->peak_flops (table);
  * - mem_bw: the CPU: memcpy, bytes read + written per second, all ranks at once; a GPU: 0;
- * - intra, inter: the bus bandwidth of an all-reduce, 2(p-1)/p x bytes / time, and the median
- *   time of an 8-byte one, among the ranks of each node and among one rank per node;
+ * - intra, inter: among the ranks of each node, and among one rank per node, the median time
+ *   of an 8-byte all-reduce (latency) and the bus bandwidth of a 1 MiB one, 2(p-1)/p x bytes
+ *   / (time - latency), as NCCL defines it for all-reduce;
  * - price_hour, egress_per_gb: 0, assumed.
  * between[i][j] is the inter-node link. Rank 0's result is broadcast, so the struct is
  * bytewise identical on every rank.
