@@ -1,6 +1,5 @@
 /* Helpers shared by the subcommands: loading a recipe with the command-line overrides,
  * resolving the layout, the machine's measured peak, folders and number formatting. */
-#include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "parallel/topology.h"
 #include "trainer/trainer.h"
 
 double tr_now(void) {
@@ -43,26 +43,7 @@ int tr_mkdirs(const char *path, char *err, size_t errlen) {
 /* The best sgemm rate of a few 1024-cubed products: the ceiling MFU is measured against on
  * the CPU (what BLAS can reach here, not the vendor's paper figure). */
 double tr_measure_peak_gflops(void) {
-    const int n = 1024;
-    float *a = malloc((size_t)n * n * sizeof(float));
-    float *b = malloc((size_t)n * n * sizeof(float));
-    float *c = malloc((size_t)n * n * sizeof(float));
-    for (size_t i = 0; i < (size_t)n * n; i++) {
-        a[i] = (float)(i % 7) * 0.1f;
-        b[i] = (float)(i % 5) * 0.1f;
-    }
-    double best = 0;
-    for (int rep = 0; rep < 8; rep++) {
-        double t0 = tr_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double dt = tr_now() - t0;
-        double g = 2.0 * n * n * n / dt / 1e9;
-        if (rep >= 2 && g > best) best = g;
-    }
-    free(a);
-    free(b);
-    free(c);
-    return best;
+    return tr_topology_sgemm_rate(1024, 2, 6) / 1e9;
 }
 
 void tr_fmt_count(double x, char *buf, size_t n) {

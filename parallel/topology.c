@@ -1,0 +1,454 @@
+/* parallel/topology.h: the running job as a tr_cluster. Host names gathered from every rank
+ * make the nodes; every rank then measures its own figures (sgemm, memcpy, the collective
+ * inside its node, between nodes for one rank per node) at the same time as the others, the
+ * figures are gathered, and rank 0's cluster is broadcast so that all ranks hold its bytes. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include "parallel/topology.h"
+
+#include <cblas.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* What each rank tells the others about where it runs, gathered as bytes. */
+typedef struct {
+    char name[256]; /* the host's name, NUL-padded */
+    cpu_set_t cpus; /* the cores this rank may run on (none: unknown) */
+} host_rec;
+
+/* How long the measurements run (about 0.3 s with 4 ranks on 2 busy cores, most of it sgemm
+ * and memcpy): SGEMM_REPS products of SGEMM_N cubed after one warm-up, timed together;
+ * COPY_REPS memcpy of COPY_BYTES; LAT_REPS all-reduces of 8 bytes and BW_REPS of BW_BYTES
+ * after one warm-up each, timed one by one for their median. */
+enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 2, LAT_REPS = 21, BW_REPS = 5, MAX_REPS = 21 };
+#define COPY_BYTES ((size_t)32 << 20)
+/* 1 MiB: with 4 ranks on 2 cores, 2 and 4 MiB all-reduces sometimes outlast the 20 ms that
+ * comm_mpi.c's waits spin before they sleep, and then read 20 times slower */
+#define BW_BYTES ((size_t)1 << 20)
+
+/* One rank's measurements, gathered from every rank as doubles (0: not measured). */
+enum { F_CORES, F_MEM, F_FLOPS, F_COPY, F_INTRA_BW, F_INTRA_LAT, F_INTER_BW, F_INTER_LAT, F_N };
+
+/* Who is where: the nodes (hosts) in order of their first rank, and their groups. */
+typedef struct {
+    int size, n_nodes, contiguous;
+    host_rec *recs; /* (size): each rank's host and cores */
+    int *node;      /* (size): the node of each rank */
+    int *first;     /* (n_nodes): the node's first rank */
+    int *count;     /* (n_nodes): ranks on the node */
+    int *group;     /* (n_nodes): the group of each node */
+    int n_groups;   /* runs of consecutive nodes with the same count */
+    int *want;      /* (size): scratch for picking ranks */
+    double *figs;   /* (size, F_N): every rank's measurements */
+} hosts;
+
+/* The measurements' buffers, all allocated before the first one starts, so that a rank out
+ * of memory is known to all before they enter collectives it would miss. */
+typedef struct {
+    float *a, *b, *c; /* (SGEMM_N, SGEMM_N) */
+    char *src, *dst;  /* COPY_BYTES */
+    float *link;      /* BW_BYTES */
+} scratch;
+
+static double now(void) {
+    return tr_comm_now();
+}
+
+/* ---- this process's figures ---------------------------------------------------------------- */
+
+/* Products of n-cubed after `warm` untimed ones: the best single rate, and the rate of all
+ * `reps` together (which, unlike the best, sees ranks that take turns on shared cores). */
+static void sgemm_rates(const float *a, const float *b, float *c, int n, int warm, int reps,
+                        double *best, double *all) {
+    double flop = 2.0 * n * n * n, t1 = now();
+    *best = 0;
+    for (int rep = 0; rep < warm + reps; rep++) {
+        double t0 = now();
+        if (rep == warm) t1 = t0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double rate = flop / (now() - t0);
+        if (rep >= warm && rate > *best) *best = rate;
+    }
+    *all = flop * reps / (now() - t1);
+}
+
+static void sgemm_fill(float *a, float *b, size_t nn) {
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = (float)(i % 7) * 0.1f;
+        b[i] = (float)(i % 5) * 0.1f;
+    }
+}
+
+double tr_topology_sgemm_rate(int n, int warm, int reps) {
+    size_t nn = (size_t)n * (size_t)n;
+    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float));
+    float *c = malloc(nn * sizeof(float));
+    double rate = 0;
+    if (a && b && c) {
+        sgemm_fill(a, b, nn);
+        double all;
+        sgemm_rates(a, b, c, n, warm, reps, &rate, &all);
+    }
+    free(a);
+    free(b);
+    free(c);
+    return rate;
+}
+
+/* Bytes read + written per second by COPY_REPS memcpy of COPY_BYTES. */
+static double copy_rate(char *src, char *dst) {
+    memset(src, 1, COPY_BYTES); /* fault the pages in before timing */
+    memset(dst, 0, COPY_BYTES);
+    double t0 = now();
+    for (int rep = 0; rep < COPY_REPS; rep++)
+        memcpy(rep % 2 ? src : dst, rep % 2 ? dst : src, COPY_BYTES);
+    return 2.0 * (double)COPY_BYTES * COPY_REPS / (now() - t0);
+}
+
+/* The node's cores: those online, or if fewer those its ranks may run on together (mpirun
+ * may bind each rank to one core; a cgroup or taskset may allow fewer than the machine's). */
+static int node_cores(const hosts *h, int node) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int r = 0; r < h->size; r++)
+        if (h->node[r] == node) CPU_OR(&all, &all, &h->recs[r].cpus);
+    long allowed = CPU_COUNT(&all);
+    if (allowed > 0 && (online <= 0 || allowed < online)) online = allowed;
+    return online > 0 ? (int)online : 0;
+}
+
+static double phys_mem(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+}
+
+/* ---- who is where -------------------------------------------------------------------------- */
+
+static void hosts_free(hosts *h) {
+    free(h->recs);
+    free(h->node);
+    free(h->first);
+    free(h->count);
+    free(h->group);
+    free(h->want);
+    free(h->figs);
+}
+
+static int gather_hosts(tr_comm *w, const tr_topology_opts *o, hosts *h, char *err, size_t errlen) {
+    host_rec mine;
+    memset(&mine, 0, sizeof mine);
+    if (o->host)
+        snprintf(mine.name, sizeof mine.name, "%s", o->host);
+    else if (gethostname(mine.name, sizeof mine.name - 1) != 0)
+        snprintf(mine.name, sizeof mine.name, "localhost");
+    if (sched_getaffinity(0, sizeof mine.cpus, &mine.cpus) != 0) CPU_ZERO(&mine.cpus);
+    h->size = tr_comm_size(w);
+    size_t n = (size_t)h->size;
+    h->recs = malloc(n * sizeof(host_rec));
+    h->node = malloc(n * sizeof(int));
+    h->first = malloc(n * sizeof(int));
+    h->count = malloc(n * sizeof(int));
+    h->group = malloc(n * sizeof(int));
+    h->want = malloc(n * sizeof(int));
+    h->figs = malloc(n * F_N * sizeof(double));
+    if (!h->recs || !h->node || !h->first || !h->count || !h->group || !h->want || !h->figs) {
+        snprintf(err, errlen, "topology: out of memory for %d ranks' hosts", h->size);
+        return -1;
+    }
+    if (tr_comm_all_gather(w, &mine, h->recs, sizeof mine, TR_COMM_BYTE)) {
+        snprintf(err, errlen, "topology: gathering the host names failed");
+        return -1;
+    }
+    return 0;
+}
+
+/* Nodes in order of their first rank; groups as runs of nodes with equal counts. */
+static int map_nodes(hosts *h, char *err, size_t errlen) {
+    h->n_nodes = 0;
+    h->contiguous = 1;
+    for (int r = 0; r < h->size; r++) {
+        const char *name = h->recs[r].name;
+        int k = 0;
+        while (k < h->n_nodes && strcmp(h->recs[h->first[k]].name, name) != 0)
+            k++;
+        if (k == h->n_nodes) {
+            h->first[k] = r;
+            h->count[k] = 0;
+            h->n_nodes++;
+        }
+        h->count[k]++;
+        h->node[r] = k;
+        /* node indices follow first ranks, so a step back means a node's ranks are split */
+        if (r > 0 && k < h->node[r - 1]) h->contiguous = 0;
+    }
+    h->n_groups = 0;
+    for (int k = 0; k < h->n_nodes; k++) {
+        if (k == 0 || h->count[k] != h->count[k - 1]) h->n_groups++;
+        h->group[k] = h->n_groups - 1;
+    }
+    if (h->n_groups > TR_CLUSTER_MAX_GROUPS) {
+        snprintf(err, errlen,
+                 "topology: %d runs of nodes with different rank counts, at most %d fit a "
+                 "cluster; start the same number of ranks on every node",
+                 h->n_groups, TR_CLUSTER_MAX_GROUPS);
+        return -1;
+    }
+    return 0;
+}
+
+static int max_count(const hosts *h) {
+    int m = 0;
+    for (int k = 0; k < h->n_nodes; k++)
+        if (h->count[k] > m) m = h->count[k];
+    return m;
+}
+
+/* ---- the measurements ---------------------------------------------------------------------- */
+
+static void scratch_free(scratch *s) {
+    free(s->a);
+    free(s->b);
+    free(s->c);
+    free(s->src);
+    free(s->dst);
+    free(s->link);
+}
+
+/* Allocate what this rank will measure with, then tell every rank who could not. */
+static int scratch_init(tr_comm *w, const tr_topology_opts *o, int links, scratch *s, char *err,
+                        size_t errlen) {
+    size_t nn = (size_t)SGEMM_N * SGEMM_N;
+    int ok = 1;
+    if (o->cpu && o->peak_flops <= 0) {
+        s->a = malloc(nn * sizeof(float));
+        s->b = malloc(nn * sizeof(float));
+        s->c = malloc(nn * sizeof(float));
+        ok = s->a && s->b && s->c;
+        if (ok) sgemm_fill(s->a, s->b, nn);
+    }
+    if (o->cpu) {
+        s->src = malloc(COPY_BYTES);
+        s->dst = malloc(COPY_BYTES);
+        ok = ok && s->src && s->dst;
+    }
+    if (links) {
+        s->link = calloc(BW_BYTES / sizeof(float), sizeof(float));
+        ok = ok && s->link;
+    }
+    int failed = !ok;
+    if (tr_comm_all_reduce(w, &failed, 1, TR_COMM_I32)) {
+        snprintf(err, errlen, "topology: all_reduce of the ranks' memory state failed");
+        return -1;
+    }
+    if (failed) {
+        snprintf(err, errlen,
+                 "topology: %d rank%s (%s) out of memory for the measurements' %.0f MiB", failed,
+                 failed > 1 ? "s" : "", ok ? "not this one" : "this one among them",
+                 (double)(3 * nn * sizeof(float) + 2 * COPY_BYTES + BW_BYTES) / (1 << 20));
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median time of `reps` all-reduces of n floats on g, after one warm-up: a rank
+ * descheduled on shared cores delays a few of them, not the typical one. */
+static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *median) {
+    double t[MAX_REPS] = {0};
+    int rc = tr_comm_all_reduce(g, buf, n, TR_COMM_F32);
+    for (int i = 0; i < reps && !rc; i++) {
+        double t0 = now();
+        rc = tr_comm_all_reduce(g, buf, n, TR_COMM_F32);
+        t[i] = now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    *median = t[reps / 2];
+    return rc;
+}
+
+/* The link as the planner models a collective, time = latency + bytes / bandwidth: the
+ * latency is the time of an 8-byte all-reduce, the bandwidth the bus bandwidth (NCCL's for
+ * all-reduce, 2(p-1)/p x bytes / time) of a BW_BYTES one less that latency. */
+static int time_link(tr_comm *g, float *buf, double *bw, double *lat) {
+    double p = tr_comm_size(g), t = 0;
+    int rc = median_time(g, buf, 2, LAT_REPS, lat);
+    if (!rc) rc = median_time(g, buf, BW_BYTES / sizeof(float), BW_REPS, &t);
+    if (t > 2 * *lat) t -= *lat;
+    *bw = t > 0 ? 2.0 * (p - 1) / p * (double)BW_BYTES / t : 0;
+    return rc;
+}
+
+/* Split w by color and time the link of this rank's subgroup when `timed` (every rank
+ * calls it; the others join a group they leave idle). bw_lat: bandwidth, latency. */
+static int time_split(tr_comm *w, int color, int timed, const char *name, float *buf,
+                      double *bw_lat, char *err, size_t errlen) {
+    tr_comm *g;
+    if (tr_comm_split(w, color, tr_comm_rank(w), name, &g, err, errlen)) return -1;
+    int rc = timed && tr_comm_size(g) > 1 ? time_link(g, buf, &bw_lat[0], &bw_lat[1]) : 0;
+    tr_comm_free(g);
+    if (rc) snprintf(err, errlen, "topology: timing the %s link failed", name);
+    return rc;
+}
+
+/* This rank's figures, measured while every other rank measures its own. */
+static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int links, scratch *s,
+                   double *f, char *err, size_t errlen) {
+    int rank = tr_comm_rank(w), node = h->node[rank];
+    f[F_CORES] = node_cores(h, node);
+    f[F_MEM] = o->cpu ? phys_mem() / h->count[node] : o->device_mem;
+    f[F_FLOPS] = o->peak_flops;
+    if (o->cpu && o->peak_flops <= 0) {
+        if (tr_comm_barrier(w)) goto fail; /* at once: ranks sharing cores slow each other */
+        double best;
+        sgemm_rates(s->a, s->b, s->c, SGEMM_N, 1, SGEMM_REPS, &best, &f[F_FLOPS]);
+    }
+    if (o->cpu) {
+        if (tr_comm_barrier(w)) goto fail;
+        f[F_COPY] = copy_rate(s->src, s->dst);
+    }
+    if (links && max_count(h) > 1 &&
+        time_split(w, node, 1, "intra", s->link, &f[F_INTRA_BW], err, errlen))
+        return -1;
+    int leader = h->first[node] == rank;
+    if (links && h->n_nodes > 1 &&
+        time_split(w, !leader, leader, "inter", s->link, &f[F_INTER_BW], err, errlen))
+        return -1;
+    return 0;
+fail:
+    snprintf(err, errlen, "topology: barrier before the measurements failed");
+    return -1;
+}
+
+/* ---- the cluster --------------------------------------------------------------------------- */
+
+/* The slowest of the ranks r with want[r]: the least of each rate, the most of each latency,
+ * ignoring the ranks that did not measure (0). */
+static void slowest(const double *all, int size, const int *want, double *agg) {
+    for (int i = 0; i < F_N; i++)
+        agg[i] = 0;
+    for (int r = 0; r < size; r++) {
+        if (!want[r]) continue;
+        for (int i = 0; i < F_N; i++) {
+            double v = all[(size_t)r * F_N + i];
+            int lat = i == F_INTRA_LAT || i == F_INTER_LAT;
+            if (v > 0 && (agg[i] == 0 || (lat ? v > agg[i] : v < agg[i]))) agg[i] = v;
+        }
+    }
+}
+
+static tr_figure fig(double v, tr_origin from) {
+    return (tr_figure){v, from};
+}
+
+static tr_link link_of(double bw, double lat, double bw0, double lat0) {
+    if (bw > 0 && lat > 0)
+        return (tr_link){fig(bw, TR_ORIGIN_MEASURED), fig(lat, TR_ORIGIN_MEASURED)};
+    return (tr_link){fig(bw0, TR_ORIGIN_ASSUMED), fig(lat0, TR_ORIGIN_ASSUMED)};
+}
+
+static void fill_group(tr_node_group *g, const hosts *h, int gi, const double *agg,
+                       const tr_topology_opts *o) {
+    int k0 = 0;
+    while (h->group[k0] != gi)
+        k0++;
+    snprintf(g->name, sizeof g->name, h->n_groups > 1 ? "node%d" : "node", gi);
+    snprintf(g->device, sizeof g->device, "%s", o->device ? o->device : "cpu");
+    for (int k = k0; k < h->n_nodes && h->group[k] == gi; k++)
+        g->nodes++;
+    g->per_node = h->count[k0];
+    g->mem_bytes = fig(agg[F_MEM], agg[F_MEM] > 0 ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED);
+    tr_origin peak = !o->cpu             ? TR_ORIGIN_TABLE
+                     : o->peak_flops > 0 ? TR_ORIGIN_GIVEN
+                                         : TR_ORIGIN_MEASURED;
+    g->peak_flops = fig(agg[F_FLOPS], agg[F_FLOPS] > 0 ? peak : TR_ORIGIN_ASSUMED);
+    g->mem_bw = fig(agg[F_COPY], agg[F_COPY] > 0 ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED);
+    g->intra =
+        link_of(agg[F_INTRA_BW], agg[F_INTRA_LAT], TR_TOPOLOGY_INTRA_BW, TR_TOPOLOGY_INTRA_LAT);
+    g->price_hour = fig(0, TR_ORIGIN_ASSUMED);
+    g->egress_per_gb = fig(0, TR_ORIGIN_ASSUMED);
+    g->cores = (int)agg[F_CORES];
+}
+
+/* Append to s (of size n) what fmt makes, truncated. */
+static void cat(char *s, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void cat(char *s, size_t n, const char *fmt, ...) {
+    size_t used = strlen(s);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s + used, n - used, fmt, ap);
+    va_end(ap);
+}
+
+/* "detected: 2 nodes (a, b) x 2 ranks, CPU, 2 cores" or, with groups, "(a x 3, b x 1)". */
+static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts *o, char *s,
+                     size_t n) {
+    enum { SHOWN = 8 };
+    snprintf(s, n, "detected: %d node%s (", h->n_nodes, h->n_nodes > 1 ? "s" : "");
+    for (int k = 0; k < h->n_nodes && k < SHOWN; k++) {
+        cat(s, n, "%s%.40s", k ? ", " : "", h->recs[h->first[k]].name);
+        if (h->n_groups > 1) cat(s, n, " x %d", h->count[k]);
+    }
+    if (h->n_nodes > SHOWN) cat(s, n, ", %d more", h->n_nodes - SHOWN);
+    cat(s, n, ")");
+    if (h->n_groups == 1) cat(s, n, " x %d rank%s", h->count[0], h->count[0] > 1 ? "s" : "");
+    if (o->cpu)
+        cat(s, n, ", CPU, %d core%s", c->g[0].cores, c->g[0].cores == 1 ? "" : "s");
+    else
+        cat(s, n, ", %.63s", c->g[0].device);
+    if (!h->contiguous) cat(s, n, "; ranks not contiguous per node");
+}
+
+static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
+    memset(c, 0, sizeof *c);
+    c->cpu = o->cpu;
+    c->n_groups = h->n_groups;
+    int *want = h->want;
+    double agg[F_N], inter[F_N];
+    for (int r = 0; r < h->size; r++) /* the inter link: timed by each node's first rank */
+        want[r] = h->first[h->node[r]] == r;
+    slowest(h->figs, h->size, want, inter);
+    tr_link link =
+        link_of(inter[F_INTER_BW], inter[F_INTER_LAT], TR_TOPOLOGY_INTER_BW, TR_TOPOLOGY_INTER_LAT);
+    for (int gi = 0; gi < h->n_groups; gi++) {
+        for (int r = 0; r < h->size; r++)
+            want[r] = h->group[h->node[r]] == gi;
+        slowest(h->figs, h->size, want, agg);
+        fill_group(&c->g[gi], h, gi, agg, o);
+        c->g[gi].inter = link;
+        for (int j = 0; j < h->n_groups; j++)
+            c->between[gi][j] = link;
+    }
+    describe(h, c, o, c->source, sizeof c->source);
+}
+
+int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *out, char *err,
+                       size_t errlen) {
+    hosts h = {0};
+    scratch s = {0};
+    double mine[F_N] = {0};
+    int links = o->measure_links && tr_comm_size(world) > 1;
+    int rc = gather_hosts(world, o, &h, err, errlen);
+    if (!rc) rc = map_nodes(&h, err, errlen);
+    if (!rc) rc = scratch_init(world, o, links, &s, err, errlen);
+    if (!rc) rc = measure(world, o, &h, links, &s, mine, err, errlen);
+    scratch_free(&s);
+    if (!rc && tr_comm_all_gather(world, mine, h.figs, F_N, TR_COMM_F64)) {
+        snprintf(err, errlen, "topology: gathering the ranks' figures failed");
+        rc = -1;
+    }
+    if (!rc && tr_comm_rank(world) == 0) build(&h, o, out);
+    if (!rc && tr_comm_broadcast(world, out, sizeof *out, TR_COMM_BYTE, 0)) {
+        snprintf(err, errlen, "topology: broadcasting the cluster failed");
+        rc = -1;
+    }
+    hosts_free(&h);
+    return rc;
+}

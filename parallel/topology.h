@@ -1,0 +1,65 @@
+/* The running job's topology as a tr_cluster (dsl/cluster.h), for the planner: which ranks
+ * share a host, the cores and memory there, the compute rate and the links, measured at
+ * start-up in well under a second. Uses only the cluster's types, not its functions. */
+#ifndef TR_TOPOLOGY_H
+#define TR_TOPOLOGY_H
+
+#include <stddef.h>
+
+#include "dsl/cluster.h"
+#include "parallel/comm.h"
+
+/* What the caller knows about its backend. */
+typedef struct {
+    int cpu;            /* the CPU backend: a rank is a device */
+    const char *device; /* the device's name ("NVIDIA H100 80GB HBM3"); NULL: "cpu" */
+    double device_mem;  /* a GPU's memory in bytes as its runtime reports it; 0: unknown */
+    double peak_flops;  /* FLOP/s per rank: the table's for a GPU (0: unknown); on the CPU
+                           0 measures sgemm on every rank at once, > 0 is given */
+    int measure_links;  /* 1: time collectives inside and between nodes */
+    const char *host;   /* this rank's host name; NULL: gethostname (tests name their own
+                           to play several nodes on one machine) */
+} tr_topology_opts;
+
+/* Figures for links that were not measured (a node of one rank has no link inside it, one
+ * node none between nodes, or measure_links is 0), origin TR_ORIGIN_ASSUMED: shared memory
+ * inside a node, about 10 Gb/s Ethernet between nodes. */
+#define TR_TOPOLOGY_INTRA_BW 10e9
+#define TR_TOPOLOGY_INTRA_LAT 5e-6
+#define TR_TOPOLOGY_INTER_BW 1e9
+#define TR_TOPOLOGY_INTER_LAT 50e-6
+
+/* Detect the cluster this job runs on, the same on every rank: every rank calls it at the
+ * same point (it is a sequence of collectives on `world`).
+ *
+ * Ranks with the same host name form a node; nodes are ordered by their first rank, and
+ * consecutive nodes with the same number of ranks form one group ("node", or "node0",
+ * "node1", ...), per_node = that number (a rank per device, a GPU or on the CPU backend a
+ * share of the cores). When the ranks of a node are not contiguous in rank order (round-robin
+ * placement, which the mesh's tp-innermost order does not expect) the groups are still built
+ * and `source` ends with "; ranks not contiguous per node".
+ *
+ * Per group, the slowest of its nodes and ranks:
+ * - cores: those online, or the cores its ranks may run on together if fewer;
+ * - mem_bytes: the CPU: physical memory / ranks on the node; a GPU: o->device_mem (measured,
+ *   as the caller read it from its runtime);
+ * - peak_flops: the CPU: sgemm timed on all ranks at once, so that ranks sharing cores see
+ *   each other (measured), or o->peak_flops if given; a GPU: o->peak_flops (table);
+ * - mem_bw: the CPU: memcpy, bytes read + written per second, all ranks at once; a GPU: 0;
+ * - intra, inter: among the ranks of each node, and among one rank per node, the median time
+ *   of an 8-byte all-reduce (latency) and the bus bandwidth of a 1 MiB one, 2(p-1)/p x bytes
+ *   / (time - latency), as NCCL defines it for all-reduce;
+ * - price_hour, egress_per_gb: 0, assumed.
+ * between[i][j] is the inter-node link. Rank 0's result is broadcast, so the struct is
+ * bytewise identical on every rank.
+ *
+ * 0, or -1 and one line in err when a collective fails, memory runs out or the job has more
+ * than TR_CLUSTER_MAX_GROUPS runs of differently sized nodes. */
+int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *out, char *err,
+                       size_t errlen);
+
+/* The best rate (FLOP/s) of `reps` single-precision n x n x n products after `warm` untimed
+ * ones: what BLAS reaches on this process's threads. 0 when out of memory. */
+double tr_topology_sgemm_rate(int n, int warm, int reps);
+
+#endif

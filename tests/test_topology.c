@@ -1,0 +1,214 @@
+/* parallel/topology.h on whatever world it is started in: alone or under `mpirun -np N`
+ * (N = 1, 2, 4). The real hosts (one node here), then host names the test gives to play
+ * several nodes: 2 x 2 contiguous, 2 x 2 round-robin, 3 + 1 (two groups), 2 x 1; a GPU
+ * backend's given figures; links not measured. Every result must be bytewise equal on all
+ * ranks. Rank 0 prints what was detected and how long it took. */
+#include "parallel/topology.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_fail, g_rank, g_size;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            g_fail++;                                                                              \
+            fprintf(stderr, "FAIL rank %d %s:%d: ", g_rank, __FILE__, __LINE__);                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+/* FNV-1a of the struct's bytes (the broadcast copies padding too). */
+static uint64_t hash(const void *p, size_t n) {
+    uint64_t h = 1469598103934665603u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211u;
+    return h;
+}
+
+static void check_same(tr_comm *w, const tr_cluster *c, const char *what) {
+    uint64_t mine = hash(c, sizeof *c), *all = malloc((size_t)g_size * sizeof *all);
+    CHECK(tr_comm_all_gather(w, &mine, all, 1, TR_COMM_I64) == 0, "%s: all_gather", what);
+    for (int r = 0; r < g_size; r++)
+        CHECK(all[r] == mine, "%s: rank %d's cluster differs from this rank's", what, r);
+    free(all);
+}
+
+static long devices(const tr_cluster *c) {
+    long n = 0;
+    for (int i = 0; i < c->n_groups; i++)
+        n += (long)c->g[i].nodes * c->g[i].per_node;
+    return n;
+}
+
+static int measured(tr_figure f) {
+    return f.from == TR_ORIGIN_MEASURED && f.v > 0;
+}
+
+static void print(const char *what, const tr_cluster *c, double dt) {
+    if (g_rank) return;
+    printf("%s (%.3f s): %s\n", what, dt, c->source);
+    for (int i = 0; i < c->n_groups; i++) {
+        const tr_node_group *g = &c->g[i];
+        printf("  %s: %d x %d %s, %d cores, %.1f GFLOP/s, %.2f GiB, mem %.1f GB/s, intra %.2f "
+               "GB/s %.1f us (%s), inter %.2f GB/s %.1f us (%s)\n",
+               g->name, g->nodes, g->per_node, g->device, g->cores, g->peak_flops.v / 1e9,
+               g->mem_bytes.v / (1 << 30), g->mem_bw.v / 1e9, g->intra.bw.v / 1e9,
+               g->intra.lat.v * 1e6,
+               g->intra.bw.from == TR_ORIGIN_MEASURED ? "measured" : "assumed", g->inter.bw.v / 1e9,
+               g->inter.lat.v * 1e6,
+               g->inter.bw.from == TR_ORIGIN_MEASURED ? "measured" : "assumed");
+    }
+}
+
+/* Detect with the given options; check what every case must hold. */
+static void detect(tr_comm *w, const char *what, const tr_topology_opts *o, tr_cluster *c) {
+    char err[256];
+    memset(c, 0xAB, sizeof *c); /* the result must not depend on what was there */
+    double t0 = tr_comm_now();
+    int rc = tr_topology_detect(w, o, c, err, sizeof err);
+    double dt = tr_comm_now() - t0;
+    CHECK(rc == 0, "%s: %s", what, err);
+    if (rc) return;
+    print(what, c, dt);
+    check_same(w, c, what);
+    CHECK(devices(c) == g_size, "%s: %ld devices, %d ranks", what, devices(c), g_size);
+    CHECK(!strncmp(c->source, "detected: ", 10), "%s: source '%s'", what, c->source);
+    for (int i = 0; i < c->n_groups; i++) {
+        const tr_node_group *g = &c->g[i];
+        CHECK(g->cores > 0, "%s: %d cores", what, g->cores);
+        CHECK(g->peak_flops.v > 0, "%s: no peak", what);
+        CHECK(g->mem_bytes.v > 0, "%s: no memory", what);
+        CHECK(g->price_hour.from == TR_ORIGIN_ASSUMED && g->egress_per_gb.v == 0, "%s: price",
+              what);
+        CHECK(g->line == 0 && g->provider[0] == '\0', "%s: line/provider", what);
+    }
+}
+
+/* The hosts this job really runs on: one node here. */
+static void real_hosts(tr_comm *w) {
+    tr_topology_opts o = {.cpu = 1, .measure_links = 1};
+    tr_cluster c;
+    detect(w, "real hosts", &o, &c);
+    const tr_node_group *g = &c.g[0];
+    CHECK(c.n_groups == 1 && g->nodes == 1 && g->per_node == g_size, "%d groups, %d x %d",
+          c.n_groups, g->nodes, g->per_node);
+    CHECK(c.cpu == 1 && !strcmp(g->device, "cpu") && !strcmp(g->name, "node"), "%s %s", g->name,
+          g->device);
+    CHECK(measured(g->peak_flops) && measured(g->mem_bytes) && measured(g->mem_bw),
+          "peak, memory and memory bandwidth measured");
+    tr_origin links = g_size > 1 ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED;
+    CHECK(g->intra.bw.from == links && g->intra.lat.from == links && g->intra.bw.v > 0 &&
+              g->intra.lat.v > 0,
+          "intra link %g B/s %g s", g->intra.bw.v, g->intra.lat.v);
+    CHECK(g->inter.bw.from == TR_ORIGIN_ASSUMED && g->inter.bw.v == TR_TOPOLOGY_INTER_BW &&
+              g->inter.lat.v == TR_TOPOLOGY_INTER_LAT,
+          "one node: the inter link is assumed");
+    char want[64];
+    snprintf(want, sizeof want, ") x %d rank%s, CPU, %d core%s", g_size, g_size > 1 ? "s" : "",
+             g->cores, g->cores == 1 ? "" : "s");
+    CHECK(strstr(c.source, "detected: 1 node (") && strstr(c.source, want), "source '%s'",
+          c.source);
+    CHECK(!strstr(c.source, "not contiguous"), "source '%s'", c.source);
+}
+
+/* Four ranks as two nodes of two: host by rank / 2, then round-robin by rank % 2. */
+static void two_by_two(tr_comm *w, int round_robin) {
+    char host[32];
+    snprintf(host, sizeof host, "host-%d", round_robin ? g_rank % 2 : g_rank / 2);
+    tr_topology_opts o = {.cpu = 1, .measure_links = 1, .host = host};
+    tr_cluster c;
+    detect(w, round_robin ? "2 x 2 round-robin" : "2 x 2", &o, &c);
+    const tr_node_group *g = &c.g[0];
+    CHECK(c.n_groups == 1 && g->nodes == 2 && g->per_node == 2, "%d groups, %d x %d", c.n_groups,
+          g->nodes, g->per_node);
+    CHECK(measured(g->intra.bw) && measured(g->intra.lat), "intra measured");
+    CHECK(measured(g->inter.bw) && measured(g->inter.lat), "inter measured");
+    CHECK(strstr(c.source, "detected: 2 nodes (host-0, host-1) x 2 ranks"), "source '%s'",
+          c.source);
+    CHECK(!strstr(c.source, "not contiguous") == !round_robin, "source '%s'", c.source);
+}
+
+/* Four ranks on nodes of 3 and 1: two groups, the second without a link inside its node. */
+static void three_and_one(tr_comm *w) {
+    tr_topology_opts o = {.cpu = 1, .measure_links = 1, .host = g_rank < 3 ? "big" : "small"};
+    tr_cluster c;
+    detect(w, "3 + 1", &o, &c);
+    CHECK(c.n_groups == 2, "%d groups", c.n_groups);
+    if (c.n_groups != 2) return;
+    CHECK(!strcmp(c.g[0].name, "node0") && !strcmp(c.g[1].name, "node1"), "names %s %s",
+          c.g[0].name, c.g[1].name);
+    CHECK(c.g[0].nodes == 1 && c.g[0].per_node == 3 && c.g[1].nodes == 1 && c.g[1].per_node == 1,
+          "%d x %d, %d x %d", c.g[0].nodes, c.g[0].per_node, c.g[1].nodes, c.g[1].per_node);
+    CHECK(measured(c.g[0].intra.bw) && c.g[1].intra.bw.from == TR_ORIGIN_ASSUMED,
+          "intra: measured on the node of 3, assumed on the node of 1");
+    CHECK(measured(c.between[0][1].bw) && measured(c.between[1][0].lat) &&
+              c.between[0][1].bw.v == c.g[0].inter.bw.v,
+          "between the groups: the measured inter link");
+    CHECK(strstr(c.source, "detected: 2 nodes (big x 3, small x 1), CPU"), "source '%s'", c.source);
+}
+
+/* Every rank its own host: no link inside a node, the one between measured. */
+static void one_per_node(tr_comm *w) {
+    char host[32];
+    snprintf(host, sizeof host, "n%d", g_rank);
+    tr_topology_opts o = {.cpu = 1, .measure_links = 1, .host = host};
+    tr_cluster c;
+    detect(w, "1 rank per node", &o, &c);
+    const tr_node_group *g = &c.g[0];
+    CHECK(c.n_groups == 1 && g->nodes == g_size && g->per_node == 1, "%d x %d", g->nodes,
+          g->per_node);
+    CHECK(g->intra.bw.from == TR_ORIGIN_ASSUMED && g->intra.bw.v == TR_TOPOLOGY_INTRA_BW,
+          "intra assumed");
+    CHECK(measured(g->inter.bw) && measured(g->inter.lat), "inter measured");
+}
+
+/* A GPU backend's figures come from the caller; without measure_links every link is assumed. */
+static void gpu_given(tr_comm *w) {
+    tr_topology_opts o = {.cpu = 0,
+                          .device = "NVIDIA H100 80GB HBM3",
+                          .device_mem = 80e9,
+                          .peak_flops = 989e12,
+                          .measure_links = 0};
+    tr_cluster c;
+    detect(w, "GPU, links not measured", &o, &c);
+    const tr_node_group *g = &c.g[0];
+    CHECK(c.cpu == 0 && !strcmp(g->device, "NVIDIA H100 80GB HBM3"), "device '%s'", g->device);
+    CHECK(g->per_node == g_size && g->nodes == 1, "%d x %d", g->nodes, g->per_node);
+    CHECK(g->peak_flops.v == 989e12 && g->peak_flops.from == TR_ORIGIN_TABLE, "peak");
+    CHECK(g->mem_bytes.v == 80e9 && g->mem_bw.v == 0 && g->mem_bw.from == TR_ORIGIN_ASSUMED,
+          "memory");
+    CHECK(g->intra.bw.from == TR_ORIGIN_ASSUMED && g->inter.lat.from == TR_ORIGIN_ASSUMED,
+          "links assumed");
+    CHECK(strstr(c.source, ", NVIDIA H100 80GB HBM3"), "source '%s'", c.source);
+}
+
+int main(int argc, char **argv) {
+    tr_comm *w;
+    char err[256];
+    if (tr_comm_init(&w, &argc, &argv, 60, err, sizeof err)) {
+        fprintf(stderr, "test_topology: %s\n", err);
+        return 1;
+    }
+    g_rank = tr_comm_rank(w);
+    g_size = tr_comm_size(w);
+    real_hosts(w);
+    gpu_given(w);
+    if (g_size > 1) one_per_node(w);
+    if (g_size == 4) {
+        two_by_two(w, 0);
+        two_by_two(w, 1);
+        three_and_one(w);
+    }
+    int fails = g_fail;
+    tr_comm_all_reduce(w, &fails, 1, TR_COMM_I32);
+    if (g_rank == 0)
+        printf("test_topology: %d rank%s, %s\n", g_size, g_size > 1 ? "s" : "",
+               fails ? "FAILED" : "ok");
+    tr_comm_free(w);
+    return fails ? 1 : 0;
+}
