@@ -109,7 +109,7 @@ static int check_settings(const tr_layout *l, const tr_recipe *r, const tr_layou
                     f->tp >= 0 ? "--tp" : "parallel: tp", l->tp);
     if (!l->sequence_parallel) return 0;
     if (l->tp == 1)
-        return f->sequence_parallel
+        return f->sequence_parallel > 0
                    ? fail(err, errlen, r, 0,
                           "--sequence-parallel needs tensor parallelism: give --tp 2 or more")
                    : fail(err, errlen, r, pl, "parallel: sequence_parallel needs tp > 1 (tp is 1)");
@@ -430,7 +430,7 @@ int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
     l->tp = pick(f->tp, p->tp, 1, &tp_flag);
     l->pp = pick(f->pp > 0 ? f->pp : -1, p->pp, 1, &pp_flag);
     l->zero = pick(f->zero, p->zero, 0, &zero_flag);
-    l->sequence_parallel = f->sequence_parallel ? 1 : p->sequence_parallel > 0;
+    l->sequence_parallel = f->sequence_parallel ? f->sequence_parallel > 0 : p->sequence_parallel > 0;
     /* with pp 1 there is no schedule to run: 1f1b, so that every pp-1 layout is the same */
     l->schedule = l->pp > 1 ? pick(f->schedule, p->schedule, TR_PP_1F1B, &unused) : TR_PP_1F1B;
     /* V "auto": 2 for the interleaved schedule (which needs 2 or more), else 1 */

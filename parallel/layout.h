@@ -48,7 +48,7 @@ typedef struct {
     int schedule;          /* --schedule: tr_pp_kind, -1: the recipe's */
     int microbatches;      /* --microbatches, 0: the recipe's */
     int virtual_stages;    /* --virtual-stages, 0: the recipe's */
-    int sequence_parallel; /* 1: --sequence-parallel */
+    int sequence_parallel; /* 1: --sequence-parallel, -1: --no-sequence-parallel */
     int micro_batch;       /* --micro-batch, 0: the recipe's */
     int pad_vocab;         /* vocabulary padding of the head's products: the backend's, or
                               TR_PAD_VOCAB (tests: a GPU's padding on the CPU); 0: the model's

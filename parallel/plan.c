@@ -39,7 +39,7 @@ static void fixed_of(const tr_recipe *r, const tr_plan_opts *o, pl_fixed *f) {
     f->tp = flag_or(g->tp, p->tp);
     f->pp = flag_or(g->pp > 0 ? g->pp : -1, p->pp);
     f->zero = flag_or(g->zero, p->zero);
-    f->sp = g->sequence_parallel ? 1 : p->sequence_parallel;
+    f->sp = g->sequence_parallel ? g->sequence_parallel > 0 : p->sequence_parallel;
     f->schedule = flag_or(g->schedule, p->schedule);
     f->V = flag_or(g->virtual_stages > 0 ? g->virtual_stages : -1,
                    p->virtual_stages > 0 ? p->virtual_stages : -1);
@@ -225,7 +225,7 @@ tr_layout_flags tr_plan_flags(const tr_plan *p) {
                              .schedule = p->schedule,
                              .microbatches = p->microbatches,
                              .virtual_stages = p->virtual_stages,
-                             .sequence_parallel = p->sequence_parallel,
+                             .sequence_parallel = p->sequence_parallel ? 1 : -1,
                              .micro_batch = 0};
 }
 

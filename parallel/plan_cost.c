@@ -12,6 +12,15 @@
 static double maxd(double a, double b) { return a > b ? a : b; }
 static double mind(double a, double b) { return a < b ? a : b; }
 
+/* The widest product output under n (attention's q, k and v; the MLP's first product). */
+static double widest(const tr_node *n, double C) {
+    double w = 0;
+    if (n->kind == TR_NODE_ATTENTION) w = (n->heads + 2.0 * n->kv_heads) * (C / n->heads);
+    if (n->kind == TR_NODE_MLP) w = n->activation == TR_ACT_SWIGLU ? 2.0 * n->hidden : n->hidden;
+    for (int i = 0; i < n->n_children; i++) w = maxd(w, widest(&n->children[i], C));
+    return w;
+}
+
 int pl_model_init(pl_model *m, const tr_recipe *r, tr_dtype dtype, char *err, size_t errlen) {
     const tr_model_desc *d = &r->model;
     memset(m, 0, sizeof(*m));
@@ -49,6 +58,7 @@ int pl_model_init(pl_model *m, const tr_recipe *r, tr_dtype dtype, char *err, si
     m->g_bytes = (double)mem.grads / P;
     m->o_bytes = (double)mem.optimizer / P;
     m->a_scale = all.act_bytes > 0 ? (double)mem.activations / (all.act_bytes * m->T) : 1;
+    m->wmax = widest(&d->root, m->C);
     m->tied = 0; /* a tied head: with pp > 1 the last stage keeps a copy of the embedding */
     for (int i = 0; i < d->root.n_children; i++)
         if (d->root.children[i].kind == TR_NODE_LM_HEAD) m->tied = d->root.children[i].tied;
@@ -153,6 +163,9 @@ static double stage_act(const pl_model *m, const tr_plan *p, int a, int b) {
         per_tok = resid * 4.0 * m->C / sp + most / tp;
     else
         per_tok = (split - (p->recompute == TR_RECOMPUTE_SELECTIVE ? sel : 0)) / tp + stream / sp;
+    if (p->schedule == TR_PP_ZBH1 && p->pp > 1) /* the products' output gradients, kept for
+                                                   the deferred weight part */
+        per_tok += resid * 4.0 * m->C / sp + 0.5 * split / tp;
     return per_tok * tok * m->a_scale;
 }
 
@@ -180,6 +193,22 @@ static double inflight(const tr_plan *p, int r) {
     }
 }
 
+/* One micro-batch's scratch (model.c's memory_of): the widest layer's two buffers, the
+ * stream's at each residual depth, the head's chunk of logits (on its stage), the per-token
+ * buffers, and tensor and sequence parallelism's gathers. */
+static double scratch(const pl_model *m, const tr_plan *p, int head) {
+    double N = (double)p->micro_batch * m->T, tp = p->tp, sp = p->sequence_parallel ? tp : 1;
+    double Vl = ceil(m->V / tp), rows = floor(8388608.0 / Vl);
+    if (rows < 1) rows = 1;
+    if (rows > N) rows = N;
+    double s = 2 * N * m->wmax / tp + (head ? rows * Vl : 16) + 2 * 2 * N / sp * m->C;
+    s *= m->es;
+    s += N * 4 + 2 * N * 4;
+    if (p->sequence_parallel) s += 2 * N * m->C * m->es;
+    if (p->tp > 1) s += Vl * tp * 4 + (tp + 1) * rows * 12 + N * 4;
+    return s;
+}
+
 static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     double worst = 0;
     int K = p->pp * p->virtual_stages;
@@ -187,17 +216,12 @@ static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
         double n = stage_params(m, p, r), dp = p->dp;
         double pb = m->p_bytes * n, gb = m->g_bytes * n, ob = m->o_bytes * n;
         if (p->zero >= 1) ob /= dp;
-        if (p->zero >= 2) gb = gb / dp + 2.0 * 4.0 * 1048576.0; /* the pieces and the buckets */
+        if (p->zero >= 2) gb /= dp; /* the pieces (the transient buckets: in the reserve) */
         if (p->zero >= 3) pb /= dp;
         double act = 0;
         for (int c = r; c < K; c += p->pp)
             act += inflight(p, r) * stage_act(m, p, p->chunk_start[c], p->chunk_start[c + 1]);
-        /* scratch: the widest layer's buffers and the stream's, one micro-batch */
-        double tok = (double)p->micro_batch * m->T;
-        double scratch = tok * (4.0 * m->C * m->es / (p->sequence_parallel ? p->tp : 1) +
-                                2.0 * m->C * m->es) +
-                         8.0 * 1048576.0 * 4.0 * ((K - 1) % p->pp == r);
-        double tot = pb + gb + ob + act + scratch + dv->reserve;
+        double tot = pb + gb + ob + act + scratch(m, p, (K - 1) % p->pp == r) + dv->reserve;
         worst = maxd(worst, tot);
     }
     p->mem_bytes = worst;
@@ -211,13 +235,14 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
                        double *compute, double *tp_s) {
     double tok = (double)p->micro_batch * m->T, tp = p->tp;
     double flops = (m->pre_flops[b] - m->pre_flops[a]) * tok / tp, ops = 0, act = 0, resid = 0;
+    double sp = p->sequence_parallel ? tp : 1;
     for (int i = a; i < b; i++) {
         ops += m->blk[i].matrix_ops;
-        act += m->blk[i].act_bytes;
+        act += m->blk[i].act_split_bytes / tp + (m->blk[i].act_bytes - m->blk[i].act_split_bytes) / sp;
         resid += m->blk[i].residuals;
     }
     double mm = flops / dv->rate, fixed = ops * dv->op_cost;
-    double elem = PL_ELEMENTWISE_PASSES * act * tok * m->a_scale / tp / dv->mem_bw;
+    double elem = PL_ELEMENTWISE_PASSES * act * tok * m->a_scale / dv->mem_bw;
     double f = mm + fixed + elem / 3, bwd = 2 * (mm + fixed) + 2 * elem / 3;
     double rec = p->recompute == TR_RECOMPUTE_FULL ? f
                  : p->recompute == TR_RECOMPUTE_SELECTIVE
@@ -278,24 +303,27 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     /* data parallelism: gradients and ZeRO's gathers over the dp group */
     int d = p->dp;
     const tr_link *dl = link_of(dv, (long)p->tp * p->pp, d);
-    double G = params * m->es, Pb = params * m->es, comm = 0, window = 0;
+    double G = params * m->es, Pb = params * m->es, comm = 0, window = 0, after = 0;
     double bk = m->bucket;
-    switch (p->zero) {
+    switch (p->zero) { /* reduce-scatter and all-gather: half an all-reduce each */
     case 0:
-    case 1:
+    case 1: /* the gradients' all-reduce in the last backward; ZeRO-1 then gathers the
+               updated parameters after the optimizer, exposed */
         comm = t_bucketed(dl, G, d, bk);
         window = bwd_last;
+        after = p->zero == 1 ? 0.5 * t_bucketed(dl, Pb, d, bk) : 0;
         break;
-    case 2:
-        comm = 0.5 * (M * t_bucketed(dl, G, d, bk) + t_bucketed(dl, Pb, d, bk));
+    case 2: /* a reduce-scatter in every backward, the same gather after the optimizer */
+        comm = 0.5 * M * t_bucketed(dl, G, d, bk);
         window = M * bwd_last;
+        after = 0.5 * t_bucketed(dl, Pb, d, bk);
         break;
-    default:
+    default: /* gathers in every forward and backward, beside the compute */
         comm = 0.5 * M * (t_bucketed(dl, G, d, bk) + 2 * t_bucketed(dl, Pb, d, bk));
         window = M * worst_c;
         break;
     }
-    p->dp_s = maxd(0, comm - PL_OVERLAP * window);
+    p->dp_s = maxd(0, comm - PL_OVERLAP * window) + after;
     double shards = p->zero >= 1 ? d : 1;
     p->optim_s = params / shards * (4.0 * 3 + m->es) * 2 / dv->mem_bw;
     p->step_s = M * worst + p->bubble_s + p->dp_s + p->optim_s;

@@ -23,6 +23,7 @@ typedef struct {
     tr_cost *blk;        /* n blocks, per token at T */
     double *pre_flops;   /* prefix sums over blocks of fwd_flops, n + 1 */
     double C, V, T, Vpad;
+    double wmax;         /* the widest product output (model.c's width_scratch at tp 1) */
     int tied;            /* tied head: with pp > 1 the last stage keeps a copy of the embedding */
     double p_bytes, g_bytes, o_bytes; /* per parameter: weights (+ fp32 master), gradient,
                                          AdamW state */

@@ -69,7 +69,8 @@ static const char *run_help =
     "  --tp T            tensor-parallel processes per group, instead of parallel.tp (default\n"
     "                    1); T must divide every attention's heads and MLP's hidden width\n"
     "  --sequence-parallel  with --tp: norms and residuals on 1/T of the tokens (T must\n"
-    "                    divide seq_len), instead of parallel.sequence_parallel\n"
+    "                    divide seq_len), instead of parallel.sequence_parallel;\n"
+    "                    --no-sequence-parallel keeps it off\n"
     "  --zero S          ZeRO stage 0-3 over the dp group, instead of parallel.zero\n"
     "  --pp P            pipeline ranks, instead of parallel.pp (default 1); the model's blocks\n"
     "                    (the repeats of its stacks) are cut into P x V chunks, balanced by\n"
@@ -208,6 +209,8 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             }
         } else if (!strcmp(a, "--sequence-parallel")) {
             o->sequence_parallel = 1;
+        } else if (!strcmp(a, "--no-sequence-parallel")) {
+            o->sequence_parallel = -1;
         } else if (!strcmp(a, "--zero")) { /* the stage is checked by the layout */
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->zero)) return -1;
         } else if (!strcmp(a, "--out")) {

@@ -22,9 +22,10 @@ typedef struct {
     long steps;
 } rank_ledger;
 
-/* Per rank and step, gathered to every rank: seconds computing, waiting, waiting for data, and
- * the pipeline's idle share of the step. */
-#define RANK_FIGS 4
+/* Per rank and step, gathered to every rank: seconds computing, waiting, waiting for data, the
+ * pipeline's idle share of the step, and the bytes the rank holds (its arena and the
+ * data-parallel buffers, as memory.json counts them). */
+#define RANK_FIGS 5
 
 typedef struct {
     tr_options o;
@@ -46,6 +47,8 @@ typedef struct {
                                      for the layout that runs */
     double steps_s;      /* measured: seconds of the steps after each start's first */
     int steps_n;
+    char plan_line[2][1024]; /* the plan and its prediction, for the banner */
+    double mem_most;         /* the fullest rank's bytes after the last step */
     const tr_backend *be;
     char device[512]; /* the backend, in words */
     double peak;      /* GFLOP/s of one process; 0: unknown (no MFU) */

@@ -35,7 +35,7 @@ static void apply(run_ctx *x, const tr_plan *p) {
     o->tp = p->tp;
     o->pp = p->pp;
     o->zero = p->zero;
-    o->sequence_parallel = p->sequence_parallel;
+    o->sequence_parallel = p->sequence_parallel ? 1 : -1;
     o->schedule = p->schedule;
     o->virtual_stages = p->virtual_stages;
     if (x->cluster.g[0].mem_bytes.v > 0) { /* a device of unknown memory: the resolver's rule */
@@ -49,10 +49,13 @@ int run_plan(run_ctx *x) {
     int cpu = x->be == tr_backend_cpu();
     char name[128] = "cpu";
     if (!cpu) tr_backend_cuda_peak(x->be->dtype, name, sizeof name);
+    const tr_device_info *known = cpu ? NULL : tr_device_find(name);
+    /* a GPU's links are not MPI's over host memory: the table's (assumed) */
     tr_topology_opts to = {.cpu = cpu,
                            .device = name,
+                           .device_mem = known ? known->mem_bytes : 0,
                            .peak_flops = cpu ? 0 : x->peak * 1e9,
-                           .measure_links = x->nranks > 1};
+                           .measure_links = cpu && x->nranks > 1};
     if (tr_topology_detect(x->world, &to, &x->cluster, x->err, sizeof x->err)) {
         snprintf(x->msg, sizeof x->msg, "trainer run: %s", x->err);
         return -1;
@@ -65,9 +68,8 @@ int run_plan(run_ctx *x) {
         return -1;
     }
     if (tr_plan_search(&x->r, &x->cluster, &po, res, x->err, sizeof x->err)) {
-        snprintf(x->msg, sizeof x->msg, "%s", x->err);
-        free(res);
-        return -1;
+        free(res); /* the fixed fields cannot run here: tr_layout_resolve says why */
+        return 0;
     }
     if (!res->fits) {
         char need[32];
@@ -84,8 +86,9 @@ int run_plan(run_ctx *x) {
     apply(x, &x->plan);
     char d[256];
     tr_plan_describe(&x->plan, d, sizeof d);
-    printf("plan: %s (chosen from %ld layouts in %.2f s for %s)\n", d, res->evaluated,
-           res->seconds, x->cluster.source);
+    snprintf(x->plan_line[0], sizeof x->plan_line[0],
+             "plan: %s (chosen from %ld layouts in %.2f s for %s)", d, res->evaluated,
+             res->seconds, x->cluster.source);
     free(res);
     return 0;
 }
@@ -111,8 +114,9 @@ void run_price(run_ctx *x) {
     char d[256] = "", m[32];
     if (!x->planned) tr_plan_describe(&p, d, sizeof d);
     tr_fmt_bytes(p.mem_bytes, m, sizeof m);
-    printf("plan: %s%spredicted %.4g s per step (compute %.3g, bubble %.3g, tp %.3g, pp %.3g, "
-           "dp %.3g, optimizer %.3g), %s on the fullest process\n",
-           d, d[0] ? " (given): " : "", p.step_s, p.compute_s, p.bubble_s, p.tp_s, p.pp_s,
-           p.dp_s, p.optim_s, m);
+    snprintf(x->plan_line[1], sizeof x->plan_line[1],
+             "plan: %s%spredicted %.4g s per step (compute %.3g, bubble %.3g, tp %.3g, pp %.3g, "
+             "dp %.3g, optimizer %.3g), %s on the fullest process",
+             d, d[0] ? " (given): " : "", p.step_s, p.compute_s, p.bubble_s, p.tp_s, p.pp_s,
+             p.dp_s, p.optim_s, m);
 }

@@ -570,6 +570,8 @@ static void print_banner(const run_ctx *x) {
         printf("%d processes (%s), %s\n", x->nranks, tr_comm_transport(), desc);
         tr_layout_describe_stages(&x->lay, &x->r.model, stdout);
     }
+    for (int i = 0; i < 2; i++)
+        if (x->plan_line[i][0]) printf("%s\n", x->plan_line[i]);
     const tr_memory *m = &x->predicted;
     char b1[32], b2[32], b3[32], b4[32];
     tr_fmt_bytes((double)m->params, b1, sizeof(b1));

@@ -225,6 +225,14 @@ static void fault_kill(run_ctx *x, int step) {
 /* One optimizer step: the micro-batches' forward and backward (the loss of each scaled to its
  * share of the global batch, 1 / (accumulation x dp)), the gradients summed over the dp group
  * during the last backward, clipping and AdamW. -1 on bad data or divergence (said). */
+/* The bytes this rank holds: its arena and the data-parallel buffers (their high-water marks
+ * so far), as memory.json counts them. */
+static double rank_memory(const run_ctx *x) {
+    tr_memory m = tr_model_memory(x->model);
+    return (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch +
+                    tr_dp_grad_bytes(x->dp) + tr_dp_param_buffer_bytes(x->dp));
+}
+
 static int train_step(run_ctx *x, int step, step_result *res) {
     const tr_recipe *r = &x->r;
     int accum = x->lay.accum, ndp = x->lay.dp;
@@ -283,11 +291,17 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     }
     double mine[RANK_FIGS] = {0, tr_comm_wait_seconds() - c0,
                               tr_loader_wait_seconds(x->loader) - w0,
-                              x->pipe ? tr_pipe_last_idle(x->pipe) : 0};
+                              x->pipe ? tr_pipe_last_idle(x->pipe) : 0, rank_memory(x)};
     mine[0] = res->dt - mine[1] - mine[2];
     x->led.compute_s += mine[0], x->led.wait_s += mine[1], x->led.data_s += mine[2];
     x->led.steps++;
-    if (x->nranks > 1) tr_comm_all_gather(x->world, mine, x->all_steps, RANK_FIGS, TR_COMM_F64);
+    x->mem_most = mine[4];
+    if (x->nranks > 1) {
+        tr_comm_all_gather(x->world, mine, x->all_steps, RANK_FIGS, TR_COMM_F64);
+        for (int k = 0; k < x->nranks; k++)
+            if (x->all_steps[RANK_FIGS * k + 4] > x->mem_most)
+                x->mem_most = x->all_steps[RANK_FIGS * k + 4];
+    }
     res->tps = (double)x->tokens_step / res->dt;
     res->gflops = x->flops_tok * res->tps / 1e9;
     /* every process of the world brings its own peak */
@@ -322,7 +336,10 @@ static void write_metrics(run_ctx *x, int step, const step_result *res, int do_e
         fprintf(m, "]");
     }
     if (do_eval) fprintf(m, ", \"val_loss\": %.6f", val);
-    if (x->plan_step_s > 0) fprintf(m, ", \"predicted_step_s\": %.6g", x->plan_step_s);
+    /* the plan's prediction beside the measured step and the fullest process's memory */
+    fprintf(m, ", \"step_s\": %.6g, \"predicted_step_s\": %.6g, \"memory_bytes\": %.0f, "
+               "\"predicted_memory_bytes\": %.0f",
+            res->dt, x->plan_step_s, x->mem_most, x->plan_mem);
     fprintf(m, "}\n");
     if (fflush(m) || ferror(m)) {
         int e = errno;
@@ -538,17 +555,10 @@ static void print_pipeline(const run_ctx *x, double idle) {
     free(all);
 }
 
-/* The plan's prediction against the run: the mean step after the first, and the fullest
- * process's memory (its arena and the data-parallel buffers, as memory.json counts them), a
- * last record in metrics.jsonl and a line. Every rank takes part (the memory's maximum). */
-static void report_plan(run_ctx *x) {
-    tr_memory m = tr_model_memory(x->model);
-    double mem[1] = {(double)(m.params + m.grads + m.optimizer + m.activations + m.scratch +
-                              tr_dp_grad_bytes(x->dp) + tr_dp_param_buffer_bytes(x->dp))};
-    double *all = calloc((size_t)x->nranks, sizeof(double)), most = mem[0];
-    if (all && x->nranks > 1 && !tr_comm_all_gather(x->world, mem, all, 1, TR_COMM_F64))
-        for (int k = 0; k < x->nranks; k++) most = all[k] > most ? all[k] : most;
-    free(all);
+/* The plan's prediction against the run, in a line: the mean step after the first, and the
+ * fullest process's memory after the last step. */
+static void report_plan(const run_ctx *x) {
+    double most = x->mem_most;
     if (x->rank != 0 || x->steps_n == 0 || !(x->plan_step_s > 0)) return;
     double step = x->steps_s / x->steps_n, es = step / x->plan_step_s - 1;
     double em = x->plan_mem > 0 ? most / x->plan_mem - 1 : 0;
@@ -558,12 +568,6 @@ static void report_plan(run_ctx *x) {
     printf("plan vs run: step %.4g s predicted, %.4g s measured (%+.1f%%); memory %s predicted, "
            "%s measured (%+.1f%%)\n",
            x->plan_step_s, step, 100 * es, pm, mm, 100 * em);
-    if (x->metrics)
-        fprintf(x->metrics,
-                "{\"plan\": {\"planned\": %s, \"predicted_step_s\": %.6g, \"measured_step_s\": "
-                "%.6g, \"step_error\": %.4f, \"predicted_memory_bytes\": %.0f, "
-                "\"measured_memory_bytes\": %.0f, \"memory_error\": %.4f}}\n",
-                x->planned ? "true" : "false", x->plan_step_s, step, es, x->plan_mem, most, em);
 }
 
 /* The summary, the last save, memory.json, the parallel figures, the table of ranks, the

@@ -25,7 +25,7 @@ typedef struct {
     int schedule;          /* --schedule S: tr_pp_kind, -1 = the recipe's */
     int microbatches;      /* --microbatches M, 0 = the recipe's */
     int virtual_stages;    /* --virtual-stages V, 0 = the recipe's */
-    int sequence_parallel; /* --sequence-parallel */
+    int sequence_parallel; /* --sequence-parallel 1, --no-sequence-parallel -1, else 0 */
     const char *precision; /* --precision bf16|fp32, NULL = the device's default */
     int sample_tokens;     /* --sample-tokens, -1 = the recipe's */
     int resume; /* --resume: continue from the newest good checkpoint in the output folder */

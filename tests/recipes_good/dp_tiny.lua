@@ -20,4 +20,4 @@ schedule { warmup = 5, decay = "cosine" }
 train { batch_tokens = 256, micro_batch = k.micro > 0 and k.micro or "auto", steps = k.steps,
         eval_every = 10, eval_tokens = 2048, seed = 7, sample_tokens = k.sample, log_every = 5, recompute = k.recompute,
         checkpoint_every = k.ckpt }
-parallel { zero = k.zero, bucket_kb = k.bucket > 0 and k.bucket or nil }
+parallel { tp = 1, pp = 1, zero = k.zero, bucket_kb = k.bucket > 0 and k.bucket or nil }
