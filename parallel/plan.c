@@ -292,6 +292,12 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
         if (part[i].a - part[i].b > part[w].a - part[w].b) w = i;
     double ratio = s->o->objective == TR_PLAN_COST ? a->cost / b->cost : a->step_s / b->step_s;
     const char *unit = s->o->objective == TR_PLAN_COST ? "cost" : "step";
+    if (ratio < 1) { /* a tie the simpler plan won (prefer_simple) */
+        snprintf(a->why, sizeof a->why,
+                 "%s %.2fx, within the model's %.0f%%: the chosen plan has less machinery", unit,
+                 ratio, 100 * PL_TIE);
+        return;
+    }
     if (w == 0 && a->tp > dv->per_node)
         snprintf(a->why, sizeof a->why, "tp %d crosses nodes: %s %.3g s vs %.3g s; %s %.2fx",
                  a->tp, part[w].what, part[w].a, part[w].b, unit, ratio);
@@ -300,6 +306,34 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
     else
         snprintf(a->why, sizeof a->why, "%s %.3g s vs %.3g s; %s %.2fx", part[w].what, part[w].a,
                  part[w].b, unit, ratio);
+}
+
+/* Less machinery first: fewer model-parallel ranks, a lower ZeRO stage, no sequence
+ * parallelism, less recompute, fewer virtual stages. */
+static int simpler(const tr_plan *a, const tr_plan *b) {
+    int ka[] = {a->tp * a->pp, a->zero, a->sequence_parallel, a->recompute, a->virtual_stages};
+    int kb[] = {b->tp * b->pp, b->zero, b->sequence_parallel, b->recompute, b->virtual_stages};
+    for (int i = 0; i < 5; i++)
+        if (ka[i] != kb[i]) return ka[i] < kb[i];
+    return 0;
+}
+
+/* The cost model cannot tell plans within PL_TIE of each other apart (bench/planner.sh): among
+ * those, the simplest goes first (insertion sort of that head of the ranking). */
+static void prefer_simple(pl_search *s) {
+    if (s->n_keep < 2) return;
+    double limit = score(s, &s->keep[0]) * (1 + PL_TIE);
+    int n = 1;
+    while (n < s->n_keep && score(s, &s->keep[n]) <= limit) n++;
+    for (int i = 1; i < n; i++) {
+        tr_plan t = s->keep[i];
+        int j = i;
+        while (j > 0 && simpler(&t, &s->keep[j - 1])) {
+            s->keep[j] = s->keep[j - 1];
+            j--;
+        }
+        s->keep[j] = t;
+    }
 }
 
 /* The best plans that pass the resolver and fit when measured: best, then alternatives. */
@@ -377,7 +411,8 @@ static void assumed(const tr_cluster *c, char *buf, size_t n) {
                                      f[i].name, tr_origin_name(f[i].o));
     if (used < n)
         snprintf(buf + used, n - used, "%soverlap %.1f, runtime reserve %.1f GB",
-                 used ? ", " : "", PL_OVERLAP, c->cpu ? 0.0 : PL_GPU_RESERVE / 1e9);
+                 used ? ", " : "", c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP,
+                 c->cpu ? 0.0 : PL_GPU_RESERVE / 1e9);
 }
 
 int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *o,
@@ -407,6 +442,7 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
         for (int i = 0; i < nw; i++) search_world(s, c, w[i], 1);
     out->evaluated = s->evaluated;
     out->feasible = s->feasible;
+    prefer_simple(s);
     pl_devices dv;
     pl_devices_of(c, s->n_keep ? s->keep[0].world : tr_cluster_devices(c), &dv);
     finish(s, &dv, out);

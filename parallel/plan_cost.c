@@ -118,6 +118,7 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     if (!isfinite(d->inter.bw.v)) d->inter = d->intra;
     if (!isfinite(d->between.bw.v)) d->between = d->inter;
     d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
+    d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
     d->reserve = c->cpu ? 0 : PL_GPU_RESERVE;
 }
 
@@ -323,7 +324,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
         window = M * worst_c;
         break;
     }
-    p->dp_s = maxd(0, comm - PL_OVERLAP * window) + after;
+    p->dp_s = maxd(0, comm - dv->overlap * window) + after;
     double shards = p->zero >= 1 ? d : 1;
     p->optim_s = params / shards * (4.0 * 3 + m->es) * 2 / dv->mem_bw;
     p->step_s = M * worst + p->bubble_s + p->dp_s + p->optim_s;

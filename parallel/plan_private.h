@@ -12,7 +12,12 @@
                                    2021, assumed for the other devices */
 #define PL_GPU_OP_COST 6e-6     /* s per kernel launch and tail, per matrix product */
 #define PL_CPU_OP_COST 20e-6    /* s per operation on the CPU backend (threads' fork and join) */
-#define PL_OVERLAP 0.8          /* share of a backward's time a bucketed reduction can hide in */
+#define PL_OVERLAP 0.8          /* share of a backward's time a bucketed reduction can hide in
+                                   on a GPU (its own streams and copy engines) */
+#define PL_CPU_OVERLAP 0.0      /* on the CPU backend: its collectives move data with the cores
+                                   the compute uses (bench/planner.sh: ZeRO-3's gathers cost
+                                   their full time there) */
+#define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */
 #define PL_GPU_RESERVE (1.5 * 1073741824.0) /* CUDA context, cuBLASLt workspace, NCCL buffers */
 #define PL_ELEMENTWISE_PASSES 4.0 /* activation bytes moved per kept byte, forward + backward */
 
@@ -46,6 +51,7 @@ typedef struct {
     double mem_bw;  /* slowest memory bandwidth */
     double mem_cap; /* smallest device memory */
     double op_cost; /* per operation */
+    double overlap; /* share of a reduction the compute beside it hides */
     double reserve; /* memory the runtime keeps */
     double price_s; /* USD per second for all the devices used */
     int per_node;   /* the smallest node used (devices) */

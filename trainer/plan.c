@@ -35,7 +35,8 @@ static const char *plan_help =
     "  --alternatives N   runners-up to show (default 5)\n"
     "  --json             the chosen plan under the recipe's names, its predictions and the\n"
     "                     alternatives, as JSON\n"
-    "Without --cluster or --gpus: this machine, one CPU-backend process per core.\n";
+    "Without --cluster or --gpus: this job, as `trainer run` would see it (one process, or\n"
+    "`mpirun -np N trainer plan ...` for N), on the device run would choose.\n";
 
 typedef struct {
     const char *cluster, *gpu;
@@ -101,31 +102,21 @@ static int take_flags(plan_args *a, int *argc, char **argv) {
     return 0;
 }
 
-/* This machine: one CPU-backend process per core, at the measured sgemm rate of one core. */
-static void this_machine(tr_cluster *c) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES);
-    long psize = sysconf(_SC_PAGE_SIZE);
-    if (cores < 1) cores = 1;
-    double mem = pages > 0 && psize > 0 ? (double)pages * (double)psize : 8e9;
-    char host[64] = "?";
-    gethostname(host, sizeof host - 1);
-    memset(c, 0, sizeof(*c));
-    c->cpu = 1;
-    c->n_groups = 1;
-    tr_node_group *g = &c->g[0];
-    snprintf(g->name, sizeof g->name, "%s", host);
-    snprintf(g->device, sizeof g->device, "cpu");
-    g->nodes = 1;
-    g->per_node = (int)cores;
-    g->cores = (int)cores;
-    g->peak_flops = (tr_figure){tr_measure_peak_gflops() * 1e9 / (double)cores, TR_ORIGIN_MEASURED};
-    g->mem_bytes = (tr_figure){0.25 * mem / (double)cores, TR_ORIGIN_MEASURED};
-    g->mem_bw = (tr_figure){10e9 / (double)cores, TR_ORIGIN_ASSUMED};
-    g->intra = (tr_link){{2e9, TR_ORIGIN_ASSUMED}, {20e-6, TR_ORIGIN_ASSUMED}};
-    g->inter = g->intra;
-    c->between[0][0] = g->intra;
-    snprintf(c->source, sizeof c->source, "this machine (%s): %ld cores, one process each", host,
-             cores);
+/* Without --cluster or --gpus: the job this command runs in (one process, or those mpirun
+ * started: the cluster `trainer run` would plan for), on the backend run would choose. Rank 0
+ * prints; the others are silent. */
+static int this_job(const tr_options *o, const tr_recipe *r, tr_comm **world, tr_cluster *c,
+                    int *cpu, char *err, size_t errlen) {
+    int argc = 0;
+    char **argv = NULL;
+    if (tr_comm_init(world, &argc, &argv, o->timeout, err, errlen)) return -1;
+    if (tr_comm_rank(*world) > 0 && !freopen("/dev/null", "w", stdout)) return -1;
+    double peak;
+    char desc[512];
+    const tr_backend *be = tr_choose_backend(o, r, &peak, desc, sizeof desc, err, errlen);
+    if (!be) return -1;
+    *cpu = be == tr_backend_cpu();
+    return tr_detect_cluster(*world, be, *cpu ? 0 : peak, c, err, errlen);
 }
 
 static const char *rec_name(int r) {
@@ -251,25 +242,28 @@ int tr_cmd_plan(int argc, char **argv) {
     if (tr_load_recipe(&r, &o, "plan")) return 1;
     tr_cluster *c = calloc(1, sizeof(*c));
     char err[1024] = "";
-    int rc = 0;
+    int rc = 0, cpu = 0; /* this job's backend is the CPU's */
+    tr_comm *world = NULL;
     if (!c) return 1;
     if (a.cluster)
         rc = tr_cluster_load(c, a.cluster, err, sizeof err);
     else if (a.gpu)
         rc = tr_cluster_from_gpus(c, a.gpus, a.per_node, a.gpu, err, sizeof err);
     else
-        this_machine(c);
+        rc = this_job(&o, &r, &world, c, &cpu, err, sizeof err);
     if (rc) {
         fprintf(stderr, "trainer plan: %s\n", err);
         free(c);
         tr_recipe_free(&r);
+        tr_comm_free(world);
         return 2;
     }
     tr_plan_opts po = {.objective = a.objective,
                        .deadline_h = a.deadline,
                        .recompute = -1,
                        .dtype = c->cpu ? TR_DTYPE_F32 : TR_DTYPE_BF16,
-                       .alternatives = a.alternatives};
+                       .alternatives = a.alternatives,
+                       .all_devices = world != NULL}; /* a job plans for its processes */
     po.fixed = (tr_layout_flags){.dp = o.dp, .tp = o.tp, .pp = o.pp, .zero = o.zero,
                                  .schedule = o.schedule, .microbatches = o.microbatches,
                                  .virtual_stages = o.virtual_stages,
@@ -288,5 +282,6 @@ int tr_cmd_plan(int argc, char **argv) {
     free(res);
     free(c);
     tr_recipe_free(&r);
+    tr_comm_free(world);
     return status;
 }

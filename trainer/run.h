@@ -23,8 +23,8 @@ typedef struct {
 } rank_ledger;
 
 /* Per rank and step, gathered to every rank: seconds computing, waiting, waiting for data, the
- * pipeline's idle share of the step, and the bytes the rank holds (its arena and the
- * data-parallel buffers, as memory.json counts them). */
+ * pipeline's idle share of the step, and the bytes the rank holds as the layout predicts them
+ * (its arena and ZeRO's gradient pieces). */
 #define RANK_FIGS 5
 
 typedef struct {

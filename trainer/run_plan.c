@@ -45,18 +45,23 @@ static void apply(run_ctx *x, const tr_plan *p) {
     x->r.train.recompute = p->recompute;
 }
 
-int run_plan(run_ctx *x) {
-    int cpu = x->be == tr_backend_cpu();
+int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_cluster *out,
+                      char *err, size_t errlen) {
+    int cpu = be == tr_backend_cpu();
     char name[128] = "cpu";
-    if (!cpu) tr_backend_cuda_peak(x->be->dtype, name, sizeof name);
+    if (!cpu) tr_backend_cuda_peak(be->dtype, name, sizeof name);
     const tr_device_info *known = cpu ? NULL : tr_device_find(name);
     /* a GPU's links are not MPI's over host memory: the table's (assumed) */
     tr_topology_opts to = {.cpu = cpu,
                            .device = name,
                            .device_mem = known ? known->mem_bytes : 0,
-                           .peak_flops = cpu ? 0 : x->peak * 1e9,
-                           .measure_links = cpu && x->nranks > 1};
-    if (tr_topology_detect(x->world, &to, &x->cluster, x->err, sizeof x->err)) {
+                           .peak_flops = cpu ? 0 : peak,
+                           .measure_links = cpu && tr_comm_size(world) > 1};
+    return tr_topology_detect(world, &to, out, err, errlen);
+}
+
+int run_plan(run_ctx *x) {
+    if (tr_detect_cluster(x->world, x->be, x->peak * 1e9, &x->cluster, x->err, sizeof x->err)) {
         snprintf(x->msg, sizeof x->msg, "trainer run: %s", x->err);
         return -1;
     }

@@ -225,12 +225,12 @@ static void fault_kill(run_ctx *x, int step) {
 /* One optimizer step: the micro-batches' forward and backward (the loss of each scaled to its
  * share of the global batch, 1 / (accumulation x dp)), the gradients summed over the dp group
  * during the last backward, clipping and AdamW. -1 on bad data or divergence (said). */
-/* The bytes this rank holds: its arena and the data-parallel buffers (their high-water marks
- * so far), as memory.json counts them. */
+/* The bytes this rank holds as the layout predicts them: its arena and ZeRO's gradient pieces
+ * (not ZeRO-2/3's transient bucket buffers, whose high-water marks memory.json gives). */
 static double rank_memory(const run_ctx *x) {
     tr_memory m = tr_model_memory(x->model);
     return (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch +
-                    tr_dp_grad_bytes(x->dp) + tr_dp_param_buffer_bytes(x->dp));
+                    tr_dp_grad_bytes(x->dp) - tr_dp_grad_buffer_bytes(x->dp));
 }
 
 static int train_step(run_ctx *x, int step, step_result *res) {

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "dsl/cluster.h"
 #include "dsl/recipe.h"
 #include "model/model.h"
 #include "parallel/layout.h"
@@ -77,6 +78,12 @@ typedef void (*tr_decode_fn)(void *ctx, tr_kv_cache *c, int token, int pos, floa
 int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *ctx, const int *prompt,
                          int n_prompt, int n_new, float temperature, int top_k,
                          unsigned long long seed, int *out, char *err, size_t errlen);
+
+/* The cluster this job runs on (parallel/topology.h) for backend `be` of peak FLOP/s `peak`
+ * (a GPU's; the CPU's sgemm is measured on every rank at once): every rank of `world` calls
+ * it and gets the same. 0, or -1 with one line in err. */
+int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_cluster *out,
+                      char *err, size_t errlen);
 
 double tr_now(void);
 int tr_mkdirs(const char *path, char *err, size_t errlen);
