@@ -2,6 +2,8 @@
 -- rotary positions over 4096 tokens, untied head, vocabulary 128256; 4M tokens a step.
 -- Planned, not trained here: tests/test_plan.c and bench/planner.sh time the planner on it
 -- for 1,024 and 16,384 GPUs.
+local k = knobs { recompute = "auto", steps = 1000 }
+
 model {
     vocab = 128256, dim = 8192, seq_len = 4096,
     embedding {},
@@ -15,4 +17,4 @@ model {
 }
 
 data { text = "../data/corpora/tinyshakespeare.txt", tokenizer = "byte", val_fraction = 0.1 }
-train { batch_tokens = 4194304, steps = 1000 }
+train { batch_tokens = 4194304, steps = k.steps, recompute = k.recompute }

@@ -260,11 +260,11 @@ static int measure(const pl_search *s, const pl_devices *dv, tr_plan *p) {
     return 0;
 }
 
-static void gb(double b, char *buf, size_t n) {
-    if (b >= 1e9)
-        snprintf(buf, n, "%.1f GB", b / 1e9);
+static void gb(double b, char *buf, size_t n) { /* as tr_fmt_bytes: binary units */
+    if (b >= 1073741824.0)
+        snprintf(buf, n, "%.1f GiB", b / 1073741824.0);
     else
-        snprintf(buf, n, "%.1f MB", b / 1e6);
+        snprintf(buf, n, "%.1f MiB", b / 1048576.0);
 }
 
 /* Why alternative a lost to the best plan b: its largest excess, then the ratio. */
@@ -379,8 +379,8 @@ static void what_would(pl_search *s, const tr_cluster *c, tr_plan_result *out) {
         s->n_keep = 0;
         search_world(s, &big, world, 0);
         if (s->n_keep)
-            snprintf(more, sizeof more, "needs %ld devices of %.0f GB (%ld here)",
-                     s->keep[0].world, s->keep[0].mem_cap / 1e9, have);
+            snprintf(more, sizeof more, "needs %ld devices of %.0f GiB (%ld here)",
+                     s->keep[0].world, s->keep[0].mem_cap / 1073741824.0, have);
     }
     if (saved.recompute != TR_RECOMPUTE_FULL) {
         s->fx.recompute = TR_RECOMPUTE_FULL;
@@ -397,7 +397,9 @@ static void what_would(pl_search *s, const tr_cluster *c, tr_plan_result *out) {
 }
 
 static void assumed(const tr_cluster *c, char *buf, size_t n) {
-    size_t used = (size_t)snprintf(buf, n, "%s", c->cpu ? "" : "matrix efficiency 0.53, ");
+    size_t used = 0;
+    if (!c->cpu)
+        used = (size_t)snprintf(buf, n, "matrix efficiency %.2f of peak", PL_GPU_EFFICIENCY);
     const tr_node_group *g = &c->g[0];
     struct {
         const char *name;
@@ -410,9 +412,9 @@ static void assumed(const tr_cluster *c, char *buf, size_t n) {
             used += (size_t)snprintf(buf + used, n - used, "%s%s (%s)", used ? ", " : "",
                                      f[i].name, tr_origin_name(f[i].o));
     if (used < n)
-        snprintf(buf + used, n - used, "%soverlap %.1f, runtime reserve %.1f GB",
-                 used ? ", " : "", c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP,
-                 c->cpu ? 0.0 : PL_GPU_RESERVE / 1e9);
+        snprintf(buf + used, n - used, "%scommunication hidden behind compute %.0f%%%s",
+                 used ? ", " : "", 100 * (c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP),
+                 c->cpu ? "" : ", runtime reserve 1.5 GiB per device");
 }
 
 int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *o,

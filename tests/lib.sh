@@ -41,7 +41,8 @@ PY
 #               losses and the parameters
 #   params      max |A - B| / max |B| (floor 2^-20, 8 float32 ulps of a parameter in [1, 2):
 #               reorderings that agree to the bit mean that the order does not matter here)
-# The runs must log the same steps (the last record of a step wins: a resumed run repeats
+# Every run's memory (the fullest rank's, each step) must be what its layout predicted, else
+# the comparison fails too. The runs must log the same steps (the last record of a step wins: a resumed run repeats
 # steps) and hold the same number of parameters, else the comparison fails.
 #
 #   noise=$(run_noise P0 P1 P2...)  "L G P": the largest of each difference over every pair
@@ -80,6 +81,10 @@ def load(p):
             m = json.loads(line)
             if "step" not in m:  # the plan's record
                 continue
+            # the planner's prediction of the fullest rank's memory is what it allocates
+            if m.get("memory_bytes") != m.get("predicted_memory_bytes"):
+                fail(f"{p}: step {m['step']}: memory {m.get('memory_bytes')} bytes, "
+                     f"predicted {m.get('predicted_memory_bytes')}")
             rows[m["step"]] = (float(m["loss"]), m.get("val_loss"), float(m["grad_norm"]))
         a = array.array("f")
         with open(p + ".params", "rb") as f:

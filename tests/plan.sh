@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# `trainer plan` from the command line, and parallel "auto" in `trainer run`:
+#  1. a plan for this job, for --gpus of a known device, for each example cluster file, for
+#     the cost objective and a deadline; --json has the recipe's names and the predictions,
+#     dp x tp x pp is the world, every alternative says why it lost;
+#  2. a plan that fits nothing exits 3 and says what would;
+#  3. every mistake (flags, devices, cluster files) is one line on stderr and exit 2;
+#  4. the plan of a 2-process job, run: `trainer run` under mpirun with parallel "auto" takes
+#     the same layout as `trainer plan` under mpirun, logs it, and its metrics carry the
+#     predicted and measured step time and memory (equal: the arena's accounting);
+#  5. fields the flags fix are kept (--tp 2: the run is tensor parallel).
+# usage: tests/plan.sh path/to/trainer   (run from the repository root)
+set -u
+T="$1"
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+
+# json FILE PYTHON-EXPR: the expression over d (the parsed JSON) must hold
+json() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ok = eval(sys.argv[2])
+print(ok)
+sys.exit(0 if ok is True else 1)
+PY
+}
+
+# 1. plans
+"$T" plan recipes/shakespeare_char.lua >"$tmp/p1" 2>&1 && grep -q "^chosen  dp 1 x tp 1" "$tmp/p1" &&
+    ok "a plan for this job: $(grep '^chosen' "$tmp/p1")" || { bad "plan for this job"; cat "$tmp/p1"; }
+"$T" plan bench/llama_70b.lua --gpus 256 --gpu H100-80GB --json >"$tmp/p2.json" 2>"$tmp/p2.err"
+FIELDS='all(k in d["plan"] for k in ("dp","tp","pp","zero","micro_batch","microbatches","schedule","virtual_stages","recompute","sequence_parallel","stages"))'
+json "$tmp/p2.json" "$FIELDS and d['plan']['dp'] * d['plan']['tp'] * d['plan']['pp'] == 256 and d['plan']['tp'] <= 8 and d['plan']['predicted']['memory_exact'] and d['plan']['predicted']['memory_bytes'] <= d['plan']['predicted']['memory_capacity'] and all(a['why'] for a in d['alternatives'])" >/dev/null &&
+    ok "70B on 256 H100s: --json has the recipe's names, dp x tp x pp = 256, tp within a node, measured memory, reasons" ||
+    { bad "70B on 256 H100s --json"; head -c 600 "$tmp/p2.json"; cat "$tmp/p2.err"; }
+for c in recipes/clusters/*.yaml; do
+    "$T" plan bench/megatron_gpt.lua --cluster "$c" --json >"$tmp/c.json" 2>"$tmp/c.err" &&
+        json "$tmp/c.json" 'd["fits"] and d["plan"]["predicted"]["step_s"] > 0' >/dev/null &&
+        ok "a plan for $c" || { bad "plan for $c"; cat "$tmp/c.err"; }
+done
+"$T" plan bench/megatron_gpt.lua --cluster recipes/clusters/mixed_pool.yaml --objective cost --json >"$tmp/cost.json" &&
+    "$T" plan bench/megatron_gpt.lua --cluster recipes/clusters/mixed_pool.yaml --json >"$tmp/time.json" &&
+    python3 - "$tmp/cost.json" "$tmp/time.json" <<'PY' && ok "mixed pool: the cost objective costs no more, the time objective takes no longer" || bad "mixed pool: cost against time"
+import json, sys
+c, t = (json.load(open(p))["plan"]["predicted"] for p in sys.argv[1:])
+print(c["cost_usd"], t["cost_usd"], c["step_s"], t["step_s"])
+sys.exit(0 if c["cost_usd"] <= t["cost_usd"] + 1e-9 and t["step_s"] <= c["step_s"] + 1e-12 else 1)
+PY
+"$T" plan bench/megatron_gpt.lua --cluster recipes/clusters/a100x128_ib.yaml --deadline 0.5 >"$tmp/dl" 2>&1 &&
+    grep -q "^chosen" "$tmp/dl" && ! grep -q "deadline    missed" "$tmp/dl" && ok "a deadline of 0.5 h is met" ||
+    { bad "deadline"; cat "$tmp/dl"; }
+
+# 2. nothing fits
+"$T" plan bench/llama_70b.lua --gpus 8 --gpu A100-40GB --set recompute=none >"$tmp/nf" 2>&1
+rc=$?
+[ $rc -eq 3 ] && grep -q "nothing fits.*needs [0-9]* devices" "$tmp/nf" &&
+    ok "70B on 8 A100-40GB: exit 3, $(grep -o 'needs.*' "$tmp/nf")" || { bad "nothing fits (exit $rc)"; cat "$tmp/nf"; }
+
+# 3. mistakes
+expect() { # CODE PATTERN -- ARGS
+    local code="$1" pat="$2"
+    shift 3
+    "$T" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$? lines
+    lines=$(wc -l <"$tmp/err")
+    [ $rc -eq "$code" ] && grep -q -- "$pat" "$tmp/err" && [ "$lines" -eq 1 ] &&
+        ok "trainer $*: $(cat "$tmp/err")" || { bad "trainer $*: exit $rc, $lines lines"; cat "$tmp/err"; }
+}
+R=recipes/shakespeare_char.lua
+expect 2 "unknown device" -- plan $R --gpus 8 --gpu H1000
+expect 2 "--objective needs time or cost, got 'fast'" -- plan $R --objective fast
+expect 2 "--deadline needs hours > 0" -- plan $R --deadline -2
+expect 2 "--gpus and --gpu go together" -- plan $R --gpus 8
+expect 2 "give --cluster or --gpus/--gpu, not both" -- plan $R --cluster recipes/clusters/h100x8.yaml --gpu H200 --gpus 8
+expect 2 "nope.yaml: cannot read" -- plan $R --cluster nope.yaml
+expect 2 "multiple of --gpus-per-node" -- plan $R --gpus 12 --gpus-per-node 8 --gpu H100-80GB
+expect 2 "tests/clusters_bad/unknown_field.yaml:" -- plan $R --cluster tests/clusters_bad/unknown_field.yaml
+expect 2 "unknown option '--zeroo'" -- plan $R --zeroo 1
+
+# 4. parallel "auto" on 2 processes: the plan `trainer plan` makes under the same mpirun
+mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/job.json" 2>"$tmp/job.err" ||
+    { bad "trainer plan under mpirun"; cat "$tmp/job.err"; }
+mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=3 --out "$tmp/auto" >"$tmp/auto.log" 2>&1 ||
+    { bad "parallel auto run"; tail -5 "$tmp/auto.log"; }
+python3 - "$tmp/job.json" "$tmp/auto/recipe.lua" "$tmp/auto/metrics.jsonl" <<'PY' && ok "parallel auto runs the plan trainer plan makes for the job, and metrics carry its predictions" || bad "parallel auto against trainer plan"
+import json, re, sys
+p = json.load(open(sys.argv[1]))["plan"]
+text = open(sys.argv[2]).read()
+got = {k: int(re.search(r"\b%s = (\d+)" % k, text).group(1)) for k in ("dp", "tp", "pp", "zero")}
+want = {k: p[k] for k in got}
+rows = [json.loads(l) for l in open(sys.argv[3])]
+print(got, want, rows[-1].get("predicted_step_s"), rows[-1].get("memory_bytes"))
+sys.exit(0 if got == want and all(r["predicted_step_s"] > 0 and r["step_s"] > 0 and
+                                  r["memory_bytes"] == r["predicted_memory_bytes"] for r in rows)
+         else 1)
+PY
+grep -q "^plan: dp" "$tmp/auto.log" && grep -q "^plan vs run: step" "$tmp/auto.log" &&
+    ok "the log names the plan and compares it with the run: $(grep '^plan vs run' "$tmp/auto.log")" ||
+    bad "no plan lines in the log"
+
+# 5. fixed fields are kept
+mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=2 --tp 2 --out "$tmp/tp" >"$tmp/tp.log" 2>&1 &&
+    grep -q "dp 1 x tp 2" "$tmp/tp.log" && ok "--tp 2 is kept: $(grep '^plan: dp' "$tmp/tp.log" | cut -c1-80)" ||
+    { bad "--tp 2 not kept"; grep -E "plan|layout|processes" "$tmp/tp.log"; }
+exit $fail
