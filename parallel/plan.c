@@ -137,7 +137,6 @@ static void consider(pl_search *s, const pl_devices *dv, tr_plan *p) {
 static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
     const pl_fixed *f = &s->fx;
     int P = base.pp, M = base.microbatches;
-    const tr_node *root = &s->r->model.root;
     int tied_head = s->m.tied;
     for (int k = 0; k < 4; k++) {
         if (!ok(f->schedule, k) || (P == 1 && k != TR_PP_1F1B)) continue;
@@ -170,7 +169,6 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
             }
         }
     }
-    (void)root;
 }
 
 /* Every mesh dp x tp x pp of `world` ranks and micro-batch; tp within a node unless
