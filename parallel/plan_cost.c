@@ -94,12 +94,15 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
         if (first < 0) first = i;
         last = i;
         double eff = c->cpu ? 1.0 : PL_GPU_EFFICIENCY;
-        if (g->peak_flops.v * eff < d->rate) {
-            d->rate = g->peak_flops.v * eff;
-            d->peak = g->peak_flops.v;
+        double peak = g->peak_flops.v > 0 ? g->peak_flops.v : PL_UNKNOWN_PEAK;
+        if (peak * eff < d->rate) {
+            d->rate = peak * eff;
+            d->peak = peak;
         }
-        d->mem_bw = mind(d->mem_bw, g->mem_bw.v);
-        d->mem_cap = mind(d->mem_cap, g->mem_bytes.v);
+        d->mem_bw = mind(d->mem_bw, g->mem_bw.v > 0 ? g->mem_bw.v : PL_UNKNOWN_MEM_BW);
+        /* a device of unknown memory (0): not checked (run then leaves the micro-batch to the
+           resolver's memory rule) */
+        if (g->mem_bytes.v > 0) d->mem_cap = mind(d->mem_cap, g->mem_bytes.v);
         d->per_node = g->per_node < d->per_node ? g->per_node : d->per_node;
         if (use < d->per_node) d->per_node = (int)use;
         d->price_s += (double)use * g->price_hour.v / 3600.0;

@@ -17,6 +17,8 @@
 #define PL_CPU_OVERLAP 0.0      /* on the CPU backend: its collectives move data with the cores
                                    the compute uses (bench/planner.sh: ZeRO-3's gathers cost
                                    their full time there) */
+#define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
+#define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */
 #define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */
 #define PL_GPU_RESERVE (1.5 * 1073741824.0) /* CUDA context, cuBLASLt workspace, NCCL buffers */
 #define PL_ELEMENTWISE_PASSES 4.0 /* activation bytes moved per kept byte, forward + backward */

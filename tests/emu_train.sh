@@ -13,7 +13,8 @@
 #  6. the tensor-core attention inside training, and recompute (below);
 #  7. no device allocation once training has started;
 #  8. a bad TR_CUDA_ATTENTION is refused;
-#  9. data parallelism on the device is refused once for the job, not once per rank.
+#  9. data parallelism on the device is refused once for the job, not once per rank;
+# 10. the planner's memory prediction is what the device arena holds (fp32 runs).
 # usage: tests/emu_train.sh path/to/trainer_emu   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -54,6 +55,12 @@ for flavour in gpt llama; do
     losses "$F/metrics.jsonl" >"$tmp/f32.l"
     r=$(compare "$tmp/f32.l" "$tmp/cpu.l" 1e-4) && ok "$flavour: cuda fp32 vs cpu: $r (tol 1e-4)" ||
         bad "$flavour: cuda fp32 vs cpu: $r (tol 1e-4)"
+    # the planner's memory prediction is the device arena's accounting
+    python3 -c 'import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
+sys.exit(0 if rows and all(r["memory_bytes"] == r["predicted_memory_bytes"] for r in rows) else 1)' \
+        "$F/metrics.jsonl" && ok "$flavour: cuda fp32: device memory as predicted ($(grep -o '"memory_bytes": [0-9]*' "$F/metrics.jsonl" | tail -1))" ||
+        bad "$flavour: cuda fp32: the device's memory is not the predicted"
 
     # 2. bf16, and an exact resume on the device
     A=$tmp/$flavour-bf-a
