@@ -504,6 +504,18 @@ int tr_layout_memory(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype,
     return 0;
 }
 
+int tr_layout_memory_most(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype,
+                          double *bytes, char *err, size_t errlen) {
+    *bytes = 0;
+    for (int p = 0; p < l->pp; p++) { /* (d 0, p, t 0) of each pipeline rank */
+        tr_memory m;
+        if (tr_layout_memory(l, d, dtype, p * l->tp, &m, err, errlen)) return -1;
+        double t = (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch);
+        if (t > *bytes) *bytes = t;
+    }
+    return 0;
+}
+
 void tr_layout_describe(const tr_layout *l, char *buf, size_t len) {
     const char *kind = l->dp > 1 && l->tp > 1 ? "data and tensor parallel"
                        : l->dp > 1            ? "data parallel"

@@ -90,6 +90,11 @@ tr_model_opts tr_layout_model_opts(const tr_layout *l, int rank);
 int tr_layout_memory(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype, int rank,
                      tr_memory *mem, char *err, size_t errlen);
 
+/* The fullest process's bytes at this layout (tr_layout_memory's kinds summed, the most over
+ * the pipeline ranks: the others repeat one of them): 0, or -1 with err. */
+int tr_layout_memory_most(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype,
+                          double *bytes, char *err, size_t errlen);
+
 /* One line, without the process count (the caller knows how they were started):
  * "dp 1 x tp 2: tensor parallel, sequence parallel, ZeRO-0, micro-batch 4 (auto), 2
  * accumulation steps"; with pp > 1 "dp 2 x tp 1 x pp 4: data parallel, pipeline 1f1b over 8

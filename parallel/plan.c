@@ -241,16 +241,10 @@ static int measure(const pl_search *s, const pl_devices *dv, tr_plan *p) {
         snprintf(p->why, sizeof p->why, "refused: %.300s", err);
         return -1;
     }
-    double worst = 0;
-    for (int q = 0; q < p->pp; q++) {
-        tr_memory mem;
-        if (tr_layout_memory(&l, &r.model, s->o->dtype, q * p->tp, &mem, err, sizeof err)) {
-            snprintf(p->why, sizeof p->why, "refused: %.300s", err);
-            return -1;
-        }
-        double t = (double)(mem.params + mem.grads + mem.optimizer + mem.activations +
-                            mem.scratch);
-        if (t > worst) worst = t;
+    double worst;
+    if (tr_layout_memory_most(&l, &r.model, s->o->dtype, &worst, err, sizeof err)) {
+        snprintf(p->why, sizeof p->why, "refused: %.300s", err);
+        return -1;
     }
     memcpy(p->chunk_start, l.chunk_start, sizeof(l.chunk_start));
     p->mem_bytes = worst + dv->reserve;

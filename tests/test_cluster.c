@@ -13,29 +13,12 @@
 #include <unistd.h>
 
 #include "dsl/cluster.h"
+#include "check.h"
 
 #define GiB 1073741824.0
 
-static int n_fail, n_ok;
 static char err[1024];
 
-#ifdef __GNUC__
-__attribute__((format(printf, 2, 3)))
-#endif
-static int
-check(int cond, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", cond ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (cond)
-        n_ok++;
-    else
-        n_fail++;
-    return cond;
-}
 
 /* A figure equal to v (to 1e-12, as written in decimal) with origin `from`. */
 static int fig(tr_figure f, double v, tr_origin from) {

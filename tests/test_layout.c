@@ -12,27 +12,10 @@
 #include "model/model.h"
 #include "parallel/layout.h"
 #include "parallel/schedule.h"
+#include "check.h"
 
-static int n_fail, n_ok;
 static char err[1024];
 
-#ifdef __GNUC__
-__attribute__((format(printf, 2, 3)))
-#endif
-static int
-check(int cond, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", cond ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (cond)
-        n_ok++;
-    else
-        n_fail++;
-    return cond;
-}
 
 /* A GPT-like model: heads 6 (line 4), kv_heads 2 in a second attention (line 5), an MLP of
  * 384 (line 6), seq_len 16, 32 sequences a step, and the given parallel { } on line 10. */

@@ -15,26 +15,9 @@
 #include "dsl/cluster.h"
 #include "parallel/plan.h"
 #include "parallel/schedule.h"
+#include "check.h"
 
-static int n_fail, n_ok;
 
-#ifdef __GNUC__
-__attribute__((format(printf, 2, 3)))
-#endif
-static int
-check(int cond, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", cond ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (cond)
-        n_ok++;
-    else
-        n_fail++;
-    return cond;
-}
 
 static void load(tr_recipe *r, const char *path, const char *const *sets, int n) {
     tr_knob_set ks[8] = {{{0}, {0}}};
@@ -79,16 +62,9 @@ static void cpu_cluster(tr_cluster *c, int n) {
 }
 
 static double measured(const tr_recipe *r, const tr_layout *l, tr_dtype dt) {
-    double worst = 0;
+    double most;
     char err[512];
-    for (int p = 0; p < l->pp; p++) {
-        tr_memory m;
-        if (tr_layout_memory(l, &r->model, dt, p * l->tp, &m, err, sizeof err))
-            return -1;
-        double t = (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch);
-        worst = t > worst ? t : worst;
-    }
-    return worst;
+    return tr_layout_memory_most(l, &r->model, dt, &most, err, sizeof err) ? -1 : most;
 }
 
 /* Every layout the parallel tests run, priced by the estimate and measured exactly: the

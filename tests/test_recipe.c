@@ -9,26 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "check.h"
 
-static int n_fail, n_ok;
 
-#ifdef __GNUC__
-__attribute__((format(printf, 2, 3)))
-#endif
-static int check(int cond, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", cond ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (cond)
-        n_ok++;
-    else
-        n_fail++;
-    return cond;
-}
 
 static char err[4096];
 

@@ -101,18 +101,12 @@ int run_plan(run_ctx *x) {
 void run_price(run_ctx *x) {
     tr_plan p;
     tr_plan_price(&x->r, &x->cluster, &x->lay, x->be->dtype, &p);
-    /* the memory: the layout's own measuring pass, the fullest rank (as the plan's) */
-    double worst = 0;
-    for (int q = 0; q < x->lay.pp; q++) {
-        tr_memory m;
-        char err[256];
-        if (tr_layout_memory(&x->lay, &x->r.model, x->be->dtype, q * x->lay.tp, &m, err,
-                             sizeof err))
-            continue;
-        double t = (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch);
-        if (t > worst) worst = t;
-    }
-    p.mem_bytes = worst;
+    /* the memory: the layout's own measuring pass, the fullest rank (as the plan's); the
+       layout was measured already (setup_layout), so this does not fail */
+    char err[256];
+    if (tr_layout_memory_most(&x->lay, &x->r.model, x->be->dtype, &p.mem_bytes, err,
+                              sizeof err))
+        p.mem_bytes = 0;
     p.mem_exact = 1;
     x->plan_step_s = p.step_s;
     x->plan_mem = p.mem_bytes;
