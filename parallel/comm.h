@@ -1,6 +1,7 @@
 /* Process groups and collectives. One interface, several transports: MPI on host memory
- * today (parallel/comm_mpi.c), NCCL on device memory later. A process started without
- * mpirun (or a build without MPI) is a world of one, where every collective is a copy.
+ * (parallel/comm_mpi.c); on device memory NCCL, or device buffers staged through pinned host
+ * memory over MPI (parallel/comm_device.c). A process started without mpirun (or a build
+ * without MPI) is a world of one, where every collective is a copy.
  *
  * Every operation has a deadline (the timeout given at init): a collective that does not
  * complete in time, or a peer that died, makes this process print one line naming its rank,
@@ -14,7 +15,15 @@
 typedef struct tr_comm tr_comm;         /* a group of processes */
 typedef struct tr_comm_req tr_comm_req; /* an operation in flight */
 
-typedef enum { TR_COMM_F32 = 0, TR_COMM_F64, TR_COMM_I32, TR_COMM_I64, TR_COMM_BYTE } tr_comm_dtype;
+/* BF16: bfloat16, summed in fp32 and rounded to nearest even at each addition */
+typedef enum {
+    TR_COMM_F32 = 0,
+    TR_COMM_F64,
+    TR_COMM_I32,
+    TR_COMM_I64,
+    TR_COMM_BYTE,
+    TR_COMM_BF16
+} tr_comm_dtype;
 
 /* The world: MPI_COMM_WORLD under mpirun/srun, else one process. `timeout_s` bounds every
  * wait (0: 300 s). Returns -1 with a message when MPI fails to start. */
@@ -27,6 +36,10 @@ int tr_comm_rank(const tr_comm *c);
 int tr_comm_size(const tr_comm *c);
 const char *tr_comm_name(const tr_comm *c); /* "world", "dp", "tp", "pp": used in messages */
 const char *tr_comm_transport(void);        /* "mpi" or "single" */
+
+/* This process's rank among the processes of the world on its host (MPI's shared-memory
+ * split, done at init), and how many there are: the GPU a process drives is chosen from it. */
+int tr_comm_local_rank(int *local_size);
 
 /* The process mesh dp x pp x tp over the world, tp innermost (tensor-parallel ranks are
  * neighbours, so on one node), then pp, then dp: world rank = (d * pp + p) * tp + t.
@@ -87,6 +100,40 @@ double tr_comm_wait_done(tr_comm_req *r, double *done_at);
  * more than one rank, unless TR_COMM_PROGRESS=0); without it an operation moves only inside
  * this process's communication calls, mostly its wait. */
 int tr_comm_progress_agent(void);
+
+/* ---- one entry for every operation, on host or device memory ------------------------------
+ * What the layers, data parallelism and the pipeline call with their backend's buffers: mem
+ * says where the buffers live. all_reduce sums recv in place (send is ignored); broadcast
+ * sends recv from root `peer`; send reads send; recv writes recv; reduce_scatter and
+ * all_gather as above. `peer` and `tag` only for send, recv (and broadcast's root).
+ *
+ * Device memory (after tr_comm_device_init): the operation is ordered after everything the
+ * compute stream was given before it, runs on its group's own stream, and tr_comm_wait
+ * orders the compute stream after it without blocking the host (returns 0 s); tr_comm_test
+ * asks whether it completed. A watchdog bounds every device operation by the timeout: one
+ * that does not finish in time aborts the communicators and ends the job with the line a
+ * host operation prints (operation, group, the ranks that did not answer). */
+typedef enum { TR_COMM_HOST = 0, TR_COMM_DEVICE = 1 } tr_comm_mem;
+typedef enum {
+    TR_COMM_OP_ALL_REDUCE = 0,
+    TR_COMM_OP_REDUCE_SCATTER,
+    TR_COMM_OP_ALL_GATHER,
+    TR_COMM_OP_BROADCAST,
+    TR_COMM_OP_SEND,
+    TR_COMM_OP_RECV
+} tr_comm_op;
+tr_comm_req *tr_comm_start(tr_comm *c, tr_comm_op op, const void *send, void *recv, size_t n,
+                           tr_comm_dtype t, int peer, int tag, tr_comm_mem mem);
+
+/* Bind device memory to the CUDA device this process uses (chosen by the backend from
+ * tr_comm_local_rank) and `stream`, the backend's compute stream (a cudaStream_t). Each group
+ * then picks its device transport at its first device operation, the same on all its ranks:
+ * NCCL when every rank of the group has a GPU of its own, else (ranks sharing a GPU, a build
+ * without NCCL, or TR_COMM_DEVICE=staged) the staged transport, which copies through pinned
+ * host memory and runs the MPI operation. -1 with a message when this build has no CUDA. */
+int tr_comm_device_init(void *stream, char *err, size_t errlen);
+/* "nccl", "staged" or "none" (no device operation on the group yet): for banners and tests */
+const char *tr_comm_device_transport(const tr_comm *c);
 
 /* CLOCK_MONOTONIC in seconds: the clock every figure of the parallel runtime is timed with. */
 double tr_comm_now(void);

@@ -3,6 +3,7 @@
  * touches MPI and every collective is a copy. Every MPI wait is a poll of MPI_Test against a
  * deadline, so a dead or stuck peer ends the job with one line instead of a hang. */
 #include "parallel/comm.h"
+#include "parallel/comm_private.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -23,6 +24,7 @@ struct tr_comm {
     int rank, size;
     int is_world;
     double bytes_sent; /* tr_comm_bytes_sent */
+    void *dev;         /* the device transport's state of this group (comm_private.h) */
 #ifdef TR_HAVE_MPI
     MPI_Comm mc; /* MPI_COMM_NULL in the world of one */
 #endif
@@ -52,6 +54,7 @@ typedef struct {
 
 struct tr_comm_req {
     tr_comm *c;
+    void *dev;      /* a device operation (the device transport's), else NULL */
     op_info o;
     int done;       /* complete (set by the agent under g_mu) */
     int registered; /* non-blocking: the progress agent polls it */
@@ -76,11 +79,14 @@ static struct {
     int world_rank;      /* for messages */
     double timeout;      /* seconds every wait is bounded by */
     double wait_seconds; /* tr_comm_wait_seconds */
+    int local_rank, local_size; /* tr_comm_local_rank */
     mail *mailbox;       /* world of one: sent, not yet received */
-} g = {.timeout = 300.0};
+} g = {.timeout = 300.0, .local_size = 1};
 
-static const char *const dtype_names[] = {"float", "double", "int32", "int64", "byte"};
-static const size_t dtype_bytes[] = {4, 8, 4, 8, 1};
+static const tr_comm_device_ops *g_dev; /* registered by tr_comm_device_init */
+
+static const char *const dtype_names[] = {"float", "double", "int32", "int64", "byte", "bf16"};
+static const size_t dtype_bytes[] = {4, 8, 4, 8, 1, 2};
 
 double tr_comm_now(void) {
     struct timespec ts;
@@ -132,7 +138,7 @@ static int check_args(const tr_comm *c, const op_info *o) {
         fprintf(stderr, "trainer: rank %d: %s on a NULL group\n", g.world_rank, op_names[o->op]);
         return -1;
     }
-    if ((unsigned)o->t > TR_COMM_BYTE) return usage_error(c, o, "unknown dtype");
+    if ((unsigned)o->t > TR_COMM_BF16) return usage_error(c, o, "unknown dtype");
 #ifdef TR_HAVE_MPI
     /* MPI counts are int; split larger buffers into several calls. */
     if (o->n > (size_t)INT_MAX) return usage_error(c, o, "more than 2^31-1 elements in one call");
@@ -286,6 +292,8 @@ static MPI_Datatype mpi_type(tr_comm_dtype t) {
         return MPI_INT32_T;
     case TR_COMM_I64:
         return MPI_INT64_T;
+    case TR_COMM_BF16:
+        return MPI_UINT16_T;
     case TR_COMM_BYTE:
         break;
     }
@@ -304,8 +312,32 @@ static void byte_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
         b[i] = (uint8_t)(b[i] + a[i]);
 }
 
+/* bfloat16 sums: in fp32, rounded to nearest even (NCCL's bf16 sum rounds each addition
+ * too; the order of additions differs between algorithms, as it does between NCCL's) */
+static MPI_Op g_bf16_sum = MPI_OP_NULL;
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
 static MPI_Op sum_op(tr_comm_dtype t) {
-    return t == TR_COMM_BYTE ? g_byte_sum : MPI_SUM;
+    return t == TR_COMM_BYTE ? g_byte_sum : t == TR_COMM_BF16 ? g_bf16_sum : MPI_SUM;
 }
 
 /* An MPI call failed: the group is unusable and peers would wait for us, so end the job. */
@@ -390,10 +422,19 @@ static int census(char *buf, size_t len) {
     return silent;
 }
 
+static void die_census(const char *d);
+
 static void die_timeout(const tr_comm *c, const op_info *o) {
-    char d[256], who[160], why[256];
+    char d[256];
     describe(d, sizeof d, c, o);
     lock(); /* kept: the job ends below */
+    die_census(d);
+}
+
+/* The census, the one line naming what waited and who did not answer, and the end of the
+ * job; called holding g_mu. */
+static void die_census(const char *d) {
+    char who[160], why[256];
     int silent = census(who, sizeof who);
     if (silent > 0)
         snprintf(why, sizeof why, "rank%s %s did not answer (busy outside communication, stuck "
@@ -606,9 +647,10 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         int inited = 0, provided = 0, rc;
         MPI_Initialized(&inited);
         if (!inited) {
-            /* One thread at a time may call comm (the training thread, in practice); the
-             * loader and checkpoint threads never do. */
-            rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+            /* comm_mpi.c calls MPI holding g_mu (its progress agent is a second thread); the
+             * device transport's watchdog, and NCCL emulated over MPI in tests, call it from
+             * other threads too: ask for MPI_THREAD_MULTIPLE. */
+            rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
             if (rc != MPI_SUCCESS) {
                 set_err(err, errlen, "MPI_Init failed (error %d; started with %s set)", rc, var);
                 return -1;
@@ -617,6 +659,14 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         }
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         if (g_byte_sum == MPI_OP_NULL) MPI_Op_create(byte_sum, 1, &g_byte_sum);
+        if (g_bf16_sum == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &g_bf16_sum);
+        MPI_Comm node = MPI_COMM_NULL; /* the ranks on this host */
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+            MPI_SUCCESS) {
+            MPI_Comm_rank(node, &g.local_rank);
+            MPI_Comm_size(node, &g.local_size);
+            MPI_Comm_free(&node);
+        }
         w = group_new("world", 0, 1);
         if (!w || MPI_Comm_dup(MPI_COMM_WORLD, &w->mc) != MPI_SUCCESS) {
             set_err(err, errlen, "tr_comm_init: cannot create the world communicator");
@@ -661,6 +711,8 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
 
 void tr_comm_free(tr_comm *c) {
     if (!c) return;
+    if (c->dev && g_dev) g_dev->group_free(c->dev);
+    c->dev = NULL;
 #ifdef TR_HAVE_MPI
     if (c->mc != MPI_COMM_NULL && g.mpi) {
         if (c->is_world) {
@@ -670,6 +722,7 @@ void tr_comm_free(tr_comm *c) {
             if (g_census != MPI_COMM_NULL) MPI_Comm_free(&g_census);
             MPI_Comm_free(&c->mc);
             if (g_byte_sum != MPI_OP_NULL) MPI_Op_free(&g_byte_sum);
+            if (g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
             if (g.we_initialized) MPI_Finalize();
             g.mpi = 0;
             g.finalized = 1;
@@ -702,6 +755,11 @@ const char *tr_comm_name(const tr_comm *c) {
 }
 const char *tr_comm_transport(void) {
     return g.mpi ? "mpi" : "single";
+}
+
+int tr_comm_local_rank(int *local_size) {
+    if (local_size) *local_size = g.local_size;
+    return g.local_rank;
 }
 
 int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm **tp, char *err,
@@ -844,6 +902,7 @@ tr_comm_req *tr_comm_irecv(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int
 
 int tr_comm_test(tr_comm_req *r) {
     if (!r) return 1;
+    if (r->dev) return g_dev->test(r->dev);
     int done = 0;
 #ifdef TR_HAVE_MPI
     lock();
@@ -878,6 +937,12 @@ double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
     double t0 = tr_comm_now(), seen = 0;
     *done_at = t0;
     if (!r) return 0.0;
+    if (r->dev) { /* stream-ordered: the host does not wait (but on the staged transport) */
+        double w = g_dev->wait(r->dev);
+        free(r);
+        *done_at = tr_comm_now();
+        return w;
+    }
 #ifdef TR_HAVE_MPI
     lock();
     int done = r->done;
@@ -897,4 +962,81 @@ double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
 
 double tr_comm_wait_seconds(void) {
     return g.wait_seconds;
+}
+
+/* ---- one entry for host and device memory ----------------------------------------------- */
+
+tr_comm_req *tr_comm_start(tr_comm *c, tr_comm_op op, const void *send, void *recv, size_t n,
+                           tr_comm_dtype t, int peer, int tag, tr_comm_mem mem) {
+    op_info o = {(op_kind)op, n, t, op == TR_COMM_OP_SEND || op == TR_COMM_OP_RECV ||
+                                            op == TR_COMM_OP_BROADCAST ? peer : -1, tag};
+    if (mem == TR_COMM_HOST) {
+        int in_place = op == TR_COMM_OP_ALL_REDUCE || op == TR_COMM_OP_BROADCAST ||
+                       op == TR_COMM_OP_RECV;
+        return run_nonblocking(c, o, in_place ? recv : NULL, in_place ? NULL : send,
+                               in_place ? NULL : recv);
+    }
+    if (check_args(c, &o)) return NULL;
+    if (!g_dev) {
+        usage_error(c, &o, "device memory before tr_comm_device_init");
+        return NULL;
+    }
+    tr_comm_req *r = calloc(1, sizeof *r);
+    tr_comm_desc d = {op, n, t, o.peer, tag};
+    if (!r || !(r->dev = g_dev->start(c, &d, send, recv))) {
+        free(r);
+        return NULL;
+    }
+    r->c = c;
+    r->o = o;
+    return r;
+}
+
+const char *tr_comm_device_transport(const tr_comm *c) {
+    return c && c->dev && g_dev ? g_dev->transport(c->dev) : "none";
+}
+
+/* ---- for the device transport (comm_private.h) ------------------------------------------ */
+
+void tr_comm_register_device(const tr_comm_device_ops *ops) {
+    g_dev = ops;
+}
+void **tr_comm_device_slot(tr_comm *c) {
+    return &c->dev;
+}
+void tr_comm_count_bytes(tr_comm *c, const tr_comm_desc *d) {
+    op_info o = {(op_kind)d->op, d->n, d->t, d->peer, d->tag};
+    c->bytes_sent += ring_bytes(c, &o);
+}
+double tr_comm_timeout(void) {
+    return g.timeout;
+}
+void tr_comm_describe(char *buf, size_t len, const tr_comm *c, const tr_comm_desc *d) {
+    op_info o = {(op_kind)d->op, d->n, d->t, d->peer, d->tag};
+    describe(buf, len, c, &o);
+}
+int tr_comm_world_rank(void) {
+    return g.world_rank;
+}
+void tr_comm_serve_census(void) {
+#ifdef TR_HAVE_MPI
+    lock();
+    census_serve();
+    unlock();
+#endif
+}
+void tr_comm_die_timeout(const tr_comm *c, const tr_comm_desc *d, void (*before)(void)) {
+    char line[256];
+    tr_comm_describe(line, sizeof line, c, d);
+    if (before) before();
+#ifdef TR_HAVE_MPI
+    if (g.mpi) {
+        lock(); /* kept: the job ends */
+        die_census(line);
+    }
+#endif
+    fprintf(stderr, "trainer: rank %d: %s did not complete within %g s; aborting\n",
+            g.world_rank, line, g.timeout);
+    fflush(stderr);
+    abort();
 }

@@ -24,8 +24,21 @@ static int g_fail, g_rank;
         }                                                                                          \
     } while (0)
 
-static const size_t esz[] = {4, 8, 4, 8, 1};
-static const char *const tname[] = {"f32", "f64", "i32", "i64", "byte"};
+static const size_t esz[] = {4, 8, 4, 8, 1, 2};
+static const char *const tname[] = {"f32", "f64", "i32", "i64", "byte", "bf16"};
+
+/* bfloat16: the top half of a float, rounded to nearest even */
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 static const size_t sizes[] = {0, 1, 7, 1000, 65537};
 
 /* Element i of rank r's input: floats are not exactly summable (so the order of additions
@@ -57,6 +70,9 @@ static void fill(void *p, tr_comm_dtype t, int r, size_t off, size_t n) {
         case TR_COMM_BYTE:
             ((uint8_t *)p)[i] = (uint8_t)(int64_t)(v * 3);
             break;
+        case TR_COMM_BF16:
+            ((uint16_t *)p)[i] = to_bf16((float)v);
+            break;
         }
     }
 }
@@ -73,6 +89,8 @@ static double get(const void *p, tr_comm_dtype t, size_t i) {
         return (double)((const int64_t *)p)[i];
     case TR_COMM_BYTE:
         return ((const uint8_t *)p)[i];
+    case TR_COMM_BF16:
+        return from_bf16(((const uint16_t *)p)[i]);
     }
     return 0;
 }
@@ -97,6 +115,8 @@ static int check_sum(const void *got, tr_comm_dtype t, int size, size_t off, siz
         int ok;
         if (t == TR_COMM_F32)
             ok = g - exact <= 1e-6 * mag + 1e-3 && exact - g <= 1e-6 * mag + 1e-3;
+        else if (t == TR_COMM_BF16) /* every addition rounds to 8 significant bits */
+            ok = g - exact <= size * 0.0079 * mag && exact - g <= size * 0.0079 * mag;
         else if (t == TR_COMM_F64)
             ok = g - exact <= 1e-12 * mag && exact - g <= 1e-12 * mag;
         else if (t == TR_COMM_I64)
@@ -132,7 +152,7 @@ static void check_same_everywhere(tr_comm *w, const void *p, size_t bytes, const
 
 static void test_all_reduce(tr_comm *w, int nonblocking) {
     int rank = tr_comm_rank(w), size = tr_comm_size(w);
-    for (int t = TR_COMM_F32; t <= TR_COMM_BYTE; t++) {
+    for (int t = TR_COMM_F32; t <= TR_COMM_BF16; t++) {
         for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
             size_t n = sizes[k];
             void *buf = malloc(n * esz[t] + 1);
@@ -180,7 +200,7 @@ static void test_reduce_scatter(tr_comm *w, int nonblocking) {
 
 static void test_all_gather(tr_comm *w, int nonblocking, int in_place) {
     int rank = tr_comm_rank(w), size = tr_comm_size(w);
-    for (int t = TR_COMM_F32; t <= TR_COMM_BYTE; t++) {
+    for (int t = TR_COMM_F32; t <= TR_COMM_BF16; t++) {
         for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
             size_t n = sizes[k], bytes = n * esz[t];
             char *recv = malloc((size_t)size * bytes + 1), *own = malloc(bytes + 1);

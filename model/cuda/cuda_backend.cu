@@ -180,6 +180,13 @@ WRAP(softmax_xent,
      (tr_buf * logits, float *losses, const int *targets, int N, int V, int ld, float dscale,
       int want_grad),
      logits, losses, targets, N, V, ld, dscale, want_grad)
+WRAP(xent_stats,
+     (float *stats, const tr_buf *logits, const int *targets, int lo, int N, int V, int ld), stats,
+     logits, targets, lo, N, V, ld)
+WRAP(xent_finish,
+     (tr_buf * logits, float *losses, const float *all_stats, int R, const int *targets, int lo,
+      int N, int V, int ld, float dscale, int want_grad),
+     logits, losses, all_stats, R, targets, lo, N, V, ld, dscale, want_grad)
 WRAP(scale, (tr_buf * x, float s, size_t n), x, s, n)
 WRAP(adamw,
      (float *master, tr_buf *param, const tr_buf *g, float *m, float *v, size_t n, float lr,
@@ -218,6 +225,7 @@ static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, 
         (t).gelu_forward = P##_gelu_forward, (t).gelu_backward = P##_gelu_backward;               \
         (t).swiglu_forward = P##_swiglu_forward, (t).swiglu_backward = P##_swiglu_backward;       \
         (t).add = P##_add, (t).softmax_xent = P##_softmax_xent, (t).sumsq = P##_sumsq;            \
+        (t).xent_stats = P##_xent_stats, (t).xent_finish = P##_xent_finish;                       \
         (t).scale = P##_scale, (t).adamw = P##_adamw;                                             \
         (t).residual_norm_forward = P##_residual_norm_forward;                                    \
         (t).linear_gelu_forward = P##_linear_gelu_forward;                                        \

@@ -204,6 +204,11 @@ void tr_cuda_swiglu_backward(int bf, tr_buf *dinp, const tr_buf *dout, const tr_
 void tr_cuda_add(int bf, tr_buf *out, const tr_buf *a, const tr_buf *b, size_t n);
 void tr_cuda_softmax_xent(int bf, tr_buf *logits, float *losses, const int *targets, int N, int V,
                           int ld, float dscale, int want_grad);
+void tr_cuda_xent_stats(int bf, float *stats, const tr_buf *logits, const int *targets, int lo,
+                        int N, int V, int ld);
+void tr_cuda_xent_finish(int bf, tr_buf *logits, float *losses, const float *all_stats, int R,
+                         const int *targets, int lo, int N, int V, int ld, float dscale,
+                         int want_grad);
 double tr_cuda_sumsq(int bf, const tr_buf *x, size_t n);
 void tr_cuda_scale(int bf, tr_buf *x, float s, size_t n);
 void tr_cuda_adamw(int bf, float *master, tr_buf *param, const tr_buf *g, float *m, float *v,

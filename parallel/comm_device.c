@@ -1,0 +1,481 @@
+/* The device transport: comm.h's operations on device buffers (comm_private.h for how it
+ * plugs into comm_mpi.c). Built with the CUDA backend (TR_HAVE_CUDA_COMM), linked against the
+ * CUDA runtime and NCCL, or against the CUDA emulator and its NCCL over MPI in tests/.
+ *
+ * Each group gets, at its first device operation, a stream of its own and a transport agreed
+ * by all its ranks:
+ *  - NCCL: one communicator per group (its unique id broadcast over the group's MPI
+ *    communicator). An operation waits on an event recorded on the compute stream, runs on the
+ *    group's stream, and records its completion event, on which tr_comm_wait makes the compute
+ *    stream wait: the host never blocks, and the compute stream goes on with work that does
+ *    not need the result (a gradient bucket reduces while the backward continues).
+ *  - staged: for ranks that share a GPU (NCCL refuses two ranks on one device), builds
+ *    without NCCL, or TR_COMM_DEVICE=staged: the device buffer is copied to pinned host memory
+ *    and the host operation runs over MPI; its wait copies the result back. The host waits for
+ *    the copies (this transport is for tests and small machines, not speed).
+ * A watchdog thread bounds every NCCL operation by the job's timeout: one still running at its
+ * deadline (a rank stopped answering, a collective that does not match), or an asynchronous
+ * NCCL error, aborts every communicator and ends the job with the line host operations print.
+ * While operations are in flight it also answers the other ranks' census (this rank is
+ * waiting on communication). */
+#include "parallel/comm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifndef TR_HAVE_CUDA_COMM
+
+int tr_comm_device_init(void *stream, char *err, size_t errlen) {
+    (void)stream;
+    snprintf(err, errlen, "this trainer was built without CUDA: no device communication");
+    return -1;
+}
+
+#else
+
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef TR_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include "parallel/comm_private.h"
+
+enum { T_LOCAL, T_STAGED, T_NCCL };
+static const char *const transport_names[] = {"local", "staged", "nccl"};
+
+typedef struct dgroup {
+    tr_comm *c;
+    int transport;
+    cudaStream_t stream;
+#ifdef TR_HAVE_NCCL
+    ncclComm_t nc;
+#endif
+    struct dgroup *next; /* every NCCL group, for the abort */
+} dgroup;
+
+typedef struct dreq {
+    dgroup *g;
+    tr_comm_desc o;
+    cudaEvent_t done;  /* NCCL and local: complete on the device */
+    double deadline;   /* NCCL: the watchdog's */
+    int refs;          /* NCCL: the caller's and the watchdog's */
+    struct dreq *next; /* the watchdog's list */
+    /* staged */
+    tr_comm_req *host;
+    void *stage, *dst; /* pinned buffer; the device buffer the result goes to */
+    size_t stage_bytes, dst_bytes, result_at;
+} dreq;
+
+static struct {
+    cudaStream_t compute;
+    int device;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t watchdog;
+    int watchdog_on;
+    dreq *inflight;   /* NCCL operations not yet seen complete by the watchdog */
+    dgroup *groups;   /* NCCL groups */
+    cudaEvent_t *free_ev; /* events for reuse */
+    int n_free_ev, cap_free_ev;
+    struct {
+        void *p;
+        size_t bytes;
+    } stage[8]; /* pinned buffers for reuse */
+    int n_stage;
+} d = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static const size_t dtype_size[] = {4, 8, 4, 8, 1, 2};
+
+/* A CUDA or NCCL failure in a collective is not recoverable: the peers would wait on us. */
+static void fail(const tr_comm *c, const tr_comm_desc *o, const char *what, const char *why) {
+    char line[256];
+    tr_comm_describe(line, sizeof line, c, o);
+    fprintf(stderr, "trainer: rank %d: %s: %s failed: %s; aborting\n", tr_comm_world_rank(),
+            line, what, why);
+    fflush(stderr);
+    abort();
+}
+#define CUDA_OR_FAIL(call, c, o)                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) fail(c, o, #call, cudaGetErrorString(e_));                          \
+    } while (0)
+
+static cudaEvent_t event_take(const tr_comm *c, const tr_comm_desc *o) {
+    cudaEvent_t e = NULL;
+    pthread_mutex_lock(&d.mu);
+    if (d.n_free_ev > 0) e = d.free_ev[--d.n_free_ev];
+    pthread_mutex_unlock(&d.mu);
+    if (!e) CUDA_OR_FAIL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), c, o);
+    return e;
+}
+static void event_give(cudaEvent_t e) { /* called holding d.mu */
+    if (d.n_free_ev == d.cap_free_ev) {
+        int cap = d.cap_free_ev ? 2 * d.cap_free_ev : 64;
+        cudaEvent_t *p = realloc(d.free_ev, (size_t)cap * sizeof *p);
+        if (!p) {
+            cudaEventDestroy(e);
+            return;
+        }
+        d.free_ev = p;
+        d.cap_free_ev = cap;
+    }
+    d.free_ev[d.n_free_ev++] = e;
+}
+
+/* The group's stream waits for everything given to the compute stream so far. */
+static void after_compute(dgroup *g, const tr_comm_desc *o) {
+    cudaEvent_t e = event_take(g->c, o);
+    CUDA_OR_FAIL(cudaEventRecord(e, d.compute), g->c, o);
+    CUDA_OR_FAIL(cudaStreamWaitEvent(g->stream, e, 0), g->c, o);
+    pthread_mutex_lock(&d.mu);
+    event_give(e); /* reusable at once: a wait uses the event's state when it was enqueued */
+    pthread_mutex_unlock(&d.mu);
+}
+
+static void unref(dreq *r) { /* called holding d.mu */
+    if (--r->refs > 0) return;
+    if (r->done) event_give(r->done);
+    free(r);
+}
+
+/* ---- the watchdog ------------------------------------------------------------------------ */
+
+static void abort_all(void) {
+#ifdef TR_HAVE_NCCL
+    for (dgroup *g = d.groups; g; g = g->next)
+        if (g->nc) ncclCommAbort(g->nc);
+#endif
+}
+
+static void *watchdog_main(void *arg) {
+    (void)arg;
+    cudaSetDevice(d.device); /* the calling thread's device, for the event queries */
+    pthread_mutex_lock(&d.mu);
+    for (;;) {
+        while (!d.inflight) pthread_cond_wait(&d.cv, &d.mu);
+        double now = tr_comm_now();
+        for (dreq **p = &d.inflight; *p;) {
+            dreq *r = *p;
+            cudaError_t q = cudaEventQuery(r->done);
+            if (q == cudaSuccess) {
+                *p = r->next;
+                unref(r);
+                continue;
+            }
+            if (q != cudaErrorNotReady) fail(r->g->c, &r->o, "cudaEventQuery", cudaGetErrorString(q));
+#ifdef TR_HAVE_NCCL
+            ncclResult_t ae = ncclSuccess;
+            if (ncclCommGetAsyncError(r->g->nc, &ae) == ncclSuccess && ae != ncclSuccess &&
+                ae != ncclInProgress) {
+                abort_all();
+                fail(r->g->c, &r->o, "NCCL", ncclGetErrorString(ae));
+            }
+#endif
+            if (now > r->deadline) tr_comm_die_timeout(r->g->c, &r->o, abort_all);
+            p = &r->next;
+        }
+        int busy = d.inflight != NULL;
+        pthread_mutex_unlock(&d.mu);
+        if (busy) {
+            tr_comm_serve_census();
+            struct timespec ts = {0, 500000};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&d.mu);
+    }
+    return NULL;
+}
+
+static void watch(dreq *r) {
+    pthread_mutex_lock(&d.mu);
+    if (!d.watchdog_on) {
+        if (pthread_create(&d.watchdog, NULL, watchdog_main, NULL) == 0) {
+            pthread_detach(d.watchdog);
+            d.watchdog_on = 1;
+        } else {
+            fprintf(stderr, "trainer: rank %d: no watchdog thread: device operations are not "
+                    "bounded by the timeout\n", tr_comm_world_rank());
+            d.watchdog_on = -1;
+        }
+    }
+    if (d.watchdog_on > 0) {
+        r->refs++;
+        r->next = d.inflight;
+        d.inflight = r;
+        pthread_cond_signal(&d.cv);
+    }
+    pthread_mutex_unlock(&d.mu);
+}
+
+/* ---- a group's transport ----------------------------------------------------------------- */
+
+/* Do two ranks of c drive the same GPU? (Every rank's device UUID, gathered.) */
+static int shares_a_gpu(tr_comm *c, const tr_comm_desc *o) {
+    int p = tr_comm_size(c), shared = 0;
+    cudaDeviceProp prop;
+    CUDA_OR_FAIL(cudaGetDeviceProperties(&prop, d.device), c, o);
+    unsigned char mine[16], *all = malloc((size_t)p * 16);
+    memcpy(mine, prop.uuid.bytes, 16);
+    if (!all || tr_comm_all_gather(c, mine, all, 16, TR_COMM_BYTE)) fail(c, o, "the GPU census",
+                                                                        "out of memory");
+    for (int i = 0; i < p && !shared; i++)
+        for (int j = i + 1; j < p && !shared; j++)
+            shared = !memcmp(all + 16 * i, all + 16 * j, 16);
+    free(all);
+    return shared;
+}
+
+/* The group's device state, made at its first device operation (every rank of the group
+ * makes it at the same point of its sequence of operations on the group). */
+static dgroup *group_of(tr_comm *c, const tr_comm_desc *o) {
+    void **slot = tr_comm_device_slot(c);
+    if (*slot) return *slot;
+    dgroup *g = calloc(1, sizeof *g);
+    if (!g) fail(c, o, "the device group", "out of memory");
+    g->c = c;
+    g->transport = T_LOCAL;
+    if (tr_comm_size(c) > 1) {
+        const char *want = getenv("TR_COMM_DEVICE");
+        int staged = shares_a_gpu(c, o) || (want && !strcmp(want, "staged"));
+#ifndef TR_HAVE_NCCL
+        staged = 1;
+#endif
+        /* one answer for the group, whatever each rank's environment said */
+        if (tr_comm_all_reduce(c, &staged, 1, TR_COMM_I32))
+            fail(c, o, "agreeing on a transport", "the all_reduce failed");
+        g->transport = staged ? T_STAGED : T_NCCL;
+    }
+    if (g->transport == T_NCCL) {
+#ifdef TR_HAVE_NCCL
+        CUDA_OR_FAIL(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), c, o);
+        ncclUniqueId id;
+        memset(&id, 0, sizeof id);
+        ncclResult_t rc = tr_comm_rank(c) == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
+        if (rc != ncclSuccess) fail(c, o, "ncclGetUniqueId", ncclGetErrorString(rc));
+        if (tr_comm_broadcast(c, &id, sizeof id, TR_COMM_BYTE, 0))
+            fail(c, o, "broadcasting the NCCL id", "the broadcast failed");
+        rc = ncclCommInitRank(&g->nc, tr_comm_size(c), id, tr_comm_rank(c));
+        if (rc != ncclSuccess) fail(c, o, "ncclCommInitRank", ncclGetErrorString(rc));
+        pthread_mutex_lock(&d.mu);
+        g->next = d.groups;
+        d.groups = g;
+        pthread_mutex_unlock(&d.mu);
+#endif
+    }
+    *slot = g;
+    return g;
+}
+
+static const char *group_transport(const void *g) {
+    return transport_names[((const dgroup *)g)->transport];
+}
+
+static void group_free(void *gv) {
+    dgroup *g = gv;
+    if (!g) return;
+    if (g->transport == T_NCCL) {
+        cudaStreamSynchronize(g->stream);
+#ifdef TR_HAVE_NCCL
+        pthread_mutex_lock(&d.mu);
+        for (dgroup **p = &d.groups; *p; p = &(*p)->next)
+            if (*p == g) {
+                *p = g->next;
+                break;
+            }
+        pthread_mutex_unlock(&d.mu);
+        ncclCommDestroy(g->nc);
+#endif
+        cudaStreamDestroy(g->stream);
+    }
+    free(g);
+}
+
+/* ---- operations -------------------------------------------------------------------------- */
+
+/* Elements in and out of op o on p ranks. */
+static size_t elems_in(const tr_comm_desc *o, int p) {
+    return o->op == TR_COMM_OP_REDUCE_SCATTER ? (size_t)p * o->n
+           : o->op == TR_COMM_OP_RECV         ? 0
+                                              : o->n;
+}
+static size_t elems_out(const tr_comm_desc *o, int p) {
+    return o->op == TR_COMM_OP_ALL_GATHER ? (size_t)p * o->n : o->op == TR_COMM_OP_SEND ? 0 : o->n;
+}
+
+#ifdef TR_HAVE_NCCL
+static ncclDataType_t nccl_type(tr_comm_dtype t) {
+    static const ncclDataType_t m[] = {ncclFloat32, ncclFloat64, ncclInt32,
+                                       ncclInt64,   ncclUint8,   ncclBfloat16};
+    return m[t];
+}
+
+static void start_nccl(dreq *r, const void *send, void *recv) {
+    dgroup *g = r->g;
+    const tr_comm_desc *o = &r->o;
+    ncclDataType_t t = nccl_type(o->t);
+    after_compute(g, o);
+    ncclResult_t rc = ncclSuccess;
+    switch (o->op) {
+    case TR_COMM_OP_ALL_REDUCE:
+        rc = ncclAllReduce(recv, recv, o->n, t, ncclSum, g->nc, g->stream);
+        break;
+    case TR_COMM_OP_REDUCE_SCATTER:
+        rc = ncclReduceScatter(send, recv, o->n, t, ncclSum, g->nc, g->stream);
+        break;
+    case TR_COMM_OP_ALL_GATHER:
+        rc = ncclAllGather(send, recv, o->n, t, g->nc, g->stream);
+        break;
+    case TR_COMM_OP_BROADCAST:
+        rc = ncclBroadcast(recv, recv, o->n, t, o->peer, g->nc, g->stream);
+        break;
+    case TR_COMM_OP_SEND:
+        rc = ncclSend(send, o->n, t, o->peer, g->nc, g->stream);
+        break;
+    case TR_COMM_OP_RECV:
+        rc = ncclRecv(recv, o->n, t, o->peer, g->nc, g->stream);
+        break;
+    }
+    if (rc != ncclSuccess) fail(g->c, o, "the NCCL call", ncclGetErrorString(rc));
+    r->done = event_take(g->c, o);
+    CUDA_OR_FAIL(cudaEventRecord(r->done, g->stream), g->c, o);
+    r->deadline = tr_comm_now() + tr_comm_timeout();
+    watch(r);
+}
+#endif
+
+/* A group of one: the result is the input, copied on the compute stream where it differs. */
+static void start_local(dreq *r, const void *send, void *recv) {
+    size_t bytes = r->o.n * dtype_size[r->o.t];
+    if (r->o.op == TR_COMM_OP_SEND || r->o.op == TR_COMM_OP_RECV)
+        fail(r->g->c, &r->o, "a device send or recv", "a group of one has no peer");
+    if ((r->o.op == TR_COMM_OP_REDUCE_SCATTER || r->o.op == TR_COMM_OP_ALL_GATHER) && bytes &&
+        send != recv)
+        CUDA_OR_FAIL(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, d.compute),
+                     r->g->c, &r->o);
+}
+
+/* Pinned buffers, kept for reuse (registering host memory costs milliseconds). */
+static void *stage_take(size_t bytes, size_t *got, const tr_comm *c, const tr_comm_desc *o) {
+    int best = -1;
+    for (int i = 0; i < d.n_stage; i++)
+        if (d.stage[i].bytes >= bytes && (best < 0 || d.stage[i].bytes < d.stage[best].bytes))
+            best = i;
+    if (best >= 0) {
+        void *p = d.stage[best].p;
+        *got = d.stage[best].bytes;
+        d.stage[best] = d.stage[--d.n_stage];
+        return p;
+    }
+    void *p = NULL;
+    CUDA_OR_FAIL(cudaMallocHost(&p, bytes ? bytes : 1), c, o);
+    *got = bytes ? bytes : 1;
+    return p;
+}
+static void stage_give(void *p, size_t bytes) {
+    if (d.n_stage == (int)(sizeof d.stage / sizeof d.stage[0])) {
+        int small = 0; /* keep the larger buffers */
+        for (int i = 1; i < d.n_stage; i++)
+            if (d.stage[i].bytes < d.stage[small].bytes) small = i;
+        if (d.stage[small].bytes >= bytes) {
+            cudaFreeHost(p);
+            return;
+        }
+        cudaFreeHost(d.stage[small].p);
+        d.stage[small] = d.stage[--d.n_stage];
+    }
+    d.stage[d.n_stage].p = p;
+    d.stage[d.n_stage++].bytes = bytes;
+}
+
+static void start_staged(dreq *r, const void *send, void *recv) {
+    tr_comm *c = r->g->c;
+    const tr_comm_desc *o = &r->o;
+    size_t es = dtype_size[o->t], in = elems_in(o, tr_comm_size(c)) * es,
+           out = elems_out(o, tr_comm_size(c)) * es;
+    int in_place = o->op == TR_COMM_OP_ALL_REDUCE || o->op == TR_COMM_OP_BROADCAST;
+    size_t need = in_place ? in : in + out;
+    char *h = stage_take(need, &r->stage_bytes, c, o);
+    r->stage = h;
+    const void *src = in_place ? recv : send;
+    if (in) {
+        CUDA_OR_FAIL(cudaMemcpyAsync(h, src, in, cudaMemcpyDeviceToHost, d.compute), c, o);
+        CUDA_OR_FAIL(cudaStreamSynchronize(d.compute), c, o);
+    }
+    r->result_at = in_place ? 0 : in;
+    r->dst = out ? recv : NULL;
+    r->dst_bytes = out;
+    r->host = tr_comm_start(c, o->op, h, h + r->result_at, o->n, o->t, o->peer, o->tag,
+                            TR_COMM_HOST);
+    if (!r->host) fail(c, o, "the staged operation", "MPI refused it");
+}
+
+static void *dev_start(tr_comm *c, const tr_comm_desc *o, const void *send, void *recv) {
+    dgroup *g = group_of(c, o);
+    dreq *r = calloc(1, sizeof *r);
+    if (!r) fail(c, o, "a device operation", "out of memory");
+    r->g = g;
+    r->o = *o;
+    r->refs = 1;
+    tr_comm_count_bytes(c, o);
+    if (g->transport == T_LOCAL) start_local(r, send, recv);
+    if (g->transport == T_STAGED) start_staged(r, send, recv);
+#ifdef TR_HAVE_NCCL
+    if (g->transport == T_NCCL) start_nccl(r, send, recv);
+#endif
+    return r;
+}
+
+static int dev_test(void *rv) {
+    dreq *r = rv;
+    if (r->host) return tr_comm_test(r->host);
+    if (!r->done) return 1;
+    cudaError_t q = cudaEventQuery(r->done);
+    if (q != cudaSuccess && q != cudaErrorNotReady)
+        fail(r->g->c, &r->o, "cudaEventQuery", cudaGetErrorString(q));
+    return q == cudaSuccess;
+}
+
+static double dev_wait(void *rv) {
+    dreq *r = rv;
+    double waited = 0;
+    if (r->host) {
+        waited = tr_comm_wait(r->host);
+        if (r->dst) {
+            CUDA_OR_FAIL(cudaMemcpyAsync(r->dst, (char *)r->stage + r->result_at, r->dst_bytes,
+                                         cudaMemcpyHostToDevice, d.compute),
+                         r->g->c, &r->o);
+            CUDA_OR_FAIL(cudaStreamSynchronize(d.compute), r->g->c, &r->o); /* then reusable */
+        }
+        stage_give(r->stage, r->stage_bytes);
+        free(r);
+        return waited;
+    }
+    if (r->done) CUDA_OR_FAIL(cudaStreamWaitEvent(d.compute, r->done, 0), r->g->c, &r->o);
+    pthread_mutex_lock(&d.mu);
+    unref(r);
+    pthread_mutex_unlock(&d.mu);
+    return 0;
+}
+
+static const tr_comm_device_ops ops = {dev_start, dev_test, dev_wait, group_free,
+                                       group_transport};
+
+int tr_comm_device_init(void *stream, char *err, size_t errlen) {
+    cudaError_t e = cudaGetDevice(&d.device);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "device communication: no current CUDA device: %s",
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    d.compute = (cudaStream_t)stream;
+    tr_comm_register_device(&ops);
+    return 0;
+}
+
+#endif

@@ -1,0 +1,49 @@
+/* Between the host transport (comm_mpi.c) and the device transport (comm_device.c), which
+ * is built with the CUDA backend (for real, or on the CUDA emulator in tests/) and registers
+ * itself at tr_comm_device_init: comm_mpi.c owns groups, requests, deadlines and the one line
+ * a failure prints; comm_device.c owns streams, events, NCCL communicators and staging. */
+#ifndef TR_COMM_PRIVATE_H
+#define TR_COMM_PRIVATE_H
+
+#include "parallel/comm.h"
+
+/* One device operation, as comm_mpi.c describes it in messages. */
+typedef struct {
+    tr_comm_op op;
+    size_t n;
+    tr_comm_dtype t;
+    int peer, tag;
+} tr_comm_desc;
+
+typedef struct {
+    /* start o on c (every rank of c starts its operations in the same order); NULL after
+       printing why when it cannot */
+    void *(*start)(tr_comm *c, const tr_comm_desc *o, const void *send, void *recv);
+    int (*test)(void *req);      /* 1 when complete */
+    double (*wait)(void *req);   /* order the compute stream after it; frees req; returns the
+                                    seconds the host waited (0 unless staged) */
+    void (*group_free)(void *g); /* a group's device state (tr_comm_device_slot) */
+    const char *(*transport)(const void *g);
+} tr_comm_device_ops;
+
+/* comm_device.c calls these (comm_mpi.c defines them). */
+void tr_comm_register_device(const tr_comm_device_ops *ops);
+/* The group's device state: NULL until its first device operation. */
+void **tr_comm_device_slot(tr_comm *c);
+/* Bytes a bandwidth-optimal algorithm sends for o on c, added to tr_comm_bytes_sent. */
+void tr_comm_count_bytes(tr_comm *c, const tr_comm_desc *o);
+/* The job's timeout in seconds (tr_comm_init). */
+double tr_comm_timeout(void);
+/* "all_reduce of 1024 bf16s on group dp (size 2)" */
+void tr_comm_describe(char *buf, size_t len, const tr_comm *c, const tr_comm_desc *o);
+/* A device operation did not complete in time: the census of who is waiting, one line, and
+ * the job ends (MPI_Abort). `before` runs first (aborting the NCCL communicators). Safe
+ * from the watchdog thread. */
+void tr_comm_die_timeout(const tr_comm *c, const tr_comm_desc *o, void (*before)(void));
+/* This process's world rank, for messages. */
+int tr_comm_world_rank(void);
+/* Answer other ranks asking who is waiting (the watchdog calls it while device operations
+ * are in flight: this rank is then waiting on communication). */
+void tr_comm_serve_census(void);
+
+#endif
