@@ -37,6 +37,8 @@ typedef struct {
 typedef struct tr_backend {
     const char *name;
     tr_dtype dtype; /* storage dtype of every tr_buf */
+    /* 1 when its buffers are device memory (collectives on them take TR_COMM_DEVICE) */
+    int device_memory;
     /* the model pads the vocabulary dimension of the LM head's products to a multiple of this
      * (1: no padding): aligned rows for the GPU's matrix kernels */
     int pad_vocab;
@@ -183,6 +185,10 @@ const tr_backend *tr_backend_cpu(void);
  * the reason in `why` (this build has no CUDA, no GPU is present, ...). Not thread-safe: one
  * GPU per process. */
 const tr_backend *tr_backend_cuda(tr_dtype dtype, char *why, size_t whylen);
+
+/* The CUDA backend's stream (a cudaStream_t) once it is initialised, else NULL: what device
+ * collectives order themselves against (tr_comm_device_init). */
+void *tr_backend_cuda_stream(void);
 
 /* The current GPU's name and its peak dense rate in FLOP/s for `dtype` from a table of known
  * devices (H100/H200 SXM bf16: 989e12, A100: 312e12, ...); 0 when the device is unknown. */

@@ -85,9 +85,16 @@ static void tp_wait(tr_model *m, tp_req r) {
     m->tps.span_s += done_at - r.t0;
 }
 
+/* An operation of the tp group on the model's buffers (storage dtype, or fp32 for `f32`). */
+static tp_req tp_op(tr_model *m, tr_comm_op op, const void *send, void *recv, size_t n, int f32) {
+    return tp_start(m, tr_comm_start(m->tp_comm, op, send, recv, n,
+                                     f32 ? TR_COMM_F32 : tr_model_comm_dtype(m), -1, 0,
+                                     tr_model_comm_mem(m)));
+}
+
 /* The sum over the tp group of n elements, in place. */
 static tp_req tp_isum(tr_model *m, tr_buf *x, size_t n) {
-    return tp_start(m, tr_comm_iall_reduce(m->tp_comm, x, n, TR_COMM_F32));
+    return tp_op(m, TR_COMM_OP_ALL_REDUCE, NULL, x, n, 0);
 }
 static void tp_sum(tr_model *m, tr_buf *x, size_t n) {
     tp_wait(m, tp_isum(m, x, n));
@@ -96,8 +103,7 @@ static void tp_sum(tr_model *m, tr_buf *x, size_t n) {
 /* Sequence parallelism: every rank's `rows` rows of width C (chunk) into all tp * rows rows
  * (full), in rank order. */
 static tp_req tp_igather(tr_model *m, const tr_buf *chunk, tr_buf *full, int rows, int C) {
-    return tp_start(m, tr_comm_iall_gather(m->tp_comm, chunk, full, (size_t)rows * (size_t)C,
-                                           TR_COMM_F32));
+    return tp_op(m, TR_COMM_OP_ALL_GATHER, chunk, full, (size_t)rows * (size_t)C, 0);
 }
 static void tp_gather(tr_model *m, const tr_buf *chunk, tr_buf *full, int rows, int C) {
     tp_wait(m, tp_igather(m, chunk, full, rows, C));
@@ -106,8 +112,7 @@ static void tp_gather(tr_model *m, const tr_buf *chunk, tr_buf *full, int rows, 
 /* Sequence parallelism: the sum over the group of every rank's partial (tp * rows, C) full,
  * this rank's rows of it into chunk. */
 static tp_req tp_iscatter(tr_model *m, const tr_buf *full, tr_buf *chunk, int rows, int C) {
-    return tp_start(m, tr_comm_ireduce_scatter(m->tp_comm, full, chunk,
-                                               (size_t)rows * (size_t)C, TR_COMM_F32));
+    return tp_op(m, TR_COMM_OP_REDUCE_SCATTER, full, chunk, (size_t)rows * (size_t)C, 0);
 }
 static void tp_scatter(tr_model *m, const tr_buf *full, tr_buf *chunk, int rows, int C) {
     tp_wait(m, tp_iscatter(m, full, chunk, rows, C));
@@ -185,8 +190,9 @@ static void local_tokens(tr_model *m, const int *tokens, int N) {
     if (m->tp == 1) return;
     for (int n = 0; n < N; n++) {
         int t = tokens[n] - m->vlo;
-        m->ltokens[n] = t >= 0 && t < m->vn ? t : -1;
+        m->host_ltokens[n] = t >= 0 && t < m->vn ? t : -1;
     }
+    m->be->upload(m->ltokens, m->host_ltokens, (size_t)N * sizeof(int));
 }
 
 /* The ids the embedding reads: this rank's (local_tokens) or, with one rank, the uploaded ones. */
@@ -342,8 +348,7 @@ static void head_loss(tr_model *m, const op_t *head, const tr_buf *x, int r, int
     }
     float *mine = m->xstats + (size_t)m->tp * m->head_rows * 3, *all = m->xstats;
     be->xent_stats(mine, m->logits, m->targets + r, m->vlo, n, m->vn, m->Vl);
-    tp_wait(m, tp_start(m, tr_comm_iall_gather(m->tp_comm, mine, all, (size_t)n * 3,
-                                               TR_COMM_F32)));
+    tp_wait(m, tp_op(m, TR_COMM_OP_ALL_GATHER, mine, all, (size_t)n * 3, 1));
     be->xent_finish(m->logits, m->losses + r, all, m->tp, m->targets + r, m->vlo, n, m->vn,
                     m->Vl, dscale, want);
 }
@@ -679,9 +684,8 @@ static void row_logits(tr_model *m, const op_t *head, const tr_buf *x, int r, fl
         be->from_storage(out, m->logits, (size_t)m->desc.vocab);
         return;
     }
-    tp_wait(m, tp_start(m, tr_comm_iall_gather(m->tp_comm, m->logits, m->vgather, (size_t)m->Vl,
-                                               TR_COMM_F32)));
-    memcpy(out, m->vgather, (size_t)m->desc.vocab * sizeof(float));
+    tp_wait(m, tp_op(m, TR_COMM_OP_ALL_GATHER, m->logits, m->vgather, (size_t)m->Vl, 0));
+    be->from_storage(out, m->vgather, (size_t)m->desc.vocab);
 }
 
 /* Forward over B x T tokens for the logits of rows[0..n) (NULL: every row) into host memory. */

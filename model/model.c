@@ -724,17 +724,19 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
         tr_model_free(m);
         return -1;
     }
-    if (m->tp > 1 && (!be->xent_stats || !be->xent_finish || strcmp(be->name, "cpu"))) {
-        /* the collectives move host memory: a device backend needs NCCL (not yet) */
-        snprintf(err, errlen, "tensor parallelism on the %s backend needs NCCL, which is not "
-                 "implemented yet (run with --device cpu)", be->name);
+    if (m->tp > 1 && (!be->xent_stats || !be->xent_finish)) {
+        snprintf(err, errlen, "tensor parallelism on the %s backend needs its split-vocabulary "
+                 "cross entropy (xent_stats), which it lacks (run with --device cpu)", be->name);
         tr_model_free(m);
         return -1;
     }
-    if (m->pipelined && strcmp(be->name, "cpu")) {
+    if (m->pipelined && be->device_memory) {
+        /* NCCL matches sends and receives in the order they are posted, not by tag, and one
+           stream runs them in that order: the schedules' point-to-point order is not yet
+           checked for that (parallel/pipeline.c) */
         snprintf(err, errlen,
-                 "pipeline parallelism on the %s backend needs NCCL, which is not "
-                 "implemented yet (run with --device cpu)",
+                 "pipeline parallelism on the %s backend is not implemented yet (run with "
+                 "--device cpu)",
                  be->name);
         tr_model_free(m);
         return -1;
@@ -793,7 +795,8 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
     if (ok && m->tp > 1)
         ok = (m->vgather = be->alloc((size_t)m->Vp * F)) &&
              (m->xstats = be->alloc(((size_t)m->tp + 1) * m->head_rows * 3 * F)) &&
-             (m->ltokens = be->alloc(N * sizeof(int)));
+             (m->ltokens = be->alloc(N * sizeof(int))) &&
+             (m->host_ltokens = malloc(N * sizeof(int)));
     if (!ok) {
         tr_memory mem = memory_of(m);
         snprintf(err, errlen, "model: cannot allocate %.2f GiB on the %s backend",
@@ -843,6 +846,7 @@ void tr_model_free(tr_model *m) {
     free(m->chunks);
     free(m->gbuf);
     free(m->host_losses);
+    free(m->host_ltokens);
     free(m->ops);
     free(m->params);
     free(m->ready_op);

@@ -236,6 +236,9 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
 void tr_model_backward(tr_model *m);
 
 void tr_model_zero_grad(tr_model *m);
+/* How collectives address the model's buffers: where they live, and their element type. */
+tr_comm_mem tr_model_comm_mem(const tr_model *m);
+tr_comm_dtype tr_model_comm_dtype(const tr_model *m);
 double tr_model_grad_norm(tr_model *m);
 
 /* Logits (B, V) of the last position of each sequence, into host memory. */

@@ -124,7 +124,8 @@ struct tr_model {
                               gradient or the partial sums before a reduce-scatter */
     float *vgather;   /* tp: one row of Vp logits gathered from every rank (decoding, tools) */
     float *xstats;    /* tp: the head's row statistics, (tp + 1) x head_rows x 3 */
-    int *ltokens;     /* tp: token ids in this rank's vocabulary rows, -1 elsewhere (host) */
+    int *ltokens;     /* tp: token ids in this rank's vocabulary rows, -1 elsewhere */
+    int *host_ltokens; /* tp: the same, made in host memory and uploaded */
     int sp_now;       /* the pass running keeps the stream on N / tp rows (training and
                          evaluation with sp; decoding never) */
     tr_tp_stats tps;

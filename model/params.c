@@ -214,6 +214,13 @@ double tr_model_grad_sumsq(const tr_model *m, const tr_buf *grad, size_t lo, siz
     return ss;
 }
 
+tr_comm_mem tr_model_comm_mem(const tr_model *m) {
+    return m->be->device_memory ? TR_COMM_DEVICE : TR_COMM_HOST;
+}
+tr_comm_dtype tr_model_comm_dtype(const tr_model *m) {
+    return m->be->dtype == TR_DTYPE_BF16 ? TR_COMM_BF16 : TR_COMM_F32;
+}
+
 tr_tp_stats tr_model_tp_stats(const tr_model *m) {
     return m->tps;
 }

@@ -218,7 +218,7 @@ static void watch(dreq *r) {
 /* Do two ranks of c drive the same GPU? (Every rank's device UUID, gathered.) */
 static int shares_a_gpu(tr_comm *c, const tr_comm_desc *o) {
     int p = tr_comm_size(c), shared = 0;
-    cudaDeviceProp prop;
+    struct cudaDeviceProp prop;
     CUDA_OR_FAIL(cudaGetDeviceProperties(&prop, d.device), c, o);
     unsigned char mine[16], *all = malloc((size_t)p * 16);
     memcpy(mine, prop.uuid.bytes, 16);
@@ -240,9 +240,10 @@ static dgroup *group_of(tr_comm *c, const tr_comm_desc *o) {
     if (!g) fail(c, o, "the device group", "out of memory");
     g->c = c;
     g->transport = T_LOCAL;
-    if (tr_comm_size(c) > 1) {
-        const char *want = getenv("TR_COMM_DEVICE");
-        int staged = shares_a_gpu(c, o) || (want && !strcmp(want, "staged"));
+    const char *want = getenv("TR_COMM_DEVICE");
+    /* TR_COMM_DEVICE=nccl: NCCL even in a group of one (tests on a machine with one GPU) */
+    if (tr_comm_size(c) > 1 || (want && !strcmp(want, "nccl"))) {
+        int staged = tr_comm_size(c) > 1 && (shares_a_gpu(c, o) || (want && !strcmp(want, "staged")));
 #ifndef TR_HAVE_NCCL
         staged = 1;
 #endif

@@ -124,9 +124,10 @@ static void start_allreduce(tr_dp *d, bucket *b) {
     if (!d->first_start) d->first_start = tr_comm_now();
     b->started = 1;
     b->done = 0;
-    b->req = tr_comm_iall_reduce(
-        d->c, tr_buf_at(tr_model_backend(d->m), tr_model_grad_slab(d->m), b->lo), b->hi - b->lo,
-        TR_COMM_F32);
+    b->req = tr_comm_start(d->c, TR_COMM_OP_ALL_REDUCE, NULL,
+                           tr_buf_at(tr_model_backend(d->m), tr_model_grad_slab(d->m), b->lo),
+                           b->hi - b->lo, tr_model_comm_dtype(d->m), -1, 0,
+                           tr_model_comm_mem(d->m));
     d->st.buckets++;
 }
 
@@ -399,13 +400,10 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
     *out = NULL;
     assert(zero >= 0 && zero <= 3); /* the resolved layout checked the stage (layout.c) */
     const tr_backend *be = tr_model_backend(m);
-    /* the buckets, pieces and gathers live in host memory and MPI moves host memory: on a
-       device backend that needs NCCL and device buffers */
-    if (strcmp(be->name, "cpu") && (tr_comm_size(c) > 1 || zero >= 2)) {
-        snprintf(err, errlen, "%s on the %s backend needs NCCL, which is not implemented yet "
-                 "(run with --device cpu%s)", tr_comm_size(c) > 1 ? "data parallelism" :
-                 zero == 2 ? "ZeRO-2" : "ZeRO-3", be->name,
-                 tr_comm_size(c) > 1 ? "" : ", or parallel.zero = 0 or 1");
+    /* ZeRO-2 and 3 keep their pieces, ring and gathers in host memory */
+    if (be->device_memory && zero >= 2) {
+        snprintf(err, errlen, "ZeRO-%d on the %s backend is not implemented yet (parallel.zero "
+                 "= 0 or 1, or run with --device cpu)", zero, be->name);
         return -1;
     }
     size_t lo, hi;
@@ -552,14 +550,20 @@ static void each_held(tr_dp *d, held_fn fn, void *ctx) {
 typedef struct {
     tr_dp *d;
     tr_comm *group;
-    float *buf;   /* packed stretches (NULL: count only) */
+    char *buf;    /* packed stretches in host memory (NULL: count only) */
     size_t n;     /* elements packed so far */
+    size_t es;    /* bytes of an element where the gradient is held */
     int unpack;
 } tp_pack;
 
-static void pack_held(void *ctx, size_t lo, size_t hi, float *at) {
+/* The held gradient is the model's slab (ZeRO 0, 1: the backend's memory and dtype) or this
+ * rank's pieces (ZeRO-2, 3: host fp32). */
+static void pack_held(void *ctx, size_t lo, size_t hi, float *at_) {
     tp_pack *k = ctx;
     tr_model *m = k->d->m;
+    const tr_backend *be = tr_model_backend(m);
+    char *at = (char *)at_;
+    int slab = k->d->zero < 2;
     for (int i = 0; i < tr_model_num_params(m); i++) {
         const tr_param *p = tr_model_param(m, i);
         for (int s = 0; s < p->n_seg; s++) {
@@ -569,8 +573,10 @@ static void pack_held(void *ctx, size_t lo, size_t hi, float *at) {
             if (a < lo) a = lo;
             if (b > hi) b = hi;
             if (a >= b) continue;
-            if (k->buf && !k->unpack) memcpy(k->buf + k->n, at + (a - lo), (b - a) * sizeof(float));
-            if (k->buf && k->unpack) memcpy(at + (a - lo), k->buf + k->n, (b - a) * sizeof(float));
+            char *h = k->buf + k->n * k->es, *g = at + (a - lo) * k->es;
+            size_t bytes = (b - a) * k->es;
+            if (k->buf && !k->unpack) slab ? be->download(h, g, bytes) : (void)memcpy(h, g, bytes);
+            if (k->buf && k->unpack) slab ? be->upload(g, h, bytes) : (void)memcpy(g, h, bytes);
             k->n += b - a;
         }
     }
@@ -592,17 +598,20 @@ static void tp_sum_partial_grads(tr_dp *d) {
                     seen = done[k] == g;
                 if (seen || n_done == 8) continue; /* the model makes at most 5 groups */
                 done[n_done++] = g;
-                tp_pack k = {.d = d, .group = g};
+                tp_pack k = {.d = d, .group = g,
+                             .es = d->zero < 2 ? tr_dtype_size(tr_model_backend(m)->dtype)
+                                               : sizeof(float)};
                 each_held(d, pack_held, &k); /* count */
                 if (!k.n) continue;
-                k.buf = malloc(k.n * sizeof(float));
+                k.buf = malloc(k.n * k.es);
                 if (!k.buf) {
                     fprintf(stderr, "trainer: out of memory summing tensor-parallel gradients\n");
                     abort();
                 }
                 k.n = 0;
                 each_held(d, pack_held, &k);
-                tr_comm_all_reduce(g, k.buf, k.n, TR_COMM_F32);
+                tr_comm_all_reduce(g, k.buf, k.n,
+                                   d->zero < 2 ? tr_model_comm_dtype(m) : TR_COMM_F32);
                 k.n = 0;
                 k.unpack = 1;
                 each_held(d, pack_held, &k);
@@ -719,8 +728,9 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
         size_t lo, hi;
         tr_model_optim_range(d->m, &lo, &hi);
         tr_buf *slab = tr_model_param_slab(d->m);
-        tr_comm_all_gather(d->c, tr_buf_at(tr_model_backend(d->m), slab, lo), slab, hi - lo,
-                           TR_COMM_F32);
+        tr_comm_wait(tr_comm_start(d->c, TR_COMM_OP_ALL_GATHER,
+                                   tr_buf_at(tr_model_backend(d->m), slab, lo), slab, hi - lo,
+                                   tr_model_comm_dtype(d->m), -1, 0, tr_model_comm_mem(d->m)));
         d->st.gather_s += tr_comm_now() - t0;
     }
 }

@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
     }
     tr_backend device = *tr_backend_cpu();
     device.name = "device-under-test";
+    device.device_memory = 1; /* what the refusal looks at */
     for (int zero = 0; zero <= 3; zero++) {
         tr_model_opts o = {.B = 2, .T = 8, .external_grads = zero == 2, .external_params = zero == 3};
         for (int dev = 0; dev < 2; dev++) {
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
             char what[96];
             snprintf(what, sizeof(what), "ZeRO-%d on a %s backend %s", zero, dev ? "device" : "host",
                      dev && zero >= 2 ? "is refused" : "starts");
-            check(dev && zero >= 2 ? rc != 0 && strstr(err, "needs NCCL") != NULL : rc == 0, what, err);
+            check(dev && zero >= 2 ? rc != 0 && strstr(err, "not implemented yet") != NULL : rc == 0, what, err);
             tr_dp_free(d);
             tr_model_free(m);
         }

@@ -137,6 +137,8 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
     char why[256] = "";
     if (strcmp(dev, "cpu") != 0) {
         const tr_backend *be = tr_backend_cuda(dtype, why, sizeof(why));
+        /* collectives on its buffers: NCCL or staged (parallel/comm.h) */
+        if (be && tr_comm_device_init(tr_backend_cuda_stream(), err, errlen)) return NULL;
         if (be) {
             char name[128];
             double table = tr_backend_cuda_peak(dtype, name, sizeof(name));

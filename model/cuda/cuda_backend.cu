@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "model/cuda/cuda_private.h"
+extern "C" {
+#include "parallel/comm.h" /* tr_comm_local_rank */
+}
 
 cudaStream_t tr_cuda_stream;
 
@@ -249,7 +252,15 @@ static int init(void) {
         (void)cudaGetLastError();
         return -1;
     }
-    int dev = 0;
+    /* one GPU per process on a host: the process's rank among those on its host picks it
+       (CUDA_VISIBLE_DEVICES, applied by the driver, decides which devices there are); more
+       processes than GPUs share them round robin (comm.h then stages their collectives) */
+    int local_size = 1, dev = tr_comm_local_rank(&local_size) % n;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess) {
+        snprintf(init_why, sizeof(init_why), "cannot use CUDA device %d: %s", dev,
+                 cudaGetErrorString(e));
+        return -1;
+    }
     cudaDeviceProp p;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
         (e = cudaGetDeviceProperties(&p, dev)) != cudaSuccess) {
@@ -270,7 +281,12 @@ static int init(void) {
     if (tr_cuda_linear_init(init_why, sizeof(init_why))) return -1;
     FILL(bf16_table, bf, "cuda-bf16", TR_DTYPE_BF16);
     FILL(f32_table, f32, "cuda-fp32", TR_DTYPE_F32);
+    bf16_table.device_memory = f32_table.device_memory = 1;
     return 0;
+}
+
+extern "C" void *tr_backend_cuda_stream(void) {
+    return init_state == 1 ? (void *)tr_cuda_stream : NULL;
 }
 
 extern "C" const tr_backend *tr_backend_cuda(tr_dtype dtype, char *why, size_t whylen) {

@@ -212,7 +212,7 @@ extern "C" void tr_cuda_linear_backward(int bf, tr_buf *dinp, tr_buf *dw, tr_buf
     /* dinp(N, IC) = dout(N, OC) @ w(OC, IC): col-major dinp^T(IC, N) = w^T(IC, OC) dout^T(OC, N) */
     if (dinp) matmul(bf, 0, 0, IC, N, OC, w, IC, dout, OC, dinp, IC, 0.0f, NULL);
     /* dw(OC, IC) += dout^T @ inp: col-major dw^T(IC, OC) += inp^T(IC, N) (dout^T(OC, N))^T */
-    matmul(bf, 0, 1, IC, OC, N, inp, IC, dout, OC, dw, IC, 1.0f, NULL);
+    if (dw) matmul(bf, 0, 1, IC, OC, N, inp, IC, dout, OC, dw, IC, 1.0f, NULL);
     /* dbias: our own fixed-order column sum (the BGRAD epilogues overwrite instead of adding) */
     if (dbias) tr_cuda_colsum(bf, dbias, NULL, dout, NULL, NULL, NULL, N, OC, 0);
 }

@@ -78,16 +78,20 @@ extern "C" void tr_cuda_colsum(int bf, tr_buf *acc, tr_buf *acc2, const tr_buf *
 
 /* ---- embeddings ------------------------------------------------------------------------ */
 
-/* one thread per 8 columns of a row: out[n, c..c+7] = wte[tokens[n], c..c+7] */
+/* one thread per 8 columns of a row: out[n, c..c+7] = wte[tokens[n], c..c+7], zeros for a
+ * token < 0 (another rank's part of a vocabulary split by tensor parallelism) */
 static __global__ void embedding_fwd_k(void *out, const int *tokens, const void *wte, int N, int C,
                                        int bf, int vec) {
     int C8 = (C + 7) / 8;
     for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < (size_t)N * C8;
          t += (size_t)gridDim.x * blockDim.x) {
         size_t n = t / C8, c = (t % C8) * 8;
-        size_t src = (size_t)tokens[n] * C, dst = n * C;
-        float v[8];
-        ld8(v, wte, src + c, src + C, bf, vec);
+        size_t dst = n * C;
+        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (tokens[n] >= 0) {
+            size_t src = (size_t)tokens[n] * C;
+            ld8(v, wte, src + c, src + C, bf, vec);
+        }
         st8(out, dst + c, dst + C, v, bf, vec);
     }
 }
@@ -146,15 +150,21 @@ extern "C" void tr_cuda_embedding_backward(int bf, tr_buf *dwte, const tr_buf *d
     CK(cudaMemcpyAsync(h_tok, tokens, sizeof(int) * (size_t)N, cudaMemcpyDeviceToHost,
                        tr_cuda_stream));
     CK(cudaStreamSynchronize(tr_cuda_stream));
-    int maxt = 0;
-    for (int n = 0; n < N; n++) maxt = h_tok[n] > maxt ? h_tok[n] : maxt;
+    /* tokens < 0 (another rank's vocabulary rows, tensor parallelism) add nothing: left out */
+    int maxt = -1, Nv = 0;
+    for (int n = 0; n < N; n++) {
+        maxt = h_tok[n] > maxt ? h_tok[n] : maxt;
+        Nv += h_tok[n] >= 0;
+    }
+    if (Nv == 0) return;
     h_count = (int *)grow(h_count, &h_count_cap, (size_t)maxt + 2, sizeof(int));
     memset(h_count, 0, sizeof(int) * ((size_t)maxt + 2));
-    for (int n = 0; n < N; n++) h_count[h_tok[n] + 1]++;
-    /* pack: perm (N) | seg_tok (U) | seg_start (U + 1), U distinct tokens */
+    for (int n = 0; n < N; n++)
+        if (h_tok[n] >= 0) h_count[h_tok[n] + 1]++;
+    /* pack: perm (Nv) | seg_tok (U) | seg_start (U + 1), U distinct tokens */
     int U = 0;
     for (int t = 0; t <= maxt; t++) U += h_count[t + 1] > 0;
-    int *perm = h_pack, *seg_tok = h_pack + N, *seg_start = seg_tok + U;
+    int *perm = h_pack, *seg_tok = h_pack + Nv, *seg_start = seg_tok + U;
     int u = 0;
     for (int t = 0; t <= maxt; t++) {
         if (h_count[t + 1] > 0) {
@@ -164,15 +174,16 @@ extern "C" void tr_cuda_embedding_backward(int bf, tr_buf *dwte, const tr_buf *d
         }
         h_count[t + 1] += h_count[t]; /* exclusive prefix: h_count[t] = first slot of t */
     }
-    seg_start[U] = N;
-    for (int n = 0; n < N; n++) perm[h_count[h_tok[n]]++] = n; /* stable */
-    size_t bytes = sizeof(int) * ((size_t)N + 2 * (size_t)U + 1);
+    seg_start[U] = Nv;
+    for (int n = 0; n < N; n++)
+        if (h_tok[n] >= 0) perm[h_count[h_tok[n]]++] = n; /* stable */
+    size_t bytes = sizeof(int) * ((size_t)Nv + 2 * (size_t)U + 1);
     int *d = (int *)tr_cuda_scratch(SCR_EMBED, bytes);
     CK(cudaMemcpyAsync(d, h_pack, bytes, cudaMemcpyHostToDevice, tr_cuda_stream));
     int vec = C % 8 == 0 && tr_cuda_aligned16(dwte, dout, dwte, dwte);
     int C8 = (C + 7) / 8, bx = 128;
     dim3 grid(U, (C8 + bx - 1) / bx);
-    embedding_bwd_k<<<grid, bx, 0, tr_cuda_stream>>>(dwte, dout, d, d + N, d + N + U, C, bf, vec);
+    embedding_bwd_k<<<grid, bx, 0, tr_cuda_stream>>>(dwte, dout, d, d + Nv, d + Nv + U, C, bf, vec);
     CK_LAUNCH();
     /* h_pack is rewritten by the next call only after its own stream synchronize above */
 }

@@ -10,6 +10,10 @@ const tr_backend *tr_backend_cuda(tr_dtype dtype, char *why, size_t whylen) {
     return NULL;
 }
 
+void *tr_backend_cuda_stream(void) {
+    return NULL;
+}
+
 double tr_backend_cuda_peak(tr_dtype dtype, char *name, size_t namelen) {
     (void)dtype;
     snprintf(name, namelen, "none");

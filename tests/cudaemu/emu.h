@@ -132,14 +132,19 @@ template <class T> static inline T max(T a, T b) { return a < b ? b : a; }
 void *emu_dyn_smem(void);
 void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem,
              void (*body)(void *), void *ctx);
+/* Work is given to stream s: what it must follow (asynchronous operations pending on s, see
+ * emu_async.h) completes first. Cheap when nothing is pending. */
+void emu_stream_work(cudaStream_t s);
 
 template <class F> struct emu_launcher {
     F *f;
     const char *name;
     dim3 g, b;
     size_t smem;
+    cudaStream_t s;
     template <class... A> void operator()(A... a) {
         auto call = [&]() { f(a...); };
+        emu_stream_work(s);
         emu_run(
             name, (const void *)f, g, b, smem,
             [](void *c) { (*(decltype(call) *)c)(); }, &call);
@@ -148,8 +153,8 @@ template <class F> struct emu_launcher {
 template <class F>
 static inline emu_launcher<F> emu_launch(F *f, const char *name, dim3 g, dim3 b, size_t smem = 0,
                                          cudaStream_t s = 0) {
-    (void)s; /* one stream, and every launch runs to completion before returning */
-    return emu_launcher<F>{f, name, g, b, smem};
+    /* every launch runs to completion before returning, after what s had pending */
+    return emu_launcher<F>{f, name, g, b, smem, s};
 }
 #define EMU_LAUNCH(k, ...) emu_launch(k, #k, __VA_ARGS__)
 

@@ -560,6 +560,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t ligh
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* The runtime's stream ordering (emu_runtime.cc): a product follows what is pending on its
+ * stream (a collective, an event it waits on). Weak: test_emu_cublaslt runs without it. */
+extern "C++" void emu_stream_work(cudaStream_t s) __attribute__((weak));
+
 cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
                                            const void *alpha, const void *A, cublasLtMatrixLayout_t Adesc,
                                            const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
@@ -568,6 +572,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
                                            void *workspace, size_t workspaceSizeInBytes,
                                            cudaStream_t stream) {
     const char *fn = "cublasLtMatmul";
+    if (emu_stream_work) emu_stream_work(stream);
     Problem p;
     cublasStatus_t st = validate(fn, lightHandle, computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &p);
     if (st != CUBLAS_STATUS_SUCCESS) return st;

@@ -1,16 +1,26 @@
 /* The CUDA emulator's runtime (see emu.h): kernel launches on cooperative fibers, barriers,
  * warp exchanges and the tensor-core product, and the subset of the CUDA runtime API the
- * backend calls ("device" memory is host memory, every call is synchronous). Test-only. */
+ * backend and the device transport call ("device" memory is host memory; kernels and copies
+ * run at once, after what their stream has pending; streams, events and the asynchronous
+ * operations of emu_async.h). Test-only. */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <map>
+#include <mutex>
+#include <vector>
 
 #include "emu.h"
+#include "emu_async.h"
 #include "emu_prof.h"
 #undef warpSize /* a field of cudaDeviceProp below */
 
@@ -424,6 +434,7 @@ void emu_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
  * host heap; fresh allocations are filled with 0xff (NaN in fp32 and bf16). */
 
 static std::map<uintptr_t, size_t> allocs;
+static std::map<uintptr_t, size_t> host_allocs; /* cudaMallocHost's: host memory, not device */
 
 static uintptr_t dev_lo, dev_hi; /* the allocation is_dev found last (cudaFree forgets it) */
 static int is_dev(const void *p, size_t n) {
@@ -439,6 +450,382 @@ static int is_dev(const void *p, size_t n) {
     return 0;
 }
 int emu_is_device(const void *p, size_t n) { return is_dev(p, n); }
+
+/* ---- streams, events and asynchronous operations (emu_async.h) -----------------------------
+ * Each stream has a FIFO of pending operations, numbered from 1 in the order given. A stream
+ * has completed "through n" when every operation numbered n or less has finished (or was
+ * dropped). A snapshot is a list of (stream, n): what an event recorded, or what a new piece
+ * of work must wait for. An event completes when its snapshot has; cudaStreamWaitEvent puts
+ * a wait entry into the stream's queue that completes with the event's snapshot, so later
+ * work on that stream follows the event without the host blocking at the call.
+ *
+ * CUDA's legacy default stream (0, cudaStreamLegacy, and here cudaStreamPerThread too) is
+ * ordered with every stream created without cudaStreamNonBlocking: work on it waits for
+ * theirs, and theirs for its. One mutex guards the queues and events: a watchdog thread may
+ * query an event while the main thread launches kernels. No one waits holding it: draining
+ * tests, unlocks, and backs off. */
+
+#define STREAM_MAGIC 0x6d727473u /* "strm" */
+#define EVENT_MAGIC 0x746e7665u  /* "evnt" */
+
+struct mark {
+    CUstream_st *s;
+    uint64_t n; /* complete when s has completed through n */
+};
+typedef std::vector<mark> snapshot;
+
+struct async_op {
+    int (*test)(void *);
+    void (*finish)(void *);
+    void *ctx;
+    snapshot *wait; /* a wait entry (cudaStreamWaitEvent, the legacy stream's order): test
+                       and ctx unused */
+    uint64_t n;     /* its number in its stream */
+    async_op *next;
+};
+
+struct CUstream_st {
+    unsigned magic, flags;
+    uint64_t given; /* operations ever appended */
+    async_op *head, *tail;
+    CUstream_st *next_dead;
+};
+
+struct CUevent_st {
+    unsigned magic, flags;
+    int recorded, complete;
+    snapshot snap; /* what it waits for while recorded and not complete */
+    double t_done; /* CLOCK_MONOTONIC seconds when it was seen complete */
+};
+
+static std::mutex q_mu;
+static std::atomic<long> n_pending{0}; /* operations in every queue: the launches' fast path */
+static CUstream_st legacy_stream = {STREAM_MAGIC, 0, 0, NULL, NULL, NULL};
+static std::vector<CUstream_st *> streams;   /* created and not destroyed */
+/* destroyed ones stay allocated, idle: another thread's drain may still hold a snapshot that
+ * names them (a plain list, which no destructor frees before the leak check at exit) */
+static CUstream_st *dead_streams;
+static std::vector<CUevent_st *> ev_waiting; /* recorded, not yet complete */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static CUstream_st *stream_of(cudaStream_t s) {
+    if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) return &legacy_stream;
+    if (s->magic != STREAM_MAGIC)
+        die("a stream that was destroyed or never created (%p)", (void *)s);
+    return s;
+}
+
+static int blocking(const CUstream_st *s) {
+    return s != &legacy_stream && !(s->flags & cudaStreamNonBlocking);
+}
+
+/* the lock is held by the callers of everything below up to the public functions */
+static uint64_t done_through(const CUstream_st *s) {
+    return s->head ? s->head->n - 1 : s->given;
+}
+
+/* What new work on s waits for: s's queue, and the legacy stream's order (see above). */
+static void work_snapshot(CUstream_st *s, snapshot *out) {
+    out->clear();
+    if (done_through(s) < s->given) out->push_back({s, s->given});
+    if (blocking(s) && done_through(&legacy_stream) < legacy_stream.given)
+        out->push_back({&legacy_stream, legacy_stream.given});
+    if (s == &legacy_stream)
+        for (CUstream_st *o : streams)
+            if (blocking(o) && done_through(o) < o->given) out->push_back({o, o->given});
+}
+
+static int snapshot_done(const snapshot &sn) {
+    for (const mark &m : sn)
+        if (done_through(m.s) < m.n) return 0;
+    return 1;
+}
+
+/* Events whose snapshot has completed become complete, timed now. */
+static void events_update(void) {
+    double t = -1;
+    for (size_t i = 0; i < ev_waiting.size();) {
+        CUevent_st *e = ev_waiting[i];
+        if (!snapshot_done(e->snap)) {
+            i++;
+            continue;
+        }
+        if (t < 0) t = now_s();
+        e->complete = 1;
+        e->t_done = t;
+        e->snap.clear();
+        ev_waiting[i] = ev_waiting.back();
+        ev_waiting.pop_back();
+    }
+}
+
+static int progress_snapshot(const snapshot &sn);
+
+static int op_test(async_op *op) {
+    return op->wait ? progress_snapshot(*op->wait) : op->test(op->ctx);
+}
+
+static void op_free(async_op *op) {
+    delete op->wait;
+    delete op;
+    n_pending--;
+}
+
+/* Finishes s's operations up to number n, in order, while they test complete. Returns 1 when
+ * s has completed through n. A wait entry progresses the streams it waits for; those never
+ * lead back into the entry being tested (a snapshot only names operations given before it). */
+static int progress(CUstream_st *s, uint64_t n) {
+    int popped = 0;
+    while (s->head && s->head->n <= n) {
+        async_op *op = s->head;
+        if (!op_test(op)) break;
+        s->head = op->next;
+        if (!s->head) s->tail = NULL;
+        if (op->finish) op->finish(op->ctx);
+        op_free(op);
+        popped = 1;
+    }
+    if (popped && !ev_waiting.empty()) events_update();
+    return done_through(s) >= n;
+}
+
+static int progress_snapshot(const snapshot &sn) {
+    int done = 1;
+    for (const mark &m : sn)
+        done &= progress(m.s, m.n);
+    return done;
+}
+
+/* Every stream as far as it goes now, as a GPU would run them meanwhile. */
+static void progress_all(void) {
+    progress(&legacy_stream, UINT64_MAX);
+    for (size_t i = 0; i < streams.size(); i++)
+        progress(streams[i], UINT64_MAX);
+}
+
+static void strip(snapshot *sn, const CUstream_st *s) {
+    sn->erase(std::remove_if(sn->begin(), sn->end(), [s](const mark &m) { return m.s == s; }),
+              sn->end());
+}
+
+static void append(CUstream_st *s, async_op *op) {
+    op->n = ++s->given;
+    op->next = NULL;
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    n_pending++;
+}
+
+/* An operation for s, behind what the legacy stream's order puts before it (a wait entry
+ * first when that is in other queues). */
+static void enqueue(CUstream_st *s, async_op *op) {
+    snapshot before;
+    work_snapshot(s, &before);
+    strip(&before, s);
+    if (!before.empty()) {
+        async_op *w = new async_op();
+        w->wait = new snapshot(before);
+        append(s, w);
+    }
+    append(s, op);
+}
+
+/* Blocks until sn has completed: test under the lock, back off without it (from yields to
+ * 0.2 ms sleeps). */
+static void drain(const snapshot &sn) {
+    if (sn.empty()) return;
+    long ns = 0;
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> g(q_mu);
+            if (progress_snapshot(sn)) return;
+        }
+        if (ns < 1000) {
+            sched_yield();
+            ns += 100;
+        } else {
+            struct timespec ts = {0, ns};
+            nanosleep(&ts, NULL);
+            ns = ns * 2 > 200000 ? 200000 : ns * 2;
+        }
+    }
+}
+
+static void drain_all(void) {
+    snapshot all;
+    {
+        std::lock_guard<std::mutex> g(q_mu);
+        all.push_back({&legacy_stream, legacy_stream.given});
+        for (CUstream_st *s : streams)
+            all.push_back({s, s->given});
+    }
+    drain(all);
+}
+
+void emu_stream_work(cudaStream_t s) {
+    if (!n_pending.load(std::memory_order_acquire)) return;
+    snapshot sn;
+    {
+        std::lock_guard<std::mutex> g(q_mu);
+        work_snapshot(stream_of(s), &sn);
+    }
+    drain(sn);
+    std::lock_guard<std::mutex> g(q_mu);
+    progress_all();
+}
+
+void emu_stream_drain(cudaStream_t s) {
+    snapshot sn;
+    {
+        std::lock_guard<std::mutex> g(q_mu);
+        work_snapshot(stream_of(s), &sn);
+    }
+    drain(sn);
+}
+
+void emu_stream_enqueue(cudaStream_t s, int (*test)(void *), void (*finish)(void *), void *ctx) {
+    async_op *op = new async_op();
+    op->test = test;
+    op->finish = finish;
+    op->ctx = ctx;
+    std::lock_guard<std::mutex> g(q_mu);
+    enqueue(stream_of(s), op);
+}
+
+/* the last operation of s with match(ctx, key), or NULL */
+static async_op *last_match(CUstream_st *s, int (*match)(void *, void *), void *key) {
+    async_op *last = NULL;
+    for (async_op *op = s->head; op; op = op->next)
+        if (!op->wait && match(op->ctx, key)) last = op;
+    return last;
+}
+
+void emu_stream_drain_matching(int (*match)(void *, void *), void *key) {
+    snapshot sn;
+    {
+        std::lock_guard<std::mutex> g(q_mu);
+        async_op *op = last_match(&legacy_stream, match, key);
+        if (op) sn.push_back({&legacy_stream, op->n});
+        for (CUstream_st *s : streams)
+            if ((op = last_match(s, match, key))) sn.push_back({s, op->n});
+    }
+    drain(sn);
+}
+
+static int drop_from(CUstream_st *s, int (*match)(void *, void *), void *key,
+                     void (*dropped)(void *)) {
+    int n = 0;
+    async_op *prev = NULL, *op = s->head;
+    while (op) {
+        async_op *next = op->next;
+        if (!op->wait && match(op->ctx, key)) {
+            if (prev)
+                prev->next = next;
+            else
+                s->head = next;
+            if (s->tail == op) s->tail = prev;
+            if (dropped) dropped(op->ctx);
+            op_free(op);
+            n++;
+        } else {
+            prev = op;
+        }
+        op = next;
+    }
+    return n;
+}
+
+int emu_stream_drop(int (*match)(void *, void *), void *key, void (*dropped)(void *)) {
+    std::lock_guard<std::mutex> g(q_mu);
+    int n = drop_from(&legacy_stream, match, key, dropped);
+    for (CUstream_st *s : streams)
+        n += drop_from(s, match, key, dropped);
+    events_update();
+    return n;
+}
+
+static CUevent_st *event_of(cudaEvent_t e) {
+    if (!e || e->magic != EVENT_MAGIC)
+        die("an event that was destroyed or never created (%p)", (void *)e);
+    return e;
+}
+
+static void forget_event(CUevent_st *e) {
+    for (size_t i = 0; i < ev_waiting.size(); i++)
+        if (ev_waiting[i] == e) {
+            ev_waiting[i] = ev_waiting.back();
+            ev_waiting.pop_back();
+            return;
+        }
+}
+
+/* A stream is going away, drained: no wait entry or event may name it any more. */
+static void forget_stream(CUstream_st *s) {
+    auto strip_queue = [s](CUstream_st *q) {
+        for (async_op *op = q->head; op; op = op->next)
+            if (op->wait) strip(op->wait, s);
+    };
+    strip_queue(&legacy_stream);
+    for (CUstream_st *q : streams)
+        strip_queue(q);
+    for (CUevent_st *e : ev_waiting)
+        strip(&e->snap, s);
+    events_update();
+    for (size_t i = 0; i < streams.size(); i++)
+        if (streams[i] == s) {
+            streams.erase(streams.begin() + (long)i);
+            break;
+        }
+}
+
+/* ---- this process's device ---------------------------------------------------------------
+ * Every emulated process is a GPU of its own, as NCCL and the device transport tell GPUs
+ * apart: the UUID hashes the host name and the process id, and the PCI address spells the
+ * process id (unique on a host). TR_EMU_DEVICE=<name> replaces the process id by the name's
+ * hash: processes given one name play ranks sharing one GPU. Read at every call, so that a
+ * test can change it. */
+static uint64_t mix64(uint64_t x) { /* splitmix64's finalizer */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t hash_str(const char *p, uint64_t h) { /* FNV-1a */
+    for (; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    return h;
+}
+
+struct device_id {
+    cudaUUID_t uuid;
+    int domain, bus, dev;
+};
+
+static device_id device_identity(void) {
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    const char *name = getenv("TR_EMU_DEVICE");
+    uint64_t v =
+        name && *name ? hash_str(name, 0xcbf29ce484222325ull) & 0x1fffffff : (uint64_t)getpid();
+    uint64_t h = hash_str(host, 0xcbf29ce484222325ull);
+    uint64_t u[2] = {mix64(h ^ v), mix64(h + 0x9e3779b97f4a7c15ull * (v + 1))};
+    device_id d;
+    memcpy(d.uuid.bytes, u, sizeof(d.uuid.bytes));
+    d.bus = (int)(v & 0xff);
+    d.dev = (int)((v >> 8) & 0x1f);
+    d.domain = (int)((v >> 13) & 0xffff);
+    return d;
+}
 
 extern "C" {
 
@@ -464,6 +851,20 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     p->sharedMemPerBlockOptin = SMEM_OPTIN;
     p->maxThreadsPerBlock = MAX_THREADS;
     p->warpSize = 32;
+    device_id id = device_identity();
+    p->uuid = id.uuid;
+    p->pciDomainID = id.domain;
+    p->pciBusID = id.bus;
+    p->pciDeviceID = id.dev;
+    return cudaSuccess;
+}
+
+/* "domain:bus:device.function" in hexadecimal, as CUDA writes it */
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
+    if (d != 0) return cudaErrorInvalidDevice;
+    if (!id || len <= 0) return cudaErrorInvalidValue;
+    device_id di = device_identity();
+    snprintf(id, (size_t)len, "%04x:%02x:%02x.0", di.domain, di.bus, di.dev);
     return cudaSuccess;
 }
 
@@ -475,6 +876,9 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
     case cudaDevAttrMultiProcessorCount: *v = 132; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+    case cudaDevAttrPciBusId: *v = device_identity().bus; return cudaSuccess;
+    case cudaDevAttrPciDeviceId: *v = device_identity().dev; return cudaSuccess;
+    case cudaDevAttrPciDomainId: *v = device_identity().domain; return cudaSuccess;
     default:
         fprintf(stderr, "cuda emulator: cudaDeviceGetAttribute(%d) is not emulated\n", (int)a);
         return cudaErrorInvalidValue;
@@ -501,13 +905,41 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 
+/* cudaFree and cudaFreeHost wait for the device, as CUDA's do: an operation still pending
+ * may read or write the memory */
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) return cudaErrorInvalidValue;
+    drain_all();
     stats.frees++;
     allocs.erase(it);
     dev_lo = dev_hi = 0;
+    free(p);
+    return cudaSuccess;
+}
+
+/* Pinned host memory is plain host memory here; tracked only so that cudaFreeHost can refuse
+ * a pointer it did not give. */
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
+    unsigned known = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
+    if (!p || (flags & ~known)) return cudaErrorInvalidValue;
+    void *q = NULL;
+    if (posix_memalign(&q, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
+    host_allocs[(uintptr_t)q] = n;
+    *p = q;
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t n) {
+    return cudaHostAlloc(p, n, cudaHostAllocDefault);
+}
+
+cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    auto it = host_allocs.find((uintptr_t)p);
+    if (it == host_allocs.end()) return cudaErrorInvalidValue;
+    drain_all();
+    host_allocs.erase(it);
     free(p);
     return cudaSuccess;
 }
@@ -526,32 +958,182 @@ static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind k) 
     if (sd && !dd) stats.d2h++, stats.d2h_bytes += n;
     return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
-    return copy(dst, src, n, k);
-}
+/* the synchronous forms are work on the legacy default stream */
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s) {
+    emu_stream_work(s);
     return copy(dst, src, n, k);
 }
-cudaError_t cudaMemset(void *p, int v, size_t n) {
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+    return cudaMemcpyAsync(dst, src, n, k, 0);
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    emu_stream_work(s);
     if (!is_dev(p, n)) return cudaErrorInvalidValue;
     memset(p, v, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) { return cudaMemset(p, v, n); }
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+    return cudaMemsetAsync(p, v, n, 0);
+}
 
-static int stream_token;
-cudaError_t cudaStreamCreate(cudaStream_t *s) {
-    *s = (cudaStream_t)&stream_token;
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    if (!s || (flags & ~(unsigned)cudaStreamNonBlocking)) return cudaErrorInvalidValue;
+    CUstream_st *st = new CUstream_st{STREAM_MAGIC, flags, 0, NULL, NULL, NULL};
+    std::lock_guard<std::mutex> g(q_mu);
+    streams.push_back(st);
+    *s = st;
     return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) {
+    return cudaStreamCreateWithFlags(s, 0);
+}
+
+/* CUDA returns at once and releases the stream when its work is done; here the host waits for
+ * its work first, so that no queue or event needs it afterwards. */
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    CUstream_st *st = stream_of(s);
+    if (st == &legacy_stream) return cudaErrorInvalidResourceHandle;
+    snapshot all;
+    {
+        std::lock_guard<std::mutex> g(q_mu);
+        all.push_back({st, st->given});
+    }
+    drain(all);
+    std::lock_guard<std::mutex> g(q_mu);
+    if (st->head) die("stream %p was given work while it was being destroyed", (void *)s);
+    forget_stream(st);
+    st->magic = 0;
+    st->next_dead = dead_streams;
+    dead_streams = st;
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     stats.syncs++;
+    emu_stream_drain(s);
     return cudaSuccess;
 }
+
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    std::lock_guard<std::mutex> g(q_mu);
+    snapshot sn;
+    work_snapshot(stream_of(s), &sn);
+    return progress_snapshot(sn) ? cudaSuccess : cudaErrorNotReady;
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
     stats.syncs++;
+    drain_all();
+    return cudaSuccess;
+}
+
+/* host functions run in stream order like any operation: at once when nothing is before them */
+static int always_done(void *) {
+    return 1;
+}
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data) {
+    if (!fn) return cudaErrorInvalidValue;
+    {
+        std::lock_guard<std::mutex> g(q_mu);
+        snapshot sn;
+        work_snapshot(stream_of(s), &sn);
+        if (!sn.empty()) {
+            async_op *op = new async_op();
+            op->test = always_done;
+            op->finish = fn;
+            op->ctx = data;
+            enqueue(stream_of(s), op);
+            return cudaSuccess;
+        }
+    }
+    fn(data);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    unsigned known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+    if (!e || (flags & ~known)) return cudaErrorInvalidValue;
+    *e = new CUevent_st{EVENT_MAGIC, flags, 0, 1, snapshot(), 0.0};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    return cudaEventCreateWithFlags(e, 0);
+}
+
+/* CUDA releases a pending event's resources once it completes; nothing here depends on it */
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    CUevent_st *ev = event_of(e);
+    std::lock_guard<std::mutex> g(q_mu);
+    forget_event(ev);
+    ev->magic = 0;
+    delete ev;
+    return cudaSuccess;
+}
+
+/* The event captures the work given to s so far (with the legacy stream's order); on an idle
+ * stream it completes at once. */
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    CUevent_st *ev = event_of(e);
+    std::lock_guard<std::mutex> g(q_mu);
+    forget_event(ev);
+    ev->recorded = 1;
+    work_snapshot(stream_of(s), &ev->snap);
+    ev->complete = ev->snap.empty();
+    if (ev->complete)
+        ev->t_done = now_s();
+    else
+        ev_waiting.push_back(ev);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    CUevent_st *ev = event_of(e);
+    std::lock_guard<std::mutex> g(q_mu);
+    if (!ev->complete) {
+        snapshot sn = ev->snap; /* progress may complete the event, which clears its own */
+        progress_snapshot(sn);
+    }
+    return ev->complete ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    CUevent_st *ev = event_of(e);
+    snapshot sn;
+    {
+        std::lock_guard<std::mutex> g(q_mu);
+        if (ev->complete) return cudaSuccess;
+        sn = ev->snap;
+    }
+    drain(sn);
+    return cudaSuccess;
+}
+
+/* A wait entry in s's queue (see above): the host does not block here; the next work on s,
+ * or a synchronization of s, completes the event's snapshot first. */
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    CUevent_st *ev = event_of(e);
+    std::lock_guard<std::mutex> g(q_mu);
+    CUstream_st *st = stream_of(s);
+    if (ev->complete) return cudaSuccess;
+    async_op *op = new async_op();
+    op->wait = new snapshot(ev->snap);
+    enqueue(st, op);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    CUevent_st *a = event_of(start), *b = event_of(end);
+    if (!ms) return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> g(q_mu);
+    if (!a->recorded || !b->recorded || ((a->flags | b->flags) & cudaEventDisableTiming))
+        return cudaErrorInvalidResourceHandle;
+    for (CUevent_st *ev : {a, b})
+        if (!ev->complete) {
+            snapshot sn = ev->snap;
+            progress_snapshot(sn);
+        }
+    if (!a->complete || !b->complete) return cudaErrorNotReady;
+    *ms = (float)((b->t_done - a->t_done) * 1e3);
     return cudaSuccess;
 }
 
@@ -569,6 +1151,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     default: return "unknown error (emulator)";
     }
 }

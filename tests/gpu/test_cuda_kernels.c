@@ -183,7 +183,15 @@ static void t_linear(int N, int IC, int OC, int with_bias) {
         gpu->linear_backward(NULL, gdw, NULL, gdout, gx, gw, N, IC, OC);
         gpu->linear_backward(NULL, gdw2, NULL, gdout, gx, gw, N, IC, OC);
         same_bits("linear bwd dw twice, same bits", gdw, gdw2, (size_t)OC * IC);
+        /* dw NULL (tensor parallelism: dinp first, the weight gradient later): dinp only,
+           dw untouched */
+        void *gdinp2 = spoison((size_t)N * IC);
+        gpu->linear_backward(gdinp2, NULL, NULL, gdout, gx, gw, N, IC, OC);
+        snprintf(nm, sizeof(nm), "linear bwd dinp alone (dw NULL) N%d IC%d OC%d", N, IC, OC);
+        cmp_s(nm, gdinp2, dinp, (size_t)N * IC);
+        same_bits("linear bwd with dw NULL leaves dw", gdw, gdw2, (size_t)OC * IC);
         gpu->free(gdw2);
+        gpu->free(gdinp2);
     }
     void *bufs[] = {gx, gw, gb, gout, gdout, gdinp, gdw, gdb};
     for (int i = 0; i < 8; i++) gpu->free(bufs[i]);
@@ -191,11 +199,15 @@ static void t_linear(int N, int IC, int OC, int with_bias) {
         free(db);
 }
 
-static void t_embedding(int N, int C, int V) {
+/* split: tokens < 0 (another tensor-parallel rank's rows: zeros, no gradient) every third
+ * (1) or everywhere (2) */
+static void t_embedding(int N, int C, int V, int split) {
     char nm[96];
     int *tok = xmalloc(sizeof(int) * N);
     for (int i = 0; i < N; i++) tok[i] = (int)(urand() * V) % V; /* many repeats */
     tok[0] = V - 1;
+    for (int i = 0; i < N; i++)
+        if (split == 2 || (split == 1 && i % 3 == 1)) tok[i] = -1;
     float *wte = rnd((size_t)V * C, -1, 1), *dout = rnd((size_t)N * C, -1, 1);
     float *out = xmalloc(sizeof(float) * N * C), *dwte = dup(wte, (size_t)V * C);
     cpu->embedding_forward(out, tok, wte, N, C);
@@ -207,9 +219,11 @@ static void t_embedding(int N, int C, int V) {
     gpu->embedding_forward(gout, gtok, gwte, N, C);
     gpu->embedding_backward(gd, gdout, gtok, N, C);
     gpu->embedding_backward(gd2, gdout, gtok, N, C);
-    snprintf(nm, sizeof(nm), "embedding fwd N%d C%d V%d", N, C, V);
+    snprintf(nm, sizeof(nm), "embedding fwd N%d C%d V%d%s", N, C, V,
+             split ? split == 1 ? " (some ids < 0)" : " (all ids < 0)" : "");
     cmp_s(nm, gout, out, (size_t)N * C);
-    snprintf(nm, sizeof(nm), "embedding bwd (+=) N%d C%d V%d", N, C, V);
+    snprintf(nm, sizeof(nm), "embedding bwd (+=) N%d C%d V%d%s", N, C, V,
+             split ? split == 1 ? " (some ids < 0)" : " (all ids < 0)" : "");
     cmp_s(nm, gd, dwte, (size_t)V * C);
     same_bits("embedding bwd twice, same bits", gd, gd2, (size_t)V * C);
     void *bufs[] = {gtok, gwte, gout, gdout, gd, gd2};
@@ -499,6 +513,144 @@ static void t_xent(int N, int V) {
     free(x), free(y), free(loss), free(loss2), free(t);
 }
 
+/* ---- softmax cross entropy over a vocabulary split by tensor parallelism ---------------- */
+
+#define TP_MAX 4
+/* R simulated ranks in one process: rank r holds the classes [lo[r], lo[r] + V[r]) in rows of
+ * ld[r] >= V[r]; off[r] is where its (N, ld[r]) logits start in the ranks' concatenation. */
+typedef struct {
+    int N, R, Vt, V[TP_MAX], lo[TP_MAX], ld[TP_MAX];
+    size_t off[TP_MAX + 1];
+} tp_split;
+
+static tp_split tp_make(int N, int R, const int *V, const int *pad) {
+    tp_split sp = {.N = N, .R = R};
+    for (int r = 0; r < R; r++) {
+        sp.V[r] = V[r], sp.lo[r] = sp.Vt, sp.ld[r] = V[r] + pad[r];
+        sp.Vt += V[r];
+        sp.off[r + 1] = sp.off[r] + (size_t)N * sp.ld[r];
+    }
+    return sp;
+}
+
+/* the ranks' logits cut from full (N, Vt), garbage in the padding columns */
+static float *tp_cut(const tp_split *sp, const float *full) {
+    float *xs = rnd(sp->off[sp->R], 50, 60);
+    for (int r = 0; r < sp->R; r++)
+        for (int n = 0; n < sp->N; n++)
+            memcpy(xs + sp->off[r] + (size_t)n * sp->ld[r], full + (size_t)n * sp->Vt + sp->lo[r],
+                   sizeof(float) * sp->V[r]);
+    return xs;
+}
+
+/* the CPU backend as R ranks would run it: every rank's stats into all (R, N, 3), rank after
+ * rank (the all-gather), then every rank's finish on ys (a copy of xs); losses (R, N) */
+static void tp_cpu(const tp_split *sp, float *all, float *ys, float *loss, const int *t,
+                   float dscale) {
+    for (int r = 0; r < sp->R; r++)
+        cpu->xent_stats(all + (size_t)r * sp->N * 3, ys + sp->off[r], t, sp->lo[r], sp->N,
+                        sp->V[r], sp->ld[r]);
+    for (int r = 0; r < sp->R; r++)
+        cpu->xent_finish(ys + sp->off[r], loss + (size_t)r * sp->N, all, sp->R, t, sp->lo[r],
+                         sp->N, sp->V[r], sp->ld[r], dscale, 1);
+}
+
+/* the same on the device, each rank's logits in a buffer of its own, outputs poisoned first;
+ * everything downloaded into all, ys and loss as tp_cpu lays them out */
+static void tp_gpu(const tp_split *sp, float *all, float *ys, float *loss, const float *xs,
+                   const int *gt, float dscale, int want_grad) {
+    int N = sp->N, R = sp->R;
+    float *gall = fpoison((size_t)R * N * 3), *gloss = fpoison((size_t)R * N);
+    void *gx[TP_MAX];
+    for (int r = 0; r < R; r++) {
+        gx[r] = sput(xs + sp->off[r], sp->off[r + 1] - sp->off[r]);
+        gpu->xent_stats(gall + (size_t)r * N * 3, gx[r], gt, sp->lo[r], N, sp->V[r], sp->ld[r]);
+    }
+    for (int r = 0; r < R; r++)
+        gpu->xent_finish(gx[r], gloss + (size_t)r * N, gall, R, gt, sp->lo[r], N, sp->V[r],
+                         sp->ld[r], dscale, want_grad);
+    gpu->download(all, gall, sizeof(float) * R * N * 3);
+    gpu->download(loss, gloss, sizeof(float) * R * N);
+    for (int r = 0; r < R; r++) {
+        gpu->from_storage(ys + sp->off[r], gx[r], sp->off[r + 1] - sp->off[r]);
+        gpu->free(gx[r]);
+    }
+    gpu->free(gall), gpu->free(gloss);
+}
+
+/* stats (rows, 3) against the CPU's: a max of -inf (a rank without classes) must be -inf in
+ * both, and is then left out of the norm; the math is fp32 in both dtypes, hence 1e-5 */
+static void cmp_stats(const char *name, float *got, float *ref, int rows) {
+    for (int i = 0; i < rows; i++)
+        if (ref[3 * i] == -INFINITY) {
+            got[3 * i] = got[3 * i] == -INFINITY ? 0.0f : NAN;
+            ref[3 * i] = 0.0f;
+        }
+    cmp_t(name, got, ref, (size_t)rows * 3, 1e-5);
+}
+
+/* targets: class 0, one ignored, the last class, the first class of rank 1, then random */
+static int *tp_targets(const tp_split *sp) {
+    int *t = xmalloc(sizeof(int) * sp->N);
+    for (int n = 0; n < sp->N; n++) t[n] = (int)(urand() * sp->Vt) % sp->Vt;
+    int fixed[4] = {0, -1, sp->Vt - 1, sp->lo[1]};
+    for (int n = 0; n < sp->N && n < 4; n++) t[n] = fixed[n];
+    return t;
+}
+
+/* logits (N, Vt) in [-6, 6], but row 2's rank-0 classes 20 higher and row 3's last-rank ones
+ * 20 higher, so that the ranks' maxima differ and exp(m_r - M) matters */
+static float *tp_full(const tp_split *sp) {
+    float *x = rnd((size_t)sp->N * sp->Vt, -6, 6);
+    int R = sp->R;
+    for (int n = 2; n < 4 && n < sp->N; n++) {
+        int r = n == 2 ? 0 : R - 1;
+        for (int j = sp->lo[r]; j < sp->lo[r] + sp->V[r]; j++)
+            x[(size_t)n * sp->Vt + j] = round_st(x[(size_t)n * sp->Vt + j] + 20.0f);
+    }
+    return x;
+}
+
+static void t_xent_tp(int N, int R, const int *V, const int *pad, float dscale) {
+    char nm[96], shape[48];
+    tp_split sp = tp_make(N, R, V, pad);
+    int len = snprintf(shape, sizeof(shape), "N%d V", N);
+    for (int r = 0; r < R; r++)
+        len += snprintf(shape + len, sizeof(shape) - len, "%s%d+%d", r ? "|" : "", V[r], pad[r]);
+    float *full = tp_full(&sp), *xs = tp_cut(&sp, full);
+    int *t = tp_targets(&sp), *gt = iput(t, N);
+    size_t ns = (size_t)R * N * 3, nx = sp.off[R];
+    float *call = xmalloc(ns * 4), *cy = dup(xs, nx), *closs = xmalloc((size_t)R * N * 4);
+    float *gall = xmalloc(ns * 4), *gy = xmalloc(nx * 4), *gloss = xmalloc((size_t)R * N * 4);
+    tp_cpu(&sp, call, cy, closs, t, dscale);
+    tp_gpu(&sp, gall, gy, gloss, xs, gt, dscale, 1);
+    snprintf(nm, sizeof(nm), "xent_stats %s", shape);
+    cmp_stats(nm, gall, call, R * N);
+    snprintf(nm, sizeof(nm), "xent_finish losses %s ds%g", shape, dscale);
+    cmp_t(nm, gloss, closs, (size_t)R * N, 1e-5);
+    cmp("xent_finish gradient, padding 0", gy, cy, nx);
+    /* the CPU's softmax_xent over the whole vocabulary gives every rank's loss */
+    float *fy = dup(full, (size_t)N * sp.Vt), *floss = xmalloc((size_t)R * N * 4);
+    cpu->softmax_xent(fy, floss, t, N, sp.Vt, sp.Vt, dscale, 1);
+    for (int r = 1; r < R; r++) memcpy(floss + (size_t)r * N, floss, sizeof(float) * N);
+    cmp_t("xent_finish losses = softmax_xent's, unsplit", gloss, floss, (size_t)R * N, 1e-5);
+    tp_gpu(&sp, gall, gy, gloss, xs, gt, dscale, 0);
+    cmp_t("xent_finish losses, no gradient", gloss, closs, (size_t)R * N, 1e-5);
+    cmp("xent_finish no gradient: logits untouched", gy, xs, nx);
+    gpu->free(gt);
+    free(full), free(xs), free(t), free(call), free(cy), free(closs), free(gall), free(gy);
+    free(gloss), free(fy), free(floss);
+}
+
+/* uneven parts, padded rows (odd ld too), a rank with no classes (with and without padding),
+ * one with a single class, parts longer than a block's threads */
+static void t_xent_tp_all(void) {
+    t_xent_tp(5, 2, (int[]){20, 17}, (int[]){0, 3}, 1.0f);
+    t_xent_tp(5, 3, (int[]){400, 0, 601}, (int[]){8, 5, 0}, 0.25f);
+    t_xent_tp(6, 3, (int[]){1300, 1, 1199}, (int[]){3, 7, 0}, 3.0f);
+    t_xent_tp(4, 2, (int[]){0, 50}, (int[]){0, 2}, 0.5f);
+}
+
 static void t_optim(size_t n) {
     char nm[96];
     float *g = rnd(n, -1, 1), *p = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
@@ -572,8 +724,10 @@ static void run_all(tr_dtype dt) {
     t_linear(37, 100, 72, 1);
     t_linear(64, 128, 256, 1);
     t_linear(5, 24, 8, 0);
-    t_embedding(50, 72, 13);
-    t_embedding(300, 128, 40);
+    t_embedding(50, 72, 13, 0);
+    t_embedding(50, 72, 13, 1);
+    t_embedding(20, 64, 13, 2);
+    t_embedding(300, 128, 40, 0);
     t_positions(3, 11, 40);
     t_positions(2, 16, 64);
     t_norms(37, 72);
@@ -603,6 +757,7 @@ static void run_all(tr_dtype dt) {
     t_pointwise(4096, 16, 64);
     t_xent(6, 1001);
     t_xent(3, 50257);
+    t_xent_tp_all();
     t_fusions(37, 72, 100);  /* 100: not a multiple of 8, the unfused fallback */
     t_fusions(256, 768, 3072); /* GPT-2's MLP: the epilogues */
     t_optim(1001);

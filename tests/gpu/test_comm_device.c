@@ -1,0 +1,170 @@
+/* comm.h on device memory: every operation through the device transport (NCCL, or staged
+ * through pinned host memory), on whatever world it is started in, against sums computed on
+ * the host. fp32 and bf16; in- and out-of-place; sizes 1 to 65537; a result read back through
+ * the backend (whose download waits on the compute stream) proves the stream ordering;
+ * tr_comm_wait on NCCL does not block the host.
+ *   mpirun -np N test_comm_device   one rank per GPU (NCCL), or ranks sharing one (staged)
+ *   TR_COMM_DEVICE=staged | nccl    the staged transport; NCCL even in a group of one
+ * Exits 77 (skipped) without a CUDA device. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "model/backend.h"
+#include "parallel/comm.h"
+
+static const size_t sizes[] = {1, 1000, 65537};
+
+/* Rank r's element i: small integers and halves, exact in bf16 and in any sum order. */
+static float val(int r, size_t i) {
+    return (float)((int)((i * 7 + (size_t)r * 13) % 61) - 30) * 0.5f;
+}
+
+typedef struct {
+    const tr_backend *be;
+    tr_comm *w;
+    int rank, size;
+    const char *dt;
+} ctx;
+
+static void *up(const ctx *x, const float *host, size_t n) {
+    void *d = x->be->alloc(n * tr_dtype_size(x->be->dtype));
+    x->be->to_storage(d, host, n);
+    return d;
+}
+static void down(const ctx *x, float *host, const void *d, size_t n) {
+    x->be->from_storage(host, d, n);
+}
+
+/* got[i] == want(i) for every i; one check line. */
+static void expect(const float *got, size_t n, float (*want)(const ctx *, size_t, void *),
+                   const ctx *x, void *arg, const char *what, size_t size) {
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (got[i] != want(x, i, arg)) bad = i;
+    check(bad == n, "rank %d: %s %s n=%zu%s%s", x->rank, what, x->dt, size,
+          bad < n ? ": first wrong element " : "", bad < n ? "(see below)" : "");
+    if (bad < n)
+        printf("  element %zu: got %g expected %g\n", bad, got[bad], want(x, bad, arg));
+}
+
+static float want_sum(const ctx *x, size_t i, void *arg) {
+    size_t off = arg ? *(size_t *)arg : 0;
+    float s = 0;
+    for (int r = 0; r < x->size; r++)
+        s += val(r, off + i);
+    return s;
+}
+static float want_gather(const ctx *x, size_t i, void *arg) {
+    size_t n = *(size_t *)arg;
+    return val((int)(i / n), i % n);
+}
+static float want_root(const ctx *x, size_t i, void *arg) {
+    return val(x->size - 1, i);
+}
+static float want_peer(const ctx *x, size_t i, void *arg) {
+    return val(*(int *)arg, i);
+}
+
+static void run_ops(const ctx *x, tr_comm_dtype t) {
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k], p = (size_t)x->size;
+        float *h = malloc(p * n * sizeof(float)), *g = malloc(p * n * sizeof(float));
+        for (size_t i = 0; i < p * n; i++) h[i] = val(x->rank, i);
+        /* all_reduce in place; the wait orders the compute stream, whose download reads it */
+        void *a = up(x, h, n);
+        double t0 = tr_comm_now();
+        tr_comm_req *rq = tr_comm_start(x->w, TR_COMM_OP_ALL_REDUCE, NULL, a, n, t, -1, 0,
+                                        TR_COMM_DEVICE);
+        double waited = tr_comm_wait(rq), host_s = tr_comm_now() - t0;
+        down(x, g, a, n);
+        expect(g, n, want_sum, x, NULL, "all_reduce", n);
+        if (!strcmp(tr_comm_device_transport(x->w), "nccl") && k == 2)
+            check(waited == 0.0, "rank %d: NCCL's wait does not block the host (%.1f ms in all)",
+                  x->rank, 1e3 * host_s);
+        /* reduce_scatter: block r of every rank's p * n elements, summed, to rank r */
+        void *s = up(x, h, p * n), *r = x->be->alloc(n * tr_dtype_size(x->be->dtype));
+        tr_comm_wait(tr_comm_start(x->w, TR_COMM_OP_REDUCE_SCATTER, s, r, n, t, -1, 0,
+                                   TR_COMM_DEVICE));
+        down(x, g, r, n);
+        size_t off = (size_t)x->rank * n;
+        expect(g, n, want_sum, x, &off, "reduce_scatter", n);
+        /* all_gather, out of place and in place (send = recv + rank * n) */
+        void *all = x->be->alloc(p * n * tr_dtype_size(x->be->dtype));
+        void *mine = up(x, h, n);
+        tr_comm_wait(tr_comm_start(x->w, TR_COMM_OP_ALL_GATHER, mine, all, n, t, -1, 0,
+                                   TR_COMM_DEVICE));
+        down(x, g, all, p * n);
+        expect(g, p * n, want_gather, x, &n, "all_gather", n);
+        for (size_t i = 0; i < p * n; i++) g[i] = i / n == (size_t)x->rank ? h[i % n] : NAN;
+        x->be->to_storage(all, g, p * n);
+        void *in_place = tr_buf_at(x->be, all, (size_t)x->rank * n);
+        tr_comm_wait(tr_comm_start(x->w, TR_COMM_OP_ALL_GATHER, in_place, all, n, t, -1, 0,
+                                   TR_COMM_DEVICE));
+        down(x, g, all, p * n);
+        expect(g, p * n, want_gather, x, &n, "all_gather in place", n);
+        /* broadcast from the last rank */
+        x->be->to_storage(a, h, n);
+        tr_comm_wait(tr_comm_start(x->w, TR_COMM_OP_BROADCAST, NULL, a, n, t, x->size - 1, 0,
+                                   TR_COMM_DEVICE));
+        down(x, g, a, n);
+        expect(g, n, want_root, x, NULL, "broadcast", n);
+        /* send and receive between pairs (0, 1), (2, 3), ...: even ranks send first, so that
+           one stream per group never holds a send behind a receive that waits for it */
+        int peer = x->rank ^ 1;
+        if (x->size > 1 && peer < x->size) {
+            void *rb = x->be->alloc(n * tr_dtype_size(x->be->dtype));
+            for (int turn = 0; turn < 2; turn++) {
+                int sending = (turn == 0) == (x->rank % 2 == 0);
+                tr_comm_req *q = sending ? tr_comm_start(x->w, TR_COMM_OP_SEND, mine, NULL, n, t,
+                                                         peer, 5, TR_COMM_DEVICE)
+                                         : tr_comm_start(x->w, TR_COMM_OP_RECV, NULL, rb, n, t,
+                                                         peer, 5, TR_COMM_DEVICE);
+                tr_comm_wait(q);
+            }
+            down(x, g, rb, n);
+            expect(g, n, want_peer, x, &peer, "send/recv", n);
+            x->be->free(rb);
+        }
+        x->be->free(a), x->be->free(s), x->be->free(r), x->be->free(all), x->be->free(mine);
+        free(h), free(g);
+    }
+}
+
+int main(int argc, char **argv) {
+    char err[256];
+    tr_comm *w;
+    if (tr_comm_init(&w, &argc, &argv, 60, err, sizeof err)) {
+        printf("FAIL comm: %s\n", err);
+        return 1;
+    }
+    const tr_backend *be32 = tr_backend_cuda(TR_DTYPE_F32, err, sizeof err);
+    if (!be32) {
+        printf("SKIP no CUDA device: %s\n", err);
+        tr_comm_free(w);
+        return 77;
+    }
+    if (tr_comm_device_init(tr_backend_cuda_stream(), err, sizeof err)) {
+        printf("FAIL device comm: %s\n", err);
+        return 1;
+    }
+    ctx x = {be32, w, tr_comm_rank(w), tr_comm_size(w), "f32"};
+    run_ops(&x, TR_COMM_F32);
+    x.be = tr_backend_cuda(TR_DTYPE_BF16, err, sizeof err);
+    x.dt = "bf16";
+    run_ops(&x, TR_COMM_BF16);
+    const char *want = getenv("TR_COMM_DEVICE"), *got = tr_comm_device_transport(w);
+    check(want ? !strcmp(got, want) || (x.size == 1 && !strcmp(want, "staged") &&
+                                        !strcmp(got, "local"))
+               : strcmp(got, "none") != 0,
+          "rank %d of %d: transport %s (TR_COMM_DEVICE=%s)", x.rank, x.size, got,
+          want ? want : "unset");
+    int failed = n_fail;
+    tr_comm_all_reduce(w, &failed, 1, TR_COMM_I32);
+    printf("rank %d: %d ok, %d failed (%d on all ranks)\n", x.rank, n_ok, n_fail, failed);
+    tr_comm_free(w);
+    return failed ? 1 : 0;
+}
