@@ -132,8 +132,15 @@ tr_comm_req *tr_comm_start(tr_comm *c, tr_comm_op op, const void *send, void *re
  * without NCCL, or TR_COMM_DEVICE=staged) the staged transport, which copies through pinned
  * host memory and runs the MPI operation. -1 with a message when this build has no CUDA. */
 int tr_comm_device_init(void *stream, char *err, size_t errlen);
-/* "nccl", "staged" or "none" (no device operation on the group yet): for banners and tests */
+/* "nccl", "staged", "local" (a group of one) or "none" (no device operation on the group
+ * yet): for banners and tests */
 const char *tr_comm_device_transport(const tr_comm *c);
+/* The NCCL operations on c so far, as the GPU timed them: the seconds they were in flight
+ * (summed) and, of those, the seconds the compute stream stood waiting for them (from reaching
+ * its wait to their completion). Operations the device has not yet passed count later. 1 when
+ * c's device operations are timed this way (NCCL), 0 otherwise (both figures 0: the host's
+ * waits measure them, as on host memory). */
+int tr_comm_device_time(tr_comm *c, double *span_s, double *exposed_s);
 
 /* CLOCK_MONOTONIC in seconds: the clock every figure of the parallel runtime is timed with. */
 double tr_comm_now(void);

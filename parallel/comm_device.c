@@ -15,7 +15,9 @@
  *    the copies (this transport is for tests and small machines, not speed).
  * A watchdog thread bounds every NCCL operation by the job's timeout: one still running at its
  * deadline (a rank stopped answering, a collective that does not match), or an asynchronous
- * NCCL error, aborts every communicator and ends the job with the line host operations print.
+ * NCCL error (ncclCommGetAsyncError), ends the job with the line host operations print. The
+ * communicators are aborted (ncclCommAbort) only if MPI_Abort returns: an aborted one releases
+ * this process's own waits, and training would go on with results that never came.
  * While operations are in flight it also answers the other ranks' census (this rank is
  * waiting on communication). */
 #include "parallel/comm.h"
@@ -48,10 +50,20 @@ int tr_comm_device_init(void *stream, char *err, size_t errlen) {
 enum { T_LOCAL, T_STAGED, T_NCCL };
 static const char *const transport_names[] = {"local", "staged", "nccl"};
 
+/* An NCCL operation's timing events, kept until the device has passed them all: when it
+ * started on the group's stream, when it completed, and when the compute stream reached the
+ * point where it waits for it. */
+typedef struct {
+    cudaEvent_t start, done, need;
+} timing;
+
 typedef struct dgroup {
     tr_comm *c;
     int transport;
     cudaStream_t stream;
+    timing *pend; /* timings not yet read */
+    int n_pend, cap_pend;
+    double span_s, exposed_s; /* read so far (tr_comm_device_time) */
 #ifdef TR_HAVE_NCCL
     ncclComm_t nc;
 #endif
@@ -61,7 +73,8 @@ typedef struct dgroup {
 typedef struct dreq {
     dgroup *g;
     tr_comm_desc o;
-    cudaEvent_t done;  /* NCCL and local: complete on the device */
+    cudaEvent_t done;  /* NCCL: complete on the device */
+    cudaEvent_t start, need; /* NCCL: started on the group's stream; where the compute waits */
     double deadline;   /* NCCL: the watchdog's */
     int refs;          /* NCCL: the caller's and the watchdog's */
     struct dreq *next; /* the watchdog's list */
@@ -111,7 +124,7 @@ static cudaEvent_t event_take(const tr_comm *c, const tr_comm_desc *o) {
     pthread_mutex_lock(&d.mu);
     if (d.n_free_ev > 0) e = d.free_ev[--d.n_free_ev];
     pthread_mutex_unlock(&d.mu);
-    if (!e) CUDA_OR_FAIL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), c, o);
+    if (!e) CUDA_OR_FAIL(cudaEventCreate(&e), c, o); /* timed: tr_comm_device_time */
     return e;
 }
 static void event_give(cudaEvent_t e) { /* called holding d.mu */
@@ -138,10 +151,61 @@ static void after_compute(dgroup *g, const tr_comm_desc *o) {
     pthread_mutex_unlock(&d.mu);
 }
 
+static void read_timings(dgroup *g);
+
+/* Both the caller and the watchdog are done with it: its timing waits to be read. */
 static void unref(dreq *r) { /* called holding d.mu */
     if (--r->refs > 0) return;
+    dgroup *g = r->g;
+    if (r->done && r->need) {
+        if (g->n_pend == g->cap_pend) {
+            int cap = g->cap_pend ? 2 * g->cap_pend : 64;
+            timing *p = realloc(g->pend, (size_t)cap * sizeof *p);
+            if (p) g->pend = p, g->cap_pend = cap;
+        }
+        if (g->n_pend < g->cap_pend) {
+            g->pend[g->n_pend++] = (timing){r->start, r->done, r->need};
+            r->start = r->done = r->need = NULL;
+        }
+        if (g->n_pend > 1024) read_timings(g); /* nobody reads them: keep the list short */
+    }
+    if (r->start) event_give(r->start);
     if (r->done) event_give(r->done);
+    if (r->need) event_give(r->need);
     free(r);
+}
+
+/* Seconds from a to b as the device timed them (negative when b came first). */
+static double between(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? 1e-3 * ms : 0.0;
+}
+
+/* Add the timings the device has passed to the group's totals: an operation's time in flight,
+ * and of it what the compute stream waited (from reaching its wait to the completion). */
+static void read_timings(dgroup *g) { /* called holding d.mu */
+    int k = 0;
+    for (int i = 0; i < g->n_pend; i++) {
+        timing *t = &g->pend[i];
+        if (cudaEventQuery(t->need) != cudaSuccess || cudaEventQuery(t->done) != cudaSuccess) {
+            g->pend[k++] = *t;
+            continue;
+        }
+        double span = between(t->start, t->done), exposed = between(t->need, t->done);
+        g->span_s += span > 0 ? span : 0;
+        g->exposed_s += exposed > 0 ? exposed : 0;
+        event_give(t->start), event_give(t->done), event_give(t->need);
+    }
+    g->n_pend = k;
+}
+
+static void group_times(void *gv, double *span_s, double *exposed_s) {
+    dgroup *g = gv;
+    pthread_mutex_lock(&d.mu);
+    read_timings(g);
+    *span_s = g->span_s;
+    *exposed_s = g->exposed_s;
+    pthread_mutex_unlock(&d.mu);
 }
 
 /* ---- the watchdog ------------------------------------------------------------------------ */
@@ -172,10 +236,8 @@ static void *watchdog_main(void *arg) {
 #ifdef TR_HAVE_NCCL
             ncclResult_t ae = ncclSuccess;
             if (ncclCommGetAsyncError(r->g->nc, &ae) == ncclSuccess && ae != ncclSuccess &&
-                ae != ncclInProgress) {
-                abort_all();
-                fail(r->g->c, &r->o, "NCCL", ncclGetErrorString(ae));
-            }
+                ae != ncclInProgress)
+                fail(r->g->c, &r->o, "NCCL", ncclGetErrorString(ae)); /* the launcher kills the rest */
 #endif
             if (now > r->deadline) tr_comm_die_timeout(r->g->c, &r->o, abort_all);
             p = &r->next;
@@ -294,6 +356,22 @@ static void group_free(void *gv) {
 #endif
         cudaStreamDestroy(g->stream);
     }
+    /* its operations are complete (the stream synchronized): whatever the watchdog has not
+       yet seen of them goes now, with the timings nobody read */
+    pthread_mutex_lock(&d.mu);
+    for (dreq **p = &d.inflight; *p;) {
+        dreq *r = *p;
+        if (r->g != g) {
+            p = &r->next;
+            continue;
+        }
+        *p = r->next;
+        unref(r);
+    }
+    for (int i = 0; i < g->n_pend; i++)
+        event_give(g->pend[i].start), event_give(g->pend[i].done), event_give(g->pend[i].need);
+    pthread_mutex_unlock(&d.mu);
+    free(g->pend);
     free(g);
 }
 
@@ -321,6 +399,8 @@ static void start_nccl(dreq *r, const void *send, void *recv) {
     const tr_comm_desc *o = &r->o;
     ncclDataType_t t = nccl_type(o->t);
     after_compute(g, o);
+    r->start = event_take(g->c, o);
+    CUDA_OR_FAIL(cudaEventRecord(r->start, g->stream), g->c, o);
     ncclResult_t rc = ncclSuccess;
     switch (o->op) {
     case TR_COMM_OP_ALL_REDUCE:
@@ -457,7 +537,11 @@ static double dev_wait(void *rv) {
         free(r);
         return waited;
     }
-    if (r->done) CUDA_OR_FAIL(cudaStreamWaitEvent(d.compute, r->done, 0), r->g->c, &r->o);
+    if (r->done) {
+        r->need = event_take(r->g->c, &r->o);
+        CUDA_OR_FAIL(cudaEventRecord(r->need, d.compute), r->g->c, &r->o);
+        CUDA_OR_FAIL(cudaStreamWaitEvent(d.compute, r->done, 0), r->g->c, &r->o);
+    }
     pthread_mutex_lock(&d.mu);
     unref(r);
     pthread_mutex_unlock(&d.mu);
@@ -465,7 +549,7 @@ static double dev_wait(void *rv) {
 }
 
 static const tr_comm_device_ops ops = {dev_start, dev_test, dev_wait, group_free,
-                                       group_transport};
+                                       group_transport, group_times};
 
 int tr_comm_device_init(void *stream, char *err, size_t errlen) {
     cudaError_t e = cudaGetDevice(&d.device);

@@ -422,18 +422,21 @@ static int census(char *buf, size_t len) {
     return silent;
 }
 
-static void die_census(const char *d);
+static void die_census(const char *d, void (*before)(void));
 
 static void die_timeout(const tr_comm *c, const op_info *o) {
     char d[256];
     describe(d, sizeof d, c, o);
     lock(); /* kept: the job ends below */
-    die_census(d);
+    die_census(d, NULL);
 }
 
 /* The census, the one line naming what waited and who did not answer, and the end of the
- * job; called holding g_mu. */
-static void die_census(const char *d) {
+ * job; called holding g_mu. `before` (the device transport aborting its NCCL communicators)
+ * runs only should MPI_Abort return: an aborted communicator releases this process's waits,
+ * and its training thread would go on with results that never arrived (a checkpoint of
+ * them, even) until the launcher's kill; dying processes take their kernels with them. */
+static void die_census(const char *d, void (*before)(void)) {
     char who[160], why[256];
     int silent = census(who, sizeof who);
     if (silent > 0)
@@ -448,6 +451,7 @@ static void die_census(const char *d) {
             g.world_rank, d, g.timeout, why);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
+    if (before) before();
     abort();
 }
 
@@ -996,6 +1000,13 @@ const char *tr_comm_device_transport(const tr_comm *c) {
     return c && c->dev && g_dev ? g_dev->transport(c->dev) : "none";
 }
 
+int tr_comm_device_time(tr_comm *c, double *span_s, double *exposed_s) {
+    *span_s = *exposed_s = 0;
+    if (!c || !c->dev || !g_dev || strcmp(g_dev->transport(c->dev), "nccl")) return 0;
+    g_dev->times(c->dev, span_s, exposed_s);
+    return 1;
+}
+
 /* ---- for the device transport (comm_private.h) ------------------------------------------ */
 
 void tr_comm_register_device(const tr_comm_device_ops *ops) {
@@ -1028,15 +1039,15 @@ void tr_comm_serve_census(void) {
 void tr_comm_die_timeout(const tr_comm *c, const tr_comm_desc *d, void (*before)(void)) {
     char line[256];
     tr_comm_describe(line, sizeof line, c, d);
-    if (before) before();
 #ifdef TR_HAVE_MPI
     if (g.mpi) {
         lock(); /* kept: the job ends */
-        die_census(line);
+        die_census(line, before);
     }
 #endif
     fprintf(stderr, "trainer: rank %d: %s did not complete within %g s; aborting\n",
             g.world_rank, line, g.timeout);
     fflush(stderr);
+    if (before) before();
     abort();
 }

@@ -24,6 +24,7 @@ typedef struct {
                                     seconds the host waited (0 unless staged) */
     void (*group_free)(void *g); /* a group's device state (tr_comm_device_slot) */
     const char *(*transport)(const void *g);
+    void (*times)(void *g, double *span_s, double *exposed_s); /* tr_comm_device_time */
 } tr_comm_device_ops;
 
 /* comm_device.c calls these (comm_mpi.c defines them). */
@@ -37,8 +38,8 @@ double tr_comm_timeout(void);
 /* "all_reduce of 1024 bf16s on group dp (size 2)" */
 void tr_comm_describe(char *buf, size_t len, const tr_comm *c, const tr_comm_desc *o);
 /* A device operation did not complete in time: the census of who is waiting, one line, and
- * the job ends (MPI_Abort). `before` runs first (aborting the NCCL communicators). Safe
- * from the watchdog thread. */
+ * the job ends (MPI_Abort; `before`, aborting the NCCL communicators, only if that returns).
+ * Safe from the watchdog thread. */
 void tr_comm_die_timeout(const tr_comm *c, const tr_comm_desc *o, void (*before)(void));
 /* This process's world rank, for messages. */
 int tr_comm_world_rank(void);

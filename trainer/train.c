@@ -309,6 +309,18 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     return 0;
 }
 
+/* The share of the data-parallel group's communication hidden behind compute: on the host
+ * the gradient reductions' exposed wait against their span (dp.h); NCCL operations as the GPU
+ * timed them (comm.h), which there include ZeRO's parameter gathers. */
+static double dp_hidden(const run_ctx *x, double *exposed_s, double *span_s) {
+    if (tr_comm_device_time(x->dpc, span_s, exposed_s))
+        return *span_s > 0 ? 1.0 - *exposed_s / *span_s : 1.0;
+    tr_dp_stats ds = tr_dp_get_stats(x->dp);
+    *exposed_s = ds.exposed_s;
+    *span_s = ds.span_s;
+    return tr_dp_hidden_fraction(x->dp);
+}
+
 /* Rank 0's metrics.jsonl line; a file that cannot be written is said once and training goes
  * on (the ranks stay in step), the run then exits with 1. */
 static void write_metrics(run_ctx *x, int step, const step_result *res, int do_eval, double val) {
@@ -322,7 +334,9 @@ static void write_metrics(run_ctx *x, int step, const step_result *res, int do_e
         fprintf(m, "%.4f", res->mfu);
     else
         fprintf(m, "null");
-    if (x->lay.dp > 1) fprintf(m, ", \"comm_hidden\": %.4f", tr_dp_hidden_fraction(x->dp));
+    double dp_exposed, dp_span;
+    if (x->lay.dp > 1)
+        fprintf(m, ", \"comm_hidden\": %.4f", dp_hidden(x, &dp_exposed, &dp_span));
     if (x->nranks > 1) {
         fprintf(m, ", \"rank_compute_s\": [");
         for (int k = 0; k < x->nranks; k++)
@@ -442,10 +456,14 @@ static void print_parallel_stats(const run_ctx *x) {
     int zero = x->lay.zero;
     if (x->lay.dp > 1) {
         tr_dp_stats ds = tr_dp_get_stats(x->dp);
-        printf("data parallel: %ld bucket %s over %ld steps; %.0f%% of the gradient "
-               "communication hidden behind the backward (%.3f s exposed of %.3f s)\n",
+        double exposed, span, hidden = dp_hidden(x, &exposed, &span);
+        int dev = tr_comm_device_time(x->dpc, &span, &exposed);
+        printf("data parallel: %ld bucket %s over %ld steps; %.0f%% of the %s hidden behind "
+               "%s (%.3f s exposed of %.3f s%s)\n",
                ds.buckets, zero >= 2 ? "reduce-scatters" : "all-reduces", ds.steps,
-               100.0 * tr_dp_hidden_fraction(x->dp), ds.exposed_s, ds.span_s);
+               100.0 * hidden, dev ? "group's communication" : "gradient communication",
+               dev ? "compute" : "the backward", exposed, span,
+               dev ? " in flight, timed on the GPU" : "");
         if (zero == 3)
             printf("ZeRO-3: %ld bucket all-gathers of parameters before the ops that read them; "
                    "waited %.3f s for them (the rest overlapped the previous op)\n",
@@ -457,10 +475,12 @@ static void print_parallel_stats(const run_ctx *x) {
         /* training and evaluation so far (the sample at the end comes after) */
         tr_tp_stats ts = tr_model_tp_stats(x->model);
         double steps = x->r.train.steps - x->start_step;
+        int dev = tr_comm_device_time(x->tpc, &ts.span_s, &ts.exposed_s); /* the GPU's timing */
         printf("tensor parallel: %.0f collectives and %.3f MB sent by this process per step; "
-               "the compute waited %.1f ms per step for them",
-               ts.ops / steps, ts.bytes / steps / 1e6, 1e3 * ts.exposed_s / steps);
-        if (tr_comm_progress_agent() && ts.span_s > 0) /* else: nothing moved behind compute */
+               "the compute waited %.1f ms per step for them%s",
+               ts.ops / steps, ts.bytes / steps / 1e6, 1e3 * ts.exposed_s / steps,
+               dev ? " (timed on the GPU)" : "");
+        if ((dev || tr_comm_progress_agent()) && ts.span_s > 0) /* else: nothing overlapped */
             printf(", %.0f%% of their time in flight was hidden behind compute",
                    100.0 * (1.0 - ts.exposed_s / ts.span_s));
         printf("\n");

@@ -5,12 +5,17 @@
  * tr_comm_wait on NCCL does not block the host.
  *   mpirun -np N test_comm_device   one rank per GPU (NCCL), or ranks sharing one (staged)
  *   TR_COMM_DEVICE=staged | nccl    the staged transport; NCCL even in a group of one
+ *   --stuck-rank R --timeout T      for tests/mpi/dead_rank.sh: rank R sleeps instead of
+ *                                   joining a device all_reduce; the others' watchdog must end
+ *                                   the job within T s, naming it (their host is blocked
+ *                                   reading the result, as a training step's would be)
  * Exits 77 (skipped) without a CUDA device. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "model/backend.h"
@@ -134,10 +139,36 @@ static void run_ops(const ctx *x, tr_comm_dtype t) {
     }
 }
 
+/* A device all_reduce of 1024 floats that rank `stuck` never joins. */
+static int stuck_rank(const ctx *x, int stuck, double timeout) {
+    float h[1024] = {0};
+    void *a = up(x, h, 1024);
+    /* every rank sets up the group's transport first (itself a collective) */
+    tr_comm_wait(tr_comm_start(x->w, TR_COMM_OP_ALL_REDUCE, NULL, a, 1, TR_COMM_F32, -1, 0,
+                               TR_COMM_DEVICE));
+    down(x, h, a, 1);
+    if (x->rank == stuck) {
+        sleep((unsigned)timeout + 30);
+        return 0;
+    }
+    tr_comm_wait(tr_comm_start(x->w, TR_COMM_OP_ALL_REDUCE, NULL, a, 1024, TR_COMM_F32, -1, 0,
+                               TR_COMM_DEVICE));
+    down(x, h, a, 1024); /* blocks until the device has the sum: the watchdog ends it first */
+    fprintf(stderr, "test_comm_device: rank %d: the all_reduce returned though a peer is gone\n",
+            x->rank);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     char err[256];
     tr_comm *w;
-    if (tr_comm_init(&w, &argc, &argv, 60, err, sizeof err)) {
+    int stuck = -1;
+    double timeout = 60;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--stuck-rank")) stuck = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--timeout")) timeout = atof(argv[i + 1]);
+    }
+    if (tr_comm_init(&w, &argc, &argv, timeout, err, sizeof err)) {
         printf("FAIL comm: %s\n", err);
         return 1;
     }
@@ -152,6 +183,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     ctx x = {be32, w, tr_comm_rank(w), tr_comm_size(w), "f32"};
+    if (stuck >= 0) return stuck_rank(&x, stuck, timeout);
     run_ops(&x, TR_COMM_F32);
     x.be = tr_backend_cuda(TR_DTYPE_BF16, err, sizeof err);
     x.dt = "bf16";
