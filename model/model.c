@@ -730,17 +730,6 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
         tr_model_free(m);
         return -1;
     }
-    if (m->pipelined && be->device_memory) {
-        /* NCCL matches sends and receives in the order they are posted, not by tag, and one
-           stream runs them in that order: the schedules' point-to-point order is not yet
-           checked for that (parallel/pipeline.c) */
-        snprintf(err, errlen,
-                 "pipeline parallelism on the %s backend is not implemented yet (run with "
-                 "--device cpu)",
-                 be->name);
-        tr_model_free(m);
-        return -1;
-    }
     if (m->tp > 1 && (!o->tp_comm || tr_comm_size(o->tp_comm) != m->tp ||
                       tr_comm_rank(o->tp_comm) != m->tpr)) {
         snprintf(err, errlen, "model: tensor parallelism over %d ranks needs their group (rank "

@@ -503,11 +503,19 @@ static void *dev_start(tr_comm *c, const tr_comm_desc *o, const void *send, void
     r->g = g;
     r->o = *o;
     r->refs = 1;
+    /* point to point is staged on every transport: NCCL matches sends and receives in the
+       order each rank posts them, not by tag, and runs a group's operations in stream order,
+       so a receive posted ahead would hold back the sends behind it; MPI matches tags, which
+       lets the pipeline post its receives ahead in its schedule's order */
+    int p2p = o->op == TR_COMM_OP_SEND || o->op == TR_COMM_OP_RECV;
+    if (g->transport == T_STAGED || (p2p && tr_comm_size(c) > 1)) {
+        start_staged(r, send, recv); /* the host operation counts its bytes */
+        return r;
+    }
     tr_comm_count_bytes(c, o);
     if (g->transport == T_LOCAL) start_local(r, send, recv);
-    if (g->transport == T_STAGED) start_staged(r, send, recv);
 #ifdef TR_HAVE_NCCL
-    if (g->transport == T_NCCL) start_nccl(r, send, recv);
+    else if (g->transport == T_NCCL) start_nccl(r, send, recv);
 #endif
     return r;
 }

@@ -43,6 +43,16 @@ static int tag_of(int mb, int grad, int chunk) {
     return ((mb % 16) * 2 + grad) * 256 + chunk;
 }
 
+/* A message of n elements of the model's buffers (host or device memory, storage dtype). */
+static tr_comm_req *isend(tr_pipe *p, const tr_buf *buf, size_t n, int peer, int tag) {
+    return tr_comm_start(p->c, TR_COMM_OP_SEND, buf, NULL, n, tr_model_comm_dtype(p->m), peer,
+                         tag, tr_model_comm_mem(p->m));
+}
+static tr_comm_req *irecv(tr_pipe *p, tr_buf *buf, size_t n, int peer, int tag) {
+    return tr_comm_start(p->c, TR_COMM_OP_RECV, NULL, buf, n, tr_model_comm_dtype(p->m), peer,
+                         tag, tr_model_comm_mem(p->m));
+}
+
 /* Slots and receive points of every action (see the top of the file). -1 when the model's
  * chunks do not match the schedule's. */
 static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
@@ -186,8 +196,7 @@ static void post_recv(tr_pipe *p, int j, int B, int T) {
     int grad = a->op != TR_ACT_FWD, from = a->chunk + (grad ? 1 : -1);
     tr_buf *buf = grad ? tr_model_chunk_grad_output(p->m, a->chunk, p->slot[j])
                        : tr_model_chunk_input(p->m, a->chunk, p->slot[j]);
-    p->rq[j] =
-        tr_comm_irecv(p->c, buf, n, TR_COMM_F32, rank_of(p, from), tag_of(a->mb, grad, a->chunk));
+    p->rq[j] = irecv(p, buf, n, rank_of(p, from), tag_of(a->mb, grad, a->chunk));
 }
 
 /* The receives that may start once action i has run (i = -1: at the start of the step). */
@@ -211,8 +220,8 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
         tr_model_chunk_forward(p->m, c, k, tok, NULL, B, T);
         p->busy += tr_comm_now() - t0;
         if (c < last)
-            p->send_act[at] = tr_comm_isend(p->c, tr_model_chunk_output(p->m, c, k), n, TR_COMM_F32,
-                                            rank_of(p, c + 1), tag_of(a->mb, 0, c + 1));
+            p->send_act[at] = isend(p, tr_model_chunk_output(p->m, c, k), n, rank_of(p, c + 1),
+                                    tag_of(a->mb, 0, c + 1));
         return 0;
     }
     tr_bwd_part part = a->op == TR_ACT_BWD      ? TR_BWD_ALL
@@ -225,8 +234,8 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
                                    part);
     p->busy += tr_comm_now() - t0;
     if (part != TR_BWD_WEIGHT && c > 0)
-        p->send_grad[at] = tr_comm_isend(p->c, tr_model_chunk_grad_input(p->m, c, k), n,
-                                         TR_COMM_F32, rank_of(p, c - 1), tag_of(a->mb, 1, c - 1));
+        p->send_grad[at] = isend(p, tr_model_chunk_grad_input(p->m, c, k), n, rank_of(p, c - 1),
+                                 tag_of(a->mb, 1, c - 1));
     if (part != TR_BWD_INPUT && p->hook) p->hook(p->hook_ctx);
     return loss;
 }
@@ -268,15 +277,15 @@ double tr_pipe_eval(tr_pipe *p, const int *tokens, const int *targets, int B, in
     for (int c = 0; c < p->nch; c++) { /* each stage its chunks, in model order */
         if (!tr_model_chunk_held(p->m, c)) continue;
         if (c > 0)
-            tr_comm_recv(p->c, tr_model_chunk_input(p->m, c, 0), n, TR_COMM_F32, rank_of(p, c - 1),
-                         tag_of(0, 0, c));
+            tr_comm_wait(irecv(p, tr_model_chunk_input(p->m, c, 0), n, rank_of(p, c - 1),
+                               tag_of(0, 0, c)));
         tr_comm_wait(sent); /* slot 0's output, sent from the chunk before */
         sent = NULL;
         loss += tr_model_chunk_forward(p->m, c, 0, c == 0 ? tokens : NULL,
                                        c == p->nch - 1 ? targets : NULL, B, T);
         if (c < p->nch - 1)
-            sent = tr_comm_isend(p->c, tr_model_chunk_output(p->m, c, 0), n, TR_COMM_F32,
-                                 rank_of(p, c + 1), tag_of(0, 0, c + 1));
+            sent = isend(p, tr_model_chunk_output(p->m, c, 0), n, rank_of(p, c + 1),
+                         tag_of(0, 0, c + 1));
     }
     tr_comm_wait(sent);
     tr_comm_all_reduce(p->c, &loss, 1, TR_COMM_F64);
@@ -288,12 +297,12 @@ void tr_pipe_decode(tr_pipe *p, tr_kv_cache *cache, int token, int pos, float *l
     for (int c = 0; c < p->nch; c++) {
         if (!tr_model_chunk_held(p->m, c)) continue;
         if (c > 0)
-            tr_comm_recv(p->c, tr_model_chunk_input(p->m, c, 0), C, TR_COMM_F32, rank_of(p, c - 1),
-                         tag_of(0, 0, c));
+            tr_comm_wait(irecv(p, tr_model_chunk_input(p->m, c, 0), C, rank_of(p, c - 1),
+                               tag_of(0, 0, c)));
         tr_model_decode_chunk(p->m, cache, c, token, pos, logits);
-        if (c < p->nch - 1) /* one row: a blocking send, its receiver is waiting for it */
-            tr_comm_send(p->c, tr_model_chunk_output(p->m, c, 0), C, TR_COMM_F32, rank_of(p, c + 1),
-                         tag_of(0, 0, c + 1));
+        if (c < p->nch - 1) /* one row: its receiver is waiting for it */
+            tr_comm_wait(isend(p, tr_model_chunk_output(p->m, c, 0), C, rank_of(p, c + 1),
+                               tag_of(0, 0, c + 1)));
     }
     tr_comm_broadcast(p->c, logits, (size_t)tr_model_desc_of(p->m)->vocab, TR_COMM_F32,
                       rank_of(p, p->nch - 1));

@@ -3,7 +3,8 @@
  * neighbouring stages with non-blocking sends and receives, each receive posted as soon as
  * the buffer it fills is free, so that transfers overlap compute. Also evaluation and
  * incremental decoding through the stages, and the measured bubble: the time each rank
- * waited on its neighbours. Host memory (the CPU backend); device backends need NCCL. */
+ * waited on its neighbours. The model's buffers on either backend: on a device, sends and
+ * receives are staged through host memory (comm.h), which keeps MPI's matching by tag. */
 #ifndef TR_PIPELINE_H
 #define TR_PIPELINE_H
 
