@@ -454,6 +454,15 @@ static void write_memory_json(run_ctx *x) {
  * ZeRO's parameter gathers, tensor parallelism's collectives. */
 static void print_parallel_stats(const run_ctx *x) {
     int zero = x->lay.zero;
+    if (x->be->device_memory && x->nranks > 1) { /* each group's, chosen at its first use */
+        tr_comm *g[3] = {x->dpc, x->tpc, x->ppc};
+        printf("device collectives:");
+        for (int i = 0; i < 3; i++)
+            if (tr_comm_size(g[i]) > 1)
+                printf(" %s %s%s", tr_comm_name(g[i]), tr_comm_device_transport(g[i]),
+                       g[i] == x->ppc ? " (its sends and receives staged)" : "");
+        printf("\n");
+    }
     if (x->lay.dp > 1) {
         tr_dp_stats ds = tr_dp_get_stats(x->dp);
         double exposed, span, hidden = dp_hidden(x, &exposed, &span);
