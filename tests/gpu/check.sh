@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # The one GPU check: build for Hopper (sm_90a) in build-gpu/, run every GPU test (the ctest
-# label gpu, each binary once), run the GPU benchmark (bench/gpu.sh), and print a short table
-# last: tests passed / failed / skipped, tokens/s and MFU. Logs go to $OUT when it is set (the
-# device tool brings them back), else build-gpu/logs/. Meant to finish in well under 8 minutes
-# on one H200.
+# label gpu, each binary once; test_comm_device also on a NCCL communicator of one, under
+# mpirun with 2 ranks sharing a GPU (staged transport) and with one rank per GPU when there are
+# several (NCCL)), train dp=2 and tp=2 in fp32 on the GPU against the CPU (as
+# tests/emu_parallel.sh does on the emulator), run the GPU benchmarks (bench/gpu.sh,
+# bench/comm.sh), and print a short table last: tests passed / failed / skipped, the parallel
+# runs, tokens/s and MFU, communication figures. Logs go to $OUT when it is set (the device
+# tool brings them back), else build-gpu/logs/. Every step after the build has a timeout; the
+# multi-rank checks and bench/comm.sh also stop 450 s after the start, so that the whole check
+# stays under 8 minutes on one H200.
 #
-# The GPU machine's image may lack Lua, OpenBLAS, libyaml and pkg-config and cannot reach a
-# package registry: run tests/gpu/fetch_debs.sh beforehand on a machine that can, carry .deps/
-# along, and this script unpacks the .deb files into a private prefix (dpkg -x, nothing is
-# installed) and builds against it. Without a GPU it still builds, reports the tests as skipped
-# and prints the table.
+# The GPU machine's image may lack Lua, OpenBLAS, libyaml, pkg-config and Open MPI and cannot
+# reach a package registry: run tests/gpu/fetch_debs.sh beforehand on a machine that can, carry
+# .deps/ along, and this script unpacks the .deb files into private prefixes under build-gpu/
+# (dpkg -x, nothing is installed; Open MPI relocated by OPAL_PREFIX) and builds against them.
+# NCCL: the CUDA toolkit's or the system's, else the one PyTorch's wheels bring. Without a GPU
+# it still builds, reports the tests as skipped and prints the table.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
 BUILD="$ROOT/build-gpu"
 ARCH="${TR_CUDA_ARCH:-90a}"
@@ -21,16 +27,25 @@ ARCH="${TR_CUDA_ARCH:-90a}"
 LOGS="${OUT:-$BUILD/logs}"
 mkdir -p "$LOGS"
 T0=$(date +%s)
+DEADLINE=$((T0 + 450))
 say() { echo "check: $*" | tee -a "$LOGS/check.log"; }
 : >"$LOGS/check.log"
+# lim S: the seconds a step may take: S, or what is left before the deadline if less
+lim() {
+    local left=$((DEADLINE - $(date +%s)))
+    [ $left -lt 0 ] && left=0
+    echo $(($1 < left ? $1 : left))
+}
 
 # ---- GPU present? ------------------------------------------------------------------------
 GPU="none"
+NGPU=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >"$LOGS/nvidia-smi.txt" 2>&1; then
     GPU=$(head -1 "$LOGS/nvidia-smi.txt")
+    NGPU=$(grep -c '^GPU ' "$LOGS/nvidia-smi.txt")
     nvidia-smi >>"$LOGS/nvidia-smi.txt" 2>&1
 fi
-say "GPU: $GPU"
+say "GPU: $GPU ($NGPU in all)"
 
 # ---- dependencies: system packages, else the carried .deb files --------------------------
 have_deps() {
@@ -39,10 +54,12 @@ have_deps() {
           [ -e /usr/include/openblas/cblas.h ] || [ -e /usr/include/cblas.h ]; }
 }
 CMAKE_DEPS=()
+rm -rf "$ROOT/.deps/root" # where earlier versions unpacked: it must not travel with .deps/
+DEPS="$BUILD/deps"
 if have_deps && [ -z "${TR_USE_DEPS:-}" ]; then  # TR_USE_DEPS=1: use .deps/ even so (to test it)
     say "dependencies: system packages"
 elif ls "$ROOT"/.deps/*.deb >/dev/null 2>&1; then
-    PREFIX="$ROOT/.deps/root"
+    PREFIX="$DEPS/root"
     rm -rf "$PREFIX"
     mkdir -p "$PREFIX"
     for f in "$ROOT"/.deps/*.deb; do dpkg -x "$f" "$PREFIX" || say "cannot unpack $f"; done
@@ -59,16 +76,82 @@ else
     say "dependencies: missing, and no .deps/*.deb to unpack (run tests/gpu/fetch_debs.sh and carry .deps)"
 fi
 
+# ---- Open MPI: the system's, else the carried .deb files in a prefix of their own ----------
+if command -v mpirun >/dev/null 2>&1 && [ -z "${TR_USE_DEPS:-}" ]; then
+    say "Open MPI: system ($(command -v mpirun))"
+elif ls "$ROOT"/.deps/mpi/*.deb >/dev/null 2>&1; then
+    MPREFIX="$DEPS/mpi"
+    rm -rf "$MPREFIX"
+    mkdir -p "$MPREFIX"
+    for f in "$ROOT"/.deps/mpi/*.deb; do dpkg -x "$f" "$MPREFIX" || say "cannot unpack $f"; done
+    MLIB="$MPREFIX/usr/lib/x86_64-linux-gnu"
+    # the links Debian's alternatives would make (dpkg -x runs no maintainer script)
+    for t in mpirun mpiexec mpicc; do ln -sf "$t.openmpi" "$MPREFIX/usr/bin/$t"; done
+    for f in "$MPREFIX"/usr/lib/libpsm1/libpsm_infinipath.so.1.*; do
+        [ -e "$f" ] && ln -sf "$f" "$MLIB/libpsm_infinipath.so.1" # libfabric needs it
+    done
+    # Open MPI and PMIx look for their plugins, wrapper data and help files under the prefix
+    # they were built for (/usr) unless told
+    export OPAL_PREFIX="$MPREFIX/usr" PMIX_MCA_mca_base_component_path="$MLIB/pmix2/lib/pmix"
+    export PATH="$MPREFIX/usr/bin:$PATH"
+    export LD_LIBRARY_PATH="$MLIB:$MLIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    CMAKE_DEPS+=(-DMPI_C_COMPILER="$MPREFIX/usr/bin/mpicc")
+    say "Open MPI: unpacked $(ls "$ROOT"/.deps/mpi/*.deb | wc -l) .deb files into $MPREFIX (OPAL_PREFIX)"
+else
+    say "Open MPI: none (no mpirun, and no .deps/mpi/*.deb: run tests/gpu/fetch_debs.sh and carry .deps): the multi-rank checks are skipped"
+fi
+MPIRUN=$(command -v mpirun || true)
+if [ -n "$MPIRUN" ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    # no ssh on the image: Open MPI's launcher for one host then; no single-copy (CMA) transfers
+    # between ranks, which need ptrace rights a VM may refuse (the staged transport slows)
+    command -v ssh >/dev/null 2>&1 || command -v rsh >/dev/null 2>&1 || export OMPI_MCA_plm=isolated
+    export OMPI_MCA_btl_vader_single_copy_mechanism=none
+    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
+fi
+
+# ---- NCCL: the toolkit's or the system's (CMake finds those), else PyTorch's wheel's ------
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+CUDA_DIR=$(dirname "$(dirname "$NVCC")")
+have_nccl=0
+for f in "$CUDA_DIR"/include/nccl.h "$CUDA_DIR"/targets/*/include/nccl.h /usr/include/nccl.h; do
+    [ -e "$f" ] && have_nccl=1
+done
+if [ $have_nccl = 0 ]; then
+    d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+    lib=$([ -n "$d" ] && ls "$d"/lib/libnccl.so* 2>/dev/null | head -1)
+    if [ -n "$d" ] && [ -e "$d/include/nccl.h" ] && [ -n "$lib" ]; then
+        CMAKE_DEPS+=(-DTR_NCCL_INCLUDE="$d/include" -DTR_NCCL_LIB="$lib")
+        export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        say "NCCL: the Python package's, $lib"
+    else
+        say "NCCL: none found (no nccl.h by the toolkit, none in /usr/include, no nvidia.nccl package)"
+    fi
+fi
+
 # ---- build ---------------------------------------------------------------------------------
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 BUILD_OK=0
+COMM_BENCH="not built"
 if cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DTR_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES="$ARCH" "${CMAKE_DEPS[@]}" >"$LOGS/configure.log" 2>&1 &&
     cmake --build "$BUILD" -j "$(nproc)" --target trainer test_cuda_kernels test_cuda_train \
-        >"$LOGS/build.log" 2>&1; then
+        test_comm_device >"$LOGS/build.log" 2>&1; then
     BUILD_OK=1
-    say "build: ok ($(( $(date +%s) - T0 )) s)"
+    say "build: ok ($(( $(date +%s) - T0 )) s); $(grep -o 'MPI: [A-Z]*' "$LOGS/configure.log" | head -1)"
+    # comm_bench exists where CMake found NCCL (with the CUDA backend)
+    if grep -Eq '^TR_NCCL_LIB:[A-Z]+=.*nccl' "$BUILD/CMakeCache.txt" &&
+        ! grep -Eq '^TR_NCCL_(LIB|INCLUDE):[A-Z]+=.*NOTFOUND' "$BUILD/CMakeCache.txt"; then
+        if cmake --build "$BUILD" -j "$(nproc)" --target comm_bench >>"$LOGS/build.log" 2>&1; then
+            COMM_BENCH="built"
+        else
+            COMM_BENCH="FAILED to build (see build.log)"
+        fi
+    else
+        COMM_BENCH="not built: CMake found no NCCL"
+    fi
+    say "comm_bench: $COMM_BENCH"
 else
     say "build: FAILED (see configure.log / build.log)"
     tail -30 "$LOGS/build.log" "$LOGS/configure.log" 2>/dev/null
@@ -76,20 +159,123 @@ fi
 
 # ---- GPU tests -----------------------------------------------------------------------------
 TESTS="not run"
-if [ $BUILD_OK = 1 ]; then
-    # the label "gpu" tests, each run once, directly (as ctest would: from tests/, exit 77 = skip)
-    npass=0 nfail=0 nskip=0
-    for t in test_cuda_kernels test_cuda_train; do
-        (cd "$ROOT/tests" && timeout 300 "$BUILD/tests/$t") >"$LOGS/$t.log" 2>&1
+TESTLIST=""
+LAST=""
+npass=0 nfail=0 nskip=0
+# run_test NAME SECONDS [VAR=VALUE...] BINARY|mpirun ... : one run of a test binary from tests/
+# (as ctest runs it; exit 77 = skipped), its output in NAME.log
+run_test() {
+    local name=$1 limit=$2 rc st
+    shift 2
+    if [ "$limit" -lt 10 ]; then
+        rc=skip st="skipped (no time left)"
+    else
+        (cd "$ROOT/tests" && timeout "$limit" env "$@") >"$LOGS/$name.log" 2>&1
         rc=$?
-        echo "$t: exit $rc" >>"$LOGS/check.log"
-        case $rc in 0) npass=$((npass + 1)) ;; 77) nskip=$((nskip + 1)) ;; *) nfail=$((nfail + 1)) ;; esac
+        case $rc in 0) st=ok ;; 77) st=skipped ;; 124) st="FAILED (timed out)" ;; *) st="FAILED (exit $rc)" ;; esac
+    fi
+    echo "$name: exit $rc" >>"$LOGS/check.log"
+    case $st in ok) npass=$((npass + 1)) ;; skip*) nskip=$((nskip + 1)) ;; *) nfail=$((nfail + 1)) ;; esac
+    TESTLIST="$TESTLIST${TESTLIST:+, }$name $st"
+    LAST=$st
+}
+# skip_test NAME WHY
+skip_test() {
+    nskip=$((nskip + 1))
+    TESTLIST="$TESTLIST${TESTLIST:+, }$1 skipped ($2)"
+    echo "$1: skipped ($2)" >>"$LOGS/check.log"
+}
+# want NAME TRANSPORT: a passing multi-rank run must have used that device transport
+want() {
+    if [ "$LAST" = ok ] && ! grep -q "transport $2 " "$LOGS/$1.log"; then
+        npass=$((npass - 1)) nfail=$((nfail + 1))
+        TESTLIST="${TESTLIST% ok} FAILED (transport not $2)"
+    fi
+}
+if [ $BUILD_OK = 1 ]; then
+    T="$BUILD/tests"
+    # the label "gpu" tests: 300 s each, whatever the deadline (the check is for them)
+    for t in test_cuda_kernels test_cuda_train test_comm_device; do
+        run_test "$t" 300 "$T/$t"
     done
-    ok=$(cat "$LOGS"/test_cuda_*.log 2>/dev/null | grep -c "^ok ")
-    bad=$(cat "$LOGS"/test_cuda_*.log 2>/dev/null | grep -c "^FAIL")
+    if [ "$GPU" = none ]; then
+        for t in nccl1 np2_shared npN; do skip_test "test_comm_device_$t" "no GPU"; done
+    else
+        # a NCCL communicator of one
+        run_test test_comm_device_nccl1 "$(lim 120)" TR_COMM_DEVICE=nccl "$T/test_comm_device"
+        if [ -z "$MPIRUN" ]; then
+            for t in np2_shared npN; do skip_test "test_comm_device_$t" "no mpirun"; done
+        else
+            # two ranks on one GPU: NCCL refuses that, comm.h stages through the host
+            run_test test_comm_device_np2_shared "$(lim 120)" CUDA_VISIBLE_DEVICES=0 \
+                "$MPIRUN" --bind-to none -np 2 "$T/test_comm_device"
+            want test_comm_device_np2_shared staged
+            if [ "$NGPU" -ge 2 ]; then
+                run_test "test_comm_device_np$NGPU" "$(lim 120)" "$MPIRUN" --bind-to none \
+                    -np "$NGPU" "$T/test_comm_device"
+                want "test_comm_device_np$NGPU" nccl
+            else
+                skip_test test_comm_device_npN "1 GPU"
+            fi
+        fi
+    fi
+    ok=$(cat "$LOGS"/test_*.log 2>/dev/null | grep -c "^ok ")
+    bad=$(cat "$LOGS"/test_*.log 2>/dev/null | grep -c "^FAIL")
     TESTS="passed $npass, failed $nfail, skipped $nskip; checks ok $ok, FAIL $bad"
     say "tests: $TESTS ($(( $(date +%s) - T0 )) s)"
-    grep -h "^FAIL\|^SKIP" "$LOGS"/test_cuda_*.log | head -20
+    grep -h "^FAIL\|^SKIP" "$LOGS"/test_*.log | head -20
+fi
+
+# ---- multi-rank training on the GPU against the CPU --------------------------------------
+# tests/emu_parallel.sh's checks 1 and 4 on the real device: dp=2 and tp=2 in fp32 (no TF32)
+# on the GPU, every loss within 1e-4 relative of the CPU's run of the same layout. On one GPU
+# the two ranks share it (comm.h's staged transport); on several, one each (NCCL).
+PAR=()
+PARDIR="$BUILD/par-runs"
+par_run() { # name flags...: 6 steps of tests/checkpoint/gpt.lua on 2 ranks; losses in name.l
+    local name=$1 t
+    shift
+    t=$(lim 120)
+    [ "$t" -lt 15 ] && return 2
+    rm -rf "${PARDIR:?}/$name"
+    (cd "$ROOT" && timeout "$t" "$MPIRUN" --bind-to none -np 2 "$BUILD/trainer" run \
+        tests/checkpoint/gpt.lua --set steps=6 --set every=0 --eval-every 0 --peak-gflops 100 \
+        --timeout 60 --out "$PARDIR/$name" "$@") >"$LOGS/par_$name.log" 2>&1 || return 1
+    sed -n 's/^{"step": *\([0-9]*\), *"loss": *\([-0-9.eE+]*\).*/\1 \2/p' \
+        "$PARDIR/$name/metrics.jsonl" >"$PARDIR/$name.l"
+    [ -s "$PARDIR/$name.l" ]
+}
+par_check() { # label device-run cpu-run flags: both runs, then every step's loss compared
+    local label=$1 dev=$2 cpu=$3 r
+    shift 3
+    if ! par_run "$cpu" --device cpu "$@"; then
+        PAR+=("$label: FAILED: the CPU run (par_$cpu.log)")
+    elif ! par_run "$dev" --device cuda --precision fp32 "$@"; then
+        PAR+=("$label: FAILED: the GPU run (par_$dev.log)")
+    elif r=$(awk 'NR == FNR { c[$1] = $2; next } ($1 in c) {
+                 n++; d = $2 - c[$1]; d = d < 0 ? -d : d; m = c[$1] < 0 ? -c[$1] : c[$1]
+                 r = m > 0 ? d / m : d; if (r > w) w = r }
+             END { if (!n) { print "no steps in common"; exit 1 }
+                   printf "%d steps, worst rel diff %.2e", n, w; exit !(w <= 1e-4) }' \
+             "$PARDIR/$cpu.l" "$PARDIR/$dev.l"); then
+        PAR+=("$label: ok, $r (tol 1e-4)")
+    else
+        PAR+=("$label: FAILED, $r (tol 1e-4)")
+    fi
+}
+if [ $BUILD_OK = 1 ] && [ "$GPU" != none ] && [ -n "$MPIRUN" ]; then
+    mkdir -p "$PARDIR"
+    how=$([ "$NGPU" -ge 2 ] && echo "2 GPUs, NCCL" || echo "2 ranks share the GPU, staged")
+    par_check "dp=2 fp32 GPU vs CPU ($how)" dev-dp cpu-dp --dp 2 --zero 0
+    par_check "tp=2 fp32 GPU vs CPU ($how)" dev-tp cpu-tp --tp 2
+    for l in "${PAR[@]}"; do say "parallel: $l"; done
+    say "parallel: done ($(( $(date +%s) - T0 )) s)"
+else
+    why=""
+    [ $BUILD_OK = 1 ] || why="$why, no build"
+    [ "$GPU" != none ] || why="$why, no GPU"
+    [ -n "$MPIRUN" ] || why="$why, no mpirun"
+    PAR=("dp=2 and tp=2 on the GPU vs the CPU: skipped (${why#, })")
 fi
 
 # ---- benchmark -----------------------------------------------------------------------------
@@ -104,15 +290,33 @@ else
     say "bench: skipped (no GPU or no build)"
 fi
 
+# ---- communication benchmark ---------------------------------------------------------------
+# bench/comm.sh: bus bandwidth through comm.h against NCCL, or on one GPU what can be measured
+# there, and the hidden share of a data-parallel run (after bench/gpu.sh: its BPE shards)
+COMM="$LOGS/comm_stdout.log"
+: >"$COMM"
+if [ $BUILD_OK = 1 ]; then
+    t=$(lim 240)
+    if [ "$t" -ge 30 ] || [ "$GPU" = none ]; then
+        OUT="$LOGS" BENCH_RUNS="$BUILD/bench-runs" COMM_SECONDS="$t" "$ROOT/bench/comm.sh" "$BUILD" \
+            >"$COMM" 2>&1
+        say "comm bench: done ($(( $(date +%s) - T0 )) s)"
+    else
+        echo "comm: skipped (no time left)" >"$COMM"
+    fi
+else
+    echo "comm: skipped (no build)" >"$COMM"
+fi
+
 # ---- Nsight Compute on our own kernels, while time remains --------------------------------
 # One bf16 step of a 2-block GPT-2 124M shape: each kernel's duration, and the memory tables
 # (sectors per request, shared-memory bank conflicts) that bench/emu_memory.sh estimates on
 # the CPU emulator, to set the two side by side. cuBLASLt's kernels are left out. Optional:
 # ncu may be missing or unable to read the counters (H200.md: it can on Firecracker).
 NCU="skipped"
-left=$(( 450 - ($(date +%s) - T0) ))
+left=$(lim 450)
 NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-if [ $BUILD_OK = 1 ] && [ "$GPU" != none ] && [ -n "$NCU_BIN" ] && [ $left -gt 60 ]; then
+if [ $BUILD_OK = 1 ] && [ "$GPU" != none ] && [ -n "$NCU_BIN" ] && [ "$left" -gt 60 ]; then
     lim=$(( left < 150 ? left : 150 ))
     timeout "$lim" "$NCU_BIN" --clock-control none --target-processes all \
         -k 'regex:attn_|adamw|norm|xent|gelu|swiglu|rope|add_k|embedding|positions|colsum|sumsq' \
@@ -132,9 +336,13 @@ fi
     echo "device     $GPU"
     echo "arch       sm_$ARCH   build $([ $BUILD_OK = 1 ] && echo ok || echo FAILED)   wall $(( $(date +%s) - T0 )) s"
     echo "gpu tests  $TESTS"
+    echo "$TESTLIST" | fold -s -w 78 | sed 's/^/           /'
+    for l in "${PAR[@]}"; do echo "parallel   $l"; done
     echo "ncu        $NCU"
     printf '%-17s %12s %8s %s\n' model tokens/s mfu status
     cat "$BENCH"
+    # the communication lines but fp32's (in comm_stdout.log and comm_*.log)
+    grep '^comm:' "$COMM" | grep -v ' f32 ' | sed 's/^comm: /comm       /'
     echo "logs       $LOGS"
     echo "========================================================================="
 } | tee "$LOGS/table.txt"
