@@ -49,6 +49,9 @@ typedef struct tr_backend {
     void (*upload)(void *dst, const void *src, size_t bytes);   /* host -> backend */
     void (*download)(void *dst, const void *src, size_t bytes); /* backend -> host */
     void (*zero)(void *p, size_t bytes);
+    /* backend -> backend (the ranges do not overlap), ordered like the ops: data parallelism
+     * moves its gradient and parameter buckets with it */
+    void (*copy)(void *dst, const void *src, size_t bytes);
     /* host fp32 <-> storage dtype, n elements (a plain copy when the dtype is fp32) */
     void (*to_storage)(tr_buf *dst, const float *src_host, size_t n);
     void (*from_storage)(float *dst_host, const tr_buf *src, size_t n);

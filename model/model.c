@@ -868,6 +868,9 @@ const tr_backend *tr_model_backend(const tr_model *m) {
     return m->be;
 }
 
+size_t tr_model_storage_bytes(const tr_model *m) {
+    return m->es;
+}
 size_t tr_model_slab_elements(const tr_model *m) {
     return m->n_pad;
 }

@@ -236,6 +236,8 @@ float tr_model_forward(tr_model *m, const int *tokens, const int *targets, int B
 void tr_model_backward(tr_model *m);
 
 void tr_model_zero_grad(tr_model *m);
+/* Bytes of one element of the storage dtype (planned models too). */
+size_t tr_model_storage_bytes(const tr_model *m);
 /* How collectives address the model's buffers: where they live, and their element type. */
 tr_comm_mem tr_model_comm_mem(const tr_model *m);
 tr_comm_dtype tr_model_comm_dtype(const tr_model *m);

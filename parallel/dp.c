@@ -7,7 +7,11 @@
  * was starts its reduction at once, and every hook call also tests the buckets in flight so
  * that MPI makes progress while the backward computes. ZeRO-2 and 3 split every bucket into
  * one piece per rank: the unit of the gradient reduce-scatters, of the optimizer state and,
- * at ZeRO-3, of the parameters (gathered per op, see below). */
+ * at ZeRO-3, of the parameters (gathered per op, see below). Every buffer of those stages
+ * (pieces, ring, gathers) is the backend's memory in its storage dtype, moved by the
+ * backend's table and by device collectives (tr_comm_start with the model's dtype and memory):
+ * one code path for the CPU and a GPU. On a GPU, waits order the compute stream and return at
+ * once, so a buffer is never read on the host, only by work enqueued after the wait. */
 #include "parallel/dp.h"
 
 #include <assert.h>
@@ -32,14 +36,14 @@ typedef struct {
     int started; /* its reduction of this backward has started */
     /* ZeRO-3: the bucket's parameters, all-gathered from every rank's piece while an op that
        reads them runs (and from the op before, prefetched) */
-    float *full;
+    tr_buf *full;
     tr_comm_req *preq; /* the gather in flight, NULL when complete or none */
 } bucket;
 
 /* ZeRO-2's ring: gradient buffers for the buckets being computed or reduced. */
 typedef struct {
-    float *buf;  /* (world * piece) elements of its bucket, allocated while held */
-    float *recv; /* this rank's reduced piece */
+    tr_buf *buf;  /* (world * piece) elements of its bucket, allocated while held */
+    tr_buf *recv; /* this rank's reduced piece */
     int bucket;  /* the bucket it holds, -1 = free */
     tr_comm_req *req;
     long seq;    /* when its reduction started, to finish the oldest first */
@@ -48,6 +52,8 @@ typedef struct {
 
 struct tr_dp {
     tr_model *m;
+    const tr_backend *be; /* the model's: every buffer below except the host arrays */
+    size_t es;            /* bytes of a storage element */
     tr_comm *c;
     int zero, world, rank;
     bucket *b;
@@ -58,10 +64,11 @@ struct tr_dp {
     /* ZeRO-2 */
     int *bucket_of;      /* per parameter tensor */
     ring_slot ring[RING];
-    float *sgrad;        /* this rank's pieces of the gradient, summed over micro-steps */
+    tr_buf *sgrad;       /* this rank's pieces of the gradient, summed over micro-steps (the
+                            storage dtype: a bf16 slab accumulates in bf16 too) */
     size_t sgrad_elems, ring_elems;
     size_t ring_bytes, ring_high; /* ring memory now and its high-water mark (measured) */
-    float *gather;       /* all-gather scratch, the largest bucket padded */
+    tr_buf *gather;      /* ZeRO-2's all-gather scratch, the largest bucket padded */
     tr_piece *pieces;
     long seq;
     /* ZeRO-3: per direction (0 forward, 1 backward) and op, the buckets the op reads
@@ -72,36 +79,45 @@ struct tr_dp {
     /* freed bucket buffers kept for reuse (fresh memory every micro-step costs page faults and
        the kernel's zeroing), only while what is held stays within the peaks measured so far */
     struct {
-        float *p;
-        size_t n;
+        tr_buf *p;
+        size_t n; /* elements */
     } pool[8];
     int n_pool;
     size_t pool_bytes;
 };
 
-static float *pool_take(tr_dp *d, size_t n, int zero) {
+/* n storage elements of backend memory (zeroed when asked; fresh memory always is). On a GPU
+ * a buffer given back after a stream-ordered wait is reused only by work enqueued later on
+ * the compute stream, so no host synchronisation is needed. */
+static tr_buf *pool_take(tr_dp *d, size_t n, int zero) {
     int best = -1;
     for (int k = 0; k < d->n_pool; k++)
         if (d->pool[k].n >= n && (best < 0 || d->pool[k].n < d->pool[best].n)) best = k;
-    if (best < 0) return zero ? calloc(n ? n : 1, sizeof(float)) : malloc((n ? n : 1) * sizeof(float));
-    float *p = d->pool[best].p;
-    d->pool_bytes -= d->pool[best].n * sizeof(float);
+    if (best < 0) return d->be->alloc((n ? n : 1) * d->es);
+    tr_buf *p = d->pool[best].p;
+    d->pool_bytes -= d->pool[best].n * d->es;
     d->pool[best] = d->pool[--d->n_pool];
-    if (zero) memset(p, 0, n * sizeof(float));
+    if (zero) d->be->zero(p, n * d->es);
     return p;
 }
 
 /* n: the size it was taken with (the in-use counters already exclude it) */
-static void pool_give(tr_dp *d, float *p, size_t n) {
-    size_t held = d->ring_bytes + d->pbuf_bytes + d->pool_bytes + n * sizeof(float);
+static void pool_give(tr_dp *d, tr_buf *p, size_t n) {
+    size_t held = d->ring_bytes + d->pbuf_bytes + d->pool_bytes + n * d->es;
     if (p && d->n_pool < (int)(sizeof(d->pool) / sizeof(d->pool[0])) &&
         held <= d->ring_high + d->pbuf_high) {
         d->pool[d->n_pool].p = p;
         d->pool[d->n_pool++].n = n;
-        d->pool_bytes += n * sizeof(float);
+        d->pool_bytes += n * d->es;
     } else {
-        free(p);
+        d->be->free(p);
     }
+}
+
+/* A collective on the model's buffers: its storage dtype, its memory. */
+static tr_comm_req *coll(tr_dp *d, tr_comm_op op, const tr_buf *send, tr_buf *recv, size_t n) {
+    return tr_comm_start(d->c, op, send, recv, n, tr_model_comm_dtype(d->m), -1, 0,
+                         tr_model_comm_mem(d->m));
 }
 
 static void poll_buckets(tr_dp *d) {
@@ -124,10 +140,8 @@ static void start_allreduce(tr_dp *d, bucket *b) {
     if (!d->first_start) d->first_start = tr_comm_now();
     b->started = 1;
     b->done = 0;
-    b->req = tr_comm_start(d->c, TR_COMM_OP_ALL_REDUCE, NULL,
-                           tr_buf_at(tr_model_backend(d->m), tr_model_grad_slab(d->m), b->lo),
-                           b->hi - b->lo, tr_model_comm_dtype(d->m), -1, 0,
-                           tr_model_comm_mem(d->m));
+    b->req = coll(d, TR_COMM_OP_ALL_REDUCE, NULL, tr_buf_at(d->be, tr_model_grad_slab(d->m), b->lo),
+                  b->hi - b->lo);
     d->st.buckets++;
 }
 
@@ -144,9 +158,9 @@ static void z2_finish(tr_dp *d, int k) {
     tr_comm_wait(s->req);
     s->req = NULL;
     bucket *b = &d->b[s->bucket];
-    float *acc = d->sgrad + b->state;
-    for (size_t i = 0; i < b->piece; i++) acc[i] += s->recv[i];
-    d->ring_bytes -= ((size_t)d->world + 1) * b->piece * sizeof(float);
+    tr_buf *acc = tr_buf_at(d->be, d->sgrad, b->state);
+    d->be->add(acc, acc, s->recv, b->piece); /* after the wait, on the compute stream */
+    d->ring_bytes -= ((size_t)d->world + 1) * b->piece * d->es;
     pool_give(d, s->buf, (size_t)d->world * b->piece);
     pool_give(d, s->recv, b->piece);
     s->buf = s->recv = NULL;
@@ -190,14 +204,15 @@ static void z2_place(void *ctx, int param) {
     s->buf = pool_take(d, (size_t)d->world * b->piece, 1);
     s->recv = pool_take(d, b->piece, 0);
     if (!s->buf || !s->recv) {
-        fprintf(stderr, "trainer: ZeRO-2: out of memory for a gradient bucket of %zu floats\n",
-                (size_t)d->world * b->piece);
+        fprintf(stderr, "trainer: ZeRO-2: out of memory for a gradient bucket of %zu elements "
+                "on the %s backend\n", (size_t)d->world * b->piece, d->be->name);
         abort();
     }
-    d->ring_bytes += ((size_t)d->world + 1) * b->piece * sizeof(float);
+    d->ring_bytes += ((size_t)d->world + 1) * b->piece * d->es;
     if (d->ring_bytes > d->ring_high) d->ring_high = d->ring_bytes;
     for (int i = b->lo_param; i <= b->hi_param; i++)
-        tr_model_set_grad_addr(d->m, i, s->buf + (tr_model_param(d->m, i)->offset - b->lo));
+        tr_model_set_grad_addr(d->m, i,
+                               tr_buf_at(d->be, s->buf, tr_model_param(d->m, i)->offset - b->lo));
 }
 
 /* At most this many reductions in flight: more would only hold more gradient memory. */
@@ -208,7 +223,7 @@ static void z2_start(tr_dp *d, bucket *b) {
     b->started = 1;
     if (!d->first_start) d->first_start = tr_comm_now();
     s->seq = d->seq++;
-    s->req = tr_comm_ireduce_scatter(d->c, s->buf, s->recv, b->piece, TR_COMM_F32);
+    s->req = coll(d, TR_COMM_OP_REDUCE_SCATTER, s->buf, s->recv, b->piece);
     d->st.buckets++;
     for (;;) {
         int n = 0, oldest = -1;
@@ -265,13 +280,14 @@ static void z3_start(tr_dp *d, int k) {
     size_t n = (size_t)d->world * b->piece;
     b->full = pool_take(d, n, 0);
     if (!b->full) {
-        fprintf(stderr, "trainer: ZeRO-3: out of memory gathering %zu parameters\n", n);
+        fprintf(stderr, "trainer: ZeRO-3: out of memory gathering %zu parameters on the %s "
+                "backend\n", n, d->be->name);
         abort();
     }
-    d->pbuf_bytes += n * sizeof(float);
+    d->pbuf_bytes += n * d->es;
     if (d->pbuf_bytes > d->pbuf_high) d->pbuf_high = d->pbuf_bytes;
-    const float *mine = (const float *)tr_model_param_pieces(d->m) + b->state;
-    b->preq = tr_comm_iall_gather(d->c, mine, b->full, b->piece, TR_COMM_F32);
+    const tr_buf *mine = tr_buf_at(d->be, tr_model_param_pieces(d->m), b->state);
+    b->preq = coll(d, TR_COMM_OP_ALL_GATHER, mine, b->full, b->piece);
     d->st.param_gathers++;
 }
 
@@ -284,7 +300,8 @@ static void z3_ready(tr_dp *d, int k) {
     d->st.gather_s += tr_comm_now() - t0;
     b->preq = NULL;
     for (int i = b->lo_param; i <= b->hi_param; i++)
-        tr_model_set_param_addr(d->m, i, b->full + (tr_model_param(d->m, i)->offset - b->lo));
+        tr_model_set_param_addr(d->m, i,
+                                tr_buf_at(d->be, b->full, tr_model_param(d->m, i)->offset - b->lo));
 }
 
 static void z3_release(tr_dp *d, int k) {
@@ -293,7 +310,7 @@ static void z3_release(tr_dp *d, int k) {
     if (b->preq) tr_comm_wait(b->preq); /* a prefetch nobody used: complete it first */
     b->preq = NULL;
     for (int i = b->lo_param; i <= b->hi_param; i++) tr_model_set_param_addr(d->m, i, NULL);
-    d->pbuf_bytes -= (size_t)d->world * b->piece * sizeof(float);
+    d->pbuf_bytes -= (size_t)d->world * b->piece * d->es;
     pool_give(d, b->full, (size_t)d->world * b->piece);
     b->full = NULL;
 }
@@ -392,7 +409,7 @@ void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memo
         tr_model_alloc_optim(m, pieces); /* a planned model records the sizes only */
     }
     *mem = tr_model_memory(m);
-    mem->grads += pieces * sizeof(float); /* the summed gradient of the pieces */
+    mem->grads += pieces * tr_model_storage_bytes(m); /* the summed gradient of the pieces */
 }
 
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_bytes, char *err,
@@ -400,12 +417,6 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
     *out = NULL;
     assert(zero >= 0 && zero <= 3); /* the resolved layout checked the stage (layout.c) */
     const tr_backend *be = tr_model_backend(m);
-    /* ZeRO-2 and 3 keep their pieces, ring and gathers in host memory */
-    if (be->device_memory && zero >= 2) {
-        snprintf(err, errlen, "ZeRO-%d on the %s backend is not implemented yet (parallel.zero "
-                 "= 0 or 1, or run with --device cpu)", zero, be->name);
-        return -1;
-    }
     size_t lo, hi;
     tr_model_optim_range(m, &lo, &hi);
     if (zero == 1 && tr_comm_size(c) > 1 &&
@@ -426,6 +437,8 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
     }
     tr_dp *d = calloc(1, sizeof(*d));
     d->m = m;
+    d->be = be;
+    d->es = tr_dtype_size(be->dtype);
     d->c = c;
     d->zero = zero;
     d->world = tr_comm_size(c);
@@ -439,8 +452,9 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         for (int k = 0; k < d->n_buckets; k++)
             if (d->b[k].piece > maxp) maxp = d->b[k].piece;
         d->ring_elems = (size_t)d->world * maxp;
-        int ok = (d->sgrad = calloc(d->sgrad_elems ? d->sgrad_elems : 1, sizeof(float))) &&
-                 (d->gather = malloc(d->ring_elems * sizeof(float))) &&
+        size_t ge = d->ring_elems ? d->ring_elems : 1;
+        int ok = (d->sgrad = be->alloc((d->sgrad_elems ? d->sgrad_elems : 1) * d->es)) &&
+                 (zero == 3 || (d->gather = be->alloc(ge * d->es))) && /* ZeRO-2's only */
                  (d->pieces = calloc((size_t)d->n_buckets, sizeof(tr_piece))) &&
                  tr_model_alloc_optim(m, d->sgrad_elems) == 0;
         for (int k = 0; k < RING; k++) d->ring[k].bucket = -1;
@@ -488,12 +502,12 @@ void tr_dp_free(tr_dp *d) {
         free(d->next_user[k]);
     }
     for (int k = 0; k < RING; k++) {
-        free(d->ring[k].buf);
-        free(d->ring[k].recv);
+        d->be->free(d->ring[k].buf);
+        d->be->free(d->ring[k].recv);
     }
-    for (int k = 0; k < d->n_pool; k++) free(d->pool[k].p);
-    free(d->sgrad);
-    free(d->gather);
+    for (int k = 0; k < d->n_pool; k++) d->be->free(d->pool[k].p);
+    d->be->free(d->sgrad);
+    d->be->free(d->gather);
     free(d->pieces);
     free(d->bucket_of);
     free(d->b);
@@ -502,7 +516,7 @@ void tr_dp_free(tr_dp *d) {
 
 size_t tr_dp_grad_bytes(const tr_dp *d) {
     if (d->zero < 2) return 0;
-    return d->sgrad_elems * sizeof(float) + d->ring_high; /* the ring: high-water mark */
+    return d->sgrad_elems * d->es + d->ring_high; /* the ring: high-water mark */
 }
 
 size_t tr_dp_grad_buffer_bytes(const tr_dp *d) {
@@ -528,17 +542,17 @@ static void dp_sync(tr_dp *d);
 
 /* Where this rank keeps the final gradient of slab elements: the slab (ZeRO 0, 1), or its
  * pieces (ZeRO-2, 3): calls fn for each stretch [lo, hi) held, with its first element. */
-typedef void (*held_fn)(void *ctx, size_t lo, size_t hi, float *at);
+typedef void (*held_fn)(void *ctx, size_t lo, size_t hi, tr_buf *at);
 static void each_held(tr_dp *d, held_fn fn, void *ctx) {
     if (d->zero < 2) {
-        fn(ctx, 0, tr_model_slab_elements(d->m), (float *)tr_model_grad_slab(d->m));
+        fn(ctx, 0, tr_model_slab_elements(d->m), tr_model_grad_slab(d->m));
         return;
     }
     for (int k = 0; k < d->n_buckets; k++) {
         const bucket *b = &d->b[k];
         size_t lo = b->lo + (size_t)d->rank * b->piece, hi = lo + b->piece;
         if (hi > b->hi) hi = b->hi;
-        if (lo < hi) fn(ctx, lo, hi, d->sgrad + b->state);
+        if (lo < hi) fn(ctx, lo, hi, tr_buf_at(d->be, d->sgrad, b->state));
     }
 }
 
@@ -552,18 +566,17 @@ typedef struct {
     tr_comm *group;
     char *buf;    /* packed stretches in host memory (NULL: count only) */
     size_t n;     /* elements packed so far */
-    size_t es;    /* bytes of an element where the gradient is held */
+    size_t es;    /* bytes of a storage element */
     int unpack;
 } tp_pack;
 
-/* The held gradient is the model's slab (ZeRO 0, 1: the backend's memory and dtype) or this
- * rank's pieces (ZeRO-2, 3: host fp32). */
-static void pack_held(void *ctx, size_t lo, size_t hi, float *at_) {
+/* The held gradient, the model's slab (ZeRO 0, 1) or this rank's pieces (ZeRO-2, 3), is the
+ * backend's memory in its storage dtype. */
+static void pack_held(void *ctx, size_t lo, size_t hi, tr_buf *at_) {
     tp_pack *k = ctx;
     tr_model *m = k->d->m;
     const tr_backend *be = tr_model_backend(m);
     char *at = (char *)at_;
-    int slab = k->d->zero < 2;
     for (int i = 0; i < tr_model_num_params(m); i++) {
         const tr_param *p = tr_model_param(m, i);
         for (int s = 0; s < p->n_seg; s++) {
@@ -575,8 +588,8 @@ static void pack_held(void *ctx, size_t lo, size_t hi, float *at_) {
             if (a >= b) continue;
             char *h = k->buf + k->n * k->es, *g = at + (a - lo) * k->es;
             size_t bytes = (b - a) * k->es;
-            if (k->buf && !k->unpack) slab ? be->download(h, g, bytes) : (void)memcpy(h, g, bytes);
-            if (k->buf && k->unpack) slab ? be->upload(g, h, bytes) : (void)memcpy(g, h, bytes);
+            if (k->buf && !k->unpack) be->download(h, g, bytes);
+            if (k->buf && k->unpack) be->upload(g, h, bytes);
             k->n += b - a;
         }
     }
@@ -598,9 +611,7 @@ static void tp_sum_partial_grads(tr_dp *d) {
                     seen = done[k] == g;
                 if (seen || n_done == 8) continue; /* the model makes at most 5 groups */
                 done[n_done++] = g;
-                tp_pack k = {.d = d, .group = g,
-                             .es = d->zero < 2 ? tr_dtype_size(tr_model_backend(m)->dtype)
-                                               : sizeof(float)};
+                tp_pack k = {.d = d, .group = g, .es = d->es};
                 each_held(d, pack_held, &k); /* count */
                 if (!k.n) continue;
                 k.buf = malloc(k.n * k.es);
@@ -610,8 +621,7 @@ static void tp_sum_partial_grads(tr_dp *d) {
                 }
                 k.n = 0;
                 each_held(d, pack_held, &k);
-                tr_comm_all_reduce(g, k.buf, k.n,
-                                   d->zero < 2 ? tr_model_comm_dtype(m) : TR_COMM_F32);
+                tr_comm_all_reduce(g, k.buf, k.n, tr_model_comm_dtype(m)); /* host memory */
                 k.n = 0;
                 k.unpack = 1;
                 each_held(d, pack_held, &k);
@@ -626,7 +636,7 @@ typedef struct {
     double ss;
 } sumsq_acc;
 
-static void sumsq_held(void *ctx, size_t lo, size_t hi, float *at) {
+static void sumsq_held(void *ctx, size_t lo, size_t hi, tr_buf *at) {
     sumsq_acc *a = ctx;
     a->ss += tr_model_grad_sumsq(a->d->m, at, lo, hi);
 }
@@ -635,8 +645,12 @@ double tr_dp_grad_norm(tr_dp *d) {
     tr_comm *tp = tr_model_tp_group(d->m), *pp = tr_model_pp_group(d->m);
     double ss = 0;
     if (!tp && !pp && d->zero < 2) return tr_model_grad_norm(d->m);
-    if (!tp && !pp) { /* this rank's pieces (padding is zero) */
-        for (size_t i = 0; i < d->sgrad_elems; i++) ss += (double)d->sgrad[i] * d->sgrad[i];
+    if (!tp && !pp && d->be->device_memory) { /* this rank's pieces (padding is zero) */
+        ss = d->be->sumsq(d->sgrad, d->sgrad_elems);
+    } else if (!tp && !pp) { /* host memory: the same, in one order (the CPU's figures stay
+                                those of earlier runs, bit for bit) */
+        const float *g = d->sgrad;
+        for (size_t i = 0; i < d->sgrad_elems; i++) ss += (double)g[i] * g[i];
     } else {
         sumsq_acc acc = {d, 0.0};
         each_held(d, sumsq_held, &acc);
@@ -697,29 +711,32 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
             const bucket *b = &d->b[k];
             size_t lo = b->lo + (size_t)d->rank * b->piece, hi = lo + b->piece;
             if (hi > b->hi) hi = b->hi;
-            if (lo < hi) d->pieces[n++] = (tr_piece){lo, hi, d->sgrad + b->state, b->state};
+            if (lo < hi)
+                d->pieces[n++] = (tr_piece){lo, hi, tr_buf_at(d->be, d->sgrad, b->state), b->state};
         }
         tr_model_adamw_pieces(d->m, opt, d->pieces, n);
         if (d->zero == 3) { /* the parameters stay in pieces until an op needs them */
-            memset(d->sgrad, 0, d->sgrad_elems * sizeof(float));
+            d->be->zero(d->sgrad, d->sgrad_elems * d->es);
             return;
         }
-        /* every rank's updated pieces, bucket by bucket, back into every rank's parameters */
+        /* every rank's updated pieces, bucket by bucket, back into every rank's parameters,
+           through the scratch: the last pieces are clipped at the bucket's end, which the
+           all-gather of whole pieces would write past */
         double t0 = tr_comm_now();
-        const tr_backend *be = tr_model_backend(d->m);
+        const tr_backend *be = d->be;
         tr_buf *slab = tr_model_param_slab(d->m);
         for (int k = 0; k < d->n_buckets; k++) {
             const bucket *b = &d->b[k];
             size_t len = b->hi - b->lo, mine = (size_t)d->rank * b->piece;
-            memset(d->gather, 0, (size_t)d->world * b->piece * sizeof(float));
+            tr_buf *at = tr_buf_at(be, d->gather, mine);
+            be->zero(d->gather, (size_t)d->world * b->piece * d->es);
             size_t cnt = mine < len ? (len - mine < b->piece ? len - mine : b->piece) : 0;
-            be->download(d->gather + mine, tr_buf_at(be, slab, b->lo + mine), cnt * sizeof(float));
-            if (d->world > 1)
-                tr_comm_all_gather(d->c, d->gather + mine, d->gather, b->piece, TR_COMM_F32);
-            be->upload(tr_buf_at(be, slab, b->lo), d->gather, len * sizeof(float));
+            be->copy(at, tr_buf_at(be, slab, b->lo + mine), cnt * d->es);
+            if (d->world > 1) tr_comm_wait(coll(d, TR_COMM_OP_ALL_GATHER, at, d->gather, b->piece));
+            be->copy(tr_buf_at(be, slab, b->lo), d->gather, len * d->es);
         }
         d->st.gather_s += tr_comm_now() - t0;
-        memset(d->sgrad, 0, d->sgrad_elems * sizeof(float));
+        be->zero(d->sgrad, d->sgrad_elems * d->es);
         return;
     }
     tr_model_adamw_step(d->m, opt); /* the shard only, when the model was built sharded */
@@ -747,18 +764,25 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
     const tr_backend *be = tr_model_backend(d->m);
     float *full[3] = {out->m, out->v, out->p};
     if (d->zero >= 2) { /* bucket by bucket: every rank's piece, then the bucket's range */
+        /* the moments and master weights are fp32 in any storage dtype: gathered on the host */
+        float *h = malloc((d->ring_elems ? d->ring_elems : 1) * sizeof(float));
+        if (!h) {
+            tr_dp_state_free(out);
+            return -1;
+        }
         for (int k = 0; k < (d->zero == 3 ? 3 : 2); k++) {
             const float *st = k < 2 ? tr_model_optim_state(d->m, (tr_state_kind)k)
                                     : tr_model_master_pieces(d->m);
             for (int i = 0; i < d->n_buckets; i++) {
                 const bucket *b = &d->b[i];
                 size_t mine = (size_t)d->rank * b->piece;
-                be->download(d->gather + mine, st + b->state, b->piece * sizeof(float));
+                be->download(h + mine, st + b->state, b->piece * sizeof(float));
                 if (d->world > 1)
-                    tr_comm_all_gather(d->c, d->gather + mine, d->gather, b->piece, TR_COMM_F32);
-                memcpy(full[k] + b->lo, d->gather, (b->hi - b->lo) * sizeof(float));
+                    tr_comm_all_gather(d->c, h + mine, h, b->piece, TR_COMM_F32);
+                memcpy(full[k] + b->lo, h, (b->hi - b->lo) * sizeof(float));
             }
         }
+        free(h);
         return 0;
     }
     for (int k = 0; k < 2; k++) {

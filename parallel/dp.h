@@ -2,8 +2,9 @@
  * gradients are summed over the group in buckets whose reduction starts as soon as their last
  * gradient is produced (overlapping the rest of the backward), and ZeRO shards the AdamW state
  * and the update (stage 1), the gradients (2) and the parameters (3) over the group. The
- * training loop calls these the same way for one process or many, whatever the stage. Host
- * memory only (the CPU backend): device backends need NCCL, not implemented yet. */
+ * training loop calls these the same way for one process or many, whatever the stage, on any
+ * backend: every buffer of the model's gradients and parameters (ZeRO's pieces and buckets
+ * too) is the backend's memory, moved by its table and by comm.h's collectives on it. */
 #ifndef TR_DP_H
 #define TR_DP_H
 
@@ -29,9 +30,10 @@ typedef struct {
  * zero: 0..3, as the resolved layout checked it (parallel/layout.h). ZeRO-2: gradients
  * reduce-scattered bucket by bucket into each rank's pieces, optimizer state and update on
  * those pieces; ZeRO-3: the parameters too are kept in those pieces, and each op's buckets are
- * all-gathered just before it runs, the next op's prefetched, and freed after it. bucket_bytes: communication granularity (0: 4 MiB). For ZeRO-3, call
- * before initialising or loading the parameters (it tells the model its pieces).
- * Returns 0; -1 when the configuration is refused (ranks, backend, model: the same answer on
+ * all-gathered just before it runs, the next op's prefetched, and freed after it.
+ * bucket_bytes: communication granularity (0: 4 MiB). For ZeRO-3, call before initialising or
+ * loading the parameters (it tells the model its pieces).
+ * Returns 0; -1 when the configuration is refused (ranks, model: the same answer on
  * every rank); -2 when this rank ran out of memory. err says why. */
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *dp, int zero, size_t bucket_bytes, char *err,
                size_t errlen);

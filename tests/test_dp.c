@@ -1,7 +1,8 @@
 /* parallel/dp.h in a world of one: the checks tr_dp_init makes before it builds anything. A
- * device backend (here the CPU table under another name, so the check cannot tell it from a
- * GPU) is refused for ZeRO-2 and 3, whose buffers are host memory, and accepted for ZeRO 0, 1;
- * a model built for another stage is refused. */
+ * device backend (here the CPU table under another name, so dp.c cannot tell it from a GPU)
+ * is accepted at every stage (ZeRO-2 and 3 keep their pieces and buckets in the backend's
+ * memory: tests/emu_parallel.sh runs them on the emulated GPU); a model built for another
+ * stage is refused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,7 @@ int main(int argc, char **argv) {
     }
     tr_backend device = *tr_backend_cpu();
     device.name = "device-under-test";
-    device.device_memory = 1; /* what the refusal looks at */
+    device.device_memory = 1; /* what dp.c looks at */
     for (int zero = 0; zero <= 3; zero++) {
         tr_model_opts o = {.B = 2, .T = 8, .external_grads = zero == 2, .external_params = zero == 3};
         for (int dev = 0; dev < 2; dev++) {
@@ -51,9 +52,9 @@ int main(int argc, char **argv) {
             err[0] = 0;
             int rc = tr_dp_init(&d, m, world, zero, 0, err, sizeof(err));
             char what[96];
-            snprintf(what, sizeof(what), "ZeRO-%d on a %s backend %s", zero, dev ? "device" : "host",
-                     dev && zero >= 2 ? "is refused" : "starts");
-            check(dev && zero >= 2 ? rc != 0 && strstr(err, "not implemented yet") != NULL : rc == 0, what, err);
+            snprintf(what, sizeof(what), "ZeRO-%d on a %s backend starts", zero,
+                     dev ? "device" : "host");
+            check(rc == 0, what, err);
             tr_dp_free(d);
             tr_model_free(m);
         }

@@ -921,6 +921,7 @@ static const tr_backend cpu_backend = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .zero = cpu_zero,
+    .copy = cpu_copy,
     .to_storage = cpu_to_storage,
     .from_storage = cpu_from_storage,
     .linear_forward = linear_forward,

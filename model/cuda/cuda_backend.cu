@@ -64,6 +64,10 @@ static void cu_download(void *dst, const void *src, size_t bytes) {
 static void cu_zero(void *p, size_t bytes) {
     if (bytes) CK(cudaMemsetAsync(p, 0, bytes, tr_cuda_stream));
 }
+/* device to device: on the stream, the host does not wait */
+static void cu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tr_cuda_stream));
+}
 
 /* host fp32 <-> bf16 with round-to-nearest-even, as __float2bfloat16_rn; NaN stays NaN */
 static uint16_t f2bf(float f) {
@@ -211,7 +215,7 @@ static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, 
         memset(&(t), 0, sizeof(t));                                                               \
         (t).name = NAME, (t).dtype = DT, (t).pad_vocab = 128;                                     \
         (t).alloc = cu_alloc, (t).free = cu_free, (t).upload = cu_upload;                         \
-        (t).download = cu_download, (t).zero = cu_zero;                                           \
+        (t).download = cu_download, (t).zero = cu_zero, (t).copy = cu_copy;                      \
         (t).to_storage = P##_to_storage, (t).from_storage = P##_from_storage;                     \
         (t).linear_forward = P##_linear_forward, (t).linear_backward = P##_linear_backward;       \
         (t).embedding_forward = P##_embedding_forward;                                            \
