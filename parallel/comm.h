@@ -111,9 +111,10 @@ int tr_comm_progress_agent(void);
  * compute stream was given before it, runs on its group's own stream, and tr_comm_wait
  * orders the compute stream after it without blocking the host (returns 0 s); tr_comm_test
  * asks whether it completed. Sends and receives are staged (below) on every transport, so
- * that they match by tag as on host memory. A watchdog bounds every device operation by the timeout: one
- * that does not finish in time aborts the communicators and ends the job with the line a
- * host operation prints (operation, group, the ranks that did not answer). */
+ * that they match by tag as on host memory. A watchdog bounds every NCCL operation by the
+ * timeout, counted from when its group's stream reaches it: one that does not finish in time
+ * ends the job with the line a host operation prints (operation, group, the ranks that did
+ * not answer). */
 typedef enum { TR_COMM_HOST = 0, TR_COMM_DEVICE = 1 } tr_comm_mem;
 typedef enum {
     TR_COMM_OP_ALL_REDUCE = 0,

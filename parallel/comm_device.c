@@ -13,7 +13,8 @@
  *    without NCCL, or TR_COMM_DEVICE=staged: the device buffer is copied to pinned host memory
  *    and the host operation runs over MPI; its wait copies the result back. The host waits for
  *    the copies (this transport is for tests and small machines, not speed).
- * A watchdog thread bounds every NCCL operation by the job's timeout: one still running at its
+ * A watchdog thread bounds every NCCL operation by the job's timeout, counted from when its
+ * group's stream reached it (the host may enqueue it well before): one still running at its
  * deadline (a rank stopped answering, a collective that does not match), or an asynchronous
  * NCCL error (ncclCommGetAsyncError), ends the job with the line host operations print. The
  * communicators are aborted (ncclCommAbort) only if MPI_Abort returns: an aborted one releases
@@ -75,7 +76,7 @@ typedef struct dreq {
     tr_comm_desc o;
     cudaEvent_t done;  /* NCCL: complete on the device */
     cudaEvent_t start, need; /* NCCL: started on the group's stream; where the compute waits */
-    double deadline;   /* NCCL: the watchdog's */
+    double deadline;   /* NCCL: the watchdog's, once it saw the operation start (else 0) */
     int refs;          /* NCCL: the caller's and the watchdog's */
     struct dreq *next; /* the watchdog's list */
     /* staged */
@@ -239,7 +240,11 @@ static void *watchdog_main(void *arg) {
                 ae != ncclInProgress)
                 fail(r->g->c, &r->o, "NCCL", ncclGetErrorString(ae)); /* the launcher kills the rest */
 #endif
-            if (now > r->deadline) tr_comm_die_timeout(r->g->c, &r->o, abort_all);
+            /* the clock runs from when the group's stream reached the operation: the host may
+               enqueue it long before the compute it follows is done, and that is not waiting */
+            if (!r->deadline && cudaEventQuery(r->start) == cudaSuccess)
+                r->deadline = now + tr_comm_timeout();
+            if (r->deadline && now > r->deadline) tr_comm_die_timeout(r->g->c, &r->o, abort_all);
             p = &r->next;
         }
         int busy = d.inflight != NULL;
@@ -425,7 +430,6 @@ static void start_nccl(dreq *r, const void *send, void *recv) {
     if (rc != ncclSuccess) fail(g->c, o, "the NCCL call", ncclGetErrorString(rc));
     r->done = event_take(g->c, o);
     CUDA_OR_FAIL(cudaEventRecord(r->done, g->stream), g->c, o);
-    r->deadline = tr_comm_now() + tr_comm_timeout();
     watch(r);
 }
 #endif
