@@ -37,21 +37,6 @@ run() { # np out flags...: a short run of R on np ranks
         { bad "$out: the run failed (exit $?)"; tail -5 "$tmp/$out.log"; return 1; }
     losses "$tmp/$out/metrics.jsonl" >"$tmp/$out.l"
 }
-# worst relative difference of two loss lists, and the step count; fails above $3
-compare() {
-    python3 - "$1" "$2" "$3" <<'PY'
-import sys
-a = dict(l.split() for l in open(sys.argv[1]))
-b = dict(l.split() for l in open(sys.argv[2]))
-steps = sorted(set(a) & set(b), key=int)
-if not steps:
-    print("no steps in common")
-    sys.exit(1)
-worst = max(abs(float(a[s]) - float(b[s])) / abs(float(b[s])) for s in steps)
-print("%d steps, worst rel diff %.2e" % (len(steps), worst))
-sys.exit(0 if worst <= float(sys.argv[3]) else 1)
-PY
-}
 same() { # label a b tol
     local r
     r=$(compare "$tmp/$2.l" "$tmp/$3.l" "$4") && ok "$1: $r (tol $4)" || bad "$1: $r (tol $4)"

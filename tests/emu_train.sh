@@ -21,21 +21,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
 
-# worst relative difference of two loss lists over the steps both have, and the step count
-compare() {
-    python3 - "$1" "$2" "$3" <<'PY'
-import sys
-a = dict(l.split() for l in open(sys.argv[1]))
-b = dict(l.split() for l in open(sys.argv[2]))
-steps = sorted(set(a) & set(b), key=int)
-if not steps:
-    print("no steps in common")
-    sys.exit(1)
-worst = max(abs(float(a[s]) - float(b[s])) / abs(float(b[s])) for s in steps)
-print("%d steps, worst rel diff %.2e" % (len(steps), worst))
-sys.exit(0 if steps and worst <= float(sys.argv[3]) else 1)
-PY
-}
 
 for flavour in gpt llama; do
     R=tests/checkpoint/$flavour.lua

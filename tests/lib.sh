@@ -189,3 +189,20 @@ print("%d tensors, max diff %.2e of the largest (limit %.2e)" % (len(a), d, lim)
 sys.exit(0 if d <= lim else 1)
 PY
 }
+
+# compare A B TOL: the worst relative difference of two "step loss" lists (losses) over the
+# steps both have, and how many; fails above TOL (the device runs against the CPU's)
+compare() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import sys
+a = dict(l.split() for l in open(sys.argv[1]))
+b = dict(l.split() for l in open(sys.argv[2]))
+steps = sorted(set(a) & set(b), key=int)
+if not steps:
+    print("no steps in common")
+    sys.exit(1)
+worst = max(abs(float(a[s]) - float(b[s])) / abs(float(b[s])) for s in steps)
+print("%d steps, worst rel diff %.2e" % (len(steps), worst))
+sys.exit(0 if worst <= float(sys.argv[3]) else 1)
+PY
+}
