@@ -147,6 +147,11 @@ int tr_comm_device_time(tr_comm *c, double *span_s, double *exposed_s);
 /* CLOCK_MONOTONIC in seconds: the clock every figure of the parallel runtime is timed with. */
 double tr_comm_now(void);
 
+/* fn (NULL: none) runs once on a rank that gives up on the job, just before it aborts it: with
+ * the first rank that its census found silent (dead, stuck or busy; -1 when unknown) and the
+ * line it printed. For the run's records (trainer/ledger.c). */
+void tr_comm_on_abort(void (*fn)(int silent_rank, const char *why));
+
 /* Time this process spent inside blocking operations and waits, in seconds, since init. */
 double tr_comm_wait_seconds(void);
 

@@ -14,6 +14,12 @@
 #include <string.h>
 #include <time.h>
 
+static void (*g_on_abort)(int silent_rank, const char *why);
+
+void tr_comm_on_abort(void (*fn)(int silent_rank, const char *why)) {
+    g_on_abort = fn;
+}
+
 #ifdef TR_HAVE_MPI
 #include <limits.h>
 #include <mpi.h>
@@ -348,6 +354,11 @@ static void die_mpi(const tr_comm *c, const op_info *o, int rc) {
     describe(d, sizeof d, c, o);
     fprintf(stderr, "trainer: rank %d: %s failed: %s; aborting\n", g.world_rank, d, e);
     fflush(stderr);
+    if (g_on_abort) {
+        char line[MPI_MAX_ERROR_STRING + 300];
+        snprintf(line, sizeof line, "%s failed: %s", d, e);
+        g_on_abort(-1, line);
+    }
     MPI_Abort(MPI_COMM_WORLD, 1);
     abort(); /* not reached */
 }
@@ -450,6 +461,11 @@ static void die_census(const char *d, void (*before)(void)) {
     fprintf(stderr, "trainer: rank %d: %s did not complete within %g s: %s; aborting\n",
             g.world_rank, d, g.timeout, why);
     fflush(stderr);
+    if (g_on_abort) {
+        char line[512];
+        snprintf(line, sizeof line, "%s did not complete within %g s: %s", d, g.timeout, why);
+        g_on_abort(silent > 0 ? atoi(who) : -1, line);
+    }
     MPI_Abort(MPI_COMM_WORLD, 1);
     if (before) before();
     abort();

@@ -30,7 +30,7 @@ struct tr_pipe {
     unsigned char *final; /* per action: its chunk's last backward (part) of the step */
     int gate;             /* gradient hooks in final actions only (tr_pipe_final_hooks) */
     tr_pipe_stats st;
-    double last_idle;
+    double last_idle, last_idle_s;
     double busy; /* this step: seconds computing */
     int warm;    /* steps run */
 };
@@ -259,6 +259,7 @@ double tr_pipe_step(tr_pipe *p, const int *const *tokens, const int *const *targ
     tr_comm_all_reduce(p->c, &loss, 1, TR_COMM_F64);
     double span = tr_comm_now() - t0;
     p->last_idle = span > 0 ? 1.0 - p->busy / span : 0;
+    p->last_idle_s = span > p->busy ? span - p->busy : 0;
     if (p->warm++) { /* the first step warms up (page faults, MPI's connections): left out */
         p->st.steps++;
         p->st.step_s += span;
@@ -313,6 +314,10 @@ tr_pipe_stats tr_pipe_get_stats(const tr_pipe *p) {
 }
 double tr_pipe_last_idle(const tr_pipe *p) {
     return p->last_idle;
+}
+
+double tr_pipe_last_idle_seconds(const tr_pipe *p) {
+    return p->last_idle_s;
 }
 const tr_pp_schedule *tr_pipe_schedule(const tr_pipe *p) {
     return &p->s;

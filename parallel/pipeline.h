@@ -52,8 +52,9 @@ double tr_pipe_eval(tr_pipe *p, const int *tokens, const int *targets, int B, in
 void tr_pipe_decode(tr_pipe *p, tr_kv_cache *c, int token, int pos, float *logits);
 
 tr_pipe_stats tr_pipe_get_stats(const tr_pipe *p);
-/* The last step's idle fraction on this rank (0 before the first). */
+/* The last step's idle fraction on this rank (0 before the first), and its idle seconds. */
 double tr_pipe_last_idle(const tr_pipe *p);
+double tr_pipe_last_idle_seconds(const tr_pipe *p);
 const tr_pp_schedule *tr_pipe_schedule(const tr_pipe *p);
 
 #endif

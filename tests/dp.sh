@@ -300,7 +300,7 @@ mpmd bad_recipe_on_one "^rank 1: .*bad.lua:2: unexpected symbol" -- \
 mpmd bad_flag_on_one "^trainer run: rank 1: --timeout needs a positive number of seconds, got 'abc'" -- \
     "$R" $q --out "$tmp/bf" -- "$R" $q --out "$tmp/bf" --timeout abc
 MPMD_ENV1=TR_FAULT_SLOW_RANK=x mpmd bad_fault_variable_on_one \
-    "^trainer run: rank 1: TR_FAULT_SLOW_RANK must be RANK:MILLISECONDS, got 'x'" -- \
+    "^trainer run: rank 1: TR_FAULT_SLOW_RANK must be RANK:MILLISECONDS\[:FROM_STEP\], got 'x'" -- \
     "$R" $q --out "$tmp/fv" -- "$R" $q --out "$tmp/fv"
 # equivalent settings agree: --zero 0 on one rank, the recipe's default ZeRO-0 on the other
 timeout 120 mpirun -np 1 "$T" run "$R" $q --zero 0 --out "$tmp/eq" : -np 1 "$T" run "$R" $q \

@@ -13,6 +13,7 @@
 #include "parallel/pipeline.h"
 #include "parallel/plan.h"
 #include "trainer/checkpoint.h"
+#include "trainer/ledger.h"
 #include "trainer/trainer.h"
 
 /* What this rank did: computing, waiting (communication, and other ranks to catch up), waiting
@@ -22,10 +23,10 @@ typedef struct {
     long steps;
 } rank_ledger;
 
-/* Per rank and step, gathered to every rank: seconds computing, waiting, waiting for data, the
- * pipeline's idle share of the step, and the bytes the rank holds as the layout predicts them
- * (its arena and ZeRO's gradient pieces). */
-#define RANK_FIGS 5
+/* Per rank and step, gathered with the ledger's record (extra figures): the pipeline's idle
+ * share of the step, and the bytes the rank holds as the layout predicts them (its arena and
+ * ZeRO's gradient pieces). */
+enum { FIG_PIPE_IDLE, FIG_MEMORY };
 
 typedef struct {
     tr_options o;
@@ -63,12 +64,15 @@ typedef struct {
     int start_step;
     int out_failed;          /* an output file could not be written: the run exits with 1 */
     long kill_step, slow_ms; /* tests' fault injection (TR_FAULT_*), for this rank */
+    long slow_from;          /* the first step (from 1) that slow_ms slows */
     int kill_alone;          /* TR_FAULT_KILL_RANK: only this rank dies, abruptly */
     double flops_tok;        /* training FLOPs per token */
     long tokens_step;        /* B x T x accumulation x dp */
     double t_start, t_train, best_val;
     rank_ledger led;
-    double *all_steps; /* every rank's figures of the last step (RANK_FIGS each) */
+    tr_ledger *ledger;
+    double *all_steps;    /* every rank's figures of the last step (TR_LEDGER_EXTRA each) */
+    double *all_compute;  /* every rank's seconds computing in the last step */
     int tty;
     char err[1024];
     char msg[TR_PATH_MAX + 1100]; /* a setup step's failure, for the agreement */

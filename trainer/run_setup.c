@@ -14,26 +14,35 @@
 
 /* A fault-injection variable for tests: unset or empty leaves *a (and *b) alone; "N", or
  * "N:M" where b is given, sets them; anything else is -1 with the message in msg. */
-static int env_count(const char *name, long *a, long *b, char *msg, size_t msglen) {
+/* One more ":N" at *end into *y (N >= 0); 0 when it is there and well formed. */
+static int env_next(char **end, long *y) {
+    const char *m = *end;
+    if (*m != ':' || !m[1]) return -1;
+    errno = 0;
+    *y = strtol(m + 1, end, 10);
+    return errno || *end == m + 1 || *y < 0 ? -1 : 0;
+}
+
+/* A test's fault variable: N, or with b RANK:MILLISECONDS, and with c an optional third
+ * ":STEP" (c keeps its value when it is not given). */
+static int env_count(const char *name, long *a, long *b, long *c, char *msg, size_t msglen) {
     const char *v = getenv(name);
     if (!v || !*v) return 0;
     char *end;
     errno = 0;
-    long x = strtol(v, &end, 10), y = 0;
+    long x = strtol(v, &end, 10), y = 0, z = c ? *c : 0;
     int ok = !errno && end != v && x >= 0;
-    if (ok && b) {
-        const char *m = end;
-        ok = *m == ':' && m[1];
-        if (ok) y = strtol(m + 1, &end, 10);
-        ok = ok && !errno && end != m + 1 && y >= 0;
-    }
+    if (ok && b) ok = !env_next(&end, &y);
+    if (ok && c && *end) ok = !env_next(&end, &z);
     if (!ok || *end) {
         snprintf(msg, msglen, "trainer run: %s must be %s, got '%s'", name,
-                 b ? "RANK:MILLISECONDS" : "a non-negative integer", v);
+                 c ? "RANK:MILLISECONDS[:FROM_STEP]" : b ? "RANK:MILLISECONDS"
+                                                          : "a non-negative integer", v);
         return -1;
     }
     *a = x;
     if (b) *b = y;
+    if (c) *c = z;
     return 0;
 }
 
@@ -529,18 +538,22 @@ static int setup_outputs(run_ctx *x) {
     }
     x->inputs = malloc((size_t)x->B * x->T * sizeof(int));
     x->targets = malloc((size_t)x->B * x->T * sizeof(int));
-    x->all_steps = malloc((size_t)x->nranks * RANK_FIGS * sizeof(double));
-    int bad = !x->inputs || !x->targets || !x->all_steps;
+    x->all_steps = malloc((size_t)x->nranks * TR_LEDGER_EXTRA * sizeof(double));
+    x->all_compute = malloc((size_t)x->nranks * sizeof(double));
+    int bad = !x->inputs || !x->targets || !x->all_steps || !x->all_compute;
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the batches");
     if (setup_failed(x->world, bad, x->msg)) return -1;
     /* tests: TR_FAULT_KILL_AFTER_STEP=S dies right after step S's save (TR_FAULT_KILL_RANK=R:
-       only rank R); TR_FAULT_SLOW_RANK=R:MS makes rank R MS milliseconds slower every step */
+       only rank R); TR_FAULT_SLOW_RANK=R:MS[:S] makes rank R MS milliseconds slower every step
+       (from step S on, counted from 1) */
     long kill_r = -1, slow_r = -1;
     x->kill_step = -1;
     const char *kill_rank = getenv("TR_FAULT_KILL_RANK");
-    bad = env_count("TR_FAULT_KILL_AFTER_STEP", &x->kill_step, NULL, x->msg, sizeof(x->msg)) ||
-          env_count("TR_FAULT_KILL_RANK", &kill_r, NULL, x->msg, sizeof(x->msg)) ||
-          env_count("TR_FAULT_SLOW_RANK", &slow_r, &x->slow_ms, x->msg, sizeof(x->msg));
+    bad = env_count("TR_FAULT_KILL_AFTER_STEP", &x->kill_step, NULL, NULL, x->msg,
+                    sizeof(x->msg)) ||
+          env_count("TR_FAULT_KILL_RANK", &kill_r, NULL, NULL, x->msg, sizeof(x->msg)) ||
+          env_count("TR_FAULT_SLOW_RANK", &slow_r, &x->slow_ms, &x->slow_from, x->msg,
+                    sizeof(x->msg));
     if (setup_failed(x->world, bad, x->msg)) return -1; /* may be set on some ranks only */
     x->kill_alone = kill_rank && *kill_rank;
     if (kill_r >= 0 && kill_r != x->rank) x->kill_step = -1;
@@ -602,6 +615,7 @@ void run_free(run_ctx *x) {
     free(x->inputs);
     free(x->targets);
     free(x->all_steps);
+    free(x->all_compute);
     for (int a = 0; x->mb_in && a < x->lay.accum; a++)
         free(x->mb_in[a]);
     for (int a = 0; x->mb_tg && a < x->lay.accum; a++)

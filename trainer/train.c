@@ -259,7 +259,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     if (x->pipe)
         loss = tr_pipe_step(x->pipe, (const int *const *)x->mb_in, (const int *const *)x->mb_tg,
                             x->B, x->T, 1.0f / (float)(accum * ndp));
-    if (x->slow_ms > 0) {
+    if (x->slow_ms > 0 && step + 1 >= x->slow_from) {
         struct timespec ts = {x->slow_ms / 1000, (x->slow_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -281,7 +281,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
                     .grad_scale = 1.0f};
     if (r->optim.grad_clip > 0 && res->norm > r->optim.grad_clip)
         opt.grad_scale = (float)(r->optim.grad_clip / (res->norm + 1e-6));
-    tr_ckpt_fence(x->ckw); /* the checkpoint's copy of the state must be taken first */
+    double fence = tr_ckpt_fence(x->ckw); /* the checkpoint's copy of the state first */
     tr_dp_step(x->dp, &opt);
     res->dt = tr_now() - t0;
     x->t_train += res->dt;
@@ -289,19 +289,22 @@ static int train_step(run_ctx *x, int step, step_result *res) {
         x->steps_s += res->dt;
         x->steps_n++;
     }
-    double mine[RANK_FIGS] = {0, tr_comm_wait_seconds() - c0,
-                              tr_loader_wait_seconds(x->loader) - w0,
-                              x->pipe ? tr_pipe_last_idle(x->pipe) : 0, rank_memory(x)};
-    mine[0] = res->dt - mine[1] - mine[2];
-    x->led.compute_s += mine[0], x->led.wait_s += mine[1], x->led.data_s += mine[2];
+    tr_ledger_step_waits w = {.t0 = t0,
+                              .comm_s = tr_comm_wait_seconds() - c0,
+                              .data_s = tr_loader_wait_seconds(x->loader) - w0,
+                              .fence_s = fence,
+                              .idle_s = x->pipe ? tr_pipe_last_idle_seconds(x->pipe) : 0};
+    tr_ledger_step(x->ledger, &w);
+    x->led.compute_s += res->dt - w.comm_s - w.data_s, x->led.wait_s += w.comm_s;
+    x->led.data_s += w.data_s;
     x->led.steps++;
-    x->mem_most = mine[4];
-    if (x->nranks > 1) {
-        tr_comm_all_gather(x->world, mine, x->all_steps, RANK_FIGS, TR_COMM_F64);
-        for (int k = 0; k < x->nranks; k++)
-            if (x->all_steps[RANK_FIGS * k + 4] > x->mem_most)
-                x->mem_most = x->all_steps[RANK_FIGS * k + 4];
-    }
+    double mine[TR_LEDGER_EXTRA] = {[FIG_PIPE_IDLE] = x->pipe ? tr_pipe_last_idle(x->pipe) : 0,
+                                    [FIG_MEMORY] = rank_memory(x)};
+    tr_ledger_gather(x->ledger, step, mine, x->all_steps, x->all_compute);
+    x->mem_most = 0;
+    for (int k = 0; k < x->nranks; k++)
+        if (x->all_steps[TR_LEDGER_EXTRA * k + FIG_MEMORY] > x->mem_most)
+            x->mem_most = x->all_steps[TR_LEDGER_EXTRA * k + FIG_MEMORY];
     res->tps = (double)x->tokens_step / res->dt;
     res->gflops = x->flops_tok * res->tps / 1e9;
     /* every process of the world brings its own peak */
@@ -327,9 +330,11 @@ static void write_metrics(run_ctx *x, int step, const step_result *res, int do_e
     FILE *m = x->metrics;
     if (!m) return;
     fprintf(m,
-            "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-            "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"mfu\": ",
-            step + 1, res->loss, res->lr, res->norm, res->tps, res->gflops);
+            "{\"step\": %d, \"loss\": %.17g, \"lr\": %.6g, \"grad_norm\": %.6g, "
+            "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"time\": %.3f, \"attempt\": %d, "
+            "\"mfu\": ",
+            step + 1, res->loss, res->lr, res->norm, res->tps, res->gflops, tr_ledger_unix_now(),
+            tr_ledger_attempt(x->ledger));
     if (isfinite(res->mfu)) /* JSON has no inf or nan: an unknown peak is null */
         fprintf(m, "%.4f", res->mfu);
     else
@@ -340,13 +345,14 @@ static void write_metrics(run_ctx *x, int step, const step_result *res, int do_e
     if (x->nranks > 1) {
         fprintf(m, ", \"rank_compute_s\": [");
         for (int k = 0; k < x->nranks; k++)
-            fprintf(m, "%s%.4f", k ? ", " : "", x->all_steps[RANK_FIGS * k]);
+            fprintf(m, "%s%.4f", k ? ", " : "", x->all_compute[k]);
         fprintf(m, "]");
     }
     if (x->pipe) { /* each rank's idle share of the pipeline schedule */
         fprintf(m, ", \"pipeline_idle\": [");
         for (int k = 0; k < x->nranks; k++)
-            fprintf(m, "%s%.4f", k ? ", " : "", x->all_steps[RANK_FIGS * k + 3]);
+            fprintf(m, "%s%.4f", k ? ", " : "",
+                    x->all_steps[TR_LEDGER_EXTRA * k + FIG_PIPE_IDLE]);
         fprintf(m, "]");
     }
     if (do_eval) fprintf(m, ", \"val_loss\": %.6f", val);
@@ -396,10 +402,13 @@ static int run_steps(run_ctx *x) {
         fault_kill(x, step);
         step_result res;
         if (train_step(x, step, &res)) return -1;
+        tr_ledger_step_done(x->ledger, step + 1);
         int last = step + 1 == t->steps;
         if (x->ckw && t->checkpoint_every > 0 && ((step + 1) % t->checkpoint_every == 0 || last)) {
             tr_loader_pos pos = tr_loader_get_pos(x->loader);
-            tr_ckpt_save(x->ckw, step + 1, &pos);
+            double stall = tr_ckpt_save(x->ckw, step + 1, &pos);
+            tr_ledger_mark(x->ledger, LED_CKPT);
+            tr_ledger_save(x->ledger, step + 1, stall);
         }
         int do_eval = t->eval_every > 0 && ((step + 1) % t->eval_every == 0 || last);
         double val = NAN;
@@ -411,9 +420,11 @@ static int run_steps(run_ctx *x) {
             }
             if (val < x->best_val) x->best_val = val;
             do_eval = isfinite(val); /* no validation data: nothing to report */
+            tr_ledger_mark(x->ledger, LED_EVAL);
         }
         write_metrics(x, step, &res, do_eval, val);
         print_progress(x, step, &res, do_eval, val);
+        tr_ledger_mark(x->ledger, LED_LOG);
     }
     return 0;
 }
@@ -657,14 +668,50 @@ static int run_report(run_ctx *x) {
     return x->out_failed ? 1 : 0;
 }
 
+/* The ledger of this attempt (collective): NULL when out of memory (said). TR_LEDGER=off
+ * (benchmarks: the baseline) keeps its accounts but writes no files and names no straggler. */
+static tr_ledger *open_ledger(run_ctx *x, const char *command) {
+    char host[64], device[96], layout[256];
+    if (gethostname(host, sizeof(host) - 1)) snprintf(host, sizeof(host), "?");
+    host[sizeof(host) - 1] = 0;
+    snprintf(device, sizeof(device), "%.*s", (int)strcspn(x->device, ";"), x->device);
+    snprintf(layout, sizeof(layout),
+             "{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"micro_batch\": %d, "
+             "\"accumulation\": %d}",
+             x->lay.dp, x->lay.tp, x->lay.pp, x->lay.zero, x->lay.micro_batch, x->lay.accum);
+    const char *off = getenv("TR_LEDGER");
+    tr_ledger_opts o = {.out = x->r.train.out,
+                        .resume = x->o.resume,
+                        .start_step = x->start_step,
+                        .steps = x->r.train.steps,
+                        .host = host,
+                        .device = device,
+                        .layout = layout,
+                        .command = command,
+                        .flops_step = x->flops_tok * (double)x->tokens_step,
+                        .tokens_step = x->tokens_step,
+                        .files = !(off && !strcmp(off, "off"))};
+    tr_ledger *L = tr_ledger_open(x->world, &o);
+    if (!L) fprintf(stderr, "trainer run: rank %d: out of memory for the ledger\n", x->rank);
+    return L;
+}
+
 int tr_cmd_run(int argc, char **argv) {
+    tr_ledger_clock_start();
     run_ctx *x = calloc(1, sizeof(*x));
-    if (!x) {
+    char *command = tr_shell_join(argc, argv);
+    if (!x || !command) {
         fprintf(stderr, "trainer run: out of memory\n");
+        free(x), free(command);
         return 1;
     }
     int status = 1;
-    if (!run_setup(x, &argc, &argv, &status)) status = run_steps(x) ? 1 : run_report(x);
+    if (!run_setup(x, &argc, &argv, &status) && (x->ledger = open_ledger(x, command))) {
+        int ok = !run_steps(x);
+        status = ok ? run_report(x) : 1;
+        tr_ledger_close(x->ledger, status, ok);
+    }
+    free(command);
     run_free(x);
     return status;
 }

@@ -91,5 +91,8 @@ double tr_measure_peak_gflops(void);
 void tr_fmt_count(double x, char *buf, size_t n);
 void tr_fmt_bytes(double x, char *buf, size_t n);
 void tr_fmt_duration(double s, char *buf, size_t n);
+/* The command line as a shell would take it back: arguments joined by spaces, each quoted
+ * when it holds anything but [A-Za-z0-9_./:=,+-@%]. Malloc'd; NULL when out of memory. */
+char *tr_shell_join(int argc, char **argv);
 
 #endif

@@ -167,3 +167,31 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
              why[0] ? "; no GPU: " : "", why);
     return tr_backend_cpu();
 }
+
+char *tr_shell_join(int argc, char **argv) {
+    size_t len = 1;
+    for (int i = 0; i < argc; i++)
+        len += 4 * strlen(argv[i]) + 3; /* every ' becomes '\'' at worst */
+    char *out = malloc(len), *p = out;
+    if (!out) return NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int plain = *a != 0;
+        for (const char *c = a; *c && plain; c++)
+            plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                    (*c >= '0' && *c <= '9') || strchr("_./:=,+-@%", *c);
+        if (i) *p++ = ' ';
+        if (!plain) *p++ = '\'';
+        for (const char *c = a; *c; c++) {
+            if (!plain && *c == '\'') {
+                memcpy(p, "'\\''", 4);
+                p += 4;
+            } else {
+                *p++ = *c;
+            }
+        }
+        if (!plain) *p++ = '\'';
+    }
+    *p = 0;
+    return out;
+}
