@@ -35,7 +35,7 @@ typedef struct {
     const char *type;     /* CMAKE_BUILD_TYPE */
     const char *compiler; /* "GNU 12.2.0" */
     const char *flags;    /* the C flags of the build type */
-    const char *cuda, *emulator, *sanitize, *native; /* "ON" / "OFF" */
+    const char *cuda, *sanitize, *native; /* the options TR_CUDA, ...: "ON" / "OFF" */
 } tr_build_info;
 extern const tr_build_info tr_build;
 
