@@ -1,6 +1,8 @@
 /* trainer/provenance.h's comparison: two provenance documents parsed with data/json.h, the
  * fields that differ (flattened, both values, whether they can change the numbers), and the
- * verdict for each kind of difference; the JSON writer the values are shown with. */
+ * verdict for each kind of difference; the JSON writer the values are shown with.
+ * `test_provenance --compare A.json B.json` compares two files instead (tests/provenance.sh):
+ * prints every difference and the verdict; exit 0, or 1 when a file cannot be read. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,7 +171,44 @@ static void test_json_write(void) {
     free(out);
 }
 
-int main(void) {
+static int load(const char *path, tr_json *j) {
+    FILE *f = fopen(path, "rb");
+    char text[1 << 16], err[256];
+    size_t n = f ? fread(text, 1, sizeof(text), f) : 0;
+    if (f) fclose(f);
+    if (!f || n == sizeof(text) || tr_json_parse(j, text, n, err, sizeof(err))) {
+        fprintf(stderr, "%s: %s\n", path,
+                !f                  ? "cannot read"
+                : n == sizeof(text) ? "too large"
+                                    : err);
+        return -1;
+    }
+    return 0;
+}
+
+static int compare_files(const char *pa, const char *pb) {
+    tr_json a, b;
+    if (load(pa, &a)) return 1;
+    if (load(pb, &b)) {
+        tr_json_free(&a);
+        return 1;
+    }
+    tr_prov_diff d[TR_PROV_MAX_DIFFS];
+    char v[1024];
+    int n = tr_provenance_diff(&a, &b, d, TR_PROV_MAX_DIFFS);
+    n = n < TR_PROV_MAX_DIFFS ? n : TR_PROV_MAX_DIFFS;
+    for (int i = 0; i < n; i++)
+        printf("%s %s: %s -> %s\n", d[i].numbers ? "numbers" : "info   ", d[i].field, d[i].a,
+               d[i].b);
+    tr_provenance_verdict(d, n, v, sizeof(v));
+    printf("verdict: %s\n", v);
+    tr_json_free(&a);
+    tr_json_free(&b);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--compare")) return compare_files(argv[2], argv[3]);
     test_same_and_informational();
     test_same_experiment();
     test_other_experiment();
