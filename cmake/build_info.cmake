@@ -6,9 +6,14 @@
 set(commit "unknown")
 find_package(Git QUIET)
 if(GIT_FOUND)
+    # the source folder's own repository: not one a tarball was unpacked inside
+    execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SRC} rev-parse --show-toplevel
+        OUTPUT_VARIABLE top RESULT_VARIABLE rc_top OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
     execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SRC} rev-parse --short=12 HEAD
         OUTPUT_VARIABLE head RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-    if(rc EQUAL 0 AND head)
+    get_filename_component(src_real "${SRC}" REALPATH)
+    get_filename_component(top_real "${top}" REALPATH)
+    if(rc EQUAL 0 AND rc_top EQUAL 0 AND head AND src_real STREQUAL top_real)
         set(commit ${head})
         # tracked files changed, or files git does not ignore added: the tree is not the commit
         execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SRC} status --porcelain
