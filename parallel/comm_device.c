@@ -571,8 +571,8 @@ int tr_comm_nccl_version(char *buf, size_t len) {
     int v = 0;
     if (ncclGetVersion(&v) != ncclSuccess) return -1;
     int big = v >= 10000;
-    snprintf(buf, len, "%d.%d.%d", big ? v / 10000 : v / 1000, big ? v % 10000 / 100 : v % 1000 / 100,
-             v % 100);
+    snprintf(buf, len, "%d.%d.%d", big ? v / 10000 : v / 1000,
+             big ? v % 10000 / 100 : v % 1000 / 100, v % 100);
     return 0;
 #else
     return -1;
