@@ -411,3 +411,37 @@ void tr_json_write_string(FILE *f, const char *s) {
     }
     fputc('"', f);
 }
+
+void tr_json_write(FILE *f, const tr_json *v) {
+    switch (v->type) {
+    case TR_JSON_NULL:
+        fputs("null", f);
+        break;
+    case TR_JSON_BOOL:
+        fputs(v->num ? "true" : "false", f);
+        break;
+    case TR_JSON_NUM: {
+        char b[40]; /* the shorter form when it reads back the same */
+        snprintf(b, sizeof(b), "%.15g", v->num);
+        if (strtod(b, NULL) != v->num) snprintf(b, sizeof(b), "%.17g", v->num);
+        fputs(b, f);
+        break;
+    }
+    case TR_JSON_STR:
+        tr_json_write_string(f, v->str);
+        break;
+    case TR_JSON_ARR:
+    case TR_JSON_OBJ:
+        fputc(v->type == TR_JSON_OBJ ? '{' : '[', f);
+        for (int i = 0; i < v->n; i++) {
+            if (i) fputc(',', f);
+            if (v->type == TR_JSON_OBJ) {
+                tr_json_write_string(f, v->kids[i].key);
+                fputc(':', f);
+            }
+            tr_json_write(f, &v->kids[i]);
+        }
+        fputc(v->type == TR_JSON_OBJ ? '}' : ']', f);
+        break;
+    }
+}

@@ -51,5 +51,8 @@ void tr_json_free(tr_json *j);
 
 /* s as a JSON string literal (quotes and escapes) on f. */
 void tr_json_write_string(FILE *f, const char *s);
+/* A tree value as compact JSON on f (numbers in the fewest of 15 or 17 digits that read back to
+ * the same double). */
+void tr_json_write(FILE *f, const tr_json *v);
 
 #endif

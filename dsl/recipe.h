@@ -187,6 +187,10 @@ int tr_recipe_load_string(tr_recipe *out, const char *text, const char *chunknam
 /* Parse "name=value" into a tr_knob_set; -1 with a message when there is no '='. */
 int tr_knob_set_parse(tr_knob_set *out, const char *arg, char *err, size_t errlen);
 
+/* path made absolute (realpath; a glob or a missing file: joined to the working folder when
+ * relative), as the written recipe names its data; cut to fit len. */
+void tr_recipe_abs_path(const char *path, char *out, size_t len);
+
 /* Write the fully resolved recipe as a Lua recipe that loads back to the same structs. */
 int tr_recipe_write_lua(const tr_recipe *r, FILE *f);
 

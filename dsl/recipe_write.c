@@ -93,21 +93,25 @@ static void put_node(FILE *f, const tr_node *n, int depth) {
     fputs(n->kind == TR_NODE_EMBEDDING || n->kind == TR_NODE_POSITIONS ? "},\n" : " },\n", f);
 }
 
+void tr_recipe_abs_path(const char *path, char *out, size_t len) {
+    char *real = realpath(path, NULL);
+    char cwd[TR_PATH_MAX], joined[2 * TR_PATH_MAX + 2];
+    const char *use = path;
+    if (real && strlen(real) < TR_PATH_MAX) {
+        use = real;
+    } else if (path[0] != '/' && getcwd(cwd, sizeof cwd)) {
+        snprintf(joined, sizeof joined, "%s/%s", cwd, path);
+        if (strlen(joined) < TR_PATH_MAX) use = joined;
+    }
+    snprintf(out, len, "%s", use);
+    free(real);
+}
+
 /* The corpus as an absolute path, so the saved recipe loads from any folder. */
 static void put_data_path(FILE *f, const char *text) {
-    char *real = realpath(text, NULL);
-    if (real && strlen(real) < TR_PATH_MAX) {
-        put_string(f, real);
-    } else {
-        char cwd[TR_PATH_MAX], joined[2 * TR_PATH_MAX + 2];
-        if (text[0] != '/' && getcwd(cwd, sizeof cwd)) {
-            snprintf(joined, sizeof joined, "%s/%s", cwd, text);
-            put_string(f, strlen(joined) < TR_PATH_MAX ? joined : text);
-        } else {
-            put_string(f, text);
-        }
-    }
-    free(real);
+    char abs[TR_PATH_MAX];
+    tr_recipe_abs_path(text, abs, sizeof abs);
+    put_string(f, abs);
 }
 
 static void put_int_auto(FILE *f, const char *sep, const char *name, int v, int is_set) {

@@ -197,4 +197,12 @@ void *tr_backend_cuda_stream(void);
  * devices (H100/H200 SXM bf16: 989e12, A100: 312e12, ...); 0 when the device is unknown. */
 double tr_backend_cuda_peak(tr_dtype dtype, char *name, size_t namelen);
 
+/* The CUDA driver and the libraries this process runs with, for provenance
+ * (trainer/provenance.h): "13.0", cuBLASLt "13.0.2". 0, or -1 with every field "" when this
+ * build has no CUDA (or, for the driver, when none answers). */
+typedef struct {
+    char driver[32], runtime[32], cublaslt[32];
+} tr_cuda_versions;
+int tr_backend_cuda_versions(tr_cuda_versions *v);
+
 #endif

@@ -37,6 +37,10 @@ int tr_comm_size(const tr_comm *c);
 const char *tr_comm_name(const tr_comm *c); /* "world", "dp", "tp", "pp": used in messages */
 const char *tr_comm_transport(void);        /* "mpi" or "single" */
 
+/* The MPI library this build runs with (the first line of MPI_Get_library_version), or "none"
+ * in a build without MPI: for provenance (trainer/provenance.h). */
+void tr_comm_library_version(char *buf, size_t len);
+
 /* This process's rank among the processes of the world on its host (MPI's shared-memory
  * split, done at init), and how many there are: the GPU a process drives is chosen from it. */
 int tr_comm_local_rank(int *local_size);
@@ -137,6 +141,8 @@ int tr_comm_device_init(void *stream, char *err, size_t errlen);
 /* "nccl", "staged", "local" (a group of one) or "none" (no device operation on the group
  * yet): for banners and tests */
 const char *tr_comm_device_transport(const tr_comm *c);
+/* The NCCL this build runs with ("2.21.5"): 0, or -1 and "" in a build without NCCL. */
+int tr_comm_nccl_version(char *buf, size_t len);
 /* The NCCL operations on c so far, as the GPU timed them: the seconds they were in flight
  * (summed) and, of those, the seconds the compute stream stood waiting for them (from reaching
  * its wait to their completion). Operations the device has not yet passed count later. 1 when

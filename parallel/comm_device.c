@@ -34,6 +34,11 @@ int tr_comm_device_init(void *stream, char *err, size_t errlen) {
     return -1;
 }
 
+int tr_comm_nccl_version(char *buf, size_t len) {
+    if (len) buf[0] = 0;
+    return -1;
+}
+
 #else
 
 #include <cuda_runtime.h>
@@ -102,8 +107,6 @@ static struct {
     } stage[8]; /* pinned buffers for reuse */
     int n_stage;
 } d = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-
-static const size_t dtype_size[] = {4, 8, 4, 8, 1, 2};
 
 /* A CUDA or NCCL failure in a collective is not recoverable: the peers would wait on us. */
 static void fail(const tr_comm *c, const tr_comm_desc *o, const char *what, const char *why) {
@@ -436,7 +439,7 @@ static void start_nccl(dreq *r, const void *send, void *recv) {
 
 /* A group of one: the result is the input, copied on the compute stream where it differs. */
 static void start_local(dreq *r, const void *send, void *recv) {
-    size_t bytes = r->o.n * dtype_size[r->o.t];
+    size_t bytes = r->o.n * tr_comm_dtype_bytes(r->o.t);
     if (r->o.op == TR_COMM_OP_SEND || r->o.op == TR_COMM_OP_RECV)
         fail(r->g->c, &r->o, "a device send or recv", "a group of one has no peer");
     if ((r->o.op == TR_COMM_OP_REDUCE_SCATTER || r->o.op == TR_COMM_OP_ALL_GATHER) && bytes &&
@@ -481,7 +484,7 @@ static void stage_give(void *p, size_t bytes) {
 static void start_staged(dreq *r, const void *send, void *recv) {
     tr_comm *c = r->g->c;
     const tr_comm_desc *o = &r->o;
-    size_t es = dtype_size[o->t], in = elems_in(o, tr_comm_size(c)) * es,
+    size_t es = tr_comm_dtype_bytes(o->t), in = elems_in(o, tr_comm_size(c)) * es,
            out = elems_out(o, tr_comm_size(c)) * es;
     int in_place = o->op == TR_COMM_OP_ALL_REDUCE || o->op == TR_COMM_OP_BROADCAST;
     size_t need = in_place ? in : in + out;
@@ -558,6 +561,22 @@ static double dev_wait(void *rv) {
     unref(r);
     pthread_mutex_unlock(&d.mu);
     return 0;
+}
+
+/* NCCL's version code is 10000 * major + 100 * minor + patch from 2.9, 1000 * major + 100 *
+ * minor + patch before. */
+int tr_comm_nccl_version(char *buf, size_t len) {
+    if (len) buf[0] = 0;
+#ifdef TR_HAVE_NCCL
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess) return -1;
+    int big = v >= 10000;
+    snprintf(buf, len, "%d.%d.%d", big ? v / 10000 : v / 1000,
+             big ? v % 10000 / 100 : v % 1000 / 100, v % 100);
+    return 0;
+#else
+    return -1;
+#endif
 }
 
 static const tr_comm_device_ops ops = {dev_start, dev_test, dev_wait, group_free,

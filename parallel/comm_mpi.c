@@ -92,7 +92,10 @@ static struct {
 static const tr_comm_device_ops *g_dev; /* registered by tr_comm_device_init */
 
 static const char *const dtype_names[] = {"float", "double", "int32", "int64", "byte", "bf16"};
-static const size_t dtype_bytes[] = {4, 8, 4, 8, 1, 2};
+size_t tr_comm_dtype_bytes(tr_comm_dtype t) {
+    static const size_t bytes[] = {4, 8, 4, 8, 1, 2};
+    return bytes[t];
+}
 
 double tr_comm_now(void) {
     struct timespec ts;
@@ -513,7 +516,7 @@ static const char *launcher_var(void) {
 
 /* What a bandwidth-optimal algorithm makes this rank send for o (tr_comm_bytes_sent). */
 static double ring_bytes(const tr_comm *c, const op_info *o) {
-    double p = c->size, b = (double)o->n * (double)dtype_bytes[o->t];
+    double p = c->size, b = (double)o->n * (double)tr_comm_dtype_bytes(o->t);
     if (c->size <= 1) return 0;
     switch (o->op) {
     case OP_ALL_REDUCE:
@@ -534,7 +537,7 @@ static double ring_bytes(const tr_comm *c, const op_info *o) {
 static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
     tr_comm *c = r->c;
     const op_info *o = &r->o;
-    size_t esz = dtype_bytes[o->t];
+    size_t esz = tr_comm_dtype_bytes(o->t);
     if (check_args(c, o)) return -1;
     c->bytes_sent += ring_bytes(c, o);
     if (o->op == OP_BROADCAST && (o->peer < 0 || o->peer >= c->size))
@@ -649,6 +652,16 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
     *world = NULL;
     if (g.mpi) {
         set_err(err, errlen, "tr_comm_init: already initialized");
+        return -1;
+    }
+    /* read by the device transport (comm_device.c) only where it is built: checked here, on
+       every build, so that a mistyped value is never silently ignored */
+    const char *dev = getenv("TR_COMM_DEVICE");
+    if (dev && *dev && strcmp(dev, "nccl") && strcmp(dev, "staged")) {
+        set_err(err, errlen,
+                "TR_COMM_DEVICE must be nccl or staged (or unset: NCCL where every rank of a "
+                "group has a GPU of its own), got '%s'",
+                dev);
         return -1;
     }
     g.timeout = timeout_s > 0 ? timeout_s : 300.0;
@@ -775,6 +788,20 @@ const char *tr_comm_name(const tr_comm *c) {
 }
 const char *tr_comm_transport(void) {
     return g.mpi ? "mpi" : "single";
+}
+
+void tr_comm_library_version(char *buf, size_t len) {
+    if (!len) return;
+#ifdef TR_HAVE_MPI
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    if (MPI_Get_library_version(v, &n) != MPI_SUCCESS) n = 0;
+    v[n < (int)sizeof(v) ? n : (int)sizeof(v) - 1] = 0;
+    v[strcspn(v, "\r\n")] = 0; /* the first line */
+    snprintf(buf, len, "%s", v[0] ? v : "MPI (no version)");
+#else
+    snprintf(buf, len, "none");
+#endif
 }
 
 int tr_comm_local_rank(int *local_size) {

@@ -28,6 +28,8 @@ typedef struct {
 } tr_comm_device_ops;
 
 /* comm_device.c calls these (comm_mpi.c defines them). */
+/* Bytes of one element of t. */
+size_t tr_comm_dtype_bytes(tr_comm_dtype t);
 void tr_comm_register_device(const tr_comm_device_ops *ops);
 /* The group's device state: NULL until its first device operation. */
 void **tr_comm_device_slot(tr_comm *c);

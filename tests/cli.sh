@@ -56,6 +56,9 @@ expect 2 "--peak-gflops needs a rate in GFLOP/s from 0.001 to 1e9, got .1e-300."
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     expect 1 "trainer run: --device cuda: " -- run recipes/shakespeare_char.lua --device cuda --out "$tmp/cuda"
 fi
+# the device transport's variable is checked on every build, also where nothing reads it
+TR_COMM_DEVICE=ncll expect 1 "^trainer run: TR_COMM_DEVICE must be nccl or staged (or unset: .*), got 'ncll'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/cd"
 expect 1 "nope.lua: cannot read recipe" -- show nope.lua
 expect 1 "unknown knob (knobs: batch_tokens, heads, layers, lr, seq, steps, width)" -- show recipes/shakespeare_char.lua --set widht=3
 expect 1 "knob 'layers'" -- show recipes/shakespeare_char.lua --set layers=many

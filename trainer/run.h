@@ -90,6 +90,10 @@ void run_free(run_ctx *x);
 int run_plan(run_ctx *x);
 void run_price(run_ctx *x);
 
+/* OUT/provenance.json (trainer/provenance_write.c): every rank gives its host name, rank 0
+ * writes the file from the resolved run and the command line argv. 0, or -1 after one line. */
+int run_provenance(run_ctx *x, int argc, char **argv);
+
 /* One line for an output file that could not be written (opened, written or closed): -1. */
 int run_cannot_write(const char *path, int e);
 /* Close an output file: -1 (and the line) when anything written to it did not reach it. */

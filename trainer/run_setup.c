@@ -600,6 +600,7 @@ int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
     if (connect_ranks(x, argc, argv, status)) return -1;
     *status = 1;
     if (setup_layout(x) || setup_data(x) || setup_model(x) || setup_outputs(x)) return -1;
+    if (setup_failed(x->world, run_provenance(x, *argc, *argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
     x->tokens_step = (long)x->B * x->T * x->lay.accum * x->lay.dp;
     x->tty = isatty(STDOUT_FILENO);

@@ -2,6 +2,7 @@
  * the one stream, cuBLASLt), device memory, host fp32 <-> storage conversions, scratch, and the
  * table of peak rates that MFU divides by. The kernels live in cuda_ops.cu, cuda_linear.cu and
  * cuda_attention.cu; every entry here is a thin wrapper that passes the storage dtype on. */
+#include <cublasLt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,5 +328,19 @@ extern "C" double tr_backend_cuda_peak(tr_dtype dtype, char *name, size_t namele
     for (size_t i = 0; i < sizeof(peaks) / sizeof(peaks[0]); i++)
         if (strstr(p.name, peaks[i].name))
             return dtype == TR_DTYPE_BF16 ? peaks[i].bf16 : peaks[i].fp32;
+    return 0;
+}
+
+/* CUDA's versions are 1000 * major + 10 * minor; cuBLASLt's 10000 * major + 100 * minor + patch. */
+extern "C" int tr_backend_cuda_versions(tr_cuda_versions *v) {
+    memset(v, 0, sizeof(*v));
+    int drv = 0, rt = 0;
+    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+        snprintf(v->driver, sizeof(v->driver), "%d.%d", drv / 1000, drv % 1000 / 10);
+    if (cudaRuntimeGetVersion(&rt) == cudaSuccess)
+        snprintf(v->runtime, sizeof(v->runtime), "%d.%d", rt / 1000, rt % 1000 / 10);
+    size_t lt = cublasLtGetVersion();
+    snprintf(v->cublaslt, sizeof(v->cublaslt), "%zu.%zu.%zu", lt / 10000, lt % 10000 / 100,
+             lt % 100);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* Stand-in for model/cuda/ when this build has no CUDA compiler: the CUDA backend is reported
  * as unavailable, with the reason, so `--device auto` falls back to the CPU. */
 #include <stdio.h>
+#include <string.h>
 
 #include "model/backend.h"
 
@@ -18,4 +19,9 @@ double tr_backend_cuda_peak(tr_dtype dtype, char *name, size_t namelen) {
     (void)dtype;
     snprintf(name, namelen, "none");
     return 0;
+}
+
+int tr_backend_cuda_versions(tr_cuda_versions *v) {
+    memset(v, 0, sizeof(*v));
+    return -1;
 }

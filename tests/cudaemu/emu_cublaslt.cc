@@ -307,6 +307,8 @@ bool aligned_for(const void *ptr, int32_t type) {
 
 extern "C" {
 
+size_t CUBLASWINAPI cublasLtGetVersion(void) { return CUBLAS_VERSION; } // the headers' version
+
 cublasStatus_t CUBLASWINAPI cublasLtCreate(cublasLtHandle_t *lightHandle) {
     if (!lightHandle) {
         complain("cublasLtCreate", "lightHandle is NULL");

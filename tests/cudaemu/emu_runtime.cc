@@ -829,6 +829,16 @@ static device_id device_identity(void) {
 
 extern "C" {
 
+/* the toolkit whose headers the emulator is built with, as driver and runtime alike */
+cudaError_t cudaDriverGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
     *n = 1;
     return cudaSuccess;
