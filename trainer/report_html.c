@@ -66,7 +66,10 @@ static void range(const series *s, int ns, int yaxis, double *lo, double *hi) {
                 if (v > *hi) *hi = v;
             }
         }
-    if (*hi <= *lo) *hi = *lo + (*lo != 0 ? fabs(*lo) * 0.1 : 1);
+    if (*hi <= *lo) { /* a flat series: in the middle */
+        double d = *lo != 0 ? fabs(*lo) * 0.05 : 1;
+        *lo -= d, *hi += d;
+    }
 }
 
 static void axes(FILE *f, double x0, double x1, double y0, double y1, const char *xl,
@@ -564,7 +567,8 @@ static const char *css =
     "h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;margin-top:28px}"
     "table{border-collapse:collapse;margin:8px 0;font-size:12px}"
     "td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}td.n{text-align:right}"
-    "figure{margin:8px 0;display:inline-block}figcaption{font-weight:bold;font-size:13px}"
+    "figure{margin:8px 0;display:inline-block;vertical-align:top}figure.chart{width:49%}"
+    "figure.chart svg{width:100%;height:auto}figcaption{font-weight:bold;font-size:13px}"
     ".ax{stroke:#444}.grid{stroke:#eee}.tk{font-size:10px;fill:#444}.lb{font-size:11px}"
     ".legend span{margin-right:12px;font-size:12px}"
     ".legend i{display:inline-block;width:10px;height:10px;margin-right:4px}"
