@@ -147,11 +147,8 @@ static int on_metrics(tr_report *r, const tr_json *j) {
     int n;
     s->rank_compute = num_array(j, "rank_compute_s", &n);
     if (n < 0) return -1;
-    if (s->rank_compute && r->led_ranks == 0 && n > r->n_ranks) r->n_ranks = n;
-    if (s->rank_compute && n != r->n_ranks) { /* a line from another layout: not a column */
-        free(s->rank_compute);
-        s->rank_compute = NULL;
-    }
+    s->n_rank_compute = s->rank_compute ? n : 0;
+    if (n > r->n_ranks) r->n_ranks = n;
     r->n_steps++;
     return 0;
 }

@@ -30,7 +30,8 @@ typedef struct {
     double time_unix; /* metrics.jsonl's "time", NAN when absent */
     double time_s; /* since the run's start (t0), or the sum of step_s when no "time" */
     double loss, val_loss, tokens_per_s, mfu, gflops, step_s, pred_step_s, mem, pred_mem;
-    double *rank_compute; /* rank_compute_s, n_ranks entries, or NULL */
+    double *rank_compute; /* rank_compute_s (n_rank_compute entries), or NULL */
+    int n_rank_compute;
 } tr_report_step;
 
 typedef struct {

@@ -288,7 +288,7 @@ static int heat_fill(tr_report *r) {
     }
     for (int i = 0; !r->n_led && i < r->n_steps; i++) {
         const tr_report_step *s = &r->steps[i];
-        if (!s->rank_compute) continue;
+        if (!s->rank_compute || s->n_rank_compute != n) continue; /* another layout's step */
         tr_report_col *col = &r->cols[r->n_cols];
         if (!(col->v = malloc((size_t)n * sizeof(double)))) return -1;
         memcpy(col->v, s->rank_compute, (size_t)n * sizeof(double));
@@ -418,7 +418,7 @@ int tr_report_compare(const tr_report_kv *a, int na, const tr_report_kv *b, int 
 
 /* ---- --json ----------------------------------------------------------------------------------- */
 
-static void jn(FILE *f, double v) {
+static void jval(FILE *f, double v) {
     if (isfinite(v))
         fprintf(f, "%.17g", v);
     else
@@ -427,7 +427,7 @@ static void jn(FILE *f, double v) {
 
 static void jkey(FILE *f, const char *k, double v, int comma) {
     fprintf(f, "\"%s\": ", k);
-    jn(f, v);
+    jval(f, v);
     if (comma) fputs(", ", f);
 }
 
@@ -450,7 +450,7 @@ static void json_series(const tr_report *r, FILE *f) {
             double v[11] = {s->step, s->attempt, s->time_s, s->loss, s->val_loss, s->tokens_per_s,
                             s->mfu, s->step_s, s->pred_step_s, s->mem, s->pred_mem};
             if (i) fputs(", ", f);
-            jn(f, v[k]);
+            jval(f, v[k]);
         }
         fputs("]", f);
     }
@@ -555,7 +555,7 @@ static void json_heat_prov(const tr_report *r, FILE *f) {
                 r->cols[i].b);
         for (int k = 0; k < r->n_ranks; k++) {
             if (k) fputs(", ", f);
-            jn(f, r->cols[i].v[k]);
+            jval(f, r->cols[i].v[k]);
         }
         fputs("]}", f);
     }
