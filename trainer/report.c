@@ -13,7 +13,7 @@
 #include "trainer/report.h"
 
 const char *const tr_report_file_names[TR_RF_FILES] = {"metrics.jsonl", "ledger.jsonl",
-                                                        "attempts.jsonl"};
+                                                       "attempts.jsonl"};
 const char *const tr_report_part_names[TR_REPORT_PARTS] = {
     "setup", "compute", "comm", "wait", "data", "ckpt", "bubble", "eval", "log", "end"};
 
@@ -179,8 +179,7 @@ static void sort_steps(tr_report *r) {
  * lengths disagree. */
 static int on_ledger_parts(tr_report *r, const tr_json *j, int total) {
     const tr_json *parts = tr_json_get(j, "parts"), *t = tr_json_get(j, "t");
-    if (!parts || parts->type != TR_JSON_OBJ || !t || t->type != TR_JSON_ARR || t->n != 2)
-        return 1;
+    if (!parts || parts->type != TR_JSON_OBJ || !t || t->type != TR_JSON_ARR || t->n != 2) return 1;
     const tr_json *st = tr_json_get(j, "steps");
     if (!total && (!st || st->type != TR_JSON_ARR || st->n != 2)) return 1;
     const tr_json *c = tr_json_get(parts, "compute_s");
@@ -353,7 +352,8 @@ static int read_json(const char *dir, const char *name, tr_json *j, char *err, s
 static void fill5(const tr_json *o, const char *k, double *out) {
     int n;
     double *a = num_array(o, k, &n);
-    for (int i = 0; i < 5; i++) out[i] = a && i < n && isfinite(a[i]) ? a[i] : 0;
+    for (int i = 0; i < 5; i++)
+        out[i] = a && i < n && isfinite(a[i]) ? a[i] : 0;
     free(a);
 }
 
@@ -472,8 +472,10 @@ int tr_report_load(tr_report *r, const char *dir, const char *cluster, char *err
     }
     sort_steps(r);
     char e2[2048];
-    if (read_ranks_json(r, e2, sizeof(e2)) < 0) fprintf(stderr, "trainer report: %s (left out)\n", e2);
-    if (read_memory_json(r, e2, sizeof(e2)) < 0) fprintf(stderr, "trainer report: %s (left out)\n", e2);
+    if (read_ranks_json(r, e2, sizeof(e2)) < 0)
+        fprintf(stderr, "trainer report: %s (left out)\n", e2);
+    if (read_memory_json(r, e2, sizeof(e2)) < 0)
+        fprintf(stderr, "trainer report: %s (left out)\n", e2);
     int rc = read_provenance(dir, &r->prov, &r->n_prov, e2, sizeof(e2));
     if (rc < 0) fprintf(stderr, "trainer report: %s (left out)\n", e2);
     r->has_provenance = rc == 0;
@@ -487,7 +489,8 @@ int tr_report_load_compare(tr_report *r, const char *other, char *err, size_t er
     int rc = read_provenance(other, &kv, &n, e2, sizeof(e2));
     if (rc) {
         if (rc > 0)
-            snprintf(err, errlen, "trainer report: --compare '%s': no provenance.json there", other);
+            snprintf(err, errlen, "trainer report: --compare '%s': no provenance.json there",
+                     other);
         else
             snprintf(err, errlen, "trainer report: --compare: %s", e2);
         free(kv);
@@ -495,19 +498,24 @@ int tr_report_load_compare(tr_report *r, const char *other, char *err, size_t er
     }
     snprintf(r->other, sizeof(r->other), "%s", other);
     r->compared = 1;
-    r->n_diffs = tr_report_compare(r->prov, r->n_prov, kv, n, r->diffs, TR_REPORT_MAX_DIFFS,
-                                   &r->comparable);
+    r->n_diffs =
+        tr_report_compare(r->prov, r->n_prov, kv, n, r->diffs, TR_REPORT_MAX_DIFFS, &r->comparable);
     free(kv);
     return 0;
 }
 
 void tr_report_free(tr_report *r) {
     if (!r) return;
-    for (int i = 0; i < r->n_steps; i++) free(r->steps[i].rank_compute);
-    for (int i = 0; i < r->n_led; i++) free(r->led[i].v);
-    for (int i = 0; i < r->n_cols; i++) free(r->cols[i].v);
-    for (int i = 0; i < r->n_attempts; i++) free(r->att[i].stopped);
-    for (int f = 0; f < TR_RF_FILES; f++) free(r->skipped[f].line);
+    for (int i = 0; i < r->n_steps; i++)
+        free(r->steps[i].rank_compute);
+    for (int i = 0; i < r->n_led; i++)
+        free(r->led[i].v);
+    for (int i = 0; i < r->n_cols; i++)
+        free(r->cols[i].v);
+    for (int i = 0; i < r->n_attempts; i++)
+        free(r->att[i].stopped);
+    for (int f = 0; f < TR_RF_FILES; f++)
+        free(r->skipped[f].line);
     free(r->steps), free(r->led), free(r->cols), free(r->att), free(r->down), free(r->saves);
     free(r->strag), free(r->prov), free(r->ranks), free(r->rjson), free(r->hosts);
     free(r->providers), free(r->start_hosts), free(r->start_devices);
@@ -518,8 +526,8 @@ void tr_report_skipped_line(const tr_report *r, int k, char *buf, size_t len) {
     const tr_report_lines *s = &r->skipped[k];
     buf[0] = 0;
     if (s->n == 0) return;
-    size_t used = (size_t)snprintf(buf, len, "%s: skipped %d damaged line(s): ",
-                                   tr_report_file_names[k], s->n);
+    size_t used = (size_t)snprintf(
+        buf, len, "%s: skipped %d damaged line(s): ", tr_report_file_names[k], s->n);
     for (int i = 0; i < s->n && used + 16 < len; i++)
         used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? ", " : "", s->line[i]);
 }
@@ -583,7 +591,8 @@ int tr_cmd_report(int argc, char **argv) {
             json = 1;
         } else if (dst) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "trainer report: %s needs a value (see trainer report --help)\n", a);
+                fprintf(stderr, "trainer report: %s needs a value (see trainer report --help)\n",
+                        a);
                 return 2;
             }
             *dst = argv[++i];

@@ -28,7 +28,7 @@ typedef struct {
 typedef struct {
     int step, attempt, seq;
     double time_unix; /* metrics.jsonl's "time", NAN when absent */
-    double time_s; /* since the run's start (t0), or the sum of step_s when no "time" */
+    double time_s;    /* since the run's start (t0), or the sum of step_s when no "time" */
     double loss, val_loss, tokens_per_s, mfu, gflops, step_s, pred_step_s, mem, pred_mem;
     double *rank_compute; /* rank_compute_s (n_rank_compute entries), or NULL */
     int n_rank_compute;
@@ -37,9 +37,9 @@ typedef struct {
 typedef struct {
     int rank;
     char host[64], device[96], provider[64];
-    double price_hour;              /* per hour: the cluster file's price, else 1 unit */
-    double parts[TR_REPORT_PARTS];  /* seconds, totals over the run */
-    double wall_s;                  /* the sum of the parts */
+    double price_hour;                     /* per hour: the cluster file's price, else 1 unit */
+    double parts[TR_REPORT_PARTS];         /* seconds, totals over the run */
+    double wall_s;                         /* the sum of the parts */
     double flops, waited_on_s, downtime_s; /* delivered; others waited on it; caused */
     int has_mem;
     double mem[5], pred[5]; /* params, grads, optimizer, activations, scratch (ranks.json) */
@@ -55,9 +55,9 @@ typedef struct {
 
 typedef struct {
     int attempt, start_step, steps, ranks;
-    int ended, status;  /* an "end" line, and its status */
-    int last_step;      /* the last completed step */
-    int failed_rank;    /* -1: unknown or none */
+    int ended, status;      /* an "end" line, and its status */
+    int last_step;          /* the last completed step */
+    int failed_rank;        /* -1: unknown or none */
     double t_start, t_last; /* unix seconds: its start and the last time any record saw it */
     char failed_host[64], why[160], command[512];
     int n_stopped;
@@ -65,10 +65,10 @@ typedef struct {
 } tr_report_attempt;
 
 typedef struct {
-    int after;          /* between attempts after and after + 1 */
+    int after; /* between attempts after and after + 1 */
     double downtime_s;
     int steps_redone;
-    int rank;           /* charged to (-1: no failure known, not charged) */
+    int rank; /* charged to (-1: no failure known, not charged) */
     char host[64];
     double cost;
 } tr_report_down;
@@ -113,21 +113,22 @@ typedef struct {
 
 typedef struct {
     char dir[1024];
-    int missing[TR_RF_FILES];      /* the file is not there */
+    int missing[TR_RF_FILES]; /* the file is not there */
     int has_ranks_json, has_memory_json, has_provenance;
     tr_report_lines skipped[TR_RF_FILES];
     int n_ranks;
 
     int n_steps;
     tr_report_step *steps;
-    double t0;        /* unix seconds of the run's start; 0 when unknown */
-    int have_time;    /* metrics.jsonl has "time" */
+    double t0;     /* unix seconds of the run's start; 0 when unknown */
+    int have_time; /* metrics.jsonl has "time" */
 
     /* the summary */
     int attempts, last_step;
     double wall_s, tokens, tokens_per_s, mfu, best_val_loss;
     double plan_step_s, plan_pred_step_s, plan_mem, plan_pred_mem; /* means; the fullest */
-    const char *wall_from; /* "attempts.jsonl", "ledger.jsonl", "metrics.jsonl time", "sum of step_s" */
+    const char
+        *wall_from; /* "attempts.jsonl", "ledger.jsonl", "metrics.jsonl time", "sum of step_s" */
 
     tr_report_rank *ranks;
     const char *parts_from; /* "ledger.jsonl", "ranks.json", "metrics.jsonl step_s" */

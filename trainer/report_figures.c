@@ -19,8 +19,10 @@ static void minf(double *m, double v) {
  * metrics.jsonl, the running sum of step_s). */
 static void time_base(tr_report *r) {
     double t0 = NAN;
-    for (int i = 0; i < r->n_attempts; i++) minf(&t0, r->att[i].t_start);
-    for (int i = 0; i < r->n_led; i++) minf(&t0, r->led[i].t0);
+    for (int i = 0; i < r->n_attempts; i++)
+        minf(&t0, r->att[i].t_start);
+    for (int i = 0; i < r->n_led; i++)
+        minf(&t0, r->led[i].t0);
     for (int i = 0; i < r->n_steps; i++) {
         const tr_report_step *s = &r->steps[i];
         if (isfinite(s->time_unix)) {
@@ -37,7 +39,8 @@ static void time_base(tr_report *r) {
     }
 }
 
-/* ---- attempts and downtime -------------------------------------------------------------------- */
+/* ---- attempts and downtime --------------------------------------------------------------------
+ */
 
 static void seen(tr_report_attempt *a, double t, int step) {
     if (isfinite(t) && !(a->t_last >= t)) a->t_last = t;
@@ -64,7 +67,8 @@ static void failed_rank(const tr_report *r, tr_report_attempt *a) {
     if (a->ended || a->failed_rank >= 0 || n < 2 || a->n_stopped != n - 1) return;
     for (int k = 0; k < n; k++) {
         int stopped = 0;
-        for (int i = 0; i < a->n_stopped; i++) stopped |= a->stopped[i] == k;
+        for (int i = 0; i < a->n_stopped; i++)
+            stopped |= a->stopped[i] == k;
         if (!stopped) a->failed_rank = k;
     }
 }
@@ -95,16 +99,16 @@ static int attempts_fill(tr_report *r) {
         tr_report_down *d = &r->down[r->n_down++];
         d->after = a->attempt;
         d->downtime_s = isfinite(b->t_start) && b->t_start > a->t_last ? b->t_start - a->t_last : 0;
-        d->steps_redone = b->start_step >= 0 && a->last_step > b->start_step
-                              ? a->last_step - b->start_step
-                              : 0;
+        d->steps_redone =
+            b->start_step >= 0 && a->last_step > b->start_step ? a->last_step - b->start_step : 0;
         d->rank = a->ended ? -1 : a->failed_rank;
         snprintf(d->host, sizeof(d->host), "%s", d->rank >= 0 ? a->failed_host : "-");
     }
     return 0;
 }
 
-/* ---- the summary ------------------------------------------------------------------------------ */
+/* ---- the summary ------------------------------------------------------------------------------
+ */
 
 /* The plan against the run: mean step time, the fullest memory, each measured and predicted. */
 static void plan(tr_report *r) {
@@ -169,7 +173,8 @@ static void summary(tr_report *r) {
     }
 }
 
-/* ---- ranks ------------------------------------------------------------------------------------- */
+/* ---- ranks -------------------------------------------------------------------------------------
+ */
 
 static int has_total(const tr_report *r, int attempt) {
     for (int i = 0; i < r->n_led; i++)
@@ -187,7 +192,8 @@ static void parts_from_ledger(tr_report *r) {
         for (int k = 0; k < r->n_ranks && k < r->led_ranks; k++) {
             tr_report_rank *q = &r->ranks[k];
             const double *v = &w->v[k * TR_REPORT_LV];
-            for (int p = 0; p < TR_REPORT_PARTS; p++) q->parts[p] += v[p];
+            for (int p = 0; p < TR_REPORT_PARTS; p++)
+                q->parts[p] += v[p];
             q->flops += v[TR_REPORT_PARTS];
             q->waited_on_s += v[TR_REPORT_PARTS + 2];
         }
@@ -207,7 +213,8 @@ static void parts_without_ledger(tr_report *r) {
         for (int i = 0; i < r->n_rjson; i++) {
             int k = r->rjson[i].rank;
             if (k < 0 || k >= r->n_ranks) continue;
-            for (int p = 0; p < TR_REPORT_PARTS; p++) r->ranks[k].parts[p] = r->rjson[i].parts[p];
+            for (int p = 0; p < TR_REPORT_PARTS; p++)
+                r->ranks[k].parts[p] = r->rjson[i].parts[p];
         }
     } else {
         r->parts_from = "metrics.jsonl step_s";
@@ -216,7 +223,8 @@ static void parts_without_ledger(tr_report *r) {
             r->ranks[0].parts[1] += isfinite(r->steps[i].step_s) ? r->steps[i].step_s : 0;
     }
     r->flops_from = "metrics.jsonl gflops x step_s, split by compute seconds";
-    for (int k = 0; k < r->n_ranks; k++) compute += r->ranks[k].parts[1];
+    for (int k = 0; k < r->n_ranks; k++)
+        compute += r->ranks[k].parts[1];
     for (int k = 0; k < r->n_ranks; k++)
         r->ranks[k].flops = compute > 0 ? job * r->ranks[k].parts[1] / compute : job / r->n_ranks;
 }
@@ -224,8 +232,9 @@ static void parts_without_ledger(tr_report *r) {
 static int ranks_fill(tr_report *r, const tr_cluster *c, char *err, size_t errlen) {
     int n = r->n_ranks;
     if (c && tr_cluster_devices(c) < n) {
-        snprintf(err, errlen, "trainer report: cluster '%s' has %ld device(s), the run has %d ranks",
-                 r->cluster, tr_cluster_devices(c), n);
+        snprintf(err, errlen,
+                 "trainer report: cluster '%s' has %ld device(s), the run has %d ranks", r->cluster,
+                 tr_cluster_devices(c), n);
         return -1;
     }
     r->ranks = calloc((size_t)n, sizeof(tr_report_rank));
@@ -237,7 +246,8 @@ static int ranks_fill(tr_report *r, const tr_cluster *c, char *err, size_t errle
         tr_report_rank *q = &r->ranks[k];
         q->rank = k;
         snprintf(q->host, sizeof(q->host), "%s", host_of(r, k));
-        snprintf(q->device, sizeof(q->device), "%s", k < r->n_start_hosts ? r->start_devices[k] : "");
+        snprintf(q->device, sizeof(q->device), "%s",
+                 k < r->n_start_hosts ? r->start_devices[k] : "");
         for (int i = 0; i < r->n_rjson; i++)
             if (r->rjson[i].rank == k) {
                 if (!q->device[0]) snprintf(q->device, sizeof(q->device), "%s", r->rjson[i].device);
@@ -264,11 +274,13 @@ static int ranks_fill(tr_report *r, const tr_cluster *c, char *err, size_t errle
     else
         parts_without_ledger(r);
     for (int k = 0; k < n; k++)
-        for (int p = 0; p < TR_REPORT_PARTS; p++) r->ranks[k].wall_s += r->ranks[k].parts[p];
+        for (int p = 0; p < TR_REPORT_PARTS; p++)
+            r->ranks[k].wall_s += r->ranks[k].parts[p];
     return 0;
 }
 
-/* ---- the heat map -------------------------------------------------------------------------------- */
+/* ---- the heat map
+ * -------------------------------------------------------------------------------- */
 
 static int heat_fill(tr_report *r) {
     int n = r->n_ranks, cap = r->n_led + r->n_steps;
@@ -283,7 +295,8 @@ static int heat_fill(tr_report *r) {
         tr_report_col *col = &r->cols[r->n_cols];
         if (!(col->v = calloc((size_t)n, sizeof(double)))) return -1;
         col->a = w->a, col->b = w->b;
-        for (int k = 0; k < n && k < r->led_ranks; k++) col->v[k] = w->v[k * TR_REPORT_LV + 1];
+        for (int k = 0; k < n && k < r->led_ranks; k++)
+            col->v[k] = w->v[k * TR_REPORT_LV + 1];
         r->n_cols++;
     }
     for (int i = 0; !r->n_led && i < r->n_steps; i++) {
@@ -298,7 +311,8 @@ static int heat_fill(tr_report *r) {
     return 0;
 }
 
-/* ---- the cost split ------------------------------------------------------------------------------ */
+/* ---- the cost split
+ * ------------------------------------------------------------------------------ */
 
 /* C = sum of price x booked hours (the span of the run, downtime included); each downtime
  * between attempts, priced for all ranks, to the rank whose failure caused it; the seconds
@@ -307,7 +321,8 @@ static int heat_fill(tr_report *r) {
 static void cost_split(tr_report *r) {
     int n = r->n_ranks;
     double price = 0, flops = 0;
-    for (int k = 0; k < n; k++) price += r->ranks[k].price_hour, flops += r->ranks[k].flops;
+    for (int k = 0; k < n; k++)
+        price += r->ranks[k].price_hour, flops += r->ranks[k].flops;
     r->booked_h = r->wall_s / 3600.0;
     r->cost_total = price * r->booked_h;
     for (int i = 0; i < r->n_down; i++) {
@@ -340,7 +355,8 @@ static int group_by(const tr_report *r, int by_provider, tr_report_group **out, 
         const tr_report_rank *q = &r->ranks[k];
         const char *name = by_provider ? q->provider : q->host;
         int i = 0;
-        while (i < n && strcmp(g[i].name, name)) i++;
+        while (i < n && strcmp(g[i].name, name))
+            i++;
         if (i == n) snprintf(g[n++].name, sizeof(g[0].name), "%s", name);
         g[i].ranks++;
         g[i].flops += q->flops, g[i].compute_s += q->parts[1], g[i].wait_s += q->parts[3];
@@ -365,18 +381,18 @@ int tr_report_figures(tr_report *r, const tr_cluster *c, char *err, size_t errle
     return rc;
 }
 
-/* ---- provenance ---------------------------------------------------------------------------------- */
+/* ---- provenance
+ * ---------------------------------------------------------------------------------- */
 
 /* Fields whose difference can change the numbers a run computes. */
 static int matters(const char *key) {
-    static const char *const keys[] = {"trainer.commit", "trainer.version", "build", "backend",
-                                       "device", "driver", "libraries", "layout", "seeds",
-                                       "data", "recipe"};
+    static const char *const keys[] = {
+        "trainer.commit", "trainer.version", "build", "backend", "device", "driver",
+        "libraries",      "layout",          "seeds", "data",    "recipe"};
     if (!strncmp(key, "layout.hosts", 12)) return 0;
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         size_t n = strlen(keys[i]);
-        if (!strncmp(key, keys[i], n) && (key[n] == 0 || key[n] == '.' || key[n] == '['))
-            return 1;
+        if (!strncmp(key, keys[i], n) && (key[n] == 0 || key[n] == '.' || key[n] == '[')) return 1;
     }
     return 0;
 }
@@ -416,7 +432,8 @@ int tr_report_compare(const tr_report_kv *a, int na, const tr_report_kv *b, int 
     return n;
 }
 
-/* ---- --json ----------------------------------------------------------------------------------- */
+/* ---- --json -----------------------------------------------------------------------------------
+ */
 
 static void jval(FILE *f, double v) {
     if (isfinite(v))
@@ -439,16 +456,25 @@ static void jks(FILE *f, const char *k, const char *v, int comma) {
 
 /* metrics' series: one array per field, NAN (null) where a step had no value */
 static void json_series(const tr_report *r, FILE *f) {
-    static const char *names[] = {"step", "attempt", "time_s", "loss", "val_loss", "tokens_per_s",
-                                  "mfu", "step_s", "predicted_step_s", "memory_bytes",
+    static const char *names[] = {"step",
+                                  "attempt",
+                                  "time_s",
+                                  "loss",
+                                  "val_loss",
+                                  "tokens_per_s",
+                                  "mfu",
+                                  "step_s",
+                                  "predicted_step_s",
+                                  "memory_bytes",
                                   "predicted_memory_bytes"};
     fputs("  \"series\": {", f);
     for (int k = 0; k < 11; k++) {
         fprintf(f, "%s\n    \"%s\": [", k ? "," : "", names[k]);
         for (int i = 0; i < r->n_steps; i++) {
             const tr_report_step *s = &r->steps[i];
-            double v[11] = {s->step, s->attempt, s->time_s, s->loss, s->val_loss, s->tokens_per_s,
-                            s->mfu, s->step_s, s->pred_step_s, s->mem, s->pred_mem};
+            double v[11] = {s->step,        s->attempt,      s->time_s,  s->loss,
+                            s->val_loss,    s->tokens_per_s, s->mfu,     s->step_s,
+                            s->pred_step_s, s->mem,          s->pred_mem};
             if (i) fputs(", ", f);
             jval(f, v[k]);
         }
@@ -586,16 +612,21 @@ void tr_report_write_json(const tr_report *r, FILE *f) {
     fputs("{\n  ", f);
     jks(f, "run_dir", r->dir, 0);
     fputs(",\n  \"missing\": [", f);
-    const char *names[6] = {"metrics.jsonl", "ledger.jsonl", "attempts.jsonl", "ranks.json",
-                            "memory.json", "provenance.json"};
-    int miss[6] = {0, r->missing[1], r->missing[2], !r->has_ranks_json, !r->has_memory_json,
+    const char *names[6] = {"metrics.jsonl", "ledger.jsonl", "attempts.jsonl",
+                            "ranks.json",    "memory.json",  "provenance.json"};
+    int miss[6] = {0,
+                   r->missing[1],
+                   r->missing[2],
+                   !r->has_ranks_json,
+                   !r->has_memory_json,
                    !r->has_provenance};
     for (int i = 0, first = 1; i < 6; i++)
         if (miss[i]) fprintf(f, "%s\"%s\"", first ? "" : ", ", names[i]), first = 0;
     fputs("],\n  \"skipped\": {", f);
     for (int k = 0; k < TR_RF_FILES; k++) {
         fprintf(f, "%s\"%s\": [", k ? ", " : "", tr_report_file_names[k]);
-        for (int i = 0; i < r->skipped[k].n; i++) fprintf(f, "%s%d", i ? ", " : "", r->skipped[k].line[i]);
+        for (int i = 0; i < r->skipped[k].n; i++)
+            fprintf(f, "%s%d", i ? ", " : "", r->skipped[k].line[i]);
         fputs("]", f);
     }
     fprintf(f, "},\n  \"summary\": {\"ranks\": %d, \"attempts\": %d, \"steps\": %d, ", r->n_ranks,
