@@ -6,6 +6,7 @@
 
 #include "parallel/schedule.h"
 #include "trainer/checkpoint.h"
+#include "trainer/report.h"
 #include "trainer/trainer.h"
 
 #define TR_VERSION "0.1.0"
@@ -27,6 +28,8 @@ static void usage(FILE *f) {
             "                 generate text from a checkpoint (KV cache)\n"
             "  tokenize INPUT... --out DIR\n"
             "                 text, folders or JSONL to token shards (GPT-2 BPE or bytes)\n"
+            "  report RUN_DIR [--out FILE] [--json] [--cluster FILE] [--compare RUN_DIR]\n"
+            "                 one HTML page (or JSON) of a run: curves, ranks, timeline, cost\n"
             "\n"
             "Run `trainer COMMAND --help` for a command's options.\n"
             "Example: trainer run recipes/shakespeare_char.lua --set steps=200\n",
@@ -283,9 +286,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "export")) return tr_cmd_export(argc, argv);
     if (!strcmp(cmd, "sample")) return tr_cmd_sample(argc, argv);
     if (!strcmp(cmd, "plan")) return tr_cmd_plan(argc, argv);
+    if (!strcmp(cmd, "report")) return tr_cmd_report(argc, argv);
     if (!is_run && !is_show) {
         fprintf(stderr,
-                "trainer: unknown command '%s' (commands: run, show, plan, tokenize, export, sample; see "
+                "trainer: unknown command '%s' (commands: run, show, plan, tokenize, export, sample, report; see "
                 "trainer --help)\n",
                 cmd);
         return 2;
