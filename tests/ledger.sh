@@ -4,7 +4,8 @@
 # slowed from some step on (TR_FAULT_SLOW_RANK) is named within a few steps, once, and charged
 # the others' waiting; a run whose rank is killed and then resumed has two attempts in
 # attempts.jsonl, the killed rank the only one not stopped by the launcher, and the steps done
-# again. A pipeline run charges its bubble.
+# again, and `trainer report` charges the downtime to the killed rank's host. A pipeline run
+# charges its bubble.
 set -u
 T="$1"
 command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
@@ -140,6 +141,23 @@ if [ ! -s "$tmp/killed/attempts.jsonl" ]; then
 elif run killed 4 X=1 -- "$R" --set steps=20 --set ckpt=5 --resume; then
     check "killed rank 1 and resumed: two attempts, rank 1 the one not stopped, 2 steps done again" \
         "$tmp/killed" killed 1 12 10
+    # the report charges the downtime between the attempts to rank 1's host
+    if "$T" report "$tmp/killed" --json --out "$tmp/killed.json" 2>"$tmp/report.err" &&
+        msg=$(python3 - "$tmp/killed" "$tmp/killed.json" <<'EOF'
+import json, sys
+att = [json.loads(l) for l in open(sys.argv[1] + "/attempts.jsonl")]
+host = [a for a in att if a["event"] == "start"][0]["hosts"][1]
+down = json.load(open(sys.argv[2]))["downtime"]
+ok = len(down) == 1 and down[0]["rank"] == 1 and down[0]["host"] == host and \
+    down[0]["steps_redone"] == 2 and down[0]["downtime_s"] > 0
+print(down)
+sys.exit(0 if ok else 1)
+EOF
+        ); then
+        echo "ok   the report charges the downtime to rank 1's host, 2 steps redone"
+    else
+        echo "FAIL the report's downtime: $msg $(cat "$tmp/report.err")"; fail=1
+    fi
 else
     echo "FAIL the resumed run exited $?"; tail -5 "$tmp/killed.log"; fail=1
 fi

@@ -482,25 +482,37 @@ int tr_report_load(tr_report *r, const char *dir, const char *cluster, char *err
     return tr_report_figures(r, cluster ? &c : NULL, err, errlen);
 }
 
+/* The two runs' provenance.json through trainer/provenance.h's comparison (the one `trainer
+ * run` and the tests use): what differs, whether it can change the numbers, the verdict. */
 int tr_report_load_compare(tr_report *r, const char *other, char *err, size_t errlen) {
-    tr_report_kv *kv = NULL;
-    int n = 0;
+    tr_json a, b;
     char e2[2048];
-    int rc = read_provenance(other, &kv, &n, e2, sizeof(e2));
+    int rc = read_json(other, "provenance.json", &b, e2, sizeof(e2));
     if (rc) {
         if (rc > 0)
             snprintf(err, errlen, "trainer report: --compare '%s': no provenance.json there",
                      other);
         else
             snprintf(err, errlen, "trainer report: --compare: %s", e2);
-        free(kv);
+        return -1;
+    }
+    rc = read_json(r->dir, "provenance.json", &a, e2, sizeof(e2));
+    if (rc) {
+        snprintf(err, errlen, "trainer report: --compare: %s",
+                 rc > 0 ? "this run folder has no provenance.json" : e2);
+        tr_json_free(&b);
         return -1;
     }
     snprintf(r->other, sizeof(r->other), "%s", other);
     r->compared = 1;
-    r->n_diffs =
-        tr_report_compare(r->prov, r->n_prov, kv, n, r->diffs, TR_REPORT_MAX_DIFFS, &r->comparable);
-    free(kv);
+    r->n_diffs = tr_provenance_diff(&a, &b, r->diffs, TR_PROV_MAX_DIFFS);
+    int shown = r->n_diffs < TR_PROV_MAX_DIFFS ? r->n_diffs : TR_PROV_MAX_DIFFS;
+    r->comparable = 1;
+    for (int i = 0; i < shown; i++)
+        if (r->diffs[i].numbers) r->comparable = 0;
+    tr_provenance_verdict(r->diffs, shown, r->verdict, sizeof(r->verdict));
+    tr_json_free(&a);
+    tr_json_free(&b);
     return 0;
 }
 

@@ -9,6 +9,8 @@
 
 #include <stdio.h>
 
+#include "trainer/provenance.h"
+
 #include "dsl/cluster.h"
 
 /* The ledger's parts of a rank's time, in this order (ledger.jsonl's "parts", without "_s"). */
@@ -103,13 +105,6 @@ typedef struct {
     double *v; /* v[rank * TR_REPORT_LV + k] */
 } tr_report_led;
 
-/* A provenance field that differs between two runs (a value is "(absent)" when missing). */
-typedef struct {
-    char key[128], a[256], b[256];
-    int matters; /* the difference can change the numbers */
-} tr_report_diff;
-
-#define TR_REPORT_MAX_DIFFS 64
 
 typedef struct {
     char dir[1024];
@@ -162,7 +157,8 @@ typedef struct {
     /* --compare */
     char other[1024];
     int compared, comparable, n_diffs;
-    tr_report_diff diffs[TR_REPORT_MAX_DIFFS];
+    tr_prov_diff diffs[TR_PROV_MAX_DIFFS]; /* trainer/provenance.h's comparison */
+    char verdict[512];                     /* tr_provenance_verdict's line */
 
     /* the cost rule's figures */
     int priced; /* --cluster gave prices */
@@ -177,12 +173,6 @@ int tr_report_load(tr_report *r, const char *dir, const char *cluster, char *err
  * OTHER has no readable provenance.json. */
 int tr_report_load_compare(tr_report *r, const char *other, char *err, size_t errlen);
 void tr_report_free(tr_report *r);
-
-/* The comparison of two flattened provenance records: the fields that differ into out (at most
- * max; the count of all is returned) and *comparable = no difference that can change the numbers
- * (commit, build, backend, device, driver, libraries, layout, seeds, data, recipe). */
-int tr_report_compare(const tr_report_kv *a, int na, const tr_report_kv *b, int nb,
-                      tr_report_diff *out, int max, int *comparable);
 
 /* The figures as JSON, and as the HTML page. */
 void tr_report_write_json(const tr_report *r, FILE *f);

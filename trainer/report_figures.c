@@ -381,57 +381,6 @@ int tr_report_figures(tr_report *r, const tr_cluster *c, char *err, size_t errle
     return rc;
 }
 
-/* ---- provenance
- * ---------------------------------------------------------------------------------- */
-
-/* Fields whose difference can change the numbers a run computes. */
-static int matters(const char *key) {
-    static const char *const keys[] = {
-        "trainer.commit", "trainer.version", "build", "backend", "device", "driver",
-        "libraries",      "layout",          "seeds", "data",    "recipe"};
-    if (!strncmp(key, "layout.hosts", 12)) return 0;
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-        size_t n = strlen(keys[i]);
-        if (!strncmp(key, keys[i], n) && (key[n] == 0 || key[n] == '.' || key[n] == '[')) return 1;
-    }
-    return 0;
-}
-
-static const tr_report_kv *find_kv(const tr_report_kv *kv, int n, const char *key) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(kv[i].key, key)) return &kv[i];
-    return NULL;
-}
-
-static void add_diff(tr_report_diff *out, int max, int *n, int *comparable, const char *key,
-                     const char *a, const char *b) {
-    int m = matters(key);
-    if (m) *comparable = 0;
-    if (*n < max) {
-        tr_report_diff *d = &out[*n];
-        snprintf(d->key, sizeof(d->key), "%s", key);
-        snprintf(d->a, sizeof(d->a), "%s", a);
-        snprintf(d->b, sizeof(d->b), "%s", b);
-        d->matters = m;
-    }
-    (*n)++;
-}
-
-int tr_report_compare(const tr_report_kv *a, int na, const tr_report_kv *b, int nb,
-                      tr_report_diff *out, int max, int *comparable) {
-    int n = 0;
-    *comparable = 1;
-    for (int i = 0; i < na; i++) {
-        const tr_report_kv *o = find_kv(b, nb, a[i].key);
-        if (!o || strcmp(o->val, a[i].val))
-            add_diff(out, max, &n, comparable, a[i].key, a[i].val, o ? o->val : "(absent)");
-    }
-    for (int i = 0; i < nb; i++)
-        if (!find_kv(a, na, b[i].key))
-            add_diff(out, max, &n, comparable, b[i].key, "(absent)", b[i].val);
-    return n;
-}
-
 /* ---- --json -----------------------------------------------------------------------------------
  */
 
@@ -597,13 +546,14 @@ static void json_heat_prov(const tr_report *r, FILE *f) {
     }
     fputs("{", f);
     jks(f, "other", r->other, 1);
+    jks(f, "verdict", r->verdict, 1);
     fprintf(f, "\"comparable\": %s, \"n_differences\": %d, \"differences\": [",
             r->comparable ? "true" : "false", r->n_diffs);
-    for (int i = 0; i < r->n_diffs && i < TR_REPORT_MAX_DIFFS; i++) {
+    for (int i = 0; i < r->n_diffs && i < TR_PROV_MAX_DIFFS; i++) {
         fprintf(f, "%s\n    {", i ? "," : "");
-        jks(f, "key", r->diffs[i].key, 1), jks(f, "this", r->diffs[i].a, 1);
+        jks(f, "key", r->diffs[i].field, 1), jks(f, "this", r->diffs[i].a, 1);
         jks(f, "other", r->diffs[i].b, 1);
-        fprintf(f, "\"matters\": %s}", r->diffs[i].matters ? "true" : "false");
+        fprintf(f, "\"matters\": %s}", r->diffs[i].numbers ? "true" : "false");
     }
     fputs("]},\n", f);
 }

@@ -412,16 +412,13 @@ static void sec_provenance(const tr_report *r, FILE *f) {
     if (r->n_prov) fputs("</table>", f);
     if (r->compared) {
         fputs("<h3>Compared with ", f), esc(f, r->other), fputs("</h3>", f);
-        fprintf(f, "<p class=\"verdict\" data-key=\"compare.comparable\" data-value=\"%s\">%s</p>",
-                r->comparable ? "true" : "false",
-                r->comparable ? (r->n_diffs ? "bitwise comparable (they differ only in fields that "
-                                              "do not change the numbers)"
-                                            : "bitwise comparable")
-                              : "not bitwise comparable: the fields marked * differ");
+        fprintf(f, "<p class=\"verdict\" data-key=\"compare.comparable\" data-value=\"%s\">",
+                r->comparable ? "true" : "false");
+        esc(f, r->verdict), fputs(" (the fields marked * can change the numbers)</p>", f);
         fputs("<table><tr><th>field</th><th>this run</th><th>the other</th></tr>\n", f);
-        for (int i = 0; i < r->n_diffs && i < TR_REPORT_MAX_DIFFS; i++) {
-            fprintf(f, "<tr><td>%s", r->diffs[i].matters ? "* " : "");
-            esc(f, r->diffs[i].key), fputs("</td><td>", f), esc(f, r->diffs[i].a);
+        for (int i = 0; i < r->n_diffs && i < TR_PROV_MAX_DIFFS; i++) {
+            fprintf(f, "<tr><td>%s", r->diffs[i].numbers ? "* " : "");
+            esc(f, r->diffs[i].field), fputs("</td><td>", f), esc(f, r->diffs[i].a);
             fputs("</td><td>", f), esc(f, r->diffs[i].b), fputs("</td></tr>\n", f);
         }
         fputs("</table>", f);
