@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `trainer check`: one step of the same model in two layouts, compared tensor by tensor.
 #   tests/check.sh TRAINER        the CPU layouts the parallel tests prove equal (tp 2 with and
-#                                 without sequence parallelism, dp 2 at ZeRO 0 and 3, pp 2, a
+#                                 without sequence parallelism, dp 2 at ZeRO 0 and 3, pp 2,
+#                                 tp 2 x pp 2 zb-h1, dp 2 x tp 2 ZeRO-2 untied, a
 #                                 Llama shape at tp 2) agree within 1e-5; a run that
 #                                 TR_FAULT_PERTURB changes at one layer is named exactly there
 #                                 (exit 1); bad layouts and flags get one line and exit 2
@@ -83,7 +84,7 @@ agree tp2_sp $GPT --a cpu --b cpu,tp=2,sp
 agree dp2 $GPT --a cpu --b cpu,dp=2
 agree dp2_zero3 $GPT --a cpu --b cpu,dp=2,zero=3
 agree pp2 $GPT --a cpu --b cpu,pp=2
-agree pp2_tp2_zbh1 $GPT --a cpu,tp=2 --b cpu,pp=2,schedule=zb-h1
+agree tp2_pp2_zbh1 $GPT --a cpu,tp=2 --b cpu,tp=2,pp=2,schedule=zb-h1
 want_elems=$(params_of $GPT --set tied=false)
 agree untied_dp2_tp2 $GPT --set tied=false --a cpu --b cpu,dp=2,tp=2,sp,zero=2
 want_elems=$(params_of $LLAMA)
