@@ -206,10 +206,7 @@ static int parse_check(check_opts *o, int argc, char **argv) {
             return -1;
         }
     }
-    const char *miss = !o->recipe ? "a recipe"
-                       : !have_a  ? "--a LAYOUT"
-                       : !have_b  ? "--b LAYOUT"
-                                  : 0;
+    const char *miss = !o->recipe ? "recipe" : !have_a ? "--a LAYOUT" : !have_b ? "--b LAYOUT" : 0;
     if (miss) {
         fprintf(stderr, "trainer check: no %s given (see trainer check --help)\n", miss);
         return -1;
