@@ -40,12 +40,27 @@ static void use_slot(tr_model *m, int c, int slot) {
 static tr_buf *P(const tr_model *m, int i) {
     return i < 0 ? NULL : m->paddr[i];
 }
+static int stream_rows(const tr_model *m, int N);
+static int stream_row0(const tr_model *m, int N);
 /* ZeRO-3's op hook around everything an op computes (dir +1 forward, -1 backward) */
 static void op_begin(tr_model *m, int i, int dir) {
     if (m->ohook) m->ohook(m->octx, i, dir > 0 && m->recompute_to ? 2 : dir, 0);
 }
 static void op_end(tr_model *m, int i, int dir) {
     if (m->ohook) m->ohook(m->octx, i, dir > 0 && m->recompute_to ? 2 : dir, 1);
+    if (m->tap && dir > 0 && !m->recompute_to && m->ops[i].kind != OP_RES_BEGIN) {
+        const op_t *op = &m->ops[i];
+        int N = m->pass_n, head = op->kind == OP_HEAD, rows = head ? N : stream_rows(m, N);
+        tr_tap t = {.op = i,
+                    .x = head ? NULL : ACT(m, op->out),
+                    .f32 = head ? m->losses : NULL,
+                    .rows = rows,
+                    .row0 = head ? 0 : stream_row0(m, N),
+                    .N = N,
+                    .cols = head ? 1 : m->desc.dim,
+                    .replica = rows == N && m->tpr > 0};
+        m->tap(m->tap_ctx, &t);
+    }
 }
 static tr_buf *G(const tr_model *m, int i) {
     return i < 0 ? NULL : m->gaddr[i];
@@ -321,6 +336,7 @@ static const op_t *forward_range(tr_model *m, int from, int to, int B, int T) {
 static int pass_begin(tr_model *m, const int *tokens, int B, int T, int allow_sp) {
     size_t N = (size_t)B * (size_t)T, maxN = (size_t)m->maxB * (size_t)m->maxT;
     m->sp_now = m->sp && allow_sp && N % (size_t)m->tp == 0;
+    m->pass_n = (int)N;
     if (N > maxN || (m->sp && !m->sp_now && N * (size_t)m->tp > maxN)) return -1;
     if (!tokens) return 0; /* a pipeline chunk without the embedding */
     m->be->upload(m->tokens, tokens, N * sizeof(int));

@@ -63,7 +63,9 @@ static size_t stat_take(builder *b, size_t width, int stream) {
     return take(&b->stat_cursor, NULL, width, rows);
 }
 
-static op_t *op_push(builder *b, op_kind kind, const tr_node *n) {
+/* prefix: the node's name in the model's tree with a trailing dot ("stack.0.residual0."),
+ * which names the op's output for tools (tr_model_op_name). */
+static op_t *op_push(builder *b, op_kind kind, const tr_node *n, const char *prefix) {
     tr_model *m = b->m;
     if (m->n_ops == m->cap_ops) {
         m->cap_ops = m->cap_ops ? 2 * m->cap_ops : 64;
@@ -76,6 +78,7 @@ static op_t *op_push(builder *b, op_kind kind, const tr_node *n) {
     op->p[0] = op->p[1] = op->p[2] = op->p[3] = -1;
     op->depth = b->depth;
     op->chunk = b->chunk;
+    snprintf(op->name, sizeof(op->name), "%.*s", (int)strlen(prefix) - 1, prefix);
     return op;
 }
 
@@ -328,7 +331,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         return cur;
     }
     case TR_NODE_RESIDUAL: {
-        op = op_push(b, OP_RES_BEGIN, n);
+        op = op_push(b, OP_RES_BEGIN, n, prefix);
         op->in = op->out = cur;
         int begin = m->n_ops - 1;
         if (b->depth == 0) b->tcursor = b->tstat_cursor = 0; /* a new top-level branch */
@@ -336,7 +339,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         if (b->depth > m->max_depth) m->max_depth = b->depth;
         size_t branch = flatten_children(b, n, prefix, cur);
         b->depth--;
-        op = op_push(b, OP_RES_END, n);
+        op = op_push(b, OP_RES_END, n, prefix);
         op->match = begin;
         if (b->depth == 0) m->last_branch_end = m->n_ops - 1;
         op->in = branch;
@@ -345,14 +348,14 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         return op->out;
     }
     case TR_NODE_EMBEDDING:
-        op = op_push(b, OP_EMBED, n);
+        op = op_push(b, OP_EMBED, n, prefix);
         op->p[0] = param_add(b, prefix, "weight", 2, m->vn, C, std, 0);
         vocab_rows(m, op->p[0]);
         m->embed_param = op->p[0];
         op->out = act_take(b, (size_t)C, 1);
         return op->out;
     case TR_NODE_POSITIONS:
-        op = op_push(b, OP_POS, n);
+        op = op_push(b, OP_POS, n, prefix);
         op->p[0] = param_add(b, prefix, "weight", 2, m->desc.seq_len, C, std, 0);
         replicate(m, op->p[0], m->sp); /* each rank adds it to its rows of the stream */
         op->in = op->out = cur; /* added in place: the embedding output is not needed later */
@@ -361,7 +364,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         return cur;
     case TR_NODE_LAYERNORM:
     case TR_NODE_RMSNORM:
-        op = op_push(b, n->kind == TR_NODE_LAYERNORM ? OP_LAYERNORM : OP_RMSNORM, n);
+        op = op_push(b, n->kind == TR_NODE_LAYERNORM ? OP_LAYERNORM : OP_RMSNORM, n, prefix);
         op->p[0] = param_add(b, prefix, "weight", 1, C, 1, 0, 1);
         replicate(m, op->p[0], m->sp);
         if (n->kind == TR_NODE_LAYERNORM && n->bias) {
@@ -374,7 +377,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         op->s[1] = stat_take(b, 1, 1); /* rstd */
         return op->out;
     case TR_NODE_ATTENTION: {
-        op = op_push(b, OP_ATTENTION, n);
+        op = op_push(b, OP_ATTENTION, n, prefix);
         attention_params(b, op, n, prefix, std, proj_std);
         if (b->err[0]) return cur;
         int hd = C / n->heads, q = op->H * hd, qkv = (op->H + 2 * op->KV) * hd;
@@ -391,7 +394,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         return op->out;
     }
     case TR_NODE_MLP: {
-        op = op_push(b, OP_MLP, n);
+        op = op_push(b, OP_MLP, n, prefix);
         mlp_params(b, op, n, prefix, std, proj_std);
         if (b->err[0]) return cur;
         int h = op->hid, fc = n->activation == TR_ACT_SWIGLU ? 2 * h : h;
@@ -411,7 +414,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         return op->out;
     }
     case TR_NODE_LM_HEAD:
-        op = op_push(b, OP_HEAD, n);
+        op = op_push(b, OP_HEAD, n, prefix);
         if (n->tied) {
             op->p[0] = m->embed_param;
         } else {
@@ -960,6 +963,18 @@ void tr_model_set_op_hook(tr_model *m, tr_op_hook fn, void *ctx) {
 
 int tr_model_recompute_end(const tr_model *m) {
     return m->recompute_to;
+}
+
+void tr_model_set_tap(tr_model *m, tr_tap_fn fn, void *ctx) {
+    m->tap = fn;
+    m->tap_ctx = ctx;
+}
+
+const char *tr_model_op_name(const tr_model *m, int i, int *cols) {
+    const op_t *op = &m->ops[i];
+    if (op->kind == OP_RES_BEGIN) return NULL; /* its output is its input */
+    if (cols) *cols = op->kind == OP_HEAD ? 1 : m->desc.dim;
+    return op->name;
 }
 
 int tr_model_num_ops(const tr_model *m) {

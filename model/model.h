@@ -321,6 +321,26 @@ void tr_model_set_op_hook(tr_model *m, tr_op_hook fn, void *ctx);
 /* During a dir = +2 forward: the op it stops before (its ops are [., end)); else 0. */
 int tr_model_recompute_end(const tr_model *m);
 int tr_model_num_ops(const tr_model *m);
+
+/* ---- taps (tools: `trainer check`) --------------------------------------------------------
+ * While set, fn is called after every op's forward (training and evaluation, not the forward
+ * that full recompute repeats) with its output: rows [row0, row0 + rows) of the pass's N
+ * tokens, cols wide; the stream (storage dtype, x) or, for the head, the per-token losses
+ * (fp32 backend memory, f32). replica: another rank of the tp group holds the same rows (this
+ * is not its copy 0). fn may change the output in place, before the ops after it read it. */
+typedef struct {
+    int op;
+    tr_buf *x;
+    float *f32;
+    int rows, row0, N, cols;
+    int replica;
+} tr_tap;
+typedef void (*tr_tap_fn)(void *ctx, const tr_tap *t);
+void tr_model_set_tap(tr_model *m, tr_tap_fn fn, void *ctx);
+/* The name of op i's output in the model's tree ("stack.0.residual0.attention"; the head's
+ * per-token loss is "lm_head") and its width (cols); NULL for an op whose output is its
+ * input (the start of a residual branch). The same on every rank of any layout. */
+const char *tr_model_op_name(const tr_model *m, int i, int *cols);
 /* The parameter tensors op `op` reads when it runs in direction dir, into p; returns how many
  * (at most 4). */
 int tr_model_op_params(const tr_model *m, int op, int dir, int p[4]);

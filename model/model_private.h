@@ -32,6 +32,7 @@ typedef struct {
     size_t dy[2];   /* split backward (ATTENTION, MLP): the output gradients of the layer's
                        two products, kept from the input part for the weight part: (N, C) of
                        the output product, (N, qkv or fc) of the input product */
+    char name[TR_PARAM_NAME_MAX]; /* its node in the model's tree: "stack.0.residual0.mlp" */
 } op_t;
 
 /* A pipeline chunk: ops [lo, hi) of the program. A held chunk's activations take arena range
@@ -102,6 +103,9 @@ struct tr_model {
     size_t piece_elems;
     tr_op_hook ohook;
     void *octx;
+    tr_tap_fn tap; /* tools: each op's output after its forward (tr_model_set_tap) */
+    void *tap_ctx;
+    int pass_n;    /* tokens of the pass running (B x T) */
     int recompute_to;   /* inside the backward's repeated forward of ops [., recompute_to): 0
                            when not */
     tr_adamw_seg *segs; /* the optimizer step's stretches (reused every step) */

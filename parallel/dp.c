@@ -794,6 +794,32 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
     return 0;
 }
 
+int tr_dp_gather_grads(tr_dp *d, float *out) {
+    const tr_backend *be = d->be;
+    if (d->zero < 2) {
+        be->from_storage(out, tr_model_grad_slab(d->m), tr_model_slab_elements(d->m));
+        return 0;
+    }
+    /* bucket by bucket, as tr_dp_gather_state: every rank's piece into its place, gathered
+       in the slab's layout through the bucket's padded length (the ring's largest) */
+    float *h = malloc((d->ring_elems ? d->ring_elems : 1) * sizeof(float));
+    int ok = h != NULL;
+    tr_comm_all_reduce(d->c, &ok, 1, TR_COMM_I32); /* all ranks gather, or none */
+    if (ok < d->world) {
+        free(h);
+        return -1;
+    }
+    for (int i = 0; i < d->n_buckets; i++) {
+        const bucket *b = &d->b[i];
+        size_t mine = (size_t)d->rank * b->piece;
+        be->from_storage(h + mine, tr_buf_at(be, d->sgrad, b->state), b->piece);
+        if (d->world > 1) tr_comm_all_gather(d->c, h + mine, h, b->piece, TR_COMM_F32);
+        memcpy(out + b->lo, h, (b->hi - b->lo) * sizeof(float));
+    }
+    free(h);
+    return 0;
+}
+
 void tr_dp_state_free(tr_dp_state *s) {
     free(s->m);
     free(s->v);

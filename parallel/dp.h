@@ -76,6 +76,10 @@ typedef struct {
  * -1 when out of memory. */
 int tr_dp_gather_state(tr_dp *d, tr_dp_state *out);
 void tr_dp_state_free(tr_dp_state *s);
+/* The step's gradient, summed over the group (after tr_dp_sync_grads, before tr_dp_step),
+ * as fp32 into host memory of tr_model_slab_elements floats indexed like the slab: the
+ * model's slab, or at ZeRO-2/3 every rank's pieces (every rank calls it). Tools and tests; -1 when out of memory. */
+int tr_dp_gather_grads(tr_dp *d, float *out);
 /* ZeRO-3: tensor `param` of a gathered tr_dp_state's parameters into dst. */
 void tr_dp_param_source(void *ctx, int param, float *dst);
 /* ZeRO-3: the high-water mark of gathered parameter buffers (measured). */

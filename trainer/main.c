@@ -26,6 +26,8 @@ static void usage(FILE *f) {
             "                 write a checkpoint as a Hugging Face model folder\n"
             "  sample CKPT [--prompt TEXT] [--tokens N]\n"
             "                 generate text from a checkpoint (KV cache)\n"
+            "  check RECIPE --a LAYOUT --b LAYOUT\n"
+            "                 one step in two layouts, compared tensor by tensor\n"
             "  tokenize INPUT... --out DIR\n"
             "                 text, folders or JSONL to token shards (GPT-2 BPE or bytes)\n"
             "  report RUN_DIR [--out FILE] [--json] [--cluster FILE] [--compare RUN_DIR]\n"
@@ -287,9 +289,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return tr_cmd_sample(argc, argv);
     if (!strcmp(cmd, "plan")) return tr_cmd_plan(argc, argv);
     if (!strcmp(cmd, "report")) return tr_cmd_report(argc, argv);
+    if (!strcmp(cmd, "check")) return tr_cmd_check(argc, argv);
     if (!is_run && !is_show) {
         fprintf(stderr,
-                "trainer: unknown command '%s' (commands: run, show, plan, tokenize, export, sample, report; see "
+                "trainer: unknown command '%s' (commands: run, show, plan, check, tokenize, export, "
+                "sample, report; see "
                 "trainer --help)\n",
                 cmd);
         return 2;

@@ -28,6 +28,8 @@ typedef struct {
  * ZeRO's gradient pieces). */
 enum { FIG_PIPE_IDLE, FIG_MEMORY };
 
+typedef struct run_dump run_dump; /* trainer/dump.c */
+
 typedef struct {
     tr_options o;
     tr_comm *world;           /* every process */
@@ -73,6 +75,7 @@ typedef struct {
     tr_ledger *ledger;
     double *all_steps;    /* every rank's figures of the last step (TR_LEDGER_EXTRA each) */
     double *all_compute;  /* every rank's seconds computing in the last step */
+    run_dump *dump;       /* TR_DUMP_TENSORS, TR_FAULT_PERTURB: the first step's taps */
     int tty;
     char err[1024];
     char msg[TR_PATH_MAX + 1100]; /* a setup step's failure, for the agreement */
@@ -93,6 +96,17 @@ void run_price(run_ctx *x);
 /* OUT/provenance.json (trainer/provenance_write.c): every rank gives its host name, rank 0
  * writes the file from the resolved run and the command line argv. 0, or -1 after one line. */
 int run_provenance(run_ctx *x, int argc, char **argv);
+
+/* trainer/dump.c (tools and tests; every rank takes part in each): TR_DUMP_PARAMS, the final
+ * parameters as global fp32 tensors into path (0, 1 when not written, -1 out of memory);
+ * before the first step's forwards run_dump_arm sets the model's tap when TR_DUMP_TENSORS=DIR
+ * or TR_FAULT_PERTURB=NAME asks (-1 after a line: an unknown NAME, out of memory), and after
+ * its gradients are summed run_dump_step writes its activations and gradients as global
+ * tensors into DIR (0; 1 when not written; -1 out of memory) and removes the tap. */
+int run_dump_params(run_ctx *x, const char *path);
+int run_dump_arm(run_ctx *x);
+int run_dump_step(run_ctx *x);
+void run_dump_free(run_ctx *x);
 
 /* One line for an output file that could not be written (opened, written or closed): -1. */
 int run_cannot_write(const char *path, int e);

@@ -611,6 +611,7 @@ int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
 
 void run_free(run_ctx *x) {
     if (!x) return;
+    run_dump_free(x);
     tr_ckpt_writer_free(x->ckw); /* before the model: the writer reads it */
     if (x->metrics) fclose(x->metrics);
     free(x->inputs);

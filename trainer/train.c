@@ -239,6 +239,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     double t0 = tr_now(), c0 = tr_comm_wait_seconds(), w0 = tr_loader_wait_seconds(x->loader);
     res->lr = lr_at(r, step);
     tr_model_zero_grad(x->model);
+    if (step == x->start_step && run_dump_arm(x)) return -1; /* TR_DUMP_TENSORS, tests */
     double loss = 0;
     for (int a = 0; a < accum; a++) {
         int *in = x->pipe ? x->mb_in[a] : x->inputs, *tg = x->pipe ? x->mb_tg[a] : x->targets;
@@ -264,6 +265,9 @@ static int train_step(run_ctx *x, int step, step_result *res) {
         nanosleep(&ts, NULL);
     }
     tr_dp_sync_grads(x->dp);
+    int dumped = run_dump_step(x);
+    if (dumped < 0) return -1;
+    if (dumped) x->out_failed = 1;
     res->loss = tr_dp_sum(x->dp, loss / accum) / ndp;
     res->norm = tr_dp_grad_norm(x->dp);
     if (!isfinite(res->loss) || !isfinite(res->norm)) {
@@ -507,70 +511,6 @@ static void print_parallel_stats(const run_ctx *x) {
     }
 }
 
-/* This process's part of global tensor g (its name) into `global` (zeroed; what several ranks
- * hold, once: tp copy 0, not a pipeline replica); nothing when it does not hold the tensor.
- * -1 when out of memory. */
-static int place_param(run_ctx *x, const tr_dp_state *all, const char *name, float *global) {
-    int i = 0, np = tr_model_num_params(x->model);
-    while (i < np && strcmp(tr_model_param(x->model, i)->name, name))
-        i++;
-    if (i == np || tr_model_param(x->model, i)->pp_copy) return 0;
-    const tr_param *p = tr_model_param(x->model, i);
-    int nr = tr_param_runs(p, 0, p->numel, NULL, 0);
-    float *mine = malloc((p->numel ? p->numel : 1) * sizeof(float));
-    tr_run *runs = malloc((size_t)(nr ? nr : 1) * sizeof(tr_run));
-    if (!mine || !runs) {
-        free(mine), free(runs);
-        return -1;
-    }
-    if (x->lay.zero == 3)
-        tr_dp_param_source((void *)all, i, mine);
-    else
-        tr_model_get_param(x->model, i, mine);
-    tr_param_runs(p, 0, p->numel, runs, nr);
-    for (int k = 0; k < nr; k++)
-        if (p->seg[runs[k].seg].copy == 0)
-            memcpy(global + runs[k].global, mine + runs[k].local, runs[k].n * sizeof(float));
-    free(mine), free(runs);
-    return 0;
-}
-
-/* TR_DUMP_PARAMS (tests): the final parameters as raw fp32, every GLOBAL tensor in the order
- * of one process's model (a planned one lists them): each rank places its part of a tensor
- * into a zeroed buffer, a sum over the ranks of one model copy (tp x pp) assembles it (every
- * element comes from exactly one rank), and rank 0 writes it. ZeRO-3 reads the gathered
- * state. Every rank takes part; 1 when the file could not be written (said), -1 when out of
- * memory. */
-static int dump_params(run_ctx *x, const char *path) {
-    tr_dp_state all = {0};
-    tr_model *plan = NULL;
-    tr_model_opts one = {.B = 1, .T = 1};
-    if (tr_model_plan(&plan, &x->r.model, TR_DTYPE_F32, &one, x->err, sizeof(x->err))) return -1;
-    if (x->lay.zero == 3 && tr_dp_gather_state(x->dp, &all)) {
-        tr_model_free(plan);
-        return -1;
-    }
-    FILE *df = x->rank == 0 ? fopen(path, "wb") : NULL;
-    int bad = x->rank == 0 && !df ? -run_cannot_write(path, errno) : 0;
-    for (int i = 0; i < tr_model_num_params(plan) && bad >= 0; i++) {
-        const tr_param *p = tr_model_param(plan, i);
-        size_t n = (size_t)p->gshape[0] * (size_t)p->gshape[1];
-        float *global = calloc(n ? n : 1, sizeof(float));
-        if (!global || place_param(x, &all, p->name, global)) {
-            free(global);
-            bad = -1;
-            break;
-        }
-        tr_comm_all_reduce(x->mpc, global, n, TR_COMM_F32);
-        if (df) fwrite(global, sizeof(float), n, df);
-        free(global);
-    }
-    if (df && run_close_output(df, path) && bad >= 0) bad = 1;
-    tr_dp_state_free(&all);
-    tr_model_free(plan);
-    return bad;
-}
-
 /* Pipeline parallelism: every stage's idle share of its schedules (rank 0 prints them, one
  * per stage: the first rank of each), beside the schedule's theoretical bubble. */
 static void print_pipeline(const run_ctx *x, double idle) {
@@ -658,7 +598,7 @@ static int run_report(run_ctx *x) {
     tr_dp_hold_params(x->dp, 0);
     const char *dump = getenv("TR_DUMP_PARAMS");
     if (dump && *dump) {
-        int bad = dump_params(x, dump);
+        int bad = run_dump_params(x, dump);
         if (bad < 0) {
             fprintf(stderr, "trainer: rank %d: out of memory for TR_DUMP_PARAMS\n", x->rank);
             return 1;
