@@ -64,17 +64,28 @@ static void install_handlers(void) {
 
 const char *sv_signal_name(int sig) {
     switch (sig) {
-    case SIGKILL: return "SIGKILL";
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGHUP: return "SIGHUP";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGPIPE: return "SIGPIPE";
-    default: return "a signal";
+    case SIGKILL:
+        return "SIGKILL";
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGINT:
+        return "SIGINT";
+    case SIGHUP:
+        return "SIGHUP";
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGABRT:
+        return "SIGABRT";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGFPE:
+        return "SIGFPE";
+    case SIGILL:
+        return "SIGILL";
+    case SIGPIPE:
+        return "SIGPIPE";
+    default:
+        return "a signal";
     }
 }
 
@@ -113,7 +124,8 @@ static int parse_flags(sv_run *s, int argc, char **argv, int *cmd_at) {
         if (!takes) {
             if (a[0] == '-') return usage_error("unknown option '%s'", a);
             return usage_error("'%s': the command goes after '--' (trainer supervise [options] "
-                               "-- COMMAND...)", a);
+                               "-- COMMAND...)",
+                               a);
         }
         if (!v) return usage_error("%s needs a value", a);
         i++;
@@ -258,12 +270,13 @@ static int same_failure(const sv_attempt *a, const sv_attempt *b) {
 
 /* What to do after failed attempt a (prev: the one before, or NULL); *action and the summary
  * in why when giving up. 0: relaunch, 1: give up. */
-static int decide(sv_run *s, const sv_attempt *a, const sv_attempt *prev, char *action,
-                  size_t alen, char *why, size_t wlen) {
+static int decide(sv_run *s, const sv_attempt *a, const sv_attempt *prev, char *action, size_t alen,
+                  char *why, size_t wlen) {
     snprintf(action, alen, "relaunch");
     if (prev && same_failure(a, prev)) {
-        snprintf(why, wlen, "two attempts in a row failed the same way, at the same step: a "
-                            "relaunch repeats the crash");
+        snprintf(why, wlen,
+                 "two attempts in a row failed the same way, at the same step: a "
+                 "relaunch repeats the crash");
         snprintf(action, alen, "give up");
         return 1;
     }
@@ -289,9 +302,10 @@ static void say_failure(const sv_attempt *a, int resume_step) {
     sv_describe_status(a->status, st, sizeof(st));
     if (a->rank >= 0)
         snprintf(who, sizeof(who), "rank %d on %s failed%s", a->rank,
-                 a->host[0] ? a->host : "an unknown host", a->others_stopped ? " (the launcher "
-                                                                                "stopped the others)"
-                                                                              : "");
+                 a->host[0] ? a->host : "an unknown host",
+                 a->others_stopped ? " (the launcher "
+                                     "stopped the others)"
+                                   : "");
     else
         snprintf(who, sizeof(who), "which rank failed is not known");
     printf("supervise: attempt %d ended with %s after step %d: %s%s%s; %d step(s) since the "
@@ -338,8 +352,8 @@ static int supervise(sv_run *s) {
         int resume_step = sv_checkpoint_step(s);
         say_failure(&a, resume_step);
         char action[128], why[512] = "";
-        int give_up = decide(s, &a, have_prev ? &prev : NULL, action, sizeof(action), why,
-                             sizeof(why));
+        int give_up =
+            decide(s, &a, have_prev ? &prev : NULL, action, sizeof(action), why, sizeof(why));
         double wait = give_up ? 0 : s->backoff * pow(2.0, s->relaunches);
         if (wait > fmax(s->backoff, 300.0)) wait = fmax(s->backoff, 300.0);
         sv_write_event(s, &a, resume_step, wait, action);
@@ -373,8 +387,10 @@ int tr_cmd_supervise(int argc, char **argv) {
     if (copy_command(s, argc, argv, at)) {
         fprintf(stderr, "trainer supervise: out of memory\n");
     } else if ((s->run_at = find_run(s->cmd, s->n)) < 0) {
-        fprintf(stderr, "trainer supervise: the command runs no `trainer run` (it needs one, "
-                        "to add --resume to): %s\n", s->cmd[0]);
+        fprintf(stderr,
+                "trainer supervise: the command runs no `trainer run` (it needs one, "
+                "to add --resume to): %s\n",
+                s->cmd[0]);
     } else if (!find_out(s) && !sv_read_hostfile(s)) {
         install_handlers();
         s->t0 = tr_now();

@@ -17,16 +17,16 @@ typedef struct {
 
 /* What one failed attempt came to, from its wait status and the run's records. */
 typedef struct {
-    int attempt;        /* its number in attempts.jsonl (the next one when it wrote none) */
-    int started;        /* it wrote its start line (got through setup) */
-    int start_step;     /* the steps done when it started */
-    int last_step;      /* the last step it finished */
-    int rank;           /* the rank that failed, -1 when not known */
-    int others_stopped; /* every other rank wrote a "stopped" line */
+    int attempt;            /* its number in attempts.jsonl (the next one when it wrote none) */
+    int started;            /* it wrote its start line (got through setup) */
+    int start_step;         /* the steps done when it started */
+    int last_step;          /* the last step it finished */
+    int rank;               /* the rank that failed, -1 when not known */
+    int others_stopped;     /* every other rank wrote a "stopped" line */
     char host[SV_HOST_LEN]; /* the failed rank's host, "" when not known */
-    int status;         /* the command's wait status */
-    double t_last;      /* unix seconds of its last progress (a step, else its start) */
-    char why[256];      /* a rank's reason ("failed" line), or the run's own exit */
+    int status;             /* the command's wait status */
+    double t_last;          /* unix seconds of its last progress (a step, else its start) */
+    char why[256];          /* a rank's reason ("failed" line), or the run's own exit */
 } sv_attempt;
 
 typedef struct {
@@ -36,14 +36,14 @@ typedef struct {
     char **cmd;           /* the command, edited between launches; NULL-terminated */
     int n, run_at;        /* its length; the index of its "run" */
     char out[TR_PATH_MAX];
-    int steps;            /* the recipe's */
+    int steps; /* the recipe's */
     sv_host *hosts;
     int nhosts;
-    int np_at, dp_at;     /* the command's -np value and --dp value (indices), -1 */
+    int np_at, dp_at; /* the command's -np value and --dp value (indices), -1 */
     int launches, relaunches;
-    int redone;           /* steps trained again, in all */
-    double down_s;        /* seconds down, in all */
-    double t0;            /* the supervisor's start (tr_now) */
+    int redone;    /* steps trained again, in all */
+    double down_s; /* seconds down, in all */
+    double t0;     /* the supervisor's start (tr_now) */
 } sv_run;
 
 const char *sv_signal_name(int sig);

@@ -72,10 +72,10 @@ int sv_checkpoint_step(const sv_run *s) {
 typedef struct {
     sv_attempt *a;
     int ranks, n_stopped;
-    char *stopped;      /* per rank: wrote a stopped line */
+    char *stopped; /* per rank: wrote a stopped line */
     char (*hosts)[SV_HOST_LEN];
-    double t_start;     /* of the last start line */
-    int last_start;     /* its attempt number */
+    double t_start; /* of the last start line */
+    int last_start; /* its attempt number */
 } attempt_scan;
 
 static void scan_last_start(void *ctx, const tr_json *o) {
@@ -147,8 +147,9 @@ void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
     } else {
         a->last_step = a->start_step = sv_checkpoint_step(s);
         c.t_start = t_launch;
-        snprintf(a->why, sizeof(a->why), "it stopped before its first step (its own output "
-                                         "says why)");
+        snprintf(a->why, sizeof(a->why),
+                 "it stopped before its first step (its own output "
+                 "says why)");
     }
     if (a->rank < 0 && c.ranks > 1 && c.n_stopped == c.ranks - 1) {
         for (int k = 0; k < c.ranks; k++)
@@ -183,8 +184,9 @@ void sv_write_event(sv_run *s, const sv_attempt *a, int resume_step, double wait
     if (!f) return;
     char st[64];
     sv_describe_status(a->status, st, sizeof(st));
-    fprintf(f, "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"down_s\": %.3f, "
-               "\"steps_redone\": %d, \"last_step\": %d, \"resume_step\": %d, \"cause\": {",
+    fprintf(f,
+            "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"down_s\": %.3f, "
+            "\"steps_redone\": %d, \"last_step\": %d, \"resume_step\": %d, \"cause\": {",
             a->attempt, now, down, redone, a->last_step, resume_step);
     if (a->rank >= 0)
         fprintf(f, "\"rank\": %d, \"host\": ", a->rank);
@@ -239,9 +241,10 @@ void sv_goodput(sv_run *s, int done) {
     fflush(stdout);
     FILE *f = done ? open_attempts(s) : NULL;
     if (!f) return;
-    fprintf(f, "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"action\": \"done\", "
-               "\"wall_s\": %.3f, \"train_s\": %.3f, \"goodput\": %.4f, \"relaunches\": %d, "
-               "\"steps_redone\": %d, \"down_s\": %.3f}\n",
+    fprintf(f,
+            "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"action\": \"done\", "
+            "\"wall_s\": %.3f, \"train_s\": %.3f, \"goodput\": %.4f, \"relaunches\": %d, "
+            "\"steps_redone\": %d, \"down_s\": %.3f}\n",
             sv_count_starts(s), tr_ledger_unix_now(), wall, kept, g, s->relaunches, s->redone,
             s->down_s);
     fclose(f);
@@ -373,8 +376,9 @@ static int lower_np(sv_run *s, int left, char *why, size_t wlen) {
         int dp = atoi(s->cmd[s->dp_at]);
         int per = dp > 0 && np % dp == 0 ? np / dp : 0; /* tp x pp */
         if (!per || now % per) {
-            snprintf(why, wlen, "the command fixes --dp %d on %d processes and the %d slots left "
-                                "hold no whole number of its tp x pp groups",
+            snprintf(why, wlen,
+                     "the command fixes --dp %d on %d processes and the %d slots left "
+                     "hold no whole number of its tp x pp groups",
                      dp, np, left);
             return -1;
         }
