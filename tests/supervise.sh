@@ -156,7 +156,8 @@ fi
 # ---- 1. random SIGKILL trials ------------------------------------------------------------
 # Each trial: the supervisor on a fresh folder; a poller waits for the trial's moment (a
 # random delay into its setup; N metrics records, N random or before the first checkpoint at
-# step 4; a checkpoints/.tmp_step_* folder: a save being written), then SIGKILLs a random one
+# step 4; a checkpoints/.tmp_step_* folder, of a random one of the saves: a save being
+# written), then SIGKILLs a random one
 # of the rank processes (pgrep -f on the folder; the supervisor and mpirun are not ranks).
 cat >"$tmp/trials.py" <<'PY'
 import os, random, re, signal, subprocess, sys, time
@@ -201,7 +202,8 @@ def saving(out):
 def trial(i):
     out = "%s/trial_%d" % (tmp, i)
     mode = ["early", "save", "step", "setup"][i % 4]
-    n = {"early": rng.randint(1, 3), "step": rng.randint(1, 23)}.get(mode, 0)
+    # save: the save after step n + 4 (n + 4 = 4 is the first; later ones leave a checkpoint)
+    n = {"early": rng.randint(1, 3), "step": rng.randint(1, 23), "save": 4 * rng.randint(0, 4)}.get(mode, 0)
     delay = rng.uniform(0.0, 1.5)
     log = open(out + ".log", "w")
     t0 = time.time()
@@ -213,7 +215,7 @@ def trial(i):
         now = time.time() - t0
         if now - t_pids > 0.05 and (not pids or not all(os.path.exists("/proc/%d" % p) for p in pids)):
             pids, t_pids = ranks(out, sup.pid), now  # found ahead: a save is over in milliseconds
-        ready = {"setup": now >= delay, "save": saving(out)}.get(mode, steps_done(out) >= n)
+        ready = now >= delay if mode == "setup" else steps_done(out) >= n and (mode != "save" or saving(out))
         if ready and pids:
             done, sv = steps_done(out), saving(out)
             first = os.path.exists(out + "/checkpoints/latest")
