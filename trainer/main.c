@@ -32,6 +32,9 @@ static void usage(FILE *f) {
             "                 text, folders or JSONL to token shards (GPT-2 BPE or bytes)\n"
             "  report RUN_DIR [--out FILE] [--json] [--cluster FILE] [--compare RUN_DIR]\n"
             "                 one HTML page (or JSON) of a run: curves, ranks, timeline, cost\n"
+            "  supervise [--restarts N] [--backoff S] [--hostfile FILE] -- COMMAND...\n"
+            "                 run a training command, relaunching it with --resume when it\n"
+            "                 fails (dropping failing hosts, stopping on a repeated crash)\n"
             "\n"
             "Run `trainer COMMAND --help` for a command's options.\n"
             "Example: trainer run recipes/shakespeare_char.lua --set steps=200\n",
@@ -66,7 +69,8 @@ static const char *run_help =
     "  --device D        auto (default: CUDA when a GPU is present, else the CPU), cpu, cuda\n"
     "  --precision P     storage precision on CUDA: bf16 (default) or fp32; the CPU is fp32\n"
     "  --resume          continue from the newest good checkpoint in the output folder (the\n"
-    "                    recipe must match it in model, data, optimizer and batch)\n"
+    "                    recipe must match it in model, data, optimizer and batch); with no\n"
+    "                    checkpoint there yet, train from step 0 as another attempt\n"
     "  --peak-gflops X   the machine's peak for MFU (default: the GPU's dense bf16 rate from\n"
     "                    a table of devices, or the CPU's measured sgemm rate)\n"
     "  --timeout S       seconds any collective may take before every rank exits naming the\n"
@@ -290,10 +294,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return tr_cmd_plan(argc, argv);
     if (!strcmp(cmd, "report")) return tr_cmd_report(argc, argv);
     if (!strcmp(cmd, "check")) return tr_cmd_check(argc, argv);
+    if (!strcmp(cmd, "supervise")) return tr_cmd_supervise(argc, argv);
     if (!is_run && !is_show) {
         fprintf(stderr,
                 "trainer: unknown command '%s' (commands: run, show, plan, check, tokenize, export, "
-                "sample, report; see "
+                "sample, report, supervise; see "
                 "trainer --help)\n",
                 cmd);
         return 2;

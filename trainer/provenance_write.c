@@ -352,7 +352,7 @@ static int write_file(const run_ctx *x, const char *hosts, int argc, char **argv
 
 int run_provenance(run_ctx *x, int argc, char **argv) {
     char mine[HOST_LEN] = {0};
-    if (gethostname(mine, sizeof(mine) - 1)) snprintf(mine, sizeof(mine), "unknown");
+    tr_hostname(mine, sizeof(mine));
     char *hosts = calloc((size_t)x->nranks, HOST_LEN);
     if (!hosts) {
         fprintf(stderr, "trainer run: out of memory for the host names\n");

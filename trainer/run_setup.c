@@ -123,7 +123,9 @@ static int use_checkpoint(run_ctx *x, tr_ckpt *c, char *err, size_t errlen) {
 
 /* --resume: the newest checkpoint in OUT that verifies, if the recipe still matches it. Restores
  * the parameters, the AdamW state and step count, and the loader position; *start is the
- * number of steps done. One process verifies every file first; several ranks each check only
+ * number of steps done. With no checkpoint at all in OUT yet, training starts from step 0 (and
+ * the records are appended to: another attempt of the same run; trainer supervise relies on
+ * it). One process verifies every file first; several ranks each check only
  * the blocks they read, and when any rank finds one damaged, all go back to the checkpoint
  * before (each rank that found damage says where). */
 static int resume_from(run_ctx *x, int *start, char *err, size_t errlen) {
@@ -132,6 +134,15 @@ static int resume_from(run_ctx *x, int *start, char *err, size_t errlen) {
     tr_ckpt c;
     int rc = -1, me = tr_comm_rank(world);
     double t0 = tr_now();
+    long *none;
+    int have = tr_ckpt_steps(r->train.out, &none);
+    free(none);
+    if (have == 0) { /* nothing saved yet (a relaunch killed before the first save) */
+        *start = 0;
+        printf("--resume: no checkpoint in %s/checkpoints/ yet: training from step 0\n",
+               r->train.out);
+        return 0;
+    }
     if (tr_comm_size(world) == 1) {
         if (tr_ckpt_find_resume(r->train.out, &c, 1, stdout, err, errlen)) return -1;
         rc = use_checkpoint(x, &c, err, errlen) ? -1 : 0;
@@ -255,8 +266,8 @@ static int out_is_shared(tr_comm *world, const char *out) {
         if (!fgets(got, sizeof(got), f)) got[0] = 0;
         fclose(f);
     }
-    char host[64] = "?", msg[TR_PATH_MAX + 300] = "";
-    gethostname(host, sizeof(host) - 1);
+    char host[64], msg[TR_PATH_MAX + 300] = "";
+    tr_hostname(host, sizeof(host));
     int bad = strcmp(got, want) != 0;
     if (bad) {
         snprintf(msg, sizeof(msg),

@@ -152,7 +152,7 @@ static int rank_table(const run_ctx *x, double pp_idle) {
                  *pv[5] = {&p.params, &p.grads, &p.optimizer, &p.activations, &p.scratch};
     for (int k = 0; k < 5; k++)
         row.mem[k] = (double)*mv[k], row.pred[k] = (double)*pv[k];
-    if (gethostname(row.host, sizeof(row.host) - 1)) snprintf(row.host, sizeof(row.host), "?");
+    tr_hostname(row.host, sizeof(row.host));
     /* the device without the start-up notes after ';' (why there is no GPU, and so on) */
     snprintf(row.device, sizeof(row.device), "%.*s", (int)strcspn(device, ";"), device);
     tr_comm_all_gather(world, &row, rows, sizeof(rank_row), TR_COMM_BYTE);
@@ -612,8 +612,7 @@ static int run_report(run_ctx *x) {
  * (benchmarks: the baseline) keeps its accounts but writes no files and names no straggler. */
 static tr_ledger *open_ledger(run_ctx *x, const char *command) {
     char host[64], device[96], layout[256];
-    if (gethostname(host, sizeof(host) - 1)) snprintf(host, sizeof(host), "?");
-    host[sizeof(host) - 1] = 0;
+    tr_hostname(host, sizeof(host));
     snprintf(device, sizeof(device), "%.*s", (int)strcspn(x->device, ";"), x->device);
     snprintf(layout, sizeof(layout),
              "{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"micro_batch\": %d, "

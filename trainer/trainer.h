@@ -45,6 +45,7 @@ int tr_cmd_plan(int argc, char **argv);
 int tr_cmd_tokenize(int argc, char **argv);
 int tr_cmd_sample(int argc, char **argv);
 int tr_cmd_check(int argc, char **argv);
+int tr_cmd_supervise(int argc, char **argv);
 
 /* Load the recipe named by opts and apply the command-line overrides; prints the error. */
 int tr_load_recipe(tr_recipe *r, const tr_options *opts, const char *cmd);
@@ -87,6 +88,10 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_clus
                       char *err, size_t errlen);
 
 double tr_now(void);
+/* This host's name as the run's records give it: TR_HOSTNAME when set (for launchers whose
+ * host names are not meaningful, and tests that make one machine look like several), else
+ * gethostname(); "?" when neither works. */
+void tr_hostname(char *buf, size_t n);
 int tr_mkdirs(const char *path, char *err, size_t errlen);
 double tr_measure_peak_gflops(void);
 void tr_fmt_count(double x, char *buf, size_t n);

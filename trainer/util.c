@@ -17,6 +17,15 @@ double tr_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void tr_hostname(char *buf, size_t n) {
+    const char *fake = getenv("TR_HOSTNAME");
+    if (fake && *fake)
+        snprintf(buf, n, "%s", fake);
+    else if (gethostname(buf, n - 1))
+        snprintf(buf, n, "?");
+    buf[n - 1] = 0;
+}
+
 int tr_mkdirs(const char *path, char *err, size_t errlen) {
     char buf[TR_PATH_MAX];
     snprintf(buf, sizeof(buf), "%s", path);
