@@ -300,6 +300,11 @@ tr_ledger *tr_ledger_open(tr_comm *world, const tr_ledger_opts *o) {
     return L;
 }
 
+double tr_ledger_total(const tr_ledger *L, int rank, tr_ledger_part part) {
+    if (!L || L->rank != 0 || rank < 0 || rank >= L->n || part >= LED_PARTS) return 0;
+    return L->tot[(size_t)rank * LED_PARTS + part];
+}
+
 int tr_ledger_attempt(const tr_ledger *L) {
     return L ? L->attempt : 1;
 }

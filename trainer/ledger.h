@@ -99,6 +99,10 @@ void tr_ledger_save(tr_ledger *L, int step, double stall_s);
  * parts, which sum to its wall time); the end line with the exit status. Frees the ledger. */
 void tr_ledger_close(tr_ledger *L, int status, int together);
 
+/* Rank 0: the seconds of `part` that rank has been charged over the steps so far (0 on other
+ * ranks, and for the setup and the end, which the totals line adds). */
+double tr_ledger_total(const tr_ledger *L, int rank, tr_ledger_part part);
+
 /* The attempt's number (1: a fresh run); unix seconds now. */
 int tr_ledger_attempt(const tr_ledger *L);
 double tr_ledger_unix_now(void);

@@ -163,12 +163,16 @@ static int rank_table(const run_ctx *x, double pp_idle) {
             if (rows[k].compute_s > rows[slow].compute_s) slow = k;
             if (rows[k].compute_s < rows[fast].compute_s) fast = k;
         }
-        printf("per rank, over %.0f steps: seconds computing | waiting (communication, other "
-               "ranks) | waiting for data\n",
+        printf("per rank, over %.0f steps: seconds computing | in exposed communication | "
+               "waiting for other ranks | waiting for data (the ledger's split)\n",
                rows[0].steps);
-        for (int k = 0; k < n; k++)
-            printf("  rank %-3d %-16.16s %8.2f %8.2f %8.3f   %.60s\n", k, rows[k].host,
-                   rows[k].compute_s, rows[k].wait_s, rows[k].data_s, rows[k].device);
+        for (int k = 0; k < n; k++) {
+            double comm = tr_ledger_total(x->ledger, k, LED_COMM),
+                   wait = tr_ledger_total(x->ledger, k, LED_WAIT);
+            printf("  rank %-3d %-16.16s %8.2f %8.2f %8.2f %8.3f   %.60s\n", k, rows[k].host,
+                   tr_ledger_total(x->ledger, k, LED_COMPUTE), comm, wait,
+                   tr_ledger_total(x->ledger, k, LED_DATA), rows[k].device);
+        }
         if (rows[slow].compute_s > 1.1 * rows[fast].compute_s)
             printf("rank %d computed longest (%.2f s against %.2f s on rank %d): the others waited "
                    "for it\n",
@@ -186,8 +190,11 @@ static int rank_table(const run_ctx *x, double pp_idle) {
                 tr_json_write_string(f, rows[k].device);
                 fprintf(f,
                         ", \"steps\": %.0f, \"compute_s\": %.4f, \"wait_s\": %.4f, "
-                        "\"data_wait_s\": %.4f",
-                        rows[k].steps, rows[k].compute_s, rows[k].wait_s, rows[k].data_s);
+                        "\"data_wait_s\": %.4f, \"exposed_comm_s\": %.4f, "
+                        "\"waited_for_others_s\": %.4f",
+                        rows[k].steps, rows[k].compute_s, rows[k].wait_s, rows[k].data_s,
+                        tr_ledger_total(x->ledger, k, LED_COMM),
+                        tr_ledger_total(x->ledger, k, LED_WAIT));
                 for (int j = 0; j < 2; j++) { /* [params, grads, optimizer, activations, scratch] */
                     const double *v = j ? rows[k].pred : rows[k].mem;
                     fprintf(f, ", \"%s\": [%.0f, %.0f, %.0f, %.0f, %.0f]",
