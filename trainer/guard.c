@@ -134,9 +134,10 @@ int run_guard_judge(run_ctx *x, int step, double loss, double norm) {
                  isnan(loss) ? NAN : loss, isnan(norm) ? NAN : norm);
     if (g->bad++ == 0) g->first_bad = step + 1;
     g->skipped++;
-    if (x->rank == 0) {
-        fprintf(stderr, "%sguard: step %d: %s: update skipped\n", nl, step + 1, why);
-        fflush(stderr);
+    g->last_loss = loss, g->last_norm = norm;
+    if (x->rank == 0) { /* training goes on: the progress's stream */
+        printf("%sguard: step %d: %s: update skipped\n", nl, step + 1, why);
+        fflush(stdout);
     }
     return verdict;
 }
@@ -144,11 +145,13 @@ int run_guard_judge(run_ctx *x, int step, double loss, double norm) {
 /* The divergence line of a streak with nowhere to go back to: -1. */
 static int diverged(run_ctx *x, int step, const char *reason) {
     const run_guard *g = &x->guard;
+    double l = g->last_loss, n = g->last_norm;
     if (x->rank == 0)
         fprintf(stderr,
-                "%s%s: steps %d-%d: %d bad steps in a row and %s: training diverged (lower "
-                "optimizer.lr or raise schedule.warmup)\n",
-                x->tty ? "\n" : "", x->r.path, g->first_bad, step + 1, g->bad, reason);
+                "%s%s: steps %d-%d: %d bad steps in a row (step %d: loss is %g and gradient norm "
+                "%g) and %s: training diverged (lower optimizer.lr or raise schedule.warmup)\n",
+                x->tty ? "\n" : "", x->r.path, g->first_bad, step + 1, g->bad, step + 1,
+                isnan(l) ? NAN : l, isnan(n) ? NAN : n, reason);
     return -1;
 }
 
@@ -179,11 +182,11 @@ int run_guard_rollback(run_ctx *x, int step, int *to) {
         return -1;
     }
     if (x->rank == 0) {
-        fprintf(stderr,
-                "%sguard: %d bad steps in a row (%d-%d): rolled back to step %d and skipped the "
-                "%d batches of steps %d-%d\n",
-                x->tty ? "\n" : "", g->bad, g->first_bad, step + 1, c, step + 1 - c, c + 1,
-                step + 1);
+        printf("%sguard: %d bad steps in a row (%d-%d): rolled back to step %d and skipped the "
+               "%d batches of steps %d-%d\n",
+               x->tty ? "\n" : "", g->bad, g->first_bad, step + 1, c, step + 1 - c, c + 1,
+               step + 1);
+        fflush(stdout);
         if (tr_ckpt_remove_after(x->r.train.out, c, x->err, sizeof(x->err)))
             fprintf(stderr, "trainer run: %s\n", x->err), x->out_failed = 1;
         if (run_trim_metrics(x, c)) x->out_failed = 1;

@@ -32,12 +32,13 @@ enum { FIG_PIPE_IDLE, FIG_MEMORY };
  * last accepted steps (a ring of train.guard.window), the bad steps in a row. */
 typedef struct {
     double *loss, *norm;
-    int n, next;           /* values in the ring; where the next goes */
-    int bad;               /* bad steps in a row */
-    int first_bad;         /* the first of them (from 1) */
-    int rolled_to;         /* the checkpoint step the last rollback went to; -1: none yet */
-    long skipped;          /* steps skipped in this attempt */
-    int rollbacks, redone; /* rollbacks in this attempt; steps they made train again */
+    int n, next;                 /* values in the ring; where the next goes */
+    int bad;                     /* bad steps in a row */
+    int first_bad;               /* the first of them (from 1) */
+    int rolled_to;               /* the checkpoint step the last rollback went to; -1: none yet */
+    long skipped;                /* steps skipped in this attempt */
+    double last_loss, last_norm; /* of the last bad step */
+    int rollbacks, redone;       /* rollbacks in this attempt; steps they made train again */
 } run_guard;
 
 /* A step's verdict: its update applied, or skipped (metrics.jsonl's "skipped"). */
