@@ -104,6 +104,19 @@ typedef struct {
 /* Storage precision on GPUs (the CPU backend always computes in fp32). */
 typedef enum { TR_PRECISION_BF16 = 0, TR_PRECISION_FP32 } tr_precision;
 
+/* train { guard = { ... } }: the NaN and spike guard (trainer/guard.c). A step whose loss or
+ * gradient norm is not finite, or (after step `warmup`, once the window is half full) lies more
+ * than z_loss or z_norm standard deviations above the mean of the last `window` accepted
+ * steps, is skipped: no update. max_bad bad steps in a row roll back to the newest checkpoint
+ * saved before them. guard = false: a non-finite step stops the run, spikes are not judged. */
+typedef struct {
+    int on;
+    int window;           /* accepted steps the z-scores are taken over (2..10000) */
+    float z_loss, z_norm; /* > 0 */
+    int warmup;           /* the first steps, whose spikes are not judged (NaNs are) */
+    int max_bad;          /* bad steps in a row that roll back (>= 1) */
+} tr_guard_desc;
+
 typedef struct {
     long batch_tokens;  /* tokens per optimizer step (global) */
     int micro_batch;    /* sequences per forward/backward; 0 = auto */
@@ -120,6 +133,7 @@ typedef struct {
     int recompute;          /* activation recomputation: 0 "none", 1 "selective", 2 "full",
                                -1 "auto" (the planner's choice; without one "none") */
     double peak_tflops;     /* the peak MFU divides by; 0 = the device table / measured sgemm */
+    tr_guard_desc guard;
 } tr_train_desc;
 
 /* parallel { ... }: what the recipe asks of the layout; parallel/layout.h resolves it with the

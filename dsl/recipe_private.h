@@ -96,8 +96,9 @@ typedef enum {
     FK_BOOL_AUTO,
     FK_PAIR,
     FK_TABLE,
-    FK_LIST_AUTO /* "auto" or a list of integers >= lo (no gaps, no named fields, at most hi
+    FK_LIST_AUTO, /* "auto" or a list of integers >= lo (no gaps, no named fields, at most hi
                     items): checked here, copied by the constructor */
+    FK_TABLE_BOOL /* a table of fields (i = 1; read by the constructor) or a boolean (b) */
 } field_kind;
 enum { LO_NONE = 0, LO_GE, LO_GT };
 enum { HI_NONE = 0, HI_LE, HI_LT };

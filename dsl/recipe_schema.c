@@ -24,6 +24,8 @@ static const char *kind_phrase(field_kind k) {
         return "true, false or \"auto\"";
     case FK_LIST_AUTO:
         return "a list of integers or \"auto\"";
+    case FK_TABLE_BOOL:
+        return "a table of fields or a boolean";
     default:
         return "a value";
     }
@@ -227,6 +229,18 @@ void dsl_read_value(lua_State *L, const char *ctor, const field_spec *fs, field_
     }
     case FK_LIST_AUTO:
         read_list(L, ctor, fs, out);
+        return;
+    case FK_TABLE_BOOL:
+        if (t == LUA_TBOOLEAN) {
+            out->b = lua_toboolean(L, idx);
+            return;
+        }
+        if (t != LUA_TTABLE)
+            dsl_raise_at(
+                L, 0, "%s: field '%s' must be %s, as in %s = { ... } or %s = false, got %s", ctor,
+                fs->name, kind_phrase(fs->kind), fs->name, fs->name, dsl_type_word(L, idx));
+        out->b = 1;
+        out->i = 1;
         return;
     case FK_TABLE: /* checked by the constructor, which reads it from its argument */
         if (t != LUA_TTABLE)

@@ -217,13 +217,49 @@ static const field_spec train_fields[] = {
     INT_FIELD("keep_checkpoints", OPT, 1),
     {"precision", FK_ENUM, OPT, 0, 0, 0, 0, dsl_precision_names},
     {"recompute", FK_ENUM, OPT, 0, 0, 0, 0, dsl_recompute_names},
-    {"peak_tflops", FK_NUM, OPT, LO_GE, 0, HI_NONE, 0, NULL}};
+    {"peak_tflops", FK_NUM, OPT, LO_GE, 0, HI_NONE, 0, NULL},
+    {"guard", FK_TABLE_BOOL, OPT, 0, 0, 0, 0, NULL}};
+
+static const field_spec guard_fields[] = {{"window", FK_INT, OPT, LO_GE, 2, HI_LE, 10000, NULL},
+                                          {"z_loss", FK_NUM, OPT, LO_GT, 0, HI_NONE, 0, NULL},
+                                          {"z_norm", FK_NUM, OPT, LO_GT, 0, HI_NONE, 0, NULL},
+                                          INT_FIELD("warmup", OPT, 0),
+                                          {"max_bad", FK_INT, OPT, LO_GE, 1, HI_LE, 1000000, NULL}};
+enum { G_WINDOW, G_Z_LOSS, G_Z_NORM, G_WARMUP, G_MAX_BAD, G_COUNT };
+
+/* train { guard = { ... } }: called with the guard table as its only argument, so that the
+ * schema reads it like a section's; the fields not given keep their defaults. */
+static int l_guard_fields(lua_State *L) {
+    tr_guard_desc *g = &dsl_ctx(L)->r.train.guard;
+    field_val v[G_COUNT];
+    dsl_read_fields(L, "train: guard", guard_fields, G_COUNT, v, NULL, NULL);
+    if (v[G_WINDOW].present) g->window = (int)v[G_WINDOW].i;
+    if (v[G_Z_LOSS].present) g->z_loss = (float)v[G_Z_LOSS].n;
+    if (v[G_Z_NORM].present) g->z_norm = (float)v[G_Z_NORM].n;
+    if (v[G_WARMUP].present) g->warmup = (int)v[G_WARMUP].i;
+    if (v[G_MAX_BAD].present) g->max_bad = (int)v[G_MAX_BAD].i;
+    return 0;
+}
+
+/* The guard's defaults, then what train { guard = ... } says: false turns it off, true or a
+ * table of fields keeps it on. */
+static void read_guard(lua_State *L, tr_guard_desc *g, const field_val *v) {
+    *g = (tr_guard_desc){
+        .on = 1, .window = 50, .z_loss = 6.0f, .z_norm = 6.0f, .warmup = 100, .max_bad = 3};
+    if (!v->present) return;
+    g->on = v->b;
+    if (!v->i) return;
+    lua_pushcfunction(L, l_guard_fields);
+    lua_pushliteral(L, "guard");
+    lua_rawget(L, 1);
+    lua_call(L, 1, 0);
+}
 
 static int l_train(lua_State *L) {
     recipe_ctx *c = dsl_ctx(L);
     int line = section_start(L, &c->train_line, "train");
-    field_val v[14];
-    dsl_read_fields(L, "train", train_fields, 14, v, NULL, NULL);
+    field_val v[15];
+    dsl_read_fields(L, "train", train_fields, 15, v, NULL, NULL);
     tr_train_desc *t = &c->r.train;
     t->batch_tokens = (long)v[0].i;
     t->micro_batch = v[1].present ? (int)v[1].i : 0;
@@ -243,6 +279,7 @@ static int l_train(lua_State *L) {
     /* "auto" (the default, -1): the planner chooses, else "none" */
     t->recompute = v[12].present && v[12].choice < 3 ? v[12].choice : -1;
     t->peak_tflops = v[13].present ? v[13].n : 0;
+    read_guard(L, &t->guard, &v[14]);
     c->train_line = line;
     c->r.train_line = line;
     return 0;

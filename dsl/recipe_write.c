@@ -244,9 +244,19 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {
             ", sample_tokens = %d, log_every = %d,\n        checkpoint_every = %d, "
             "keep_checkpoints = %d,",
             t->sample_tokens, t->log_every, t->checkpoint_every, t->keep_checkpoints);
-    fprintf(f, " precision = \"%s\", recompute = \"%s\", peak_tflops = %.17g }\n",
-            dsl_precision_names[t->precision], dsl_recompute_names[t->recompute < 0 ? 3 : t->recompute],
-            t->peak_tflops);
+    fprintf(f, " precision = \"%s\", recompute = \"%s\", peak_tflops = %.17g,\n",
+            dsl_precision_names[t->precision],
+            dsl_recompute_names[t->recompute < 0 ? 3 : t->recompute], t->peak_tflops);
+    const tr_guard_desc *g = &t->guard;
+    if (g->on) {
+        fprintf(f, "        guard = { window = %d, z_loss = ", g->window);
+        put_float(f, g->z_loss);
+        fputs(", z_norm = ", f);
+        put_float(f, g->z_norm);
+        fprintf(f, ", warmup = %d, max_bad = %d } }\n", g->warmup, g->max_bad);
+    } else {
+        fputs("        guard = false }\n", f);
+    }
     if (r->init_hf[0]) {
         fputs("init = hf ", f);
         put_data_path(f, r->init_hf);

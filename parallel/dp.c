@@ -752,6 +752,10 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
     }
 }
 
+void tr_dp_drop_grads(tr_dp *d) {
+    if (d->zero >= 2) d->be->zero(d->sgrad, d->sgrad_elems * d->es);
+}
+
 int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
     size_t n = tr_model_slab_elements(d->m), lo, hi;
     tr_model_optim_range(d->m, &lo, &hi);

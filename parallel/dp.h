@@ -64,6 +64,10 @@ void tr_dp_sync_grads(tr_dp *d);
 /* The optimizer step: all parameters (ZeRO 0) or this rank's shard, then an all-gather of
  * the parameters (ZeRO 1). */
 void tr_dp_step(tr_dp *d, const tr_adamw *opt);
+/* A step whose update is skipped (trainer/guard.c) instead of tr_dp_step: its summed gradient
+ * is dropped (ZeRO-2, 3: this rank's pieces zeroed; the model's own gradients are zeroed at the
+ * next step's start), the parameters and optimizer state stay as they were. */
+void tr_dp_drop_grads(tr_dp *d);
 /* The whole AdamW state in host memory: m and v of tr_model_slab_elements floats each,
  * indexed like the slab. */
 typedef struct {

@@ -203,6 +203,10 @@ int tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst
                        size_t errlen);
 /* The complete checkpoints under OUT/checkpoints (step numbers, newest first, malloc'ed). */
 int tr_ckpt_steps(const char *out, long **steps);
+/* After a rollback to the checkpoint of `step` (trainer/guard.c): the newer checkpoints (of
+ * steps that are trained again on other data) are removed and `latest` names step's again.
+ * -1 with a message when `latest` cannot be written. */
+int tr_ckpt_remove_after(const char *out, long step, char *err, size_t errlen);
 /* Give every tensor whole data (assembling those in blocks); -1 when out of memory. */
 int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen);
 /* Copy the checkpoint's parameters (and, when present, AdamW moments and step count) into

@@ -512,3 +512,26 @@ int ck_list_steps(const char *dir, long **steps) {
     if (n) qsort(*steps, (size_t)n, sizeof(long), cmp_long_desc);
     return n;
 }
+
+int tr_ckpt_remove_after(const char *out, long step, char *err, size_t errlen) {
+    char ckdir[TR_PATH_MAX + 16], path[TR_PATH_MAX + 64], dst[TR_PATH_MAX + 32], latest[64];
+    snprintf(ckdir, sizeof(ckdir), "%s/checkpoints", out);
+    long *steps;
+    int n = ck_list_steps(ckdir, &steps);
+    for (int i = 0; i < n && steps[i] > step; i++) {
+        snprintf(path, sizeof(path), "%s/step_%08ld", ckdir, steps[i]);
+        ck_remove_dir(path);
+    }
+    free(steps);
+    /* `latest` by rename, as a save publishes it */
+    snprintf(latest, sizeof(latest), "step_%08ld\n", step);
+    snprintf(path, sizeof(path), "%s/latest.tmp", ckdir);
+    snprintf(dst, sizeof(dst), "%s/latest", ckdir);
+    const void *lp[1] = {latest};
+    size_t ll[1] = {strlen(latest)};
+    if (ck_write_file(path, lp, ll, 1, err, errlen)) return -1;
+    if (rename(path, dst))
+        return ck_fail(err, errlen, "cannot rename '%s': %s", path, strerror(errno));
+    ck_fsync_dir(ckdir);
+    return 0;
+}

@@ -132,6 +132,15 @@ int tr_ckpt_compare_recipes(const tr_recipe *saved, const tr_recipe *now, FILE *
        order: the run continues exactly, up to rounding */
     INT_DIFF(ok, "train.micro_batch (the continuation then matches up to rounding, not bitwise)",
              saved->train.micro_batch, now->train.micro_batch);
+    const tr_guard_desc *ga = &saved->train.guard, *gb = &now->train.guard;
+    INT_DIFF(ok, "train.guard (on)", ga->on, gb->on);
+    if (ga->on && gb->on) {
+        INT_DIFF(ok, "train.guard.window", ga->window, gb->window);
+        FLT_DIFF(ok, "train.guard.z_loss", ga->z_loss, gb->z_loss);
+        FLT_DIFF(ok, "train.guard.z_norm", ga->z_norm, gb->z_norm);
+        INT_DIFF(ok, "train.guard.warmup", ga->warmup, gb->warmup);
+        INT_DIFF(ok, "train.guard.max_bad", ga->max_bad, gb->max_bad);
+    }
     if (strcmp(saved->train.out, now->train.out))
         add_diff(ok, sizeof ok, "train.out", saved->train.out, now->train.out);
 #undef INT_DIFF

@@ -46,6 +46,7 @@ void tr_ledger_clock_start(void) {
 struct tr_ledger {
     tr_comm *world;
     int rank, n, attempt, steps, start_step, window, straggler, files;
+    int redone;                     /* steps trained again after the guard's rollbacks */
     double flops_rank, tokens_rank; /* per step */
     char (*hosts)[HOST_LEN];
     double last;            /* the last mark */
@@ -503,6 +504,20 @@ void tr_ledger_save(tr_ledger *L, int step, double stall_s) {
     fflush(L->f);
 }
 
+void tr_ledger_rollback(tr_ledger *L, int step, int to) {
+    if (!L) return;
+    L->redone += step - to;
+    g_last_step = to;
+    if (L->rank != 0) return;
+    write_window(L, step - 1); /* a window never spans a rollback */
+    if (!L->f) return;
+    fprintf(L->f,
+            "{\"kind\": \"rollback\", \"attempt\": %d, \"step\": %d, \"to_step\": %d, "
+            "\"t\": %.3f}\n",
+            L->attempt, step, to, unix_now());
+    fflush(L->f);
+}
+
 /* Rank 0: the attempt's totals; every rank's parts (setup and end included) and wall time. */
 static void write_total(tr_ledger *L, const double *fin) {
     FILE *f = L->f;
@@ -516,7 +531,7 @@ static void write_total(tr_ledger *L, const double *fin) {
             L->tot[(size_t)k * LED_PARTS + p] += r[p];
         wall[k] = r[LED_PARTS];
     }
-    int done = L->steps - L->start_step;
+    int done = L->steps - L->start_step + L->redone; /* every step trained */
     double fl = L->flops_rank * done, tk = L->tokens_rank * done;
     fprintf(f, "{\"kind\": \"total\", \"attempt\": %d, \"t\": [%.3f, %.3f], ", L->attempt, g_unix0,
             unix_now());

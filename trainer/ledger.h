@@ -95,6 +95,11 @@ void tr_ledger_gather(tr_ledger *L, int step, const double *extra, double *all_e
  * writes its line; the time is charged by the caller's mark). */
 void tr_ledger_save(tr_ledger *L, int step, double stall_s);
 
+/* The guard's rollback (trainer/guard.c) after step `step` (1-based) to the checkpoint of
+ * step `to`: rank 0 writes the window so far (none spans a rollback) and a "rollback" line;
+ * steps to+1 .. step are trained again, and the totals count every step trained. */
+void tr_ledger_rollback(tr_ledger *L, int step, int to);
+
 /* The end of the attempt: with `together` (every rank calls it), the totals line (each rank's
  * parts, which sum to its wall time); the end line with the exit status. Frees the ledger. */
 void tr_ledger_close(tr_ledger *L, int status, int together);

@@ -30,6 +30,24 @@ enum { FIG_PIPE_IDLE, FIG_MEMORY };
 
 typedef struct run_dump run_dump; /* trainer/dump.c */
 
+/* The NaN and spike guard's state (trainer/guard.c): the losses and gradient norms of the
+ * last accepted steps (a ring of train.guard.window), the bad steps in a row. */
+typedef struct {
+    double *loss, *norm;
+    int n, next;                 /* values in the ring; where the next goes */
+    int bad;                     /* bad steps in a row */
+    int first_bad;               /* the first of them (from 1) */
+    int rolled_to;               /* the checkpoint step the last rollback went to; -1: none yet */
+    long skipped;                /* steps skipped in this attempt */
+    double last_loss, last_norm; /* of the last bad step */
+    int rollbacks, redone;       /* rollbacks in this attempt; steps they made train again */
+} run_guard;
+
+/* A step's verdict: its update applied, or skipped (metrics.jsonl's "skipped"). */
+enum { GUARD_OK = 0, GUARD_NAN, GUARD_SPIKE };
+
+#define RUN_FAULT_STEPS 16 /* steps a TR_FAULT_NAN_STEP or TR_FAULT_SPIKE_STEP list may name */
+
 typedef struct {
     tr_options o;
     tr_comm *world;           /* every process */
@@ -68,8 +86,12 @@ typedef struct {
     long kill_step, slow_ms; /* tests' fault injection (TR_FAULT_*), for this rank */
     long slow_from;          /* the first step (from 1) that slow_ms slows */
     int kill_alone;          /* TR_FAULT_KILL_RANK: only this rank dies, abruptly */
-    double flops_tok;        /* training FLOPs per token */
-    long tokens_step;        /* B x T x accumulation x dp */
+    /* TR_FAULT_NAN_STEP, TR_FAULT_SPIKE_STEP: steps (from 1) whose gradients become non-finite
+       or 1000 times larger, each the first time it is trained; 0 once it has been */
+    long fault_nan[RUN_FAULT_STEPS], fault_spike[RUN_FAULT_STEPS];
+    run_guard guard;
+    double flops_tok; /* training FLOPs per token */
+    long tokens_step; /* B x T x accumulation x dp */
     double t_start, t_train, best_val;
     rank_ledger led;
     tr_ledger *ledger;
@@ -107,6 +129,29 @@ int run_dump_params(run_ctx *x, const char *path);
 int run_dump_arm(run_ctx *x);
 int run_dump_step(run_ctx *x);
 void run_dump_free(run_ctx *x);
+
+/* The newest checkpoint of a step below `below` (--resume: LONG_MAX) into the model, the AdamW
+ * state and the loader, collectively (trainer/run_setup.c): 0 and its step in *start; -1 with
+ * err when none can be used, -2 when another rank's reason stops this one (said there). */
+int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t errlen);
+/* Rank 0: drop metrics.jsonl's records of steps after `step` (they are trained again). */
+int run_trim_metrics(run_ctx *x, long step);
+
+/* The guard (trainer/guard.c). run_guard_faults parses the tests' TR_FAULT_NAN_STEP and
+ * TR_FAULT_SPIKE_STEP (0, or -1 with the line in x->msg); run_guard_init allocates the window
+ * (-1 when out of memory). run_guard_fault: what step `step`'s (from 0) loss scale is
+ * multiplied by (1; INFINITY or 1000 at an injected fault). run_guard_judge: the verdict on a step
+ * whose loss and gradient norm are reduced over every rank (the same on each), said in one
+ * line (rank 0) when it is skipped; -1 when the run must stop (said). run_guard_rollback,
+ * collectively, once train.guard.max_bad steps in a row were bad: back to the newest checkpoint
+ * before them, the loader left past their batches; 0 and the checkpoint's step in *to, or -1
+ * when there is none (the divergence line said). */
+int run_guard_faults(run_ctx *x);
+int run_guard_init(run_ctx *x);
+void run_guard_free(run_ctx *x);
+float run_guard_fault(run_ctx *x, int step);
+int run_guard_judge(run_ctx *x, int step, double loss, double norm);
+int run_guard_rollback(run_ctx *x, int step, int *to);
 
 /* One line for an output file that could not be written (opened, written or closed): -1. */
 int run_cannot_write(const char *path, int e);

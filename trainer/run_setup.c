@@ -3,6 +3,7 @@
  * parallelism, --resume, OUT's files, checkpoint writer), each agreed by all ranks so that
  * they leave together and the lowest failing rank says why in one line. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,10 @@ static int trim_metrics(FILE **mf, const char *path, long step) {
     return *mf ? 0 : run_cannot_write(path, errno);
 }
 
+int run_trim_metrics(run_ctx *x, long step) {
+    return x->metrics ? trim_metrics(&x->metrics, x->metrics_path, step) : 0;
+}
+
 /* Checkpoint c into the model and the loader, if the recipe still matches it: 0; -1 with err
  * when it cannot be used (another recipe, nothing left to do); 1 when a block this process
  * reads is damaged (lazily read checkpoints: an older one may do). */
@@ -121,29 +126,32 @@ static int use_checkpoint(run_ctx *x, tr_ckpt *c, char *err, size_t errlen) {
     return 0;
 }
 
-/* --resume: the newest checkpoint in OUT that verifies, if the recipe still matches it. Restores
- * the parameters, the AdamW state and step count, and the loader position; *start is the
- * number of steps done. With no checkpoint at all in OUT yet, training starts from step 0 (and
- * the records are appended to: another attempt of the same run; trainer supervise relies on
- * it). One process verifies every file first; several ranks each check only
- * the blocks they read, and when any rank finds one damaged, all go back to the checkpoint
- * before (each rank that found damage says where). */
-static int resume_from(run_ctx *x, int *start, char *err, size_t errlen) {
+/* --resume (below = LONG_MAX) and the guard's rollback: the newest checkpoint in OUT of a step
+ * below `below` that verifies, if the recipe still matches it. Restores the parameters, the
+ * AdamW state and step count, and the loader position; *start is the number of steps done.
+ * --resume with no checkpoint at all in OUT yet trains from step 0 (and the records are
+ * appended to: another attempt of the same run; trainer supervise relies on it).
+ * One process resuming verifies every file first; otherwise each rank checks only the blocks
+ * it reads, and when any rank finds one damaged, all go back to the checkpoint before (each
+ * rank that found damage says where). */
+int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t errlen) {
     tr_comm *world = x->world;
     const tr_recipe *r = &x->r;
     tr_ckpt c;
     int rc = -1, me = tr_comm_rank(world);
     double t0 = tr_now();
-    long *none;
-    int have = tr_ckpt_steps(r->train.out, &none);
-    free(none);
-    if (have == 0) { /* nothing saved yet (a relaunch killed before the first save) */
-        *start = 0;
-        printf("--resume: no checkpoint in %s/checkpoints/ yet: training from step 0\n",
-               r->train.out);
-        return 0;
+    if (below == LONG_MAX) {
+        long *none;
+        int have = tr_ckpt_steps(r->train.out, &none);
+        free(none);
+        if (have == 0) { /* nothing saved yet (a relaunch killed before the first save) */
+            *start = 0;
+            printf("--resume: no checkpoint in %s/checkpoints/ yet: training from step 0\n",
+                   r->train.out);
+            return 0;
+        }
     }
-    if (tr_comm_size(world) == 1) {
+    if (tr_comm_size(world) == 1 && below == LONG_MAX) {
         if (tr_ckpt_find_resume(r->train.out, &c, 1, stdout, err, errlen)) return -1;
         rc = use_checkpoint(x, &c, err, errlen) ? -1 : 0;
     } else {
@@ -153,6 +161,7 @@ static int resume_from(run_ctx *x, int *start, char *err, size_t errlen) {
             err[0] = 0;
         for (int i = 0; i < n; i++) {
             char dir[TR_PATH_MAX + 64], why[768];
+            if (steps[i] >= below) continue;
             snprintf(dir, sizeof(dir), "%s/checkpoints/step_%08ld", r->train.out, steps[i]);
             int opened = tr_ckpt_read_lazy(&c, dir, 1, why, sizeof(why)) == 0;
             int mine = opened ? use_checkpoint(x, &c, why, sizeof(why)) : 1;
@@ -182,8 +191,10 @@ static int resume_from(run_ctx *x, int *start, char *err, size_t errlen) {
         for (int i = 0; i < c.n_files; i++)
             bytes += (double)c.files[i].size;
         *start = (int)c.step;
-        printf("resuming from %s (step %ld; checkpoint of %.3f GB read and verified in %.2f s)\n",
-               c.dir, c.step, bytes / 1e9, t_read);
+        if (below == LONG_MAX)
+            printf(
+                "resuming from %s (step %ld; checkpoint of %.3f GB read and verified in %.2f s)\n",
+                c.dir, c.step, bytes / 1e9, t_read);
     }
     tr_ckpt_free(&c);
     return rc;
@@ -486,7 +497,7 @@ static int setup_model(run_ctx *x) {
     if (setup_pipeline(x)) return -1;
     tr_model_init_params(x->model, r->train.seed);
     if (x->o.resume) {
-        int rrc = resume_from(x, &x->start_step, x->err, sizeof(x->err));
+        int rrc = run_load_checkpoint(x, LONG_MAX, &x->start_step, x->err, sizeof(x->err));
         /* -2: this rank is fine but another's reason stops every rank (that rank says it) */
         snprintf(x->msg, sizeof(x->msg), "trainer run: --resume: %s", x->err);
         if (setup_failed(x->world, rrc == -1, x->msg) || rrc) return -1;
@@ -565,7 +576,10 @@ static int setup_outputs(run_ctx *x) {
           env_count("TR_FAULT_KILL_RANK", &kill_r, NULL, NULL, x->msg, sizeof(x->msg)) ||
           env_count("TR_FAULT_SLOW_RANK", &slow_r, &x->slow_ms, &x->slow_from, x->msg,
                     sizeof(x->msg));
+    bad = bad || run_guard_faults(x);
     if (setup_failed(x->world, bad, x->msg)) return -1; /* may be set on some ranks only */
+    snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the guard's window");
+    if (setup_failed(x->world, run_guard_init(x), x->msg)) return -1;
     x->kill_alone = kill_rank && *kill_rank;
     if (kill_r >= 0 && kill_r != x->rank) x->kill_step = -1;
     if (slow_r != x->rank) x->slow_ms = 0;
@@ -629,6 +643,7 @@ void run_free(run_ctx *x) {
     free(x->targets);
     free(x->all_steps);
     free(x->all_compute);
+    run_guard_free(x);
     for (int a = 0; x->mb_in && a < x->lay.accum; a++)
         free(x->mb_in[a]);
     for (int a = 0; x->mb_tg && a < x->lay.accum; a++)

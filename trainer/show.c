@@ -197,6 +197,15 @@ static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_
            l->seq_len, l->micro_auto ? " (auto)" : "", l->accum,
            l->pp > 1 ? "micro-batch(es) per step" : "accumulation step(s)", r->train.batch_tokens,
            recompute[l->recompute]);
+    const tr_guard_desc *g = &r->train.guard;
+    if (g->on)
+        printf("guard            skip a step whose loss or gradient norm is not finite, or over "
+               "%g / %g sigma above the last %d steps (from step %d); roll back after %d in a "
+               "row\n",
+               (double)g->z_loss, (double)g->z_norm, g->window, g->warmup + 1, g->max_bad);
+    else
+        printf("guard            off: a step whose loss or gradient norm is not finite stops "
+               "the run\n");
     tr_layout_describe_stages(l, &r->model, stdout);
     for (int p = 0; p < l->pp; p++) {
         char who[64];

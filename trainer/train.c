@@ -217,6 +217,7 @@ typedef struct {
     float lr;
     double loss, norm;
     double dt, tps, gflops, mfu;
+    int skipped; /* the guard's verdict (GUARD_*): the update was skipped */
 } step_result;
 
 /* Tests: die right after the step that saved (all ranks after rank 0 published the save, or
@@ -229,9 +230,6 @@ static void fault_kill(run_ctx *x, int step) {
     raise(SIGKILL); /* as if killed after the step that saved */
 }
 
-/* One optimizer step: the micro-batches' forward and backward (the loss of each scaled to its
- * share of the global batch, 1 / (accumulation x dp)), the gradients summed over the dp group
- * during the last backward, clipping and AdamW. -1 on bad data or divergence (said). */
 /* The bytes this rank holds as the layout predicts them: its arena and ZeRO's gradient pieces
  * (not ZeRO-2/3's transient bucket buffers, whose high-water marks memory.json gives). */
 static double rank_memory(const run_ctx *x) {
@@ -240,10 +238,32 @@ static double rank_memory(const run_ctx *x) {
                     tr_dp_grad_bytes(x->dp) - tr_dp_grad_buffer_bytes(x->dp));
 }
 
+/* The update of a step the guard let through: clipping and AdamW. Returns the seconds waited
+ * for the checkpoint's copy of the state (which must be taken before the update). */
+static double update(run_ctx *x, const step_result *res) {
+    const tr_optim_desc *o = &x->r.optim;
+    tr_adamw opt = {.lr = res->lr,
+                    .beta1 = o->beta1,
+                    .beta2 = o->beta2,
+                    .eps = o->eps,
+                    .weight_decay = o->weight_decay,
+                    .grad_scale = 1.0f};
+    if (o->grad_clip > 0 && res->norm > o->grad_clip)
+        opt.grad_scale = (float)(o->grad_clip / (res->norm + 1e-6));
+    double fence = tr_ckpt_fence(x->ckw);
+    tr_dp_step(x->dp, &opt);
+    return fence;
+}
+
+/* One optimizer step: the micro-batches' forward and backward (the loss of each scaled to its
+ * share of the global batch, 1 / (accumulation x dp)), the gradients summed over the dp group
+ * during the last backward, then the guard's verdict (trainer/guard.c) and, unless it skips
+ * the step, clipping and AdamW. -1 on bad data or when the guard stops the run (said). */
 static int train_step(run_ctx *x, int step, step_result *res) {
     const tr_recipe *r = &x->r;
     int accum = x->lay.accum, ndp = x->lay.dp;
     double t0 = tr_now(), c0 = tr_comm_wait_seconds(), w0 = tr_loader_wait_seconds(x->loader);
+    float scale = 1.0f / (float)(accum * ndp) * run_guard_fault(x, step);
     res->lr = lr_at(r, step);
     tr_model_zero_grad(x->model);
     if (step == x->start_step && run_dump_arm(x)) return -1; /* TR_DUMP_TENSORS, tests */
@@ -255,8 +275,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
             return -1;
         }
         if (x->pipe) continue; /* the schedule runs them all below */
-        loss += tr_model_forward(x->model, x->inputs, x->targets, x->B, x->T,
-                                 1.0f / (float)(accum * ndp));
+        loss += tr_model_forward(x->model, x->inputs, x->targets, x->B, x->T, scale);
         if (a == accum - 1) tr_dp_arm(x->dp); /* reduce buckets during the last backward */
         tr_model_backward(x->model);
         tr_dp_micro_end(x->dp);
@@ -266,7 +285,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     if (x->pipe && x->lay.zero < 2) tr_dp_arm(x->dp);
     if (x->pipe)
         loss = tr_pipe_step(x->pipe, (const int *const *)x->mb_in, (const int *const *)x->mb_tg,
-                            x->B, x->T, 1.0f / (float)(accum * ndp));
+                            x->B, x->T, scale);
     if (x->slow_ms > 0 && step + 1 >= x->slow_from) {
         struct timespec ts = {x->slow_ms / 1000, (x->slow_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
@@ -277,23 +296,15 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     if (dumped) x->out_failed = 1;
     res->loss = tr_dp_sum(x->dp, loss / accum) / ndp;
     res->norm = tr_dp_grad_norm(x->dp);
-    if (!isfinite(res->loss) || !isfinite(res->norm)) {
-        fprintf(stderr,
-                "%s%s: step %d: loss is %g and gradient norm %g: training diverged "
-                "(lower optimizer.lr or raise schedule.warmup)\n",
-                x->tty ? "\n" : "", r->path, step + 1, res->loss, res->norm);
-        return -1;
-    }
-    tr_adamw opt = {.lr = res->lr,
-                    .beta1 = r->optim.beta1,
-                    .beta2 = r->optim.beta2,
-                    .eps = r->optim.eps,
-                    .weight_decay = r->optim.weight_decay,
-                    .grad_scale = 1.0f};
-    if (r->optim.grad_clip > 0 && res->norm > r->optim.grad_clip)
-        opt.grad_scale = (float)(r->optim.grad_clip / (res->norm + 1e-6));
-    double fence = tr_ckpt_fence(x->ckw); /* the checkpoint's copy of the state first */
-    tr_dp_step(x->dp, &opt);
+    /* both are reduced over every rank (dp sum; the norm over dp, tp and pp; a pipeline's loss
+       is every stage's): every rank comes to the same verdict */
+    res->skipped = run_guard_judge(x, step, res->loss, res->norm);
+    if (res->skipped < 0) return -1;
+    double fence = 0;
+    if (res->skipped)
+        tr_dp_drop_grads(x->dp); /* the parameters and AdamW state stay as they were */
+    else
+        fence = update(x, res);
     res->dt = tr_now() - t0;
     x->t_train += res->dt;
     if (step > x->start_step) { /* the first step of a start warms up: not the plan's */
@@ -335,21 +346,34 @@ static double dp_hidden(const run_ctx *x, double *exposed_s, double *span_s) {
     return tr_dp_hidden_fraction(x->dp);
 }
 
+/* A JSON number of `digits` significant digits, or null when v is not finite. */
+static void put_number(FILE *f, int digits, double v) {
+    if (isfinite(v))
+        fprintf(f, "%.*g", digits, v);
+    else
+        fputs("null", f);
+}
+
 /* Rank 0's metrics.jsonl line; a file that cannot be written is said once and training goes
  * on (the ranks stay in step), the run then exits with 1. */
 static void write_metrics(run_ctx *x, int step, const step_result *res, int do_eval, double val) {
     FILE *m = x->metrics;
     if (!m) return;
+    /* JSON has no inf or nan: a skipped step's loss or norm, an unknown peak, are null */
+    fprintf(m, "{\"step\": %d, \"loss\": ", step + 1);
+    put_number(m, 17, res->loss);
+    fprintf(m, ", \"lr\": %.6g, \"grad_norm\": ", res->lr);
+    put_number(m, 6, res->norm);
     fprintf(m,
-            "{\"step\": %d, \"loss\": %.17g, \"lr\": %.6g, \"grad_norm\": %.6g, "
-            "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"time\": %.3f, \"attempt\": %d, "
+            ", \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"time\": %.3f, \"attempt\": %d, "
             "\"mfu\": ",
-            step + 1, res->loss, res->lr, res->norm, res->tps, res->gflops, tr_ledger_unix_now(),
-            tr_ledger_attempt(x->ledger));
-    if (isfinite(res->mfu)) /* JSON has no inf or nan: an unknown peak is null */
+            res->tps, res->gflops, tr_ledger_unix_now(), tr_ledger_attempt(x->ledger));
+    if (isfinite(res->mfu))
         fprintf(m, "%.4f", res->mfu);
     else
         fprintf(m, "null");
+    if (res->skipped)
+        fprintf(m, ", \"skipped\": \"%s\"", res->skipped == GUARD_NAN ? "nan" : "spike");
     double dp_exposed, dp_span;
     if (x->lay.dp > 1)
         fprintf(m, ", \"comm_hidden\": %.4f", dp_hidden(x, &dp_exposed, &dp_span));
@@ -414,6 +438,12 @@ static int run_steps(run_ctx *x) {
         step_result res;
         if (train_step(x, step, &res)) return -1;
         tr_ledger_step_done(x->ledger, step + 1);
+        if (x->guard.bad >= t->guard.max_bad) { /* back to a checkpoint, past these batches */
+            int to;
+            if (run_guard_rollback(x, step, &to)) return -1;
+            step = to - 1;
+            continue;
+        }
         int last = step + 1 == t->steps;
         if (x->ckw && t->checkpoint_every > 0 && ((step + 1) % t->checkpoint_every == 0 || last)) {
             tr_loader_pos pos = tr_loader_get_pos(x->loader);
@@ -563,12 +593,16 @@ static int run_report(run_ctx *x) {
     const tr_recipe *r = &x->r;
     char tt[32], tk[32];
     tr_fmt_duration(tr_now() - x->t_start, tt, sizeof(tt));
-    tr_fmt_count((double)x->tokens_step * (r->train.steps - x->start_step) / x->t_train, tk,
-                 sizeof(tk));
+    const run_guard *g = &x->guard;
+    long trained = r->train.steps - x->start_step + g->redone; /* rollbacks train some again */
+    tr_fmt_count((double)x->tokens_step * trained / x->t_train, tk, sizeof(tk));
     printf("done: %d steps in %s, %s tok/s on average, waited for data %.3f%% of the time",
            r->train.steps, tt, tk, 100.0 * tr_loader_wait_seconds(x->loader) / x->t_train);
     if (isfinite(x->best_val)) printf(", best val_loss %.4f", x->best_val);
     printf("\n");
+    if (g->skipped)
+        printf("guard: %ld step(s) skipped, %d rollback(s) (%d steps trained again)\n", g->skipped,
+               g->rollbacks, g->redone);
     if (x->ckw) {
         int failed = tr_ckpt_wait(x->ckw, x->err, sizeof(x->err));
         tr_ckpt_stats cs = tr_ckpt_writer_stats(x->ckw);

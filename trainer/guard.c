@@ -1,0 +1,201 @@
+/* The NaN and spike guard of `trainer run` (recipe: train { guard = { ... } }): a step whose loss
+ * or gradient norm is not finite, or spikes (its z-score over the last accepted steps), is
+ * skipped, its update not made; max_bad bad steps in a row roll back to the newest checkpoint
+ * saved before them and skip their data. Also the tests' faults that make such steps. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/run.h"
+
+/* The deviation a z-score divides by is at least this share of the window's mean: a window of
+ * nearly equal values would otherwise make rounding noise a spike. */
+#define SIGMA_FLOOR 0.01
+
+/* TR_FAULT_NAN_STEP / TR_FAULT_SPIKE_STEP: unset or empty, or a list S[,S...] of steps >= 1
+ * (at most RUN_FAULT_STEPS); anything else is -1 with the line in x->msg. */
+static int fault_steps(run_ctx *x, const char *name, long *out) {
+    const char *v = getenv(name), *p = v;
+    memset(out, 0, RUN_FAULT_STEPS * sizeof(long));
+    if (!v || !*v) return 0;
+    for (int n = 0;; n++) {
+        char *end;
+        errno = 0;
+        long s = strtol(p, &end, 10);
+        if (n == RUN_FAULT_STEPS || errno || end == p || s < 1 || s > INT_MAX ||
+            (*end && *end != ',')) {
+            snprintf(x->msg, sizeof(x->msg),
+                     "trainer run: %s must be a list of steps S[,S...] (each >= 1, at most %d), "
+                     "got '%s'",
+                     name, RUN_FAULT_STEPS, v);
+            return -1;
+        }
+        out[n] = s;
+        if (!*end) return 0;
+        p = end + 1;
+    }
+}
+
+int run_guard_faults(run_ctx *x) {
+    return fault_steps(x, "TR_FAULT_NAN_STEP", x->fault_nan) ||
+           fault_steps(x, "TR_FAULT_SPIKE_STEP", x->fault_spike);
+}
+
+/* 1 when step (from 1) is in the list, which forgets it: a fault fires the first time only. */
+static int take(long *list, int step) {
+    for (int i = 0; i < RUN_FAULT_STEPS; i++)
+        if (list[i] == step) {
+            list[i] = 0;
+            return 1;
+        }
+    return 0;
+}
+
+float run_guard_fault(run_ctx *x, int step) {
+    /* an infinite loss scale makes the gradients inf and NaN, the loss stays finite (NaN would
+       not do: the model seeds a backward only for a scale > 0) */
+    if (take(x->fault_nan, step + 1)) return INFINITY;
+    if (take(x->fault_spike, step + 1)) return 1000.0f;
+    return 1.0f;
+}
+
+int run_guard_init(run_ctx *x) {
+    run_guard *g = &x->guard;
+    int w = x->r.train.guard.window > 0 ? x->r.train.guard.window : 1;
+    g->rolled_to = -1;
+    g->loss = malloc((size_t)w * sizeof(double));
+    g->norm = malloc((size_t)w * sizeof(double));
+    return g->loss && g->norm ? 0 : -1;
+}
+
+void run_guard_free(run_ctx *x) {
+    free(x->guard.loss);
+    free(x->guard.norm);
+    x->guard.loss = x->guard.norm = NULL;
+}
+
+/* How many deviations v lies above the mean of the ring's n values (floored deviation). */
+static double zscore(const double *ring, int n, double v) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++)
+        mean += ring[i];
+    mean /= n;
+    for (int i = 0; i < n; i++)
+        var += (ring[i] - mean) * (ring[i] - mean);
+    double sd = sqrt(var / n), floor = SIGMA_FLOOR * fabs(mean);
+    return (v - mean) / (sd > floor ? sd : floor);
+}
+
+/* Spikes are judged after the guard's warm-up steps, once the window is half full. */
+static int spike(run_ctx *x, int step, double loss, double norm, char *why, size_t len) {
+    const tr_guard_desc *gd = &x->r.train.guard;
+    run_guard *g = &x->guard;
+    int half = gd->window / 2 > 2 ? gd->window / 2 : 2;
+    if (step + 1 <= gd->warmup || g->n < half) return 0;
+    double zl = zscore(g->loss, g->n, loss), zn = zscore(g->norm, g->n, norm);
+    int hl = zl > gd->z_loss, hn = zn > gd->z_norm;
+    if (!hl && !hn) return 0;
+    char a[96] = "", b[96] = "";
+    if (hl) snprintf(a, sizeof(a), "loss %.4g is %.1f sigma", loss, zl);
+    if (hn) snprintf(b, sizeof(b), "gradient norm %.4g is %.1f sigma", norm, zn);
+    snprintf(why, len, "%s%s%s above the last %d steps", a, hl && hn ? " and " : "", b, g->n);
+    return 1;
+}
+
+int run_guard_judge(run_ctx *x, int step, double loss, double norm) {
+    const tr_guard_desc *gd = &x->r.train.guard;
+    run_guard *g = &x->guard;
+    const char *nl = x->tty ? "\n" : "";
+    int finite = isfinite(loss) && isfinite(norm);
+    if (!gd->on) {
+        if (finite) return GUARD_OK;
+        fprintf(stderr,
+                "%s%s: step %d: loss is %g and gradient norm %g: training diverged "
+                "(lower optimizer.lr or raise schedule.warmup)\n",
+                nl, x->r.path, step + 1, loss, norm);
+        return -1;
+    }
+    char why[256];
+    int verdict = !finite                                        ? GUARD_NAN
+                  : spike(x, step, loss, norm, why, sizeof(why)) ? GUARD_SPIKE
+                                                                 : GUARD_OK;
+    if (verdict == GUARD_OK) {
+        g->loss[g->next] = loss, g->norm[g->next] = norm;
+        g->next = (g->next + 1) % gd->window;
+        if (g->n < gd->window) g->n++;
+        g->bad = 0;
+        return GUARD_OK;
+    }
+    if (verdict == GUARD_NAN) /* "nan", not "-nan" */
+        snprintf(why, sizeof(why), "loss %g and gradient norm %g: not finite",
+                 isnan(loss) ? NAN : loss, isnan(norm) ? NAN : norm);
+    if (g->bad++ == 0) g->first_bad = step + 1;
+    g->skipped++;
+    g->last_loss = loss, g->last_norm = norm;
+    if (x->rank == 0) { /* training goes on: the progress's stream */
+        printf("%sguard: step %d: %s: update skipped\n", nl, step + 1, why);
+        fflush(stdout);
+    }
+    return verdict;
+}
+
+/* The divergence line of a streak with nowhere to go back to: -1. */
+static int diverged(run_ctx *x, int step, const char *reason) {
+    const run_guard *g = &x->guard;
+    double l = g->last_loss, n = g->last_norm;
+    if (x->rank == 0)
+        fprintf(stderr,
+                "%s%s: steps %d-%d: %d bad steps in a row (step %d: loss is %g and gradient norm "
+                "%g) and %s: training diverged (lower optimizer.lr or raise schedule.warmup)\n",
+                x->tty ? "\n" : "", x->r.path, g->first_bad, step + 1, g->bad, step + 1,
+                isnan(l) ? NAN : l, isnan(n) ? NAN : n, reason);
+    return -1;
+}
+
+int run_guard_rollback(run_ctx *x, int step, int *to) {
+    run_guard *g = &x->guard;
+    char reason[TR_PATH_MAX + 1200];
+    if (!x->ckw) return diverged(x, step, "no checkpoints to roll back to (checkpoint_every 0)");
+    /* the save in flight published (rank 0 publishes after every rank's part is written) */
+    int failed = tr_ckpt_wait(x->ckw, x->err, sizeof(x->err));
+    tr_comm_barrier(x->world);
+    if (failed) {
+        fprintf(stderr, "trainer run: rank %d: %s\n", x->rank, x->err);
+        return -1;
+    }
+    tr_loader_pos pos = tr_loader_get_pos(x->loader); /* past the bad steps' batches */
+    int c = 0, rc = run_load_checkpoint(x, g->first_bad, &c, x->err, sizeof(x->err));
+    if (rc == -1)
+        snprintf(reason, sizeof(reason), "no checkpoint from before step %d to roll back to (%s)",
+                 g->first_bad, x->err);
+    if (rc == -2) snprintf(reason, sizeof(reason), "another rank could not roll back");
+    if (rc) return diverged(x, step, reason);
+    if (c == g->rolled_to) { /* the same trouble again before a newer save: no loop */
+        snprintf(reason, sizeof(reason), "the run was rolled back to step %d before", c);
+        return diverged(x, step, reason);
+    }
+    if (tr_loader_set_pos(x->loader, pos, x->err, sizeof(x->err))) {
+        fprintf(stderr, "trainer run: rank %d: %s\n", x->rank, x->err);
+        return -1;
+    }
+    if (x->rank == 0) {
+        printf("%sguard: %d bad steps in a row (%d-%d): rolled back to step %d and skipped the "
+               "%d batches of steps %d-%d\n",
+               x->tty ? "\n" : "", g->bad, g->first_bad, step + 1, c, step + 1 - c, c + 1,
+               step + 1);
+        fflush(stdout);
+        if (tr_ckpt_remove_after(x->r.train.out, c, x->err, sizeof(x->err)))
+            fprintf(stderr, "trainer run: %s\n", x->err), x->out_failed = 1;
+        if (run_trim_metrics(x, c)) x->out_failed = 1;
+    }
+    tr_ledger_rollback(x->ledger, step + 1, c);
+    g->rolled_to = c;
+    g->bad = 0;
+    g->rollbacks++;
+    g->redone += step + 1 - c;
+    *to = c;
+    return 0;
+}
