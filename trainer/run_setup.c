@@ -129,8 +129,10 @@ static int use_checkpoint(run_ctx *x, tr_ckpt *c, char *err, size_t errlen) {
 /* --resume (below = LONG_MAX) and the guard's rollback: the newest checkpoint in OUT of a step
  * below `below` that verifies, if the recipe still matches it. Restores the parameters, the
  * AdamW state and step count, and the loader position; *start is the number of steps done.
- * --resume with no checkpoint at all in OUT yet trains from step 0 (and the records are
- * appended to: another attempt of the same run; trainer supervise relies on it).
+ * --resume in a run folder with no checkpoint yet, but an earlier attempt's attempts.jsonl,
+ * trains from step 0 as the run's next attempt (its records appended to: trainer supervise
+ * relies on it after a kill before the first save); in a folder that holds no run, --resume is
+ * refused (a mistyped folder must not start a fresh run).
  * One process resuming verifies every file first; otherwise each rank checks only the blocks
  * it reads, and when any rank finds one damaged, all go back to the checkpoint before (each
  * rank that found damage says where). */
@@ -142,9 +144,11 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
     double t0 = tr_now();
     if (below == LONG_MAX) {
         long *none;
+        char rec[TR_PATH_MAX + 32];
         int have = tr_ckpt_steps(r->train.out, &none);
         free(none);
-        if (have == 0) { /* nothing saved yet (a relaunch killed before the first save) */
+        snprintf(rec, sizeof(rec), "%s/attempts.jsonl", r->train.out);
+        if (have == 0 && access(rec, F_OK) == 0) { /* a relaunch killed before the first save */
             *start = 0;
             printf("--resume: no checkpoint in %s/checkpoints/ yet: training from step 0\n",
                    r->train.out);
