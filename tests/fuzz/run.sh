@@ -44,12 +44,16 @@ if [ -z "$cc" ]; then
     exit 77
 fi
 
+# Warnings are gcc's job (the plain and ASan builds use -Werror); clang's differ (its
+# -Wformat-nonliteral also flags vsnprintf wrappers), so this build does not stop on them.
 echo "fuzz: building the targets with $cc in $build/"
+mkdir -p "$build"
+blog=$build/fuzz-build.log
 if ! CC=$cc cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTR_FUZZ=ON \
-    -DTR_WERROR=ON -DTR_CUDA=OFF -DTR_CUDA_EMU=OFF >"$build.log" 2>&1 ||
-    ! cmake --build "$build" -j "$(nproc)" --target fuzz_all >>"$build.log" 2>&1; then
-    tail -40 "$build.log"
-    echo "fuzz: FAILED to build the fuzz targets (log: $build.log)"
+    -DTR_CUDA=OFF -DTR_CUDA_EMU=OFF >"$blog" 2>&1 ||
+    ! cmake --build "$build" -j "$(nproc)" --target fuzz_all >>"$blog" 2>&1; then
+    tail -40 "$blog"
+    echo "fuzz: FAILED to build the fuzz targets (log: $blog)"
     exit 1
 fi
 built=$(date +%s)
