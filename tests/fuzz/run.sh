@@ -4,12 +4,12 @@
 # leak, UB or timeout, and says where the input that caused it was saved. Configures its own
 # clang build (build-fuzz/, TR_FUZZ=ON; installs clang with apt-get when it is missing) and
 # exits 77 (skipped) only when clang with libFuzzer cannot be had.
-# Usage: tests/fuzz/run.sh [SECONDS_PER_TARGET [TARGET...]]   (default 20 s, every target)
+# Usage: tests/fuzz/run.sh [SECONDS_PER_TARGET [TARGET...]]   (default 10 s, every target)
 #   TR_FUZZ_BUILD=DIR  the build folder (default build-fuzz)
 # A longer run of one target by hand: tests/fuzz/run.sh 600 json
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-secs=${1:-20}
+secs=${1:-10}
 shift $(($# > 0 ? 1 : 0))
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
