@@ -3,6 +3,7 @@
  * lone surrogate is an error. Every error records a message and the byte offset. */
 #include "data/json.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -364,6 +365,9 @@ static int tree_value(tr_json_cur *c, tr_json *v, int depth) {
         buf[l] = 0;
         v->type = TR_JSON_NUM;
         v->num = strtod(buf, NULL);
+        /* 1e999 would become infinity, which no JSON can hold (tr_json_write would print
+         * "inf"); underflow to 0 or a subnormal is only a loss of precision */
+        if (!isfinite(v->num)) return fail(c, at, "number out of range (beyond 1.8e308)");
     }
     return 0;
 }

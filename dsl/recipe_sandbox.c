@@ -14,7 +14,11 @@
 
 #define MEM_LIMIT ((size_t)64 << 20)
 #define MEM_LIMIT_MIB 64
-#define INSTR_LIMIT 100000000LL
+/* The fuzz build (tests/fuzz/) lowers it so that an endless loop costs milliseconds. */
+#ifndef TR_RECIPE_INSTR_LIMIT
+#define TR_RECIPE_INSTR_LIMIT 100000000LL
+#endif
+#define INSTR_LIMIT TR_RECIPE_INSTR_LIMIT
 #define HOOK_EVERY 1000
 #define TIME_LIMIT 10 /* seconds; then TIME_GRACE more for a library call to return */
 #define TIME_GRACE 5

@@ -296,6 +296,12 @@ static int map_whole(const char *path, unsigned char **buf, size_t *size, char *
     return 0;
 }
 
+/* A header count (a dimension or an offset): a JSON number, whole, from 0 to max. */
+static int st_count(const tr_json *v, size_t max) {
+    return v->type == TR_JSON_NUM && v->num >= 0 && v->num <= (double)max &&
+           v->num == floor(v->num);
+}
+
 int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof(*f));
     snprintf(f->path, sizeof(f->path), "%s", path);
@@ -343,9 +349,18 @@ int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
         e->dtype = st_dtype(dt->str);
         e->ndim = sh->n;
         size_t numel = 1;
+        int whole = st_count(&off->kids[0], f->size) && st_count(&off->kids[1], f->size);
         for (int d = 0; d < sh->n; d++) {
-            e->shape[d] = (long)sh->kids[d].num;
-            numel *= (size_t)e->shape[d];
+            whole = whole && st_count(&sh->kids[d], f->size);
+            e->shape[d] = whole ? (long)sh->kids[d].num : 0;
+            numel *= (size_t)e->shape[d]; /* may wrap; then the size check below fails */
+        }
+        if (!whole) {
+            rc = ck_fail(err, errlen,
+                         "%s: tensor '%.80s': shape and data_offsets must be whole numbers "
+                         "from 0 to the file's size",
+                         path, t->key);
+            break;
         }
         e->begin = (size_t)off->kids[0].num;
         e->end = (size_t)off->kids[1].num;

@@ -38,7 +38,8 @@ static yaml_node_t *yseq_at(yaml_document_t *d, yaml_node_t *n, int i) {
     return yaml_document_get_node(d, n->data.sequence.items.start[i]);
 }
 
-/* A 1- or 2-element list; a 1-D one gets `fill` as its second element. */
+/* A 1- or 2-element list of whole numbers from 0 to INT_MAX (a dimension or an offset: their
+ * sums and products stay in range); a 1-D one gets `fill` as its second element. */
 static int yshape(yaml_document_t *d, yaml_node_t *n, long *shape, int *ndim, long fill) {
     int k = yseq_len(n);
     if (k < 1 || k > 2) return -1;
@@ -46,8 +47,11 @@ static int yshape(yaml_document_t *d, yaml_node_t *n, long *shape, int *ndim, lo
     shape[1] = fill;
     for (int i = 0; i < k; i++) {
         const char *s = yscalar(yseq_at(d, n, i));
+        char *end;
         if (!s) return -1;
-        shape[i] = atol(s);
+        errno = 0;
+        shape[i] = strtol(s, &end, 10);
+        if (errno || end == s || *end || shape[i] < 0 || shape[i] > INT_MAX) return -1;
     }
     return 0;
 }
