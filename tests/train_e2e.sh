@@ -28,18 +28,19 @@ awk -v l="$loss" -v v="$val" 'BEGIN { exit !(l < 2.45 && v != "" && v < 2.45) }'
 grep -q "layers = 2" "$tmp/run/recipe.lua" && echo "ok   the saved recipe records the knob override" ||
     { echo "FAIL knob override missing from recipe.lua"; fail=1; }
 [ -s "$tmp/run/sample.txt" ] && echo "ok   sample.txt written" || { echo "FAIL no sample"; fail=1; }
-# activation recomputation changes memory, not the numbers: identical losses, bitwise
+# activation recomputation changes memory, not the numbers: identical losses, bitwise (one
+# run without recompute, against which each level is compared)
+rc_run() { # src out
+    "$T" run "$1" --set layers=2 --set width=64 --set seq=64 --steps 5 --eval-every 0 \
+        --sample-tokens 0 --peak-gflops 100 --out "$2" >/dev/null 2>&1 ||
+        { echo "FAIL recompute run $2"; fail=1; }
+}
+rc_run recipes/shakespeare_char.lua "$tmp/rc_none"
 for level in selective full; do
     r="tests/.e2e_recompute_$level.lua" # one folder down, like recipes/: the corpus path resolves
     sed "s/sample_tokens = 400,/sample_tokens = 400, recompute = \"$level\",/" \
         recipes/shakespeare_char.lua >"$r"
-    for x in none "$level"; do
-        src=recipes/shakespeare_char.lua
-        [ "$x" = none ] || src="$r"
-        "$T" run "$src" --set layers=2 --set width=64 --set seq=64 --steps 5 --eval-every 0 \
-            --sample-tokens 0 --peak-gflops 100 --out "$tmp/rc_$x" >/dev/null 2>&1 ||
-            { echo "FAIL recompute $x run"; fail=1; }
-    done
+    rc_run "$r" "$tmp/rc_$level"
     rm -f "$r"
     if cmp -s <(grep -o '"loss": [0-9.]*' "$tmp/rc_none/metrics.jsonl") \
         <(grep -o '"loss": [0-9.]*' "$tmp/rc_$level/metrics.jsonl"); then
