@@ -205,4 +205,13 @@ typedef struct {
 } tr_cuda_versions;
 int tr_backend_cuda_versions(tr_cuda_versions *v);
 
+/* The current GPU's power draw (W), SM clock (MHz) and temperature (C), from NVML, which is
+ * loaded at run time (libnvidia-ml.so.1 comes with the driver; the build does not link it). 0,
+ * or -1 when this build has no CUDA, there is no NVML or the device does not answer (the
+ * fields are then NAN). Each call costs three NVML queries. */
+typedef struct {
+    double power_w, sm_mhz, temp_c;
+} tr_gpu_telemetry;
+int tr_backend_cuda_telemetry(tr_gpu_telemetry *t);
+
 #endif

@@ -19,8 +19,9 @@
 /* A rank's record, gathered after each step: its parts since the last gather, its busy
  * seconds (what the others may have waited for) and the caller's extra figures. */
 #define REC_BUSY LED_PARTS
-#define REC_EXTRA (LED_PARTS + 1)
-#define REC (LED_PARTS + 1 + TR_LEDGER_EXTRA)
+#define REC_TELE (LED_PARTS + 1) /* power, SM clock, temperature: NAN when unknown */
+#define REC_EXTRA (LED_PARTS + 4)
+#define REC (LED_PARTS + 4 + TR_LEDGER_EXTRA)
 
 static const char *part_names[LED_PARTS] = {"setup_s", "compute_s", "comm_s", "wait_s",
                                             "data_s",  "ckpt_s",    "bubble_s", "eval_s",
@@ -61,6 +62,8 @@ struct tr_ledger {
     double *win, *tot;        /* n x LED_PARTS */
     double *w_waited_on, *tot_waited_on; /* n */
     double *w_waited;         /* n x n: seconds rank i waited for rank j */
+    int (*telemetry)(double out[3]);
+    double *w_tele;           /* n x 3 sums of the samples, and n x 3 counts */
     /* straggler watch */
     double *ring;             /* n x RING busy seconds */
     double *base;             /* n: each rank's median pace when first known */
@@ -170,14 +173,17 @@ static int open_files(tr_ledger *L, const tr_ledger_opts *o) {
     return attempt;
 }
 
-/* "name": [v[0], v[stride], ...] with `decimals` after the point (-1: 6 significant). */
+/* "name": [v[0], v[stride], ...] with `decimals` after the point (-1: 6 significant); null
+ * where a value is not finite. */
 static void put_array(FILE *f, const char *name, const double *v, int n, int stride,
                       int decimals) {
     fprintf(f, "\"%s\": [", name);
     for (int k = 0; k < n; k++) {
         double x = v[(size_t)k * stride];
         if (k) fputs(", ", f);
-        if (decimals < 0)
+        if (!isfinite(x))
+            fputs("null", f); /* JSON has no NaN: unknown */
+        else if (decimals < 0)
             fprintf(f, "%.6g", x);
         else
             fprintf(f, "%.*f", decimals, x);
@@ -227,8 +233,10 @@ static int alloc_all(tr_ledger *L) {
     L->streak = calloc(n, sizeof(int));
     L->since = calloc(n, sizeof(int));
     L->alarmed = calloc(n, sizeof(int));
+    L->w_tele = calloc(n * 6, sizeof(double));
     return L->hosts && L->rec && L->win && L->tot && L->w_waited_on && L->tot_waited_on &&
-                   L->w_waited && L->ring && L->base && L->streak && L->since && L->alarmed
+                   L->w_waited && L->ring && L->base && L->streak && L->since && L->alarmed &&
+                   L->w_tele
                ? 0
                : -1;
 }
@@ -236,7 +244,7 @@ static int alloc_all(tr_ledger *L) {
 static void free_all(tr_ledger *L) {
     free(L->hosts), free(L->rec), free(L->win), free(L->tot), free(L->w_waited_on);
     free(L->tot_waited_on), free(L->w_waited), free(L->ring), free(L->base), free(L->streak);
-    free(L->since), free(L->alarmed);
+    free(L->since), free(L->alarmed), free(L->w_tele);
     free(L);
 }
 
@@ -250,6 +258,7 @@ tr_ledger *tr_ledger_open(tr_comm *world, const tr_ledger_opts *o) {
     if (L->window < 1) L->window = 1;
     L->straggler = o->files && L->n > 1;
     L->files = o->files;
+    L->telemetry = o->telemetry;
     L->flops_rank = o->flops_step / L->n, L->tokens_rank = (double)o->tokens_step / L->n;
     char(*dev)[DEVICE_LEN] = calloc((size_t)L->n, DEVICE_LEN);
     char mine[HOST_LEN + DEVICE_LEN];
@@ -439,6 +448,19 @@ static void write_window(tr_ledger *L, int last) {
     put_array(f, "tokens", &tk, n, 0, 0);
     fputs(", ", f);
     put_array(f, "waited_on_s", L->w_waited_on, n, 1, 6);
+    if (L->telemetry) { /* each rank's means over the window's samples */
+        static const char *names[3] = {"power_w", "sm_clock_mhz", "temp_c"};
+        double *mean = malloc((size_t)n * sizeof(double));
+        for (int q = 0; q < 3 && mean; q++) {
+            for (int k = 0; k < n; k++) {
+                const double *t = L->w_tele + (size_t)k * 6;
+                mean[k] = t[3 + q] > 0 ? t[q] / t[3 + q] : NAN;
+            }
+            fputs(", ", f);
+            put_array(f, names[q], mean, n, 1, 1);
+        }
+        free(mean);
+    }
     fputs(", \"waited_for\": [", f);
     for (int k = 0; k < n; k++) {
         int who = -1;
@@ -458,6 +480,7 @@ static void write_window(tr_ledger *L, int last) {
     memset(L->win, 0, (size_t)n * LED_PARTS * sizeof(double));
     memset(L->w_waited_on, 0, (size_t)n * sizeof(double));
     memset(L->w_waited, 0, (size_t)n * n * sizeof(double));
+    memset(L->w_tele, 0, (size_t)n * 6 * sizeof(double));
     L->w_steps = 0;
     L->w_first = -1;
 }
@@ -470,6 +493,8 @@ void tr_ledger_gather(tr_ledger *L, int step, const double *extra, double *all_e
     for (int p = 0; p < LED_PARTS; p++)
         if (p != LED_COMM && p != LED_WAIT && p != LED_BUBBLE) mine[REC_BUSY] += L->parts[p];
     memcpy(mine + REC_EXTRA, extra, TR_LEDGER_EXTRA * sizeof(double));
+    mine[REC_TELE] = mine[REC_TELE + 1] = mine[REC_TELE + 2] = NAN;
+    if (L->telemetry) L->telemetry(mine + REC_TELE);
     memset(L->parts, 0, sizeof(L->parts));
     if (L->n > 1)
         tr_comm_all_gather(L->world, mine, L->rec, REC, TR_COMM_F64);
@@ -484,11 +509,16 @@ void tr_ledger_gather(tr_ledger *L, int step, const double *extra, double *all_e
     if (L->rank == 0) {
         if (L->w_first < 0) L->w_first = step, L->w_t0 = unix_now();
         split_waits(L);
-        for (size_t i = 0; i < (size_t)L->n; i++)
+        for (size_t i = 0; i < (size_t)L->n; i++) {
             for (int p = 0; p < LED_PARTS; p++) {
                 L->win[i * LED_PARTS + p] += L->rec[i * REC + p];
                 L->tot[i * LED_PARTS + p] += L->rec[i * REC + p];
             }
+            for (int q = 0; q < 3; q++) {
+                double v = L->rec[i * REC + REC_TELE + q];
+                if (isfinite(v)) L->w_tele[i * 6 + q] += v, L->w_tele[i * 6 + 3 + q]++;
+            }
+        }
         L->w_steps++;
         if (step > L->start_step && L->straggler) watch_stragglers(L, step);
         if ((step + 1) % L->window == 0 || step + 1 == L->steps) write_window(L, step);

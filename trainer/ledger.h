@@ -7,7 +7,8 @@
  *                   last rank to arrive, waiting for data, in checkpoint stalls, in the pipeline's
  *                   bubble, evaluating, logging; FLOPs and tokens; who waited for whom. Also each
  *                   checkpoint save, each straggler alarm and, at the end, each rank's totals,
- *                   setup and end included, which sum to its wall time.
+ *                   setup and end included, which sum to its wall time. On a GPU with NVML,
+ *                   each window also has every rank's mean power, SM clock and temperature.
  *   attempts.jsonl  each attempt of the run (a fresh start, then one per --resume): when it
  *                   started and where, how it ended: "end", or "stopped" lines that the ranks
  *                   the launcher stopped write from their signal handler, or a "failed" line from
@@ -58,6 +59,9 @@ typedef struct {
     double flops_step;  /* training FLOPs of one step, the whole job's */
     long tokens_step;   /* tokens of one step, the whole job's */
     int files;          /* write ledger.jsonl and attempts.jsonl, watch for stragglers */
+    /* the device's power (W), SM clock (MHz) and temperature (C), sampled after each step
+       (NAN where unknown; -1 when none); NULL: a device without them (the CPU) */
+    int (*telemetry)(double out[3]);
 } tr_ledger_opts;
 
 /* The process's start: call first thing (setup is charged from here). */

@@ -649,6 +649,14 @@ static int run_report(run_ctx *x) {
     return x->out_failed ? 1 : 0;
 }
 
+/* The GPU's power, SM clock and temperature for the ledger (NVML, where present). */
+static int gpu_telemetry(double out[3]) {
+    tr_gpu_telemetry t;
+    int rc = tr_backend_cuda_telemetry(&t);
+    out[0] = t.power_w, out[1] = t.sm_mhz, out[2] = t.temp_c;
+    return rc;
+}
+
 /* The ledger of this attempt (collective): NULL when out of memory (said). TR_LEDGER=off
  * (benchmarks: the baseline) keeps its accounts but writes no files and names no straggler. */
 static tr_ledger *open_ledger(run_ctx *x, const char *command) {
@@ -670,7 +678,8 @@ static tr_ledger *open_ledger(run_ctx *x, const char *command) {
                         .command = command,
                         .flops_step = x->flops_tok * (double)x->tokens_step,
                         .tokens_step = x->tokens_step,
-                        .files = !(off && !strcmp(off, "off"))};
+                        .files = !(off && !strcmp(off, "off")),
+                        .telemetry = x->be->device_memory ? gpu_telemetry : NULL};
     tr_ledger *L = tr_ledger_open(x->world, &o);
     if (!L) fprintf(stderr, "trainer run: rank %d: out of memory for the ledger\n", x->rank);
     return L;

@@ -3,6 +3,8 @@
  * table of peak rates that MFU divides by. The kernels live in cuda_ops.cu, cuda_linear.cu and
  * cuda_attention.cu; every entry here is a thin wrapper that passes the storage dtype on. */
 #include <cublasLt.h>
+#include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,5 +344,51 @@ extern "C" int tr_backend_cuda_versions(tr_cuda_versions *v) {
     size_t lt = cublasLtGetVersion();
     snprintf(v->cublaslt, sizeof(v->cublaslt), "%zu.%zu.%zu", lt / 10000, lt % 10000 / 100,
              lt % 100);
+    return 0;
+}
+
+/* ---- NVML, loaded at run time --------------------------------------------------------------
+ * The few entry points the ledger samples, declared here from NVML's documented C API (the
+ * toolkit ships no nvml.h): every call returns 0 (NVML_SUCCESS) on success; a device is an
+ * opaque handle; power is in milliwatts, clocks in MHz, temperatures in degrees C. */
+typedef struct nvml_device *nvml_dev;
+static struct {
+    int tried, ok;
+    nvml_dev dev;
+    int (*power)(nvml_dev, unsigned *);                /* nvmlDeviceGetPowerUsage */
+    int (*clock)(nvml_dev, int, unsigned *);           /* nvmlDeviceGetClockInfo */
+    int (*temp)(nvml_dev, int, unsigned *);            /* nvmlDeviceGetTemperature */
+} g_nvml;
+enum { NVML_CLOCK_SM = 1, NVML_TEMPERATURE_GPU = 0 };
+
+/* NVML's handle of this process's CUDA device, found by its PCI bus id (NVML numbers devices
+ * without CUDA_VISIBLE_DEVICES). 0 when every entry point and the device are there. */
+static int nvml_open(void) {
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return -1;
+    int (*init_v2)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+    int (*by_bus)(const char *, nvml_dev *) =
+        (int (*)(const char *, nvml_dev *))dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
+    g_nvml.power = (int (*)(nvml_dev, unsigned *))dlsym(h, "nvmlDeviceGetPowerUsage");
+    g_nvml.clock = (int (*)(nvml_dev, int, unsigned *))dlsym(h, "nvmlDeviceGetClockInfo");
+    g_nvml.temp = (int (*)(nvml_dev, int, unsigned *))dlsym(h, "nvmlDeviceGetTemperature");
+    char bus[64];
+    int dev = 0;
+    if (!init_v2 || !by_bus || !g_nvml.power || !g_nvml.clock || !g_nvml.temp || init_v2() != 0 ||
+        cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev) != cudaSuccess ||
+        by_bus(bus, &g_nvml.dev) != 0)
+        return -1; /* the library stays loaded: NVML may hold threads */
+    return 0;
+}
+
+extern "C" int tr_backend_cuda_telemetry(tr_gpu_telemetry *t) {
+    t->power_w = t->sm_mhz = t->temp_c = NAN;
+    if (!g_nvml.tried) g_nvml.tried = 1, g_nvml.ok = nvml_open() == 0;
+    if (!g_nvml.ok) return -1;
+    unsigned mw = 0, mhz = 0, c = 0;
+    if (g_nvml.power(g_nvml.dev, &mw) == 0) t->power_w = mw / 1000.0;
+    if (g_nvml.clock(g_nvml.dev, NVML_CLOCK_SM, &mhz) == 0) t->sm_mhz = mhz;
+    if (g_nvml.temp(g_nvml.dev, NVML_TEMPERATURE_GPU, &c) == 0) t->temp_c = c;
     return 0;
 }

@@ -1,6 +1,7 @@
 /* Stand-in for model/cuda/ when this build has no CUDA compiler: the CUDA backend is reported
  * as unavailable, with the reason, so `--device auto` falls back to the CPU. */
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include "model/backend.h"
@@ -23,5 +24,10 @@ double tr_backend_cuda_peak(tr_dtype dtype, char *name, size_t namelen) {
 
 int tr_backend_cuda_versions(tr_cuda_versions *v) {
     memset(v, 0, sizeof(*v));
+    return -1;
+}
+
+int tr_backend_cuda_telemetry(tr_gpu_telemetry *t) {
+    t->power_w = t->sm_mhz = t->temp_c = NAN;
     return -1;
 }

@@ -228,7 +228,8 @@ fi
 
 # ---- multi-rank training on the GPU against the CPU --------------------------------------
 # tests/emu_parallel.sh's checks 1 and 4 on the real device: dp=2 and tp=2 in fp32 (no TF32)
-# on the GPU, every loss within 1e-4 relative of the CPU's run of the same layout. On one GPU
+# on the GPU, every loss within 1e-4 relative of the CPU's run of the same layout; and the
+# ledger of the dp=2 run has NVML's power, SM clock and temperature. On one GPU
 # the two ranks share it (comm.h's staged transport); on several, one each (NCCL).
 PAR=()
 PARDIR="$BUILD/par-runs"
@@ -268,6 +269,13 @@ if [ $BUILD_OK = 1 ] && [ "$GPU" != none ] && [ -n "$MPIRUN" ]; then
     how=$([ "$NGPU" -ge 2 ] && echo "2 GPUs, NCCL" || echo "2 ranks share the GPU, staged")
     par_check "dp=2 fp32 GPU vs CPU ($how)" dev-dp cpu-dp --dp 2 --zero 0
     par_check "tp=2 fp32 GPU vs CPU ($how)" dev-tp cpu-tp --tp 2
+    # the ledger's NVML figures of the GPU run's last window (null: NVML did not answer)
+    tele=$(grep -o '"\(power_w\|sm_clock_mhz\|temp_c\)": \[[^]]*\]' "$PARDIR/dev-dp/ledger.jsonl" \
+        2>/dev/null | tail -n 3 | tr '\n' ' ')
+    case "$tele" in
+    *null* | "") PAR+=("ledger NVML figures: FAILED: '${tele:-no ledger.jsonl}'") ;;
+    *) PAR+=("ledger NVML figures: ok, $tele") ;;
+    esac
     for l in "${PAR[@]}"; do say "parallel: $l"; done
     say "parallel: done ($(( $(date +%s) - T0 )) s)"
 else
