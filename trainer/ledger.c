@@ -334,12 +334,14 @@ void tr_ledger_step(tr_ledger *L, const tr_ledger_step_waits *w) {
     if (!L) return;
     double t = tr_now();
     L->parts[LED_LOG] += w->t0 - L->last; /* between the last mark and the step */
-    double dt = t - w->t0, bubble = fmin(w->idle_s, w->comm_s);
+    /* GPU-timed waits may include a previous step's last operation: never more than the step */
+    double dt = t - w->t0, comm = fmin(w->comm_s, fmax(0.0, dt - w->data_s - w->fence_s));
+    double bubble = fmin(w->idle_s, comm);
     L->parts[LED_BUBBLE] += bubble;
-    L->parts[LED_COMM] += w->comm_s - bubble;
+    L->parts[LED_COMM] += comm - bubble;
     L->parts[LED_DATA] += w->data_s;
     L->parts[LED_CKPT] += w->fence_s;
-    L->parts[LED_COMPUTE] += dt - w->comm_s - w->data_s - w->fence_s;
+    L->parts[LED_COMPUTE] += dt - comm - w->data_s - w->fence_s;
     L->last = t;
 }
 

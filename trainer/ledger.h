@@ -77,7 +77,8 @@ tr_ledger *tr_ledger_open(tr_comm *world, const tr_ledger_opts *o);
 void tr_ledger_mark(tr_ledger *L, tr_ledger_part part);
 
 /* A step's waits, measured by the caller over its interval [t0, now]: communication (all of
- * it, bubble included), data, checkpoint fence, the pipeline's idle seconds. The interval
+ * it, bubble included: the host's waits, plus on a GPU what CUDA events timed the compute
+ * stream waiting for NCCL), data, checkpoint fence, the pipeline's idle seconds. The interval
  * before t0 is charged to LED_LOG. */
 typedef struct {
     double t0, comm_s, data_s, fence_s, idle_s;

@@ -259,10 +259,23 @@ static double update(run_ctx *x, const step_result *res) {
  * share of the global batch, 1 / (accumulation x dp)), the gradients summed over the dp group
  * during the last backward, then the guard's verdict (trainer/guard.c) and, unless it skips
  * the step, clipping and AdamW. -1 on bad data or when the guard stops the run (said). */
+/* Seconds the GPU's compute stream has stood waiting for NCCL operations so far, over the
+ * groups of the mesh, as CUDA events timed them (comm.h): the communication a host clock
+ * cannot see, as the host never blocks on NCCL. 0 without device collectives. */
+static double device_exposed(const run_ctx *x) {
+    tr_comm *g[3] = {x->dpc, x->tpc, x->ppc};
+    double sum = 0, span, exposed;
+    for (int i = 0; i < 3; i++)
+        if (g[i] && tr_comm_size(g[i]) > 1 && tr_comm_device_time(g[i], &span, &exposed))
+            sum += exposed;
+    return sum;
+}
+
 static int train_step(run_ctx *x, int step, step_result *res) {
     const tr_recipe *r = &x->r;
     int accum = x->lay.accum, ndp = x->lay.dp;
     double t0 = tr_now(), c0 = tr_comm_wait_seconds(), w0 = tr_loader_wait_seconds(x->loader);
+    double e0 = x->be->device_memory ? device_exposed(x) : 0;
     float scale = 1.0f / (float)(accum * ndp) * run_guard_fault(x, step);
     res->lr = lr_at(r, step);
     tr_model_zero_grad(x->model);
@@ -311,8 +324,9 @@ static int train_step(run_ctx *x, int step, step_result *res) {
         x->steps_s += res->dt;
         x->steps_n++;
     }
+    double dev = x->be->device_memory ? device_exposed(x) - e0 : 0; /* NCCL, GPU-timed */
     tr_ledger_step_waits w = {.t0 = t0,
-                              .comm_s = tr_comm_wait_seconds() - c0,
+                              .comm_s = tr_comm_wait_seconds() - c0 + dev,
                               .data_s = tr_loader_wait_seconds(x->loader) - w0,
                               .fence_s = fence,
                               .idle_s = x->pipe ? tr_pipe_last_idle_seconds(x->pipe) : 0};
