@@ -3,6 +3,7 @@
  * touches MPI and every collective is a copy. Every MPI wait is a poll of MPI_Test against a
  * deadline, so a dead or stuck peer ends the job with one line instead of a hang. */
 #include "parallel/comm.h"
+#include "parallel/comm_census.h"
 #include "parallel/comm_private.h"
 
 #include <pthread.h>
@@ -13,12 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void (*g_on_abort)(int silent_rank, const char *why);
-
-void tr_comm_on_abort(void (*fn)(int silent_rank, const char *why)) {
-    g_on_abort = fn;
-}
 
 #ifdef TR_HAVE_MPI
 #include <limits.h>
@@ -357,121 +352,20 @@ static void die_mpi(const tr_comm *c, const op_info *o, int rc) {
     describe(d, sizeof d, c, o);
     fprintf(stderr, "trainer: rank %d: %s failed: %s; aborting\n", g.world_rank, d, e);
     fflush(stderr);
-    if (g_on_abort) {
-        char line[MPI_MAX_ERROR_STRING + 300];
-        snprintf(line, sizeof line, "%s failed: %s", d, e);
-        g_on_abort(-1, line);
-    }
+    char line[MPI_MAX_ERROR_STRING + 300];
+    snprintf(line, sizeof line, "%s failed: %s", d, e);
+    tr_census_tell_abort(-1, line);
     MPI_Abort(MPI_COMM_WORLD, 1);
     abort(); /* not reached */
 }
 
-/* ---- the census: which ranks are waiting, when a wait times out -----------------------------
- * Every wait answers census requests on a private duplicate of the world at once. A rank whose
- * wait times out asks every other rank and gives them CENSUS_S seconds: the ones that do not
- * answer are not waiting on communication (computing, stuck, or dead), and its line names
- * them (a rank merely slower than the timeout is one of them: it answers only once it comes
- * back to communicate, too late). When every rank answers, all of them are waiting: collectives that do not match. */
-#define CENSUS_S 0.5 /* a waiting rank answers within a millisecond or so (its poll interval);
-                       a rank that is late to this collective by more than this is named */
-enum { CENSUS_ASK = 1, CENSUS_ANSWER = 2 };
-static MPI_Comm g_census = MPI_COMM_NULL;
-static int g_census_me; /* the buffer of every answer and question: sent, never changed */
-
-static void census_serve(void) {
-    if (g_census == MPI_COMM_NULL) return;
-    for (;;) {
-        int flag = 0, q;
-        MPI_Status st;
-        if (MPI_Iprobe(MPI_ANY_SOURCE, CENSUS_ASK, g_census, &flag, &st) != MPI_SUCCESS || !flag)
-            return;
-        MPI_Recv(&q, 1, MPI_INT, st.MPI_SOURCE, CENSUS_ASK, g_census, MPI_STATUS_IGNORE);
-        MPI_Request r;
-        if (MPI_Isend(&g_census_me, 1, MPI_INT, st.MPI_SOURCE, CENSUS_ANSWER, g_census, &r) ==
-            MPI_SUCCESS)
-            MPI_Request_free(&r);
-    }
-}
-
-/* The ranks that did not answer, as "1, 3" in buf; how many. -1: no census possible. */
-static int census(char *buf, size_t len) {
-    int n = 0, silent = 0;
-    if (g_census == MPI_COMM_NULL || MPI_Comm_size(g_census, &n) != MPI_SUCCESS || n < 2)
-        return -1;
-    int *ans = calloc((size_t)n, sizeof(int)), *got = calloc((size_t)n, sizeof(int));
-    MPI_Request *rr = calloc((size_t)n, sizeof(MPI_Request));
-    if (!ans || !got || !rr) {
-        free(ans), free(got), free(rr);
-        return -1;
-    }
-    for (int k = 0; k < n; k++) {
-        rr[k] = MPI_REQUEST_NULL;
-        if (k == g_census_me) continue;
-        MPI_Irecv(&ans[k], 1, MPI_INT, k, CENSUS_ANSWER, g_census, &rr[k]);
-        MPI_Request sr;
-        if (MPI_Isend(&g_census_me, 1, MPI_INT, k, CENSUS_ASK, g_census, &sr) == MPI_SUCCESS)
-            MPI_Request_free(&sr);
-    }
-    double deadline = tr_comm_now() + CENSUS_S;
-    for (int left = n - 1; left > 0 && tr_comm_now() < deadline;) {
-        for (int k = 0; k < n; k++) {
-            int flag = 0;
-            if (k == g_census_me || got[k]) continue;
-            if (MPI_Test(&rr[k], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) got[k] = 1, left--;
-        }
-        census_serve(); /* another rank may be taking its census now */
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    size_t k0 = 0;
-    buf[0] = 0;
-    for (int k = 0; k < n; k++)
-        if (k != g_census_me && !got[k]) {
-            int w = snprintf(buf + k0, len > k0 ? len - k0 : 0, "%s%d", silent ? ", " : "", k);
-            if (w > 0 && k0 + (size_t)w < len) k0 += (size_t)w;
-            silent++;
-        }
-    /* ans and rr stay allocated: a late answer may still land in ans, and the job ends now */
-    free(got);
-    return silent;
-}
-
-static void die_census(const char *d, void (*before)(void));
-
+/* A wait past the deadline: the census of who is waiting (parallel/comm_census.c), one line,
+ * and the end of the job. */
 static void die_timeout(const tr_comm *c, const op_info *o) {
     char d[256];
     describe(d, sizeof d, c, o);
     lock(); /* kept: the job ends below */
-    die_census(d, NULL);
-}
-
-/* The census, the one line naming what waited and who did not answer, and the end of the
- * job; called holding g_mu. `before` (the device transport aborting its NCCL communicators)
- * runs only should MPI_Abort return: an aborted communicator releases this process's waits,
- * and its training thread would go on with results that never arrived (a checkpoint of
- * them, even) until the launcher's kill; dying processes take their kernels with them. */
-static void die_census(const char *d, void (*before)(void)) {
-    char who[160], why[256];
-    int silent = census(who, sizeof who);
-    if (silent > 0)
-        snprintf(why, sizeof why, "rank%s %s did not answer (busy outside communication, stuck "
-                 "or dead; the others are waiting)", silent > 1 ? "s" : "", who);
-    else if (silent == 0)
-        snprintf(why, sizeof why, "every rank is waiting on communication: collectives that do "
-                 "not match");
-    else
-        snprintf(why, sizeof why, "a rank died or is stuck");
-    fprintf(stderr, "trainer: rank %d: %s did not complete within %g s: %s; aborting\n",
-            g.world_rank, d, g.timeout, why);
-    fflush(stderr);
-    if (g_on_abort) {
-        char line[512];
-        snprintf(line, sizeof line, "%s did not complete within %g s: %s", d, g.timeout, why);
-        g_on_abort(silent > 0 ? atoi(who) : -1, line);
-    }
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    if (before) before();
-    abort();
+    tr_census_die(d, NULL);
 }
 
 /* Spin on MPI_Test for a while (Open MPI progresses non-blocking operations only inside MPI
@@ -496,7 +390,8 @@ static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_St
             continue;
         }
         lock();
-        census_serve(); /* a long wait: another rank may be asking who waits (not while spinning) */
+        tr_census_serve(); /* a long wait: another rank may be asking who waits (not while
+                              spinning) */
         unlock();
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
@@ -707,12 +602,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
             return -1;
         }
         MPI_Comm_set_errhandler(w->mc, MPI_ERRORS_RETURN);
-        if (MPI_Comm_dup(MPI_COMM_WORLD, &g_census) == MPI_SUCCESS) {
-            MPI_Comm_set_errhandler(g_census, MPI_ERRORS_RETURN);
-            MPI_Comm_rank(g_census, &g_census_me);
-        } else {
-            g_census = MPI_COMM_NULL;
-        }
+        tr_census_open(MPI_COMM_WORLD);
         MPI_Comm_rank(w->mc, &w->rank);
         MPI_Comm_size(w->mc, &w->size);
         g.mpi = 1;
@@ -752,7 +642,7 @@ void tr_comm_free(tr_comm *c) {
             /* MPI_Finalize waits for every rank without a deadline: meet first, bounded. */
             tr_comm_barrier(c);
             agent_stop();
-            if (g_census != MPI_COMM_NULL) MPI_Comm_free(&g_census);
+            tr_census_close();
             MPI_Comm_free(&c->mc);
             if (g_byte_sum != MPI_OP_NULL) MPI_Op_free(&g_byte_sum);
             if (g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
@@ -1075,7 +965,7 @@ int tr_comm_world_rank(void) {
 void tr_comm_serve_census(void) {
 #ifdef TR_HAVE_MPI
     lock();
-    census_serve();
+    tr_census_serve();
     unlock();
 #endif
 }
@@ -1085,7 +975,7 @@ void tr_comm_die_timeout(const tr_comm *c, const tr_comm_desc *d, void (*before)
 #ifdef TR_HAVE_MPI
     if (g.mpi) {
         lock(); /* kept: the job ends */
-        die_census(line, before);
+        tr_census_die(line, before);
     }
 #endif
     fprintf(stderr, "trainer: rank %d: %s did not complete within %g s; aborting\n",
