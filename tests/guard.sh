@@ -2,9 +2,10 @@
 # The NaN and spike guard (train { guard = { ... } }, trainer/guard.c), on copies of
 # tests/recipes_good/dp_tiny.lua with a constant learning rate after the warm-up (so that a run's
 # first steps do not depend on its number of steps) and spikes judged from step 6:
-#  1. an injected non-finite gradient (TR_FAULT_NAN_STEP) and an injected gradient spike
-#     (TR_FAULT_SPIKE_STEP) are skipped and said, metrics.jsonl marks them, and the parameters
-#     and AdamW state after the skipped step are bitwise those before it;
+#  1. an injected non-finite gradient (TR_FAULT_NAN_STEP), an injected gradient spike
+#     (TR_FAULT_SPIKE_STEP) and an injected loss spike (TR_FAULT_LOSS_SPIKE_STEP: the step's
+#     targets moved half the vocabulary away) are skipped and said, metrics.jsonl marks them,
+#     and the parameters (and AdamW state) after the skipped step are bitwise those before it;
 #  2. three bad steps in a row roll back to the checkpoint before them and skip their batches:
 #     the run equals one that skipped the updates of every step from the checkpoint to the last
 #     bad one (the same state, the same data after them), bitwise; metrics.jsonl has one record
@@ -91,6 +92,18 @@ skipped "$tmp/spike/metrics.jsonl" | grep -q "^7 spike [0-9]" && [ "$(skipped "$
 cmp -s "$tmp/before.params" "$tmp/spike.params" &&
     ok "spike at step 7: the parameters after it are bitwise those after step 6" ||
     bad "the spike at step 7 changed the parameters"
+
+# a loss spike shows once the loss has settled: step 18 (the first steps fall fast)
+TR_FAULT_LOSS_SPIKE_STEP=18 TR_DUMP_PARAMS=$tmp/lspike.params run g lspike --steps 18 &&
+    TR_DUMP_PARAMS=$tmp/before17.params run g before17 --steps 17 ||
+    { bad "a run with a loss spike at step 18 failed"; cat "$tmp/lspike.log"; }
+grep -q "^guard: step 18: loss [0-9.e+]* is [0-9.]* sigma.* above the last 10 steps: update skipped$" \
+    "$tmp/lspike.log" && ok "loss spike at step 18 (targets moved): said in one line" ||
+    { bad "loss spike not said"; cat "$tmp/lspike.log"; }
+skipped "$tmp/lspike/metrics.jsonl" | grep -q "^18 spike [0-9]" &&
+    cmp -s "$tmp/before17.params" "$tmp/lspike.params" &&
+    ok "loss spike at step 18: marked, and the parameters after it are those after step 17" ||
+    bad "loss spike: $(skipped "$tmp/lspike/metrics.jsonl")"
 
 # ---- 2. three in a row roll back and skip the data ------------------------------------------
 TR_FAULT_NAN_STEP=12,13,14 TR_FAULT_SPIKE_STEP=7 TR_DUMP_PARAMS=$tmp/roll.params run g roll --set ckpt=5 ||

@@ -41,7 +41,8 @@ static int fault_steps(run_ctx *x, const char *name, long *out) {
 
 int run_guard_faults(run_ctx *x) {
     return fault_steps(x, "TR_FAULT_NAN_STEP", x->fault_nan) ||
-           fault_steps(x, "TR_FAULT_SPIKE_STEP", x->fault_spike);
+           fault_steps(x, "TR_FAULT_SPIKE_STEP", x->fault_spike) ||
+           fault_steps(x, "TR_FAULT_LOSS_SPIKE_STEP", x->fault_loss);
 }
 
 /* 1 when step (from 1) is in the list, which forgets it: a fault fires the first time only. */
@@ -60,6 +61,17 @@ float run_guard_fault(run_ctx *x, int step) {
     if (take(x->fault_nan, step + 1)) return INFINITY;
     if (take(x->fault_spike, step + 1)) return 1000.0f;
     return 1.0f;
+}
+
+void run_guard_targets(run_ctx *x, int step, int *targets, long n, int last) {
+    int v = x->r.model.vocab;
+    for (int i = 0; i < RUN_FAULT_STEPS; i++)
+        if (x->fault_loss[i] == step + 1) { /* every micro-batch of the step, the first time */
+            for (long k = 0; k < n; k++)
+                if (targets[k] >= 0) targets[k] = (targets[k] + v / 2) % v;
+            if (last) x->fault_loss[i] = 0;
+            return;
+        }
 }
 
 int run_guard_init(run_ctx *x) {

@@ -88,7 +88,7 @@ typedef struct {
     int kill_alone;          /* TR_FAULT_KILL_RANK: only this rank dies, abruptly */
     /* TR_FAULT_NAN_STEP, TR_FAULT_SPIKE_STEP: steps (from 1) whose gradients become non-finite
        or 1000 times larger, each the first time it is trained; 0 once it has been */
-    long fault_nan[RUN_FAULT_STEPS], fault_spike[RUN_FAULT_STEPS];
+    long fault_nan[RUN_FAULT_STEPS], fault_spike[RUN_FAULT_STEPS], fault_loss[RUN_FAULT_STEPS];
     run_guard guard;
     double flops_tok; /* training FLOPs per token */
     long tokens_step; /* B x T x accumulation x dp */
@@ -137,10 +137,13 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
 /* Rank 0: drop metrics.jsonl's records of steps after `step` (they are trained again). */
 int run_trim_metrics(run_ctx *x, long step);
 
-/* The guard (trainer/guard.c). run_guard_faults parses the tests' TR_FAULT_NAN_STEP and
- * TR_FAULT_SPIKE_STEP (0, or -1 with the line in x->msg); run_guard_init allocates the window
- * (-1 when out of memory). run_guard_fault: what step `step`'s (from 0) loss scale is
- * multiplied by (1; INFINITY or 1000 at an injected fault). run_guard_judge: the verdict on a step
+/* The guard (trainer/guard.c). run_guard_faults parses the tests' TR_FAULT_NAN_STEP,
+ * TR_FAULT_SPIKE_STEP and TR_FAULT_LOSS_SPIKE_STEP (0, or -1 with the line in x->msg);
+ * run_guard_init allocates the window (-1 when out of memory). run_guard_fault: what step
+ * `step`'s (from 0) loss scale is multiplied by (1; INFINITY or 1000 at an injected fault);
+ * run_guard_targets: at an injected loss spike, a micro-batch's n targets are moved half the
+ * vocabulary away (tokens the model does not predict: a real jump of the loss; `last`: the
+ * step's last micro-batch, after which the fault is spent). run_guard_judge: the verdict on a step
  * whose loss and gradient norm are reduced over every rank (the same on each), said in one
  * line (rank 0) when it is skipped; -1 when the run must stop (said). run_guard_rollback,
  * collectively, once train.guard.max_bad steps in a row were bad: back to the newest checkpoint
@@ -150,6 +153,7 @@ int run_guard_faults(run_ctx *x);
 int run_guard_init(run_ctx *x);
 void run_guard_free(run_ctx *x);
 float run_guard_fault(run_ctx *x, int step);
+void run_guard_targets(run_ctx *x, int step, int *targets, long n, int last);
 int run_guard_judge(run_ctx *x, int step, double loss, double norm);
 int run_guard_rollback(run_ctx *x, int step, int *to);
 

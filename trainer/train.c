@@ -287,6 +287,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
             fprintf(stderr, "%s%s: %s\n", x->tty ? "\n" : "", r->path, tr_loader_error(x->loader));
             return -1;
         }
+        run_guard_targets(x, step, tg, (long)x->B * x->T, a == accum - 1); /* tests */
         if (x->pipe) continue; /* the schedule runs them all below */
         loss += tr_model_forward(x->model, x->inputs, x->targets, x->B, x->T, scale);
         if (a == accum - 1) tr_dp_arm(x->dp); /* reduce buckets during the last backward */
