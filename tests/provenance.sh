@@ -98,8 +98,15 @@ for path in sys.argv[1:]:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", p["time"]), p["time"]
     assert p["backend"] == "cpu" and p["driver"] is None, "the CPU has no driver"
     assert "peak" not in p["device"], "the device names no measured peak: " + p["device"]
-    for f in ["cuda", "cublaslt", "cudnn", "nccl"]:
-        assert p["libraries"][f] is None, f"libraries.{f} on the CPU build: {p['libraries'][f]}"
+    # the CUDA libraries a build links are named even when this run is on the CPU; a build
+    # without CUDA names none (cuDNN: the backend does not link it)
+    cuda = p["build"]["cuda"] == "ON"
+    for f in ["cuda", "cublaslt"]:
+        v = p["libraries"][f]
+        assert (isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)+", v)) if cuda else v is None, \
+            f"libraries.{f} on a build with cuda {p['build']['cuda']}: {v!r}"
+    assert p["libraries"]["cudnn"] is None, p["libraries"]["cudnn"]
+    assert cuda or p["libraries"]["nccl"] is None, p["libraries"]["nccl"]
     n = p["ranks"]
     lay = p["layout"]
     assert lay["dp"] * lay["tp"] * lay["pp"] == n and lay["micro_batch"] >= 1, lay
