@@ -6,7 +6,7 @@
 #     in its setup, at a random step, before the first checkpoint, or while a checkpoint is
 #     being written (the trials rotate through these). Every run must finish, its final
 #     parameters (TR_DUMP_PARAMS) bitwise those of an uninterrupted run; the goodput of each
-#     trial and of all is printed. As many trials as fit in about 50 s (at least 4;
+#     trial and of all is printed. As many trials as fit in about 30 s (at least 4;
 #     TRIAL_BUDGET=S changes it), or --trials N.
 #  2. a host that fails twice is dropped: two hosts on one machine (see fake_host below), a
 #     rank of the second killed in two attempts at different steps; the third attempt runs on
@@ -163,7 +163,7 @@ fi
 cat >"$tmp/trials.py" <<'PY'
 import os, random, re, signal, subprocess, sys, time
 T, R, tmp, want = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-budget = float(os.environ.get("TRIAL_BUDGET", 50))
+budget = float(os.environ.get("TRIAL_BUDGET", 30))
 seed = int(os.environ.get("TRIAL_SEED", time.time()))
 rng = random.Random(seed)
 args = ["--set", "ckpt=4", "--set", "steps=24", "--peak-gflops", "10"]
