@@ -380,7 +380,7 @@ static double median(double *v, int n) { /* n small: insertion sort in place */
 }
 
 /* Rank 0: a rank whose median pace over the last RING steps is 1.5x the median of the other
- * ranks' (and at least 20 ms more: below that, a shared machine's scheduling noise) for three
+ * ranks' (and at least 20 ms more: below that, a shared machine's scheduling noise) for four
  * steps in a row is named once, with what it costs. Its own history: its best pace so far. */
 static void watch_stragglers(tr_ledger *L, int step) {
     int n = L->n, slot = L->seen % RING;
@@ -408,7 +408,7 @@ static void watch_stragglers(tr_ledger *L, int step) {
             continue;
         }
         if (L->streak[k]++ == 0) L->since[k] = step + 1 - RING / 2; /* the median's lag */
-        if (L->streak[k] < 3 || L->alarmed[k]) continue;
+        if (L->streak[k] < 4 || L->alarmed[k]) continue;
         L->alarmed[k] = 1;
         double ratio = pace[k] / typical, share = 1.0 - 1.0 / ratio;
         printf("%sstraggler: rank %d on %s has computed %.2fx as long as the other ranks since "
