@@ -7,12 +7,13 @@
  * was starts its reduction at once, and every hook call also tests the buckets in flight so
  * that MPI makes progress while the backward computes. ZeRO-2 and 3 split every bucket into
  * one piece per rank: the unit of the gradient reduce-scatters, of the optimizer state and,
- * at ZeRO-3, of the parameters (gathered per op, see below). Every buffer of those stages
+ * at ZeRO-3, of the parameters (gathered per op: dp_params.c, with ZeRO-1/2's refresh of the
+ * parameters after the update). Every buffer of those stages
  * (pieces, ring, gathers) is the backend's memory in its storage dtype, moved by the
  * backend's table and by device collectives (tr_comm_start with the model's dtype and memory):
  * one code path for the CPU and a GPU. On a GPU, waits order the compute stream and return at
  * once, so a buffer is never read on the host, only by work enqueued after the wait. */
-#include "parallel/dp.h"
+#include "parallel/dp_private.h"
 
 #include <assert.h>
 #include <math.h>
@@ -21,75 +22,10 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    int lo_param;      /* the tensor that completes the bucket (its lowest index) */
-    size_t lo, hi;     /* slab element range */
-    tr_comm_req *req;
-    int done;
-    /* ZeRO-2: the bucket splits into `world` equal pieces of `piece` elements (the last ones
-       clipped at hi); rank r owns piece r, whose accumulated gradient and optimizer state sit
-       at `state` in this rank's arrays */
-    size_t piece, state;
-    int slot; /* ring buffer holding its gradient during a micro-step, -1 = none */
-    int hi_param;
-    int pending; /* tensors of this backward still to complete */
-    int started; /* its reduction of this backward has started */
-    /* ZeRO-3: the bucket's parameters, all-gathered from every rank's piece while an op that
-       reads them runs (and from the op before, prefetched) */
-    tr_buf *full;
-    tr_comm_req *preq; /* the gather in flight, NULL when complete or none */
-} bucket;
-
-/* ZeRO-2's ring: gradient buffers for the buckets being computed or reduced. */
-typedef struct {
-    tr_buf *buf;  /* (world * piece) elements of its bucket, allocated while held */
-    tr_buf *recv; /* this rank's reduced piece */
-    int bucket;  /* the bucket it holds, -1 = free */
-    tr_comm_req *req;
-    long seq;    /* when its reduction started, to finish the oldest first */
-} ring_slot;
-#define RING 8 /* buckets open at once: an op's tensors, the held embedding, in flight */
-
-struct tr_dp {
-    tr_model *m;
-    const tr_backend *be; /* the model's: every buffer below except the host arrays */
-    size_t es;            /* bytes of a storage element */
-    tr_comm *c;
-    int zero, world, rank;
-    bucket *b;
-    int n_buckets;
-    int armed;
-    double first_start, last_done;
-    tr_dp_stats st;
-    /* ZeRO-2 */
-    int *bucket_of;      /* per parameter tensor */
-    ring_slot ring[RING];
-    tr_buf *sgrad;       /* this rank's pieces of the gradient, summed over micro-steps (the
-                            storage dtype: a bf16 slab accumulates in bf16 too) */
-    size_t sgrad_elems, ring_elems;
-    size_t ring_bytes, ring_high; /* ring memory now and its high-water mark (measured) */
-    tr_buf *gather;      /* ZeRO-2's all-gather scratch, the largest bucket padded */
-    tr_piece *pieces;
-    long seq;
-    /* ZeRO-3: per direction (0 forward, 1 backward) and op, the buckets the op reads
-       (need_n of them at need[.][4 * op]) and the next op in that direction that reads any */
-    int *need[2], *need_n[2], *next_user[2];
-    size_t pbuf_bytes, pbuf_high; /* gathered parameter buffers now and their high-water mark */
-    int hold;                     /* keep gathered buckets (tr_dp_hold_params) */
-    /* freed bucket buffers kept for reuse (fresh memory every micro-step costs page faults and
-       the kernel's zeroing), only while what is held stays within the peaks measured so far */
-    struct {
-        tr_buf *p;
-        size_t n; /* elements */
-    } pool[8];
-    int n_pool;
-    size_t pool_bytes;
-};
-
 /* n storage elements of backend memory (zeroed when asked; fresh memory always is). On a GPU
  * a buffer given back after a stream-ordered wait is reused only by work enqueued later on
  * the compute stream, so no host synchronisation is needed. */
-static tr_buf *pool_take(tr_dp *d, size_t n, int zero) {
+tr_buf *dp_pool_take(tr_dp *d, size_t n, int zero) {
     int best = -1;
     for (int k = 0; k < d->n_pool; k++)
         if (d->pool[k].n >= n && (best < 0 || d->pool[k].n < d->pool[best].n)) best = k;
@@ -102,7 +38,7 @@ static tr_buf *pool_take(tr_dp *d, size_t n, int zero) {
 }
 
 /* n: the size it was taken with (the in-use counters already exclude it) */
-static void pool_give(tr_dp *d, tr_buf *p, size_t n) {
+void dp_pool_give(tr_dp *d, tr_buf *p, size_t n) {
     size_t held = d->ring_bytes + d->pbuf_bytes + d->pool_bytes + n * d->es;
     if (p && d->n_pool < (int)(sizeof(d->pool) / sizeof(d->pool[0])) &&
         held <= d->ring_high + d->pbuf_high) {
@@ -115,8 +51,9 @@ static void pool_give(tr_dp *d, tr_buf *p, size_t n) {
 }
 
 /* A collective on the model's buffers: its storage dtype, its memory. */
-static tr_comm_req *coll(tr_dp *d, tr_comm_op op, const tr_buf *send, tr_buf *recv, size_t n) {
-    return tr_comm_start(d->c, op, send, recv, n, tr_model_comm_dtype(d->m), -1, 0,
+tr_comm_req *dp_coll(tr_dp *d, tr_comm_op op, const tr_buf *send, tr_buf *recv, size_t n,
+                     int root) {
+    return tr_comm_start(d->c, op, send, recv, n, tr_model_comm_dtype(d->m), root, 0,
                          tr_model_comm_mem(d->m));
 }
 
@@ -140,8 +77,8 @@ static void start_allreduce(tr_dp *d, bucket *b) {
     if (!d->first_start) d->first_start = tr_comm_now();
     b->started = 1;
     b->done = 0;
-    b->req = coll(d, TR_COMM_OP_ALL_REDUCE, NULL, tr_buf_at(d->be, tr_model_grad_slab(d->m), b->lo),
-                  b->hi - b->lo);
+    b->req = dp_coll(d, TR_COMM_OP_ALL_REDUCE, NULL,
+                     tr_buf_at(d->be, tr_model_grad_slab(d->m), b->lo), b->hi - b->lo, -1);
     d->st.buckets++;
 }
 
@@ -161,8 +98,8 @@ static void z2_finish(tr_dp *d, int k) {
     tr_buf *acc = tr_buf_at(d->be, d->sgrad, b->state);
     d->be->add(acc, acc, s->recv, b->piece); /* after the wait, on the compute stream */
     d->ring_bytes -= ((size_t)d->world + 1) * b->piece * d->es;
-    pool_give(d, s->buf, (size_t)d->world * b->piece);
-    pool_give(d, s->recv, b->piece);
+    dp_pool_give(d, s->buf, (size_t)d->world * b->piece);
+    dp_pool_give(d, s->recv, b->piece);
     s->buf = s->recv = NULL;
     b->slot = -1;
     s->bucket = -1;
@@ -201,8 +138,8 @@ static void z2_place(void *ctx, int param) {
     ring_slot *s = &d->ring[k];
     s->bucket = d->bucket_of[param];
     b->slot = k;
-    s->buf = pool_take(d, (size_t)d->world * b->piece, 1);
-    s->recv = pool_take(d, b->piece, 0);
+    s->buf = dp_pool_take(d, (size_t)d->world * b->piece, 1);
+    s->recv = dp_pool_take(d, b->piece, 0);
     if (!s->buf || !s->recv) {
         fprintf(stderr, "trainer: ZeRO-2: out of memory for a gradient bucket of %zu elements "
                 "on the %s backend\n", (size_t)d->world * b->piece, d->be->name);
@@ -223,7 +160,7 @@ static void z2_start(tr_dp *d, bucket *b) {
     b->started = 1;
     if (!d->first_start) d->first_start = tr_comm_now();
     s->seq = d->seq++;
-    s->req = coll(d, TR_COMM_OP_REDUCE_SCATTER, s->buf, s->recv, b->piece);
+    s->req = dp_coll(d, TR_COMM_OP_REDUCE_SCATTER, s->buf, s->recv, b->piece, -1);
     d->st.buckets++;
     for (;;) {
         int n = 0, oldest = -1;
@@ -263,111 +200,6 @@ static void on_grad_ready(void *ctx, int param) {
         z2_poll(d);
     else
         poll_buckets(d);
-}
-
-/* ---- ZeRO-3 ------------------------------------------------------------------------------
- * Parameters live in the same pieces as the gradients and the optimizer state: rank r keeps
- * piece r of every bucket (fp32 master and working copy). Before an op runs, the buckets it
- * reads are all-gathered into whole buffers (waiting for them if the previous op's prefetch is
- * still in flight) and the model is pointed at them; then the buckets of the next op that reads
- * parameters in the same direction start gathering, overlapping this op's compute; after the
- * op, every bucket the next op does not read is freed. Every rank runs the same ops, so the
- * gathers start in the same order everywhere. */
-
-static void z3_start(tr_dp *d, int k) {
-    bucket *b = &d->b[k];
-    if (b->full) return; /* gathered or in flight */
-    size_t n = (size_t)d->world * b->piece;
-    b->full = pool_take(d, n, 0);
-    if (!b->full) {
-        fprintf(stderr, "trainer: ZeRO-3: out of memory gathering %zu parameters on the %s "
-                "backend\n", n, d->be->name);
-        abort();
-    }
-    d->pbuf_bytes += n * d->es;
-    if (d->pbuf_bytes > d->pbuf_high) d->pbuf_high = d->pbuf_bytes;
-    const tr_buf *mine = tr_buf_at(d->be, tr_model_param_pieces(d->m), b->state);
-    b->preq = coll(d, TR_COMM_OP_ALL_GATHER, mine, b->full, b->piece);
-    d->st.param_gathers++;
-}
-
-static void z3_ready(tr_dp *d, int k) {
-    bucket *b = &d->b[k];
-    z3_start(d, k);
-    if (!b->preq) return;
-    double t0 = tr_comm_now();
-    tr_comm_wait(b->preq);
-    d->st.gather_s += tr_comm_now() - t0;
-    b->preq = NULL;
-    for (int i = b->lo_param; i <= b->hi_param; i++)
-        tr_model_set_param_addr(d->m, i,
-                                tr_buf_at(d->be, b->full, tr_model_param(d->m, i)->offset - b->lo));
-}
-
-static void z3_release(tr_dp *d, int k) {
-    bucket *b = &d->b[k];
-    if (!b->full) return;
-    if (b->preq) tr_comm_wait(b->preq); /* a prefetch nobody used: complete it first */
-    b->preq = NULL;
-    for (int i = b->lo_param; i <= b->hi_param; i++) tr_model_set_param_addr(d->m, i, NULL);
-    d->pbuf_bytes -= (size_t)d->world * b->piece * d->es;
-    pool_give(d, b->full, (size_t)d->world * b->piece);
-    b->full = NULL;
-}
-
-static void z3_release_all(tr_dp *d) {
-    for (int k = 0; k < d->n_buckets; k++) z3_release(d, k);
-}
-
-static int z3_needs(const tr_dp *d, int dir, int op, int k) {
-    for (int j = 0; j < d->need_n[dir][op]; j++)
-        if (d->need[dir][4 * op + j] == k) return 1;
-    return 0;
-}
-
-static void z3_op(void *ctx, int op, int dir, int after) {
-    tr_dp *d = ctx;
-    int di = dir > 0 ? 0 : 1, n = d->need_n[di][op], nx = d->next_user[di][op];
-    const int *need = d->need[di] + 4 * op;
-    /* full recompute's forward (dir 2): its ops' backward comes right after it, so their
-       buckets stay gathered until then, and nothing past the repeated ops is prefetched */
-    if (dir == 2 && nx >= tr_model_recompute_end(d->m)) nx = -1;
-    if (!after) {
-        for (int j = 0; j < n; j++) z3_ready(d, need[j]);
-        if (n && nx >= 0) /* prefetch what the next op reads while this one computes */
-            for (int j = 0; j < d->need_n[di][nx]; j++) z3_start(d, d->need[di][4 * nx + j]);
-    } else if (!d->hold && dir != 2) {
-        for (int j = 0; j < n; j++)
-            if (nx < 0 || !z3_needs(d, di, nx, need[j])) z3_release(d, need[j]);
-    }
-    for (int k = 0; k < d->n_buckets; k++) /* let MPI progress the gathers in flight */
-        if (d->b[k].preq) tr_comm_test(d->b[k].preq);
-}
-
-static int z3_init(tr_dp *d) {
-    tr_model *m = d->m;
-    int nops = tr_model_num_ops(m);
-    for (int di = 0; di < 2; di++) {
-        d->need[di] = calloc((size_t)(4 * nops + 4), sizeof(int));
-        d->need_n[di] = calloc((size_t)(nops + 1), sizeof(int));
-        d->next_user[di] = calloc((size_t)(nops + 1), sizeof(int));
-        if (!d->need[di] || !d->need_n[di] || !d->next_user[di]) return -1;
-        for (int op = 0; op < nops; op++) {
-            int p[4], np = tr_model_op_params(m, op, di ? -1 : +1, p);
-            for (int j = 0; j < np; j++) {
-                int k = d->bucket_of[p[j]];
-                if (!z3_needs(d, di, op, k)) d->need[di][4 * op + d->need_n[di][op]++] = k;
-            }
-        }
-        int next = -1; /* walking against the direction: the next op that reads parameters */
-        for (int step = 0; step < nops; step++) {
-            int op = di ? step : nops - 1 - step;
-            d->next_user[di][op] = next;
-            if (d->need_n[di][op]) next = op;
-        }
-    }
-    tr_model_set_op_hook(m, z3_op, d);
-    return 0;
 }
 
 /* Buckets of at least bucket_bytes (0: 4 MiB), from the last tensor backwards, into b (room for
@@ -452,9 +284,7 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         for (int k = 0; k < d->n_buckets; k++)
             if (d->b[k].piece > maxp) maxp = d->b[k].piece;
         d->ring_elems = (size_t)d->world * maxp;
-        size_t ge = d->ring_elems ? d->ring_elems : 1;
         int ok = (d->sgrad = be->alloc((d->sgrad_elems ? d->sgrad_elems : 1) * d->es)) &&
-                 (zero == 3 || (d->gather = be->alloc(ge * d->es))) && /* ZeRO-2's only */
                  (d->pieces = calloc((size_t)d->n_buckets, sizeof(tr_piece))) &&
                  tr_model_alloc_optim(m, d->sgrad_elems) == 0;
         for (int k = 0; k < RING; k++) d->ring[k].bucket = -1;
@@ -477,8 +307,8 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         d->armed = 1; /* every micro-step reduces */
         reset_pending(d);
     }
-    if (zero == 3 && z3_init(d)) {
-        snprintf(err, errlen, "ZeRO-3: out of memory for the parameter pieces");
+    if (dp_params_init(d)) {
+        snprintf(err, errlen, "ZeRO-%d: out of memory for the parameters' bookkeeping", zero);
         tr_dp_free(d);
         return -2;
     }
@@ -492,22 +322,13 @@ void tr_dp_free(tr_dp *d) {
     tr_model_set_grad_hook(d->m, NULL, NULL);
     tr_model_set_pre_grad_hook(d->m, NULL, NULL);
     tr_model_set_partial_hook(d->m, NULL, NULL);
-    if (d->zero == 3) {
-        z3_release_all(d);
-        tr_model_set_op_hook(d->m, NULL, NULL);
-    }
-    for (int k = 0; k < 2; k++) {
-        free(d->need[k]);
-        free(d->need_n[k]);
-        free(d->next_user[k]);
-    }
+    dp_params_free(d);
     for (int k = 0; k < RING; k++) {
         d->be->free(d->ring[k].buf);
         d->be->free(d->ring[k].recv);
     }
     for (int k = 0; k < d->n_pool; k++) d->be->free(d->pool[k].p);
     d->be->free(d->sgrad);
-    d->be->free(d->gather);
     free(d->pieces);
     free(d->bucket_of);
     free(d->b);
@@ -532,7 +353,7 @@ void tr_dp_arm(tr_dp *d) {
 
 void tr_dp_micro_end(tr_dp *d) {
     if (d->zero < 2) return;
-    if (d->zero == 3) z3_release_all(d);
+    if (d->zero == 3) dp_z3_release_all(d);
     for (int i = 0; i < d->n_buckets; i++) /* every tensor completed: all started already */
         if (!d->b[i].started) z2_start(d, &d->b[i]);
     reset_pending(d); /* the next micro-step's backward */
@@ -705,7 +526,10 @@ static void dp_sync(tr_dp *d) {
 }
 
 void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
-    if (d->zero >= 2) {
+    tr_dp_settle(d); /* the last refresh reads what the update writes */
+    if (d->zero < 2) {
+        tr_model_adamw_step(d->m, opt); /* the shard only, when the model was built sharded */
+    } else {
         int n = 0;
         for (int k = 0; k < d->n_buckets; k++) {
             const bucket *b = &d->b[k];
@@ -715,41 +539,11 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
                 d->pieces[n++] = (tr_piece){lo, hi, tr_buf_at(d->be, d->sgrad, b->state), b->state};
         }
         tr_model_adamw_pieces(d->m, opt, d->pieces, n);
-        if (d->zero == 3) { /* the parameters stay in pieces until an op needs them */
-            d->be->zero(d->sgrad, d->sgrad_elems * d->es);
-            return;
-        }
-        /* every rank's updated pieces, bucket by bucket, back into every rank's parameters,
-           through the scratch: the last pieces are clipped at the bucket's end, which the
-           all-gather of whole pieces would write past */
-        double t0 = tr_comm_now();
-        const tr_backend *be = d->be;
-        tr_buf *slab = tr_model_param_slab(d->m);
-        for (int k = 0; k < d->n_buckets; k++) {
-            const bucket *b = &d->b[k];
-            size_t len = b->hi - b->lo, mine = (size_t)d->rank * b->piece;
-            tr_buf *at = tr_buf_at(be, d->gather, mine);
-            be->zero(d->gather, (size_t)d->world * b->piece * d->es);
-            size_t cnt = mine < len ? (len - mine < b->piece ? len - mine : b->piece) : 0;
-            be->copy(at, tr_buf_at(be, slab, b->lo + mine), cnt * d->es);
-            if (d->world > 1) tr_comm_wait(coll(d, TR_COMM_OP_ALL_GATHER, at, d->gather, b->piece));
-            be->copy(tr_buf_at(be, slab, b->lo), d->gather, len * d->es);
-        }
-        d->st.gather_s += tr_comm_now() - t0;
-        be->zero(d->sgrad, d->sgrad_elems * d->es);
-        return;
+        d->be->zero(d->sgrad, d->sgrad_elems * d->es);
     }
-    tr_model_adamw_step(d->m, opt); /* the shard only, when the model was built sharded */
-    if (d->zero == 1 && d->world > 1) {
-        double t0 = tr_comm_now();
-        size_t lo, hi;
-        tr_model_optim_range(d->m, &lo, &hi);
-        tr_buf *slab = tr_model_param_slab(d->m);
-        tr_comm_wait(tr_comm_start(d->c, TR_COMM_OP_ALL_GATHER,
-                                   tr_buf_at(tr_model_backend(d->m), slab, lo), slab, hi - lo,
-                                   tr_model_comm_dtype(d->m), -1, 0, tr_model_comm_mem(d->m)));
-        d->st.gather_s += tr_comm_now() - t0;
-    }
+    /* ZeRO-1, 2: the other ranks' parts come back during the next forward; ZeRO-3 keeps the
+       parameters in pieces until an op needs them */
+    if ((d->zero == 1 || d->zero == 2) && d->world > 1) dp_refresh_start(d);
 }
 
 void tr_dp_drop_grads(tr_dp *d) {
@@ -757,6 +551,7 @@ void tr_dp_drop_grads(tr_dp *d) {
 }
 
 int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
+    tr_dp_settle(d);
     size_t n = tr_model_slab_elements(d->m), lo, hi;
     tr_model_optim_range(d->m, &lo, &hi);
     *out = (tr_dp_state){.dp = d, .m = malloc(n * sizeof(float)), .v = malloc(n * sizeof(float)),
@@ -844,7 +639,7 @@ size_t tr_dp_param_buffer_bytes(const tr_dp *d) {
 void tr_dp_hold_params(tr_dp *d, int hold) {
     if (d->zero != 3) return;
     d->hold = hold;
-    if (!hold) z3_release_all(d);
+    if (!hold) dp_z3_release_all(d);
 }
 
 int tr_dp_ckpt_ranges(const tr_dp *d, size_t **out) {

@@ -20,9 +20,12 @@ typedef struct {
     long buckets;       /* gradient reductions started */
     double span_s;      /* first bucket started .. last bucket complete, summed over steps */
     double exposed_s;   /* of which the training waited for after its backward */
-    double gather_s;    /* ZeRO-1/2: parameter all-gathers after the update; ZeRO-3: time
-                           waited for the per-op gathers (what prefetching did not hide) */
-    long param_gathers; /* ZeRO-3: bucket all-gathers started */
+    double gather_s;    /* time waited for the parameters' transfers: ZeRO-1/2 the refresh
+                           after the update, ZeRO-3 the per-op gathers (what overlapping the
+                           forward did not hide) */
+    long param_gathers; /* ZeRO-1, 2, 3: parameter broadcasts or all-gathers started */
+    long refreshed;        /* ZeRO-1, 2: buckets refreshed after an update */
+    long refreshed_by_op;  /* of which waited for by the op reading them (the rest: at once) */
 } tr_dp_stats;
 
 /* `m` must have been built with opts.shards = (zero == 1 ? group size : 1), opts.shard = the
@@ -61,9 +64,15 @@ size_t tr_dp_grad_bytes(const tr_dp *d);
 size_t tr_dp_grad_buffer_bytes(const tr_dp *d);
 /* After that backward: wait for every bucket. The gradients are then summed over the group. */
 void tr_dp_sync_grads(tr_dp *d);
-/* The optimizer step: all parameters (ZeRO 0) or this rank's shard, then an all-gather of
- * the parameters (ZeRO 1). */
+/* The optimizer step: all parameters (ZeRO 0), this rank's shard (ZeRO-1) or pieces (ZeRO-2,
+ * 3). ZeRO-1 and 2 then start bringing back the parts the other ranks updated, bucket by
+ * bucket, in the order the forward reads them: the next forward's ops wait each for the
+ * buckets they read (the model's op hook), so the transfers overlap its compute. */
 void tr_dp_step(tr_dp *d, const tr_adamw *opt);
+/* ZeRO-1, 2: complete that refresh now, before anything but a forward reads the parameters
+ * (every parameter: a dump, tr_model_get_param) or writes them (loading a checkpoint). No
+ * communication starts: a rank may call it alone. A no-op otherwise. */
+void tr_dp_settle(tr_dp *d);
 /* A step whose update is skipped (trainer/guard.c) instead of tr_dp_step: its summed gradient
  * is dropped (ZeRO-2, 3: this rank's pieces zeroed; the model's own gradients are zeroed at the
  * next step's start), the parameters and optimizer state stay as they were. */

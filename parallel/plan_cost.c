@@ -309,15 +309,18 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     const tr_link *dl = link_of(dv, (long)p->tp * p->pp, d);
     double G = params * m->es, Pb = params * m->es, comm = 0, window = 0, after = 0;
     double bk = m->bucket;
+    /* ZeRO-1/2's refresh of the updated parameters overlaps the next forward (its first
+       micro-batch's: a third of its compute) */
+    double fwd_first = worst_c / 3.0;
     switch (p->zero) { /* reduce-scatter and all-gather: half an all-reduce each */
     case 0:
-    case 1: /* the gradients' all-reduce in the last backward; ZeRO-1 then gathers the
-               updated parameters after the optimizer, exposed */
+    case 1: /* the gradients' all-reduce in the last backward; ZeRO-1 then broadcasts the
+               updated parameters during the next forward */
         comm = t_bucketed(dl, G, d, bk);
         window = bwd_last;
         after = p->zero == 1 ? 0.5 * t_bucketed(dl, Pb, d, bk) : 0;
         break;
-    case 2: /* a reduce-scatter in every backward, the same gather after the optimizer */
+    case 2: /* a reduce-scatter in every backward, the same refresh as ZeRO-1 */
         comm = 0.5 * M * t_bucketed(dl, G, d, bk);
         window = M * bwd_last;
         after = 0.5 * t_bucketed(dl, Pb, d, bk);
@@ -327,6 +330,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
         window = M * worst_c;
         break;
     }
+    after = maxd(0, after - dv->overlap * fwd_first);
     p->dp_s = maxd(0, comm - dv->overlap * window) + after;
     double shards = p->zero >= 1 ? d : 1;
     p->optim_s = params / shards * (4.0 * 3 + m->es) * 2 / dv->mem_bw;

@@ -6,7 +6,9 @@
 # machine, measured by running the single process with other micro-batch sizes: tests/lib.sh);
 # per rank, ZeRO-1 keeps 1/N of the optimizer state, ZeRO-2 1/N of the gradient and ZeRO-3 1/N
 # of the parameters (as allocated, measured); checkpoints saved in one layout resume in
-# another; a rank that dies makes the job end within the timeout with a line naming a rank.
+# another; ZeRO-1 and 2 bring the updated parameters back during the next forward, each bucket
+# waited for by the op that reads it; a rank that dies makes the job end within the timeout
+# with a line naming a rank.
 set -u
 . "$(dirname "$0")/lib.sh"
 T="$1"
@@ -52,6 +54,17 @@ for cfg in "2 0 0" "2 1 0" "4 0 0" "4 1 0" "2 0 2" "2 1 1" "2 2 0" "4 2 0" "2 2 
     run "$name" "$1" "$2" "$3" --set bucket=16 || continue
     if [ "$2" -eq 3 ] && [ "$1" -gt 1 ] && ! grep -q "ZeRO-3: [1-9][0-9]* bucket all-gathers" "$tmp/$name.log"; then
         echo "FAIL $name: no ZeRO-3 parameter gathers reported"; fail=1
+    fi
+    # ZeRO-1, 2: the parameters other ranks updated come back during the next forward, each
+    # bucket waited for by the op that reads it (not all at once after the update)
+    if [ "$1" -gt 1 ] && { [ "$2" -eq 1 ] || [ "$2" -eq 2 ]; }; then
+        line=$(grep "^ZeRO-$2: " "$tmp/$name.log")
+        if [[ "$line" =~ bringing\ back\ ([0-9]+)\ buckets,\ ([0-9]+)\ of\ them\ waited\ for\ by\ the\ forward ]] &&
+            [ "${BASH_REMATCH[1]}" -gt 0 ] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]; then
+            echo "ok   $name: every refreshed bucket waited for by the forward op that reads it (${BASH_REMATCH[2]})"
+        else
+            echo "FAIL $name: the parameter refresh did not overlap the forward: ${line:-no ZeRO-$2 line}"; fail=1
+        fi
     fi
     if e=$(cmp_run "$noise" "$tmp/$name" "$tmp/single"); then
         echo "ok   $name: equal to one process: $e"

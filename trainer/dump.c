@@ -88,6 +88,7 @@ static int write_globals(run_ctx *x, tensor_source src, void *ctx, FILE *df, FIL
  * file could not be written (said), -1 when out of memory. */
 int run_dump_params(run_ctx *x, const char *path) {
     tr_dp_state all = {0};
+    tr_dp_settle(x->dp); /* ZeRO-1, 2: the last update's parts from the other ranks */
     if (x->lay.zero == 3 && tr_dp_gather_state(x->dp, &all)) return -1;
     FILE *df = x->rank == 0 ? fopen(path, "wb") : NULL;
     int bad = x->rank == 0 && !df ? -run_cannot_write(path, errno) : 0;

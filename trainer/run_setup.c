@@ -142,6 +142,7 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
     tr_ckpt c;
     int rc = -1, me = tr_comm_rank(world);
     double t0 = tr_now();
+    if (x->dp) tr_dp_settle(x->dp); /* a rollback: no transfer may still write the slab */
     if (below == LONG_MAX) {
         long *none;
         char rec[TR_PATH_MAX + 32];

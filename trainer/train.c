@@ -545,7 +545,11 @@ static void print_parallel_stats(const run_ctx *x) {
                    "waited %.3f s for them (the rest overlapped the previous op)\n",
                    ds.param_gathers, ds.gather_s);
         else if (zero)
-            printf("ZeRO-%d parameter all-gathers: %.3f s\n", zero, ds.gather_s);
+            printf("ZeRO-%d: %ld parameter %s after the updates, bringing back %ld buckets, "
+                   "%ld of them waited for by the forward op that reads them; waited %.3f s "
+                   "(the rest overlapped the forward)\n",
+                   zero, ds.param_gathers, zero == 1 ? "broadcasts" : "all-gathers", ds.refreshed,
+                   ds.refreshed_by_op, ds.gather_s);
     }
     if (x->lay.tp > 1) {
         /* training and evaluation so far (the sample at the end comes after) */
