@@ -202,9 +202,10 @@ static void on_grad_ready(void *ctx, int param) {
         poll_buckets(d);
 }
 
-/* Buckets of at least bucket_bytes (0: 4 MiB), from the last tensor backwards, into b (room for
- * one per tensor) and each tensor's bucket into bucket_of; each bucket splits into `world`
- * pieces (ZeRO-2, 3), whose elements are summed into *pieces. Returns how many buckets. */
+/* Buckets of at least bucket_bytes (0: 4 MiB) in the storage dtype, from the last tensor
+ * backwards, into b (room for one per tensor) and each tensor's bucket into bucket_of; each
+ * bucket splits into `world` pieces (ZeRO-2, 3), whose elements are summed into *pieces.
+ * Returns how many buckets. */
 static int cut_buckets(const tr_model *m, size_t bucket_bytes, int world, bucket *b,
                        int *bucket_of, size_t *pieces) {
     if (!bucket_bytes) bucket_bytes = (size_t)4 << 20;
@@ -220,7 +221,7 @@ static int cut_buckets(const tr_model *m, size_t bucket_bytes, int world, bucket
         }
         elems += p->extent;
         if (bucket_of) bucket_of[i] = n;
-        if (elems * sizeof(float) >= bucket_bytes || i == 0) {
+        if (elems * tr_model_storage_bytes(m) >= bucket_bytes || i == 0) {
             size_t piece = (hi_el - p->offset + W - 1) / W;
             b[n++] = (bucket){.lo_param = i, .hi_param = hi_param, .lo = p->offset, .hi = hi_el,
                               .slot = -1, .piece = piece, .state = *pieces};
@@ -555,13 +556,16 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
     size_t n = tr_model_slab_elements(d->m), lo, hi;
     tr_model_optim_range(d->m, &lo, &hi);
     *out = (tr_dp_state){.dp = d, .m = malloc(n * sizeof(float)), .v = malloc(n * sizeof(float)),
-                         .p = d->zero == 3 ? malloc(n * sizeof(float)) : NULL};
-    if (!out->m || !out->v || (d->zero == 3 && !out->p)) {
+                         .p = d->zero ? malloc(n * sizeof(float)) : NULL};
+    if (!out->m || !out->v || (d->zero && !out->p)) {
         tr_dp_state_free(out);
         return -1;
     }
     const tr_backend *be = tr_model_backend(d->m);
     float *full[3] = {out->m, out->v, out->p};
+    /* the master weights: ZeRO-3's in its pieces (indexed like the state), else the slab's,
+       current only where this rank updated them */
+    const float *master = tr_model_master_pieces(d->m);
     if (d->zero >= 2) { /* bucket by bucket: every rank's piece, then the bucket's range */
         /* the moments and master weights are fp32 in any storage dtype: gathered on the host */
         float *h = malloc((d->ring_elems ? d->ring_elems : 1) * sizeof(float));
@@ -569,23 +573,28 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
             tr_dp_state_free(out);
             return -1;
         }
-        for (int k = 0; k < (d->zero == 3 ? 3 : 2); k++) {
-            const float *st = k < 2 ? tr_model_optim_state(d->m, (tr_state_kind)k)
-                                    : tr_model_master_pieces(d->m);
+        for (int k = 0; k < 3; k++) {
+            const float *st = k < 2 ? tr_model_optim_state(d->m, (tr_state_kind)k) : master;
             for (int i = 0; i < d->n_buckets; i++) {
                 const bucket *b = &d->b[i];
-                size_t mine = (size_t)d->rank * b->piece;
-                be->download(h + mine, st + b->state, b->piece * sizeof(float));
+                size_t mine = (size_t)d->rank * b->piece, len = b->hi - b->lo;
+                if (k < 2 || d->zero == 3) {
+                    be->download(h + mine, st + b->state, b->piece * sizeof(float));
+                } else { /* ZeRO-2's master: its piece of the slab, clipped at the bucket */
+                    size_t cnt = mine < len ? (len - mine < b->piece ? len - mine : b->piece) : 0;
+                    memset(h + mine, 0, b->piece * sizeof(float));
+                    be->download(h + mine, st + b->lo + mine, cnt * sizeof(float));
+                }
                 if (d->world > 1)
                     tr_comm_all_gather(d->c, h + mine, h, b->piece, TR_COMM_F32);
-                memcpy(full[k] + b->lo, h, (b->hi - b->lo) * sizeof(float));
+                memcpy(full[k] + b->lo, h, len * sizeof(float));
             }
         }
         free(h);
         return 0;
     }
-    for (int k = 0; k < 2; k++) {
-        const float *shard = tr_model_optim_state(d->m, (tr_state_kind)k);
+    for (int k = 0; k < (d->zero ? 3 : 2); k++) { /* k = 2: ZeRO-1's master, its shard */
+        const float *shard = k < 2 ? tr_model_optim_state(d->m, (tr_state_kind)k) : master + lo;
         be->download(full[k] + lo, shard, (hi - lo) * sizeof(float));
         if (hi - lo < n) /* sharded: every rank's part, in rank order, in place */
             tr_comm_all_gather(d->c, full[k] + lo, full[k], hi - lo, TR_COMM_F32);

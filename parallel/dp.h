@@ -82,10 +82,11 @@ void tr_dp_drop_grads(tr_dp *d);
 typedef struct {
     const tr_dp *dp;
     float *m, *v;
-    float *p; /* ZeRO-3: the fp32 parameters too */
+    float *p; /* ZeRO-1, 2, 3: the fp32 master parameters too (each rank's own part) */
 } tr_dp_state;
-/* Gather the sharded moments (ZeRO-3: and parameters) from every rank (every rank calls it;
- * tests and tools: checkpoints do not need it); without sharding, a copy of the model's own.
+/* Gather the sharded moments and (ZeRO-1, 2, 3) fp32 master parameters from every rank, each
+ * part from the rank that updates it (every rank calls it; tests and tools: checkpoints do not
+ * need it); without sharding, a copy of the model's moments.
  * -1 when out of memory. */
 int tr_dp_gather_state(tr_dp *d, tr_dp_state *out);
 void tr_dp_state_free(tr_dp_state *s);
@@ -93,7 +94,7 @@ void tr_dp_state_free(tr_dp_state *s);
  * as fp32 into host memory of tr_model_slab_elements floats indexed like the slab: the
  * model's slab, or at ZeRO-2/3 every rank's pieces (every rank calls it). Tools and tests; -1 when out of memory. */
 int tr_dp_gather_grads(tr_dp *d, float *out);
-/* ZeRO-3: tensor `param` of a gathered tr_dp_state's parameters into dst. */
+/* ZeRO-1, 2, 3: tensor `param` of a gathered tr_dp_state's parameters into dst. */
 void tr_dp_param_source(void *ctx, int param, float *dst);
 /* ZeRO-3: the high-water mark of gathered parameter buffers (measured). */
 size_t tr_dp_param_buffer_bytes(const tr_dp *d);

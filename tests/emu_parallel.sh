@@ -7,7 +7,8 @@
 #     device: every loss within 1e-4 relative of the CPU's dp=2 run (the emulated kernels
 #     round differently from BLAS);
 #  2. bf16 dp=2 against the bf16 device run in one process: within 2e-2 (bf16 gradients are
-#     summed in bf16 by the collective); bf16 ZeRO-3 against that ZeRO-0 run: within 2e-2;
+#     summed in bf16 by the collective); bf16 ZeRO-1 against ZeRO-0: the losses and the final
+#     fp32 parameters bitwise; bf16 ZeRO-3 against that ZeRO-0 run: within 2e-2;
 #     killed after its step-3 save and resumed, steps 4..6 and the final checkpoint bitwise
 #     those of the uninterrupted ZeRO-3 run;
 #  3. the staged transport (TR_COMM_DEVICE=staged) gives what NCCL gives, bitwise (with two
@@ -55,8 +56,16 @@ done
 
 # 2. bf16
 run 1 dev-bf1 --device cuda --precision bf16 &&
-    run 2 dev-bf2 --dp 2 --device cuda --precision bf16 &&
+    TR_DUMP_PARAMS=$tmp/dev-bf2.params run 2 dev-bf2 --dp 2 --device cuda --precision bf16 &&
     same "dp=2 bf16 on the device vs one device process" dev-bf2 dev-bf1 2e-2
+# ZeRO-1 in bf16: the same all-reduced gradients and AdamW as ZeRO-0, so the same fp32 master
+# weights to the bit, each part read from the rank that updates it (another rank's master
+# copy of a part it does not update is stale); its refreshed bf16 weights give the same losses
+if TR_DUMP_PARAMS=$tmp/dev-bf-z1.params run 2 dev-bf-z1 --dp 2 --zero 1 --device cuda --precision bf16; then
+    cmp -s "$tmp/dev-bf-z1.params" "$tmp/dev-bf2.params" && diff -q "$tmp/dev-bf-z1.l" "$tmp/dev-bf2.l" >/dev/null &&
+        ok "dp=2 ZeRO-1 bf16 on the device: losses and final fp32 parameters bitwise those of ZeRO-0" ||
+        bad "dp=2 ZeRO-1 bf16 on the device: losses or final parameters differ from ZeRO-0's"
+fi
 # ZeRO-3 in bf16 (checkpoints every 3 steps), and an exact resume of it
 if EVERY=3 run 2 dev-bf-z3 --dp 2 --zero 3 --device cuda --precision bf16; then
     same "dp=2 ZeRO-3 bf16 on the device vs ZeRO-0" dev-bf-z3 dev-bf2 2e-2

@@ -84,17 +84,17 @@ static int write_globals(run_ctx *x, tensor_source src, void *ctx, FILE *df, FIL
 }
 
 /* TR_DUMP_PARAMS (tests): the final parameters as raw fp32, every global tensor in the order
- * of one process's model. ZeRO-3 reads the gathered state. Every rank takes part; 1 when the
- * file could not be written (said), -1 when out of memory. */
+ * of one process's model. ZeRO 1-3 read the gathered state: each part's fp32 master from the
+ * rank that updates it (in bf16 another rank's copy of the master is stale). Every rank takes
+ * part; 1 when the file could not be written (said), -1 when out of memory. */
 int run_dump_params(run_ctx *x, const char *path) {
     tr_dp_state all = {0};
-    tr_dp_settle(x->dp); /* ZeRO-1, 2: the last update's parts from the other ranks */
-    if (x->lay.zero == 3 && tr_dp_gather_state(x->dp, &all)) return -1;
+    if (x->lay.zero && tr_dp_gather_state(x->dp, &all)) return -1;
     FILE *df = x->rank == 0 ? fopen(path, "wb") : NULL;
     int bad = x->rank == 0 && !df ? -run_cannot_write(path, errno) : 0;
     /* rank 0 takes part without its file: the others' sums need it */
-    int oom = x->lay.zero == 3 ? write_globals(x, tr_dp_param_source, &all, df, NULL, NULL)
-                               : write_globals(x, model_param_source, x->model, df, NULL, NULL);
+    int oom = x->lay.zero ? write_globals(x, tr_dp_param_source, &all, df, NULL, NULL)
+                          : write_globals(x, model_param_source, x->model, df, NULL, NULL);
     if (df && run_close_output(df, path)) bad = 1;
     tr_dp_state_free(&all);
     return oom ? -1 : bad;
