@@ -59,6 +59,11 @@ fi
 # the device transport's variable is checked on every build, also where nothing reads it
 TR_COMM_DEVICE=ncll expect 1 "^trainer run: TR_COMM_DEVICE must be nccl or staged (or unset: .*), got 'ncll'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/cd"
+# so is the ledger's switch, and a malformed fault variable (tests' own, still one line)
+TR_LEDGER=of expect 1 "^trainer run: TR_LEDGER must be on or off, got 'of'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/led"
+TR_FAULT_NAN_STEP=3,x expect 1 "^trainer run: TR_FAULT_NAN_STEP must be a list of steps" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/nan"
 expect 1 "nope.lua: cannot read recipe" -- show nope.lua
 expect 1 "unknown knob (knobs: batch_tokens, heads, layers, lr, seq, steps, width)" -- show recipes/shakespeare_char.lua --set widht=3
 expect 1 "knob 'layers'" -- show recipes/shakespeare_char.lua --set layers=many

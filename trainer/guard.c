@@ -15,36 +15,6 @@
  * nearly equal values would otherwise make rounding noise a spike. */
 #define SIGMA_FLOOR 0.01
 
-/* TR_FAULT_NAN_STEP / TR_FAULT_SPIKE_STEP: unset or empty, or a list S[,S...] of steps >= 1
- * (at most RUN_FAULT_STEPS); anything else is -1 with the line in x->msg. */
-static int fault_steps(run_ctx *x, const char *name, long *out) {
-    const char *v = getenv(name), *p = v;
-    memset(out, 0, RUN_FAULT_STEPS * sizeof(long));
-    if (!v || !*v) return 0;
-    for (int n = 0;; n++) {
-        char *end;
-        errno = 0;
-        long s = strtol(p, &end, 10);
-        if (n == RUN_FAULT_STEPS || errno || end == p || s < 1 || s > INT_MAX ||
-            (*end && *end != ',')) {
-            snprintf(x->msg, sizeof(x->msg),
-                     "trainer run: %s must be a list of steps S[,S...] (each >= 1, at most %d), "
-                     "got '%s'",
-                     name, RUN_FAULT_STEPS, v);
-            return -1;
-        }
-        out[n] = s;
-        if (!*end) return 0;
-        p = end + 1;
-    }
-}
-
-int run_guard_faults(run_ctx *x) {
-    return fault_steps(x, "TR_FAULT_NAN_STEP", x->fault_nan) ||
-           fault_steps(x, "TR_FAULT_SPIKE_STEP", x->fault_spike) ||
-           fault_steps(x, "TR_FAULT_LOSS_SPIKE_STEP", x->fault_loss);
-}
-
 /* 1 when step (from 1) is in the list, which forgets it: a fault fires the first time only. */
 static int take(long *list, int step) {
     for (int i = 0; i < RUN_FAULT_STEPS; i++)

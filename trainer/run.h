@@ -86,6 +86,7 @@ typedef struct {
     long kill_step, slow_ms; /* tests' fault injection (TR_FAULT_*), for this rank */
     long slow_from;          /* the first step (from 1) that slow_ms slows */
     int kill_alone;          /* TR_FAULT_KILL_RANK: only this rank dies, abruptly */
+    int ledger_off;          /* TR_LEDGER=off: no ledger files */
     /* TR_FAULT_NAN_STEP, TR_FAULT_SPIKE_STEP: steps (from 1) whose gradients become non-finite
        or 1000 times larger, each the first time it is trained; 0 once it has been */
     long fault_nan[RUN_FAULT_STEPS], fault_spike[RUN_FAULT_STEPS], fault_loss[RUN_FAULT_STEPS];
@@ -137,9 +138,11 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
 /* Rank 0: drop metrics.jsonl's records of steps after `step` (they are trained again). */
 int run_trim_metrics(run_ctx *x, long step);
 
-/* The guard (trainer/guard.c). run_guard_faults parses the tests' TR_FAULT_NAN_STEP,
- * TR_FAULT_SPIKE_STEP and TR_FAULT_LOSS_SPIKE_STEP (0, or -1 with the line in x->msg);
- * run_guard_init allocates the window (-1 when out of memory). run_guard_fault: what step
+/* The environment switches (trainer/env.c): the tests' TR_FAULT_* and TR_LEDGER into x's
+ * fields; 0, or -1 with the line in x->msg. */
+int run_env_settings(run_ctx *x);
+
+/* The guard (trainer/guard.c). run_guard_init allocates the window (-1 when out of memory). run_guard_fault: what step
  * `step`'s (from 0) loss scale is multiplied by (1; INFINITY or 1000 at an injected fault);
  * run_guard_targets: at an injected loss spike, a micro-batch's n targets are moved half the
  * vocabulary away (tokens the model does not predict: a real jump of the loss; `last`: the
@@ -149,7 +152,6 @@ int run_trim_metrics(run_ctx *x, long step);
  * collectively, once train.guard.max_bad steps in a row were bad: back to the newest checkpoint
  * before them, the loader left past their batches; 0 and the checkpoint's step in *to, or -1
  * when there is none (the divergence line said). */
-int run_guard_faults(run_ctx *x);
 int run_guard_init(run_ctx *x);
 void run_guard_free(run_ctx *x);
 float run_guard_fault(run_ctx *x, int step);

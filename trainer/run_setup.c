@@ -13,40 +13,6 @@
 #include "data/corpus.h"
 #include "trainer/run.h"
 
-/* A fault-injection variable for tests: unset or empty leaves *a (and *b) alone; "N", or
- * "N:M" where b is given, sets them; anything else is -1 with the message in msg. */
-/* One more ":N" at *end into *y (N >= 0); 0 when it is there and well formed. */
-static int env_next(char **end, long *y) {
-    const char *m = *end;
-    if (*m != ':' || !m[1]) return -1;
-    errno = 0;
-    *y = strtol(m + 1, end, 10);
-    return errno || *end == m + 1 || *y < 0 ? -1 : 0;
-}
-
-/* A test's fault variable: N, or with b RANK:MILLISECONDS, and with c an optional third
- * ":STEP" (c keeps its value when it is not given). */
-static int env_count(const char *name, long *a, long *b, long *c, char *msg, size_t msglen) {
-    const char *v = getenv(name);
-    if (!v || !*v) return 0;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10), y = 0, z = c ? *c : 0;
-    int ok = !errno && end != v && x >= 0;
-    if (ok && b) ok = !env_next(&end, &y);
-    if (ok && c && *end) ok = !env_next(&end, &z);
-    if (!ok || *end) {
-        snprintf(msg, msglen, "trainer run: %s must be %s, got '%s'", name,
-                 c ? "RANK:MILLISECONDS[:FROM_STEP]" : b ? "RANK:MILLISECONDS"
-                                                          : "a non-negative integer", v);
-        return -1;
-    }
-    *a = x;
-    if (b) *b = y;
-    if (c) *c = z;
-    return 0;
-}
-
 /* One line for an output file that could not be written (opened, written or closed). */
 int run_cannot_write(const char *path, int e) {
     fprintf(stderr, "trainer run: cannot write '%s': %s\n", path, strerror(e ? e : EIO));
@@ -570,24 +536,10 @@ static int setup_outputs(run_ctx *x) {
     int bad = !x->inputs || !x->targets || !x->all_steps || !x->all_compute;
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the batches");
     if (setup_failed(x->world, bad, x->msg)) return -1;
-    /* tests: TR_FAULT_KILL_AFTER_STEP=S dies right after step S's save (TR_FAULT_KILL_RANK=R:
-       only rank R); TR_FAULT_SLOW_RANK=R:MS[:S] makes rank R MS milliseconds slower every step
-       (from step S on, counted from 1) */
-    long kill_r = -1, slow_r = -1;
-    x->kill_step = -1;
-    const char *kill_rank = getenv("TR_FAULT_KILL_RANK");
-    bad = env_count("TR_FAULT_KILL_AFTER_STEP", &x->kill_step, NULL, NULL, x->msg,
-                    sizeof(x->msg)) ||
-          env_count("TR_FAULT_KILL_RANK", &kill_r, NULL, NULL, x->msg, sizeof(x->msg)) ||
-          env_count("TR_FAULT_SLOW_RANK", &slow_r, &x->slow_ms, &x->slow_from, x->msg,
-                    sizeof(x->msg));
-    bad = bad || run_guard_faults(x);
+    bad = run_env_settings(x); /* TR_FAULT_*, TR_LEDGER */
     if (setup_failed(x->world, bad, x->msg)) return -1; /* may be set on some ranks only */
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the guard's window");
     if (setup_failed(x->world, run_guard_init(x), x->msg)) return -1;
-    x->kill_alone = kill_rank && *kill_rank;
-    if (kill_r >= 0 && kill_r != x->rank) x->kill_step = -1;
-    if (slow_r != x->rank) x->slow_ms = 0;
     return 0;
 }
 

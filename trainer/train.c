@@ -686,7 +686,6 @@ static tr_ledger *open_ledger(run_ctx *x, const char *command) {
              "{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"micro_batch\": %d, "
              "\"accumulation\": %d}",
              x->lay.dp, x->lay.tp, x->lay.pp, x->lay.zero, x->lay.micro_batch, x->lay.accum);
-    const char *off = getenv("TR_LEDGER");
     tr_ledger_opts o = {.out = x->r.train.out,
                         .resume = x->o.resume,
                         .start_step = x->start_step,
@@ -697,7 +696,7 @@ static tr_ledger *open_ledger(run_ctx *x, const char *command) {
                         .command = command,
                         .flops_step = x->flops_tok * (double)x->tokens_step,
                         .tokens_step = x->tokens_step,
-                        .files = !(off && !strcmp(off, "off")),
+                        .files = !x->ledger_off,
                         .telemetry = x->be->device_memory ? gpu_telemetry : NULL};
     tr_ledger *L = tr_ledger_open(x->world, &o);
     if (!L) fprintf(stderr, "trainer run: rank %d: out of memory for the ledger\n", x->rank);
