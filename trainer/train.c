@@ -532,21 +532,21 @@ static void print_parallel_stats(const run_ctx *x) {
     }
     if (x->lay.dp > 1) {
         tr_dp_stats ds = tr_dp_get_stats(x->dp);
-        double exposed, span, hidden = dp_hidden(x, &exposed, &span);
-        int dev = tr_comm_device_time(x->dpc, &span, &exposed);
+        double exposed, span, hidden = dp_hidden(x, &exposed, &span), unused[2];
+        int dev = tr_comm_device_time(x->dpc, &unused[0], &unused[1]); /* whose figures */
         printf("data parallel: %ld bucket %s over %ld steps; %.0f%% of the %s hidden behind "
-               "%s (%.3f s exposed of %.3f s%s)\n",
+               "%s (%.3g s exposed of %.3g s%s)\n",
                ds.buckets, zero >= 2 ? "reduce-scatters" : "all-reduces", ds.steps,
                100.0 * hidden, dev ? "group's communication" : "gradient communication",
                dev ? "compute" : "the backward", exposed, span,
                dev ? " in flight, timed on the GPU" : "");
         if (zero == 3)
             printf("ZeRO-3: %ld bucket all-gathers of parameters before the ops that read them; "
-                   "waited %.3f s for them (the rest overlapped the previous op)\n",
+                   "waited %.3g s for them (the rest overlapped the previous op)\n",
                    ds.param_gathers, ds.gather_s);
         else if (zero)
             printf("ZeRO-%d: %ld parameter %s after the updates, bringing back %ld buckets, "
-                   "%ld of them waited for by the forward op that reads them; waited %.3f s "
+                   "%ld of them waited for by the forward op that reads them; waited %.3g s "
                    "(the rest overlapped the forward)\n",
                    zero, ds.param_gathers, zero == 1 ? "broadcasts" : "all-gathers", ds.refreshed,
                    ds.refreshed_by_op, ds.gather_s);
