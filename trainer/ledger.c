@@ -64,6 +64,7 @@ struct tr_ledger {
     double *w_waited;         /* n x n: seconds rank i waited for rank j */
     int (*telemetry)(double out[3]);
     double *w_tele;           /* n x 3 sums of the samples, and n x 3 counts */
+    double *scratch;          /* 2n: rank 0's per-step arithmetic (no allocation a step) */
     /* straggler watch */
     double *ring;             /* n x RING busy seconds */
     double *base;             /* n: each rank's median pace when first known */
@@ -234,9 +235,10 @@ static int alloc_all(tr_ledger *L) {
     L->since = calloc(n, sizeof(int));
     L->alarmed = calloc(n, sizeof(int));
     L->w_tele = calloc(n * 6, sizeof(double));
+    L->scratch = calloc(n * 2, sizeof(double));
     return L->hosts && L->rec && L->win && L->tot && L->w_waited_on && L->tot_waited_on &&
                    L->w_waited && L->ring && L->base && L->streak && L->since && L->alarmed &&
-                   L->w_tele
+                   L->w_tele && L->scratch
                ? 0
                : -1;
 }
@@ -244,7 +246,7 @@ static int alloc_all(tr_ledger *L) {
 static void free_all(tr_ledger *L) {
     free(L->hosts), free(L->rec), free(L->win), free(L->tot), free(L->w_waited_on);
     free(L->tot_waited_on), free(L->w_waited), free(L->ring), free(L->base), free(L->streak);
-    free(L->since), free(L->alarmed), free(L->w_tele);
+    free(L->since), free(L->alarmed), free(L->w_tele), free(L->scratch);
     free(L);
 }
 
@@ -389,8 +391,7 @@ static void watch_stragglers(tr_ledger *L, int step) {
         L->ring[(size_t)k * RING + slot] = r[LED_COMPUTE] + r[LED_DATA];
     }
     if (++L->seen < RING) return;
-    double *pace = malloc((size_t)n * 2 * sizeof(double)), *others = pace + n;
-    if (!pace) return;
+    double *pace = L->scratch, *others = pace + n;
     for (int k = 0; k < n; k++) {
         double v[RING];
         memcpy(v, L->ring + (size_t)k * RING, sizeof(v));
@@ -429,7 +430,6 @@ static void watch_stragglers(tr_ledger *L, int step) {
             fflush(L->f);
         }
     }
-    free(pace);
 }
 
 static void write_window(tr_ledger *L, int last) {
@@ -452,8 +452,8 @@ static void write_window(tr_ledger *L, int last) {
     put_array(f, "waited_on_s", L->w_waited_on, n, 1, 6);
     if (L->telemetry) { /* each rank's means over the window's samples */
         static const char *names[3] = {"power_w", "sm_clock_mhz", "temp_c"};
-        double *mean = malloc((size_t)n * sizeof(double));
-        for (int q = 0; q < 3 && mean; q++) {
+        double *mean = L->scratch;
+        for (int q = 0; q < 3; q++) {
             for (int k = 0; k < n; k++) {
                 const double *t = L->w_tele + (size_t)k * 6;
                 mean[k] = t[3 + q] > 0 ? t[q] / t[3 + q] : NAN;
@@ -461,7 +461,6 @@ static void write_window(tr_ledger *L, int last) {
             fputs(", ", f);
             put_array(f, names[q], mean, n, 1, 1);
         }
-        free(mean);
     }
     fputs(", \"waited_for\": [", f);
     for (int k = 0; k < n; k++) {
