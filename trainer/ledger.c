@@ -12,8 +12,8 @@
 #include "trainer/ledger.h"
 #include "trainer/trainer.h"
 
-#define HOST_LEN 64
-#define DEVICE_LEN 96
+#define HOST_LEN TR_HOST_LEN
+#define DEVICE_LEN TR_DEVICE_LEN
 #define MAX_WINDOWS 500
 #define RING 5 /* steps of history a straggler is judged on (medians) */
 /* A rank's record, gathered after each step: its parts since the last gather, its busy
@@ -192,7 +192,7 @@ static void put_array(FILE *f, const char *name, const double *v, int n, int str
     fputc(']', f);
 }
 
-static void write_start(tr_ledger *L, const tr_ledger_opts *o, char (*dev)[DEVICE_LEN]) {
+static void write_start(tr_ledger *L, const tr_ledger_opts *o, const char (*dev)[DEVICE_LEN]) {
     char path[TR_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/attempts.jsonl", o->out);
     FILE *f = fopen(path, "a");
@@ -262,34 +262,16 @@ tr_ledger *tr_ledger_open(tr_comm *world, const tr_ledger_opts *o) {
     L->files = o->files;
     L->telemetry = o->telemetry;
     L->flops_rank = o->flops_step / L->n, L->tokens_rank = (double)o->tokens_step / L->n;
-    char(*dev)[DEVICE_LEN] = calloc((size_t)L->n, DEVICE_LEN);
-    char mine[HOST_LEN + DEVICE_LEN];
-    if (alloc_all(L) || !dev) {
-        free(dev);
+    if (alloc_all(L)) {
         free_all(L);
         return NULL;
     }
-    memset(mine, 0, sizeof(mine));
-    snprintf(mine, HOST_LEN, "%s", o->host);
-    snprintf(mine + HOST_LEN, DEVICE_LEN, "%s", o->device);
-    char *all = malloc((size_t)L->n * sizeof(mine));
-    if (!all) {
-        free(dev);
-        free_all(L);
-        return NULL;
-    }
-    tr_comm_all_gather(world, mine, all, sizeof(mine), TR_COMM_BYTE);
-    for (int k = 0; k < L->n; k++) {
-        memcpy(L->hosts[k], all + k * sizeof(mine), HOST_LEN);
-        memcpy(dev[k], all + k * sizeof(mine) + HOST_LEN, DEVICE_LEN);
-        L->hosts[k][HOST_LEN - 1] = dev[k][DEVICE_LEN - 1] = 0;
-    }
-    free(all);
+    const char(*dev)[DEVICE_LEN] = (const char(*)[DEVICE_LEN])o->devices;
+    memcpy(L->hosts, o->hosts, (size_t)L->n * HOST_LEN);
     double attempt = L->rank == 0 && o->files ? open_files(L, o) : 1;
     tr_comm_broadcast(world, &attempt, 1, TR_COMM_F64, 0);
     L->attempt = (int)attempt;
     if (L->rank == 0 && o->files) write_start(L, o, dev);
-    free(dev);
     L->last = tr_now();
     L->setup_s = L->last - g_mono0;
     L->w_first = -1;

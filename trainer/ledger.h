@@ -52,8 +52,8 @@ typedef struct {
     int resume;         /* --resume: append to the files (else they start over) */
     int start_step;     /* steps already done */
     int steps;          /* the recipe's steps */
-    const char *host;   /* this rank's */
-    const char *device; /* this rank's, in words */
+    const char *hosts;   /* every rank's host name, TR_HOST_LEN bytes each */
+    const char *devices; /* every rank's device in words, TR_DEVICE_LEN bytes each */
     const char *layout; /* {"dp": 2, ...}: a JSON object */
     const char *command;
     double flops_step;  /* training FLOPs of one step, the whole job's */
@@ -67,8 +67,7 @@ typedef struct {
 /* The process's start: call first thing (setup is charged from here). */
 void tr_ledger_clock_start(void);
 
-/* Every rank, once setup is done (collective: the hosts and devices are gathered and rank 0
- * says the attempt's number). Charges the setup, writes the start line, and installs the
+/* Every rank, once setup is done (collective: rank 0 says the attempt's number). Charges the setup, writes the start line, and installs the
  * handlers that write a "stopped" line when a signal ends the process. NULL when out of
  * memory; a file that cannot be written is said once and the ledger goes on without it. */
 tr_ledger *tr_ledger_open(tr_comm *world, const tr_ledger_opts *o);

@@ -20,7 +20,7 @@
 #include "trainer/provenance.h"
 #include "trainer/run.h"
 
-#define HOST_LEN 64
+#define HOST_LEN TR_HOST_LEN
 
 /* ---- small writers ------------------------------------------------------------------------ */
 
@@ -351,15 +351,5 @@ static int write_file(const run_ctx *x, const char *hosts, int argc, char **argv
 }
 
 int run_provenance(run_ctx *x, int argc, char **argv) {
-    char mine[HOST_LEN] = {0};
-    tr_hostname(mine, sizeof(mine));
-    char *hosts = calloc((size_t)x->nranks, HOST_LEN);
-    if (!hosts) {
-        fprintf(stderr, "trainer run: out of memory for the host names\n");
-        return -1;
-    }
-    int rc = tr_comm_all_gather(x->world, mine, hosts, HOST_LEN, TR_COMM_BYTE);
-    if (!rc && x->rank == 0) rc = write_file(x, hosts, argc, argv);
-    free(hosts);
-    return rc ? -1 : 0;
+    return x->rank == 0 ? write_file(x, x->hosts, argc, argv) : 0;
 }

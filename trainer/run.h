@@ -72,6 +72,7 @@ typedef struct {
     double mem_most;         /* the fullest rank's bytes after the last step */
     const tr_backend *be;
     char device[512]; /* the backend, in words */
+    char *hosts, *devices; /* every rank's host and device, TR_HOST_LEN and TR_DEVICE_LEN each */
     double peak;      /* GFLOP/s of one process; 0: unknown (no MFU) */
     tr_model *model;
     tr_loader *loader;

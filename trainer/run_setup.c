@@ -578,10 +578,37 @@ static void print_banner(const run_ctx *x) {
            b1, b2, b3, b4, x->lay.zero >= 2 ? ", plus ZeRO's bucket buffers" : "");
 }
 
+/* Every rank's host name and device (without the notes after ';'), gathered once for the run's
+ * records (provenance.json, the ledger). */
+static int gather_ranks(run_ctx *x) {
+    char mine[TR_HOST_LEN + TR_DEVICE_LEN] = {0};
+    size_t n = (size_t)x->nranks;
+    char *all = malloc(n * sizeof(mine));
+    x->hosts = calloc(n, TR_HOST_LEN);
+    x->devices = calloc(n, TR_DEVICE_LEN);
+    int bad = !all || !x->hosts || !x->devices;
+    snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the ranks' host names");
+    if (setup_failed(x->world, bad, x->msg)) {
+        free(all);
+        return -1;
+    }
+    tr_hostname(mine, TR_HOST_LEN);
+    snprintf(mine + TR_HOST_LEN, TR_DEVICE_LEN, "%.*s", (int)strcspn(x->device, ";"), x->device);
+    tr_comm_all_gather(x->world, mine, all, sizeof(mine), TR_COMM_BYTE);
+    for (size_t k = 0; k < n; k++) {
+        memcpy(x->hosts + k * TR_HOST_LEN, all + k * sizeof(mine), TR_HOST_LEN - 1);
+        memcpy(x->devices + k * TR_DEVICE_LEN, all + k * sizeof(mine) + TR_HOST_LEN,
+               TR_DEVICE_LEN - 1);
+    }
+    free(all);
+    return 0;
+}
+
 int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
     if (connect_ranks(x, argc, argv, status)) return -1;
     *status = 1;
-    if (setup_layout(x) || setup_data(x) || setup_model(x) || setup_outputs(x)) return -1;
+    if (setup_layout(x) || setup_data(x) || setup_model(x) || setup_outputs(x) || gather_ranks(x))
+        return -1;
     if (setup_failed(x->world, run_provenance(x, *argc, *argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
     x->tokens_step = (long)x->B * x->T * x->lay.accum * x->lay.dp;
@@ -600,6 +627,8 @@ void run_free(run_ctx *x) {
     free(x->targets);
     free(x->all_steps);
     free(x->all_compute);
+    free(x->hosts);
+    free(x->devices);
     run_guard_free(x);
     for (int a = 0; x->mb_in && a < x->lay.accum; a++)
         free(x->mb_in[a]);

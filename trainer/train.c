@@ -679,9 +679,7 @@ static int gpu_telemetry(double out[3]) {
 /* The ledger of this attempt (collective): NULL when out of memory (said). TR_LEDGER=off
  * (benchmarks: the baseline) keeps its accounts but writes no files and names no straggler. */
 static tr_ledger *open_ledger(run_ctx *x, const char *command) {
-    char host[64], device[96], layout[256];
-    tr_hostname(host, sizeof(host));
-    snprintf(device, sizeof(device), "%.*s", (int)strcspn(x->device, ";"), x->device);
+    char layout[256];
     snprintf(layout, sizeof(layout),
              "{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"micro_batch\": %d, "
              "\"accumulation\": %d}",
@@ -690,8 +688,8 @@ static tr_ledger *open_ledger(run_ctx *x, const char *command) {
                         .resume = x->o.resume,
                         .start_step = x->start_step,
                         .steps = x->r.train.steps,
-                        .host = host,
-                        .device = device,
+                        .hosts = x->hosts,
+                        .devices = x->devices,
                         .layout = layout,
                         .command = command,
                         .flops_step = x->flops_tok * (double)x->tokens_step,
