@@ -227,10 +227,10 @@ if [ $BUILD_OK = 1 ]; then
 fi
 
 # ---- multi-rank training on the GPU against the CPU --------------------------------------
-# tests/emu_parallel.sh's checks 1 and 4 on the real device: dp=2 and tp=2 in fp32 (no TF32)
-# on the GPU, every loss within 1e-4 relative of the CPU's run of the same layout; and the
-# ledger of the dp=2 run has NVML's power, SM clock and temperature. On one GPU
-# the two ranks share it (comm.h's staged transport); on several, one each (NCCL).
+# tests/emu_parallel.sh's checks 1 and 4 on the real device: dp=2 (ZeRO 0, 1, 2) and tp=2 in
+# fp32 (no TF32) on the GPU, every loss within 1e-4 relative of the CPU's run of the same
+# layout; and the ledger of the dp=2 run has NVML's power, SM clock and temperature. On one
+# GPU the two ranks share it (comm.h's staged transport); on several, one each (NCCL).
 PAR=()
 PARDIR="$BUILD/par-runs"
 par_run() { # name flags...: 6 steps of tests/checkpoint/gpt.lua on 2 ranks; losses in name.l
@@ -268,6 +268,10 @@ if [ $BUILD_OK = 1 ] && [ "$GPU" != none ] && [ -n "$MPIRUN" ]; then
     mkdir -p "$PARDIR"
     how=$([ "$NGPU" -ge 2 ] && echo "2 GPUs, NCCL" || echo "2 ranks share the GPU, staged")
     par_check "dp=2 fp32 GPU vs CPU ($how)" dev-dp cpu-dp --dp 2 --zero 0
+    # ZeRO-1 and 2: the updated parameters come back during the next forward (dp_params.c)
+    par_check "dp=2 ZeRO-1 fp32 GPU vs CPU ($how)" dev-z1 cpu-z1 --dp 2 --zero 1
+    par_check "dp=2 ZeRO-2 fp32 GPU vs CPU, micro-batch 4 ($how)" dev-z2 cpu-z2 --dp 2 --zero 2 \
+        --micro-batch 4
     par_check "tp=2 fp32 GPU vs CPU ($how)" dev-tp cpu-tp --tp 2
     # the ledger's NVML figures of the GPU run's last window (null: NVML did not answer)
     tele=$(grep -o '"\(power_w\|sm_clock_mhz\|temp_c\)": \[[^]]*\]' "$PARDIR/dev-dp/ledger.jsonl" \
