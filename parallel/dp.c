@@ -544,7 +544,14 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
     }
     /* ZeRO-1, 2: the other ranks' parts come back during the next forward; ZeRO-3 keeps the
        parameters in pieces until an op needs them */
-    if ((d->zero == 1 || d->zero == 2) && d->world > 1) dp_refresh_start(d);
+    if ((d->zero == 1 || d->zero == 2) && d->world > 1) {
+        dp_refresh_start(d);
+        if (d->sync_refresh) tr_dp_settle(d);
+    }
+}
+
+void tr_dp_set_sync_refresh(tr_dp *d, int on) {
+    d->sync_refresh = on;
 }
 
 void tr_dp_drop_grads(tr_dp *d) {

@@ -62,6 +62,8 @@ TR_COMM_DEVICE=ncll expect 1 "^trainer run: TR_COMM_DEVICE must be nccl or stage
 # so is the ledger's switch, and a malformed fault variable (tests' own, still one line)
 TR_LEDGER=of expect 1 "^trainer run: TR_LEDGER must be on or off, got 'of'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/led"
+TR_DP_SYNC_REFRESH=yes expect 1 "^trainer run: TR_DP_SYNC_REFRESH must be 0 or 1, got 'yes'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/dpsync"
 TR_FAULT_NAN_STEP=3,x expect 1 "^trainer run: TR_FAULT_NAN_STEP must be a list of steps" -- \
     run recipes/shakespeare_char.lua --out "$tmp/nan"
 expect 1 "nope.lua: cannot read recipe" -- show nope.lua

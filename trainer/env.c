@@ -1,5 +1,5 @@
 /* `trainer run`'s environment switches, each parsed and checked once at setup: the tests'
- * fault injection (TR_FAULT_*) and TR_LEDGER. A malformed value is one line naming the
+ * fault injection (TR_FAULT_*), TR_LEDGER and TR_DP_SYNC_REFRESH. A malformed value is one line naming the
  * variable and what it must be, never silently ignored. */
 #include <errno.h>
 #include <limits.h>
@@ -91,6 +91,15 @@ int run_env_settings(run_ctx *x) {
         return -1;
     }
     x->ledger_off = ledger && !strcmp(ledger, "off");
+    /* TR_DP_SYNC_REFRESH=1 (benchmarks: the baseline) completes ZeRO-1/2's parameter refresh
+       right after the update instead of during the next forward */
+    const char *sync = getenv("TR_DP_SYNC_REFRESH");
+    if (sync && *sync && strcmp(sync, "0") && strcmp(sync, "1")) {
+        snprintf(x->msg, sizeof(x->msg), "trainer run: TR_DP_SYNC_REFRESH must be 0 or 1, got '%s'",
+                 sync);
+        return -1;
+    }
+    if (x->dp) tr_dp_set_sync_refresh(x->dp, sync && !strcmp(sync, "1"));
     x->kill_alone = kill_rank && *kill_rank;
     if (kill_r >= 0 && kill_r != x->rank) x->kill_step = -1;
     if (slow_r != x->rank) x->slow_ms = 0;

@@ -546,8 +546,8 @@ static void print_parallel_stats(const run_ctx *x) {
                    ds.param_gathers, ds.gather_s);
         else if (zero)
             printf("ZeRO-%d: %ld parameter %s after the updates, bringing back %ld buckets, "
-                   "%ld of them waited for by the forward op that reads them; waited %.3g s "
-                   "(the rest overlapped the forward)\n",
+                   "%ld of them waited for by the forward op that reads them (the others right "
+                   "after the update); waited %.3g s in all\n",
                    zero, ds.param_gathers, zero == 1 ? "broadcasts" : "all-gathers", ds.refreshed,
                    ds.refreshed_by_op, ds.gather_s);
     }
