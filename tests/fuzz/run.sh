@@ -60,23 +60,19 @@ built=$(date +%s)
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-failed=0
-for t in "${targets[@]}"; do
-    bin=$build/tests/fuzz/fuzz_$t
-    seeds=tests/fuzz/corpus/$t
+# one target: its verdict line (and where a failing input was saved); exit status 1 on failure
+fuzz_one() {
+    local t=$1 bin=$build/tests/fuzz/fuzz_$1 seeds=tests/fuzz/corpus/$1
     # new inputs go to a work corpus in the build, not into the source tree
-    work=$build/fuzz/$t/corpus
-    art=$build/fuzz/$t/artifacts
+    local work=$build/fuzz/$t/corpus art=$build/fuzz/$t/artifacts log=$build/fuzz/$t/log
     mkdir -p "$work" "$art"
     rm -f "$art"/*
-    log=$build/fuzz/$t/log
     "$bin" -max_total_time="$secs" -timeout=25 -rss_limit_mb=2048 -max_len=65536 \
         -print_final_stats=1 -artifact_prefix="$art/" "$work" "$seeds" >"$log" 2>&1
-    rc=$?
+    local rc=$? runs cov
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
     if [ $rc -ne 0 ] || [ -n "$(ls -A "$art")" ]; then
-        failed=1
         grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error)' "$log" | head -5
         for f in "$art"/*; do
             [ -e "$f" ] || continue
@@ -85,9 +81,23 @@ for t in "${targets[@]}"; do
             echo "  once fixed, commit it as a regression input: cp $f $seeds/regress-NAME"
         done
         [ -n "$(ls -A "$art")" ] || echo "fuzz: FAIL $t: exit $rc (log: $log)"
-    else
-        echo "fuzz: ok $t: ${runs:-?} inputs in ${secs} s, ${cov:-cov ?}"
+        return 1
     fi
+    echo "fuzz: ok $t: ${runs:-?} inputs in ${secs} s, ${cov:-cov ?}"
+}
+# as many targets at once as there are cores (each fuzzer is one process on one core); each
+# one's lines are printed when it ends, in the targets' order
+failed=0
+lanes=$(nproc)
+mkdir -p "$build/fuzz"
+for ((i = 0; i < ${#targets[@]}; i += lanes)); do
+    for t in "${targets[@]:i:lanes}"; do
+        fuzz_one "$t" >"$build/fuzz/$t.out" 2>&1 &
+    done
+    for t in "${targets[@]:i:lanes}"; do
+        wait -n || failed=1
+    done
+    for t in "${targets[@]:i:lanes}"; do cat "$build/fuzz/$t.out"; done
 done
 end=$(date +%s)
 echo "fuzz: build $((built - start)) s, fuzzing $((end - built)) s"
