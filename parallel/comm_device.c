@@ -398,8 +398,7 @@ static void open_channels(tr_comm *c, const tr_comm_channel *list, int n) {
         o.peer = sending ? l->receiver : l->sender;
         o.tag = l->tag;
         channel *ch = calloc(1, sizeof *ch);
-        channel **grown = realloc(g->chans, (size_t)(g->n_chans + 1) * sizeof *grown);
-        if (!ch || !grown) fail(c, &o, "opening its channel", "out of memory");
+        if (!ch) fail(c, &o, "opening its channel", "out of memory");
         ch->sender = l->sender;
         ch->receiver = l->receiver;
         ch->tag = l->tag;
@@ -415,9 +414,10 @@ static void open_channels(tr_comm *c, const tr_comm_channel *list, int n) {
         if (rc != ncclSuccess)
             fail(c, &o, "ncclCommInitRank of its channel", ncclGetErrorString(rc));
         pthread_mutex_lock(&d.mu); /* the watchdog's abort reads the list */
-        grown[g->n_chans] = ch;
+        channel **grown = realloc(g->chans, (size_t)(g->n_chans + 1) * sizeof *grown);
+        if (!grown) fail(c, &o, "opening its channel", "out of memory");
+        grown[g->n_chans++] = ch;
         g->chans = grown;
-        g->n_chans++;
         pthread_mutex_unlock(&d.mu);
     }
 #else
