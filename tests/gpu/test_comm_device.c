@@ -194,6 +194,8 @@ static void run_channels(const ctx *x, tr_comm_dtype t) {
     float *h = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
     void *in[K + 1], *out[K + 1];
     tr_comm_req *rq[K + 1], *sq[K + 1];
+    double span0, exposed0, span1, exposed1;
+    tr_comm_device_time(x->w, &span0, &exposed0);
     for (size_t i = 0; i < n; i++)
         h[i] = -1000; /* what a receive not waited for leaves */
     for (int k = 0; k <= K; k++)
@@ -228,6 +230,13 @@ static void run_channels(const ctx *x, tr_comm_dtype t) {
         snprintf(what, sizeof what, "channel %d->%d tag %d message %d", peer, x->rank, m.tag, m.k);
         expect(g, n, want_msg, x, &m, what, n);
     }
+    /* the even rank's receives were in flight, and its compute stream waiting, for the odd
+       rank's 0.3 s: the group's device time counts its channels' operations */
+    if (tr_comm_device_time(x->w, &span1, &exposed1) && !odd)
+        check(span1 - span0 > 0.1 && exposed1 - exposed0 > 0.1,
+              "rank %d: %s: the group's device time counts its channels (%.3f s in flight, "
+              "%.3f s waited for)",
+              x->rank, x->dt, span1 - span0, exposed1 - exposed0);
     for (int k = 0; k <= K; k++) {
         if (sq[k]) tr_comm_wait(sq[k]);
         x->be->free(in[k]);
