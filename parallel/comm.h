@@ -86,8 +86,9 @@ tr_comm_req *tr_comm_ireduce_scatter(tr_comm *c, const void *send, void *recv, s
 tr_comm_req *tr_comm_iall_gather(tr_comm *c, const void *send, void *recv, size_t n,
                                  tr_comm_dtype t);
 /* Point to point (pipeline stages): messages between two ranks with the same tag arrive in
- * the order they were sent. The progress agent polls sends, not receives (a pipeline keeps
- * one posted ahead at all times): a receive moves in its tests and wait. */
+ * the order they were sent (on device memory: see channels below). The progress agent polls sends,
+ * not receives (a pipeline keeps one posted ahead at all times): a receive moves in its tests and
+ * wait. */
 tr_comm_req *tr_comm_isend(tr_comm *c, const void *buf, size_t n, tr_comm_dtype t, int peer,
                            int tag);
 tr_comm_req *tr_comm_irecv(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int peer, int tag);
@@ -112,13 +113,23 @@ int tr_comm_progress_agent(void);
  * all_gather as above. `peer` and `tag` only for send, recv (and broadcast's root).
  *
  * Device memory (after tr_comm_device_init): the operation is ordered after everything the
- * compute stream was given before it, runs on its group's own stream, and tr_comm_wait
- * orders the compute stream after it without blocking the host (returns 0 s); tr_comm_test
- * asks whether it completed. Sends and receives are staged (below) on every transport, so
- * that they match by tag as on host memory. A watchdog bounds every NCCL operation by the
- * timeout, counted from when its group's stream reaches it: one that does not finish in time
- * ends the job with the line a host operation prints (operation, group, the ranks that did
- * not answer). */
+ * compute stream was given before it, runs on its group's own stream (a send or receive: its
+ * channel's, below), and tr_comm_wait orders the compute stream after it without blocking the
+ * host (returns 0 s); tr_comm_test asks whether it completed. A watchdog bounds every NCCL
+ * collective by the timeout, counted from when its group's stream reaches it, and every NCCL
+ * send or receive from when the compute stream reaches its wait (a receive posted ahead
+ * waits for the peer's compute, which is not a hang): one that does not finish in time ends
+ * the job with the line a host operation prints (operation, group, the ranks that did not
+ * answer).
+ *
+ * Sends and receives on device memory go through channels: a channel is one direction of
+ * traffic in a group, (sender, receiver, tag). On NCCL each channel has a communicator of its
+ * two ranks and a stream on each side, so that a receive posted ahead holds back only later
+ * messages of its own channel; there, as NCCL matches messages by the order they are posted
+ * and not by tag, the messages of one channel match in posting order: the receiver must post
+ * its receives of a channel in the order the sender posts the sends. (On MPI, host memory and
+ * the staged transport, that order gives the same matching: MPI's messages do not overtake.)
+ * A send or receive on NCCL whose channel was not opened ends the job with one line. */
 typedef enum { TR_COMM_HOST = 0, TR_COMM_DEVICE = 1 } tr_comm_mem;
 typedef enum {
     TR_COMM_OP_ALL_REDUCE = 0,
@@ -130,6 +141,20 @@ typedef enum {
 } tr_comm_op;
 tr_comm_req *tr_comm_start(tr_comm *c, tr_comm_op op, const void *send, void *recv, size_t n,
                            tr_comm_dtype t, int peer, int tag, tr_comm_mem mem);
+
+/* One direction of point-to-point traffic in a group (see above). */
+typedef struct {
+    int sender, receiver, tag; /* ranks of the group */
+} tr_comm_channel;
+/* Open the channels in `list` for sends and receives on memory `mem`. Every rank of c calls it
+ * with the same list, at the same point of its sequence of operations on c; each opens, in
+ * the list's order, the channels it is one end of, so that the pairwise (blocking) setups of
+ * NCCL's communicators cannot wait on each other in a cycle. Decides the group's device
+ * transport if no device operation did yet. Nothing to open on host memory, on the staged
+ * transport, in a group of one or in a build without NCCL; a channel opened before is kept.
+ * -1 with a message for a list naming a rank outside c, or a rank sending to itself. */
+int tr_comm_open_channels(tr_comm *c, const tr_comm_channel *list, int n, tr_comm_mem mem,
+                          char *err, size_t errlen);
 
 /* Bind device memory to the CUDA device this process uses (chosen by the backend from
  * tr_comm_local_rank) and `stream`, the backend's compute stream (a cudaStream_t). Each group
@@ -143,11 +168,11 @@ int tr_comm_device_init(void *stream, char *err, size_t errlen);
 const char *tr_comm_device_transport(const tr_comm *c);
 /* The NCCL this build runs with ("2.21.5"): 0, or -1 and "" in a build without NCCL. */
 int tr_comm_nccl_version(char *buf, size_t len);
-/* The NCCL operations on c so far, as the GPU timed them: the seconds they were in flight
- * (summed) and, of those, the seconds the compute stream stood waiting for them (from reaching
- * its wait to their completion). Operations the device has not yet passed count later. 1 when
- * c's device operations are timed this way (NCCL), 0 otherwise (both figures 0: the host's
- * waits measure them, as on host memory). */
+/* The NCCL operations on c so far (its channels' sends and receives too), as the GPU timed them:
+ * the seconds they were in flight (summed) and, of those, the seconds the compute stream stood
+ * waiting for them (from reaching its wait to their completion). Operations the device has not yet
+ * passed count later. 1 when c's device operations are timed this way (NCCL), 0 otherwise (both
+ * figures 0: the host's waits measure them, as on host memory). */
 int tr_comm_device_time(tr_comm *c, double *span_s, double *exposed_s);
 
 /* CLOCK_MONOTONIC in seconds: the clock every figure of the parallel runtime is timed with. */

@@ -8,13 +8,19 @@
  *    communicator). An operation waits on an event recorded on the compute stream, runs on the
  *    group's stream, and records its completion event, on which tr_comm_wait makes the compute
  *    stream wait: the host never blocks, and the compute stream goes on with work that does
- *    not need the result (a gradient bucket reduces while the backward continues).
+ *    not need the result (a gradient bucket reduces while the backward continues). Sends and
+ *    receives run the same way on their channel's communicator of two ranks and stream
+ *    (opened by tr_comm_open_channels), not the group's: NCCL matches them by posting order,
+ *    not by tag, and runs a communicator's operations in stream order, so on one stream a
+ *    receive posted ahead (the pipeline's) would hold back the sends queued behind it.
  *  - staged: for ranks that share a GPU (NCCL refuses two ranks on one device), builds
  *    without NCCL, or TR_COMM_DEVICE=staged: the device buffer is copied to pinned host memory
  *    and the host operation runs over MPI; its wait copies the result back. The host waits for
  *    the copies (this transport is for tests and small machines, not speed).
  * A watchdog thread bounds every NCCL operation by the job's timeout, counted from when its
- * group's stream reached it (the host may enqueue it well before): one still running at its
+ * group's stream reached it (the host may enqueue it well before; a send or receive: from when
+ * the compute stream reached its wait, as one posted ahead waits for the peer's compute until
+ * then, and one never waited for is not timed): one still running at its
  * deadline (a rank stopped answering, a collective that does not match), or an asynchronous
  * NCCL error (ncclCommGetAsyncError), ends the job with the line host operations print. The
  * communicators are aborted (ncclCommAbort) only if MPI_Abort returns: an aborted one releases
@@ -63,10 +69,23 @@ typedef struct {
     cudaEvent_t start, done, need;
 } timing;
 
+/* One direction of point-to-point traffic on NCCL (comm.h): its own communicator of two ranks,
+ * the sender rank 0, and a stream of its own, so that a receive posted ahead waits in its
+ * channel only. */
+typedef struct {
+    int sender, receiver, tag; /* ranks of the group */
+    cudaStream_t stream;
+#ifdef TR_HAVE_NCCL
+    ncclComm_t nc;
+#endif
+} channel;
+
 typedef struct dgroup {
     tr_comm *c;
     int transport;
     cudaStream_t stream;
+    channel **chans; /* NCCL: the channels opened, each allocated once (requests point at it) */
+    int n_chans;
     timing *pend; /* timings not yet read */
     int n_pend, cap_pend;
     double span_s, exposed_s; /* read so far (tr_comm_device_time) */
@@ -78,10 +97,12 @@ typedef struct dgroup {
 
 typedef struct dreq {
     dgroup *g;
+    channel *ch; /* NCCL send or receive: its channel, else NULL */
     tr_comm_desc o;
     cudaEvent_t done;  /* NCCL: complete on the device */
-    cudaEvent_t start, need; /* NCCL: started on the group's stream; where the compute waits */
-    double deadline;   /* NCCL: the watchdog's, once it saw the operation start (else 0) */
+    cudaEvent_t start, need; /* NCCL: started on its stream; where the compute waits (set
+                                holding d.mu: the watchdog reads it) */
+    double deadline;         /* NCCL: the watchdog's, once its clock started (else 0) */
     int refs;          /* NCCL: the caller's and the watchdog's */
     struct dreq *next; /* the watchdog's list */
     /* staged */
@@ -145,11 +166,11 @@ static void event_give(cudaEvent_t e) { /* called holding d.mu */
     d.free_ev[d.n_free_ev++] = e;
 }
 
-/* The group's stream waits for everything given to the compute stream so far. */
-static void after_compute(dgroup *g, const tr_comm_desc *o) {
+/* Stream s waits for everything given to the compute stream so far. */
+static void after_compute(dgroup *g, cudaStream_t s, const tr_comm_desc *o) {
     cudaEvent_t e = event_take(g->c, o);
     CUDA_OR_FAIL(cudaEventRecord(e, d.compute), g->c, o);
-    CUDA_OR_FAIL(cudaStreamWaitEvent(g->stream, e, 0), g->c, o);
+    CUDA_OR_FAIL(cudaStreamWaitEvent(s, e, 0), g->c, o);
     pthread_mutex_lock(&d.mu);
     event_give(e); /* reusable at once: a wait uses the event's state when it was enqueued */
     pthread_mutex_unlock(&d.mu);
@@ -216,8 +237,11 @@ static void group_times(void *gv, double *span_s, double *exposed_s) {
 
 static void abort_all(void) {
 #ifdef TR_HAVE_NCCL
-    for (dgroup *g = d.groups; g; g = g->next)
+    for (dgroup *g = d.groups; g; g = g->next) {
         if (g->nc) ncclCommAbort(g->nc);
+        for (int i = 0; i < g->n_chans; i++)
+            ncclCommAbort(g->chans[i]->nc);
+    }
 #endif
 }
 
@@ -239,13 +263,17 @@ static void *watchdog_main(void *arg) {
             if (q != cudaErrorNotReady) fail(r->g->c, &r->o, "cudaEventQuery", cudaGetErrorString(q));
 #ifdef TR_HAVE_NCCL
             ncclResult_t ae = ncclSuccess;
-            if (ncclCommGetAsyncError(r->g->nc, &ae) == ncclSuccess && ae != ncclSuccess &&
-                ae != ncclInProgress)
+            if (ncclCommGetAsyncError(r->ch ? r->ch->nc : r->g->nc, &ae) == ncclSuccess &&
+                ae != ncclSuccess && ae != ncclInProgress)
                 fail(r->g->c, &r->o, "NCCL", ncclGetErrorString(ae)); /* the launcher kills the rest */
 #endif
-            /* the clock runs from when the group's stream reached the operation: the host may
-               enqueue it long before the compute it follows is done, and that is not waiting */
-            if (!r->deadline && cudaEventQuery(r->start) == cudaSuccess)
+            /* a collective's clock runs from when the group's stream reached it: the host may
+               enqueue it long before the compute it follows is done, and that is not waiting.
+               A send or receive's from when the compute stream reached its wait: one posted
+               ahead waits for the peer's compute until then, and one never waited for is
+               not timed */
+            cudaEvent_t from = r->ch ? r->need : r->start;
+            if (!r->deadline && from && cudaEventQuery(from) == cudaSuccess)
                 r->deadline = now + tr_comm_timeout();
             if (r->deadline && now > r->deadline) tr_comm_die_timeout(r->g->c, &r->o, abort_all);
             p = &r->next;
@@ -343,6 +371,60 @@ static dgroup *group_of(tr_comm *c, const tr_comm_desc *o) {
     return g;
 }
 
+static channel *channel_of(const dgroup *g, int sender, int receiver, int tag) {
+    for (int i = 0; i < g->n_chans; i++) {
+        channel *ch = g->chans[i];
+        if (ch->sender == sender && ch->receiver == receiver && ch->tag == tag) return ch;
+    }
+    return NULL;
+}
+
+/* tr_comm_open_channels: every rank of c walks the same list in order and sets up the
+ * channels it is one end of (the sender makes the NCCL id and sends it over the group's MPI
+ * communicator; then both join the communicator of two), so that two ranks never wait in
+ * opposite setups of a pair. */
+static void open_channels(tr_comm *c, const tr_comm_channel *list, int n) {
+    tr_comm_desc o = {TR_COMM_OP_SEND, 0, TR_COMM_BYTE, -1, 0};
+    dgroup *g = group_of(c, &o);
+    if (g->transport != T_NCCL) return;
+#ifdef TR_HAVE_NCCL
+    int me = tr_comm_rank(c);
+    for (int i = 0; i < n; i++) {
+        const tr_comm_channel *l = &list[i];
+        int sending = l->sender == me;
+        if ((!sending && l->receiver != me) || channel_of(g, l->sender, l->receiver, l->tag))
+            continue;
+        o.op = sending ? TR_COMM_OP_SEND : TR_COMM_OP_RECV;
+        o.peer = sending ? l->receiver : l->sender;
+        o.tag = l->tag;
+        channel *ch = calloc(1, sizeof *ch);
+        if (!ch) fail(c, &o, "opening its channel", "out of memory");
+        ch->sender = l->sender;
+        ch->receiver = l->receiver;
+        ch->tag = l->tag;
+        ncclUniqueId id;
+        memset(&id, 0, sizeof id);
+        ncclResult_t rc = sending ? ncclGetUniqueId(&id) : ncclSuccess;
+        if (rc != ncclSuccess) fail(c, &o, "ncclGetUniqueId", ncclGetErrorString(rc));
+        if (sending ? tr_comm_send(c, &id, sizeof id, TR_COMM_BYTE, o.peer, o.tag)
+                    : tr_comm_recv(c, &id, sizeof id, TR_COMM_BYTE, o.peer, o.tag))
+            fail(c, &o, "sending its channel's NCCL id", "MPI failed");
+        CUDA_OR_FAIL(cudaStreamCreateWithFlags(&ch->stream, cudaStreamNonBlocking), c, &o);
+        rc = ncclCommInitRank(&ch->nc, 2, id, sending ? 0 : 1);
+        if (rc != ncclSuccess)
+            fail(c, &o, "ncclCommInitRank of its channel", ncclGetErrorString(rc));
+        pthread_mutex_lock(&d.mu); /* the watchdog's abort reads the list */
+        channel **grown = realloc(g->chans, (size_t)(g->n_chans + 1) * sizeof *grown);
+        if (!grown) fail(c, &o, "opening its channel", "out of memory");
+        grown[g->n_chans++] = ch;
+        g->chans = grown;
+        pthread_mutex_unlock(&d.mu);
+    }
+#else
+    (void)list, (void)n;
+#endif
+}
+
 static const char *group_transport(const void *g) {
     return transport_names[((const dgroup *)g)->transport];
 }
@@ -350,23 +432,21 @@ static const char *group_transport(const void *g) {
 static void group_free(void *gv) {
     dgroup *g = gv;
     if (!g) return;
-    if (g->transport == T_NCCL) {
+    int nccl = g->transport == T_NCCL;
+    if (nccl) {
         cudaStreamSynchronize(g->stream);
-#ifdef TR_HAVE_NCCL
-        pthread_mutex_lock(&d.mu);
-        for (dgroup **p = &d.groups; *p; p = &(*p)->next)
-            if (*p == g) {
-                *p = g->next;
-                break;
-            }
-        pthread_mutex_unlock(&d.mu);
-        ncclCommDestroy(g->nc);
-#endif
-        cudaStreamDestroy(g->stream);
+        for (int i = 0; i < g->n_chans; i++)
+            cudaStreamSynchronize(g->chans[i]->stream);
     }
-    /* its operations are complete (the stream synchronized): whatever the watchdog has not
-       yet seen of them goes now, with the timings nobody read */
+    /* its operations are complete (the streams synchronized): whatever the watchdog has not
+       yet seen of them goes now, with the timings nobody read, and the group leaves the
+       abort's list, before the communicators and channels the watchdog reads go */
     pthread_mutex_lock(&d.mu);
+    for (dgroup **p = &d.groups; *p; p = &(*p)->next)
+        if (*p == g) {
+            *p = g->next;
+            break;
+        }
     for (dreq **p = &d.inflight; *p;) {
         dreq *r = *p;
         if (r->g != g) {
@@ -379,6 +459,19 @@ static void group_free(void *gv) {
     for (int i = 0; i < g->n_pend; i++)
         event_give(g->pend[i].start), event_give(g->pend[i].done), event_give(g->pend[i].need);
     pthread_mutex_unlock(&d.mu);
+    if (nccl) {
+#ifdef TR_HAVE_NCCL
+        ncclCommDestroy(g->nc);
+        for (int i = 0; i < g->n_chans; i++)
+            ncclCommDestroy(g->chans[i]->nc);
+#endif
+        cudaStreamDestroy(g->stream);
+        for (int i = 0; i < g->n_chans; i++) {
+            cudaStreamDestroy(g->chans[i]->stream);
+            free(g->chans[i]);
+        }
+    }
+    free(g->chans);
     free(g->pend);
     free(g);
 }
@@ -402,37 +495,41 @@ static ncclDataType_t nccl_type(tr_comm_dtype t) {
     return m[t];
 }
 
+/* A collective on the group's communicator and stream; a send or receive on its channel's,
+ * where the peer is the channel's other rank (the sender is 0). */
 static void start_nccl(dreq *r, const void *send, void *recv) {
     dgroup *g = r->g;
     const tr_comm_desc *o = &r->o;
     ncclDataType_t t = nccl_type(o->t);
-    after_compute(g, o);
+    cudaStream_t s = r->ch ? r->ch->stream : g->stream;
+    ncclComm_t nc = r->ch ? r->ch->nc : g->nc;
+    after_compute(g, s, o); /* a receive too: its buffer may still be read before it */
     r->start = event_take(g->c, o);
-    CUDA_OR_FAIL(cudaEventRecord(r->start, g->stream), g->c, o);
+    CUDA_OR_FAIL(cudaEventRecord(r->start, s), g->c, o);
     ncclResult_t rc = ncclSuccess;
     switch (o->op) {
     case TR_COMM_OP_ALL_REDUCE:
-        rc = ncclAllReduce(recv, recv, o->n, t, ncclSum, g->nc, g->stream);
+        rc = ncclAllReduce(recv, recv, o->n, t, ncclSum, nc, s);
         break;
     case TR_COMM_OP_REDUCE_SCATTER:
-        rc = ncclReduceScatter(send, recv, o->n, t, ncclSum, g->nc, g->stream);
+        rc = ncclReduceScatter(send, recv, o->n, t, ncclSum, nc, s);
         break;
     case TR_COMM_OP_ALL_GATHER:
-        rc = ncclAllGather(send, recv, o->n, t, g->nc, g->stream);
+        rc = ncclAllGather(send, recv, o->n, t, nc, s);
         break;
     case TR_COMM_OP_BROADCAST:
-        rc = ncclBroadcast(recv, recv, o->n, t, o->peer, g->nc, g->stream);
+        rc = ncclBroadcast(recv, recv, o->n, t, o->peer, nc, s);
         break;
     case TR_COMM_OP_SEND:
-        rc = ncclSend(send, o->n, t, o->peer, g->nc, g->stream);
+        rc = ncclSend(send, o->n, t, 1, nc, s);
         break;
     case TR_COMM_OP_RECV:
-        rc = ncclRecv(recv, o->n, t, o->peer, g->nc, g->stream);
+        rc = ncclRecv(recv, o->n, t, 0, nc, s);
         break;
     }
     if (rc != ncclSuccess) fail(g->c, o, "the NCCL call", ncclGetErrorString(rc));
     r->done = event_take(g->c, o);
-    CUDA_OR_FAIL(cudaEventRecord(r->done, g->stream), g->c, o);
+    CUDA_OR_FAIL(cudaEventRecord(r->done, s), g->c, o);
     watch(r);
 }
 #endif
@@ -510,15 +607,16 @@ static void *dev_start(tr_comm *c, const tr_comm_desc *o, const void *send, void
     r->g = g;
     r->o = *o;
     r->refs = 1;
-    /* point to point is staged on every transport: NCCL matches sends and receives in the
-       order each rank posts them, not by tag, and runs a group's operations in stream order,
-       so a receive posted ahead would hold back the sends behind it; MPI matches tags, which
-       lets the pipeline post its receives ahead in its schedule's order */
-    int p2p = o->op == TR_COMM_OP_SEND || o->op == TR_COMM_OP_RECV;
-    if (g->transport == T_STAGED || (p2p && tr_comm_size(c) > 1)) {
+    if (g->transport == T_STAGED) {
         start_staged(r, send, recv); /* the host operation counts its bytes */
         return r;
     }
+    /* on NCCL a send or receive goes through its channel (opened before: comm.h) */
+    int sending = o->op == TR_COMM_OP_SEND, me = tr_comm_rank(c);
+    if (g->transport == T_NCCL && (sending || o->op == TR_COMM_OP_RECV) &&
+        !(r->ch = channel_of(g, sending ? me : o->peer, sending ? o->peer : me, o->tag)))
+        fail(c, o, "a device send or recv over NCCL",
+             "its channel was not opened (tr_comm_open_channels)");
     tr_comm_count_bytes(c, o);
     if (g->transport == T_LOCAL) start_local(r, send, recv);
 #ifdef TR_HAVE_NCCL
@@ -552,12 +650,14 @@ static double dev_wait(void *rv) {
         free(r);
         return waited;
     }
+    cudaEvent_t need = NULL;
     if (r->done) {
-        r->need = event_take(r->g->c, &r->o);
-        CUDA_OR_FAIL(cudaEventRecord(r->need, d.compute), r->g->c, &r->o);
+        need = event_take(r->g->c, &r->o);
+        CUDA_OR_FAIL(cudaEventRecord(need, d.compute), r->g->c, &r->o);
         CUDA_OR_FAIL(cudaStreamWaitEvent(d.compute, r->done, 0), r->g->c, &r->o);
     }
     pthread_mutex_lock(&d.mu);
+    r->need = need;
     unref(r);
     pthread_mutex_unlock(&d.mu);
     return 0;
@@ -579,8 +679,8 @@ int tr_comm_nccl_version(char *buf, size_t len) {
 #endif
 }
 
-static const tr_comm_device_ops ops = {dev_start, dev_test, dev_wait, group_free,
-                                       group_transport, group_times};
+static const tr_comm_device_ops ops = {dev_start,       dev_test,    dev_wait,     group_free,
+                                       group_transport, group_times, open_channels};
 
 int tr_comm_device_init(void *stream, char *err, size_t errlen) {
     cudaError_t e = cudaGetDevice(&d.device);

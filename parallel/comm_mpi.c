@@ -929,6 +929,30 @@ tr_comm_req *tr_comm_start(tr_comm *c, tr_comm_op op, const void *send, void *re
     return r;
 }
 
+int tr_comm_open_channels(tr_comm *c, const tr_comm_channel *list, int n, tr_comm_mem mem,
+                          char *err, size_t errlen) {
+    for (int i = 0; i < n; i++) {
+        const tr_comm_channel *l = &list[i];
+        if (l->sender < 0 || l->sender >= c->size || l->receiver < 0 || l->receiver >= c->size ||
+            l->sender == l->receiver) {
+            snprintf(err, errlen,
+                     "channel %d of group %s (size %d): rank %d to rank %d (tag %d): %s", i,
+                     c->name, c->size, l->sender, l->receiver, l->tag,
+                     l->sender == l->receiver ? "a rank does not send to itself over a channel"
+                                              : "no such rank");
+            return -1;
+        }
+    }
+    if (mem == TR_COMM_HOST || n == 0) return 0;
+    if (!g_dev) {
+        snprintf(err, errlen, "channels on device memory of group %s before tr_comm_device_init",
+                 c->name);
+        return -1;
+    }
+    g_dev->open_channels(c, list, n);
+    return 0;
+}
+
 const char *tr_comm_device_transport(const tr_comm *c) {
     return c && c->dev && g_dev ? g_dev->transport(c->dev) : "none";
 }

@@ -25,6 +25,8 @@ typedef struct {
     void (*group_free)(void *g); /* a group's device state (tr_comm_device_slot) */
     const char *(*transport)(const void *g);
     void (*times)(void *g, double *span_s, double *exposed_s); /* tr_comm_device_time */
+    /* tr_comm_open_channels on device memory, the list checked */
+    void (*open_channels)(tr_comm *c, const tr_comm_channel *list, int n);
 } tr_comm_device_ops;
 
 /* comm_device.c calls these (comm_mpi.c defines them). */

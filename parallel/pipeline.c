@@ -4,8 +4,12 @@
  * its buffer is free: a forward's input once the slot's previous micro-batch is done with it,
  * a backward's output gradient once its own forward ran. Receives are posted as soon as that
  * action has run; sends start when their data is ready and are completed before the buffer is
- * written again. Messages carry (micro-batch mod 16, direction, receiving chunk) as their tag:
- * between two ranks they arrive in order, and every chunk sees its micro-batches in order. */
+ * written again. Messages carry (direction, receiving chunk) as their tag: each (sender, tag)
+ * is one channel of comm.h, opened at init on every rank, whose messages match in the order
+ * they are posted (NCCL has no tags). That order is the micro-batches': every chunk runs its
+ * forwards, and its backwards' input parts, oldest micro-batch first (checked at init), so the
+ * sender sends them in that order, and the receiver posts a channel's receives in it too: no
+ * receive's post point comes before the previous receive's of its channel. */
 #include "parallel/pipeline.h"
 
 #include <stdio.h>
@@ -39,8 +43,9 @@ static int rank_of(const tr_pipe *p, int chunk) {
     return chunk % p->P;
 }
 
-static int tag_of(int mb, int grad, int chunk) {
-    return ((mb % 16) * 2 + grad) * 256 + chunk;
+/* The channel into `chunk` (forward activations, or gradients when grad = 1). */
+static int tag_of(int grad, int chunk) {
+    return grad * 256 + chunk; /* chunk < 256 (TR_PP_MAX_CHUNKS) */
 }
 
 /* A message of n elements of the model's buffers (host or device memory, storage dtype). */
@@ -59,13 +64,18 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
     int *busy = calloc((size_t)(p->nch * p->maxs), sizeof(int));
     int *freed_at = malloc((size_t)(p->nch * p->maxs) * sizeof(int));
     int *fwd_at = malloc((size_t)(p->nch * p->s.M) * sizeof(int)); /* (chunk, mb) */
-    if (!busy || !freed_at || !fwd_at) {
-        free(busy), free(freed_at), free(fwd_at);
+    /* per (direction, chunk): the last micro-batch run, and its receive's post point */
+    int *last_mb = malloc((size_t)(2 * p->nch) * sizeof(int));
+    int *last_post = malloc((size_t)(2 * p->nch) * sizeof(int));
+    if (!busy || !freed_at || !fwd_at || !last_mb || !last_post) {
+        free(busy), free(freed_at), free(fwd_at), free(last_mb), free(last_post);
         snprintf(err, errlen, "pipeline: out of memory");
         return -1;
     }
     for (int k = 0; k < p->nch * p->maxs; k++)
         freed_at[k] = -1;
+    for (int k = 0; k < 2 * p->nch; k++)
+        last_mb[k] = last_post[k] = -1;
     int rc = 0, last = p->nch - 1;
     for (int i = 0; i < p->n && !rc; i++) {
         const tr_pp_action *a = &p->a[i];
@@ -78,6 +88,20 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
                      c, p->p);
             rc = -1;
             break;
+        }
+        /* a channel's messages match in posting order: each chunk's forwards and input
+           gradients go oldest micro-batch first, on the sending and the receiving side */
+        int dir = a->op != TR_ACT_FWD;
+        if (a->op != TR_ACT_BWD_W) {
+            if (a->mb <= last_mb[dir * p->nch + c]) {
+                snprintf(err, errlen,
+                         "pipeline: the schedule runs the %s of micro-batch %d of chunk %d "
+                         "after micro-batch %d's (each chunk takes them in order)",
+                         dir ? "backward" : "forward", a->mb, c, last_mb[dir * p->nch + c]);
+                rc = -1;
+                break;
+            }
+            last_mb[dir * p->nch + c] = a->mb;
         }
         if (a->op == TR_ACT_FWD) {
             int k = 0;
@@ -102,7 +126,16 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
             freed_at[c * p->maxs + p->slot[i]] = i;
         }
     }
-    free(busy), free(freed_at), free(fwd_at);
+    /* a channel's receives posted in its order: none before the previous one of its channel
+       (still before its own action, as the previous one's point is before the previous
+       action); receives with one post point are posted in the list's order */
+    for (int i = 0; i < p->n && !rc; i++) {
+        if (p->post_after[i] == -2) continue;
+        int *lp = &last_post[(p->a[i].op != TR_ACT_FWD) * p->nch + p->a[i].chunk];
+        if (p->post_after[i] < *lp) p->post_after[i] = *lp;
+        *lp = p->post_after[i];
+    }
+    free(busy), free(freed_at), free(fwd_at), free(last_mb), free(last_post);
     /* each chunk's last backward of each kind (whole, input part, weight part) */
     for (int i = p->n - 1; i >= 0 && !rc; i--) {
         const tr_pp_action *a = &p->a[i];
@@ -111,6 +144,36 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
             later = p->a[j].chunk == a->chunk && p->a[j].op == a->op;
         p->final[i] = a->op != TR_ACT_FWD && !later;
     }
+    return rc;
+}
+
+/* Every channel of the pipeline, the same list on every rank (comm.h): activations into each
+ * chunk but the first, gradients into each chunk but the last (evaluation and decoding use the
+ * forward ones), between chunks on different ranks. On device memory the stages first agree
+ * that each set up its executor: one that failed would leave the others waiting in the
+ * channels' setup. */
+static int open_channels(tr_pipe *p, int failed, char *err, size_t errlen) {
+    tr_comm_mem mem = tr_model_comm_mem(p->m);
+    int any = failed;
+    if (mem == TR_COMM_DEVICE) tr_comm_all_reduce(p->c, &any, 1, TR_COMM_I32);
+    if (any) {
+        if (!failed) snprintf(err, errlen, "pipeline: another stage failed to set up its executor");
+        return -1;
+    }
+    tr_comm_channel *list = malloc((size_t)(2 * p->nch) * sizeof *list);
+    if (!list) {
+        snprintf(err, errlen, "pipeline: out of memory");
+        return -1;
+    }
+    int n = 0;
+    for (int grad = 0; grad < 2; grad++)
+        for (int c = 0; c < p->nch; c++) {
+            int from = grad ? c + 1 : c - 1;
+            if (from < 0 || from >= p->nch || rank_of(p, from) == rank_of(p, c)) continue;
+            list[n++] = (tr_comm_channel){rank_of(p, from), rank_of(p, c), tag_of(grad, c)};
+        }
+    int rc = tr_comm_open_channels(p->c, list, n, mem, err, errlen);
+    free(list);
     return rc;
 }
 
@@ -151,7 +214,7 @@ int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V
         tr_pipe_free(p);
         return -1;
     }
-    if (assign_slots(p, err, errlen)) {
+    if (open_channels(p, assign_slots(p, err, errlen) != 0, err, errlen)) {
         tr_pipe_free(p);
         return -1;
     }
@@ -196,7 +259,7 @@ static void post_recv(tr_pipe *p, int j, int B, int T) {
     int grad = a->op != TR_ACT_FWD, from = a->chunk + (grad ? 1 : -1);
     tr_buf *buf = grad ? tr_model_chunk_grad_output(p->m, a->chunk, p->slot[j])
                        : tr_model_chunk_input(p->m, a->chunk, p->slot[j]);
-    p->rq[j] = irecv(p, buf, n, rank_of(p, from), tag_of(a->mb, grad, a->chunk));
+    p->rq[j] = irecv(p, buf, n, rank_of(p, from), tag_of(grad, a->chunk));
 }
 
 /* The receives that may start once action i has run (i = -1: at the start of the step). */
@@ -220,8 +283,8 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
         tr_model_chunk_forward(p->m, c, k, tok, NULL, B, T);
         p->busy += tr_comm_now() - t0;
         if (c < last)
-            p->send_act[at] = isend(p, tr_model_chunk_output(p->m, c, k), n, rank_of(p, c + 1),
-                                    tag_of(a->mb, 0, c + 1));
+            p->send_act[at] =
+                isend(p, tr_model_chunk_output(p->m, c, k), n, rank_of(p, c + 1), tag_of(0, c + 1));
         return 0;
     }
     tr_bwd_part part = a->op == TR_ACT_BWD      ? TR_BWD_ALL
@@ -234,8 +297,8 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
                                    part);
     p->busy += tr_comm_now() - t0;
     if (part != TR_BWD_WEIGHT && c > 0)
-        p->send_grad[at] = isend(p, tr_model_chunk_grad_input(p->m, c, k), n, rank_of(p, c - 1),
-                                 tag_of(a->mb, 1, c - 1));
+        p->send_grad[at] =
+            isend(p, tr_model_chunk_grad_input(p->m, c, k), n, rank_of(p, c - 1), tag_of(1, c - 1));
     if (part != TR_BWD_INPUT && p->hook) p->hook(p->hook_ctx);
     return loss;
 }
@@ -278,15 +341,15 @@ double tr_pipe_eval(tr_pipe *p, const int *tokens, const int *targets, int B, in
     for (int c = 0; c < p->nch; c++) { /* each stage its chunks, in model order */
         if (!tr_model_chunk_held(p->m, c)) continue;
         if (c > 0)
-            tr_comm_wait(irecv(p, tr_model_chunk_input(p->m, c, 0), n, rank_of(p, c - 1),
-                               tag_of(0, 0, c)));
+            tr_comm_wait(
+                irecv(p, tr_model_chunk_input(p->m, c, 0), n, rank_of(p, c - 1), tag_of(0, c)));
         tr_comm_wait(sent); /* slot 0's output, sent from the chunk before */
         sent = NULL;
         loss += tr_model_chunk_forward(p->m, c, 0, c == 0 ? tokens : NULL,
                                        c == p->nch - 1 ? targets : NULL, B, T);
         if (c < p->nch - 1)
-            sent = isend(p, tr_model_chunk_output(p->m, c, 0), n, rank_of(p, c + 1),
-                         tag_of(0, 0, c + 1));
+            sent =
+                isend(p, tr_model_chunk_output(p->m, c, 0), n, rank_of(p, c + 1), tag_of(0, c + 1));
     }
     tr_comm_wait(sent);
     tr_comm_all_reduce(p->c, &loss, 1, TR_COMM_F64);
@@ -298,12 +361,12 @@ void tr_pipe_decode(tr_pipe *p, tr_kv_cache *cache, int token, int pos, float *l
     for (int c = 0; c < p->nch; c++) {
         if (!tr_model_chunk_held(p->m, c)) continue;
         if (c > 0)
-            tr_comm_wait(irecv(p, tr_model_chunk_input(p->m, c, 0), C, rank_of(p, c - 1),
-                               tag_of(0, 0, c)));
+            tr_comm_wait(
+                irecv(p, tr_model_chunk_input(p->m, c, 0), C, rank_of(p, c - 1), tag_of(0, c)));
         tr_model_decode_chunk(p->m, cache, c, token, pos, logits);
         if (c < p->nch - 1) /* one row: its receiver is waiting for it */
             tr_comm_wait(isend(p, tr_model_chunk_output(p->m, c, 0), C, rank_of(p, c + 1),
-                               tag_of(0, 0, c + 1)));
+                               tag_of(0, c + 1)));
     }
     tr_comm_broadcast(p->c, logits, (size_t)tr_model_desc_of(p->m)->vocab, TR_COMM_F32,
                       rank_of(p, p->nch - 1));

@@ -3,8 +3,10 @@
  * neighbouring stages with non-blocking sends and receives, each receive posted as soon as
  * the buffer it fills is free, so that transfers overlap compute. Also evaluation and
  * incremental decoding through the stages, and the measured bubble: the time each rank
- * waited on its neighbours. The model's buffers on either backend: on a device, sends and
- * receives are staged through host memory (comm.h), which keeps MPI's matching by tag. */
+ * waited on its neighbours. The model's buffers on either backend: on a device over NCCL,
+ * device to device through comm.h's channels (one into each chunk for activations, one for
+ * gradients, opened at init; each chunk's micro-batches in order keep their messages matched),
+ * ordered with events and no host wait; staged through host memory on the staged transport. */
 #ifndef TR_PIPELINE_H
 #define TR_PIPELINE_H
 
@@ -23,7 +25,8 @@ typedef struct { /* over the steps after the first (a warm-up) */
 
 /* For the model `m` (built with this rank's chunks and the schedule's slots), over the
  * pipeline group `pp` (rank p = this rank's stage), schedule kind/P/V/M: 0, or -1 with a
- * message (out of memory, or a model whose chunks do not match). */
+ * message (out of memory, or a model whose chunks do not match). Every rank of pp calls it at
+ * the same point: on device memory it opens the pipeline's channels (comm.h). */
 int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V, int M, char *err,
                  size_t errlen);
 void tr_pipe_free(tr_pipe *p);

@@ -16,8 +16,9 @@
 #  4. tp=2 (and sequence parallelism) fp32 on the device against the CPU's tp=2: within 1e-4;
 #  5. a rank far slower than --timeout: the others end the job naming it (the device
 #     watchdog alone: tests/gpu/test_comm_device --stuck-rank under tests/mpi/dead_rank.sh);
-#  6. pp=2 (zb-h1; sends and receives staged), and pp=2 x tp=2 on 4 ranks, fp32 on the
-#     device against the CPU's pp=2: within 1e-4.
+#  6. pp=2 (zb-h1; sends and receives over NCCL, one channel each way per chunk boundary),
+#     and pp=2 x tp=2 on 4 ranks, fp32 on the device against the CPU's pp=2: within 1e-4;
+#     interleaved pp=2 x 2 virtual stages (a small 4-block model, 2 steps) against the CPU.
 # usage: tests/emu_parallel.sh path/to/trainer_emu   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -109,7 +110,14 @@ run 2 dev-tp-nosp --tp 2 --no-sequence-parallel --device cuda --precision fp32 &
 # 6. pipelines: the default schedule (zb-h1), and with tensor parallelism inside each stage
 run 2 cpu-pp --pp 2 --device cpu &&
     run 2 dev-pp --pp 2 --device cuda --precision fp32 &&
-    same "pp=2 fp32 on the device vs the cpu" dev-pp cpu-pp 1e-4
+    same "pp=2 fp32 on the device vs the cpu" dev-pp cpu-pp 1e-4 &&
+    { grep -q "^device collectives: pp nccl$" "$tmp/dev-pp.log" &&
+        ok "pp=2 on the device: its sends and receives over NCCL" ||
+        bad "pp=2 on the device: $(grep "^device collectives" "$tmp/dev-pp.log")"; }
+small=(--set layers=4 --set width=16 --set steps=2 --pp 2 --schedule interleaved --virtual-stages 2)
+run 2 cpu-pp-int --device cpu "${small[@]}" &&
+    run 2 dev-pp-int --device cuda --precision fp32 "${small[@]}" &&
+    same "pp=2 interleaved x 2 fp32 on the device vs the cpu" dev-pp-int cpu-pp-int 1e-4
 run 4 dev-pp-tp --pp 2 --tp 2 --device cuda --precision fp32 &&
     same "pp=2 x tp=2 fp32 on the device vs the cpu's pp=2" dev-pp-tp cpu-pp 1e-4
 

@@ -93,6 +93,25 @@ static int lists_keep_order(const tr_pp_schedule *s) {
     return ok;
 }
 
+/* Every chunk runs its forwards, and its backwards' input parts, oldest micro-batch first: the
+ * executor's channels (parallel/pipeline.c) match a chunk's messages in that order. */
+static int chunks_in_order(const tr_pp_schedule *s) {
+    int C = s->P * s->V, ok = 1;
+    int *last = malloc((size_t)(2 * C) * sizeof(int)); /* (direction, chunk) */
+    for (int k = 0; k < 2 * C; k++)
+        last[k] = -1;
+    for (int r = 0; r < s->P && ok; r++)
+        for (int i = 0; i < s->n[r] && ok; i++) {
+            const tr_pp_action *a = &s->list[r][i];
+            if (a->op == TR_ACT_BWD_W) continue;
+            int *l = &last[(a->op != TR_ACT_FWD) * C + a->chunk];
+            ok = a->mb > *l;
+            *l = a->mb;
+        }
+    free(last);
+    return ok;
+}
+
 /* One schedule the check accepted: simulated, ordered, slots within the promise. Returns its
  * bubble, or -1 after reporting a failure. */
 static double run_one(tr_pp_kind k, int P, int V, int M) {
@@ -115,6 +134,10 @@ static double run_one(tr_pp_kind k, int P, int V, int M) {
                    "within max_inflight",
                    tr_pp_kind_name(k), P, V, M) &&
              check(slots_ok, 1, "%s pp %d V %d M %d: 1 <= chunk slots <= max_inflight",
+                   tr_pp_kind_name(k), P, V, M) &&
+             check(chunks_in_order(&s), 1,
+                   "%s pp %d V %d M %d: each chunk's forwards and input gradients oldest "
+                   "micro-batch first",
                    tr_pp_kind_name(k), P, V, M) &&
              check(bubble >= 0 && bubble < 1, 1, "%s pp %d V %d M %d: bubble %g in [0, 1)",
                    tr_pp_kind_name(k), P, V, M, bubble);

@@ -526,8 +526,7 @@ static void print_parallel_stats(const run_ctx *x) {
         printf("device collectives:");
         for (int i = 0; i < 3; i++)
             if (tr_comm_size(g[i]) > 1)
-                printf(" %s %s%s", tr_comm_name(g[i]), tr_comm_device_transport(g[i]),
-                       g[i] == x->ppc ? " (its sends and receives staged)" : "");
+                printf(" %s %s", tr_comm_name(g[i]), tr_comm_device_transport(g[i]));
         printf("\n");
     }
     if (x->lay.dp > 1) {

@@ -1,8 +1,14 @@
 /* NCCL for the CUDA emulator (tests/cudaemu/), written from NCCL's documented semantics on top
  * of MPI between real processes, so that the device transport (parallel/comm_device.c) runs
- * multi-rank in CI without GPUs. Every operation starts its non-blocking MPI counterpart when
- * it is called (at ncclGroupEnd inside a group) and stays pending on its stream (emu_async.h)
- * until MPI says it is done; streams and events order it like any device work.
+ * multi-rank in CI without GPUs. A collective, or any operation inside a group, starts its
+ * non-blocking MPI counterpart when it is called (at ncclGroupEnd inside a group), after the
+ * host has drained its stream; a send or receive called alone starts its MPI counterpart when
+ * its stream reaches it, as a GPU would run it, so that the host does not block behind a
+ * receive still waiting on the stream (the pipeline posts its receives ahead, one stream per
+ * channel). Either stays pending on its stream (emu_async.h) until MPI says it is done; streams
+ * and events order it like any device work. Sends and receives between two ranks of one
+ * communicator match in the order each rank calls them (one MPI tag: MPI's messages do not
+ * overtake), as NCCL's do, which has no tags.
  *
  * Needs MPI initialized by the program, with MPI_THREAD_MULTIPLE when another thread queries
  * events (progress tests MPI requests on whichever thread asks). MPI_COMM_WORLD itself carries
@@ -329,10 +335,25 @@ struct nccl_op {
     kind k;
     void *tmp; /* a copy of the input when it overlaps the output; freed at the end */
     nccl_op *next_abandoned;
+    int started; /* its MPI operation; else it starts when its stream reaches it */
+    call c;      /* what to start then */
 };
 
+static int start(const call &c, nccl_op *op);
+
+/* Tested only once every earlier operation of its stream has finished (emu_async.h): an
+ * operation not yet started starts there. */
 static int op_test(void *ctx) {
     nccl_op *op = (nccl_op *)ctx;
+    if (!op->started) {
+        op->started = 1;
+        int rc = start(op->c, op);
+        if (rc != MPI_SUCCESS) {
+            mpi_fail(kind_fn[op->k], "starting the MPI operation", rc);
+            op->comm->async_error = ncclSystemError;
+            return 1;
+        }
+    }
     int done = 0, rc = MPI_Test(&op->rq, &done, MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS) return done;
     mpi_fail(kind_fn[op->k], "MPI_Test", rc);
@@ -357,6 +378,10 @@ static nccl_op *abandoned_ops;  /* under the runtime's lock (emu_stream_drop) */
 static ncclComm *aborted_comms; /* under err_mu; kept so that later calls can be refused */
 static void op_abandon(void *ctx) {
     nccl_op *op = (nccl_op *)ctx;
+    if (!op->started) {
+        op_finish(op);
+        return;
+    }
     if (op->k == RECV && MPI_Cancel(&op->rq) == MPI_SUCCESS &&
         MPI_Request_free(&op->rq) == MPI_SUCCESS) {
         op_finish(op);
@@ -423,8 +448,16 @@ static int start(const call &c, nccl_op *op) {
 
 /* Runs calls together: every stream they use is drained first, then every MPI operation is
  * started in the order given (the same on every rank, as MPI and NCCL need), then each is
- * left pending on its stream. */
+ * left pending on its stream. A send or receive alone is only queued: it starts when its
+ * stream reaches it (op_test), in the order of its stream, which is the order of the calls
+ * as long as a communicator's point-to-point calls use one stream. */
 static ncclResult_t run(const std::vector<call> &calls) {
+    if (calls.size() == 1 && (calls[0].k == SEND || calls[0].k == RECV)) {
+        nccl_op *op =
+            new nccl_op{calls[0].comm, MPI_REQUEST_NULL, calls[0].k, NULL, NULL, 0, calls[0]};
+        emu_stream_enqueue(calls[0].stream, op_test, op_finish, op);
+        return ncclSuccess;
+    }
     std::vector<cudaStream_t> drained;
     for (const call &c : calls) {
         int seen = 0;
@@ -439,7 +472,7 @@ static ncclResult_t run(const std::vector<call> &calls) {
     ncclResult_t r = ncclSuccess;
     for (const call &c : calls) {
         if (c.comm->aborted) continue; /* aborted by another thread meanwhile */
-        nccl_op *op = new nccl_op{c.comm, MPI_REQUEST_NULL, c.k, NULL, NULL};
+        nccl_op *op = new nccl_op{c.comm, MPI_REQUEST_NULL, c.k, NULL, NULL, 1, c};
         int rc = start(c, op);
         if (rc != MPI_SUCCESS) {
             r = mpi_fail(kind_fn[c.k], "starting the MPI operation", rc);

@@ -2,7 +2,7 @@
 # The one GPU check: build for Hopper (sm_90a) in build-gpu/, run every GPU test (the ctest
 # label gpu, each binary once; test_comm_device also on a NCCL communicator of one, under
 # mpirun with 2 ranks sharing a GPU (staged transport) and with one rank per GPU when there are
-# several (NCCL)), train dp=2 and tp=2 in fp32 on the GPU against the CPU (as
+# several (NCCL)), train dp=2, tp=2 and pp=2 in fp32 on the GPU against the CPU (as
 # tests/emu_parallel.sh does on the emulator), run the GPU benchmarks (bench/gpu.sh,
 # bench/comm.sh), and print a short table last: tests passed / failed / skipped, the parallel
 # runs, tokens/s and MFU, communication figures. Logs go to $OUT when it is set (the device
@@ -227,9 +227,9 @@ if [ $BUILD_OK = 1 ]; then
 fi
 
 # ---- multi-rank training on the GPU against the CPU --------------------------------------
-# tests/emu_parallel.sh's checks 1 and 4 on the real device: dp=2 (ZeRO 0, 1, 2) and tp=2 in
-# fp32 (no TF32) on the GPU, every loss within 1e-4 relative of the CPU's run of the same
-# layout; and the ledger of the dp=2 run has NVML's power, SM clock and temperature. On one
+# tests/emu_parallel.sh's checks 1, 4 and 6 on the real device: dp=2 (ZeRO 0, 1, 2), tp=2 and
+# pp=2 in fp32 (no TF32) on the GPU, every loss within 1e-4 relative of the CPU's run of the
+# same layout; and the ledger of the dp=2 run has NVML's power, SM clock and temperature. On one
 # GPU the two ranks share it (comm.h's staged transport); on several, one each (NCCL).
 PAR=()
 PARDIR="$BUILD/par-runs"
@@ -273,6 +273,8 @@ if [ $BUILD_OK = 1 ] && [ "$GPU" != none ] && [ -n "$MPIRUN" ]; then
     par_check "dp=2 ZeRO-2 fp32 GPU vs CPU, micro-batch 4 ($how)" dev-z2 cpu-z2 --dp 2 --zero 2 \
         --micro-batch 4
     par_check "tp=2 fp32 GPU vs CPU ($how)" dev-tp cpu-tp --tp 2
+    # on 2 GPUs the pipeline's sends and receives go device to device over NCCL channels
+    par_check "pp=2 fp32 GPU vs CPU ($how)" dev-pp cpu-pp --pp 2
     # the ledger's NVML figures of the GPU run's last window (null: NVML did not answer)
     tele=$(grep -o '"\(power_w\|sm_clock_mhz\|temp_c\)": \[[^]]*\]' "$PARDIR/dev-dp/ledger.jsonl" \
         2>/dev/null | tail -n 3 | tr '\n' ' ')
@@ -287,7 +289,7 @@ else
     [ $BUILD_OK = 1 ] || why="$why, no build"
     [ "$GPU" != none ] || why="$why, no GPU"
     [ -n "$MPIRUN" ] || why="$why, no mpirun"
-    PAR=("dp=2 and tp=2 on the GPU vs the CPU: skipped (${why#, })")
+    PAR=("dp=2, tp=2 and pp=2 on the GPU vs the CPU: skipped (${why#, })")
 fi
 
 # ---- benchmark -----------------------------------------------------------------------------

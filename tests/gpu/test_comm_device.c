@@ -2,19 +2,26 @@
  * through pinned host memory), on whatever world it is started in, against sums computed on
  * the host. fp32 and bf16; in- and out-of-place; sizes 1 to 65537; a result read back through
  * the backend (whose download waits on the compute stream) proves the stream ordering;
- * tr_comm_wait on NCCL does not block the host.
+ * tr_comm_wait on NCCL does not block the host. Sends and receives through channels
+ * (comm.h): receives posted ahead of the sends on both ends of a pair, in opposite directions
+ * (what one NCCL stream per group would deadlock on), several messages per channel arriving
+ * in order, two channels one way told apart by tag, and a late sender whose data the compute
+ * stream must wait for.
  *   mpirun -np N test_comm_device   one rank per GPU (NCCL), or ranks sharing one (staged)
  *   TR_COMM_DEVICE=staged | nccl    the staged transport; NCCL even in a group of one
  *   --stuck-rank R --timeout T      for tests/mpi/dead_rank.sh: rank R sleeps instead of
  *                                   joining a device all_reduce; the others' watchdog must end
  *                                   the job within T s, naming it (their host is blocked
  *                                   reading the result, as a training step's would be)
+ *   --stuck-recv-rank R --timeout T the same with a message on a channel that rank R never
+ *                                   sends: rank 0 waits for it in a receive
  * Exits 77 (skipped) without a CUDA device. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -139,6 +146,128 @@ static void run_ops(const ctx *x, tr_comm_dtype t) {
     }
 }
 
+/* The channels of the tests, the same list on every rank: between ranks 2k and 2k+1, tag 5
+ * both ways (run_ops), tag 7 both ways and tag 8 from the even rank (run_channels). The
+ * odd-to-even one first, so that the even rank's setups take both roles in turn. */
+static void open_channels(const ctx *x) {
+    tr_comm_channel list[64];
+    int n = 0;
+    for (int e = 0; e + 1 < x->size && n + 5 <= 64; e += 2) {
+        list[n++] = (tr_comm_channel){e + 1, e, 7};
+        list[n++] = (tr_comm_channel){e, e + 1, 7};
+        list[n++] = (tr_comm_channel){e, e + 1, 8};
+        list[n++] = (tr_comm_channel){e, e + 1, 5};
+        list[n++] = (tr_comm_channel){e + 1, e, 5};
+    }
+    char err[256] = "";
+    check(tr_comm_open_channels(x->w, list, n, TR_COMM_DEVICE, err, sizeof err) == 0,
+          "rank %d: %d channels open %s", x->rank, n, err);
+    tr_comm_channel self = {0, 0, 9};
+    check(tr_comm_open_channels(x->w, &self, 1, TR_COMM_DEVICE, err, sizeof err) == -1 &&
+              strstr(err, "does not send to itself"),
+          "rank %d: a channel from a rank to itself is refused (%s)", x->rank, err);
+}
+
+/* Message k of channel (from, tag), element i: distinct per message and channel. */
+static float msg_val(int from, int tag, int k, size_t i) {
+    return val(from, i + (size_t)(k * 3 + tag) * 17);
+}
+typedef struct {
+    int from, tag, k;
+} msg_id;
+static float want_msg(const ctx *x, size_t i, void *arg) {
+    (void)x;
+    const msg_id *m = arg;
+    return msg_val(m->from, m->tag, m->k, i);
+}
+
+/* Between ranks 2k and 2k+1: each first posts its receives (K on tag 7 from its peer; the odd
+ * rank also one on tag 8), then the odd rank, late, sends K on tag 7, and the even rank K on
+ * tag 7, then tag 8's. The compute stream is made to wait for each receive (the host not), and
+ * the results are read back through it: were it not made to wait, the even rank would read
+ * the receive buffers before the late messages came. */
+static void run_channels(const ctx *x, tr_comm_dtype t) {
+    enum { K = 3 };
+    const size_t n = 1000;
+    int peer = x->rank ^ 1, odd = x->rank & 1;
+    if (peer >= x->size) return;
+    float *h = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    void *in[K + 1], *out[K + 1];
+    tr_comm_req *rq[K + 1], *sq[K + 1];
+    double span0, exposed0, span1, exposed1;
+    tr_comm_device_time(x->w, &span0, &exposed0);
+    for (size_t i = 0; i < n; i++)
+        h[i] = -1000; /* what a receive not waited for leaves */
+    for (int k = 0; k <= K; k++)
+        in[k] = up(x, h, n);
+    for (int k = 0; k < K; k++)
+        rq[k] = tr_comm_start(x->w, TR_COMM_OP_RECV, NULL, in[k], n, t, peer, 7, TR_COMM_DEVICE);
+    rq[K] = odd ? tr_comm_start(x->w, TR_COMM_OP_RECV, NULL, in[K], n, t, peer, 8, TR_COMM_DEVICE)
+                : NULL;
+    struct timespec late = {0, 300 * 1000 * 1000};
+    if (odd) nanosleep(&late, NULL);
+    for (int k = 0; k <= K; k++) {
+        int tag = k < K ? 7 : 8;
+        out[k] = NULL, sq[k] = NULL;
+        if (tag == 8 && odd) continue;
+        for (size_t i = 0; i < n; i++)
+            g[i] = msg_val(x->rank, tag, k < K ? k : 0, i);
+        out[k] = up(x, g, n);
+        sq[k] = tr_comm_start(x->w, TR_COMM_OP_SEND, out[k], NULL, n, t, peer, tag, TR_COMM_DEVICE);
+    }
+    double waited = 0;
+    for (int k = 0; k <= K; k++)
+        if (rq[k]) waited += tr_comm_wait(rq[k]);
+    if (!strcmp(tr_comm_device_transport(x->w), "nccl"))
+        check(waited == 0.0,
+              "rank %d: %s: waiting for a channel's receives does not block the "
+              "host",
+              x->rank, x->dt);
+    for (int k = 0; k < K + odd; k++) {
+        msg_id m = {peer, k < K ? 7 : 8, k < K ? k : 0};
+        down(x, g, in[k], n);
+        char what[64];
+        snprintf(what, sizeof what, "channel %d->%d tag %d message %d", peer, x->rank, m.tag, m.k);
+        expect(g, n, want_msg, x, &m, what, n);
+    }
+    /* the even rank's receives were in flight, and its compute stream waiting, for the odd
+       rank's 0.3 s: the group's device time counts its channels' operations */
+    if (tr_comm_device_time(x->w, &span1, &exposed1) && !odd)
+        check(span1 - span0 > 0.1 && exposed1 - exposed0 > 0.1,
+              "rank %d: %s: the group's device time counts its channels (%.3f s in flight, "
+              "%.3f s waited for)",
+              x->rank, x->dt, span1 - span0, exposed1 - exposed0);
+    for (int k = 0; k <= K; k++) {
+        if (sq[k]) tr_comm_wait(sq[k]);
+        x->be->free(in[k]);
+        if (out[k]) x->be->free(out[k]);
+    }
+    free(h), free(g);
+}
+
+/* Rank 0 waits for a message on a channel that rank `stuck` never sends. */
+static int stuck_recv(const ctx *x, int stuck, double timeout) {
+    tr_comm_channel ch = {stuck, 0, 3};
+    char err[256];
+    if (tr_comm_open_channels(x->w, &ch, 1, TR_COMM_DEVICE, err, sizeof err)) {
+        fprintf(stderr, "test_comm_device: %s\n", err);
+        return 1;
+    }
+    float h[1024] = {0};
+    void *a = up(x, h, 1024);
+    if (x->rank == stuck) {
+        sleep((unsigned)timeout + 30);
+        return 0;
+    }
+    if (x->rank != 0) return 0;
+    tr_comm_wait(
+        tr_comm_start(x->w, TR_COMM_OP_RECV, NULL, a, 1024, TR_COMM_F32, stuck, 3, TR_COMM_DEVICE));
+    down(x, h, a, 1024); /* blocks until the device has it: the watchdog ends it first */
+    fprintf(stderr, "test_comm_device: rank %d: the receive returned though a peer is gone\n",
+            x->rank);
+    return 1;
+}
+
 /* A device all_reduce of 1024 floats that rank `stuck` never joins. */
 static int stuck_rank(const ctx *x, int stuck, double timeout) {
     float h[1024] = {0};
@@ -162,10 +291,11 @@ static int stuck_rank(const ctx *x, int stuck, double timeout) {
 int main(int argc, char **argv) {
     char err[256];
     tr_comm *w;
-    int stuck = -1;
+    int stuck = -1, stuck_recv_rank = -1;
     double timeout = 60;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--stuck-rank")) stuck = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--stuck-recv-rank")) stuck_recv_rank = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--timeout")) timeout = atof(argv[i + 1]);
     }
     if (tr_comm_init(&w, &argc, &argv, timeout, err, sizeof err)) {
@@ -184,10 +314,15 @@ int main(int argc, char **argv) {
     }
     ctx x = {be32, w, tr_comm_rank(w), tr_comm_size(w), "f32"};
     if (stuck >= 0) return stuck_rank(&x, stuck, timeout);
+    if (stuck_recv_rank >= 0) return stuck_recv(&x, stuck_recv_rank, timeout);
+    open_channels(&x);
     run_ops(&x, TR_COMM_F32);
+    run_channels(&x, TR_COMM_F32);
     x.be = tr_backend_cuda(TR_DTYPE_BF16, err, sizeof err);
     x.dt = "bf16";
+    open_channels(&x); /* again: the channels opened before are kept */
     run_ops(&x, TR_COMM_BF16);
+    run_channels(&x, TR_COMM_BF16);
     const char *want = getenv("TR_COMM_DEVICE"), *got = tr_comm_device_transport(w);
     check(want ? !strcmp(got, want) || (x.size == 1 && !strcmp(want, "staged") &&
                                         !strcmp(got, "local"))

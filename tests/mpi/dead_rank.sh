@@ -4,8 +4,10 @@
 # plus a margin, with a non-zero status and a line on stderr that names a rank. Open MPI's
 # mpirun kills the job itself when a rank dies, before any deadline; mode "die-unmanaged" runs
 # it with --enable-recovery (it then leaves the survivors alone, as a launcher that does not
-# clean up would), so the survivor's own deadline must end the job.
-# Usage: dead_rank.sh die|stuck|die-unmanaged MPIEXEC TEST_COMM
+# clean up would), so the survivor's own deadline must end the job. Mode "stuck-recv" (a
+# device test only: tests/gpu/test_comm_device.c) is "stuck" with rank 0 waiting in a
+# receive on a channel whose sender sleeps instead.
+# Usage: dead_rank.sh die|stuck|stuck-recv|die-unmanaged MPIEXEC TEST_COMM
 set -u
 mode="$1" mpiexec="$2" prog="$3"
 deadline=5 margin=10 np=2
@@ -33,9 +35,11 @@ awk -v e="$elapsed" -v l=$((deadline + margin)) 'BEGIN { exit !(e < l) }' &&
     { echo "FAIL it took $elapsed s"; fail=1; }
 grep -v '^test_comm:' "$tmp/err" | grep -Eq 'rank [0-9]+' && echo "ok   stderr names a rank" ||
     { echo "FAIL no line names a rank"; fail=1; }
-if [ "$mode" = stuck ]; then
+if [ "$mode" = stuck ] || [ "$mode" = stuck-recv ]; then
     # the census names the rank that did not answer: the one sleeping outside communication
-    want="trainer: rank 0: all_reduce of 1024 floats on group world (size 2) did not complete within $deadline s: rank 1 did not answer (busy outside communication, stuck or dead; the others are waiting); aborting"
+    op="all_reduce of 1024 floats"
+    [ "$mode" = stuck-recv ] && op="recv of 1024 floats from rank 1 (tag 3)"
+    want="trainer: rank 0: $op on group world (size 2) did not complete within $deadline s: rank 1 did not answer (busy outside communication, stuck or dead; the others are waiting); aborting"
     n=$(grep -cF "$want" "$tmp/err")
     [ "$n" -eq 1 ] && echo "ok   rank 0 printed the deadline line once" ||
         { echo "FAIL expected once: $want (got $n)"; fail=1; }
