@@ -1,5 +1,5 @@
 -- The default recipe: a small GPT on Tiny Shakespeare, one token per byte.
--- Trains in about ten minutes on two CPU cores. Override any knob from the command line:
+-- Trains in about twenty-five minutes on two CPU cores. Override any knob from the command line:
 --   trainer run recipes/shakespeare_char.lua --set layers=6 --set steps=500
 local k = knobs {
     layers = 4,         -- transformer blocks
