@@ -184,6 +184,12 @@ tr_buf *tr_buf_at(const tr_backend *be, const tr_buf *base, size_t i);
 /* The CPU backend (model/cpu/): fp32, OpenMP, BLAS. */
 const tr_backend *tr_backend_cpu(void);
 
+/* How the BLAS this process loaded runs its threads: "openmp" (OpenBLAS's OpenMP build: the
+ * same pool as our kernels), "pthreads" (a pool of its own, which spins against ours: about
+ * half speed), "sequential", or "unknown" (not OpenBLAS). When it is "pthreads", `fix` gets one
+ * line naming the library file and the remedy, else "". */
+const char *tr_backend_cpu_blas_threads(char *fix, size_t fixlen);
+
 /* The CUDA backend (model/cuda/) on the current GPU with storage dtype `dtype`, or NULL with
  * the reason in `why` (this build has no CUDA, no GPU is present, ...). Not thread-safe: one
  * GPU per process. */

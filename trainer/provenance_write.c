@@ -122,6 +122,7 @@ static void write_libraries(FILE *f, const run_ctx *x) {
 #else
     kv(f, "blas", "cblas", 0);
 #endif
+    kv(f, "blas_threads", tr_backend_cpu_blas_threads(NULL, 0), 0);
     kv(f, "mpi", mpi, 0);
     kv(f, "lua", LUA_RELEASE, 0);
     kv(f, "yaml", yaml_get_version_string(), 0);

@@ -557,6 +557,9 @@ static void print_banner(const run_ctx *x) {
     printf("model %s params, %s training FLOPs/token | data %s train + %s val tokens\n"
            "device %s\n",
            np, ft, tt, vt, x->device);
+    char fix[TR_PATH_MAX + 256];
+    if (!x->be->device_memory && !strcmp(tr_backend_cpu_blas_threads(fix, sizeof(fix)), "pthreads"))
+        fprintf(stderr, "trainer run: warning: %s\n", fix);
     printf("training %d steps of %ld tokens, micro-batch %d x %d, output in %s/\n", r->train.steps,
            r->train.batch_tokens, x->B, x->T, r->train.out);
     if (x->nranks > 1) {

@@ -1,13 +1,15 @@
 /* The CPU backend: every operation of model/backend.h in fp32 on host memory, parallel with
  * OpenMP, matrix products through OpenBLAS. It is the reference the CUDA backend is tested
  * against, so every reduction runs in a fixed order (bitwise reproducible for a thread count). */
-#define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) in sys/mman.h */
+#define _GNU_SOURCE /* madvise(MADV_HUGEPAGE) in sys/mman.h, dladdr in dlfcn.h */
 #include "model/backend.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -957,3 +959,22 @@ static const tr_backend cpu_backend = {
 };
 
 const tr_backend *tr_backend_cpu(void) { return &cpu_backend; }
+
+const char *tr_backend_cpu_blas_threads(char *fix, size_t fixlen) {
+    if (fixlen) fix[0] = 0;
+#ifdef OPENBLAS_VERSION
+    int kind = openblas_get_parallel(); /* 0 sequential, 1 pthreads, 2 OpenMP */
+    if (kind == 0) return "sequential";
+    if (kind == 2) return "openmp";
+    Dl_info where = {0};
+    dladdr((void *)cblas_sgemm, &where);
+    snprintf(fix, fixlen,
+             "%s is OpenBLAS's pthreads build: its thread pool spins against our OpenMP one (about "
+             "half speed); apt-get install libopenblas-openmp-dev, then rebuild: rm -rf build && "
+             "./setup.sh",
+             where.dli_fname ? where.dli_fname : "the BLAS library");
+    return "pthreads";
+#else
+    return "unknown";
+#endif
+}
