@@ -82,12 +82,18 @@ expect 2 "multiple of --gpus-per-node" -- plan $R --gpus 12 --gpus-per-node 8 --
 expect 2 "tests/clusters_bad/unknown_field.yaml:" -- plan $R --cluster tests/clusters_bad/unknown_field.yaml
 expect 2 "unknown option '--zeroo'" -- plan $R --zeroo 1
 
-# 4. parallel "auto" on 2 processes: the plan `trainer plan` makes under the same mpirun
-mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/job.json" 2>"$tmp/job.err" ||
-    { bad "trainer plan under mpirun"; cat "$tmp/job.err"; }
-mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=3 --out "$tmp/auto" >"$tmp/auto.log" 2>&1 ||
-    { bad "parallel auto run"; tail -5 "$tmp/auto.log"; }
-python3 - "$tmp/job.json" "$tmp/auto/recipe.lua" "$tmp/auto/metrics.jsonl" <<'PY' && ok "parallel auto runs the plan trainer plan makes for the job, and metrics carry its predictions" || bad "parallel auto against trainer plan"
+# 4. parallel "auto" on 2 processes: the plan `trainer plan` makes under the same mpirun. Each
+# command measures the machine (sgemm, memcpy, the collectives) before it plans, and on a
+# loaded machine (ctest -j2) two measurements can differ enough to tip a near tie (ZeRO-0
+# against ZeRO-2 for this model): the planner is not at fault there, so the pair is measured
+# again, up to 3 times, before a difference counts
+same_plan() {
+    mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/job.json" 2>"$tmp/job.err" ||
+        { bad "trainer plan under mpirun"; cat "$tmp/job.err"; return 2; }
+    rm -rf "$tmp/auto"
+    mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=3 --out "$tmp/auto" >"$tmp/auto.log" 2>&1 ||
+        { bad "parallel auto run"; tail -5 "$tmp/auto.log"; return 2; }
+    python3 - "$tmp/job.json" "$tmp/auto/recipe.lua" "$tmp/auto/metrics.jsonl" <<'PY'
 import json, re, sys
 p = json.load(open(sys.argv[1]))["plan"]
 text = open(sys.argv[2]).read()
@@ -99,6 +105,17 @@ sys.exit(0 if got == want and all(r["predicted_step_s"] > 0 and r["step_s"] > 0 
                                   r["memory_bytes"] == r["predicted_memory_bytes"] for r in rows)
          else 1)
 PY
+}
+for try in 1 2 3; do
+    e=$(same_plan)
+    rc=$?
+    [ $rc -eq 1 ] || break
+done
+case $rc in
+0) ok "parallel auto runs the plan trainer plan makes for the job (measurement $try), and metrics carry its predictions" ;;
+1) bad "parallel auto against trainer plan, 3 measurements: $e" ;;
+*) echo "$e"; fail=1 ;;
+esac
 grep -q "^plan: dp" "$tmp/auto.log" && grep -q "^plan vs run: step" "$tmp/auto.log" &&
     ok "the log names the plan and compares it with the run: $(grep '^plan vs run' "$tmp/auto.log")" ||
     bad "no plan lines in the log"
