@@ -209,14 +209,14 @@ static void test_round_trip(const char *root) {
     CHECK(tr_ckpt_writer_init(&w, m, &r, &o, err, sizeof(err)) == 0, "writer starts");
     tr_loader_pos pos;
     memset(&pos, 0xA5, sizeof(pos));
-    tr_ckpt_save(w, 3, &pos);
+    tr_ckpt_save(w, 3, &pos, NULL);
     train_a_bit(m, 1);
-    tr_ckpt_save(w, 4, &pos);
+    tr_ckpt_save(w, 4, &pos, NULL);
     o.sync = 0; /* and one asynchronous save with the copy overlapped */
     tr_ckpt_writer *w2;
     tr_ckpt_writer_init(&w2, m, &r, &(tr_ckpt_opts){.out = out, .keep = 2, .world = 1, .overlap = 1},
                         err, sizeof(err));
-    tr_ckpt_save(w2, 5, &pos);
+    tr_ckpt_save(w2, 5, &pos, NULL);
     tr_ckpt_fence(w2);
     CHECK(tr_ckpt_wait(w2, err, sizeof(err)) == 0, "asynchronous save completes");
     tr_ckpt_writer_free(w2);
@@ -347,8 +347,8 @@ static void test_two_writers(const char *root) {
     if (!ok) return;
     tr_loader_pos pos;
     memset(&pos, 0x3C, sizeof(pos));
-    tr_ckpt_save(w0, 2, &pos);
-    tr_ckpt_save(w1, 2, &pos);
+    tr_ckpt_save(w0, 2, &pos, NULL);
+    tr_ckpt_save(w1, 2, &pos, NULL);
     int rc0 = tr_ckpt_wait(w0, err, sizeof(err)), rc1 = tr_ckpt_wait(w1, err, sizeof(err));
     CHECK(rc0 == 0 && rc1 == 0, "both parts written, rank 0 published (%s)", rc0 || rc1 ? err : "ok");
     tr_ckpt_writer_free(w0);
@@ -420,8 +420,8 @@ static void test_bad_ranges(const char *root) {
             CHECK(0, "two writers start: %s", err);
             break;
         }
-        tr_ckpt_save(w0, 1, NULL);
-        tr_ckpt_save(w1, 1, NULL);
+        tr_ckpt_save(w0, 1, NULL, NULL);
+        tr_ckpt_save(w1, 1, NULL, NULL);
         int rc1 = tr_ckpt_wait(w1, err, sizeof(err)), rc0 = tr_ckpt_wait(w0, err, sizeof(err));
         CHECK(rc1 == 0 && rc0 && strstr(err, overlap ? "is in two blocks" : "is in no block") &&
                   strstr(err, "tensor '"),
@@ -492,7 +492,7 @@ static void export_import(const char *root, const char *name, const char *recipe
     tr_ckpt_writer *w;
     tr_ckpt_writer_init(&w, m, &r, &(tr_ckpt_opts){.out = out, .keep = 1, .world = 1, .sync = 1},
                         err, sizeof(err));
-    tr_ckpt_save(w, 1, NULL);
+    tr_ckpt_save(w, 1, NULL, NULL);
     tr_ckpt_writer_free(w);
     tr_ckpt c;
     int rc = tr_ckpt_open_arg(out, &c, 0, stdout, err, sizeof(err));
