@@ -77,10 +77,11 @@ run() {
         read -r kill spikes nans <<<"${plan[$i]}"
         [ "$kill" = - ] && kill=
         [ "$nans" = - ] && nans=
-        (TR_FAULT_KILL_AFTER_STEP=$kill TR_FAULT_SPIKE_STEP=$spikes TR_FAULT_NAN_STEP=$nans \
+        # (in a subshell that prints its status, so that bash's "Killed" goes to /dev/null)
+        rc=$( (TR_FAULT_KILL_AFTER_STEP=$kill TR_FAULT_SPIKE_STEP=$spikes TR_FAULT_NAN_STEP=$nans \
             TR_DUMP_PARAMS=$tmp/$name.params $launch "$T" run "$tmp/g.lua" "${args[@]}" "$@" \
-            --out "$tmp/$name" $([ "$i" -gt 0 ] && echo --resume) >"$tmp/$name.$i.log" 2>&1) 2>/dev/null
-        rc=$?
+            --out "$tmp/$name" $([ "$i" -gt 0 ] && echo --resume) >"$tmp/$name.$i.log" 2>&1
+            echo $?) 2>/dev/null)
         if [ -n "$kill" ] && [ $rc -eq 0 ]; then bad "$name: attempt $((i + 1)) was not killed"; return 1; fi
         if [ -z "$kill" ] && [ $rc -ne 0 ]; then
             bad "$name: the last attempt failed"; tail -3 "$tmp/$name.$i.log"; return 1
@@ -124,4 +125,77 @@ if command -v mpirun >/dev/null; then
 else
     echo "skip 2 ranks: no mpirun"
 fi
+
+# ---- 2. under trainer supervise (2 ranks, ZeRO-2) ------------------------------------------
+# The wrapper gives each attempt its faults: the attempt is counted from the supervisor's
+# relaunch lines in attempts.jsonl, written before it relaunches.
+cat >"$tmp/attempt" <<'EOF2'
+#!/usr/bin/env bash
+# attempt COMMAND...: COMMAND with the faults of this attempt (line N of $PLAN_FILE)
+n=$(grep -c '"action": "relaunch"' "$SV_OUT/attempts.jsonl" 2>/dev/null)
+read -r kill spikes nans <<<"$(sed -n "$((${n:-0} + 1))p" "$PLAN_FILE")"
+[ "$kill" = - ] && kill=
+[ "$nans" = - ] && nans=
+export TR_FAULT_KILL_AFTER_STEP=$kill TR_FAULT_SPIKE_STEP=$spikes TR_FAULT_NAN_STEP=$nans
+exec "$@"
+EOF2
+chmod +x "$tmp/attempt"
+printf '%s\n' "${plan[@]}" >"$tmp/plan"
+if command -v mpirun >/dev/null && [ -f "$tmp/zero2.ref.params" ]; then
+    t0=$SECONDS
+    SV_OUT=$tmp/sv PLAN_FILE=$tmp/plan TR_DUMP_PARAMS=$tmp/sv.params timeout 300 "$T" supervise \
+        --backoff 0 --restarts 6 -- mpirun -np 2 "$tmp/attempt" "$T" run "$tmp/g.lua" "${args[@]}" \
+        --dp 2 --zero 2 --set micro=4 --out "$tmp/sv" >"$tmp/sv.log" 2>&1
+    rc=$?
+    starts=$(grep -c '"event": "start"' "$tmp/sv/attempts.jsonl" 2>/dev/null)
+    if [ $rc -eq 0 ] && [ "$starts" = 5 ]; then
+        same supervise "$tmp/zero2.ref" "$tmp/sv"
+    else
+        bad "supervise: exit $rc, $starts attempts (5 expected)"; grep -a "^supervise" "$tmp/sv.log" | tail -3
+    fi
+    echo "     (supervise: $((SECONDS - t0)) s)"
+fi
+
+# ---- 3. a checkpoint without the guard's state; another window ------------------------------
+# The checkpoint of step 20 of the one-process run, its guard section taken out (the manifest
+# as an older trainer wrote it: its checksum line recomputed), resumed.
+old=$tmp/old
+mkdir -p "$old/checkpoints"
+cp -r "$tmp/one.ref/checkpoints/step_00000020" "$old/checkpoints/"
+echo step_00000020 >"$old/checkpoints/latest"
+python3 - "$old/checkpoints/step_00000020/manifest.yaml" <<'PY'
+import re, sys
+
+def crc32c(data):  # CRC-32C, reflected polynomial 0x82F63B78 (trainer/checkpoint.h)
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+p = sys.argv[1]
+text = open(p, "rb").read()
+body = text[:text.rindex(b"# crc32c: ")]
+stripped = re.sub(rb"^guard:\n(  .*\n)+", b"", body, flags=re.M)
+assert stripped != body, "no guard section"
+open(p, "wb").write(stripped + b"# crc32c: %08x\n" % crc32c(stripped))
+PY
+"$T" run "$tmp/g.lua" "${args[@]}" --set micro=4 --out "$old" --resume >"$tmp/old.log" 2>&1 ||
+    { bad "an old checkpoint: the resume failed"; tail -3 "$tmp/old.log"; }
+want="guard: $old/checkpoints/step_00000020 holds no guard state (an older trainer's, or the guard was off): the guard starts its warm-up again (spikes are judged again once its window holds 4 accepted steps)"
+[ "$(grep -c "^guard: .*warm-up" "$tmp/old.log")" = 1 ] && grep -qxF "$want" "$tmp/old.log" &&
+    grep -q "^done: 24 steps" "$tmp/old.log" &&
+    ok "a checkpoint without the guard section resumes, one line: ${want#guard: $old/checkpoints/}" ||
+    { bad "an old checkpoint: no warm-up line"; grep "^guard\|resum" "$tmp/old.log"; }
+grep -q "warm-up" "$tmp"/one.[1-4].log && bad "a checkpoint with the guard's state printed the warm-up line" ||
+    ok "checkpoints with the guard's state resume without the warm-up line"
+rm -rf "$old"
+mkdir -p "$old/checkpoints"
+cp -r "$tmp/one.ref/checkpoints/step_00000020" "$old/checkpoints/"
+echo step_00000020 >"$old/checkpoints/latest"
+"$T" run "$tmp/g6.lua" "${args[@]}" --set micro=4 --out "$old" --resume >"$tmp/g6.log" 2>&1 &&
+    grep -qx "guard: .*step_00000020 holds a guard window of 8 steps, the recipe asks for 6: the guard starts its warm-up again (spikes are judged again once its window holds 3 accepted steps)" "$tmp/g6.log" &&
+    ok "another window (8 -> 6): resumed, the warm-up again, one line" ||
+    { bad "another window"; grep "^guard\|resum" "$tmp/g6.log"; tail -2 "$tmp/g6.log"; }
 exit $fail

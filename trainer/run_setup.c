@@ -163,11 +163,11 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
         for (int i = 0; i < c.n_files; i++)
             bytes += (double)c.files[i].size;
         *start = (int)c.step;
-        run_guard_restore(x, &c);
         if (below == LONG_MAX)
             printf(
                 "resuming from %s (step %ld; checkpoint of %.3f GB read and verified in %.2f s)\n",
                 c.dir, c.step, bytes / 1e9, t_read);
+        run_guard_restore(x, &c);
     }
     tr_ckpt_free(&c);
     return rc;
