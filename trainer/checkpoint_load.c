@@ -215,7 +215,8 @@ static int read_guard(tr_ckpt *c, yaml_document_t *doc, yaml_node_t *gn, const c
         g->next >= g->window || (g->n < g->window && g->next != g->n))
         return ck_fail(err, errlen,
                        "%s: guard: the lists loss and grad_norm must hold the same number of "
-                       "values, at most window (%d), and next (%d) must follow them",
+                       "values, at most window (%d), and next (%d) must lie in the window, right "
+                       "after them while it is not full",
                        path, g->window, g->next);
     g->loss = malloc((size_t)g->window * sizeof(double));
     g->norm = malloc((size_t)g->window * sizeof(double));
