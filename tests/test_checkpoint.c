@@ -209,14 +209,27 @@ static void test_round_trip(const char *root) {
     CHECK(tr_ckpt_writer_init(&w, m, &r, &o, err, sizeof(err)) == 0, "writer starts");
     tr_loader_pos pos;
     memset(&pos, 0xA5, sizeof(pos));
-    tr_ckpt_save(w, 3, &pos);
+    tr_ckpt_save(w, 3, &pos, NULL);
     train_a_bit(m, 1);
-    tr_ckpt_save(w, 4, &pos);
+    tr_ckpt_save(w, 4, &pos, NULL);
     o.sync = 0; /* and one asynchronous save with the copy overlapped */
     tr_ckpt_writer *w2;
     tr_ckpt_writer_init(&w2, m, &r, &(tr_ckpt_opts){.out = out, .keep = 2, .world = 1, .overlap = 1},
                         err, sizeof(err));
-    tr_ckpt_save(w2, 5, &pos);
+    /* the guard's state (values that 17 digits must carry exactly; a ring that wrapped) */
+    double gl[3] = {0.1, 1.0 / 3.0, 4.9e-324}, gn[3] = {2.5, 1e300, 0x1.fffffffffffffp-1};
+    tr_ckpt_guard gs = {.window = 3,
+                        .n = 3,
+                        .next = 1,
+                        .loss = gl,
+                        .norm = gn,
+                        .bad = 2,
+                        .first_bad = 4,
+                        .rolled_to = 2,
+                        .last_loss = 7.25,
+                        .last_norm = NAN};
+    tr_ckpt_save(w2, 5, &pos, &gs);
+    gl[0] = gn[0] = -1; /* the save holds its own copy */
     tr_ckpt_fence(w2);
     CHECK(tr_ckpt_wait(w2, err, sizeof(err)) == 0, "asynchronous save completes");
     tr_ckpt_writer_free(w2);
@@ -234,6 +247,13 @@ static void test_round_trip(const char *root) {
           rc ? err : "found");
     if (rc) return;
     CHECK(!memcmp(&c.loader, &pos, sizeof(pos)), "the loader position comes back bytewise");
+    gl[0] = 0.1, gn[0] = 2.5;
+    const tr_ckpt_guard *g = &c.guard;
+    CHECK(c.has_guard && g->window == 3 && g->n == 3 && g->next == 1 && g->bad == 2 &&
+              g->first_bad == 4 && g->rolled_to == 2 && g->last_loss == 7.25 &&
+              isnan(g->last_norm) && !memcmp(g->loss, gl, sizeof(gl)) &&
+              !memcmp(g->norm, gn, sizeof(gn)),
+          "the guard's state comes back bitwise (its ring as saved, not as changed after)");
     tr_recipe r2;
     tr_model *m2 = make_model(gpt_recipe, &r2, 99);
     CHECK(!same_model(m, m2, 0), "a model with another seed differs");
@@ -296,6 +316,24 @@ static void test_round_trip(const char *root) {
     CHECK(rc && strstr(err, "step '-3'") && strstr(err, "must be counts"),
           "a negative step is refused: %s", rc ? err : "read");
     if (!rc) tr_ckpt_free(&c);
+    /* a forged guard section is refused, naming the field; step 4's has none (saved without) */
+    forge_manifest(f, "step: -3", "step: 5");
+    forge_manifest(f, "rolled_to: 2", "rolled_to: two");
+    rc = tr_ckpt_read(&c, dir, 1, err, sizeof(err));
+    CHECK(rc && strstr(err, "manifest.yaml: guard.rolled_to is 'two'"),
+          "a forged guard.rolled_to is refused: %s", rc ? err : "read");
+    if (!rc) tr_ckpt_free(&c);
+    forge_manifest(f, "rolled_to: two", "rolled_to: 2");
+    forge_manifest(f, "next: 1", "next: 5");
+    rc = tr_ckpt_read(&c, dir, 1, err, sizeof(err));
+    CHECK(rc && strstr(err, "guard: the lists loss and grad_norm"),
+          "a guard ring that does not fit its window is refused: %s", rc ? err : "read");
+    if (!rc) tr_ckpt_free(&c);
+    snprintf(dir, sizeof(dir), "%s/checkpoints/step_00000004", out);
+    rc = tr_ckpt_read(&c, dir, 1, err, sizeof(err));
+    CHECK(rc == 0 && !c.has_guard, "a checkpoint saved without the guard's state reads (%s)",
+          rc ? err : "none in it");
+    if (!rc) tr_ckpt_free(&c);
 
     /* a recipe that matters is refused, naming the field */
     tr_recipe r4;
@@ -347,8 +385,8 @@ static void test_two_writers(const char *root) {
     if (!ok) return;
     tr_loader_pos pos;
     memset(&pos, 0x3C, sizeof(pos));
-    tr_ckpt_save(w0, 2, &pos);
-    tr_ckpt_save(w1, 2, &pos);
+    tr_ckpt_save(w0, 2, &pos, NULL);
+    tr_ckpt_save(w1, 2, &pos, NULL);
     int rc0 = tr_ckpt_wait(w0, err, sizeof(err)), rc1 = tr_ckpt_wait(w1, err, sizeof(err));
     CHECK(rc0 == 0 && rc1 == 0, "both parts written, rank 0 published (%s)", rc0 || rc1 ? err : "ok");
     tr_ckpt_writer_free(w0);
@@ -420,8 +458,8 @@ static void test_bad_ranges(const char *root) {
             CHECK(0, "two writers start: %s", err);
             break;
         }
-        tr_ckpt_save(w0, 1, NULL);
-        tr_ckpt_save(w1, 1, NULL);
+        tr_ckpt_save(w0, 1, NULL, NULL);
+        tr_ckpt_save(w1, 1, NULL, NULL);
         int rc1 = tr_ckpt_wait(w1, err, sizeof(err)), rc0 = tr_ckpt_wait(w0, err, sizeof(err));
         CHECK(rc1 == 0 && rc0 && strstr(err, overlap ? "is in two blocks" : "is in no block") &&
                   strstr(err, "tensor '"),
@@ -492,7 +530,7 @@ static void export_import(const char *root, const char *name, const char *recipe
     tr_ckpt_writer *w;
     tr_ckpt_writer_init(&w, m, &r, &(tr_ckpt_opts){.out = out, .keep = 1, .world = 1, .sync = 1},
                         err, sizeof(err));
-    tr_ckpt_save(w, 1, NULL);
+    tr_ckpt_save(w, 1, NULL, NULL);
     tr_ckpt_writer_free(w);
     tr_ckpt c;
     int rc = tr_ckpt_open_arg(out, &c, 0, stdout, err, sizeof(err));

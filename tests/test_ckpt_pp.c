@@ -280,7 +280,7 @@ static void save_to(const tr_recipe *r, int mc, const layout *l, const char *out
     tr_comm_barrier(g_comm); /* every writer is up */
     for (int k = hi - 1; k >= lo; k--) {
         if (!w[k - lo]) continue;
-        tr_ckpt_save(w[k - lo], 1, NULL);
+        tr_ckpt_save(w[k - lo], 1, NULL, NULL);
         if (tr_ckpt_wait(w[k - lo], err, sizeof(err)) && k == 0) snprintf(err0, errlen, "%s", err);
         tr_ckpt_writer_free(w[k - lo]);
     }

@@ -238,7 +238,7 @@ static void save(const tr_recipe *r, int mc, const layout *l, const char *root) 
     }
     tr_comm_barrier(g_comm); /* every writer is up (rank 0 cleared old saves at its start) */
     if (w) {
-        tr_ckpt_save(w, 1, NULL);
+        tr_ckpt_save(w, 1, NULL, NULL);
         layout_name(name, sizeof(name), l);
         if (tr_ckpt_wait(w, err, sizeof(err)))
             FAIL("%s: saving from %s: %s", cases[mc].name, alone ? "one process" : name, err);

@@ -3,7 +3,8 @@
  * Layout: OUT/checkpoints/step_NNNNNNNN/ holds manifest.yaml and one safetensors file per
  * writing rank (rank_RRRRR.safetensors); OUT/checkpoints/latest names the newest complete one.
  * The manifest (YAML) records the step, the resolved recipe and its SHA-256, the model
- * description, the parallel layout, the RNG seed, the loader position, and for every global
+ * description, the parallel layout, the RNG seed, the loader position, the guard's state (when
+ * the guard is on), and for every global
  * tensor its shape, dtype and slices (file, key, start, shape, CRC32C). Its last line is a YAML
  * comment `# crc32c: XXXXXXXX` over every byte before it.
  *
@@ -79,6 +80,21 @@ typedef struct {
 int tr_st_write(const char *path, const tr_st_tensor *t, int n, const char *const *metadata,
                 char *err, size_t errlen);
 
+/* ---- the guard's state -------------------------------------------------------------------
+ * What the NaN and spike guard (trainer/guard.c) decides from, kept in every checkpoint (the
+ * manifest's `guard` section) so that a resumed or rolled-back run judges its steps as the
+ * uninterrupted run does: the ring of the last accepted steps' losses and gradient norms (kept
+ * in ring order, the order the z-scores sum them in), the bad steps in a row, and the
+ * checkpoint the last rollback went to. Doubles are written with 17 significant digits, which
+ * read back bitwise. */
+typedef struct {
+    int window, n, next;         /* the ring's slots (2..10000), those filled, the next written */
+    double *loss, *norm;         /* n values each (window allocated, in a tr_ckpt) */
+    int bad, first_bad;          /* bad steps in a row; the first of them (from 1) */
+    int rolled_to;               /* the last rollback's checkpoint step; -1: none */
+    double last_loss, last_norm; /* of the last bad step (may be NaN or infinite) */
+} tr_ckpt_guard;
+
 /* ---- saving ----------------------------------------------------------------------------- */
 
 typedef struct tr_ckpt_writer tr_ckpt_writer;
@@ -130,9 +146,11 @@ typedef struct {
 /* `recipe` is the fully resolved recipe (saved in every manifest). */
 int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *recipe,
                         const tr_ckpt_opts *opts, char *err, size_t errlen);
-/* Save the state after `step` optimizer steps. Waits (and says so) if the previous save is
- * still being written. Returns seconds the caller was held. */
-double tr_ckpt_save(tr_ckpt_writer *w, long step, const tr_loader_pos *pos);
+/* Save the state after `step` optimizer steps, with the loader position and the guard's state
+ * (each NULL: none; both are copied before the call returns). Waits (and says so) if the
+ * previous save is still being written. Returns seconds the caller was held. */
+double tr_ckpt_save(tr_ckpt_writer *w, long step, const tr_loader_pos *pos,
+                    const tr_ckpt_guard *guard);
 /* Wait until the state copy of the last save is done: call before changing the parameters or
  * the optimizer state. Returns seconds waited. */
 double tr_ckpt_fence(tr_ckpt_writer *w);
@@ -172,6 +190,9 @@ typedef struct {
     unsigned long long seed;
     tr_loader_pos loader;
     int has_loader;
+    tr_ckpt_guard guard; /* when has_guard: checkpoints of older trainers and of runs with the
+                            guard off have none */
+    int has_guard;
     char *recipe; /* the resolved recipe text */
     char recipe_sha256[65];
     /* the layout that saved it (the manifest's parallel section; 0 where not recorded): for

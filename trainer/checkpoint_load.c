@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -70,6 +71,8 @@ void tr_ckpt_free(tr_ckpt *c) {
         tr_st_close(&c->files[i]);
     free(c->files);
     free(c->recipe);
+    free(c->guard.loss);
+    free(c->guard.norm);
     memset(c, 0, sizeof(*c));
 }
 
@@ -153,7 +156,80 @@ static int read_loader(tr_ckpt *c, yaml_document_t *doc, yaml_node_t *lp, const 
     return 0;
 }
 
-/* Format, version, step and AdamW step count, seed, recipe (against its SHA-256), loader. */
+/* A whole number from lo to hi into *v: 0, or -1 when s is none (or absent). */
+static int yint(const char *s, long lo, long hi, int *v) {
+    char *end;
+    if (!s) return -1;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < lo || x > hi) return -1;
+    *v = (int)x;
+    return 0;
+}
+
+/* A double as y_guard writes it (17 significant digits; nan and inf too): 0, or -1. */
+static int ydouble(const char *s, double *v) {
+    char *end;
+    if (!s) return -1;
+    *v = strtod(s, &end);
+    return end == s || *end ? -1 : 0;
+}
+
+/* The guard's ring of the last accepted steps: n finite values under key, in ring order. */
+static int read_ring(yaml_document_t *doc, yaml_node_t *gn, const char *key, double *out, int n,
+                     const char *path, char *err, size_t errlen) {
+    yaml_node_t *seq = ymap_get(doc, gn, key);
+    for (int i = 0; i < n; i++) {
+        const char *v = yscalar(yseq_at(doc, seq, i));
+        if (ydouble(v, &out[i]) || !isfinite(out[i]))
+            return ck_fail(err, errlen, "%s: guard.%s[%d] is '%s', not a finite number", path, key,
+                           i, v ? v : "");
+    }
+    return 0;
+}
+
+/* The guard's state (tr_ckpt_guard), when the manifest has the section (c->has_guard). */
+static int read_guard(tr_ckpt *c, yaml_document_t *doc, yaml_node_t *gn, const char *path,
+                      char *err, size_t errlen) {
+    if (!gn) return 0; /* an older trainer's checkpoint, or the guard was off */
+    tr_ckpt_guard *g = &c->guard;
+    const char *ik[5] = {"window", "next", "bad", "first_bad", "rolled_to"};
+    int *iv[5] = {&g->window, &g->next, &g->bad, &g->first_bad, &g->rolled_to};
+    const long lo[5] = {2, 0, 0, 0, -1}, hi[5] = {10000, 9999, INT_MAX, INT_MAX, INT_MAX};
+    for (int k = 0; k < 5; k++) {
+        const char *v = yscalar(ymap_get(doc, gn, ik[k]));
+        if (yint(v, lo[k], hi[k], iv[k]))
+            return ck_fail(err, errlen, "%s: guard.%s is '%s', not a whole number from %ld to %ld",
+                           path, ik[k], v ? v : "", lo[k], hi[k]);
+    }
+    const char *ll = yscalar(ymap_get(doc, gn, "last_loss"));
+    const char *ln = yscalar(ymap_get(doc, gn, "last_grad_norm"));
+    if (ydouble(ll, &g->last_loss) || ydouble(ln, &g->last_norm))
+        return ck_fail(err, errlen,
+                       "%s: guard.last_loss '%s' or guard.last_grad_norm '%s' is "
+                       "not a number",
+                       path, ll ? ll : "", ln ? ln : "");
+    g->n = yseq_len(ymap_get(doc, gn, "loss"));
+    /* a ring not yet full has its next slot right after its values */
+    if (g->n < 0 || g->n > g->window || g->n != yseq_len(ymap_get(doc, gn, "grad_norm")) ||
+        g->next >= g->window || (g->n < g->window && g->next != g->n))
+        return ck_fail(err, errlen,
+                       "%s: guard: the lists loss and grad_norm must hold the same number of "
+                       "values, at most window (%d), and next (%d) must lie in the window, right "
+                       "after them while it is not full",
+                       path, g->window, g->next);
+    g->loss = malloc((size_t)g->window * sizeof(double));
+    g->norm = malloc((size_t)g->window * sizeof(double));
+    if (!g->loss || !g->norm) return ck_fail(err, errlen, "%s: out of memory", path);
+    if (read_ring(doc, gn, "loss", g->loss, g->n, path, err, errlen) ||
+        read_ring(doc, gn, "grad_norm", g->norm, g->n, path, err, errlen))
+        return -1;
+    c->has_guard = 1;
+    return 0;
+}
+
+/* Format, version, step and AdamW step count, seed, recipe (against its SHA-256), loader,
+ * the guard's state. */
 static int read_header(tr_ckpt *c, yaml_document_t *doc, const char *path, char *err,
                        size_t errlen) {
     yaml_node_t *root = yaml_document_get_root_node(doc);
@@ -193,7 +269,8 @@ static int read_header(tr_ckpt *c, yaml_document_t *doc, const char *path, char 
     tr_sha256_hex(c->recipe, strlen(c->recipe), got);
     if (strcmp(got, sha))
         return ck_fail(err, errlen, "%s: the recipe's SHA-256 does not match its text", path);
-    return read_loader(c, doc, ymap_get(doc, root, "loader_position"), path, err, errlen);
+    if (read_loader(c, doc, ymap_get(doc, root, "loader_position"), path, err, errlen)) return -1;
+    return read_guard(c, doc, ymap_get(doc, root, "guard"), path, err, errlen);
 }
 
 /* The layout that saved the checkpoint (the parallel section; absent fields stay 0). */

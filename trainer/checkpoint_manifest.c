@@ -1,7 +1,7 @@
 /* The checkpoint manifest (manifest.yaml): the step, the resolved recipe and its SHA-256, the
- * model tree, the parallel layout, the seed, the loader position, and every global tensor with
- * its blocks; the last line is a CRC32C of everything before it. Written with libyaml's
- * emitter by rank 0 once every rank's block list is in. */
+ * model tree, the parallel layout, the seed, the loader position, the guard's state, and every
+ * global tensor with its blocks; the last line is a CRC32C of everything before it. Written
+ * with libyaml's emitter by rank 0 once every rank's block list is in. */
 #include "trainer/checkpoint_private.h"
 
 #include <stdarg.h>
@@ -419,6 +419,37 @@ static void y_position(yout *y, unsigned long long seed, const tr_loader_pos *po
     y_map(y, 0);
 }
 
+/* The guard's state (trainer/checkpoint.h: tr_ckpt_guard); 17 significant digits read back
+ * as the same double. */
+static void y_guard(yout *y, const tr_ckpt_guard *g) {
+    const char *keys[2] = {"loss", "grad_norm"};
+    const double *ring[2] = {g->loss, g->norm};
+    y_plain(y, "guard");
+    y_map(y, 1);
+    y_plain(y, "window");
+    y_fmt(y, "%d", g->window);
+    y_plain(y, "next");
+    y_fmt(y, "%d", g->next);
+    for (int k = 0; k < 2; k++) { /* n values each, in ring order */
+        y_plain(y, keys[k]);
+        y_seq(y, 1, 1);
+        for (int i = 0; i < g->n; i++)
+            y_fmt(y, "%.17g", ring[k][i]);
+        y_seq(y, 0, 1);
+    }
+    y_plain(y, "bad");
+    y_fmt(y, "%d", g->bad);
+    y_plain(y, "first_bad");
+    y_fmt(y, "%d", g->first_bad);
+    y_plain(y, "last_loss");
+    y_fmt(y, "%.17g", g->last_loss);
+    y_plain(y, "last_grad_norm");
+    y_fmt(y, "%.17g", g->last_norm);
+    y_plain(y, "rolled_to");
+    y_fmt(y, "%d", g->rolled_to);
+    y_map(y, 0);
+}
+
 /* Every rank's file, with the rank's place in the mesh (world rank = (d * pp + p) * tp + t:
  * parallel/comm.h), so that a message about a missing file can say whose part it held. */
 static void y_files(yout *y, const size_t *file_bytes, const tr_ckpt_opts *o) {
@@ -518,6 +549,7 @@ char *ck_manifest_text(unsigned long long seed, const char *recipe_text, const c
     y_model(&y, d, g);
     y_parallel(&y, o, n_chunks);
     y_position(&y, seed, &sm->pos);
+    if (sm->has_guard) y_guard(&y, &sm->guard);
     y_files(&y, file_bytes, o);
     y_tensors(&y, g, sl, n_sl);
     y_map(&y, 0);

@@ -68,6 +68,8 @@ typedef struct {
 typedef struct {
     long step, adam_steps;
     tr_loader_pos pos;
+    tr_ckpt_guard guard; /* its ring in the writer's own arrays (cap doubles each) */
+    int has_guard, guard_cap;
 } snap_meta;
 
 /* Append the blocks of the global tensor `gparam` that local elements [lo, hi) of tensor p

@@ -500,7 +500,38 @@ static void wait_writer(tr_ckpt_writer *w, int copy_only) {
     }
 }
 
-double tr_ckpt_save(tr_ckpt_writer *w, long step, const tr_loader_pos *pos) {
+/* The guard's state into w->meta (the writer is idle): its ring into arrays the writer owns,
+ * as the caller goes on changing its own. Out of memory: saved without it (said). */
+static void copy_guard(tr_ckpt_writer *w, const tr_ckpt_guard *g) {
+    snap_meta *m = &w->meta;
+    m->has_guard = 0;
+    if (!g) return;
+    if (m->guard_cap < g->n) {
+        double *l = realloc(m->guard.loss, (size_t)g->n * sizeof(double));
+        if (l) m->guard.loss = l;
+        double *n = l ? realloc(m->guard.norm, (size_t)g->n * sizeof(double)) : NULL;
+        if (n) m->guard.norm = n;
+        if (!l || !n) {
+            fprintf(stderr,
+                    "\ntrainer: checkpoint of step %ld: out of memory for the guard's "
+                    "state: saved without it\n",
+                    m->step);
+            return;
+        }
+        m->guard_cap = g->n;
+    }
+    double *l = m->guard.loss, *n = m->guard.norm;
+    m->guard = *g;
+    m->guard.loss = l, m->guard.norm = n;
+    if (g->n) {
+        memcpy(l, g->loss, (size_t)g->n * sizeof(double));
+        memcpy(n, g->norm, (size_t)g->n * sizeof(double));
+    }
+    m->has_guard = 1;
+}
+
+double tr_ckpt_save(tr_ckpt_writer *w, long step, const tr_loader_pos *pos,
+                    const tr_ckpt_guard *guard) {
     double t0 = tr_now();
     pthread_mutex_lock(&w->mu);
     if (w->state != W_IDLE) {
@@ -515,6 +546,7 @@ double tr_ckpt_save(tr_ckpt_writer *w, long step, const tr_loader_pos *pos) {
     w->meta.adam_steps = tr_model_adam_steps(w->m);
     memset(&w->meta.pos, 0, sizeof(w->meta.pos));
     if (pos) w->meta.pos = *pos;
+    copy_guard(w, guard);
     if (w->o.overlap && !w->o.sync) {
         w->state = W_COPY;
         pthread_cond_broadcast(&w->cv);
@@ -575,5 +607,7 @@ void tr_ckpt_writer_free(tr_ckpt_writer *w) {
     free(w->snap);
     free(w->sl);
     free(w->recipe_text);
+    free(w->meta.guard.loss);
+    free(w->meta.guard.norm);
     free(w);
 }

@@ -1,7 +1,8 @@
 /* The NaN and spike guard of `trainer run` (recipe: train { guard = { ... } }): a step whose loss
  * or gradient norm is not finite, or spikes (its z-score over the last accepted steps), is
  * skipped, its update not made; max_bad bad steps in a row roll back to the newest checkpoint
- * saved before them and skip their data. Also the tests' faults that make such steps. */
+ * saved before them and skip their data. Its state goes into every checkpoint and comes back
+ * on --resume and on a rollback. Also the tests' faults that make such steps. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -59,6 +60,58 @@ void run_guard_free(run_ctx *x) {
     x->guard.loss = x->guard.norm = NULL;
 }
 
+/* The accepted steps the window must hold before spikes are judged: half of it, at least 2. */
+static int judged_from(const tr_guard_desc *gd) {
+    return gd->window / 2 > 2 ? gd->window / 2 : 2;
+}
+
+const tr_ckpt_guard *run_guard_state(const run_ctx *x, tr_ckpt_guard *s) {
+    const run_guard *g = &x->guard;
+    if (!x->r.train.guard.on) return NULL; /* nothing judged: nothing to keep */
+    *s = (tr_ckpt_guard){.window = x->r.train.guard.window,
+                         .n = g->n,
+                         .next = g->next,
+                         .loss = g->loss,
+                         .norm = g->norm,
+                         .bad = g->bad,
+                         .first_bad = g->first_bad,
+                         .rolled_to = g->rolled_to,
+                         .last_loss = g->last_loss,
+                         .last_norm = g->last_norm};
+    return s;
+}
+
+void run_guard_restore(run_ctx *x, const tr_ckpt *c) {
+    const tr_ckpt_guard *s = &c->guard;
+    run_guard *g = &x->guard;
+    int w = x->r.train.guard.window;
+    if (!x->r.train.guard.on) return;
+    g->n = g->next = 0; /* unless the ring below fits: the warm-up again */
+    g->bad = g->first_bad = 0, g->rolled_to = -1;
+    if (c->has_guard) {
+        g->bad = s->bad, g->first_bad = s->first_bad, g->rolled_to = s->rolled_to;
+        g->last_loss = s->last_loss, g->last_norm = s->last_norm;
+    }
+    if (c->has_guard && s->window == w) {
+        g->n = s->n, g->next = s->next;
+        memcpy(g->loss, s->loss, (size_t)s->n * sizeof(double));
+        memcpy(g->norm, s->norm, (size_t)s->n * sizeof(double));
+        return;
+    }
+    if (x->rank != 0) return;
+    char why[128];
+    if (c->has_guard)
+        snprintf(why, sizeof(why), "holds a guard window of %d steps, the recipe asks for %d",
+                 s->window, w);
+    else
+        snprintf(why, sizeof(why),
+                 "holds no guard state (an older trainer's, or the guard was off)");
+    printf("guard: %s %s: the guard starts its warm-up again (spikes are judged again once its "
+           "window holds %d accepted steps)\n",
+           c->dir, why, judged_from(&x->r.train.guard));
+    fflush(stdout);
+}
+
 /* How many deviations v lies above the mean of the ring's n values (floored deviation). */
 static double zscore(const double *ring, int n, double v) {
     double mean = 0, var = 0;
@@ -75,8 +128,7 @@ static double zscore(const double *ring, int n, double v) {
 static int spike(run_ctx *x, int step, double loss, double norm, char *why, size_t len) {
     const tr_guard_desc *gd = &x->r.train.guard;
     run_guard *g = &x->guard;
-    int half = gd->window / 2 > 2 ? gd->window / 2 : 2;
-    if (step + 1 <= gd->warmup || g->n < half) return 0;
+    if (step + 1 <= gd->warmup || g->n < judged_from(gd)) return 0;
     double zl = zscore(g->loss, g->n, loss), zn = zscore(g->norm, g->n, norm);
     int hl = zl > gd->z_loss, hn = zn > gd->z_norm;
     if (!hl && !hn) return 0;
@@ -124,9 +176,8 @@ int run_guard_judge(run_ctx *x, int step, double loss, double norm) {
     return verdict;
 }
 
-/* The divergence line of a streak with nowhere to go back to: -1. */
-static int diverged(run_ctx *x, int step, const char *reason) {
-    const run_guard *g = &x->guard;
+/* The divergence line of streak g with nowhere to go back to: -1. */
+static int diverged(run_ctx *x, const run_guard *g, int step, const char *reason) {
     double l = g->last_loss, n = g->last_norm;
     if (x->rank == 0)
         fprintf(stderr,
@@ -139,8 +190,11 @@ static int diverged(run_ctx *x, int step, const char *reason) {
 
 int run_guard_rollback(run_ctx *x, int step, int *to) {
     run_guard *g = &x->guard;
+    const run_guard was = *g; /* the streak and the last target: the load brings back the
+                                 checkpoint's guard state */
     char reason[TR_PATH_MAX + 1200];
-    if (!x->ckw) return diverged(x, step, "no checkpoints to roll back to (checkpoint_every 0)");
+    if (!x->ckw)
+        return diverged(x, &was, step, "no checkpoints to roll back to (checkpoint_every 0)");
     /* the save in flight published (rank 0 publishes after every rank's part is written) */
     int failed = tr_ckpt_wait(x->ckw, x->err, sizeof(x->err));
     tr_comm_barrier(x->world);
@@ -149,15 +203,15 @@ int run_guard_rollback(run_ctx *x, int step, int *to) {
         return -1;
     }
     tr_loader_pos pos = tr_loader_get_pos(x->loader); /* past the bad steps' batches */
-    int c = 0, rc = run_load_checkpoint(x, g->first_bad, &c, x->err, sizeof(x->err));
+    int c = 0, rc = run_load_checkpoint(x, was.first_bad, &c, x->err, sizeof(x->err));
     if (rc == -1)
         snprintf(reason, sizeof(reason), "no checkpoint from before step %d to roll back to (%s)",
-                 g->first_bad, x->err);
+                 was.first_bad, x->err);
     if (rc == -2) snprintf(reason, sizeof(reason), "another rank could not roll back");
-    if (rc) return diverged(x, step, reason);
-    if (c == g->rolled_to) { /* the same trouble again before a newer save: no loop */
+    if (rc) return diverged(x, &was, step, reason);
+    if (c == was.rolled_to) { /* the same trouble again before a newer save: no loop */
         snprintf(reason, sizeof(reason), "the run was rolled back to step %d before", c);
-        return diverged(x, step, reason);
+        return diverged(x, &was, step, reason);
     }
     if (tr_loader_set_pos(x->loader, pos, x->err, sizeof(x->err))) {
         fprintf(stderr, "trainer run: rank %d: %s\n", x->rank, x->err);
@@ -166,7 +220,7 @@ int run_guard_rollback(run_ctx *x, int step, int *to) {
     if (x->rank == 0) {
         printf("%sguard: %d bad steps in a row (%d-%d): rolled back to step %d and skipped the "
                "%d batches of steps %d-%d\n",
-               x->tty ? "\n" : "", g->bad, g->first_bad, step + 1, c, step + 1 - c, c + 1,
+               x->tty ? "\n" : "", was.bad, was.first_bad, step + 1, c, step + 1 - c, c + 1,
                step + 1);
         fflush(stdout);
         if (tr_ckpt_remove_after(x->r.train.out, c, x->err, sizeof(x->err)))

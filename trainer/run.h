@@ -31,7 +31,8 @@ enum { FIG_PIPE_IDLE, FIG_MEMORY };
 typedef struct run_dump run_dump; /* trainer/dump.c */
 
 /* The NaN and spike guard's state (trainer/guard.c): the losses and gradient norms of the
- * last accepted steps (a ring of train.guard.window), the bad steps in a row. */
+ * last accepted steps (a ring of train.guard.window), the bad steps in a row, all kept in
+ * checkpoints (tr_ckpt_guard); and this attempt's counters, which are not. */
 typedef struct {
     double *loss, *norm;
     int n, next;                 /* values in the ring; where the next goes */
@@ -133,8 +134,9 @@ int run_dump_step(run_ctx *x);
 void run_dump_free(run_ctx *x);
 
 /* The newest checkpoint of a step below `below` (--resume: LONG_MAX) into the model, the AdamW
- * state and the loader, collectively (trainer/run_setup.c): 0 and its step in *start; -1 with
- * err when none can be used, -2 when another rank's reason stops this one (said there). */
+ * state, the loader and the guard (run_guard_restore), collectively (trainer/run_setup.c): 0
+ * and its step in *start; -1 with err when none can be used, -2 when another rank's reason
+ * stops this one (said there). */
 int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t errlen);
 /* Rank 0: drop metrics.jsonl's records of steps after `step` (they are trained again). */
 int run_trim_metrics(run_ctx *x, long step);
@@ -159,6 +161,15 @@ float run_guard_fault(run_ctx *x, int step);
 void run_guard_targets(run_ctx *x, int step, int *targets, long n, int last);
 int run_guard_judge(run_ctx *x, int step, double loss, double norm);
 int run_guard_rollback(run_ctx *x, int step, int *to);
+/* The guard's state is training state, in every checkpoint: run_guard_state points s at what
+ * the verdicts depend on (the ring, the streak, the last rollback's target) for tr_ckpt_save,
+ * NULL when the guard is off; run_guard_restore, on every rank, brings back checkpoint c's
+ * (every rank reads the same manifest, so all keep judging alike). A checkpoint without it
+ * (an older trainer's, the guard off) or with another window starts the warm-up again with
+ * an empty ring, said in one line by rank 0. The attempt's counters (skipped, rollbacks,
+ * redone) are not training state and stay. */
+const tr_ckpt_guard *run_guard_state(const run_ctx *x, tr_ckpt_guard *s);
+void run_guard_restore(run_ctx *x, const tr_ckpt *c);
 
 /* One line for an output file that could not be written (opened, written or closed): -1. */
 int run_cannot_write(const char *path, int e);

@@ -94,7 +94,8 @@ static int use_checkpoint(run_ctx *x, tr_ckpt *c, char *err, size_t errlen) {
 
 /* --resume (below = LONG_MAX) and the guard's rollback: the newest checkpoint in OUT of a step
  * below `below` that verifies, if the recipe still matches it. Restores the parameters, the
- * AdamW state and step count, and the loader position; *start is the number of steps done.
+ * AdamW state and step count, the loader position and the guard's state; *start is the number
+ * of steps done.
  * --resume in a run folder with no checkpoint yet, but an earlier attempt's attempts.jsonl,
  * trains from step 0 as the run's next attempt (its records appended to: trainer supervise
  * relies on it after a kill before the first save); in a folder that holds no run, --resume is
@@ -166,6 +167,7 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
             printf(
                 "resuming from %s (step %ld; checkpoint of %.3f GB read and verified in %.2f s)\n",
                 c.dir, c.step, bytes / 1e9, t_read);
+        run_guard_restore(x, &c);
     }
     tr_ckpt_free(&c);
     return rc;
@@ -467,6 +469,9 @@ static int setup_model(run_ctx *x) {
     if (setup_failed(x->world, bad, x->msg)) return -1; /* a refused configuration: said once */
     if (setup_pipeline(x)) return -1;
     tr_model_init_params(x->model, r->train.seed);
+    /* before --resume, which brings back the guard's state */
+    snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the guard's window");
+    if (setup_failed(x->world, run_guard_init(x), x->msg)) return -1;
     if (x->o.resume) {
         int rrc = run_load_checkpoint(x, LONG_MAX, &x->start_step, x->err, sizeof(x->err));
         /* -2: this rank is fine but another's reason stops every rank (that rank says it) */
@@ -538,8 +543,6 @@ static int setup_outputs(run_ctx *x) {
     if (setup_failed(x->world, bad, x->msg)) return -1;
     bad = run_env_settings(x); /* TR_FAULT_*, TR_LEDGER */
     if (setup_failed(x->world, bad, x->msg)) return -1; /* may be set on some ranks only */
-    snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the guard's window");
-    if (setup_failed(x->world, run_guard_init(x), x->msg)) return -1;
     return 0;
 }
 

@@ -462,7 +462,8 @@ static int run_steps(run_ctx *x) {
         int last = step + 1 == t->steps;
         if (x->ckw && t->checkpoint_every > 0 && ((step + 1) % t->checkpoint_every == 0 || last)) {
             tr_loader_pos pos = tr_loader_get_pos(x->loader);
-            double stall = tr_ckpt_save(x->ckw, step + 1, &pos);
+            tr_ckpt_guard gs;
+            double stall = tr_ckpt_save(x->ckw, step + 1, &pos, run_guard_state(x, &gs));
             tr_ledger_mark(x->ledger, LED_CKPT);
             tr_ledger_save(x->ledger, step + 1, stall);
         }
