@@ -6,7 +6,9 @@
 #     checkpoint as `latest`, and --resume continues from it, again bitwise;
 #  3. a flipped byte and a truncated file are detected, named, and skipped;
 #  4. a recipe that changed in a way that matters is refused with the difference named; a
-#     harmless change is allowed and logged; retention keeps the newest K.
+#     harmless change is allowed and logged; retention keeps the newest K;
+#  5. --resume without layout flags keeps the layout the run folder's attempt resolved (here a
+#     --micro-batch the planner would not choose) instead of planning again: still bitwise.
 # usage: tests/resume.sh path/to/trainer   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -110,4 +112,17 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "the data differ from those the checkpoint was saved on" "$tmp/g2.log" &&
     [ "$(wc -l <"$tmp/g2.log")" -eq 1 ] && ok "changed data under the same path is refused: $(cat "$tmp/g2.log")" ||
     { bad "changed data not refused (exit $rc)"; cat "$tmp/g2.log"; }
+# 5. the layout of the attempt being continued, not a new plan (which measures the machine and
+# can choose otherwise under another load)
+R=tests/checkpoint/gpt.lua
+"$T" run "$R" --peak-gflops 100 --micro-batch 2 --out "$tmp/m-a" >"$tmp/m-a.log" 2>&1
+(TR_FAULT_KILL_AFTER_STEP=8 "$T" run "$R" --peak-gflops 100 --micro-batch 2 --out "$tmp/m-b" >"$tmp/m-b.log" 2>&1; true) 2>/dev/null
+"$T" run "$R" --peak-gflops 100 --out "$tmp/m-b" --resume >"$tmp/m-b2.log" 2>&1 || bad "resume without flags failed: $(tail -1 "$tmp/m-b2.log")"
+if grep -q "^--resume: the layout of .*m-b/recipe.lua, not planned again" "$tmp/m-b2.log" &&
+    grep -q "micro_batch = 2," "$tmp/m-b/recipe.lua" &&
+    cmp -s <(losses "$tmp/m-a/metrics.jsonl") <(losses "$tmp/m-b/metrics.jsonl"); then
+    ok "--resume without flags keeps the attempt's micro-batch of 2: $(grep '^--resume:' "$tmp/m-b2.log" | sed "s#$tmp/##"), losses bitwise"
+else
+    bad "--resume without flags did not keep the layout: $(grep -i 'resume\|^plan' "$tmp/m-b2.log" | head -3)"
+fi
 exit $fail

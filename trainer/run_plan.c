@@ -60,7 +60,39 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_clus
     return tr_topology_detect(world, &to, out, err, errlen);
 }
 
+/* --resume with no layout flag, on as many processes as the run folder's last attempt: that
+ * attempt's resolved layout (OUT/recipe.lua) fixes what the recipe leaves to "auto", as flags
+ * would. The planner measures the machine, and under another load it can choose another
+ * micro-batch or ZeRO stage: the resumed run would then sum in another order and not be
+ * bitwise the run it continues. On another number of processes the layout is planned anew. */
+static void keep_layout(run_ctx *x) {
+    tr_options *o = &x->o;
+    int flags = o->dp >= 0 || o->tp >= 0 || o->pp > 0 || o->zero >= 0 || o->schedule >= 0 ||
+                o->microbatches > 0 || o->virtual_stages > 0 || o->sequence_parallel ||
+                o->micro_batch > 0;
+    char path[TR_PATH_MAX + 16], err[256];
+    snprintf(path, sizeof path, "%s/recipe.lua", x->r.train.out);
+    tr_recipe s;
+    /* no resolved recipe yet (killed before writing it), or not readable: planned as new */
+    if (!o->resume || flags || tr_recipe_load(&s, path, NULL, 0, err, sizeof err)) return;
+    const tr_parallel_desc *p = &s.parallel;
+    if (p->dp > 0 && p->tp > 0 && p->pp > 0 && p->dp * p->tp * p->pp == x->nranks) {
+        o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->zero = p->zero;
+        o->sequence_parallel = p->sequence_parallel > 0 ? 1 : -1;
+        o->schedule = p->schedule, o->virtual_stages = p->virtual_stages;
+        o->microbatches = p->microbatches, o->micro_batch = s.train.micro_batch;
+        x->r.train.recompute = s.train.recompute;
+        if (x->r.parallel.n_stages == 0 && p->n_stages > 0) {
+            x->r.parallel.n_stages = p->n_stages;
+            memcpy(x->r.parallel.stages, p->stages, sizeof p->stages);
+        }
+        if (x->rank == 0) printf("--resume: the layout of %s, not planned again\n", path);
+    }
+    tr_recipe_free(&s);
+}
+
 int run_plan(run_ctx *x) {
+    keep_layout(x);
     if (tr_detect_cluster(x->world, x->be, x->peak * 1e9, &x->cluster, x->err, sizeof x->err)) {
         snprintf(x->msg, sizeof x->msg, "trainer run: %s", x->err);
         return -1;
