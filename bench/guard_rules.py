@@ -46,12 +46,12 @@ RULES = {
         "z_loss": (z_mean(L, l), 6), "z_norm": (z_mean(N, n), 6)},
     "robust z(loss)>6 | z(norm)>6 (median, MAD)": lambda L, N, l, n: {
         "z_loss": (z_med(L, l), 6), "z_norm": (z_med(N, n), 6)},
-    "robust z(loss)>6 | norm>10x median": lambda L, N, l, n: {
-        "z_loss": (z_med(L, l), 6), "norm_ratio": (ratio_med(N, n), 10)},
-    "robust z(loss)>8 | norm>10x median": lambda L, N, l, n: {
-        "z_loss": (z_med(L, l), 8), "norm_ratio": (ratio_med(N, n), 10)},
     "loss>1.1x median | norm>10x median": lambda L, N, l, n: {
         "loss_ratio": (ratio_med(L, l), 1.1), "norm_ratio": (ratio_med(N, n), 10)},
+    "robust z(loss)>6 | norm>10x median": lambda L, N, l, n: {
+        "z_loss": (z_med(L, l), 6), "norm_ratio": (ratio_med(N, n), 10)},
+    "chosen (the defaults): robust z(loss)>8 | norm>20x median": lambda L, N, l, n: {
+        "z_loss": (z_med(L, l), 8), "norm_ratio": (ratio_med(N, n), 20)},
 }
 
 

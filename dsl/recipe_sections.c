@@ -246,7 +246,7 @@ static int l_guard_fields(lua_State *L) {
  * of the shipped recipes skips a step, the divergent ones are caught (README). */
 static void read_guard(lua_State *L, tr_guard_desc *g, const field_val *v) {
     *g = (tr_guard_desc){
-        .on = 1, .window = 50, .z_loss = 6.0f, .norm_ratio = 10.0f, .warmup = 100, .max_bad = 3};
+        .on = 1, .window = 50, .z_loss = 8.0f, .norm_ratio = 20.0f, .warmup = 100, .max_bad = 3};
     if (!v->present) return;
     g->on = v->b;
     if (!v->i) return;
