@@ -105,16 +105,21 @@ typedef struct {
 typedef enum { TR_PRECISION_BF16 = 0, TR_PRECISION_FP32 } tr_precision;
 
 /* train { guard = { ... } }: the NaN and spike guard (trainer/guard.c). A step whose loss or
- * gradient norm is not finite, or (after step `warmup`, once the window is half full) lies more
- * than z_loss or z_norm standard deviations above the mean of the last `window` accepted
- * steps, is skipped: no update. max_bad bad steps in a row roll back to the newest checkpoint
- * saved before them. guard = false: a non-finite step stops the run, spikes are not judged. */
+ * gradient norm is not finite, or (after step `warmup`, once the window is half full) whose
+ * loss lies more than z_loss robust deviations (1.4826 x the median absolute deviation, at
+ * least 1% of the median) above the median of the last `window` accepted steps' losses, or
+ * whose gradient norm is more than norm_ratio times their median, is skipped: no update. The
+ * norm is judged by a ratio since healthy norms are heavy-tailed and clipping tames a rise.
+ * max_bad bad steps in a row roll back to the newest checkpoint saved before them.
+ * guard = false: a non-finite step stops the run, spikes are not judged. */
 typedef struct {
     int on;
-    int window;           /* accepted steps the z-scores are taken over (2..10000) */
-    float z_loss, z_norm; /* > 0 */
+    int window;           /* accepted steps the medians are taken over (2..10000) */
+    float z_loss;         /* > 0 */
+    float norm_ratio;     /* > 1 */
     int warmup;           /* the first steps, whose spikes are not judged (NaNs are) */
     int max_bad;          /* bad steps in a row that roll back (>= 1) */
+    int z_norm_unused;    /* the recipe gave z_norm, which norm_ratio replaced (said at start) */
 } tr_guard_desc;
 
 typedef struct {

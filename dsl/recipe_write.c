@@ -251,8 +251,8 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {
     if (g->on) {
         fprintf(f, "        guard = { window = %d, z_loss = ", g->window);
         put_float(f, g->z_loss);
-        fputs(", z_norm = ", f);
-        put_float(f, g->z_norm);
+        fputs(", norm_ratio = ", f);
+        put_float(f, g->norm_ratio);
         fprintf(f, ", warmup = %d, max_bad = %d } }\n", g->warmup, g->max_bad);
     } else {
         fputs("        guard = false }\n", f);

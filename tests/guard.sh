@@ -14,7 +14,9 @@
 #  4. the same on 2 ranks (ZeRO-2; skipped when there is no mpirun);
 #  5. clean runs skip nothing: the test recipes at their own lengths with the default guard,
 #     and 150 steps of a stable run with spikes judged from the first step;
-#  6. a malformed fault variable is one line.
+#  6. a malformed fault variable is one line;
+#  7. a recipe (or an older checkpoint's) that sets z_norm, which norm_ratio replaced, loads and
+#     is told in one line that z_norm is no longer used.
 # usage: tests/guard.sh path/to/trainer   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -85,7 +87,7 @@ cmp -s <(tensors "$c/step_00000006/rank_00000.safetensors") <(tensors "$c/step_0
 
 TR_FAULT_SPIKE_STEP=7 TR_DUMP_PARAMS=$tmp/spike.params run g spike --steps 7 ||
     { bad "a run with a spike at step 7 failed"; cat "$tmp/spike.log"; }
-grep -q "^guard: step 7: gradient norm [0-9.e+]* is [0-9.]* sigma above the last 6 steps: update skipped$" \
+grep -q "^guard: step 7: gradient norm [0-9.e+]* is [0-9.]* times the median of the last 6 steps (medians: loss [0-9.]*, gradient norm [0-9.]*): update skipped$" \
     "$tmp/spike.log" && ok "spike at step 7: said in one line" || { bad "spike not said"; cat "$tmp/spike.log"; }
 skipped "$tmp/spike/metrics.jsonl" | grep -q "^7 spike [0-9]" && [ "$(skipped "$tmp/spike/metrics.jsonl" | wc -l)" -eq 1 ] &&
     ok "metrics.jsonl: step 7 \"skipped\": \"spike\"" || bad "metrics.jsonl: $(skipped "$tmp/spike/metrics.jsonl")"
@@ -97,7 +99,7 @@ cmp -s "$tmp/before.params" "$tmp/spike.params" &&
 TR_FAULT_LOSS_SPIKE_STEP=18 TR_DUMP_PARAMS=$tmp/lspike.params run g lspike --steps 18 &&
     TR_DUMP_PARAMS=$tmp/before17.params run g before17 --steps 17 ||
     { bad "a run with a loss spike at step 18 failed"; cat "$tmp/lspike.log"; }
-grep -q "^guard: step 18: loss [0-9.e+]* is [0-9.]* sigma.* above the last 10 steps: update skipped$" \
+grep -q "^guard: step 18: loss [0-9.e+]* is [0-9.]* sigma above .*the median of the last 10 steps (medians: .*): update skipped$" \
     "$tmp/lspike.log" && ok "loss spike at step 18 (targets moved): said in one line" ||
     { bad "loss spike not said"; cat "$tmp/lspike.log"; }
 skipped "$tmp/lspike/metrics.jsonl" | grep -q "^18 spike [0-9]" &&
@@ -178,5 +180,11 @@ TR_FAULT_NAN_STEP=7,x run g badenv
 [ $? -ne 0 ] && [ "$(wc -l <"$tmp/badenv.log")" -eq 1 ] &&
     grep -q "TR_FAULT_NAN_STEP must be a list of steps S\[,S...\] (each >= 1, at most 16), got '7,x'" "$tmp/badenv.log" &&
     ok "TR_FAULT_NAN_STEP=7,x: one line" || { bad "a malformed TR_FAULT_NAN_STEP"; cat "$tmp/badenv.log"; }
+
+# ---- 7. z_norm, replaced by norm_ratio ----------------------------------------------------------
+recipe znorm '{ window = 10, z_norm = 6 }'
+run znorm znorm --steps 2 && [ "$(grep -c 'z_norm is no longer used' "$tmp/znorm.log")" -eq 1 ] &&
+    ok "z_norm is read and said to be unused: $(grep -o 'train: guard: z_norm.*' "$tmp/znorm.log")" ||
+    { bad "a recipe with z_norm"; tail -3 "$tmp/znorm.log"; }
 
 exit $fail

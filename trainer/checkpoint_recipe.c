@@ -137,7 +137,7 @@ int tr_ckpt_compare_recipes(const tr_recipe *saved, const tr_recipe *now, FILE *
     if (ga->on && gb->on) {
         INT_DIFF(ok, "train.guard.window", ga->window, gb->window);
         FLT_DIFF(ok, "train.guard.z_loss", ga->z_loss, gb->z_loss);
-        FLT_DIFF(ok, "train.guard.z_norm", ga->z_norm, gb->z_norm);
+        FLT_DIFF(ok, "train.guard.norm_ratio", ga->norm_ratio, gb->norm_ratio);
         INT_DIFF(ok, "train.guard.warmup", ga->warmup, gb->warmup);
         INT_DIFF(ok, "train.guard.max_bad", ga->max_bad, gb->max_bad);
     }

@@ -1,8 +1,18 @@
 /* The NaN and spike guard of `trainer run` (recipe: train { guard = { ... } }): a step whose loss
- * or gradient norm is not finite, or spikes (its z-score over the last accepted steps), is
- * skipped, its update not made; max_bad bad steps in a row roll back to the newest checkpoint
- * saved before them and skip their data. Its state goes into every checkpoint and comes back
- * on --resume and on a rollback. Also the tests' faults that make such steps. */
+ * or gradient norm is not finite, or spikes, is skipped, its update not made; max_bad bad steps
+ * in a row roll back to the newest checkpoint saved before them and skip their data. Its state
+ * goes into every checkpoint and comes back on --resume and on a rollback. Also the tests'
+ * faults that make such steps.
+ *
+ * The spike rule, chosen from bench/guard_stats.sh's measurements (README, "The NaN and spike
+ * guard"): over the last `window` accepted steps,
+ *   loss:          (loss - median) / max(1.4826 MAD, 1% of the median) > z_loss
+ *   gradient norm: norm > norm_ratio x median
+ * Robust statistics because one earlier outlier must neither hide the next nor widen the
+ * deviation for fifty steps; and the gradient norm by a ratio, not in sigmas, because healthy
+ * norms are heavy-tailed (2-4x the median within a few steps, 6-13 sigma by mean and sd) and a
+ * norm rise alone is what gradient clipping is for: only a norm far past any healthy one is a
+ * fault. A real divergence shows in the loss. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -12,9 +22,12 @@
 
 #include "trainer/run.h"
 
-/* The deviation a z-score divides by is at least this share of the window's mean: a window of
- * nearly equal values would otherwise make rounding noise a spike. */
+/* The deviation the loss's z-score divides by is at least this share of the window's median: a
+ * window of nearly equal losses would otherwise make rounding noise a spike. */
 #define SIGMA_FLOOR 0.01
+
+/* 1.4826 x the median absolute deviation estimates a normal distribution's standard deviation */
+#define MAD_SIGMA 1.4826
 
 /* 1 when step (from 1) is in the list, which forgets it: a fault fires the first time only. */
 static int take(long *list, int step) {
@@ -51,13 +64,15 @@ int run_guard_init(run_ctx *x) {
     g->rolled_to = -1;
     g->loss = malloc((size_t)w * sizeof(double));
     g->norm = malloc((size_t)w * sizeof(double));
-    return g->loss && g->norm ? 0 : -1;
+    g->scratch = malloc((size_t)w * sizeof(double));
+    return g->loss && g->norm && g->scratch ? 0 : -1;
 }
 
 void run_guard_free(run_ctx *x) {
     free(x->guard.loss);
     free(x->guard.norm);
-    x->guard.loss = x->guard.norm = NULL;
+    free(x->guard.scratch);
+    x->guard.loss = x->guard.norm = x->guard.scratch = NULL;
 }
 
 /* The accepted steps the window must hold before spikes are judged: half of it, at least 2. */
@@ -112,16 +127,25 @@ void run_guard_restore(run_ctx *x, const tr_ckpt *c) {
     fflush(stdout);
 }
 
-/* How many deviations v lies above the mean of the ring's n values (floored deviation). */
-static double zscore(const double *ring, int n, double v) {
-    double mean = 0, var = 0;
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of the n values of ring, sorted in tmp (n doubles of scratch; may be ring). */
+static double median(const double *ring, int n, double *tmp) {
+    if (tmp != ring) memcpy(tmp, ring, (size_t)n * sizeof(double));
+    qsort(tmp, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+/* How many robust deviations v lies above the median m of the ring's n values: the deviation
+ * is 1.4826 x their median absolute deviation, floored at SIGMA_FLOOR of the median. */
+static double robust_z(const double *ring, int n, double m, double v, double *tmp) {
     for (int i = 0; i < n; i++)
-        mean += ring[i];
-    mean /= n;
-    for (int i = 0; i < n; i++)
-        var += (ring[i] - mean) * (ring[i] - mean);
-    double sd = sqrt(var / n), floor = SIGMA_FLOOR * fabs(mean);
-    return (v - mean) / (sd > floor ? sd : floor);
+        tmp[i] = fabs(ring[i] - m);
+    double sd = MAD_SIGMA * median(tmp, n, tmp), floor = SIGMA_FLOOR * fabs(m);
+    return (v - m) / (sd > floor ? sd : floor);
 }
 
 /* Spikes are judged after the guard's warm-up steps, once the window is half full. */
@@ -129,13 +153,18 @@ static int spike(run_ctx *x, int step, double loss, double norm, char *why, size
     const tr_guard_desc *gd = &x->r.train.guard;
     run_guard *g = &x->guard;
     if (step + 1 <= gd->warmup || g->n < judged_from(gd)) return 0;
-    double zl = zscore(g->loss, g->n, loss), zn = zscore(g->norm, g->n, norm);
-    int hl = zl > gd->z_loss, hn = zn > gd->z_norm;
+    double *tmp = g->scratch; /* the medians' scratch, apart from the rings checkpoints hold */
+    double ml = median(g->loss, g->n, tmp), zl = robust_z(g->loss, g->n, ml, loss, tmp);
+    double mn = median(g->norm, g->n, tmp), rn = norm / mn;
+    int hl = zl > gd->z_loss, hn = mn > 0 && rn > gd->norm_ratio;
     if (!hl && !hn) return 0;
     char a[96] = "", b[96] = "";
-    if (hl) snprintf(a, sizeof(a), "loss %.4g is %.1f sigma", loss, zl);
-    if (hn) snprintf(b, sizeof(b), "gradient norm %.4g is %.1f sigma", norm, zn);
-    snprintf(why, len, "%s%s%s above the last %d steps", a, hl && hn ? " and " : "", b, g->n);
+    if (hl) snprintf(a, sizeof(a), "loss %.4g is %.1f sigma above", loss, zl);
+    if (hn) snprintf(b, sizeof(b), "gradient norm %.4g is %.1f times", norm, rn);
+    snprintf(why, len,
+             "%s%s%s the median of the last %d steps (medians: loss %.4g, gradient norm "
+             "%.4g)",
+             a, hl && hn ? " and " : "", b, g->n, ml, mn);
     return 1;
 }
 

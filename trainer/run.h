@@ -35,6 +35,7 @@ typedef struct run_dump run_dump; /* trainer/dump.c */
  * checkpoints (tr_ckpt_guard); and this attempt's counters, which are not. */
 typedef struct {
     double *loss, *norm;
+    double *scratch;             /* window doubles: the medians' sorting (not training state) */
     int n, next;                 /* values in the ring; where the next goes */
     int bad;                     /* bad steps in a row */
     int first_bad;               /* the first of them (from 1) */

@@ -560,6 +560,10 @@ static void print_banner(const run_ctx *x) {
     printf("model %s params, %s training FLOPs/token | data %s train + %s val tokens\n"
            "device %s\n",
            np, ft, tt, vt, x->device);
+    if (r->train.guard.on && r->train.guard.z_norm_unused)
+        printf("%s: train: guard: z_norm is no longer used: the gradient norm is judged by "
+               "norm_ratio (a multiple of the window's median, default 20)\n",
+               r->path);
     char fix[TR_PATH_MAX + 256];
     if (!x->be->device_memory && !strcmp(tr_backend_cpu_blas_threads(fix, sizeof(fix)), "pthreads"))
         fprintf(stderr, "trainer run: warning: %s\n", fix);

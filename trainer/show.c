@@ -199,10 +199,10 @@ static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_
            recompute[l->recompute]);
     const tr_guard_desc *g = &r->train.guard;
     if (g->on)
-        printf("guard            skip a step whose loss or gradient norm is not finite, or over "
-               "%g / %g sigma above the last %d steps (from step %d); roll back after %d in a "
-               "row\n",
-               (double)g->z_loss, (double)g->z_norm, g->window, g->warmup + 1, g->max_bad);
+        printf("guard            skip a step whose loss or gradient norm is not finite, or whose "
+               "loss is over %g sigma above (median, MAD) or norm over %g times the median of "
+               "the last %d steps (from step %d); roll back after %d in a row\n",
+               (double)g->z_loss, (double)g->norm_ratio, g->window, g->warmup + 1, g->max_bad);
     else
         printf("guard            off: a step whose loss or gradient norm is not finite stops "
                "the run\n");

@@ -1,4 +1,4 @@
--- expect: guard_unknown_field.lua:12: train: guard: unknown field 'z' (fields: max_bad, warmup, window, z_loss, z_norm)
+-- expect: guard_unknown_field.lua:12: train: guard: unknown field 'z' (fields: max_bad, norm_ratio, warmup, window, z_loss, z_norm)
 model {
   vocab = 256, dim = 32, seq_len = 16,
   embedding {},
