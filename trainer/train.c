@@ -300,9 +300,10 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     if (x->pipe)
         loss = tr_pipe_step(x->pipe, (const int *const *)x->mb_in, (const int *const *)x->mb_tg,
                             x->B, x->T, scale);
-    if (x->slow_ms > 0 && step + 1 >= x->slow_from) {
+    if (x->slow_ms > 0 && step + 1 >= x->slow_from) { /* all of it, signals or not */
         struct timespec ts = {x->slow_ms / 1000, (x->slow_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+        while (nanosleep(&ts, &ts) && errno == EINTR) {
+        }
     }
     tr_dp_sync_grads(x->dp);
     int dumped = run_dump_step(x);
