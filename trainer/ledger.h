@@ -12,7 +12,10 @@
  *   attempts.jsonl  each attempt of the run (a fresh start, then one per --resume): when it
  *                   started and where, how it ended: "end", or "stopped" lines that the ranks
  *                   the launcher stopped write from their signal handler, or a "failed" line from
- *                   the rank that found a peer dead or stuck (naming it).
+ *                   the rank that found a peer dead or stuck (naming it). A run asked to stop
+ *                   (SIGINT, SIGTERM, SIGUSR1: trainer/stop.c) writes its ranks' "stopped" lines
+ *                   when the signal comes, then a "stop" line (the step, the checkpoint saved)
+ *                   before its "end".
  *
  * The clock is partitioned: every interval of a rank's life from the process start is charged
  * to exactly one part, by marks at the seams (tr_ledger_mark). Within a step the waits are
