@@ -342,8 +342,8 @@ static void say_give_up(const sv_run *s, const sv_attempt *a, const char *why) {
  * request: the supervisor stops too, with the run's status, 128 + the signal. */
 static int say_stopped(const sv_attempt *a) {
     int sig = !strcmp(a->stop, "SIGINT") ? SIGINT : !strcmp(a->stop, "SIGUSR1") ? SIGUSR1 : SIGTERM;
-    printf("supervise: attempt %d was asked to stop by %s after step %d and ", a->attempt,
-           a->stop, a->last_step);
+    printf("supervise: attempt %d was asked to stop by %s after step %d and ", a->attempt, a->stop,
+           a->last_step);
     if (a->stop_ckpt[0])
         printf("saved checkpoint %s: not relaunched; the same command with --resume goes on\n",
                a->stop_ckpt);

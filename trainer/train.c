@@ -456,8 +456,7 @@ int run_progress_tty(const char *flag, char *msg, size_t len) {
 /* The progress line: the rates over its window, the steps since the last line that ended
  * (the first step of a start, which warms up, is a window of its own). On a terminal the line
  * is rewritten every step and ends each log step; else only log steps print it. */
-static void print_progress(run_ctx *x, int step, const step_result *res, int do_eval,
-                           double val) {
+static void print_progress(run_ctx *x, int step, const step_result *res, int do_eval, double val) {
     int steps = x->r.train.steps, every = x->r.train.log_every, last = step + 1 == steps;
     int first = step == x->start_step, ends = (step + 1) % every == 0 || last || do_eval;
     if (!x->tty) ends |= first;
@@ -494,8 +493,8 @@ static int run_steps(run_ctx *x) {
             continue;
         }
         int last = step + 1 == t->steps;
-        int saved = x->ckw && t->checkpoint_every > 0 &&
-                    ((step + 1) % t->checkpoint_every == 0 || last);
+        int saved =
+            x->ckw && t->checkpoint_every > 0 && ((step + 1) % t->checkpoint_every == 0 || last);
         if (saved) {
             tr_loader_pos pos = tr_loader_get_pos(x->loader);
             double stall = tr_ckpt_save(x->ckw, step + 1, &pos);
