@@ -46,7 +46,7 @@ void tr_ledger_clock_start(void) {
 
 struct tr_ledger {
     tr_comm *world;
-    int rank, n, attempt, steps, start_step, window, straggler, files;
+    int rank, n, attempt, steps, start_step, window, straggler, files, tty;
     int redone;                     /* steps trained again after the guard's rollbacks */
     double flops_rank, tokens_rank; /* per step */
     char (*hosts)[HOST_LEN];
@@ -96,11 +96,14 @@ static char *put_str(char *p, const char *s) {
     return p;
 }
 
-static void on_signal(int sig) {
+void tr_ledger_signal_line(int sig) {
     char line[512], *p = line;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP";
+    const char *name = sig == SIGTERM  ? "SIGTERM"
+                       : sig == SIGINT ? "SIGINT"
+                       : sig == SIGUSR1 ? "SIGUSR1"
+                                        : "SIGHUP";
     p = put_str(p, "{\"event\": \"stopped\", ");
     p = put_str(p, g_who);
     p = put_str(p, ", \"last_step\": ");
@@ -116,6 +119,10 @@ static void on_signal(int sig) {
     if (g_fd >= 0 && write(g_fd, line, (size_t)(p - line)) < 0) {
         /* nothing to do: the process is ending */
     }
+}
+
+static void on_signal(int sig) {
+    tr_ledger_signal_line(sig);
     raise(sig); /* SA_RESETHAND restored the default action */
 }
 
@@ -260,6 +267,7 @@ tr_ledger *tr_ledger_open(tr_comm *world, const tr_ledger_opts *o) {
     if (L->window < 1) L->window = 1;
     L->straggler = o->files && L->n > 1;
     L->files = o->files;
+    L->tty = o->tty;
     L->telemetry = o->telemetry;
     L->flops_rank = o->flops_step / L->n, L->tokens_rank = (double)o->tokens_step / L->n;
     if (alloc_all(L)) {
@@ -398,7 +406,7 @@ static void watch_stragglers(tr_ledger *L, int step) {
                "about step %d (%.3f s more a step, %.2fx its own best pace): every step "
                "waits for it, %.0f%% of the job's time, %.3f rank-seconds a step across the "
                "%d other%s\n",
-               isatty(STDOUT_FILENO) ? "\n" : "", k, L->hosts[k], ratio, L->since[k], excess,
+               L->tty ? "\n" : "", k, L->hosts[k], ratio, L->since[k], excess,
                L->base[k] > 0 ? pace[k] / L->base[k] : 1.0, 100.0 * share, excess * (n - 1),
                n - 1, n > 2 ? "s" : "");
         fflush(stdout);
@@ -515,6 +523,19 @@ void tr_ledger_save(tr_ledger *L, int step, double stall_s) {
                   "\"stall_s\": %.6f}\n",
             L->attempt, step, unix_now(), stall_s);
     fflush(L->f);
+}
+
+void tr_ledger_stop(tr_ledger *L, int step, const char *signal, const char *checkpoint) {
+    if (!L || L->rank != 0 || g_fd < 0) return;
+    char line[256];
+    int k = snprintf(line, sizeof(line),
+                     "{\"event\": \"stop\", \"attempt\": %d, \"t\": %.3f, \"last_step\": %d, "
+                     "\"signal\": \"%s\", \"checkpoint\": %s%s%s}\n",
+                     L->attempt, unix_now(), step, signal, checkpoint ? "\"" : "",
+                     checkpoint ? checkpoint : "null", checkpoint ? "\"" : "");
+    if (k > 0 && write(g_fd, line, (size_t)k) < 0) {
+        /* said nowhere: the run's own line on stderr says the same */
+    }
 }
 
 void tr_ledger_rollback(tr_ledger *L, int step, int to) {

@@ -12,7 +12,10 @@
  *   attempts.jsonl  each attempt of the run (a fresh start, then one per --resume): when it
  *                   started and where, how it ended: "end", or "stopped" lines that the ranks
  *                   the launcher stopped write from their signal handler, or a "failed" line from
- *                   the rank that found a peer dead or stuck (naming it).
+ *                   the rank that found a peer dead or stuck (naming it). A run asked to stop
+ *                   (SIGINT, SIGTERM, SIGUSR1: trainer/stop.c) writes its ranks' "stopped" lines
+ *                   when the signal comes, then a "stop" line (the step, the checkpoint saved)
+ *                   before its "end".
  *
  * The clock is partitioned: every interval of a rank's life from the process start is charged
  * to exactly one part, by marks at the seams (tr_ledger_mark). Within a step the waits are
@@ -59,6 +62,7 @@ typedef struct {
     double flops_step;  /* training FLOPs of one step, the whole job's */
     long tokens_step;   /* tokens of one step, the whole job's */
     int files;          /* write ledger.jsonl and attempts.jsonl, watch for stragglers */
+    int tty;            /* stdout is rewritten as a progress line: a message starts a new one */
     /* the device's power (W), SM clock (MHz) and temperature (C), sampled after each step
        (NAN where unknown; -1 when none); NULL: a device without them (the CPU) */
     int (*telemetry)(double out[3]);
@@ -85,7 +89,7 @@ typedef struct {
 void tr_ledger_step(tr_ledger *L, const tr_ledger_step_waits *w);
 
 /* Figures per rank gathered with each step's record for the caller (memory and the like). */
-#define TR_LEDGER_EXTRA 2
+#define TR_LEDGER_EXTRA 3
 
 /* After every rank's tr_ledger_step of step `step` (0-based), collectively: gather each rank's
  * record (its parts since the last gather, and `extra`), split waiting from communication, add
@@ -98,6 +102,16 @@ void tr_ledger_gather(tr_ledger *L, int step, const double *extra, double *all_e
 /* A checkpoint save after step `step` (1-based), which stalled the caller stall_s (rank 0
  * writes its line; the time is charged by the caller's mark). */
 void tr_ledger_save(tr_ledger *L, int step, double stall_s);
+
+/* A requested stop after step `step` (1-based) by `signal` ("SIGTERM"), which saved
+ * `checkpoint` ("step_00000037"; NULL: nothing saved): rank 0 writes a "stop" line to
+ * attempts.jsonl, before the attempt's end line. */
+void tr_ledger_stop(tr_ledger *L, int step, const char *signal, const char *checkpoint);
+
+/* The "stopped" line of this rank for signal `sig`, async-signal-safe (a handler's): the
+ * ledger's own handlers write it before the signal ends the process, trainer/stop.c when the
+ * signal asks the run to stop at the next step (the line stays if a SIGKILL follows). */
+void tr_ledger_signal_line(int sig);
 
 /* The guard's rollback (trainer/guard.c) after step `step` (1-based) to the checkpoint of
  * step `to`: rank 0 writes the window so far (none spans a rollback) and a "rollback" line;

@@ -46,6 +46,7 @@ static const char *run_help =
     "                          [--micro-batch B] [--eval-every N] [--sample-tokens N]\n"
     "                          [--device auto|cpu|cuda] [--precision bf16|fp32]\n"
     "                          [--peak-gflops X] [--resume] [--timeout SECONDS]\n"
+    "                          [--progress tty|lines]\n"
     "                          [--dp D] [--tp T] [--sequence-parallel] [--zero S]\n"
     "                          [--pp P] [--schedule S] [--microbatches M] [--virtual-stages V]\n"
     "       mpirun -np N trainer run RECIPE ...   (N = dp x tp x pp processes)\n"
@@ -76,6 +77,9 @@ static const char *run_help =
     "                    a table of devices, or the CPU's measured sgemm rate)\n"
     "  --timeout S       seconds any collective may take before every rank exits naming the\n"
     "                    operation (default 300)\n"
+    "  --progress P      tty: rewrite one progress line in place; lines: one line per log step\n"
+    "                    (default: tty on a terminal of your own, lines in a file or under\n"
+    "                    mpirun and srun; TR_PROGRESS=tty|lines sets it too)\n"
     "  --dp D            data-parallel groups, instead of parallel.dp (default: planned);\n"
     "                    D x tp x pp must be the number of processes\n"
     "  --tp T            tensor-parallel processes per group, instead of parallel.tp (default:\n"
@@ -99,7 +103,11 @@ static const char *run_help =
     "(one JSON object per step: step, loss, lr, grad_norm, tokens_per_s, gflops, mfu,\n"
     "step_s, predicted_step_s, memory_bytes, predicted_memory_bytes; val_loss on eval steps),\n"
     "DIR/memory.json (what a process allocated, and what the layout\n"
-    "predicted) and DIR/sample.txt (text sampled from the trained model).\n";
+    "predicted) and DIR/sample.txt (text sampled from the trained model).\n"
+    "\n"
+    "SIGINT, SIGTERM or SIGUSR1 (to any rank) stop every rank after the same step, which is\n"
+    "saved as a checkpoint (even with checkpoint_every 0); the run exits with 128 + the\n"
+    "signal's number (130, 143, 138) and --resume continues it. A second signal stops at once.\n";
 
 static const char *show_help =
     "usage: trainer show RECIPE [--set NAME=VALUE]... [--micro-batch B] [--dp D] [--tp T]\n"
@@ -193,6 +201,14 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
                 o->precision = v;
         } else if (!strcmp(a, "--resume")) {
             o->resume = 1;
+        } else if (!strcmp(a, "--progress")) {
+            if (need_value(cmd, a, i, argc)) return -1;
+            o->progress = argv[++i];
+            if (strcmp(o->progress, "tty") && strcmp(o->progress, "lines")) {
+                fprintf(perr(), "trainer %s: --progress must be tty or lines, got '%s'\n", cmd,
+                        o->progress);
+                return -1;
+            }
         } else if (!strcmp(a, "--timeout")) {
             if (need_value(cmd, a, i, argc)) return -1;
             char *end;

@@ -24,9 +24,10 @@ typedef struct {
 } rank_ledger;
 
 /* Per rank and step, gathered with the ledger's record (extra figures): the pipeline's idle
- * share of the step, and the bytes the rank holds as the layout predicts them (its arena and
- * ZeRO's gradient pieces). */
-enum { FIG_PIPE_IDLE, FIG_MEMORY };
+ * share of the step, the bytes the rank holds as the layout predicts them (its arena and
+ * ZeRO's gradient pieces), and the signal that asked this rank to stop (0: none; the ranks
+ * agree on a stop through this gather: trainer/stop.c). */
+enum { FIG_PIPE_IDLE, FIG_MEMORY, FIG_STOP };
 
 typedef struct run_dump run_dump; /* trainer/dump.c */
 
@@ -102,7 +103,10 @@ typedef struct {
     double *all_steps;    /* every rank's figures of the last step (TR_LEDGER_EXTRA each) */
     double *all_compute;  /* every rank's seconds computing in the last step */
     run_dump *dump;       /* TR_DUMP_TENSORS, TR_FAULT_PERTURB: the first step's taps */
-    int tty;
+    int tty;       /* the progress line is rewritten in place (run_progress_tty) */
+    int stop_sig;  /* the signal that asked the run to stop, agreed by every rank; 0: none */
+    double win_t;  /* x->t_train when the progress line's window started */
+    int win_step;  /* the step that started it */
     char err[1024];
     char msg[TR_PATH_MAX + 1100]; /* a setup step's failure, for the agreement */
 } run_ctx;
@@ -171,6 +175,30 @@ int run_guard_rollback(run_ctx *x, int step, int *to);
  * redone) are not training state and stay. */
 const tr_ckpt_guard *run_guard_state(const run_ctx *x, tr_ckpt_guard *s);
 void run_guard_restore(run_ctx *x, const tr_ckpt *c);
+
+/* The checkpoint writer, collectively (trainer/run_setup.c): at setup when the recipe saves
+ * checkpoints, else at a requested stop, which first checks that OUT is shared
+ * (`check_shared`). 0, or -1 after one line. */
+int run_open_checkpoints(run_ctx *x, int check_shared);
+
+/* Stopping on request (trainer/stop.c). run_stop_listen(1) before the first step makes
+ * SIGINT, SIGTERM and SIGUSR1 ask for a stop at the next step boundary (the handler only
+ * notes the signal and writes the ledger's "stopped" line); a second signal, or any once
+ * listen is 0 again, ends the process at once. run_stop_signal: the signal noted on this
+ * rank (0: none), which each step's gather agrees on (FIG_STOP). run_stop_save, collectively
+ * after step `step` (1-based) when x->stop_sig is set: saves a checkpoint there unless the
+ * step loop just did, waits for it to be published, says so in one line (rank 0, stderr) and
+ * in attempts.jsonl; returns the exit status, 128 + the signal (1 when the save failed). */
+void run_stop_listen(int on);
+int run_stop_signal(void);
+int run_stop_save(run_ctx *x, int step, int saved);
+
+/* Whether the progress line is rewritten in place (1) or printed as one line per log step
+ * (0): --progress tty|lines, else TR_PROGRESS=tty|lines, else a terminal of the user's own
+ * (stdout a terminal and no launcher's variables: under mpirun and srun a rank's stdout can
+ * be a pseudo-terminal of the launcher whose output goes to a file). -1 with one line in msg
+ * for a bad TR_PROGRESS (trainer/train.c). */
+int run_progress_tty(const char *flag, char *msg, size_t len);
 
 /* One line for an output file that could not be written (opened, written or closed): -1. */
 int run_cannot_write(const char *path, int e);

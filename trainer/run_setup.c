@@ -506,34 +506,42 @@ static int open_outputs(run_ctx *x) {
     return x->o.resume ? trim_metrics(&x->metrics, x->metrics_path, x->start_step) : 0;
 }
 
-/* The output files, the checkpoint writer (every rank writes the part of each checkpoint it
- * keeps; rank 0 also the manifest), the batch buffers and the tests' fault variables. */
+/* The checkpoint writer (every rank writes the part of each checkpoint it keeps; rank 0 also
+ * the manifest), collectively: at setup when the recipe saves checkpoints, else when a stop
+ * is requested (trainer/stop.c), whose save then first checks that OUT is shared when
+ * `check_shared`. 0, or -1 after one line. */
+int run_open_checkpoints(run_ctx *x, int check_shared) {
+    const tr_recipe *r = &x->r;
+    if (check_shared && out_is_shared(x->world, r->train.out)) return -1;
+    const char *sync = getenv("TR_CKPT_SYNC"); /* benchmarks: the synchronous baseline */
+    size_t *ranges = NULL;
+    int n_ranges = tr_dp_ckpt_ranges(x->dp, &ranges);
+    tr_ckpt_opts co = {.out = r->train.out,
+                       .keep = r->train.keep_checkpoints,
+                       .rank = x->rank,
+                       .world = x->nranks,
+                       .ranges = ranges,
+                       .n_ranges = n_ranges,
+                       .zero = x->lay.zero,
+                       .dp = x->lay.dp,
+                       .tp = x->lay.tp,
+                       .pp = x->lay.pp,
+                       .sequence_parallel = x->lay.sequence_parallel,
+                       .sync = sync && *sync && strcmp(sync, "0"),
+                       .timeout_s = x->o.timeout > 0 ? x->o.timeout : 300,
+                       .overlap = !strcmp(x->be->name, "cpu")};
+    int bad = tr_ckpt_writer_init(&x->ckw, x->model, r, &co, x->err, sizeof(x->err));
+    free(ranges);
+    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
+    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
+}
+
+/* The output files, the checkpoint writer when the recipe saves checkpoints, the batch buffers
+ * and the tests' fault variables. */
 static int setup_outputs(run_ctx *x) {
     const tr_recipe *r = &x->r;
     if (setup_failed(x->world, x->rank == 0 && open_outputs(x), "")) return -1;
-    if (r->train.checkpoint_every > 0) {
-        const char *sync = getenv("TR_CKPT_SYNC"); /* benchmarks: the synchronous baseline */
-        size_t *ranges = NULL;
-        int n_ranges = tr_dp_ckpt_ranges(x->dp, &ranges);
-        tr_ckpt_opts co = {.out = r->train.out,
-                           .keep = r->train.keep_checkpoints,
-                           .rank = x->rank,
-                           .world = x->nranks,
-                           .ranges = ranges,
-                           .n_ranges = n_ranges,
-                           .zero = x->lay.zero,
-                           .dp = x->lay.dp,
-                           .tp = x->lay.tp,
-                           .pp = x->lay.pp,
-                           .sequence_parallel = x->lay.sequence_parallel,
-                           .sync = sync && *sync && strcmp(sync, "0"),
-                           .timeout_s = x->o.timeout > 0 ? x->o.timeout : 300,
-                           .overlap = !strcmp(x->be->name, "cpu")};
-        int bad = tr_ckpt_writer_init(&x->ckw, x->model, r, &co, x->err, sizeof(x->err));
-        free(ranges);
-        snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
-        if (setup_failed(x->world, bad, x->msg)) return -1;
-    }
+    if (r->train.checkpoint_every > 0 && run_open_checkpoints(x, 0)) return -1;
     x->inputs = malloc((size_t)x->B * x->T * sizeof(int));
     x->targets = malloc((size_t)x->B * x->T * sizeof(int));
     x->all_steps = malloc((size_t)x->nranks * TR_LEDGER_EXTRA * sizeof(double));
@@ -622,7 +630,8 @@ int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
     if (setup_failed(x->world, run_provenance(x, *argc, *argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
     x->tokens_step = (long)x->B * x->T * x->lay.accum * x->lay.dp;
-    x->tty = isatty(STDOUT_FILENO);
+    x->tty = run_progress_tty(x->o.progress, x->msg, sizeof(x->msg));
+    if (setup_failed(x->world, x->tty < 0, x->msg)) return -1;
     x->best_val = INFINITY;
     print_banner(x);
     return 0;

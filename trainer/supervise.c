@@ -22,7 +22,8 @@ static const char *help =
     "usage: trainer supervise [--restarts N] [--backoff S] [--hostfile FILE] -- COMMAND...\n"
     "\n"
     "Run COMMAND (a `trainer run ...`, or a launcher that starts one: mpirun ... trainer run\n"
-    "...) in a process group of its own, passing SIGINT and SIGTERM on to it. When it exits\n"
+    "...) in a process group of its own, passing SIGINT, SIGTERM, SIGHUP and SIGUSR1 on to it\n"
+    "(a run saves a checkpoint and stops on SIGINT, SIGTERM and SIGUSR1). When it exits\n"
     "with a non-zero status, read the run's attempts.jsonl and metrics.jsonl (in the run\n"
     "command's --out, else the recipe's train.out) to name the rank, host and step that\n"
     "failed, wait, and run it again with --resume added to its `trainer run` part (training\n"
@@ -42,7 +43,9 @@ static const char *help =
     "It gives up (exit 1, with a paragraph saying what failed where) when two attempts in a\n"
     "row fail the same way (the same rank, exit status and last step: a crash that a relaunch\n"
     "repeats), after N relaunches, or when no host is left; exit 2 for a mistake in its own\n"
-    "flags or the command, 128+SIG when it was itself stopped by a signal.\n";
+    "flags or the command, 128+SIG when it was itself stopped by a signal. A run that stopped\n"
+    "because it was asked to (a signal sent to it alone: its attempts.jsonl has a \"stop\"\n"
+    "line) is not relaunched either: the supervisor exits with the run's 128+SIG.\n";
 
 /* The signal that stops the supervisor (forwarded to the command's group), and that group. */
 static volatile sig_atomic_t g_signal, g_child;
@@ -57,8 +60,8 @@ static void install_handlers(void) {
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal; /* no SA_RESTART: waits and sleeps return early */
     sigemptyset(&sa.sa_mask);
-    int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-    for (int i = 0; i < 3; i++)
+    int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+    for (int i = 0; i < 4; i++)
         sigaction(sigs[i], &sa, NULL);
 }
 
@@ -72,6 +75,8 @@ const char *sv_signal_name(int sig) {
         return "SIGINT";
     case SIGHUP:
         return "SIGHUP";
+    case SIGUSR1:
+        return "SIGUSR1";
     case SIGSEGV:
         return "SIGSEGV";
     case SIGABRT:
@@ -218,12 +223,14 @@ static int launch(sv_run *s) {
     sigset_t block, old;
     sigemptyset(&block);
     sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGUSR1);
     sigprocmask(SIG_BLOCK, &block, &old);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
         setpgid(0, 0);
         signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL), signal(SIGHUP, SIG_DFL);
+        signal(SIGUSR1, SIG_DFL);
         sigprocmask(SIG_SETMASK, &old, NULL);
         FILE *null = freopen("/dev/null", "r", stdin);
         (void)null;
@@ -330,6 +337,21 @@ static void say_give_up(const sv_run *s, const sv_attempt *a, const char *why) {
            s->redone, s->down_s, s->out);
 }
 
+/* An attempt that stopped on request (a signal to the run, not to the supervisor: Slurm's
+ * --signal, a scheduler's preemption) is not a failure, and a relaunch would go against the
+ * request: the supervisor stops too, with the run's status, 128 + the signal. */
+static int say_stopped(const sv_attempt *a) {
+    int sig = !strcmp(a->stop, "SIGINT") ? SIGINT : !strcmp(a->stop, "SIGUSR1") ? SIGUSR1 : SIGTERM;
+    printf("supervise: attempt %d was asked to stop by %s after step %d and ", a->attempt, a->stop,
+           a->last_step);
+    if (a->stop_ckpt[0])
+        printf("saved checkpoint %s: not relaunched; the same command with --resume goes on\n",
+               a->stop_ckpt);
+    else
+        printf("saved nothing: not relaunched\n");
+    return 128 + sig;
+}
+
 /* Relaunches until the command succeeds or the supervisor gives up: the exit status. */
 static int supervise(sv_run *s) {
     sv_attempt prev = {0}, a;
@@ -349,6 +371,7 @@ static int supervise(sv_run *s) {
             return 0;
         }
         sv_read_attempt(s, status, t_launch, &a);
+        if (a.stop[0]) return say_stopped(&a);
         int resume_step = sv_checkpoint_step(s);
         say_failure(&a, resume_step);
         char action[128], why[512] = "";

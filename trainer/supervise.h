@@ -27,6 +27,8 @@ typedef struct {
     int status;             /* the command's wait status */
     double t_last;          /* unix seconds of its last progress (a step, else its start) */
     char why[256];          /* a rank's reason ("failed" line), or the run's own exit */
+    char stop[16];          /* the run stopped on request ("stop" line): its signal, else "" */
+    char stop_ckpt[32];     /* the checkpoint that stop saved, "" when none */
 } sv_attempt;
 
 typedef struct {

@@ -116,6 +116,10 @@ static void scan_attempt_line(void *ctx, const tr_json *o) {
         const char *h = str(o, "failed_host"), *why = str(o, "why");
         snprintf(a->host, sizeof(a->host), "%s", h ? h : "");
         snprintf(a->why, sizeof(a->why), "%s", why ? why : "");
+    } else if (is_event(o, "stop")) {
+        const char *sig = str(o, "signal"), *ck = str(o, "checkpoint");
+        snprintf(a->stop, sizeof(a->stop), "%s", sig ? sig : "a signal");
+        snprintf(a->stop_ckpt, sizeof(a->stop_ckpt), "%s", ck ? ck : "");
     } else if (is_event(o, "end")) {
         snprintf(a->why, sizeof(a->why), "the run ended itself with status %d",
                  (int)num(o, "status", -1));

@@ -300,9 +300,10 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     if (x->pipe)
         loss = tr_pipe_step(x->pipe, (const int *const *)x->mb_in, (const int *const *)x->mb_tg,
                             x->B, x->T, scale);
-    if (x->slow_ms > 0 && step + 1 >= x->slow_from) {
+    if (x->slow_ms > 0 && step + 1 >= x->slow_from) { /* all of it, signals or not */
         struct timespec ts = {x->slow_ms / 1000, (x->slow_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+        while (nanosleep(&ts, &ts) && errno == EINTR) {
+        }
     }
     tr_dp_sync_grads(x->dp);
     int dumped = run_dump_step(x);
@@ -336,12 +337,16 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     x->led.data_s += w.data_s;
     x->led.steps++;
     double mine[TR_LEDGER_EXTRA] = {[FIG_PIPE_IDLE] = x->pipe ? tr_pipe_last_idle(x->pipe) : 0,
-                                    [FIG_MEMORY] = rank_memory(x)};
+                                    [FIG_MEMORY] = rank_memory(x),
+                                    [FIG_STOP] = run_stop_signal()};
     tr_ledger_gather(x->ledger, step, mine, x->all_steps, x->all_compute);
     x->mem_most = 0;
-    for (int k = 0; k < x->nranks; k++)
-        if (x->all_steps[TR_LEDGER_EXTRA * k + FIG_MEMORY] > x->mem_most)
-            x->mem_most = x->all_steps[TR_LEDGER_EXTRA * k + FIG_MEMORY];
+    x->stop_sig = 0; /* a signal may reach one rank only, or the ranks in different steps */
+    for (int k = 0; k < x->nranks; k++) {
+        const double *fig = x->all_steps + TR_LEDGER_EXTRA * k;
+        if (fig[FIG_MEMORY] > x->mem_most) x->mem_most = fig[FIG_MEMORY];
+        if (!x->stop_sig) x->stop_sig = (int)fig[FIG_STOP]; /* the lowest rank's names it */
+    }
     res->tps = (double)x->tokens_step / res->dt;
     res->gflops = x->flops_tok * res->tps / 1e9;
     /* every process of the world brings its own peak */
@@ -423,31 +428,59 @@ static void write_metrics(run_ctx *x, int step, const step_result *res, int do_e
     }
 }
 
-/* The progress line: rolling figures since the start (after the first, warm-up step). */
-static void print_progress(const run_ctx *x, int step, const step_result *res, int do_eval,
-                           double val) {
+/* "12.3K tok/s, 4.5 GFLOP/s, MFU 1.2%" at tps tokens a second, the pieces joined by sep. */
+static void fmt_rates(const run_ctx *x, double tps, const char *sep, char *buf, size_t n) {
+    char tk[32], mfu[32] = "n/a";
+    tr_fmt_count(tps, tk, sizeof(tk));
+    double gflops = x->flops_tok * tps / 1e9;
+    if (x->peak > 0) snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * gflops / (x->peak * x->nranks));
+    snprintf(buf, n, "%s tok/s%s%.1f GFLOP/s%sMFU %s", tk, sep, gflops, sep, mfu);
+}
+
+int run_progress_tty(const char *flag, char *msg, size_t len) {
+    const char *env = getenv("TR_PROGRESS");
+    const char *how = flag ? flag : env && *env ? env : NULL;
+    if (how && strcmp(how, "tty") && strcmp(how, "lines")) {
+        snprintf(msg, len, "trainer run: TR_PROGRESS must be tty or lines, got '%s'", how);
+        return -1;
+    }
+    if (how) return !strcmp(how, "tty");
+    /* Open MPI (OMPI_*, PMIx), MPICH's Hydra (PMI_RANK) and Slurm's srun set these */
+    static const char *launcher[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
+                                     "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof(launcher) / sizeof(launcher[0]); i++)
+        if (getenv(launcher[i])) return 0;
+    return isatty(STDOUT_FILENO);
+}
+
+/* The progress line: the rates over its window, the steps since the last line that ended
+ * (the first step of a start, which warms up, is a window of its own). On a terminal the line
+ * is rewritten every step and ends each log step; else only log steps print it. */
+static void print_progress(run_ctx *x, int step, const step_result *res, int do_eval, double val) {
     int steps = x->r.train.steps, every = x->r.train.log_every, last = step + 1 == steps;
-    if (!(x->tty || (step + 1) % every == 0 || step == 0 || last || do_eval)) return;
-    double done = step + 1 - x->start_step, avg_tps = (double)x->tokens_step * done / x->t_train;
-    char eta[32], tk[32], mfus[32] = "n/a";
-    tr_fmt_duration((steps - step - 1) * (x->t_train / done), eta, sizeof(eta));
-    tr_fmt_count(avg_tps, tk, sizeof(tk));
-    if (x->peak > 0 && snprintf(mfus, sizeof(mfus), "%.1f%%",
-                                100.0 * x->flops_tok * avg_tps / 1e9 / (x->peak * x->nranks)) < 0)
-        mfus[0] = '\0';
-    printf("%sstep %*d/%d | loss %.4f | lr %.2e | %s tok/s | %.1f GFLOP/s | MFU %s | ETA %s",
-           x->tty ? "\r\033[K" : "", (int)snprintf(NULL, 0, "%d", steps), step + 1, steps,
-           res->loss, res->lr, tk, x->flops_tok * avg_tps / 1e9, mfus, eta);
+    int first = step == x->start_step, ends = (step + 1) % every == 0 || last || do_eval;
+    if (!x->tty) ends |= first;
+    if (!(x->tty || ends)) return;
+    double n = step + 1 - x->win_step, dt = x->t_train - x->win_t;
+    double tps = dt > 0 ? (double)x->tokens_step * n / dt : 0;
+    char eta[32], rates[128];
+    tr_fmt_duration((steps - step - 1) * (dt / n), eta, sizeof(eta));
+    fmt_rates(x, tps, " | ", rates, sizeof(rates));
+    printf("%sstep %*d/%d | loss %.4f | lr %.2e | %s | ETA %s", x->tty ? "\r\033[K" : "",
+           (int)snprintf(NULL, 0, "%d", steps), step + 1, steps, res->loss, res->lr, rates, eta);
     if (do_eval) printf(" | val_loss %.4f", val);
-    if (!x->tty || (step + 1) % every == 0 || last || do_eval) printf("\n");
+    if (ends) printf("\n");
+    if (ends || first) x->win_step = step + 1, x->win_t = x->t_train;
     fflush(stdout);
 }
 
 /* The steps from start_step: each trained, then saved, evaluated and logged as the recipe
- * says. -1 when one failed (said). */
+ * says, until the last or a requested stop. 0 when all were trained, -1 when one failed
+ * (said), else the stop's exit status (trainer/stop.c). */
 static int run_steps(run_ctx *x) {
     const tr_train_desc *t = &x->r.train;
     x->t_start = tr_now();
+    x->win_step = x->start_step;
     for (int step = x->start_step; step < t->steps; step++) {
         fault_kill(x, step);
         step_result res;
@@ -460,7 +493,9 @@ static int run_steps(run_ctx *x) {
             continue;
         }
         int last = step + 1 == t->steps;
-        if (x->ckw && t->checkpoint_every > 0 && ((step + 1) % t->checkpoint_every == 0 || last)) {
+        int saved =
+            x->ckw && t->checkpoint_every > 0 && ((step + 1) % t->checkpoint_every == 0 || last);
+        if (saved) {
             tr_loader_pos pos = tr_loader_get_pos(x->loader);
             tr_ckpt_guard gs;
             double stall = tr_ckpt_save(x->ckw, step + 1, &pos, run_guard_state(x, &gs));
@@ -482,6 +517,8 @@ static int run_steps(run_ctx *x) {
         write_metrics(x, step, &res, do_eval, val);
         print_progress(x, step, &res, do_eval, val);
         tr_ledger_mark(x->ledger, LED_LOG);
+        /* every rank saw the same stop_sig in this step's gather; the last step just ends */
+        if (x->stop_sig && !last) return run_stop_save(x, step + 1, saved);
     }
     return 0;
 }
@@ -610,13 +647,13 @@ static void report_plan(const run_ctx *x) {
  * sample and (tests) the parameters. Returns the exit status. */
 static int run_report(run_ctx *x) {
     const tr_recipe *r = &x->r;
-    char tt[32], tk[32];
+    char tt[32], rates[128];
     tr_fmt_duration(tr_now() - x->t_start, tt, sizeof(tt));
     const run_guard *g = &x->guard;
     long trained = r->train.steps - x->start_step + g->redone; /* rollbacks train some again */
-    tr_fmt_count((double)x->tokens_step * trained / x->t_train, tk, sizeof(tk));
-    printf("done: %d steps in %s, %s tok/s on average, waited for data %.3f%% of the time",
-           r->train.steps, tt, tk, 100.0 * tr_loader_wait_seconds(x->loader) / x->t_train);
+    fmt_rates(x, (double)x->tokens_step * trained / x->t_train, ", ", rates, sizeof(rates));
+    printf("done: %d steps in %s, %s (mean over the run), waited for data %.3f%% of the time",
+           r->train.steps, tt, rates, 100.0 * tr_loader_wait_seconds(x->loader) / x->t_train);
     if (isfinite(x->best_val)) printf(", best val_loss %.4f", x->best_val);
     printf("\n");
     if (g->skipped)
@@ -695,6 +732,7 @@ static tr_ledger *open_ledger(run_ctx *x, const char *command) {
                         .flops_step = x->flops_tok * (double)x->tokens_step,
                         .tokens_step = x->tokens_step,
                         .files = !x->ledger_off,
+                        .tty = x->tty,
                         .telemetry = x->be->device_memory ? gpu_telemetry : NULL};
     tr_ledger *L = tr_ledger_open(x->world, &o);
     if (!L) fprintf(stderr, "trainer run: rank %d: out of memory for the ledger\n", x->rank);
@@ -712,8 +750,10 @@ int tr_cmd_run(int argc, char **argv) {
     }
     int status = 1;
     if (!run_setup(x, &argc, &argv, &status) && (x->ledger = open_ledger(x, command))) {
-        int ok = !run_steps(x);
-        status = ok ? run_report(x) : 1;
+        run_stop_listen(1);
+        int rc = run_steps(x), ok = rc >= 0;
+        run_stop_listen(0);
+        status = rc == 0 ? run_report(x) : rc < 0 ? 1 : rc;
         tr_ledger_close(x->ledger, status, ok);
     }
     free(command);

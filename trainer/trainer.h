@@ -30,6 +30,7 @@ typedef struct {
     const char *precision; /* --precision bf16|fp32, NULL = the device's default */
     int sample_tokens;     /* --sample-tokens, -1 = the recipe's */
     int resume; /* --resume: continue from the newest good checkpoint in the output folder */
+    const char *progress; /* --progress tty|lines, NULL = decide (run_progress_tty) */
 } tr_options;
 
 /* Parse argv[first..argc) into opts. Returns 0, 1 when --help was asked, -1 on a bad flag
