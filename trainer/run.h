@@ -143,6 +143,9 @@ void run_dump_free(run_ctx *x);
  * and its step in *start; -1 with err when none can be used, -2 when another rank's reason
  * stops this one (said there). */
 int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t errlen);
+/* This rank's part of the checkpoint of `step` (from 1), the loader's position and the guard's
+ * state with it, the stall in the ledger (trainer/train.c; the loop's saves and a stop's). */
+void run_checkpoint(run_ctx *x, int step);
 /* Rank 0: drop metrics.jsonl's records of steps after `step` (they are trained again). */
 int run_trim_metrics(run_ctx *x, long step);
 

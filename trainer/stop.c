@@ -53,12 +53,7 @@ static int save_here(run_ctx *x, int step, int saved) {
             return -1;
         }
     }
-    if (!saved) {
-        tr_loader_pos pos = tr_loader_get_pos(x->loader);
-        double stall = tr_ckpt_save(x->ckw, step, &pos);
-        tr_ledger_mark(x->ledger, LED_CKPT);
-        tr_ledger_save(x->ledger, step, stall);
-    }
+    if (!saved) run_checkpoint(x, step);
     /* rank 0 publishes once every rank's part is written: its wait covers them all */
     long long failed = tr_ckpt_wait(x->ckw, x->err, sizeof(x->err)) != 0;
     tr_comm_all_reduce(x->world, &failed, 1, TR_COMM_I64);

@@ -42,6 +42,16 @@ static float lr_at(const tr_recipe *r, int step) {
     return lr;
 }
 
+/* This rank's part of the checkpoint of `step` (from 1): the model, the loader's position and
+ * the guard's state; its stall goes into the ledger. */
+void run_checkpoint(run_ctx *x, int step) {
+    tr_loader_pos pos = tr_loader_get_pos(x->loader);
+    tr_ckpt_guard gs;
+    double stall = tr_ckpt_save(x->ckw, step, &pos, run_guard_state(x, &gs));
+    tr_ledger_mark(x->ledger, LED_CKPT);
+    tr_ledger_save(x->ledger, step, stall);
+}
+
 /* Mean loss over the first eval_tokens of the validation split (the same batches every time);
  * NAN when there are no validation data, -1 with a message on bad data. */
 static int evaluate(run_ctx *x, double *loss) {
@@ -495,13 +505,7 @@ static int run_steps(run_ctx *x) {
         int last = step + 1 == t->steps;
         int saved =
             x->ckw && t->checkpoint_every > 0 && ((step + 1) % t->checkpoint_every == 0 || last);
-        if (saved) {
-            tr_loader_pos pos = tr_loader_get_pos(x->loader);
-            tr_ckpt_guard gs;
-            double stall = tr_ckpt_save(x->ckw, step + 1, &pos, run_guard_state(x, &gs));
-            tr_ledger_mark(x->ledger, LED_CKPT);
-            tr_ledger_save(x->ledger, step + 1, stall);
-        }
+        if (saved) run_checkpoint(x, step + 1);
         int do_eval = t->eval_every > 0 && ((step + 1) % t->eval_every == 0 || last);
         double val = NAN;
         if (do_eval) {
