@@ -301,15 +301,11 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
 }
 
 /* Less machinery first: fewer model-parallel ranks, a lower ZeRO stage, no sequence
- * parallelism, less recompute, fewer virtual stages, fewer micro-batches. A total order on
- * the layouts a tie can hold, so that which of them runs does not depend on the measurement's
- * noise (a resumed run, or the same recipe run again, gets the same one). */
+ * parallelism, less recompute, fewer virtual stages. */
 static int simpler(const tr_plan *a, const tr_plan *b) {
-    int ka[] = {a->tp * a->pp, a->zero,           a->sequence_parallel, a->recompute,
-                a->virtual_stages, a->microbatches, a->tp,              a->schedule};
-    int kb[] = {b->tp * b->pp, b->zero,           b->sequence_parallel, b->recompute,
-                b->virtual_stages, b->microbatches, b->tp,              b->schedule};
-    for (int i = 0; i < 8; i++)
+    int ka[] = {a->tp * a->pp, a->zero, a->sequence_parallel, a->recompute, a->virtual_stages};
+    int kb[] = {b->tp * b->pp, b->zero, b->sequence_parallel, b->recompute, b->virtual_stages};
+    for (int i = 0; i < 5; i++)
         if (ka[i] != kb[i]) return ka[i] < kb[i];
     return 0;
 }
