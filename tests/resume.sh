@@ -118,10 +118,10 @@ R=tests/checkpoint/gpt.lua
 "$T" run "$R" --peak-gflops 100 --micro-batch 2 --out "$tmp/m-a" >"$tmp/m-a.log" 2>&1
 (TR_FAULT_KILL_AFTER_STEP=8 "$T" run "$R" --peak-gflops 100 --micro-batch 2 --out "$tmp/m-b" >"$tmp/m-b.log" 2>&1; true) 2>/dev/null
 "$T" run "$R" --peak-gflops 100 --out "$tmp/m-b" --resume >"$tmp/m-b2.log" 2>&1 || bad "resume without flags failed: $(tail -1 "$tmp/m-b2.log")"
-if grep -q "^--resume: the layout of .*m-b/recipe.lua, not planned again" "$tmp/m-b2.log" &&
+if grep -q "^plan: the layout of .*m-b/recipe.lua, which --resume continues (not planned again)" "$tmp/m-b2.log" &&
     grep -q "micro_batch = 2," "$tmp/m-b/recipe.lua" &&
     cmp -s <(losses "$tmp/m-a/metrics.jsonl") <(losses "$tmp/m-b/metrics.jsonl"); then
-    ok "--resume without flags keeps the attempt's micro-batch of 2: $(grep '^--resume:' "$tmp/m-b2.log" | sed "s#$tmp/##"), losses bitwise"
+    ok "--resume without flags keeps the attempt's micro-batch of 2: $(grep '^plan: the layout' "$tmp/m-b2.log" | sed "s#$tmp/##"), losses bitwise"
 else
     bad "--resume without flags did not keep the layout: $(grep -i 'resume\|^plan' "$tmp/m-b2.log" | head -3)"
 fi

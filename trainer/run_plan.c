@@ -86,7 +86,8 @@ static void keep_layout(run_ctx *x) {
             x->r.parallel.n_stages = p->n_stages;
             memcpy(x->r.parallel.stages, p->stages, sizeof p->stages);
         }
-        if (x->rank == 0) printf("--resume: the layout of %s, not planned again\n", path);
+        snprintf(x->plan_line[0], sizeof x->plan_line[0],
+                 "plan: the layout of %.900s, which --resume continues (not planned again)", path);
     }
     tr_recipe_free(&s);
 }
@@ -148,6 +149,6 @@ void run_price(run_ctx *x) {
     snprintf(x->plan_line[1], sizeof x->plan_line[1],
              "plan: %s%spredicted %.4g s per step (compute %.3g, bubble %.3g, tp %.3g, pp %.3g, "
              "dp %.3g, optimizer %.3g), %s on the fullest process",
-             d, d[0] ? " (given): " : "", p.step_s, p.compute_s, p.bubble_s, p.tp_s, p.pp_s,
+             d, !d[0] ? "" : x->plan_line[0][0] ? " (continued): " : " (given): ", p.step_s, p.compute_s, p.bubble_s, p.tp_s, p.pp_s,
              p.dp_s, p.optim_s, m);
 }
