@@ -92,9 +92,12 @@ static int same_folder_recipe(const run_ctx *x, char *err, size_t errlen) {
     size_t cap = 0;
     ssize_t n = getdelim(&text, &cap, 0, f); /* no NUL in a recipe: the whole file */
     fclose(f);
-    int rc = n < 0 ? -1 : same_recipe(x, text, path, err, errlen);
-    if (n < 0) snprintf(err, errlen, "cannot read '%s'", path);
+    char why[768] = "";
+    int rc = n < 0 ? -1 : same_recipe(x, text, path, why, sizeof(why));
     free(text);
+    if (rc && snprintf(err, errlen, "%s (no checkpoint yet: compared with %s)",
+                       n < 0 ? "cannot read the run's recipe" : why, path) < 0)
+        err[0] = 0;
     return rc;
 }
 
