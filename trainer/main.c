@@ -69,7 +69,7 @@ static const char *run_help =
     "  --sample-tokens N tokens to sample at the end, 0 = none (overrides train.sample_tokens)\n"
     "  --device D        auto (default: CUDA when a GPU is present, else the CPU), cpu, cuda\n"
     "  --precision P     storage precision on CUDA: bf16 (default) or fp32; the CPU is fp32\n"
-    "  --resume          continue from the newest good checkpoint in the output folder (the\n"
+    "  --resume          continue from the checkpoint the output folder's `latest` names (the\n"
     "                    recipe must match it in model, data, optimizer and batch); with no\n"
     "                    checkpoint there yet but an earlier attempt's records, train from\n"
     "                    step 0 as another attempt\n"
