@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "trainer/run.h"
@@ -66,12 +67,21 @@ int run_folder_lock(run_ctx *x) {
     return 0;
 }
 
+/* A regular file (a folder when `dir`) at OUT/name: a link to a device (tests point one at
+ * /dev/full) is no run's record, and reading one would never end. */
+static int has(const char *out, const char *name, int dir) {
+    char path[TR_PATH_MAX + 32];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", out, name);
+    return !stat(path, &st) && (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+}
+
 /* The recipe file OUT/recipe.lua was written from (its first line names it). */
 static void recipe_source(const char *out, char *buf, size_t len) {
     char path[TR_PATH_MAX + 16], line[TR_PATH_MAX + 128] = "", cwd[TR_PATH_MAX];
     snprintf(path, sizeof(path), "%s/recipe.lua", out);
     snprintf(buf, len, "%s", "?");
-    FILE *f = fopen(path, "r");
+    FILE *f = has(out, "recipe.lua", 0) ? fopen(path, "r") : NULL;
     if (!f) return;
     int got = fgets(line, sizeof(line), f) != NULL;
     fclose(f);
@@ -89,7 +99,7 @@ static long metrics_steps(const char *out) {
     size_t cap = 0;
     long most = 0, k;
     snprintf(path, sizeof(path), "%s/metrics.jsonl", out);
-    FILE *f = fopen(path, "r");
+    FILE *f = has(out, "metrics.jsonl", 0) ? fopen(path, "r") : NULL;
     while (f && getline(&line, &cap, f) > 0)
         if (sscanf(line, "{\"step\": %ld", &k) == 1 && k > most) most = k;
     free(line);
@@ -100,19 +110,16 @@ static long metrics_steps(const char *out) {
 /* The earlier run OUT holds, in words ("a run of recipes/x.lua (60 steps, checkpoints up to
  * step 60)"); 0 when it holds none. */
 static int describe_run(const char *out, char *buf, size_t len) {
-    char path[TR_PATH_MAX + 32], src[TR_PATH_MAX];
-    int found = 0;
-    for (int i = 0; i < RUN_MARKERS && !found; i++) {
-        snprintf(path, sizeof(path), "%s/%s", out, run_files[i]);
-        found = access(path, F_OK) == 0;
-    }
+    char src[TR_PATH_MAX];
+    int found = has(out, "checkpoints", 1);
+    for (int i = 0; i < RUN_MARKERS && !found; i++)
+        found = has(out, run_files[i], 0);
+    if (!found) return 0;
     long *steps, top = -1;
     int n = tr_ckpt_steps(out, &steps);
     for (int i = 0; i < n; i++)
         if (steps[i] > top) top = steps[i];
     free(steps);
-    snprintf(path, sizeof(path), "%s/checkpoints", out);
-    if (!found && access(path, F_OK)) return 0;
     recipe_source(out, src, sizeof(src));
     char ck[64] = "no checkpoint";
     if (top >= 0) snprintf(ck, sizeof(ck), "checkpoints up to step %ld", top);
