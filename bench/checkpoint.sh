@@ -26,12 +26,12 @@ dd_gbs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", 16 * 1048576 * 90 / 1
 run() { # $1: label, rest: env; prints the "checkpoints:" line's numbers
     local label=$1; shift
     rm -rf "$dir/run"
-    env "$@" "$T" run "$R" --set steps=$STEPS --set every=$EVERY --out "$dir/run" \
+    env "$@" "$T" run "$R" --set steps=$STEPS --set every=$EVERY --out "$dir/run" --overwrite \
         --peak-gflops 100 >"$dir/$label.log" 2>&1 || { cat "$dir/$label.log"; exit 1; }
 }
 # training time without checkpoints (checkpoint_every = 0)
 rm -rf "$dir/run"
-"$T" run "$R" --set steps=$STEPS --set every=0 --out "$dir/run" --peak-gflops 100 >"$dir/none.log" 2>&1
+"$T" run "$R" --set steps=$STEPS --set every=0 --out "$dir/run" --overwrite --peak-gflops 100 >"$dir/none.log" 2>&1
 run sync TR_CKPT_SYNC=1
 run async X=1
 

@@ -25,7 +25,7 @@ row() { # name recipe torch-args trainer-args...
     local name="$1" recipe="$2" targs="$3"
     shift 3
     $T run "$recipe" "$@" --steps "$steps" --eval-every 0 --sample-tokens 0 \
-        --out "$tmp/$name" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; exit 1; }
+        --out "$tmp/$name" --overwrite >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; exit 1; }
     local ours gf peak theirs
     ours=$(median "$tmp/$name/metrics.jsonl" tokens_per_s)
     gf=$(median "$tmp/$name/metrics.jsonl" gflops)

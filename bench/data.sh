@@ -72,7 +72,7 @@ done
 echo
 echo "Loader: share of training time spent waiting for the next micro-batch"
 for r in recipes/shakespeare_char.lua recipes/shakespeare_bpe.lua; do
-    line=$("$T" run "$r" --steps 40 --eval-every 0 --sample-tokens 0 --out "$tmp/run" 2>&1 |
+    line=$("$T" run "$r" --steps 40 --eval-every 0 --sample-tokens 0 --out "$tmp/run" --overwrite 2>&1 |
         grep "^done:")
     printf "%-34s %s\n" "$(basename "$r")" "$(echo "$line" | sed 's/^done: //')"
 done

@@ -20,7 +20,7 @@ median() { # file key: median after the first two (warm-up) steps
 }
 run() { # name np threads zero [sync]
     local name=$1 np=$2 th=$3 zero=$4 sync=${5:-0}
-    local cmd=("$T" run bench/dp_gpt.lua --set zero="$zero" --set steps="$steps" --out "$tmp/$name" --peak-gflops 1)
+    local cmd=("$T" run bench/dp_gpt.lua --set zero="$zero" --set steps="$steps" --out "$tmp/$name" --overwrite --peak-gflops 1)
     if [ "$np" -eq 1 ]; then OMP_NUM_THREADS=$th "${cmd[@]}" >"$tmp/$name.log" 2>&1
     else OMP_NUM_THREADS=$th TR_DP_SYNC_REFRESH=$sync mpirun -x TR_DP_SYNC_REFRESH -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1; fi
 }

@@ -26,7 +26,7 @@ step() { # name recipe knobs...
     local args=()
     for k in "$@"; do args+=(--set "$k"); done
     TR_EMU_PROF="$tmp/$name.txt" "$T" run "$recipe" "${args[@]}" --device cuda --precision bf16 \
-        --micro-batch 1 --steps 1 --eval-every 0 --sample-tokens 0 --out "$tmp/$name" \
+        --micro-batch 1 --steps 1 --eval-every 0 --sample-tokens 0 --out "$tmp/$name" --overwrite \
         >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; exit 1; }
     echo "== $name: one bf16 training step, $* (micro-batch 1)"
     cat "$tmp/$name.txt"

@@ -38,7 +38,7 @@ one() {
     rm -rf "${out:?}/$name"
     echo "${envs[*]}" >"$out/$name.env" # the faults, for bench/guard_rules.py
     local t0=$SECONDS
-    env "${envs[@]}" "$T" run "$(copy "$r" "$name")" --out "$out/$name" --eval-every 0 --sample-tokens 0 \
+    env "${envs[@]}" "$T" run "$(copy "$r" "$name")" --out "$out/$name" --overwrite --eval-every 0 --sample-tokens 0 \
         --peak-gflops 100 "$@" >"$out/$name.log" 2>&1
     echo "$? $((SECONDS - t0))s" >"$out/$name.done"
     echo "$name: exit $(cat "$out/$name.done")"

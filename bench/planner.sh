@@ -33,7 +33,7 @@ cores = os.cpu_count() or 1
 
 def run(recipe, np, flags, name):
     out = os.path.join(tmp, name)
-    cmd = [T, "run", recipe, "--set", "steps=%d" % steps, "--out", out, "--peak-gflops", "1"] + flags
+    cmd = [T, "run", recipe, "--set", "steps=%d" % steps, "--out", out, "--overwrite", "--peak-gflops", "1"] + flags
     if np > 1:
         cmd = ["mpirun", "-np", str(np)] + cmd
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, cores // np)))

@@ -23,7 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 run() { # name np threads [flags...]
     local name=$1 np=$2 th=$3
     shift 3
-    local cmd=("$T" run bench/pp_gpt.lua --set steps="$steps" --out "$tmp/$name" --peak-gflops 1 "$@")
+    local cmd=("$T" run bench/pp_gpt.lua --set steps="$steps" --out "$tmp/$name" --overwrite --peak-gflops 1 "$@")
     if [ "$np" -eq 1 ]; then OMP_NUM_THREADS=$th "${cmd[@]}" >"$tmp/$name.log" 2>&1
     else OMP_NUM_THREADS=$th mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1; fi
 }

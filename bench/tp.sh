@@ -43,7 +43,7 @@ run() { # name np threads [flags...]: repetition $rep
     local name=$1.$rep np=$2 th=$3
     shift 3
     local cmd=("$T" run bench/tp_gpt.lua --set steps="$steps" --set width="$width"
-               --set heads="$heads" --out "$tmp/$name" --peak-gflops 1 "$@")
+               --set heads="$heads" --out "$tmp/$name" --overwrite --peak-gflops 1 "$@")
     if [ "$np" -eq 1 ]; then OMP_NUM_THREADS=$th "${cmd[@]}" >"$tmp/$name.log" 2>&1
     else OMP_NUM_THREADS=$th mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1; fi
 }

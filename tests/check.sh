@@ -55,7 +55,7 @@ agree() {
 # the model's parameter count, from a run's TR_DUMP_PARAMS (4 bytes each)
 params_of() {
     TR_DUMP_PARAMS="$tmp/p.params" "$T" run "$@" --steps 1 --eval-every 0 --sample-tokens 0 \
-        --peak-gflops 1 --device cpu --out "$tmp/p" >"$tmp/p.log" 2>&1 || { echo 0; return; }
+        --peak-gflops 1 --device cpu --out "$tmp/p" --overwrite >"$tmp/p.log" 2>&1 || { echo 0; return; }
     echo $(($(stat -c %s "$tmp/p.params") / 4))
 }
 

@@ -87,7 +87,7 @@ expect 1 "missing/corpus.txt': No such file" -- run "$tmp/r.lua" --out "$tmp/run
 # undefined behaviour in the CPU exp, which the sanitizer build reported instead)
 expect 1 "step [0-9]*: loss is .*training diverged" -- run recipes/shakespeare_char.lua --set lr=1e30 \
     --set layers=1 --set width=32 --set heads=2 --set seq=16 --set batch_tokens=64 --steps 5 \
-    --eval-every 0 --sample-tokens 0 --out "$tmp/nan"
+    --eval-every 0 --sample-tokens 0 --out "$tmp/nan2"
 
 # output files that cannot be written give one line and exit 1, never a silent empty file:
 # /dev/full fails every write with ENOSPC, as a full disk does

@@ -53,7 +53,7 @@ recipe "$tmp/mix.lua" "data { mix = { { shards = \"$tmp/shards/train_000000.bin\
 
 run_on() { # run_on GLOB: a tiny run on the given shards
     recipe "$tmp/b.lua" "data { shards = \"$1\", tokenizer = \"gpt2\" }"
-    expect "$2" -- run "$tmp/b.lua" --steps 2 --set seq=32 --set batch_tokens=256 --out "$tmp/run3"
+    expect "$2" -- run "$tmp/b.lua" --steps 2 --set seq=32 --set batch_tokens=256 --out "$tmp/run3" --overwrite
 }
 run_on "$tmp/none_*.bin" "none_\*.bin' matches no file"
 head -c 2048 /dev/zero >"$tmp/zero.bin"

@@ -141,7 +141,7 @@ fi
 script -qec "$T run $R --out $tmp/pty --steps 6" /dev/null >"$tmp/pty.log" 2>&1
 grep -q $'\r\033\[Kstep 2/6' "$tmp/pty.log" && ok "progress: a terminal's line is rewritten" ||
     { bad "progress: no rewritten line on a terminal"; cat -A "$tmp/pty.log" | tail -5; }
-script -qec "$T run $R --out $tmp/pty --steps 6 --progress lines" /dev/null >"$tmp/ptyl.log" 2>&1
+script -qec "$T run $R --out $tmp/pty --steps 6 --overwrite --progress lines" /dev/null >"$tmp/ptyl.log" 2>&1
 ! grep -q $'\033' "$tmp/ptyl.log" && [ "$(grep -c '^step' "$tmp/ptyl.log")" = 3 ] &&
     ok "progress: --progress lines on a terminal: lines of steps 1, 5, 6" ||
     { bad "progress: --progress lines still rewrites"; cat -A "$tmp/ptyl.log" | tail -5; }

@@ -244,7 +244,7 @@ static int side_argv(const check_opts *o, const check_layout *l, const char *sel
     }
     const char *fixed[] = {
         self, "run",           o->recipe, "--steps", "1", "--eval-every", "0", "--sample-tokens",
-        "0",  "--peak-gflops", "1",       "--out",   dir};
+        "0",  "--peak-gflops", "1",       "--out",   dir,           "--overwrite"};
     for (size_t i = 0; i < sizeof(fixed) / sizeof(*fixed); i++)
         if (push(argv, &n, fixed[i])) return -1;
     for (int i = 0; i < o->n_sets; i++)

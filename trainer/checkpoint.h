@@ -222,12 +222,16 @@ const tr_ckpt_tensor *tr_ckpt_find(const tr_ckpt *c, const char *name);
  * if they were not yet); -1 with a message naming the file when one is damaged. */
 int tr_ckpt_read_elems(const tr_ckpt_tensor *t, size_t lo, size_t hi, float *dst, char *err,
                        size_t errlen);
-/* The complete checkpoints under OUT/checkpoints (step numbers, newest first, malloc'ed). */
+/* The complete checkpoints under OUT/checkpoints (step numbers, malloc'ed) in the order to
+ * resume from them: the one OUT/checkpoints/latest names first, then the others newest first. */
 int tr_ckpt_steps(const char *out, long **steps);
 /* After a rollback to the checkpoint of `step` (trainer/guard.c): the newer checkpoints (of
  * steps that are trained again on other data) are removed and `latest` names step's again.
  * -1 with a message when `latest` cannot be written. */
 int tr_ckpt_remove_after(const char *out, long step, char *err, size_t errlen);
+/* `trainer run --overwrite`: every checkpoint in OUT/checkpoints, `latest` and unfinished
+ * saves removed (a user's own files there stay). The number removed, or -1 with a message. */
+int tr_ckpt_remove_all(const char *out, char *err, size_t errlen);
 /* Give every tensor whole data (assembling those in blocks); -1 when out of memory. */
 int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen);
 /* Copy the checkpoint's parameters (and, when present, AdamW moments and step count) into
@@ -241,8 +245,9 @@ int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen);
 int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen);
 void tr_ckpt_free(tr_ckpt *c);
 
-/* The newest checkpoint under OUT/checkpoints that verifies; every one skipped gets a line on
- * `log`. Returns 0 (c filled), 1 when there is none, -1 on error. */
+/* The checkpoint OUT/checkpoints/latest names, or when it is damaged or latest names none, the
+ * newest other that verifies; every one skipped, and a missing latest, get a line on `log`.
+ * Returns 0 (c filled), 1 when there is none, -1 on error. */
 int tr_ckpt_find_resume(const char *out, tr_ckpt *c, int with_optimizer, FILE *log, char *err,
                         size_t errlen);
 

@@ -528,6 +528,76 @@ int ck_list_steps(const char *dir, long **steps) {
     return n;
 }
 
+/* The step `latest` names when it names one of the n complete checkpoints in steps; -1 when
+ * it is missing, unreadable or names another. */
+static long latest_step(const char *dir, const long *steps, int n) {
+    char path[TR_PATH_MAX + 16], name[64] = "";
+    snprintf(path, sizeof(path), "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int got = fgets(name, sizeof(name), f) != NULL;
+    fclose(f);
+    long s;
+    char canon[32], tail = 0;
+    if (!got || sscanf(name, "step_%ld%c", &s, &tail) < 1 || (tail && tail != '\n')) return -1;
+    snprintf(canon, sizeof(canon), "step_%08ld", s);
+    if (strncmp(canon, name, strlen(canon))) return -1;
+    for (int i = 0; i < n; i++)
+        if (steps[i] == s) return s;
+    return -1;
+}
+
+int ck_resume_order(const char *dir, long **steps, FILE *log) {
+    int n = ck_list_steps(dir, steps);
+    if (n == 0) return 0;
+    long s = latest_step(dir, *steps, n);
+    if (s < 0) {
+        if (log)
+            fprintf(log,
+                    "%s/latest is missing or names no complete checkpoint: trying the newest "
+                    "complete one (step %ld) first\n",
+                    dir, (*steps)[0]);
+        return n;
+    }
+    int at = 0; /* move latest's step to the front, the others keep their order */
+    while ((*steps)[at] != s)
+        at++;
+    memmove(*steps + 1, *steps, (size_t)at * sizeof(long));
+    (*steps)[0] = s;
+    return n;
+}
+
+int tr_ckpt_remove_all(const char *out, char *err, size_t errlen) {
+    char ckdir[TR_PATH_MAX + 16], p[TR_PATH_MAX + 300];
+    snprintf(ckdir, sizeof(ckdir), "%s/checkpoints", out);
+    DIR *d = opendir(ckdir);
+    if (!d)
+        return errno == ENOENT
+                   ? 0
+                   : ck_fail(err, errlen, "cannot read '%s': %s", ckdir, strerror(errno));
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) { /* only the writer's own names: a user's file stays */
+        const char *s = e->d_name;
+        snprintf(p, sizeof(p), "%s/%s", ckdir, s);
+        if (!strncmp(s, "step_", 5) || !strncmp(s, ".tmp_step_", 10)) {
+            ck_remove_dir(p);
+            n += s[0] == 's';
+        } else if (!strcmp(s, "latest") || !strcmp(s, "latest.tmp")) {
+            unlink(p);
+        }
+    }
+    closedir(d);
+    rmdir(ckdir); /* fails, and stays, when a user's file is in it */
+    long *left;
+    int k = ck_list_steps(ckdir, &left);
+    free(left);
+    snprintf(p, sizeof(p), "%s/latest", ckdir);
+    if (k > 0 || !access(p, F_OK))
+        return ck_fail(err, errlen, "cannot remove the checkpoints in '%s' (permissions?)", ckdir);
+    return n;
+}
+
 int tr_ckpt_remove_after(const char *out, long step, char *err, size_t errlen) {
     char ckdir[TR_PATH_MAX + 16], path[TR_PATH_MAX + 64], dst[TR_PATH_MAX + 32], latest[64];
     snprintf(ckdir, sizeof(ckdir), "%s/checkpoints", out);

@@ -100,7 +100,7 @@ int tr_ckpt_read_lazy(tr_ckpt *c, const char *dir, int with_optimizer, char *err
 int tr_ckpt_steps(const char *out, long **steps) {
     char ckdir[TR_PATH_MAX + 16];
     snprintf(ckdir, sizeof(ckdir), "%s/checkpoints", out);
-    return ck_list_steps(ckdir, steps);
+    return ck_resume_order(ckdir, steps, NULL);
 }
 
 /* The manifest's last line, "# crc32c: XXXXXXXX", checked against every byte before it; the
@@ -599,7 +599,7 @@ int tr_ckpt_find_resume(const char *out, tr_ckpt *c, int with_optimizer, FILE *l
     char ckdir[TR_PATH_MAX + 16];
     snprintf(ckdir, sizeof(ckdir), "%s/checkpoints", out);
     long *steps;
-    int n = ck_list_steps(ckdir, &steps);
+    int n = ck_resume_order(ckdir, &steps, log);
     for (int i = 0; i < n; i++) {
         char dir[TR_PATH_MAX + 64];
         snprintf(dir, sizeof(dir), "%s/step_%08ld", ckdir, steps[i]);

@@ -37,6 +37,10 @@ int ck_fsync_dir(const char *dir);
 void ck_remove_dir(const char *dir);
 /* Steps of the complete checkpoints in dir (step_NNNNNNNN folders), newest first. */
 int ck_list_steps(const char *dir, long **steps);
+/* The same in the order to try them: the one `latest` names first (the truth: a save cut
+ * before it renamed `latest`, or an earlier run, may have left others), then the others
+ * newest first; when `latest` names none of them, newest first, said on log (may be NULL). */
+int ck_resume_order(const char *dir, long **steps, FILE *log);
 /* The "u64 length + header JSON" prefix of an F32 safetensors file holding t[0..n), padded so
  * that the data start at a multiple of 8 bytes; malloc'ed. */
 unsigned char *ck_st_header(const tr_st_tensor *t, int n, const char *const *meta, size_t *out_len);

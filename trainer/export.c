@@ -549,8 +549,8 @@ static const char *export_help =
     "GPT2LMHeadModel for GPT-2-shaped models (learned positions, LayerNorm, GELU), and\n"
     "LlamaForCausalLM for Llama-shaped ones (rope, RMSNorm, SwiGLU, no biases).\n"
     "\n"
-    "  CKPT          a checkpoint folder (OUT/checkpoints/step_NNNNNNNN) or a run folder (its\n"
-    "                newest good checkpoint)\n"
+    "  CKPT          a checkpoint folder (OUT/checkpoints/step_NNNNNNNN) or a run folder (the\n"
+    "                checkpoint its checkpoints/latest names)\n"
     "  --format hf   the output format (only hf today)\n"
     "  --out DIR     the folder to write\n";
 

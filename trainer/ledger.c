@@ -159,6 +159,11 @@ static int open_files(tr_ledger *L, const tr_ledger_opts *o) {
     char path[TR_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/attempts.jsonl", o->out);
     int attempt = 1;
+    char err[TR_PATH_MAX + 128];
+    snprintf(L->path, sizeof(L->path), "%s/ledger.jsonl", o->out);
+    if (o->resume && (tr_jsonl_repair(path, stdout, err, sizeof(err)) ||
+                      tr_jsonl_repair(L->path, stdout, err, sizeof(err))))
+        fprintf(stderr, "trainer run: %s\n", err); /* the records may glue two lines: no more */
     FILE *a = o->resume ? fopen(path, "r") : NULL;
     if (a) {
         char *line = NULL;
@@ -172,7 +177,6 @@ static int open_files(tr_ledger *L, const tr_ledger_opts *o) {
         FILE *t = fopen(path, "w");
         if (t) fclose(t);
     }
-    snprintf(L->path, sizeof(L->path), "%s/ledger.jsonl", o->out);
     L->f = fopen(L->path, o->resume ? "a" : "w");
     if (!L->f) {
         fprintf(stderr, "trainer run: cannot write '%s': %s (the run goes on without its "

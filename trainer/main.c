@@ -45,7 +45,7 @@ static const char *run_help =
     "usage: trainer run RECIPE [--set NAME=VALUE]... [--steps N] [--out DIR]\n"
     "                          [--micro-batch B] [--eval-every N] [--sample-tokens N]\n"
     "                          [--device auto|cpu|cuda] [--precision bf16|fp32]\n"
-    "                          [--peak-gflops X] [--resume] [--timeout SECONDS]\n"
+    "                          [--peak-gflops X] [--resume | --overwrite] [--timeout SECONDS]\n"
     "                          [--progress tty|lines]\n"
     "                          [--dp D] [--tp T] [--sequence-parallel] [--zero S]\n"
     "                          [--pp P] [--schedule S] [--microbatches M] [--virtual-stages V]\n"
@@ -69,10 +69,12 @@ static const char *run_help =
     "  --sample-tokens N tokens to sample at the end, 0 = none (overrides train.sample_tokens)\n"
     "  --device D        auto (default: CUDA when a GPU is present, else the CPU), cpu, cuda\n"
     "  --precision P     storage precision on CUDA: bf16 (default) or fp32; the CPU is fp32\n"
-    "  --resume          continue from the newest good checkpoint in the output folder (the\n"
+    "  --resume          continue from the checkpoint the output folder's `latest` names (the\n"
     "                    recipe must match it in model, data, optimizer and batch); with no\n"
     "                    checkpoint there yet but an earlier attempt's records, train from\n"
     "                    step 0 as another attempt\n"
+    "  --overwrite       replace the run the output folder holds (its checkpoints and records;\n"
+    "                    other files stay); without it or --resume such a folder is refused\n"
     "  --peak-gflops X   the machine's peak for MFU (default: the GPU's dense bf16 rate from\n"
     "                    a table of devices, or the CPU's measured sgemm rate)\n"
     "  --timeout S       seconds any collective may take before every rank exits naming the\n"
@@ -201,6 +203,8 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
                 o->precision = v;
         } else if (!strcmp(a, "--resume")) {
             o->resume = 1;
+        } else if (!strcmp(a, "--overwrite")) {
+            o->overwrite = 1;
         } else if (!strcmp(a, "--progress")) {
             if (need_value(cmd, a, i, argc)) return -1;
             o->progress = argv[++i];
@@ -271,6 +275,13 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
     }
     if (!o->recipe) {
         fprintf(perr(), "trainer %s: no recipe given (see trainer %s --help)\n", cmd, cmd);
+        return -1;
+    }
+    if (o->resume && o->overwrite) {
+        fprintf(perr(),
+                "trainer %s: --resume continues the run in the output folder and "
+                "--overwrite replaces it: give one of them\n",
+                cmd);
         return -1;
     }
     return 0;

@@ -84,6 +84,7 @@ typedef struct {
     tr_dp *dp;
     tr_ckpt_writer *ckw;
     FILE *metrics; /* rank 0 */
+    int lock_fd;   /* rank 0: OUT/.lock, held for the run's life (-1: none) */
     char metrics_path[TR_PATH_MAX + 32];
     int start_step;
     int out_failed;          /* an output file could not be written: the run exits with 1 */
@@ -148,6 +149,16 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
 void run_checkpoint(run_ctx *x, int step);
 /* Rank 0: drop metrics.jsonl's records of steps after `step` (they are trained again). */
 int run_trim_metrics(run_ctx *x, long step);
+
+/* trainer/run_folder.c, rank 0 only. The run folder's lock (held until the process ends):
+ * 0, or -1 with x->msg naming the run that holds it. */
+int run_folder_lock(run_ctx *x);
+/* 0, or -1 with x->msg when OUT holds an earlier run and neither --resume nor --overwrite was
+ * given (nothing is touched). */
+int run_folder_check(run_ctx *x);
+/* --overwrite: the earlier run's files (the trainer's own names only) removed; 0, or -1 after
+ * one line. */
+int run_folder_clear(run_ctx *x);
 
 /* The environment switches (trainer/env.c): the tests' TR_FAULT_* and TR_LEDGER into x's
  * fields; 0, or -1 with the line in x->msg. */

@@ -68,17 +68,44 @@ int run_trim_metrics(run_ctx *x, long step) {
 /* Checkpoint c into the model and the loader, if the recipe still matches it: 0; -1 with err
  * when it cannot be used (another recipe, nothing left to do); 1 when a block this process
  * reads is damaged (lazily read checkpoints: an older one may do). */
-static int use_checkpoint(run_ctx *x, tr_ckpt *c, char *err, size_t errlen) {
-    const tr_recipe *r = &x->r;
+/* The recipe the run was saved with (`text`, from `chunk`) against this run's: 0, or -1 with
+ * the changes that matter in err (harmless ones printed). */
+static int same_recipe(const run_ctx *x, const char *text, const char *chunk, char *err,
+                       size_t errlen) {
     tr_recipe saved;
-    char chunk[TR_PATH_MAX + 32];
-    snprintf(chunk, sizeof(chunk), "%s/manifest.yaml", c->dir);
-    int rc = tr_recipe_load_string(&saved, c->recipe, chunk, ".", NULL, 0, err, errlen);
+    int rc = tr_recipe_load_string(&saved, text, chunk, ".", NULL, 0, err, errlen);
     if (!rc) {
-        rc = tr_ckpt_compare_recipes(&saved, r, stdout, err, errlen);
+        rc = tr_ckpt_compare_recipes(&saved, &x->r, stdout, err, errlen);
         tr_recipe_free(&saved);
     }
-    if (rc) return -1;
+    return rc ? -1 : 0;
+}
+
+/* --resume with no checkpoint yet: OUT/recipe.lua, when there is one, must be this run's as a
+ * checkpoint's recipe must. 0, or -1 with err. */
+static int same_folder_recipe(const run_ctx *x, char *err, size_t errlen) {
+    char path[TR_PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/recipe.lua", x->r.train.out);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t n = getdelim(&text, &cap, 0, f); /* no NUL in a recipe: the whole file */
+    fclose(f);
+    char why[768] = "";
+    int rc = n < 0 ? -1 : same_recipe(x, text, path, why, sizeof(why));
+    free(text);
+    if (rc && snprintf(err, errlen, "%s (no checkpoint yet: compared with %s)",
+                       n < 0 ? "cannot read the run's recipe" : why, path) < 0)
+        err[0] = 0;
+    return rc;
+}
+
+static int use_checkpoint(run_ctx *x, tr_ckpt *c, char *err, size_t errlen) {
+    const tr_recipe *r = &x->r;
+    char chunk[TR_PATH_MAX + 32];
+    snprintf(chunk, sizeof(chunk), "%s/manifest.yaml", c->dir);
+    if (same_recipe(x, c->recipe, chunk, err, errlen)) return -1;
     if (c->step >= r->train.steps) {
         if (snprintf(err, errlen,
                      "%s is at step %ld and the recipe trains %d steps: nothing to "
@@ -115,6 +142,7 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
         char rec[TR_PATH_MAX + 32];
         int have = tr_ckpt_steps(r->train.out, &none);
         free(none);
+        if (have == 0 && same_folder_recipe(x, err, errlen)) return -1;
         snprintf(rec, sizeof(rec), "%s/attempts.jsonl", r->train.out);
         if (have == 0 && access(rec, F_OK) == 0) { /* a relaunch killed before the first save */
             *start = 0;
@@ -306,9 +334,9 @@ static void agreed_sha(const run_ctx *x, char out[65]) {
     tr_recipe_write_lua(&c, f);
     const char *sync = getenv("TR_CKPT_SYNC");
     fprintf(f,
-            "\n-- options: resume %d, device %s, precision %s, timeout %.17g, pad_vocab %d, "
-            "TR_CKPT_SYNC %d\n",
-            x->o.resume, x->o.device ? x->o.device : "auto",
+            "\n-- options: resume %d, overwrite %d, device %s, precision %s, timeout %.17g, "
+            "pad_vocab %d, TR_CKPT_SYNC %d\n",
+            x->o.resume, x->o.overwrite, x->o.device ? x->o.device : "auto",
             x->o.precision ? x->o.precision : "default", x->o.timeout > 0 ? x->o.timeout : 300.0,
             x->lay.pad_vocab, sync && *sync && strcmp(sync, "0"));
     fclose(f);
@@ -391,6 +419,14 @@ static int setup_layout(run_ctx *x) {
     return setup_failed(x->world, bad, x->msg) ? -1 : 0;
 }
 
+/* A step only rank 0 takes (OUT's lock, what OUT holds): every rank leaves on its word, which
+ * rank 0 says as it is. */
+static int rank0_decides(run_ctx *x, int (*step)(run_ctx *)) {
+    long long bad = x->rank == 0 && step(x);
+    tr_comm_broadcast(x->world, &bad, 1, TR_COMM_I64, 0);
+    return setup_failed(x->world, bad != 0, x->msg);
+}
+
 /* The output folder, the data (a BPE corpus tokenized once into cached shards), the loader of
  * this rank's dp group (tp ranks of one group read the same batches), agreed data, and an
  * output folder all ranks share when checkpoints need one. */
@@ -399,6 +435,7 @@ static int setup_data(run_ctx *x) {
     int bad = x->rank == 0 && tr_mkdirs(r->train.out, x->err, sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
     if (setup_failed(x->world, bad, x->msg)) return -1;
+    if (rank0_decides(x, run_folder_lock) || rank0_decides(x, run_folder_check)) return -1;
     if (r->data.text[0] && r->data.tokenizer != TR_TOKENIZER_BYTE) {
         char dir[TR_PATH_MAX + 64];
         int made = 0;
@@ -501,6 +538,10 @@ static int open_outputs(run_ctx *x) {
     if (run_close_output(rf, path)) return -1;
     if (wbad) return run_cannot_write(path, EIO);
     snprintf(x->metrics_path, sizeof(x->metrics_path), "%s/metrics.jsonl", x->r.train.out);
+    if (x->o.resume && tr_jsonl_repair(x->metrics_path, stdout, x->err, sizeof(x->err))) {
+        fprintf(stderr, "trainer run: %s\n", x->err);
+        return -1;
+    }
     x->metrics = fopen(x->metrics_path, x->o.resume ? "a" : "w");
     if (!x->metrics) return run_cannot_write(x->metrics_path, errno);
     return x->o.resume ? trim_metrics(&x->metrics, x->metrics_path, x->start_step) : 0;
@@ -540,6 +581,9 @@ int run_open_checkpoints(run_ctx *x, int check_shared) {
  * and the tests' fault variables. */
 static int setup_outputs(run_ctx *x) {
     const tr_recipe *r = &x->r;
+    /* only now that every rank's setup succeeded: a refused run leaves the earlier one whole */
+    if (x->o.overwrite && setup_failed(x->world, x->rank == 0 && run_folder_clear(x), ""))
+        return -1;
     if (setup_failed(x->world, x->rank == 0 && open_outputs(x), "")) return -1;
     if (r->train.checkpoint_every > 0 && run_open_checkpoints(x, 0)) return -1;
     x->inputs = malloc((size_t)x->B * x->T * sizeof(int));
@@ -642,6 +686,7 @@ void run_free(run_ctx *x) {
     run_dump_free(x);
     tr_ckpt_writer_free(x->ckw); /* before the model: the writer reads it */
     if (x->metrics) fclose(x->metrics);
+    if (x->lock_fd >= 0) close(x->lock_fd);
     free(x->inputs);
     free(x->targets);
     free(x->all_steps);

@@ -201,8 +201,16 @@ static void free_command(sv_run *s) {
     free(s->hosts);
 }
 
-/* --resume added to the `trainer run` part, once. */
+/* --resume added to the `trainer run` part, once; an --overwrite there goes (the relaunch
+ * continues the run the first launch replaced the folder's with). */
 static int add_resume(sv_run *s) {
+    for (int i = s->run_at + 1; i < s->n; i++)
+        if (!strcmp(s->cmd[i], "--overwrite")) {
+            free(s->cmd[i]);
+            memmove(s->cmd + i, s->cmd + i + 1, (size_t)(s->n - i) * sizeof(char *));
+            s->n--;
+            break;
+        }
     for (int i = s->run_at + 1; i < s->n; i++)
         if (!strcmp(s->cmd[i], "--resume")) return 0;
     char *r = strdup("--resume");

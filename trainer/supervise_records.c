@@ -171,6 +171,9 @@ void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
 static FILE *open_attempts(const sv_run *s) {
     char path[TR_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/attempts.jsonl", s->out);
+    char err[TR_PATH_MAX + 128];
+    if (tr_jsonl_repair(path, stdout, err, sizeof(err))) /* a run killed in a write */
+        fprintf(stderr, "trainer supervise: %s\n", err);
     FILE *f = fopen(path, "a");
     if (!f)
         fprintf(stderr, "trainer supervise: cannot write '%s': %s (the relaunch goes on)\n", path,

@@ -753,6 +753,7 @@ int tr_cmd_run(int argc, char **argv) {
         return 1;
     }
     int status = 1;
+    x->lock_fd = -1;
     if (!run_setup(x, &argc, &argv, &status) && (x->ledger = open_ledger(x, command))) {
         run_stop_listen(1);
         int rc = run_steps(x), ok = rc >= 0;

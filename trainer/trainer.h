@@ -29,7 +29,8 @@ typedef struct {
     int sequence_parallel; /* --sequence-parallel 1, --no-sequence-parallel -1, else 0 */
     const char *precision; /* --precision bf16|fp32, NULL = the device's default */
     int sample_tokens;     /* --sample-tokens, -1 = the recipe's */
-    int resume; /* --resume: continue from the newest good checkpoint in the output folder */
+    int resume;    /* --resume: continue from the newest good checkpoint in the output folder */
+    int overwrite; /* --overwrite: replace the run the output folder holds */
     const char *progress; /* --progress tty|lines, NULL = decide (run_progress_tty) */
 } tr_options;
 
@@ -98,6 +99,10 @@ void tr_hostname(char *buf, size_t n);
 #define TR_HOST_LEN 64
 #define TR_DEVICE_LEN 96
 int tr_mkdirs(const char *path, char *err, size_t errlen);
+/* A JSON-lines file made to end at a line boundary before anything is appended to it: a last
+ * record cut short by a kill (no '\n' after it) is truncated away, said in one line on log
+ * (may be NULL). 0, also when the file does not exist; -1 with err when it cannot be. */
+int tr_jsonl_repair(const char *path, FILE *log, char *err, size_t errlen);
 double tr_measure_peak_gflops(void);
 void tr_fmt_count(double x, char *buf, size_t n);
 void tr_fmt_bytes(double x, char *buf, size_t n);

@@ -1,6 +1,7 @@
 /* Helpers shared by the subcommands: loading a recipe with the command-line overrides,
  * resolving the layout, the machine's measured peak, folders and number formatting. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,4 +204,40 @@ char *tr_shell_join(int argc, char **argv) {
     }
     *p = 0;
     return out;
+}
+
+/* Scans back from the end in blocks for the last '\n': the file's length up to and with it. */
+static off_t last_line_end(int fd, off_t size) {
+    char buf[4096];
+    for (off_t end = size; end > 0;) {
+        off_t from = end > (off_t)sizeof(buf) ? end - (off_t)sizeof(buf) : 0;
+        ssize_t k = pread(fd, buf, (size_t)(end - from), from);
+        if (k != end - from) return -1;
+        for (ssize_t i = k - 1; i >= 0; i--)
+            if (buf[i] == '\n') return from + i + 1;
+        end = from;
+    }
+    return 0;
+}
+
+int tr_jsonl_repair(const char *path, FILE *log, char *err, size_t errlen) {
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return 0;
+    off_t size = fd < 0 ? -1 : lseek(fd, 0, SEEK_END), keep = size;
+    char last = '\n';
+    if (size > 0 && pread(fd, &last, 1, size - 1) != 1) size = -1;
+    if (size > 0 && last != '\n') {
+        keep = last_line_end(fd, size);
+        if (keep >= 0 && ftruncate(fd, keep)) keep = -1;
+    }
+    int e = errno;
+    if (fd >= 0) close(fd);
+    if (size < 0 || keep < 0) {
+        snprintf(err, errlen, "cannot repair '%s' before appending to it: %s", path, strerror(e));
+        return -1;
+    }
+    if (keep < size && log)
+        fprintf(log, "%s: dropped its last %lld bytes, a record cut short (a write was killed)\n",
+                path, (long long)(size - keep));
+    return 0;
 }
