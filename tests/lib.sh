@@ -158,6 +158,22 @@ path_length() { _run_diff path "$1"; }
 # They define recipe MODEL (the recipe and its --set), run NAME NP MODEL [flags...], T (the
 # trainer) and tmp.
 
+# The single process (NAME_one: a checkpoint at step 10 and a 40-token sample) and the same
+# global batch in micro-batches of 1, 2 and 4 sequences (the shapes of the layouts'
+# micro-batches): the same sums in another order, held to cmp_run's limits like every layout.
+one_process() { # model
+    local model=$1 m e
+    run "${model}_one" 1 "$model" --set ckpt=10 --set sample=40 || return 1
+    for m in 1 2 4; do
+        run "${model}_m$m" 1 "$model" --set micro=$m || continue
+        if e=$(cmp_run "$tmp/${model}_m$m" "$tmp/${model}_one"); then
+            ok "${model}_m$m: micro-batches of $m equal one process: $e"
+        else
+            bad "${model}_m$m: micro-batches of $m differ from one process: $e"
+        fi
+    done
+}
+
 # Checkpoints across layouts: saved at step 5 (the run then killed), resumed in another layout;
 # the ten steps and the final parameters are the single process's.
 resume_pair() { # model name np-save "save flags" np-resume "resume flags"
