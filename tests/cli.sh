@@ -38,6 +38,8 @@ expect 2 "unknown option '--stepz'" -- run recipes/shakespeare_char.lua --stepz 
 expect 2 "--steps needs a positive integer, got 'three'" -- run recipes/shakespeare_char.lua --steps three
 expect 2 "trainer run: --set widht: expected name=value" -- run recipes/shakespeare_char.lua --set widht
 expect 2 "no recipe given" -- run
+expect 2 "--resume continues the run in the output folder and --overwrite replaces it: give one of them" -- \
+    run recipes/shakespeare_char.lua --resume --overwrite
 # the stage is checked once, by the layout (the flag parser only reads an integer)
 expect 1 "trainer show: --zero must be 0, 1, 2 or 3, got 4" -- show recipes/shakespeare_char.lua --zero 4
 expect 1 "trainer run: dp 2 x tp 1 = 2 processes, but 1 started (mpirun -np 2)" -- run recipes/shakespeare_char.lua --dp 2
