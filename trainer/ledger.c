@@ -100,10 +100,7 @@ void tr_ledger_signal_line(int sig) {
     char line[512], *p = line;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    const char *name = sig == SIGTERM  ? "SIGTERM"
-                       : sig == SIGINT ? "SIGINT"
-                       : sig == SIGUSR1 ? "SIGUSR1"
-                                        : "SIGHUP";
+    const char *name = tr_signal_name(sig);
     p = put_str(p, "{\"event\": \"stopped\", ");
     p = put_str(p, g_who);
     p = put_str(p, ", \"last_step\": ");

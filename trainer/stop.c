@@ -38,10 +38,6 @@ int run_stop_signal(void) {
     return g_signal;
 }
 
-static const char *signal_name(int sig) {
-    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGUSR1";
-}
-
 /* The save at the stop, unless the step loop's own checkpoint of this step was just taken:
  * with checkpoint_every 0 the writer is set up here (its host copy is allocated only when a
  * stop needs it). 0 once the checkpoint is published, -1 with the reason in x->err. */
@@ -63,7 +59,7 @@ static int save_here(run_ctx *x, int step, int saved) {
 
 int run_stop_save(run_ctx *x, int step, int saved) {
     int sig = x->stop_sig;
-    const char *name = signal_name(sig);
+    const char *name = tr_signal_name(sig);
     x->err[0] = '\0';
     int bad = save_here(x, step, saved);
     char ckpt[32];

@@ -65,38 +65,9 @@ static void install_handlers(void) {
         sigaction(sigs[i], &sa, NULL);
 }
 
-const char *sv_signal_name(int sig) {
-    switch (sig) {
-    case SIGKILL:
-        return "SIGKILL";
-    case SIGTERM:
-        return "SIGTERM";
-    case SIGINT:
-        return "SIGINT";
-    case SIGHUP:
-        return "SIGHUP";
-    case SIGUSR1:
-        return "SIGUSR1";
-    case SIGSEGV:
-        return "SIGSEGV";
-    case SIGABRT:
-        return "SIGABRT";
-    case SIGBUS:
-        return "SIGBUS";
-    case SIGFPE:
-        return "SIGFPE";
-    case SIGILL:
-        return "SIGILL";
-    case SIGPIPE:
-        return "SIGPIPE";
-    default:
-        return "a signal";
-    }
-}
-
 void sv_describe_status(int status, char *buf, size_t n) {
     if (WIFSIGNALED(status))
-        snprintf(buf, n, "killed by %s (%d)", sv_signal_name(WTERMSIG(status)), WTERMSIG(status));
+        snprintf(buf, n, "killed by %s (%d)", tr_signal_name(WTERMSIG(status)), WTERMSIG(status));
     else
         snprintf(buf, n, "exit status %d", WEXITSTATUS(status));
 }
@@ -371,7 +342,7 @@ static int supervise(sv_run *s) {
         if (status < 0) return 1;
         if (g_signal) {
             printf("supervise: stopped by %s (passed on to the command)\n",
-                   sv_signal_name(g_signal));
+                   tr_signal_name(g_signal));
             return 128 + g_signal;
         }
         if (status == 0) {

@@ -48,7 +48,6 @@ typedef struct {
     double t0;     /* the supervisor's start (tr_now) */
 } sv_run;
 
-const char *sv_signal_name(int sig);
 void sv_describe_status(int status, char *buf, size_t n);
 
 /* --hostfile: the hosts and their slots, and the command's arguments the supervisor edits when

@@ -110,5 +110,8 @@ void tr_fmt_duration(double s, char *buf, size_t n);
 /* The command line as a shell would take it back: arguments joined by spaces, each quoted
  * when it holds anything but [A-Za-z0-9_./:=,+-@%]. Malloc'd; NULL when out of memory. */
 char *tr_shell_join(int argc, char **argv);
+/* A signal's name ("SIGTERM"), or "a signal" for one not listed; async-signal-safe (a
+ * switch over constant strings), so the ledger's signal handler may call it. */
+const char *tr_signal_name(int sig);
 
 #endif

@@ -2,6 +2,7 @@
  * resolving the layout, the machine's measured peak, folders and number formatting. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,4 +241,33 @@ int tr_jsonl_repair(const char *path, FILE *log, char *err, size_t errlen) {
         fprintf(log, "%s: dropped its last %lld bytes, a record cut short (a write was killed)\n",
                 path, (long long)(size - keep));
     return 0;
+}
+
+const char *tr_signal_name(int sig) {
+    switch (sig) {
+    case SIGKILL:
+        return "SIGKILL";
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGINT:
+        return "SIGINT";
+    case SIGHUP:
+        return "SIGHUP";
+    case SIGUSR1:
+        return "SIGUSR1";
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGABRT:
+        return "SIGABRT";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGFPE:
+        return "SIGFPE";
+    case SIGILL:
+        return "SIGILL";
+    case SIGPIPE:
+        return "SIGPIPE";
+    default:
+        return "a signal";
+    }
 }

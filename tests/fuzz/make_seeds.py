@@ -48,7 +48,7 @@ def crc32c(b):
     return crc ^ 0xffffffff
 
 
-def checkpoint(ranks, tensors, crc_line):
+def checkpoint(ranks, tensors, crc_line, guard=False):
     """manifest + SEP + rank files. tensors: (name, shape, [(rank, key, start, shape)])."""
     recipe = 'model { vocab = 4, dim = 2, seq_len = 2, embedding {}, lm_head {} }\n'
     files = [{} for _ in range(ranks)]
@@ -57,7 +57,12 @@ def checkpoint(ranks, tensors, crc_line):
          'recipe: |', *('  ' + l for l in recipe.splitlines()),
          'parallel:', '  world: %d' % ranks, '  dp: %d' % ranks, '  tp: 1', '  pp: 1',
          '  chunks: 1', '  zero: 0', '  sequence_parallel: false', 'rng:', '  seed: 1',
-         'loader_position:', '  bytes: 224', '  hex: "' + '00' * 224 + '"', 'files:']
+         'loader_position:', '  bytes: 224', '  hex: "' + '00' * 224 + '"']
+    if guard:  # the guard's state, as trainer/checkpoint_manifest.c writes it
+        m += ['guard:', '  window: 4', '  next: 2', '  loss:', '  - 3.25', '  - 3.125',
+              '  grad_norm:', '  - 1.5', '  - 1.25', '  bad: 0', '  first_bad: 0',
+              '  last_loss: 3.125', '  last_grad_norm: 1.25', '  rolled_to: 0']
+    m.append('files:')
     blobs = []
     for name, shape, slices in tensors:
         for r, key, start, sh in slices:
@@ -132,7 +137,8 @@ def main():
         ('adam_m/a', [2, 3], [(0, 'adam_m/a', [0, 0], [2, 3])])], crc_line=False))
     put('manifest', 'two_ranks', checkpoint(2, [
         ('w', [4, 2], [(0, 'w', [0, 0], [2, 2]), (1, 'w', [2, 0], [2, 2])]),
-        ('v', [2, 4], [(0, 'v', [0, 0], [2, 1]), (1, 'v', [0, 1], [2, 3])])], crc_line=True))
+        ('v', [2, 4], [(0, 'v', [0, 0], [2, 1]), (1, 'v', [0, 1], [2, 3])])], crc_line=True,
+        guard=True))
 
 
 if __name__ == '__main__':
