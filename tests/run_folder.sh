@@ -6,7 +6,11 @@
 #  4. export, sample and --resume follow checkpoints/latest (made to name the older step);
 #  5. a second run on a folder in use is refused in one line, the first finishes normally;
 #  6. --resume repairs a metrics.jsonl and attempts.jsonl whose last record a kill cut short,
-#     and every record reads back (losses, report).
+#     and every record reads back (losses, report);
+#  7. under mpirun (skipped without it): a 2-rank run holds the folder's lock on rank 0; a
+#     second 2-rank run on it is refused on every rank in one line, exits non-zero at once
+#     (no hang) and the first finishes; once that run is SIGKILLed its lock is gone (the
+#     kernel drops a dead process's flock) and --resume goes on from its checkpoint.
 # usage: tests/run_folder.sh path/to/trainer   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -110,4 +114,34 @@ for f in sys.argv[1:]:
     "$T" report "$K" --out "$tmp/k.html" >/dev/null 2>&1 &&
     ok "every record reads back: the losses are the uninterrupted run's, the report is written" ||
     { bad "the records do not read back"; tail -2 "$tmp/json.err"; }
+
+# 7. the lock under mpirun
+if ! command -v mpirun >/dev/null; then
+    echo "SKIP 7: no mpirun"
+    exit $fail
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+M=$tmp/m
+TR_FAULT_SLOW_RANK=0:150 timeout 300 mpirun -np 2 "$T" run "$R" --out "$M" --peak-gflops 100 \
+    >"$tmp/m1.log" 2>&1 &
+first=$!
+for _ in $(seq 300); do [ -s "$M/metrics.jsonl" ] && break; sleep 0.1; done
+timeout 60 mpirun -np 2 "$T" run "$R" --out "$M" --overwrite --peak-gflops 100 >"$tmp/m2.out" 2>"$tmp/m2.err"
+rc=$?
+# mpirun adds its own lines about the failed job; the trainer's refusal is one line
+n=$(grep -c "trainer run: .*is in use by pid [0-9]* on host .*another trainer run" "$tmp/m2.err")
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] &&
+    ok "under mpirun a second 2-rank run is refused in one line (exit $rc)" ||
+    { bad "under mpirun the second run was not refused as expected (exit $rc, $n refusal lines)"; cat "$tmp/m2.err"; }
+wait $first && [ "$(losses "$M/metrics.jsonl" | wc -l)" -eq 24 ] && ok "and the first 2-rank run finished" ||
+    { bad "the first 2-rank run did not finish"; tail -3 "$tmp/m1.log"; }
+# a dead run's lock: SIGKILL a run right after its checkpoint at step 16, then --resume
+TR_FAULT_KILL_AFTER_STEP=16 timeout 300 mpirun -np 2 "$T" run "$R" --out "$M" --overwrite \
+    --peak-gflops 100 >"$tmp/m3.log" 2>&1
+timeout 300 mpirun -np 2 "$T" run "$R" --out "$M" --resume --peak-gflops 100 >"$tmp/m4.log" 2>&1 &&
+    grep -q "resuming from .*step_00000016" "$tmp/m4.log" &&
+    [ "$(losses "$M/metrics.jsonl" | wc -l)" -eq 24 ] &&
+    ok "a killed run leaves no lock: --resume went on from step 16" ||
+    { bad "--resume after a killed 2-rank run failed"; tail -3 "$tmp/m4.log"; }
 exit $fail

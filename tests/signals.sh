@@ -189,4 +189,24 @@ resumed rank1_term ref2 "${MPI[@]}"
 two mpi_usr1 USR1 mpirun
 stopped mpi_usr1 SIGUSR1 138
 resumed mpi_usr1 ref2 "${MPI[@]}"
+
+# a scheduler's SIGTERM to the supervisor of a 2-rank run: it passes the signal on, every rank
+# stops after the same step and saves, the supervisor says so and exits 143 without a
+# relaunch; a supervised --resume then ends bitwise as the uninterrupted 2-rank run
+mkdir -p "$tmp/sup2"
+TR_FAULT_SLOW_RANK=0:100 "$T" supervise --backoff 0 -- "${MPI[@]}" "$T" run "$R" --out "$tmp/sup2" \
+    >"$tmp/sup2.log" 2>"$tmp/sup2.err" &
+sup=$!
+wait_first_step "$tmp/sup2"
+kill -TERM "$sup"
+wait "$sup"
+rc=$?
+if [ "$rc" = 143 ] && grep -q "^supervise: stopped by SIGTERM (passed on to the command)" "$tmp/sup2.log" &&
+    [ "$(grep -c '"event": "start"' "$tmp/sup2/attempts.jsonl")" = 1 ]; then
+    stopped sup2 SIGTERM 143
+    resumed sup2 ref2 "$T" supervise --backoff 0 -- "${MPI[@]}"
+else
+    bad "supervise around mpirun, SIGTERM to the supervisor: exit $rc"
+    cat "$tmp/sup2.log" "$tmp/sup2.err"
+fi
 exit $fail
