@@ -138,6 +138,7 @@ void dp_refresh_start(tr_dp *d) {
         }
         d->st.param_gathers += b->nreq;
     }
+    d->rnext = d->n_buckets - 1, d->rnext_j = 0;
 }
 
 /* Bucket k's refresh completes (by_op: waited for by the op that reads it). */
@@ -164,8 +165,20 @@ static void refresh_op(tr_dp *d, int op, int dir, int after) {
     if (after) return;
     int di = dir > 0 ? 0 : 1;
     for (int j = 0; j < d->need_n[di][op]; j++) refresh_wait(d, d->need[di][4 * op + j], 1);
-    for (int k = 0; k < d->n_buckets; k++) /* let MPI progress the rest */
-        for (int j = 0; j < d->b[k].nreq; j++) tr_comm_test(d->rreq[(size_t)k * d->world + j]);
+    /* let MPI progress the rest: a test that reaches MPI runs its progress engine for every
+       request in flight, so one test of the oldest request still pending does. The cursor
+       walks the requests in the order they started and never goes back: each is found done
+       once, and an op costs about one test, not one per request in flight. */
+    while (d->rnext >= 0) {
+        bucket *b = &d->b[d->rnext];
+        if (d->rnext_j >= b->nreq) { /* waited for, or every request found done */
+            d->rnext--, d->rnext_j = 0;
+        } else if (tr_comm_test(d->rreq[(size_t)d->rnext * d->world + d->rnext_j])) {
+            d->rnext_j++;
+        } else {
+            return;
+        }
+    }
 }
 
 void tr_dp_settle(tr_dp *d) {
@@ -190,6 +203,7 @@ int dp_params_init(tr_dp *d) {
     if (d->zero < 3) {
         d->rreq = calloc((size_t)d->n_buckets * (size_t)d->world, sizeof(tr_comm_req *));
         if (!d->rreq) return -1;
+        d->rnext = -1;
     }
     for (int di = 0; di < 2; di++) {
         d->need[di] = calloc((size_t)(4 * nops + 4), sizeof(int));

@@ -61,6 +61,9 @@ struct tr_dp {
     int *need[2], *need_n[2], *next_user[2];
     /* ZeRO-1, 2: the refresh of the parameters after the update, per bucket */
     tr_comm_req **rreq;
+    int rnext, rnext_j; /* the oldest refresh request that may still be in flight: request
+                           rnext_j of bucket rnext (they start from the last bucket down);
+                           rnext -1 when none is */
     int sync_refresh; /* tr_dp_set_sync_refresh */
     size_t pbuf_bytes, pbuf_high; /* gathered parameter buffers now and their high-water mark */
     int hold;                     /* keep gathered buckets (tr_dp_hold_params) */
