@@ -191,12 +191,12 @@ static void on_grad_ready(void *ctx, int param) {
     if (!d->armed) return;
     bucket *b = &d->b[d->bucket_of[param]];
     if (--b->pending == 0) {
-        if (d->zero >= 2)
+        if (d->sh.grads)
             z2_start(d, b);
         else
             start_allreduce(d, b);
     }
-    if (d->zero >= 2)
+    if (d->sh.grads)
         z2_poll(d);
     else
         poll_buckets(d);
@@ -234,7 +234,7 @@ static int cut_buckets(const tr_model *m, size_t bucket_bytes, int world, bucket
 
 void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memory *mem) {
     size_t pieces = 0;
-    if (zero >= 2) { /* the optimizer state (stage 3: and parameters) of this rank's pieces */
+    if (tr_zero_of(zero).grads) { /* the optimizer state (and parameters) of its pieces */
         int np = tr_model_num_params(m);
         bucket *b = calloc((size_t)(np ? np : 1), sizeof(bucket));
         if (b) cut_buckets(m, bucket_bytes, size, b, NULL, &pieces);
@@ -249,23 +249,24 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
                size_t errlen) {
     *out = NULL;
     assert(zero >= 0 && zero <= 3); /* the resolved layout checked the stage (layout.c) */
+    tr_zero sh = tr_zero_of(zero);
     const tr_backend *be = tr_model_backend(m);
     size_t lo, hi;
     tr_model_optim_range(m, &lo, &hi);
-    if (zero == 1 && tr_comm_size(c) > 1 &&
+    if (sh.optimizer && !sh.grads && tr_comm_size(c) > 1 &&
         hi - lo != tr_model_slab_elements(m) / (size_t)tr_comm_size(c)) {
         snprintf(err, errlen, "ZeRO-1: the model was not built with %d optimizer shards",
                  tr_comm_size(c));
         return -1;
     }
-    if ((zero >= 2) != (tr_model_memory(m).grads == 0)) {
+    if (sh.grads != (tr_model_memory(m).grads == 0)) {
         snprintf(err, errlen, "ZeRO-%d: the model was %sbuilt with external gradients", zero,
-                 zero >= 2 ? "not " : "");
+                 sh.grads ? "not " : "");
         return -1;
     }
-    if ((zero == 3) != (tr_model_param_slab(m) == NULL)) {
+    if (sh.params != (tr_model_param_slab(m) == NULL)) {
         snprintf(err, errlen, "ZeRO-%d: the model was %sbuilt with external parameters", zero,
-                 zero == 3 ? "not " : "");
+                 sh.params ? "not " : "");
         return -1;
     }
     tr_dp *d = calloc(1, sizeof(*d));
@@ -274,13 +275,15 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
     d->es = tr_dtype_size(be->dtype);
     d->c = c;
     d->zero = zero;
+    d->sh = sh;
     d->world = tr_comm_size(c);
     d->rank = tr_comm_rank(c);
+    d->refresh = sh.optimizer && !sh.params && d->world > 1;
     int np = tr_model_num_params(m);
     d->b = calloc((size_t)(np ? np : 1), sizeof(bucket));
     d->bucket_of = calloc((size_t)(np ? np : 1), sizeof(int));
     d->n_buckets = cut_buckets(m, bucket_bytes, d->world, d->b, d->bucket_of, &d->sgrad_elems);
-    if (zero >= 2) {
+    if (sh.grads) {
         size_t maxp = 0; /* the largest piece */
         for (int k = 0; k < d->n_buckets; k++)
             if (d->b[k].piece > maxp) maxp = d->b[k].piece;
@@ -297,10 +300,8 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         /* this rank's pieces, whose state (ZeRO-3: and parameters) the model keeps */
         int n = 0;
         for (int k = 0; k < d->n_buckets; k++) {
-            const bucket *b = &d->b[k];
-            size_t plo = b->lo + (size_t)d->rank * b->piece, phi = plo + b->piece;
-            if (phi > b->hi) phi = b->hi;
-            if (plo < phi) d->pieces[n++] = (tr_piece){plo, phi, NULL, b->state};
+            size_t at, len = dp_piece(d, &d->b[k], &at);
+            if (len) d->pieces[n++] = (tr_piece){at, at + len, NULL, d->b[k].state};
         }
         tr_model_set_pieces(m, d->pieces, n);
         tr_model_set_pre_grad_hook(m, z2_place, d);
@@ -313,9 +314,13 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         tr_dp_free(d);
         return -2;
     }
-    if (d->world > 1 || zero >= 2) tr_model_set_grad_hook(m, on_grad_ready, d);
+    if (d->world > 1 || sh.grads) tr_model_set_grad_hook(m, on_grad_ready, d);
     *out = d;
     return 0;
+}
+
+tr_zero tr_dp_zero(const tr_dp *d) {
+    return d->sh;
 }
 
 void tr_dp_free(tr_dp *d) {
@@ -337,24 +342,24 @@ void tr_dp_free(tr_dp *d) {
 }
 
 size_t tr_dp_grad_bytes(const tr_dp *d) {
-    if (d->zero < 2) return 0;
+    if (!d->sh.grads) return 0;
     return d->sgrad_elems * d->es + d->ring_high; /* the ring: high-water mark */
 }
 
 size_t tr_dp_grad_buffer_bytes(const tr_dp *d) {
-    return d->zero >= 2 ? d->ring_high : 0;
+    return d->sh.grads ? d->ring_high : 0;
 }
 
 void tr_dp_arm(tr_dp *d) {
-    if (d->world <= 1 && d->zero < 2) return;
+    if (d->world <= 1 && !d->sh.grads) return;
     d->armed = 1;
     d->first_start = d->last_done = 0;
     reset_pending(d);
 }
 
 void tr_dp_micro_end(tr_dp *d) {
-    if (d->zero < 2) return;
-    if (d->zero == 3) dp_z3_release_all(d);
+    if (!d->sh.grads) return;
+    if (d->sh.params) dp_z3_release_all(d);
     for (int i = 0; i < d->n_buckets; i++) /* every tensor completed: all started already */
         if (!d->b[i].started) z2_start(d, &d->b[i]);
     reset_pending(d); /* the next micro-step's backward */
@@ -366,15 +371,13 @@ static void dp_sync(tr_dp *d);
  * pieces (ZeRO-2, 3): calls fn for each stretch [lo, hi) held, with its first element. */
 typedef void (*held_fn)(void *ctx, size_t lo, size_t hi, tr_buf *at);
 static void each_held(tr_dp *d, held_fn fn, void *ctx) {
-    if (d->zero < 2) {
+    if (!d->sh.grads) {
         fn(ctx, 0, tr_model_slab_elements(d->m), tr_model_grad_slab(d->m));
         return;
     }
     for (int k = 0; k < d->n_buckets; k++) {
-        const bucket *b = &d->b[k];
-        size_t lo = b->lo + (size_t)d->rank * b->piece, hi = lo + b->piece;
-        if (hi > b->hi) hi = b->hi;
-        if (lo < hi) fn(ctx, lo, hi, tr_buf_at(d->be, d->sgrad, b->state));
+        size_t lo, len = dp_piece(d, &d->b[k], &lo);
+        if (len) fn(ctx, lo, lo + len, tr_buf_at(d->be, d->sgrad, d->b[k].state));
     }
 }
 
@@ -466,7 +469,7 @@ static void sumsq_held(void *ctx, size_t lo, size_t hi, tr_buf *at) {
 double tr_dp_grad_norm(tr_dp *d) {
     tr_comm *tp = tr_model_tp_group(d->m), *pp = tr_model_pp_group(d->m);
     double ss = 0;
-    if (!tp && !pp && d->zero < 2) return tr_model_grad_norm(d->m);
+    if (!tp && !pp && !d->sh.grads) return tr_model_grad_norm(d->m);
     if (!tp && !pp && d->be->device_memory) { /* this rank's pieces (padding is zero) */
         ss = d->be->sumsq(d->sgrad, d->sgrad_elems);
     } else if (!tp && !pp) { /* host memory: the same, in one order (the CPU's figures stay
@@ -478,7 +481,7 @@ double tr_dp_grad_norm(tr_dp *d) {
         each_held(d, sumsq_held, &acc);
         ss = acc.ss;
     }
-    if (d->zero >= 2 && d->world > 1) tr_comm_all_reduce(d->c, &ss, 1, TR_COMM_F64);
+    if (d->sh.grads && d->world > 1) tr_comm_all_reduce(d->c, &ss, 1, TR_COMM_F64);
     if (tp) tr_comm_all_reduce(tp, &ss, 1, TR_COMM_F64);
     if (pp) tr_comm_all_reduce(pp, &ss, 1, TR_COMM_F64); /* every stage's tensors */
     return sqrt(ss);
@@ -490,7 +493,7 @@ void tr_dp_sync_grads(tr_dp *d) {
 }
 
 static void dp_sync(tr_dp *d) {
-    if (d->zero >= 2) {
+    if (d->sh.grads) {
         double t0 = tr_comm_now();
         for (int k = 0; k < RING; k++)
             if (d->ring[k].req) z2_finish(d, k);
@@ -528,23 +531,23 @@ static void dp_sync(tr_dp *d) {
 
 void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
     tr_dp_settle(d); /* the last refresh reads what the update writes */
-    if (d->zero < 2) {
+    if (!d->sh.grads) {
         tr_model_adamw_step(d->m, opt); /* the shard only, when the model was built sharded */
     } else {
         int n = 0;
         for (int k = 0; k < d->n_buckets; k++) {
             const bucket *b = &d->b[k];
-            size_t lo = b->lo + (size_t)d->rank * b->piece, hi = lo + b->piece;
-            if (hi > b->hi) hi = b->hi;
-            if (lo < hi)
-                d->pieces[n++] = (tr_piece){lo, hi, tr_buf_at(d->be, d->sgrad, b->state), b->state};
+            size_t lo, len = dp_piece(d, b, &lo);
+            if (len)
+                d->pieces[n++] =
+                    (tr_piece){lo, lo + len, tr_buf_at(d->be, d->sgrad, b->state), b->state};
         }
         tr_model_adamw_pieces(d->m, opt, d->pieces, n);
         d->be->zero(d->sgrad, d->sgrad_elems * d->es);
     }
     /* ZeRO-1, 2: the other ranks' parts come back during the next forward; ZeRO-3 keeps the
        parameters in pieces until an op needs them */
-    if ((d->zero == 1 || d->zero == 2) && d->world > 1) {
+    if (d->refresh) {
         dp_refresh_start(d);
         if (d->sync_refresh) tr_dp_settle(d);
     }
@@ -555,7 +558,7 @@ void tr_dp_set_sync_refresh(tr_dp *d, int on) {
 }
 
 void tr_dp_drop_grads(tr_dp *d) {
-    if (d->zero >= 2) d->be->zero(d->sgrad, d->sgrad_elems * d->es);
+    if (d->sh.grads) d->be->zero(d->sgrad, d->sgrad_elems * d->es);
 }
 
 int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
@@ -563,8 +566,8 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
     size_t n = tr_model_slab_elements(d->m), lo, hi;
     tr_model_optim_range(d->m, &lo, &hi);
     *out = (tr_dp_state){.dp = d, .m = malloc(n * sizeof(float)), .v = malloc(n * sizeof(float)),
-                         .p = d->zero ? malloc(n * sizeof(float)) : NULL};
-    if (!out->m || !out->v || (d->zero && !out->p)) {
+                         .p = d->sh.optimizer ? malloc(n * sizeof(float)) : NULL};
+    if (!out->m || !out->v || (d->sh.optimizer && !out->p)) {
         tr_dp_state_free(out);
         return -1;
     }
@@ -573,7 +576,7 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
     /* the master weights: ZeRO-3's in its pieces (indexed like the state), else the slab's,
        current only where this rank updated them */
     const float *master = tr_model_master_pieces(d->m);
-    if (d->zero >= 2) { /* bucket by bucket: every rank's piece, then the bucket's range */
+    if (d->sh.grads) { /* bucket by bucket: every rank's piece, then the bucket's range */
         /* the moments and master weights are fp32 in any storage dtype: gathered on the host */
         float *h = malloc((d->ring_elems ? d->ring_elems : 1) * sizeof(float));
         if (!h) {
@@ -585,12 +588,12 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
             for (int i = 0; i < d->n_buckets; i++) {
                 const bucket *b = &d->b[i];
                 size_t mine = (size_t)d->rank * b->piece, len = b->hi - b->lo;
-                if (k < 2 || d->zero == 3) {
+                if (k < 2 || d->sh.params) {
                     be->download(h + mine, st + b->state, b->piece * sizeof(float));
                 } else { /* ZeRO-2's master: its piece of the slab, clipped at the bucket */
-                    size_t cnt = mine < len ? (len - mine < b->piece ? len - mine : b->piece) : 0;
+                    size_t at, cnt = dp_piece(d, b, &at);
                     memset(h + mine, 0, b->piece * sizeof(float));
-                    be->download(h + mine, st + b->lo + mine, cnt * sizeof(float));
+                    be->download(h + mine, st + at, cnt * sizeof(float));
                 }
                 if (d->world > 1)
                     tr_comm_all_gather(d->c, h + mine, h, b->piece, TR_COMM_F32);
@@ -600,7 +603,7 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
         free(h);
         return 0;
     }
-    for (int k = 0; k < (d->zero ? 3 : 2); k++) { /* k = 2: ZeRO-1's master, its shard */
+    for (int k = 0; k < (d->sh.optimizer ? 3 : 2); k++) { /* k = 2: ZeRO-1's master, its shard */
         const float *shard = k < 2 ? tr_model_optim_state(d->m, (tr_state_kind)k) : master + lo;
         be->download(full[k] + lo, shard, (hi - lo) * sizeof(float));
         if (hi - lo < n) /* sharded: every rank's part, in rank order, in place */
@@ -611,7 +614,7 @@ int tr_dp_gather_state(tr_dp *d, tr_dp_state *out) {
 
 int tr_dp_gather_grads(tr_dp *d, float *out) {
     const tr_backend *be = d->be;
-    if (d->zero < 2) {
+    if (!d->sh.grads) {
         be->from_storage(out, tr_model_grad_slab(d->m), tr_model_slab_elements(d->m));
         return 0;
     }
@@ -653,23 +656,21 @@ size_t tr_dp_param_buffer_bytes(const tr_dp *d) {
 }
 
 void tr_dp_hold_params(tr_dp *d, int hold) {
-    if (d->zero != 3) return;
+    if (!d->sh.params) return;
     d->hold = hold;
     if (!hold) dp_z3_release_all(d);
 }
 
 int tr_dp_ckpt_ranges(const tr_dp *d, size_t **out) {
     size_t n = tr_model_slab_elements(d->m), lo, hi;
-    if (d->zero >= 2) { /* the pieces */
+    if (d->sh.grads) { /* the pieces */
         *out = malloc((size_t)(d->n_buckets ? d->n_buckets : 1) * 2 * sizeof(size_t));
         int k = 0;
         for (int i = 0; i < d->n_buckets; i++) {
-            const bucket *b = &d->b[i];
-            lo = b->lo + (size_t)d->rank * b->piece;
-            hi = lo + b->piece < b->hi ? lo + b->piece : b->hi;
-            if (lo >= hi) continue;
+            size_t len = dp_piece(d, &d->b[i], &lo);
+            if (!len) continue;
             (*out)[2 * k] = lo;
-            (*out)[2 * k + 1] = hi;
+            (*out)[2 * k + 1] = lo + len;
             k++;
         }
         return k;
@@ -678,7 +679,7 @@ int tr_dp_ckpt_ranges(const tr_dp *d, size_t **out) {
     size_t per = (n + (size_t)d->world - 1) / (size_t)d->world;
     lo = (size_t)d->rank * per;
     hi = lo + per < n ? lo + per : n;
-    if (d->zero == 1) tr_model_optim_range(d->m, &lo, &hi);
+    if (d->sh.optimizer) tr_model_optim_range(d->m, &lo, &hi);
     *out = malloc(2 * sizeof(size_t));
     (*out)[0] = lo < hi ? lo : hi;
     (*out)[1] = hi;

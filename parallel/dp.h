@@ -15,6 +15,19 @@
 
 typedef struct tr_dp tr_dp;
 
+/* What a ZeRO stage splits over the dp group: the one place that maps a stage number to what
+ * it shards. The planner's cost model, the layout's model options, this module and the
+ * trainer ask it (or tr_dp_zero for a running group), never compare stage numbers. */
+typedef struct {
+    int optimizer; /* the AdamW state and the update (stages 1, 2, 3) */
+    int grads;     /* the gradients too: each rank keeps its piece of every bucket, and the
+                      optimizer state follows those pieces (2, 3) */
+    int params;    /* the parameters too, all-gathered per op (3) */
+} tr_zero;
+static inline tr_zero tr_zero_of(int stage) {
+    return (tr_zero){.optimizer = stage >= 1, .grads = stage >= 2, .params = stage >= 3};
+}
+
 typedef struct {
     long steps;         /* synchronised steps */
     long buckets;       /* gradient reductions started */
@@ -28,8 +41,10 @@ typedef struct {
     long refreshed_by_op;  /* of which waited for by the op reading them (the rest: at once) */
 } tr_dp_stats;
 
-/* `m` must have been built with opts.shards = (zero == 1 ? group size : 1), opts.shard = the
- * rank in the group, opts.external_grads = (zero == 2) and opts.external_params = (zero == 3).
+/* `m` must have been built with opts.shards = the group size when the stage shards the
+ * optimizer state but not the gradients (ZeRO-1: the model's own slab shard) and 1 otherwise,
+ * opts.shard = the rank in the group, opts.external_grads = tr_zero_of(zero).grads and
+ * opts.external_params = tr_zero_of(zero).params.
  * zero: 0..3, as the resolved layout checked it (parallel/layout.h). ZeRO-2: gradients
  * reduce-scattered bucket by bucket into each rank's pieces, optimizer state and update on
  * those pieces; ZeRO-3: the parameters too are kept in those pieces, and each op's buckets are
@@ -41,6 +56,8 @@ typedef struct {
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *dp, int zero, size_t bucket_bytes, char *err,
                size_t errlen);
 void tr_dp_free(tr_dp *d);
+/* What this group's stage shards. */
+tr_zero tr_dp_zero(const tr_dp *d);
 /* What one rank allocates at ZeRO stage `zero` over `size` ranks, without building anything:
  * `m` is planned (tr_model_plan) with the options of that stage; at stages 2 and 3 its
  * optimizer state (stage 3: and parameters) is sized for this rank's pieces, cut exactly as

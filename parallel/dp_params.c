@@ -107,7 +107,7 @@ void dp_refresh_start(tr_dp *d) {
     for (int k = d->n_buckets - 1; k >= 0; k--) { /* the forward's order */
         bucket *b = &d->b[k];
         tr_comm_req **rq = d->rreq + (size_t)k * d->world;
-        if (d->zero == 1) {
+        if (!d->sh.grads) { /* ZeRO-1 */
             for (int r = (int)(b->lo / per); r < d->world && (size_t)r * per < b->hi; r++) {
                 size_t a = b->lo > r * per ? b->lo : r * per;
                 size_t e = b->hi < (r + 1) * per ? b->hi : (r + 1) * per;
@@ -115,8 +115,8 @@ void dp_refresh_start(tr_dp *d) {
                     dp_coll(d, TR_COMM_OP_BROADCAST, NULL, tr_buf_at(be, slab, a), e - a, r);
             }
         } else {
-            size_t len = b->hi - b->lo, n = (size_t)d->world * b->piece,
-                   mine = (size_t)d->rank * b->piece;
+            size_t len = b->hi - b->lo, n = (size_t)d->world * b->piece, at,
+                   cnt = dp_piece(d, b, &at), mine = at - b->lo;
             tr_buf *whole = tr_buf_at(be, slab, b->lo);
             if (n != len) {
                 b->full = dp_pool_take(d, n, 0);
@@ -127,7 +127,6 @@ void dp_refresh_start(tr_dp *d) {
                 }
                 d->pbuf_bytes += n * d->es;
                 if (d->pbuf_bytes > d->pbuf_high) d->pbuf_high = d->pbuf_bytes;
-                size_t cnt = mine < len ? (len - mine < b->piece ? len - mine : b->piece) : 0;
                 be->copy(tr_buf_at(be, b->full, mine), tr_buf_at(be, whole, mine), cnt * d->es);
                 if (cnt < b->piece) /* the clipped piece's tail: sent, never read */
                     be->zero(tr_buf_at(be, b->full, mine + cnt), (b->piece - cnt) * d->es);
@@ -190,17 +189,17 @@ void tr_dp_settle(tr_dp *d) {
 
 static void dp_op(void *ctx, int op, int dir, int after) {
     tr_dp *d = ctx;
-    if (d->zero == 3)
+    if (d->sh.params)
         z3_op(d, op, dir, after);
     else
         refresh_op(d, op, dir, after);
 }
 
 int dp_params_init(tr_dp *d) {
-    if (d->zero == 0 || (d->zero < 3 && d->world <= 1)) return 0;
+    if (!d->refresh && !d->sh.params) return 0;
     tr_model *m = d->m;
     int nops = tr_model_num_ops(m);
-    if (d->zero < 3) {
+    if (d->refresh) {
         d->rreq = calloc((size_t)d->n_buckets * (size_t)d->world, sizeof(tr_comm_req *));
         if (!d->rreq) return -1;
         d->rnext = -1;
@@ -229,7 +228,7 @@ int dp_params_init(tr_dp *d) {
 }
 
 void dp_params_free(tr_dp *d) {
-    if (d->zero == 3) dp_z3_release_all(d);
+    if (d->sh.params) dp_z3_release_all(d);
     tr_dp_settle(d);
     if (d->need[0]) tr_model_set_op_hook(d->m, NULL, NULL);
     for (int k = 0; k < 2; k++) {

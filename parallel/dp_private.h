@@ -41,7 +41,11 @@ struct tr_dp {
     const tr_backend *be; /* the model's: every buffer below except the host arrays */
     size_t es;            /* bytes of a storage element */
     tr_comm *c;
-    int zero, world, rank;
+    int zero;    /* the stage, for messages; what it shards is in sh */
+    tr_zero sh;
+    int refresh; /* ZeRO-1, 2 over more than one rank: each rank updates its part of the
+                    parameters, and the others' parts come back after the update */
+    int world, rank;
     bucket *b;
     int n_buckets;
     int armed;
@@ -77,6 +81,14 @@ struct tr_dp {
     size_t pool_bytes;
 };
 
+
+/* This rank's piece of bucket b (ZeRO-2, 3): its first slab element in *at (b->lo + rank x
+ * piece), and how many of its elements lie inside the bucket (the last pieces are clipped at
+ * the bucket's end, and may be empty). */
+static inline size_t dp_piece(const tr_dp *d, const bucket *b, size_t *at) {
+    *at = b->lo + (size_t)d->rank * b->piece;
+    return *at >= b->hi ? 0 : b->hi - *at < b->piece ? b->hi - *at : b->piece;
+}
 
 /* n storage elements of backend memory from the pool (zeroed when asked), and back. */
 tr_buf *dp_pool_take(tr_dp *d, size_t n, int zero);

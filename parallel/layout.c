@@ -317,7 +317,8 @@ static int check_pipeline(const tr_layout *l, const tr_recipe *r, const tr_layou
                           : values(would, sizeof would, 2, l->n_blocks, fits_virtual, l));
     }
     if (l->pp == 1) return 0;
-    if ((l->schedule == TR_PP_INTERLEAVED || l->schedule == TR_PP_ZBH1) && zero >= 2) {
+    if ((l->schedule == TR_PP_INTERLEAVED || l->schedule == TR_PP_ZBH1) &&
+        tr_zero_of(zero).grads) {
         int here = rec && f->schedule < 0 && f->zero < 0;
         return fail(err, errlen, r, here ? r->parallel_line : 0,
                     "%sschedule %s runs with ZeRO 0 or 1, not ZeRO-%d; gpipe and 1f1b also run "
@@ -325,7 +326,7 @@ static int check_pipeline(const tr_layout *l, const tr_recipe *r, const tr_layou
                     here ? "parallel: " : "", name, zero);
     }
     const tr_node *head = find_head(&r->model.root);
-    if (head && head->tied && zero >= 2)
+    if (head && head->tied && tr_zero_of(zero).grads)
         return fail(err, errlen, r, head->line,
                     "lm_head: a tied head with pp %d runs with ZeRO 0 or 1, not ZeRO-%d (the first "
                     "and the last pipeline rank each hold the embedding): use zero 0 or 1, or "
@@ -478,14 +479,15 @@ static void pipeline_opts(const tr_layout *l, int p, tr_model_opts *mo) {
 
 tr_model_opts tr_layout_model_opts(const tr_layout *l, int rank) {
     tr_layout_coord c = tr_layout_coord_of(l, rank);
+    tr_zero sh = tr_zero_of(l->zero);
     /* ZeRO over the dp group (parallel/dp.h): this process's shard is its dp coordinate */
     tr_model_opts mo = {.B = l->micro_batch,
                         .T = l->seq_len,
                         .recompute = l->recompute,
-                        .shards = l->zero == 1 ? l->dp : 1,
+                        .shards = sh.optimizer && !sh.grads ? l->dp : 1, /* ZeRO-1 */
                         .shard = c.d,
-                        .external_grads = l->zero == 2,
-                        .external_params = l->zero == 3,
+                        .external_grads = sh.grads,
+                        .external_params = sh.params,
                         .pad_vocab = l->pad_vocab,
                         .tp = l->tp,
                         .tp_rank = c.t,

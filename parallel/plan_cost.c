@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/dp.h"
 #include "parallel/plan_private.h"
 #include "parallel/schedule.h"
 
@@ -219,9 +220,10 @@ static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     for (int r = 0; r < p->pp; r++) {
         double n = stage_params(m, p, r), dp = p->dp;
         double pb = m->p_bytes * n, gb = m->g_bytes * n, ob = m->o_bytes * n;
-        if (p->zero >= 1) ob /= dp;
-        if (p->zero >= 2) gb /= dp; /* the pieces (the transient buckets: in the reserve) */
-        if (p->zero >= 3) pb /= dp;
+        tr_zero sh = tr_zero_of(p->zero);
+        if (sh.optimizer) ob /= dp;
+        if (sh.grads) gb /= dp; /* the pieces (the transient buckets: in the reserve) */
+        if (sh.params) pb /= dp;
         double act = 0;
         for (int c = r; c < K; c += p->pp)
             act += inflight(p, r) * stage_act(m, p, p->chunk_start[c], p->chunk_start[c + 1]);
@@ -312,33 +314,30 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     /* ZeRO-1/2's refresh of the updated parameters overlaps the next forward (its first
        micro-batch's: a third of its compute) */
     double fwd_first = worst_c / 3.0;
-    switch (p->zero) { /* reduce-scatter and all-gather: half an all-reduce each */
-    case 0:
-    case 1: /* the gradients' all-reduce in the last backward; ZeRO-1 then broadcasts the
-               updated parameters during the next forward */
-        comm = t_bucketed(dl, G, d, bk);
-        window = bwd_last;
-        after = p->zero == 1 ? 0.5 * t_bucketed(dl, Pb, d, bk) : 0;
-        break;
-    case 2: /* a reduce-scatter in every backward, the same refresh as ZeRO-1 */
+    /* reduce-scatter and all-gather: half an all-reduce each */
+    tr_zero sh = tr_zero_of(p->zero);
+    if (sh.params) { /* gathers in every forward and backward, beside the compute */
+        comm = 0.5 * M * (t_bucketed(dl, G, d, bk) + 2 * t_bucketed(dl, Pb, d, bk));
+        window = M * worst_c;
+    } else if (sh.grads) { /* a reduce-scatter in every backward, the same refresh as ZeRO-1 */
         comm = 0.5 * M * t_bucketed(dl, G, d, bk);
         window = M * bwd_last;
         after = 0.5 * t_bucketed(dl, Pb, d, bk);
-        break;
-    default: /* gathers in every forward and backward, beside the compute */
-        comm = 0.5 * M * (t_bucketed(dl, G, d, bk) + 2 * t_bucketed(dl, Pb, d, bk));
-        window = M * worst_c;
-        break;
+    } else { /* the gradients' all-reduce in the last backward; ZeRO-1 then broadcasts the
+                updated parameters during the next forward */
+        comm = t_bucketed(dl, G, d, bk);
+        window = bwd_last;
+        after = sh.optimizer ? 0.5 * t_bucketed(dl, Pb, d, bk) : 0;
     }
     after = maxd(0, after - dv->overlap * fwd_first);
     p->dp_s = maxd(0, comm - dv->overlap * window) + after;
-    double shards = p->zero >= 1 ? d : 1;
+    double shards = sh.optimizer ? d : 1;
     p->optim_s = params / shards * (4.0 * 3 + m->es) * 2 / dv->mem_bw;
     p->step_s = M * worst + p->bubble_s + p->dp_s + p->optim_s;
     /* egress: a data-parallel ring that crosses providers sends its volume out of each */
     p->egress_gb = 0;
     if (dv->groups > 1 && d > 1)
-        p->egress_gb = (double)p->tp * p->pp * 2.0 * G * (p->zero >= 3 ? 1.5 * M : 1) / 1e9;
+        p->egress_gb = (double)p->tp * p->pp * 2.0 * G * (sh.params ? 1.5 * M : 1) / 1e9;
 }
 
 void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p) {

@@ -189,9 +189,9 @@ static void test_resolve(void) {
               l.bucket_kb == 64 && l.micro_auto,
           "recipe dp 2, ZeRO-3, --tp 2 --sequence-parallel on 4 (%s)", err);
     mo = tr_layout_model_opts(&l, 1);
-    check(mo.external_grads == 0 && mo.external_params == 1 && mo.shards == 1 &&
+    check(mo.external_grads == 1 && mo.external_params == 1 && mo.shards == 1 &&
               mo.sequence_parallel == 1 && mo.tp_rank == 1,
-          "model options at ZeRO-3: external parameters, sequence parallel");
+          "model options at ZeRO-3: external gradients and parameters, sequence parallel");
     tr_layout_describe(&l, line, sizeof(line));
     check(strstr(line, "sequence parallel, ZeRO-3") && strstr(line, "(auto)"), "describe: %s",
           line);

@@ -89,11 +89,12 @@ static int write_globals(run_ctx *x, tensor_source src, void *ctx, FILE *df, FIL
  * part; 1 when the file could not be written (said), -1 when out of memory. */
 int run_dump_params(run_ctx *x, const char *path) {
     tr_dp_state all = {0};
-    if (x->lay.zero && tr_dp_gather_state(x->dp, &all)) return -1;
+    int sharded = tr_dp_zero(x->dp).optimizer; /* the master weights too */
+    if (sharded && tr_dp_gather_state(x->dp, &all)) return -1;
     FILE *df = x->rank == 0 ? fopen(path, "wb") : NULL;
     int bad = x->rank == 0 && !df ? -run_cannot_write(path, errno) : 0;
     /* rank 0 takes part without its file: the others' sums need it */
-    int oom = x->lay.zero ? write_globals(x, tr_dp_param_source, &all, df, NULL, NULL)
+    int oom = sharded ? write_globals(x, tr_dp_param_source, &all, df, NULL, NULL)
                           : write_globals(x, model_param_source, x->model, df, NULL, NULL);
     if (df && run_close_output(df, path)) bad = 1;
     tr_dp_state_free(&all);

@@ -476,7 +476,7 @@ static int setup_pipeline(run_ctx *x) {
     snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
     if (setup_failed(x->world, bad, x->msg)) return -1;
     tr_pipe_set_backward_hook(x->pipe, micro_end, x->dp);
-    tr_pipe_final_hooks(x->pipe, l->zero < 2);
+    tr_pipe_final_hooks(x->pipe, !tr_zero_of(l->zero).grads);
     x->mb_in = calloc((size_t)l->accum, sizeof(int *));
     x->mb_tg = calloc((size_t)l->accum, sizeof(int *));
     bad = !x->mb_in || !x->mb_tg;
@@ -637,7 +637,7 @@ static void print_banner(const run_ctx *x) {
     tr_fmt_bytes((double)(m->activations + m->scratch), b4, sizeof(b4));
     printf("memory per process (predicted): parameters %s, gradients %s, optimizer state %s, "
            "activations and scratch %s%s\n",
-           b1, b2, b3, b4, x->lay.zero >= 2 ? ", plus ZeRO's bucket buffers" : "");
+           b1, b2, b3, b4, tr_zero_of(x->lay.zero).grads ? ", plus ZeRO's bucket buffers" : "");
 }
 
 /* Every rank's host name and device (without the notes after ';'), gathered once for the run's

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/dp.h"
 #include "trainer/trainer.h"
 
 static void describe(const tr_model_desc *d, const tr_node *n, char *buf, size_t len) {
@@ -216,11 +217,12 @@ static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_
             snprintf(who, sizeof(who), "rank 0");
         if (print_memory(l, r, rank, who, err, errlen)) return -1;
     }
-    if (l->zero >= 2)
+    tr_zero sh = tr_zero_of(l->zero);
+    if (sh.grads)
         printf("                 (ZeRO-%d: plus the gradient buckets being computed and reduced%s, "
                "a few times parallel.bucket_kb and the largest tensor)\n",
                l->zero,
-               l->zero == 3 ? " and the parameter buckets of the op running and the next" : "");
+               sh.params ? " and the parameter buckets of the op running and the next" : "");
     return l->tp > 1 ? print_splits(l, &r->model, err, errlen) : 0;
 }
 

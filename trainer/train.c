@@ -306,7 +306,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     }
     /* a pipeline: ZeRO 0 and 1 reduce each bucket during the chunks' last backwards (the
        executor calls the gradient hook in those only); ZeRO 2 and 3 every micro-batch */
-    if (x->pipe && x->lay.zero < 2) tr_dp_arm(x->dp);
+    if (x->pipe && !tr_dp_zero(x->dp).grads) tr_dp_arm(x->dp);
     if (x->pipe)
         loss = tr_pipe_step(x->pipe, (const int *const *)x->mb_in, (const int *const *)x->mb_tg,
                             x->B, x->T, scale);
@@ -562,7 +562,8 @@ static void write_memory_json(run_ctx *x) {
 /* What the parallel runtime did: gradient reductions and how much of them the backward hid,
  * ZeRO's parameter gathers, tensor parallelism's collectives. */
 static void print_parallel_stats(const run_ctx *x) {
-    int zero = x->lay.zero;
+    int zero = x->lay.zero; /* for the messages; what it shards: */
+    tr_zero sh = tr_dp_zero(x->dp);
     if (x->be->device_memory && x->nranks > 1) { /* each group's, chosen at its first use */
         tr_comm *g[3] = {x->dpc, x->tpc, x->ppc};
         printf("device collectives:");
@@ -577,19 +578,19 @@ static void print_parallel_stats(const run_ctx *x) {
         int dev = tr_comm_device_time(x->dpc, &unused[0], &unused[1]); /* whose figures */
         printf("data parallel: %ld bucket %s over %ld steps; %.0f%% of the %s hidden behind "
                "%s (%.3g s exposed of %.3g s%s)\n",
-               ds.buckets, zero >= 2 ? "reduce-scatters" : "all-reduces", ds.steps,
+               ds.buckets, sh.grads ? "reduce-scatters" : "all-reduces", ds.steps,
                100.0 * hidden, dev ? "group's communication" : "gradient communication",
                dev ? "compute" : "the backward", exposed, span,
                dev ? " in flight, timed on the GPU" : "");
-        if (zero == 3)
+        if (sh.params)
             printf("ZeRO-3: %ld bucket all-gathers of parameters before the ops that read them; "
                    "waited %.3g s for them (the rest overlapped the previous op)\n",
                    ds.param_gathers, ds.gather_s);
-        else if (zero)
+        else if (sh.optimizer)
             printf("ZeRO-%d: %ld parameter %s after the updates, bringing back %ld buckets, "
                    "%ld of them waited for by the forward op that reads them (the others right "
                    "after the update); waited %.3g s in all\n",
-                   zero, ds.param_gathers, zero == 1 ? "broadcasts" : "all-gathers", ds.refreshed,
+                   zero, ds.param_gathers, sh.grads ? "all-gathers" : "broadcasts", ds.refreshed,
                    ds.refreshed_by_op, ds.gather_s);
     }
     if (x->lay.tp > 1) {
@@ -692,8 +693,8 @@ static int run_report(run_ctx *x) {
     if (rt > 0) x->out_failed = 1;
     /* tensor and pipeline parallelism, ZeRO-3: the sampling forwards are collective, every
        rank takes part (all draw the same tokens), rank 0 writes them */
-    int together = x->lay.tp > 1 || x->lay.zero == 3 || x->pipe;
-    if (x->lay.zero == 3) tr_dp_hold_params(x->dp, 1); /* each bucket gathered once */
+    int together = x->lay.tp > 1 || tr_dp_zero(x->dp).params || x->pipe;
+    tr_dp_hold_params(x->dp, 1); /* ZeRO-3: each bucket gathered once */
     if ((x->rank == 0 || together) && write_sample(x, r->train.out, x->rank == 0))
         x->out_failed = 1;
     tr_dp_hold_params(x->dp, 0);
