@@ -54,7 +54,7 @@ save_gbs=$(awk -v g="$size" -v w="$(write_s "$dir/sync.log")" 'BEGIN { printf "%
 # --- load: --resume reads and verifies the newest checkpoint ---------------------------------
 "$T" run "$R" --set steps=$((STEPS + 1)) --set every=$EVERY --out "$dir/run" --resume \
     --peak-gflops 100 >"$dir/resume.log" 2>&1 || { cat "$dir/resume.log"; exit 1; }
-# trainer/train.c says "resuming from DIR (step N; checkpoint of X GB read and verified in Y s)"
+# trainer/run/train.c says "resuming from DIR (step N; checkpoint of X GB read and verified in Y s)"
 load_line=$(grep -m1 '^resuming from ' "$dir/resume.log" || true)
 load_size=$(field "$dir/resume.log" '.*checkpoint of \([0-9.]*\) GB read and verified.*')
 load_s=$(field "$dir/resume.log" '.*read and verified in \([0-9.]*\) s).*')

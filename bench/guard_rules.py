@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replays candidate rules of the NaN and spike guard (trainer/guard.c) over the loss and
+"""Replays candidate rules of the NaN and spike guard (trainer/run/guard.c) over the loss and
 gradient-norm series bench/guard_stats.sh recorded with the guard off. For each healthy run:
 each rule's largest statistic after the guard's warm-up and its margin (threshold / largest);
 for each divergent run: the first step each rule skips and what the run did there. A run is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the NaN and spike guard (trainer/guard.c) judges, measured: runs the shipped recipes at
+# What the NaN and spike guard (trainer/run/guard.c) judges, measured: runs the shipped recipes at
 # their own settings and at the widths and learning rates users pick, and runs made to diverge
 # (a too-high lr, injected NaN, gradient and loss spikes, corrupted data), all with
 # train { guard = false } so that every step's loss and gradient norm land in metrics.jsonl

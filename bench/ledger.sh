@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the ledger (trainer/ledger.c) costs: tokens/s with it against TR_LEDGER=off (no files,
+# What the ledger (trainer/report/ledger.c) costs: tokens/s with it against TR_LEDGER=off (no files,
 # no straggler watch; the per-step gather of the ranks' figures stays, as metrics.jsonl needs
 # it), runs alternated on/off so that the machine's drift hits both. Prints for each layout
 # the median step time of each (over the steps after the first, all repeats), their ratio,

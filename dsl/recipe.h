@@ -104,7 +104,7 @@ typedef struct {
 /* Storage precision on GPUs (the CPU backend always computes in fp32). */
 typedef enum { TR_PRECISION_BF16 = 0, TR_PRECISION_FP32 } tr_precision;
 
-/* train { guard = { ... } }: the NaN and spike guard (trainer/guard.c). A step whose loss or
+/* train { guard = { ... } }: the NaN and spike guard (trainer/run/guard.c). A step whose loss or
  * gradient norm is not finite, or (after step `warmup`, once the window is half full) whose
  * loss lies more than z_loss robust deviations (1.4826 x the median absolute deviation, at
  * least 1% of the median) above the median of the last `window` accepted steps' losses, or

@@ -204,7 +204,7 @@ void *tr_backend_cuda_stream(void);
 double tr_backend_cuda_peak(tr_dtype dtype, char *name, size_t namelen);
 
 /* The CUDA driver and the libraries this process runs with, for provenance
- * (trainer/provenance.h): "13.0", cuBLASLt "13.0.2". 0, or -1 with every field "" when this
+ * (trainer/report/provenance.h): "13.0", cuBLASLt "13.0.2". 0, or -1 with every field "" when this
  * build has no CUDA (or, for the driver, when none answers). */
 typedef struct {
     char driver[32], runtime[32], cublaslt[32];

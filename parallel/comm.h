@@ -38,7 +38,7 @@ const char *tr_comm_name(const tr_comm *c); /* "world", "dp", "tp", "pp": used i
 const char *tr_comm_transport(void);        /* "mpi" or "single" */
 
 /* The MPI library this build runs with (the first line of MPI_Get_library_version), or "none"
- * in a build without MPI: for provenance (trainer/provenance.h). */
+ * in a build without MPI: for provenance (trainer/report/provenance.h). */
 void tr_comm_library_version(char *buf, size_t len);
 
 /* This process's rank among the processes of the world on its host (MPI's shared-memory
@@ -180,7 +180,7 @@ double tr_comm_now(void);
 
 /* fn (NULL: none) runs once on a rank that gives up on the job, just before it aborts it: with
  * the first rank that its census found silent (dead, stuck or busy; -1 when unknown) and the
- * line it printed. For the run's records (trainer/ledger.c). */
+ * line it printed. For the run's records (trainer/report/ledger.c). */
 void tr_comm_on_abort(void (*fn)(int silent_rank, const char *why));
 
 /* Time this process spent inside blocking operations and waits, in seconds, since init. */

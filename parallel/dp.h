@@ -93,7 +93,7 @@ void tr_dp_settle(tr_dp *d);
 /* Benchmarks: with on = 1, ZeRO-1/2's refresh completes right after the update (the blocking
  * baseline of bench/dp.sh) instead of during the next forward. */
 void tr_dp_set_sync_refresh(tr_dp *d, int on);
-/* A step whose update is skipped (trainer/guard.c) instead of tr_dp_step: its summed gradient
+/* A step whose update is skipped (trainer/run/guard.c) instead of tr_dp_step: its summed gradient
  * is dropped (ZeRO-2, 3: this rank's pieces zeroed; the model's own gradients are zeroed at the
  * next step's start), the parameters and optimizer state stay as they were. */
 void tr_dp_drop_grads(tr_dp *d);

@@ -557,7 +557,7 @@ void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r) {
     int K = l->pp * l->virtual_stages;
     p->schedule = l->schedule;
     p->virtual_stages = l->virtual_stages;
-    /* an "auto" micro-batch is each host's (agreed apart, trainer/run_setup.c): so are these */
+    /* an "auto" micro-batch is each host's (agreed apart, trainer/run/setup.c): so are these */
     p->microbatches = l->micro_auto ? 0 : l->microbatches;
     p->n_stages = K;
     memcpy(p->stages, l->chunk_start, (size_t)K * sizeof(int));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The NaN and spike guard (train { guard = { ... } }, trainer/guard.c), on copies of
+# The NaN and spike guard (train { guard = { ... } }, trainer/run/guard.c), on copies of
 # tests/recipes_good/dp_tiny.lua with a constant learning rate after the warm-up (so that a run's
 # first steps do not depend on its number of steps) and spikes judged from step 6:
 #  1. an injected non-finite gradient (TR_FAULT_NAN_STEP), an injected gradient spike

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The NaN and spike guard's default rule (trainer/guard.c; the defaults measured by
+# The NaN and spike guard's default rule (trainer/run/guard.c; the defaults measured by
 # bench/guard_stats.sh) on the shipped recipes, shrunk to fit two CPU cores:
 #  1. healthy runs skip nothing: llama_tiny (the run of issue 26 that skipped steps 115, 133
 #     and 134) at its rate and x3, shakespeare_char at its rate and x0.5 (shakespeare_bpe and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The guard's state across kills (trainer/guard.c, issue 26): the window of accepted losses and
+# The guard's state across kills (trainer/run/guard.c, issue 26): the window of accepted losses and
 # gradient norms, the bad-step streak and the last rollback's target are in every checkpoint,
 # so a run killed (SIGKILL) several times and resumed with --resume ends bitwise as the
 # uninterrupted run: the same final parameters (TR_DUMP_PARAMS), the same losses, gradient
@@ -166,7 +166,7 @@ echo step_00000020 >"$old/checkpoints/latest"
 python3 - "$old/checkpoints/step_00000020/manifest.yaml" <<'PY'
 import re, sys
 
-def crc32c(data):  # CRC-32C, reflected polynomial 0x82F63B78 (trainer/checkpoint.h)
+def crc32c(data):  # CRC-32C, reflected polynomial 0x82F63B78 (trainer/checkpoint/checkpoint.h)
     crc = 0xFFFFFFFF
     for b in data:
         crc ^= b

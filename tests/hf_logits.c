@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 int main(int argc, char **argv) {
     if (argc != 3) {

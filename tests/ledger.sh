@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The ledger (trainer/ledger.c) with real MPI processes: per rank, its parts sum to the rank's
+# The ledger (trainer/report/ledger.c) with real MPI processes: per rank, its parts sum to the
+# rank's
 # wall time (within 1%) and the windows to the totals; a clean run names no straggler; a rank
 # slowed from some step on (TR_FAULT_SLOW_RANK) is named within a few steps, once, and charged
 # the others' waiting; a run whose rank is killed and then resumed has two attempts in

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Provenance (trainer/provenance.h): a tiny recipe trained on the CPU, in one process and in two
+# Provenance (trainer/report/provenance.h): a tiny recipe trained on the CPU, in one process and in
+# two
 # (dp 2 under mpirun), then OUT/recipe.lua run again into another folder: the losses must be
 # the same strings and the final parameters the same bytes, and the two provenance.json files
 # must agree on every field that can change the numbers (tr_provenance_diff, through

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A run asked to stop (trainer/stop.c), and its log in files and terminals:
+# A run asked to stop (trainer/run/stop.c), and its log in files and terminals:
 #  1. SIGTERM to a 1-process run: exit 143, one line on stderr naming the step and the saved
 #     checkpoint (checkpoint_every is 0: the stop saves anyway), a "stop" line in
 #     attempts.jsonl; --resume then ends with the losses and final parameters bitwise those of

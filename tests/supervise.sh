@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# trainer supervise (trainer/supervise.c) with real MPI processes:
+# trainer supervise (trainer/ops/supervise.c) with real MPI processes:
 #  1. random SIGKILL trials: a 4-rank run of tests/recipes_good/dp_tiny.lua (24 steps, a
 #     checkpoint every 4) under `trainer supervise`; from outside the trainer, one of its rank
 #     processes (found with pgrep -f on the trial's own output folder) is killed with SIGKILL:

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_private.h" /* the blocks of tensor-parallel layouts */
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/private.h" /* the blocks of tensor-parallel layouts */
 #include "trainer/trainer.h"
 
 static int failures = 0;

@@ -20,7 +20,7 @@
 #include "model/model.h"
 #include "parallel/comm.h"
 #include "parallel/dp.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 static int g_fail, g_me, g_world;
 static tr_comm *g_comm;

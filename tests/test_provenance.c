@@ -1,4 +1,4 @@
-/* trainer/provenance.h's comparison: two provenance documents parsed with data/json.h, the
+/* trainer/report/provenance.h's comparison: two provenance documents parsed with data/json.h, the
  * fields that differ (flattened, both values, whether they can change the numbers), and the
  * verdict for each kind of difference; the JSON writer the values are shown with.
  * `test_provenance --compare A.json B.json` compares two files instead (tests/provenance.sh):
@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "data/json.h"
-#include "trainer/provenance.h"
+#include "trainer/report/provenance.h"
 
 /* A provenance document like the trainer's, with the fields given as printf arguments. */
 static const char *const doc_fmt =

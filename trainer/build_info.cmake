@@ -1,4 +1,5 @@
-# Writes the build's provenance (trainer/provenance.h's tr_build) as C into OUT, at every build
+# Writes the build's provenance (trainer/report/provenance.h's tr_build) as C into OUT, at every
+# build
 # (a custom target runs it), rewriting the file only when it changed: the commit and whether
 # the tree had changes come from git at build time, so a rebuild after a commit updates them;
 # without git (a tarball) the commit is "unknown". Called with -DSRC -DOUT -DVERSION -DTYPE
@@ -32,7 +33,7 @@ foreach(v VERSION TYPE COMPILER FLAGS CUDA SANITIZE NATIVE commit built)
     set(c_${v} "${e}")
 endforeach()
 set(text "/* Made by trainer/build_info.cmake at build time: do not edit. */
-#include \"trainer/provenance.h\"
+#include \"trainer/report/provenance.h\"
 
 const tr_build_info tr_build = {
     .version = \"${c_VERSION}\",

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "parallel/schedule.h"
-#include "trainer/checkpoint.h"
-#include "trainer/report.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/report/report.h"
 #include "trainer/trainer.h"
 
 #define TR_VERSION "0.1.0"

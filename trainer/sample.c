@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 #include "trainer/trainer.h"
 
 typedef struct {

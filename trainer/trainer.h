@@ -95,7 +95,7 @@ double tr_now(void);
  * gethostname(); "?" when neither works. */
 void tr_hostname(char *buf, size_t n);
 /* Room for a host name and a device's description in the records every rank's are gathered
- * into (run_setup.c gathers them once: provenance.json, the ledger). */
+ * into (run/setup.c gathers them once: provenance.json, the ledger). */
 #define TR_HOST_LEN 64
 #define TR_DEVICE_LEN 96
 int tr_mkdirs(const char *path, char *err, size_t errlen);

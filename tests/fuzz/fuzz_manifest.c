@@ -1,4 +1,5 @@
-/* Fuzz target: reading a checkpoint (trainer/checkpoint.h: tr_ckpt_read, eager and lazy, then
+/* Fuzz target: reading a checkpoint (trainer/checkpoint/checkpoint.h: tr_ckpt_read, eager and
+ * lazy, then
  * tr_ckpt_materialize), which parses manifest.yaml and maps the rank files it lists. The input
  * is up to three parts separated by FZ_SEP lines: the manifest, rank_00000.safetensors and
  * rank_00001.safetensors. The manifest's last line is a CRC32C of the rest, which a fuzzer
@@ -9,7 +10,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 static int has_crc_line(const uint8_t *m, size_t n) {
     const char *tag = "# crc32c: ";

@@ -1,10 +1,11 @@
 /* Fuzz target: the safetensors reader of checkpoints and Hugging Face import
- * (trainer/checkpoint.h: tr_st_open, tr_st_find, tr_st_read_f32). The input is the file; when
+ * (trainer/checkpoint/checkpoint.h: tr_st_open, tr_st_find, tr_st_read_f32). The input is the
+ * file; when
  * it opens, every tensor of a known dtype is read into a buffer of its shape's size. */
 #include <stdlib.h>
 
 #include "fuzz.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[512], err[1200];

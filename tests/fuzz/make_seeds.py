@@ -58,7 +58,7 @@ def checkpoint(ranks, tensors, crc_line, guard=False):
          'parallel:', '  world: %d' % ranks, '  dp: %d' % ranks, '  tp: 1', '  pp: 1',
          '  chunks: 1', '  zero: 0', '  sequence_parallel: false', 'rng:', '  seed: 1',
          'loader_position:', '  bytes: 224', '  hex: "' + '00' * 224 + '"']
-    if guard:  # the guard's state, as trainer/checkpoint_manifest.c writes it
+    if guard:  # the guard's state, as trainer/checkpoint/manifest.c writes it
         m += ['guard:', '  window: 4', '  next: 2', '  loss:', '  - 3.25', '  - 3.125',
               '  grad_norm:', '  - 1.5', '  - 1.25', '  bad: 0', '  first_bad: 0',
               '  last_loss: 3.125', '  last_grad_norm: 1.25', '  rolled_to: 0']

@@ -1,0 +1,423 @@
+/* `trainer supervise`, its reading of the run: which attempt failed where (OUT/attempts.jsonl,
+ * written by trainer/report/ledger.c; OUT/metrics.jsonl), the lost work and goodput it writes back,
+ * and the host file whose failing hosts it drops. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/json.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/ops/supervise.h"
+
+/* ---- reading the JSONL records ----------------------------------------------------------- */
+
+/* Calls fn on every line of OUT/name that is a JSON object (a line cut short by a kill, or
+ * anything else that does not parse, is passed over). */
+typedef void (*line_fn)(void *ctx, const tr_json *obj);
+static void each_line(const sv_run *s, const char *name, line_fn fn, void *ctx) {
+    char path[TR_PATH_MAX + 32], err[200];
+    snprintf(path, sizeof(path), "%s/%s", s->out, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        tr_json j;
+        if (tr_json_parse(&j, line, (size_t)len, err, sizeof(err))) continue;
+        if (j.type == TR_JSON_OBJ) fn(ctx, &j);
+        tr_json_free(&j);
+    }
+    free(line);
+    fclose(f);
+}
+
+static double num(const tr_json *o, const char *key, double dflt) {
+    const tr_json *v = tr_json_get(o, key);
+    return v && v->type == TR_JSON_NUM ? v->num : dflt;
+}
+
+static const char *str(const tr_json *o, const char *key) {
+    const tr_json *v = tr_json_get(o, key);
+    return v && v->type == TR_JSON_STR ? v->str : NULL;
+}
+
+static int is_event(const tr_json *o, const char *ev) {
+    const char *e = str(o, "event");
+    return e && !strcmp(e, ev);
+}
+
+static void count_start(void *ctx, const tr_json *o) {
+    if (is_event(o, "start")) ++*(int *)ctx;
+}
+
+int sv_count_starts(const sv_run *s) {
+    int n = 0;
+    each_line(s, "attempts.jsonl", count_start, &n);
+    return n;
+}
+
+int sv_checkpoint_step(const sv_run *s) {
+    long *steps;
+    int n = tr_ckpt_steps(s->out, &steps), step = n > 0 ? (int)steps[0] : 0;
+    free(steps);
+    return step;
+}
+
+/* ---- one attempt ------------------------------------------------------------------------ */
+
+typedef struct {
+    sv_attempt *a;
+    int ranks, n_stopped;
+    char *stopped; /* per rank: wrote a stopped line */
+    char (*hosts)[SV_HOST_LEN];
+    double t_start; /* of the last start line */
+    int last_start; /* its attempt number */
+} attempt_scan;
+
+static void scan_last_start(void *ctx, const tr_json *o) {
+    attempt_scan *c = ctx;
+    if (!is_event(o, "start")) return;
+    c->last_start = (int)num(o, "attempt", 0);
+    c->t_start = num(o, "t", 0);
+}
+
+static void scan_start(attempt_scan *c, const tr_json *o) {
+    const tr_json *h = tr_json_get(o, "hosts");
+    c->a->start_step = (int)num(o, "start_step", 0);
+    if (c->a->start_step > c->a->last_step) c->a->last_step = c->a->start_step;
+    c->ranks = (int)num(o, "ranks", 0);
+    if (c->ranks < 1 || c->ranks > 1 << 20) c->ranks = 0;
+    free(c->stopped), free(c->hosts);
+    c->stopped = calloc((size_t)c->ranks + 1, 1);
+    c->hosts = calloc((size_t)c->ranks + 1, SV_HOST_LEN);
+    for (int k = 0; h && h->type == TR_JSON_ARR && c->hosts && k < h->n && k < c->ranks; k++)
+        if (h->kids[k].type == TR_JSON_STR)
+            snprintf(c->hosts[k], SV_HOST_LEN, "%s", h->kids[k].str);
+}
+
+/* The lines of attempt a->attempt: its start (ranks, hosts), the ranks the launcher stopped,
+ * the rank another one found dead or stuck, its end. */
+static void scan_attempt_line(void *ctx, const tr_json *o) {
+    attempt_scan *c = ctx;
+    sv_attempt *a = c->a;
+    if ((int)num(o, "attempt", -1) != a->attempt) return;
+    if (is_event(o, "start")) scan_start(c, o);
+    int last = (int)num(o, "last_step", -1), rank = (int)num(o, "rank", -1);
+    if (last > a->last_step) a->last_step = last;
+    if (is_event(o, "stopped") && rank >= 0 && rank < c->ranks && c->stopped && !c->stopped[rank]) {
+        c->stopped[rank] = 1;
+        c->n_stopped++;
+    } else if (is_event(o, "failed") && num(o, "failed_rank", -1) >= 0) {
+        a->rank = (int)num(o, "failed_rank", -1);
+        const char *h = str(o, "failed_host"), *why = str(o, "why");
+        snprintf(a->host, sizeof(a->host), "%s", h ? h : "");
+        snprintf(a->why, sizeof(a->why), "%s", why ? why : "");
+    } else if (is_event(o, "stop")) {
+        const char *sig = str(o, "signal"), *ck = str(o, "checkpoint");
+        snprintf(a->stop, sizeof(a->stop), "%s", sig ? sig : "a signal");
+        snprintf(a->stop_ckpt, sizeof(a->stop_ckpt), "%s", ck ? ck : "");
+    } else if (is_event(o, "end")) {
+        snprintf(a->why, sizeof(a->why), "the run ended itself with status %d",
+                 (int)num(o, "status", -1));
+    }
+}
+
+/* metrics.jsonl: the attempt's last step and the time of its last record. */
+static void scan_metrics_line(void *ctx, const tr_json *o) {
+    attempt_scan *c = ctx;
+    if ((int)num(o, "attempt", -1) != c->a->attempt) return;
+    int step = (int)num(o, "step", -1);
+    if (step > c->a->last_step) c->a->last_step = step;
+    double t = num(o, "time", 0);
+    if (t > c->a->t_last) c->a->t_last = t;
+}
+
+/* The launch got through its setup when the last start line is its own: written by a process
+ * that started after the launch (a second of slack for the clocks of other hosts). */
+void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
+    memset(a, 0, sizeof(*a));
+    a->status = status, a->rank = -1, a->last_step = -1;
+    attempt_scan c = {.a = a};
+    each_line(s, "attempts.jsonl", scan_last_start, &c);
+    a->started = c.last_start > 0 && c.t_start >= t_launch - 1.0;
+    a->attempt = c.last_start + !a->started; /* else the number it would have had */
+    if (a->started) {
+        each_line(s, "attempts.jsonl", scan_attempt_line, &c);
+        each_line(s, "metrics.jsonl", scan_metrics_line, &c);
+    } else {
+        a->last_step = a->start_step = sv_checkpoint_step(s);
+        c.t_start = t_launch;
+        snprintf(a->why, sizeof(a->why),
+                 "it stopped before its first step (its own output "
+                 "says why)");
+    }
+    if (a->rank < 0 && c.ranks > 1 && c.n_stopped == c.ranks - 1) {
+        for (int k = 0; k < c.ranks; k++)
+            if (!c.stopped[k]) a->rank = k;
+        a->others_stopped = 1;
+    }
+    if (a->rank >= 0 && a->rank < c.ranks && c.hosts && c.hosts[a->rank][0])
+        snprintf(a->host, sizeof(a->host), "%s", c.hosts[a->rank]);
+    if (a->t_last <= 0) a->t_last = c.t_start;
+    free(c.stopped), free(c.hosts);
+}
+
+/* ---- what the supervisor writes ---------------------------------------------------------- */
+
+static FILE *open_attempts(const sv_run *s) {
+    char path[TR_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/attempts.jsonl", s->out);
+    char err[TR_PATH_MAX + 128];
+    if (tr_jsonl_repair(path, stdout, err, sizeof(err))) /* a run killed in a write */
+        fprintf(stderr, "trainer supervise: %s\n", err);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        fprintf(stderr, "trainer supervise: cannot write '%s': %s (the relaunch goes on)\n", path,
+                strerror(errno));
+    return f;
+}
+
+void sv_write_event(sv_run *s, const sv_attempt *a, int resume_step, double wait,
+                    const char *action) {
+    double now = tr_ledger_unix_now(), down = now - a->t_last + wait;
+    int redone = a->last_step > resume_step ? a->last_step - resume_step : 0;
+    s->down_s += down;
+    s->redone += redone;
+    FILE *f = open_attempts(s);
+    if (!f) return;
+    char st[64];
+    sv_describe_status(a->status, st, sizeof(st));
+    fprintf(f,
+            "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"down_s\": %.3f, "
+            "\"steps_redone\": %d, \"last_step\": %d, \"resume_step\": %d, \"cause\": {",
+            a->attempt, now, down, redone, a->last_step, resume_step);
+    if (a->rank >= 0)
+        fprintf(f, "\"rank\": %d, \"host\": ", a->rank);
+    else
+        fprintf(f, "\"rank\": null, \"host\": ");
+    if (a->host[0])
+        tr_json_write_string(f, a->host);
+    else
+        fputs("null", f);
+    fputs(", \"exit\": ", f);
+    tr_json_write_string(f, st);
+    fputs("}, \"action\": ", f);
+    tr_json_write_string(f, action);
+    fputs("}\n", f);
+    if (fclose(f)) fprintf(stderr, "trainer supervise: cannot write attempts.jsonl\n");
+}
+
+/* metrics.jsonl: each step's step_s, the last record of a step winning (as the run keeps
+ * them: a resumed run drops the records of the steps it trains again). */
+typedef struct {
+    double *step_s;
+    int cap, last;
+} kept_scan;
+
+static void scan_kept(void *ctx, const tr_json *o) {
+    kept_scan *k = ctx;
+    int step = (int)num(o, "step", -1);
+    double dt = num(o, "step_s", -1);
+    if (step < 1 || dt < 0 || step > 1 << 28) return;
+    if (step > k->cap) {
+        int cap = step * 2;
+        double *p = realloc(k->step_s, (size_t)cap * sizeof(double));
+        if (!p) return;
+        memset(p + k->cap, 0, (size_t)(cap - k->cap) * sizeof(double));
+        k->step_s = p, k->cap = cap;
+    }
+    k->step_s[step - 1] = dt;
+    if (step > k->last) k->last = step;
+}
+
+void sv_goodput(sv_run *s, int done) {
+    kept_scan k = {0};
+    each_line(s, "metrics.jsonl", scan_kept, &k);
+    double kept = 0, wall = tr_now() - s->t0;
+    for (int i = 0; i < k.last; i++)
+        kept += k.step_s[i];
+    free(k.step_s);
+    double g = wall > 0 ? kept / wall : 0;
+    printf("supervise: goodput %.1f%%: %.2f s of training kept in %.2f s of wall time (%d "
+           "attempt(s), %d relaunch(es), %d step(s) redone, %.2f s down between attempts)\n",
+           100.0 * g, kept, wall, s->launches, s->relaunches, s->redone, s->down_s);
+    fflush(stdout);
+    FILE *f = done ? open_attempts(s) : NULL;
+    if (!f) return;
+    fprintf(f,
+            "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"action\": \"done\", "
+            "\"wall_s\": %.3f, \"train_s\": %.3f, \"goodput\": %.4f, \"relaunches\": %d, "
+            "\"steps_redone\": %d, \"down_s\": %.3f}\n",
+            sv_count_starts(s), tr_ledger_unix_now(), wall, kept, g, s->relaunches, s->redone,
+            s->down_s);
+    fclose(f);
+}
+
+void sv_finish(sv_run *s) {
+    printf("supervise: the run finished after %d attempt(s)\n", s->launches);
+    sv_goodput(s, 1);
+}
+
+/* ---- the host file ------------------------------------------------------------------------ */
+
+static int is_hostfile_flag(const char *a) {
+    return !strcmp(a, "--hostfile") || !strcmp(a, "-hostfile") || !strcmp(a, "--machinefile") ||
+           !strcmp(a, "-machinefile");
+}
+
+static int is_np_flag(const char *a) {
+    return !strcmp(a, "-np") || !strcmp(a, "--np") || !strcmp(a, "-n") || !strcmp(a, "--n") ||
+           !strcmp(a, "-c");
+}
+
+/* One line of the host file: "host [slots=N] [max_slots=M]" (# starts a comment). 0, 1 for a
+ * line with no host, -1 with the mistake in why. */
+static int parse_host_line(char *line, sv_host *h, char *why, size_t wlen) {
+    line[strcspn(line, "#\r\n")] = 0;
+    char *save = NULL, *tok = strtok_r(line, " \t", &save);
+    if (!tok) return 1;
+    memset(h, 0, sizeof(*h));
+    if (strlen(tok) >= sizeof(h->name)) {
+        snprintf(why, wlen, "host name longer than %zu bytes", sizeof(h->name) - 1);
+        return -1;
+    }
+    snprintf(h->name, sizeof(h->name), "%s", tok);
+    h->slots = 1; /* what a line without slots= gives here */
+    while ((tok = strtok_r(NULL, " \t", &save))) {
+        char *end;
+        int slots = !strncmp(tok, "slots=", 6), max = !strncmp(tok, "max_slots=", 10);
+        long v = slots || max ? strtol(tok + (slots ? 6 : 10), &end, 10) : 0;
+        if (!(slots || max) || *end || v < 1 || v > 1000000) {
+            snprintf(why, wlen, "'%.60s': expected `host slots=N`", tok);
+            return -1;
+        }
+        if (slots) h->slots = (int)v;
+    }
+    return 0;
+}
+
+static int read_hosts(sv_run *s) {
+    FILE *f = fopen(s->hostfile, "r");
+    if (!f) {
+        fprintf(stderr, "trainer supervise: --hostfile '%s': %s\n", s->hostfile, strerror(errno));
+        return -1;
+    }
+    char line[1024], why[200];
+    int lineno = 0, rc = 0;
+    while (!rc && fgets(line, sizeof(line), f)) {
+        lineno++;
+        sv_host h;
+        int r = parse_host_line(line, &h, why, sizeof(why));
+        if (r < 0) {
+            fprintf(stderr, "trainer supervise: %s:%d: %s\n", s->hostfile, lineno, why);
+            rc = -1;
+        } else if (r == 0) {
+            int at = sv_host_find(s, h.name);
+            if (at >= 0) { /* a host named twice: its slots add up, as Open MPI counts them */
+                s->hosts[at].slots += h.slots;
+                continue;
+            }
+            sv_host *p = realloc(s->hosts, (size_t)(s->nhosts + 1) * sizeof(sv_host));
+            if (!p) rc = -1;
+            if (p) s->hosts = p, s->hosts[s->nhosts++] = h;
+        }
+    }
+    fclose(f);
+    if (!rc && s->nhosts == 0) {
+        fprintf(stderr, "trainer supervise: --hostfile '%s' names no host\n", s->hostfile);
+        rc = -1;
+    }
+    return rc;
+}
+
+int sv_read_hostfile(sv_run *s) {
+    s->np_at = s->dp_at = -1;
+    for (int i = 0; i + 1 < s->run_at; i++)
+        if (is_np_flag(s->cmd[i])) s->np_at = i + 1;
+    for (int i = s->run_at + 1; i + 1 < s->n; i++)
+        if (!strcmp(s->cmd[i], "--dp")) s->dp_at = i + 1;
+    if (!s->hostfile) return 0;
+    if (read_hosts(s)) return -1;
+    for (int i = 0; i + 1 < s->run_at; i++)
+        if (is_hostfile_flag(s->cmd[i])) return 0;
+    fprintf(stderr, "trainer supervise: --hostfile is given but the command has no --hostfile, "
+                    "-hostfile or --machinefile argument (before `trainer run`) to replace\n");
+    return -1;
+}
+
+int sv_host_find(const sv_run *s, const char *name) {
+    for (int i = 0; i < s->nhosts; i++)
+        if (!strcmp(s->hosts[i].name, name)) return i;
+    return -1;
+}
+
+static int replace_arg(sv_run *s, int at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int replace_arg(sv_run *s, int at, const char *fmt, ...) {
+    char buf[TR_PATH_MAX + 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    char *v = strdup(buf);
+    if (!v) return -1;
+    free(s->cmd[at]);
+    s->cmd[at] = v;
+    return 0;
+}
+
+/* -np (and --dp) for the slots left: 0, or -1 with why. */
+static int lower_np(sv_run *s, int left, char *why, size_t wlen) {
+    if (s->np_at < 0) {
+        if (s->dp_at < 0) return 0; /* the launcher fills the slots the host file gives */
+        snprintf(why, wlen, "the command fixes --dp %s but gives no -np to scale it from",
+                 s->cmd[s->dp_at]);
+        return -1;
+    }
+    int np = atoi(s->cmd[s->np_at]), now = np < left ? np : left;
+    if (s->dp_at >= 0) {
+        int dp = atoi(s->cmd[s->dp_at]);
+        int per = dp > 0 && np % dp == 0 ? np / dp : 0; /* tp x pp */
+        if (!per || now % per) {
+            snprintf(why, wlen,
+                     "the command fixes --dp %d on %d processes and the %d slots left "
+                     "hold no whole number of its tp x pp groups",
+                     dp, np, left);
+            return -1;
+        }
+        if (replace_arg(s, s->dp_at, "%d", now / per)) return -1;
+    }
+    return now == np ? 0 : replace_arg(s, s->np_at, "%d", now);
+}
+
+int sv_drop_host(sv_run *s, int h, char *why, size_t wlen) {
+    char path[TR_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/supervise.hostfile", s->out);
+    s->hosts[h].dropped = 1;
+    int left = 0;
+    for (int i = 0; i < s->nhosts; i++)
+        if (!s->hosts[i].dropped) left += s->hosts[i].slots;
+    if (left == 0) {
+        snprintf(why, wlen, "host %s failed twice and no other host is left", s->hosts[h].name);
+        return -1;
+    }
+    FILE *f = fopen(path, "w");
+    for (int i = 0; f && i < s->nhosts; i++)
+        if (!s->hosts[i].dropped) fprintf(f, "%s slots=%d\n", s->hosts[i].name, s->hosts[i].slots);
+    if (!f || fclose(f)) {
+        snprintf(why, wlen, "cannot write '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i + 1 < s->run_at; i++)
+        if (is_hostfile_flag(s->cmd[i]) && replace_arg(s, i + 1, "%s", path)) return -1;
+    if (lower_np(s, left, why, wlen)) return -1;
+    printf("supervise: host %s failed twice: dropped; %s lists the %d slot(s) left%s%s%s%s\n",
+           s->hosts[h].name, path, left, s->np_at >= 0 ? ", -np " : "",
+           s->np_at >= 0 ? s->cmd[s->np_at] : "", s->dp_at >= 0 ? ", --dp " : "",
+           s->dp_at >= 0 ? s->cmd[s->dp_at] : "");
+    return 0;
+}

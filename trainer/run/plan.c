@@ -1,0 +1,154 @@
+/* `trainer run`'s plan: the topology of the job (parallel/topology.h, the same on every rank),
+ * then, when the recipe and the flags leave anything open (parallel "auto", a field "auto",
+ * recompute "auto", ...), the planner's choice for it (parallel/plan.h), written into the
+ * flags so that tr_layout_resolve makes the layout from it like from a layout given by hand;
+ * and in any case the cost model's prediction of the layout that runs, which the run's
+ * metrics set beside what it measures. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/topology.h"
+#include "trainer/run/run.h"
+
+static tr_plan_opts plan_opts(const run_ctx *x) {
+    const tr_options *o = &x->o;
+    tr_plan_opts po = {.objective = TR_PLAN_TIME,
+                       .all_devices = 1,
+                       .recompute = -1,
+                       .dtype = x->be->dtype,
+                       .alternatives = 0};
+    po.fixed = (tr_layout_flags){.dp = o->dp, .tp = o->tp, .pp = o->pp, .zero = o->zero,
+                                 .schedule = o->schedule, .microbatches = o->microbatches,
+                                 .virtual_stages = o->virtual_stages,
+                                 .sequence_parallel = o->sequence_parallel,
+                                 .micro_batch = o->micro_batch, .pad_vocab = x->be->pad_vocab};
+    const char *pad = getenv("TR_PAD_VOCAB"); /* as tr_resolve_layout */
+    if (pad && *pad) po.fixed.pad_vocab = atoi(pad);
+    return po;
+}
+
+/* The plan's choices into the flags (those the user gave are the plan's already). */
+static void apply(run_ctx *x, const tr_plan *p) {
+    tr_options *o = &x->o;
+    o->dp = p->dp;
+    o->tp = p->tp;
+    o->pp = p->pp;
+    o->zero = p->zero;
+    o->sequence_parallel = p->sequence_parallel ? 1 : -1;
+    o->schedule = p->schedule;
+    o->virtual_stages = p->virtual_stages;
+    if (x->cluster.g[0].mem_bytes.v > 0) { /* a device of unknown memory: the resolver's rule */
+        o->microbatches = p->microbatches;
+        o->micro_batch = 0;
+    }
+    x->r.train.recompute = p->recompute;
+}
+
+int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_cluster *out,
+                      char *err, size_t errlen) {
+    int cpu = be == tr_backend_cpu();
+    char name[128] = "cpu";
+    if (!cpu) tr_backend_cuda_peak(be->dtype, name, sizeof name);
+    const tr_device_info *known = cpu ? NULL : tr_device_find(name);
+    /* a GPU's links are not MPI's over host memory: the table's (assumed) */
+    tr_topology_opts to = {.cpu = cpu,
+                           .device = name,
+                           .device_mem = known ? known->mem_bytes : 0,
+                           .peak_flops = cpu ? 0 : peak,
+                           .measure_links = cpu && tr_comm_size(world) > 1};
+    return tr_topology_detect(world, &to, out, err, errlen);
+}
+
+/* --resume with no layout flag, on as many processes as the run folder's last attempt: that
+ * attempt's resolved layout (OUT/recipe.lua) fixes what the recipe leaves to "auto", as flags
+ * would. The planner measures the machine, and under another load it can choose another
+ * micro-batch or ZeRO stage: the resumed run would then sum in another order and not be
+ * bitwise the run it continues. On another number of processes the layout is planned anew. */
+static void keep_layout(run_ctx *x) {
+    tr_options *o = &x->o;
+    int flags = o->dp >= 0 || o->tp >= 0 || o->pp > 0 || o->zero >= 0 || o->schedule >= 0 ||
+                o->microbatches > 0 || o->virtual_stages > 0 || o->sequence_parallel ||
+                o->micro_batch > 0;
+    char path[TR_PATH_MAX + 16], err[256];
+    snprintf(path, sizeof path, "%s/recipe.lua", x->r.train.out);
+    tr_recipe s;
+    /* no resolved recipe yet (killed before writing it), or not readable: planned as new */
+    if (!o->resume || flags || tr_recipe_load(&s, path, NULL, 0, err, sizeof err)) return;
+    const tr_parallel_desc *p = &s.parallel;
+    if (p->dp > 0 && p->tp > 0 && p->pp > 0 && p->dp * p->tp * p->pp == x->nranks) {
+        o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->zero = p->zero;
+        o->sequence_parallel = p->sequence_parallel > 0 ? 1 : -1;
+        o->schedule = p->schedule, o->virtual_stages = p->virtual_stages;
+        o->microbatches = p->microbatches, o->micro_batch = s.train.micro_batch;
+        x->r.train.recompute = s.train.recompute;
+        if (x->r.parallel.n_stages == 0 && p->n_stages > 0) {
+            x->r.parallel.n_stages = p->n_stages;
+            memcpy(x->r.parallel.stages, p->stages, sizeof p->stages);
+        }
+        snprintf(x->plan_line[0], sizeof x->plan_line[0],
+                 "plan: the layout of %.900s, which --resume continues (not planned again)", path);
+    }
+    tr_recipe_free(&s);
+}
+
+int run_plan(run_ctx *x) {
+    keep_layout(x);
+    if (tr_detect_cluster(x->world, x->be, x->peak * 1e9, &x->cluster, x->err, sizeof x->err)) {
+        snprintf(x->msg, sizeof x->msg, "trainer run: %s", x->err);
+        return -1;
+    }
+    tr_plan_opts po = plan_opts(x);
+    if (!tr_plan_open(&x->r, &po)) return 0; /* priced once resolved (run_price) */
+    tr_plan_result *res = calloc(1, sizeof(*res));
+    if (!res) {
+        snprintf(x->msg, sizeof x->msg, "trainer run: out of memory");
+        return -1;
+    }
+    if (tr_plan_search(&x->r, &x->cluster, &po, res, x->err, sizeof x->err)) {
+        free(res); /* the fixed fields cannot run here: tr_layout_resolve says why */
+        return 0;
+    }
+    if (!res->fits) {
+        char need[32];
+        tr_fmt_bytes(res->best.mem_bytes, need, sizeof need);
+        snprintf(x->msg, sizeof x->msg,
+                 "trainer run: no layout of %s fits %d process%s: the least memory one needs is "
+                 "%s per process; %s (see trainer plan %s --help)",
+                 x->r.path, x->nranks, x->nranks == 1 ? "" : "es", need, res->need, x->r.path);
+        free(res);
+        return -1;
+    }
+    x->plan = res->best;
+    x->planned = 1;
+    apply(x, &x->plan);
+    char d[256];
+    tr_plan_describe(&x->plan, d, sizeof d);
+    snprintf(x->plan_line[0], sizeof x->plan_line[0],
+             "plan: %s (chosen from %ld layouts in %.2f s for %s)", d, res->evaluated,
+             res->seconds, x->cluster.source);
+    free(res);
+    return 0;
+}
+
+void run_price(run_ctx *x) {
+    tr_plan p;
+    tr_plan_price(&x->r, &x->cluster, &x->lay, x->be->dtype, &p);
+    /* the memory: the layout's own measuring pass, the fullest rank (as the plan's); the
+       layout was measured already (setup_layout), so this does not fail */
+    char err[256];
+    if (tr_layout_memory_most(&x->lay, &x->r.model, x->be->dtype, &p.mem_bytes, err,
+                              sizeof err))
+        p.mem_bytes = 0;
+    p.mem_exact = 1;
+    x->plan_step_s = p.step_s;
+    x->plan_mem = p.mem_bytes;
+    char d[256] = "", m[32];
+    if (!x->planned) tr_plan_describe(&p, d, sizeof d);
+    tr_fmt_bytes(p.mem_bytes, m, sizeof m);
+    snprintf(x->plan_line[1], sizeof x->plan_line[1],
+             "plan: %s%spredicted %.4g s per step (compute %.3g, bubble %.3g, tp %.3g, pp %.3g, "
+             "dp %.3g, optimizer %.3g), %s on the fullest process",
+             d, !d[0] ? "" : x->plan_line[0][0] ? " (continued): " : " (given): ", p.step_s, p.compute_s, p.bubble_s, p.tp_s, p.pp_s,
+             p.dp_s, p.optim_s, m);
+}

@@ -1,0 +1,715 @@
+/* `trainer run`, its setup: the flags, connecting the processes, and every step that can fail
+ * on some ranks only (recipe, backend, layout, mesh, data, output folder, model, data
+ * parallelism, --resume, OUT's files, checkpoint writer), each agreed by all ranks so that
+ * they leave together and the lowest failing rank says why in one line. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/corpus.h"
+#include "trainer/run/run.h"
+
+/* One line for an output file that could not be written (opened, written or closed). */
+int run_cannot_write(const char *path, int e) {
+    fprintf(stderr, "trainer run: cannot write '%s': %s\n", path, strerror(e ? e : EIO));
+    return -1;
+}
+
+/* Closes an output file; -1 (and the line) when anything written to it did not reach it. */
+int run_close_output(FILE *f, const char *path) {
+    int e = ferror(f) ? (errno ? errno : EIO) : 0;
+    if (fclose(f) && !e) e = errno ? errno : EIO;
+    return e ? run_cannot_write(path, e) : 0;
+}
+
+/* A resumed run appends to metrics.jsonl: first the records of steps after the checkpoint
+ * (written before the run was interrupted, and about to be written again) are dropped, so
+ * every step has one record. The file is rewritten to a temporary and renamed over. */
+static int trim_metrics(FILE **mf, const char *path, long step) {
+    char tmp[TR_PATH_MAX + 48];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    fclose(*mf);
+    *mf = NULL;
+    FILE *in = fopen(path, "r"), *out = in ? fopen(tmp, "w") : NULL;
+    if (!in || !out) {
+        int e = errno;
+        if (in) fclose(in);
+        return run_cannot_write(in ? tmp : path, e);
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    long dropped = 0;
+    while (getline(&line, &cap, in) > 0) {
+        long k;
+        if (sscanf(line, "{\"step\": %ld", &k) == 1 && k > step)
+            dropped++;
+        else
+            fputs(line, out);
+    }
+    free(line);
+    fclose(in);
+    if (run_close_output(out, tmp)) return -1;
+    if (rename(tmp, path)) return run_cannot_write(path, errno);
+    if (dropped)
+        printf("metrics.jsonl: dropped %ld record(s) of steps after %ld (they are trained again)\n",
+               dropped, step);
+    *mf = fopen(path, "a");
+    return *mf ? 0 : run_cannot_write(path, errno);
+}
+
+int run_trim_metrics(run_ctx *x, long step) {
+    return x->metrics ? trim_metrics(&x->metrics, x->metrics_path, step) : 0;
+}
+
+/* Checkpoint c into the model and the loader, if the recipe still matches it: 0; -1 with err
+ * when it cannot be used (another recipe, nothing left to do); 1 when a block this process
+ * reads is damaged (lazily read checkpoints: an older one may do). */
+/* The recipe the run was saved with (`text`, from `chunk`) against this run's: 0, or -1 with
+ * the changes that matter in err (harmless ones printed). */
+static int same_recipe(const run_ctx *x, const char *text, const char *chunk, char *err,
+                       size_t errlen) {
+    tr_recipe saved;
+    int rc = tr_recipe_load_string(&saved, text, chunk, ".", NULL, 0, err, errlen);
+    if (!rc) {
+        rc = tr_ckpt_compare_recipes(&saved, &x->r, stdout, err, errlen);
+        tr_recipe_free(&saved);
+    }
+    return rc ? -1 : 0;
+}
+
+/* --resume with no checkpoint yet: OUT/recipe.lua, when there is one, must be this run's as a
+ * checkpoint's recipe must. 0, or -1 with err. */
+static int same_folder_recipe(const run_ctx *x, char *err, size_t errlen) {
+    char path[TR_PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/recipe.lua", x->r.train.out);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t n = getdelim(&text, &cap, 0, f); /* no NUL in a recipe: the whole file */
+    fclose(f);
+    char why[768] = "";
+    int rc = n < 0 ? -1 : same_recipe(x, text, path, why, sizeof(why));
+    free(text);
+    if (rc && snprintf(err, errlen, "%s (no checkpoint yet: compared with %s)",
+                       n < 0 ? "cannot read the run's recipe" : why, path) < 0)
+        err[0] = 0;
+    return rc;
+}
+
+static int use_checkpoint(run_ctx *x, tr_ckpt *c, char *err, size_t errlen) {
+    const tr_recipe *r = &x->r;
+    char chunk[TR_PATH_MAX + 32];
+    snprintf(chunk, sizeof(chunk), "%s/manifest.yaml", c->dir);
+    if (same_recipe(x, c->recipe, chunk, err, errlen)) return -1;
+    if (c->step >= r->train.steps) {
+        if (snprintf(err, errlen,
+                     "%s is at step %ld and the recipe trains %d steps: nothing to "
+                     "do (raise --steps)",
+                     c->dir, c->step, r->train.steps) < 0)
+            err[0] = 0;
+        return -1;
+    }
+    if (tr_ckpt_apply(c, x->model, err, errlen)) return 1;
+    if (c->has_loader && tr_loader_set_pos(x->loader, c->loader, err, errlen)) return -1;
+    return 0;
+}
+
+/* --resume (below = LONG_MAX) and the guard's rollback: the newest checkpoint in OUT of a step
+ * below `below` that verifies, if the recipe still matches it. Restores the parameters, the
+ * AdamW state and step count, the loader position and the guard's state; *start is the number
+ * of steps done.
+ * --resume in a run folder with no checkpoint yet, but an earlier attempt's attempts.jsonl,
+ * trains from step 0 as the run's next attempt (its records appended to: trainer supervise
+ * relies on it after a kill before the first save); in a folder that holds no run, --resume is
+ * refused (a mistyped folder must not start a fresh run).
+ * One process resuming verifies every file first; otherwise each rank checks only the blocks
+ * it reads, and when any rank finds one damaged, all go back to the checkpoint before (each
+ * rank that found damage says where). */
+int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t errlen) {
+    tr_comm *world = x->world;
+    const tr_recipe *r = &x->r;
+    tr_ckpt c;
+    int rc = -1, me = tr_comm_rank(world);
+    double t0 = tr_now();
+    if (x->dp) tr_dp_settle(x->dp); /* a rollback: no transfer may still write the slab */
+    if (below == LONG_MAX) {
+        long *none;
+        char rec[TR_PATH_MAX + 32];
+        int have = tr_ckpt_steps(r->train.out, &none);
+        free(none);
+        if (have == 0 && same_folder_recipe(x, err, errlen)) return -1;
+        snprintf(rec, sizeof(rec), "%s/attempts.jsonl", r->train.out);
+        if (have == 0 && access(rec, F_OK) == 0) { /* a relaunch killed before the first save */
+            *start = 0;
+            printf("--resume: no checkpoint in %s/checkpoints/ yet: training from step 0\n",
+                   r->train.out);
+            return 0;
+        }
+    }
+    if (tr_comm_size(world) == 1 && below == LONG_MAX) {
+        if (tr_ckpt_find_resume(r->train.out, &c, 1, stdout, err, errlen)) return -1;
+        rc = use_checkpoint(x, &c, err, errlen) ? -1 : 0;
+    } else {
+        long *steps;
+        int n = tr_ckpt_steps(r->train.out, &steps);
+        if (snprintf(err, errlen, "no usable checkpoint in %s/checkpoints/", r->train.out) < 0)
+            err[0] = 0;
+        for (int i = 0; i < n; i++) {
+            char dir[TR_PATH_MAX + 64], why[768];
+            if (steps[i] >= below) continue;
+            snprintf(dir, sizeof(dir), "%s/checkpoints/step_%08ld", r->train.out, steps[i]);
+            int opened = tr_ckpt_read_lazy(&c, dir, 1, why, sizeof(why)) == 0;
+            int mine = opened ? use_checkpoint(x, &c, why, sizeof(why)) : 1;
+            long long v[2] = {mine == 1, mine < 0}; /* damaged here, unusable here */
+            tr_comm_all_reduce(world, v, 2, TR_COMM_I64);
+            if (mine == 1) fprintf(stderr, "trainer: rank %d: checkpoint %s: %s\n", me, dir, why);
+            if (v[1]) { /* a reason that is not damage (recipe, steps): said by one rank */
+                if (snprintf(err, errlen, "%s", mine < 0 ? why : "another rank's reason") < 0)
+                    err[0] = 0;
+                if (opened) tr_ckpt_free(&c);
+                rc = mine < 0 ? -1 : -2;
+                break;
+            }
+            if (!v[0]) {
+                rc = 0;
+                break;
+            }
+            if (me == 0)
+                printf("skipping checkpoint %s: damaged (found by %lld rank(s))\n", dir, v[0]);
+            if (opened) tr_ckpt_free(&c);
+        }
+        free(steps);
+        if (rc) return rc;
+    }
+    if (!rc) {
+        double t_read = tr_now() - t0, bytes = 0;
+        for (int i = 0; i < c.n_files; i++)
+            bytes += (double)c.files[i].size;
+        *start = (int)c.step;
+        if (below == LONG_MAX)
+            printf(
+                "resuming from %s (step %ld; checkpoint of %.3f GB read and verified in %.2f s)\n",
+                c.dir, c.step, bytes / 1e9, t_read);
+        run_guard_restore(x, &c);
+    }
+    tr_ckpt_free(&c);
+    return rc;
+}
+
+/* A setup step that can fail on some ranks only: every rank says whether its step failed
+ * (with its message), and all leave together, so no rank is left waiting in a collective
+ * until the timeout. The lowest failing rank prints its message, once: as it is when every
+ * rank failed (the same mistake everywhere), after its rank number when only some did.
+ * Returns 1 on every rank when any rank failed. */
+static int setup_failed(tr_comm *world, int bad, const char *msg) {
+    int n = tr_comm_size(world), me = tr_comm_rank(world);
+    if (n <= 1) {
+        if (bad && msg && *msg) fprintf(stderr, "%s\n", msg);
+        return bad != 0;
+    }
+    long long *v = calloc((size_t)n, sizeof(long long));
+    if (!v) {
+        fprintf(stderr, "trainer: rank %d: out of memory\n", me);
+        exit(1); /* mpirun ends the others */
+    }
+    v[me] = bad != 0;
+    tr_comm_all_reduce(world, v, (size_t)n, TR_COMM_I64);
+    int first = -1, count = 0;
+    for (int k = 0; k < n; k++)
+        if (v[k]) {
+            count++;
+            if (first < 0) first = k;
+        }
+    free(v);
+    if (me == first && msg && *msg) {
+        if (count == n)
+            fprintf(stderr, "%s\n", msg);
+        else if (!strncmp(msg, "trainer run: ", 13))
+            fprintf(stderr, "trainer run: rank %d%s: %s\n", me, count > 1 ? " (and others)" : "",
+                    msg + 13);
+        else
+            fprintf(stderr, "rank %d%s: %s\n", me, count > 1 ? " (and others)" : "", msg);
+    }
+    return count > 0;
+}
+
+/* Every rank must have what rank 0 has (a hash of it in `mine`): 1 on every rank if not, said
+ * once, naming the first rank that differs. */
+static int ranks_agree(tr_comm *world, const char *what, const char mine[65]) {
+    if (tr_comm_size(world) <= 1) return 0;
+    char root[65], msg[300];
+    memcpy(root, mine, sizeof(root));
+    tr_comm_broadcast(world, root, 64, TR_COMM_BYTE, 0);
+    int differs = memcmp(root, mine, 64) != 0;
+    snprintf(msg, sizeof(msg),
+             "trainer run: the %s differs from rank 0's: every rank must run "
+             "the same recipe, flags and files",
+             what);
+    return setup_failed(world, differs, msg);
+}
+
+/* Checkpoints and --resume need OUT to be one folder all ranks see and write: rank 0 writes a
+ * file with a nonce there, every rank reads it back and writes a file of its own. 1 on every
+ * rank when some rank cannot (said once, by the lowest such rank). */
+static int out_is_shared(tr_comm *world, const char *out) {
+    int n = tr_comm_size(world), me = tr_comm_rank(world);
+    if (n <= 1) return 0;
+    char path[TR_PATH_MAX + 64], mine[TR_PATH_MAX + 80], want[65], got[65] = {0};
+    snprintf(want, sizeof(want), "%016llx%016llx%032d", (unsigned long long)tr_now() * 1000003ULL,
+             (unsigned long long)getpid(), 0);
+    tr_comm_broadcast(world, want, 64, TR_COMM_BYTE, 0);
+    want[64] = 0;
+    snprintf(path, sizeof(path), "%s/.shared_check_%.16s", out, want);
+    if (me == 0) {
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs(want, f);
+            fclose(f);
+        }
+    }
+    tr_comm_barrier(world);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(got, sizeof(got), f)) got[0] = 0;
+        fclose(f);
+    }
+    char host[64], msg[TR_PATH_MAX + 300] = "";
+    tr_hostname(host, sizeof(host));
+    int bad = strcmp(got, want) != 0;
+    if (bad) {
+        snprintf(msg, sizeof(msg),
+                 "trainer run: on %s, the output folder '%s' is not shared with "
+                 "rank 0 (its files are not there): checkpoints and --resume need one folder "
+                 "every rank sees (a shared file system)",
+                 host, out);
+    } else if (me > 0) { /* every rank writes its part of each checkpoint there */
+        snprintf(mine, sizeof(mine), "%s.r%d", path, me);
+        FILE *w = fopen(mine, "w");
+        int e = w ? 0 : errno;
+        if (w && fclose(w)) e = errno ? errno : EIO;
+        if (w) remove(mine);
+        if (e) {
+            bad = 1;
+            snprintf(msg, sizeof(msg),
+                     "trainer run: on %s, cannot write in the output folder "
+                     "'%s': %s (every rank writes its part of each checkpoint there)",
+                     host, out, strerror(e));
+        }
+    }
+    int failed = setup_failed(world, bad, msg);
+    tr_comm_barrier(world);
+    if (me == 0) remove(path);
+    return failed;
+}
+
+/* Started by a launcher with other processes (mpirun, srun)? */
+static int launched_with_others(void) {
+    const char *v[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"};
+    for (int i = 0; i < 4; i++) {
+        const char *e = getenv(v[i]);
+        if (e && atoi(e) > 1) return 1;
+    }
+    return 0;
+}
+
+/* ---- the setup steps ------------------------------------------------------------------- */
+
+/* The resolved recipe with its layout (but an "auto" micro-batch, which each host sizes by
+ * its memory: agreed next, on its own) and every option that changes what a rank does: ranks
+ * launched with other flags or test variables would otherwise meet in mismatched
+ * collectives. Resolved values, so that equivalent settings agree (--zero 0 and the recipe's
+ * default ZeRO-0). */
+static void agreed_sha(const run_ctx *x, char out[65]) {
+    tr_recipe c = x->r; /* a shallow copy: only written out */
+    tr_layout_to_recipe(&x->lay, &c);
+    if (x->lay.micro_auto) c.train.micro_batch = 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    tr_recipe_write_lua(&c, f);
+    const char *sync = getenv("TR_CKPT_SYNC");
+    fprintf(f,
+            "\n-- options: resume %d, overwrite %d, device %s, precision %s, timeout %.17g, "
+            "pad_vocab %d, TR_CKPT_SYNC %d\n",
+            x->o.resume, x->o.overwrite, x->o.device ? x->o.device : "auto",
+            x->o.precision ? x->o.precision : "default", x->o.timeout > 0 ? x->o.timeout : 300.0,
+            x->lay.pad_vocab, sync && *sync && strcmp(sync, "0"));
+    fclose(f);
+    tr_sha256_hex(text, len, out);
+    free(text);
+}
+
+/* The flags, then the processes. A flag mistake under a launcher: connect first, so that a
+ * mistake made on every rank is said once and one made on some ranks only still ends the
+ * others at once (setup_failed: the same collective the others meet after the recipe). */
+static int connect_ranks(run_ctx *x, int *argc, char ***argv, int *status) {
+    char pmsg[600];
+    int rc = tr_parse_options_msg(&x->o, "run", *argc, *argv, 2, pmsg, sizeof(pmsg));
+    *status = rc > 0 ? 0 : rc < 0 ? 2 : 1;
+    if (rc > 0) return -1;
+    if (rc < 0) {
+        tr_comm *w = NULL;
+        char cerr[256];
+        if (launched_with_others() && !tr_comm_init(&w, argc, argv, 0, cerr, sizeof(cerr))) {
+            setup_failed(w, 1, pmsg);
+            tr_comm_free(w);
+        } else {
+            fprintf(stderr, "%s\n", pmsg);
+        }
+        return -1;
+    }
+    if (tr_comm_init(&x->world, argc, argv, x->o.timeout, x->err, sizeof(x->err))) {
+        fprintf(stderr, "trainer run: %s\n", x->err);
+        return -1;
+    }
+    x->rank = tr_comm_rank(x->world);
+    x->nranks = tr_comm_size(x->world);
+    if (x->rank > 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 owns progress and output */
+        fprintf(stderr, "trainer: rank %d: cannot silence stdout\n", x->rank);
+    int bad = tr_load_recipe_msg(&x->r, &x->o, "run", x->msg, sizeof(x->msg));
+    x->have_recipe = !bad;
+    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
+}
+
+/* The backend and the layout, agreed by all ranks (the recipe with its layout and the flags,
+ * then the micro-batch), written back into the recipe, its predicted memory, and the mesh:
+ * the dp group for data parallelism and the loader, the tp group for the model. */
+static int setup_layout(run_ctx *x) {
+    double peak;
+    x->be = tr_choose_backend(&x->o, &x->r, &peak, x->device, sizeof(x->device), x->err,
+                              sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
+    if (setup_failed(x->world, !x->be, x->msg)) return -1;
+    x->peak = peak / 1e9;
+    if (setup_failed(x->world, run_plan(x), x->msg)) return -1;
+    int bad =
+        tr_resolve_layout(&x->lay, &x->r, &x->o, x->nranks, x->be, "run", x->msg, sizeof(x->msg));
+    if (setup_failed(x->world, bad, x->msg)) return -1;
+    char fp[65];
+    agreed_sha(x, fp);
+    if (ranks_agree(x->world, "resolved recipe or a flag", fp)) return -1;
+    snprintf(fp, sizeof(fp), "%032d%032d", x->lay.micro_batch, x->lay.accum);
+    if (ranks_agree(x->world, "resolved micro-batch", fp)) return -1;
+    if (x->lay.micro_auto)
+        printf("micro_batch auto -> %d sequences (%d accumulation step(s) per %ld-token step)\n",
+               x->lay.micro_batch, x->lay.accum, x->r.train.batch_tokens);
+    tr_layout_to_recipe(&x->lay, &x->r); /* OUT/recipe.lua and the manifests name it */
+    x->B = x->lay.micro_batch;
+    x->T = x->lay.seq_len;
+    bad = tr_layout_memory(&x->lay, &x->r.model, x->be->dtype, x->rank, &x->predicted, x->err,
+                           sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
+    if (setup_failed(x->world, bad, x->msg)) return -1;
+    run_price(x);
+    tr_mesh mesh = {.dp = x->lay.dp, .pp = x->lay.pp, .tp = x->lay.tp};
+    bad = tr_comm_mesh(x->world, mesh, &x->dpc, &x->ppc, &x->tpc, x->err, sizeof(x->err));
+    /* the pipeline's first and last stages (each pair of them: the others get a group of
+       their own they never use), and the ranks of one model copy */
+    tr_layout_coord co = tr_layout_coord_of(&x->lay, x->rank);
+    int edge = co.p == 0 || co.p == x->lay.pp - 1;
+    bad = bad ||
+          tr_comm_split(x->ppc, edge ? 0 : 1, co.p, "tie", &x->tiec, x->err, sizeof(x->err)) ||
+          tr_comm_split(x->world, co.d, x->rank, "mp", &x->mpc, x->err, sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
+    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
+}
+
+/* A step only rank 0 takes (OUT's lock, what OUT holds): every rank leaves on its word, which
+ * rank 0 says as it is. */
+static int rank0_decides(run_ctx *x, int (*step)(run_ctx *)) {
+    long long bad = x->rank == 0 && step(x);
+    tr_comm_broadcast(x->world, &bad, 1, TR_COMM_I64, 0);
+    return setup_failed(x->world, bad != 0, x->msg);
+}
+
+/* The output folder, the data (a BPE corpus tokenized once into cached shards), the loader of
+ * this rank's dp group (tp ranks of one group read the same batches), agreed data, and an
+ * output folder all ranks share when checkpoints need one. */
+static int setup_data(run_ctx *x) {
+    const tr_recipe *r = &x->r;
+    int bad = x->rank == 0 && tr_mkdirs(r->train.out, x->err, sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
+    if (setup_failed(x->world, bad, x->msg)) return -1;
+    if (rank0_decides(x, run_folder_lock) || rank0_decides(x, run_folder_check)) return -1;
+    if (r->data.text[0] && r->data.tokenizer != TR_TOKENIZER_BYTE) {
+        char dir[TR_PATH_MAX + 64];
+        int made = 0;
+        double t0 = tr_now();
+        bad =
+            tr_corpus_cache(&r->data, dir, sizeof(dir), &made, NULL, NULL, x->err, sizeof(x->err));
+        snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
+        if (setup_failed(x->world, bad, x->msg)) return -1;
+        if (made)
+            printf("tokenized %s with %s into %s/ in %.1f s (first use; cached from now on)\n",
+                   r->data.text, r->data.tokenizer == TR_TOKENIZER_GPT2 ? "gpt2" : "byte", dir,
+                   tr_now() - t0);
+    }
+    bad = tr_loader_open(&x->loader, &r->data, r->model.vocab, tr_comm_rank(x->dpc),
+                         tr_comm_size(x->dpc), x->B, x->T, r->train.seed, x->err, sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
+    if (setup_failed(x->world, bad, x->msg)) return -1;
+    char fp[65];
+    snprintf(fp, sizeof(fp), "%016llx%048d", (unsigned long long)tr_loader_fingerprint(x->loader),
+             0);
+    if (ranks_agree(x->world, "data (sizes and sampled tokens)", fp)) return -1;
+    if ((r->train.checkpoint_every > 0 || x->o.resume) && out_is_shared(x->world, r->train.out))
+        return -1;
+    return 0;
+}
+
+/* ZeRO-2 and 3 reduce each micro-batch's gradients after its backward. */
+static void micro_end(void *dp) {
+    tr_dp_micro_end(dp);
+}
+
+/* Pipeline parallelism: the executor over the pp group, and a step's micro-batch buffers. */
+static int setup_pipeline(run_ctx *x) {
+    const tr_layout *l = &x->lay;
+    if (l->pp <= 1) return 0;
+    int bad = tr_pipe_init(&x->pipe, x->model, x->ppc, (tr_pp_kind)l->schedule, l->virtual_stages,
+                           l->microbatches, x->err, sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
+    if (setup_failed(x->world, bad, x->msg)) return -1;
+    tr_pipe_set_backward_hook(x->pipe, micro_end, x->dp);
+    tr_pipe_final_hooks(x->pipe, !tr_zero_of(l->zero).grads);
+    x->mb_in = calloc((size_t)l->accum, sizeof(int *));
+    x->mb_tg = calloc((size_t)l->accum, sizeof(int *));
+    bad = !x->mb_in || !x->mb_tg;
+    for (int a = 0; !bad && a < l->accum; a++)
+        bad = !(x->mb_in[a] = malloc((size_t)x->B * x->T * sizeof(int))) ||
+              !(x->mb_tg[a] = malloc((size_t)x->B * x->T * sizeof(int)));
+    snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the micro-batches");
+    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
+}
+
+/* This rank's part of the model (the layout's options, the tp group), data parallelism over
+ * the dp group, and the parameters: initialised, then from --resume or init = hf. */
+static int setup_model(run_ctx *x) {
+    const tr_recipe *r = &x->r;
+    tr_model_opts mo = tr_layout_model_opts(&x->lay, x->rank);
+    mo.tp_comm = x->tpc;
+    if (x->lay.pp > 1) {
+        mo.pp_comm = x->ppc;
+        mo.tie_comm = x->tiec;
+    }
+    int bad = tr_model_init_opts(&x->model, &r->model, x->be, &mo, x->err, sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
+    if (setup_failed(x->world, bad, x->msg)) return -1;
+    bad = tr_dp_init(&x->dp, x->model, x->dpc, x->lay.zero, (size_t)x->lay.bucket_kb << 10, x->err,
+                     sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
+    if (setup_failed(x->world, bad, x->msg)) return -1; /* a refused configuration: said once */
+    if (setup_pipeline(x)) return -1;
+    tr_model_init_params(x->model, r->train.seed);
+    /* before --resume, which brings back the guard's state */
+    snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the guard's window");
+    if (setup_failed(x->world, run_guard_init(x), x->msg)) return -1;
+    if (x->o.resume) {
+        int rrc = run_load_checkpoint(x, LONG_MAX, &x->start_step, x->err, sizeof(x->err));
+        /* -2: this rank is fine but another's reason stops every rank (that rank says it) */
+        snprintf(x->msg, sizeof(x->msg), "trainer run: --resume: %s", x->err);
+        if (setup_failed(x->world, rrc == -1, x->msg) || rrc) return -1;
+        char fp[65];
+        snprintf(fp, sizeof(fp), "%064d", x->start_step); /* every rank from the same one */
+        if (ranks_agree(x->world, "checkpoint step to resume from", fp)) return -1;
+    } else if (r->init_hf[0]) {
+        bad = tr_hf_import(x->model, r->init_hf, x->err, sizeof(x->err));
+        snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
+        if (setup_failed(x->world, bad, x->msg)) return -1;
+        printf("initialized from the Hugging Face model in %s\n", r->init_hf);
+    }
+    return 0;
+}
+
+/* OUT's files only now, so that a refused --resume leaves them as they were: the recipe (with
+ * its layout), and metrics.jsonl (a resumed run appends, after dropping the steps it trains
+ * again). Rank 0's helpers print their own line. */
+static int open_outputs(run_ctx *x) {
+    char path[TR_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/recipe.lua", x->r.train.out);
+    FILE *rf = fopen(path, "w");
+    if (!rf) return run_cannot_write(path, errno);
+    int wbad = tr_recipe_write_lua(&x->r, rf);
+    if (run_close_output(rf, path)) return -1;
+    if (wbad) return run_cannot_write(path, EIO);
+    snprintf(x->metrics_path, sizeof(x->metrics_path), "%s/metrics.jsonl", x->r.train.out);
+    if (x->o.resume && tr_jsonl_repair(x->metrics_path, stdout, x->err, sizeof(x->err))) {
+        fprintf(stderr, "trainer run: %s\n", x->err);
+        return -1;
+    }
+    x->metrics = fopen(x->metrics_path, x->o.resume ? "a" : "w");
+    if (!x->metrics) return run_cannot_write(x->metrics_path, errno);
+    return x->o.resume ? trim_metrics(&x->metrics, x->metrics_path, x->start_step) : 0;
+}
+
+/* The checkpoint writer (every rank writes the part of each checkpoint it keeps; rank 0 also
+ * the manifest), collectively: at setup when the recipe saves checkpoints, else when a stop
+ * is requested (trainer/run/stop.c), whose save then first checks that OUT is shared when
+ * `check_shared`. 0, or -1 after one line. */
+int run_open_checkpoints(run_ctx *x, int check_shared) {
+    const tr_recipe *r = &x->r;
+    if (check_shared && out_is_shared(x->world, r->train.out)) return -1;
+    const char *sync = getenv("TR_CKPT_SYNC"); /* benchmarks: the synchronous baseline */
+    size_t *ranges = NULL;
+    int n_ranges = tr_dp_ckpt_ranges(x->dp, &ranges);
+    tr_ckpt_opts co = {.out = r->train.out,
+                       .keep = r->train.keep_checkpoints,
+                       .rank = x->rank,
+                       .world = x->nranks,
+                       .ranges = ranges,
+                       .n_ranges = n_ranges,
+                       .zero = x->lay.zero,
+                       .dp = x->lay.dp,
+                       .tp = x->lay.tp,
+                       .pp = x->lay.pp,
+                       .sequence_parallel = x->lay.sequence_parallel,
+                       .sync = sync && *sync && strcmp(sync, "0"),
+                       .timeout_s = x->o.timeout > 0 ? x->o.timeout : 300,
+                       .overlap = !strcmp(x->be->name, "cpu")};
+    int bad = tr_ckpt_writer_init(&x->ckw, x->model, r, &co, x->err, sizeof(x->err));
+    free(ranges);
+    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
+    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
+}
+
+/* The output files, the checkpoint writer when the recipe saves checkpoints, the batch buffers
+ * and the tests' fault variables. */
+static int setup_outputs(run_ctx *x) {
+    const tr_recipe *r = &x->r;
+    /* only now that every rank's setup succeeded: a refused run leaves the earlier one whole */
+    if (x->o.overwrite && setup_failed(x->world, x->rank == 0 && run_folder_clear(x), ""))
+        return -1;
+    if (setup_failed(x->world, x->rank == 0 && open_outputs(x), "")) return -1;
+    if (r->train.checkpoint_every > 0 && run_open_checkpoints(x, 0)) return -1;
+    x->inputs = malloc((size_t)x->B * x->T * sizeof(int));
+    x->targets = malloc((size_t)x->B * x->T * sizeof(int));
+    x->all_steps = malloc((size_t)x->nranks * TR_LEDGER_EXTRA * sizeof(double));
+    x->all_compute = malloc((size_t)x->nranks * sizeof(double));
+    int bad = !x->inputs || !x->targets || !x->all_steps || !x->all_compute;
+    snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the batches");
+    if (setup_failed(x->world, bad, x->msg)) return -1;
+    bad = run_env_settings(x); /* TR_FAULT_*, TR_LEDGER */
+    if (setup_failed(x->world, bad, x->msg)) return -1; /* may be set on some ranks only */
+    return 0;
+}
+
+/* What the run is: model, data, device, steps, the layout of several processes and the
+ * memory a process allocates as the layout predicts it. */
+static void print_banner(const run_ctx *x) {
+    const tr_recipe *r = &x->r;
+    char np[32], ft[32], tt[32], vt[32];
+    tr_cost all; /* the whole model's, whatever part of it this process holds */
+    tr_cost_model(&r->model, x->T, &all);
+    tr_fmt_count(all.params, np, sizeof(np));
+    tr_fmt_count(x->flops_tok, ft, sizeof(ft));
+    tr_fmt_count((double)tr_loader_train_tokens(x->loader), tt, sizeof(tt));
+    tr_fmt_count((double)tr_loader_val_tokens(x->loader), vt, sizeof(vt));
+    printf("model %s params, %s training FLOPs/token | data %s train + %s val tokens\n"
+           "device %s\n",
+           np, ft, tt, vt, x->device);
+    if (r->train.guard.on && r->train.guard.z_norm_unused)
+        printf("%s: train: guard: z_norm is no longer used: the gradient norm is judged by "
+               "norm_ratio (a multiple of the window's median, default 20)\n",
+               r->path);
+    char fix[TR_PATH_MAX + 256];
+    if (!x->be->device_memory && !strcmp(tr_backend_cpu_blas_threads(fix, sizeof(fix)), "pthreads"))
+        fprintf(stderr, "trainer run: warning: %s\n", fix);
+    printf("training %d steps of %ld tokens, micro-batch %d x %d, output in %s/\n", r->train.steps,
+           r->train.batch_tokens, x->B, x->T, r->train.out);
+    if (x->nranks > 1) {
+        char desc[256];
+        tr_layout_describe(&x->lay, desc, sizeof(desc));
+        printf("%d processes (%s), %s\n", x->nranks, tr_comm_transport(), desc);
+        tr_layout_describe_stages(&x->lay, &x->r.model, stdout);
+    }
+    for (int i = 0; i < 2; i++)
+        if (x->plan_line[i][0]) printf("%s\n", x->plan_line[i]);
+    const tr_memory *m = &x->predicted;
+    char b1[32], b2[32], b3[32], b4[32];
+    tr_fmt_bytes((double)m->params, b1, sizeof(b1));
+    tr_fmt_bytes((double)m->grads, b2, sizeof(b2));
+    tr_fmt_bytes((double)m->optimizer, b3, sizeof(b3));
+    tr_fmt_bytes((double)(m->activations + m->scratch), b4, sizeof(b4));
+    printf("memory per process (predicted): parameters %s, gradients %s, optimizer state %s, "
+           "activations and scratch %s%s\n",
+           b1, b2, b3, b4, tr_zero_of(x->lay.zero).grads ? ", plus ZeRO's bucket buffers" : "");
+}
+
+/* Every rank's host name and device (without the notes after ';'), gathered once for the run's
+ * records (provenance.json, the ledger). */
+static int gather_ranks(run_ctx *x) {
+    char mine[TR_HOST_LEN + TR_DEVICE_LEN] = {0};
+    size_t n = (size_t)x->nranks;
+    char *all = malloc(n * sizeof(mine));
+    x->hosts = calloc(n, TR_HOST_LEN);
+    x->devices = calloc(n, TR_DEVICE_LEN);
+    int bad = !all || !x->hosts || !x->devices;
+    snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the ranks' host names");
+    if (setup_failed(x->world, bad, x->msg)) {
+        free(all);
+        return -1;
+    }
+    tr_hostname(mine, TR_HOST_LEN);
+    snprintf(mine + TR_HOST_LEN, TR_DEVICE_LEN, "%.*s", (int)strcspn(x->device, ";"), x->device);
+    tr_comm_all_gather(x->world, mine, all, sizeof(mine), TR_COMM_BYTE);
+    for (size_t k = 0; k < n; k++) {
+        memcpy(x->hosts + k * TR_HOST_LEN, all + k * sizeof(mine), TR_HOST_LEN - 1);
+        memcpy(x->devices + k * TR_DEVICE_LEN, all + k * sizeof(mine) + TR_HOST_LEN,
+               TR_DEVICE_LEN - 1);
+    }
+    free(all);
+    return 0;
+}
+
+int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
+    if (connect_ranks(x, argc, argv, status)) return -1;
+    *status = 1;
+    if (setup_layout(x) || setup_data(x) || setup_model(x) || setup_outputs(x) || gather_ranks(x))
+        return -1;
+    if (setup_failed(x->world, run_provenance(x, *argc, *argv), "")) return -1;
+    x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
+    x->tokens_step = (long)x->B * x->T * x->lay.accum * x->lay.dp;
+    x->tty = run_progress_tty(x->o.progress, x->msg, sizeof(x->msg));
+    if (setup_failed(x->world, x->tty < 0, x->msg)) return -1;
+    x->best_val = INFINITY;
+    print_banner(x);
+    return 0;
+}
+
+void run_free(run_ctx *x) {
+    if (!x) return;
+    run_dump_free(x);
+    tr_ckpt_writer_free(x->ckw); /* before the model: the writer reads it */
+    if (x->metrics) fclose(x->metrics);
+    if (x->lock_fd >= 0) close(x->lock_fd);
+    free(x->inputs);
+    free(x->targets);
+    free(x->all_steps);
+    free(x->all_compute);
+    free(x->hosts);
+    free(x->devices);
+    run_guard_free(x);
+    for (int a = 0; x->mb_in && a < x->lay.accum; a++)
+        free(x->mb_in[a]);
+    for (int a = 0; x->mb_tg && a < x->lay.accum; a++)
+        free(x->mb_tg[a]);
+    free(x->mb_in);
+    free(x->mb_tg);
+    tr_pipe_free(x->pipe);
+    tr_dp_free(x->dp); /* before the model: it unhooks itself from it */
+    tr_model_free(x->model);
+    tr_loader_free(x->loader);
+    if (x->have_recipe) tr_recipe_free(&x->r);
+    tr_comm_free(x->dpc);
+    tr_comm_free(x->ppc);
+    tr_comm_free(x->tpc);
+    tr_comm_free(x->tiec);
+    tr_comm_free(x->mpc);
+    tr_comm_free(x->world); /* last: freeing the world finalizes MPI */
+    free(x);
+}
