@@ -84,8 +84,11 @@ static void axis_make(axis *a, tr_report_unit u, double lo, double hi) {
         scale = 0.01; /* in percent */
     else if (u == TR_U_S || ref >= 1e4)
         a->power = tr_fmt_power(ref, 0), scale = pow(1000, a->power);
-    raw = span / 4 / scale;
+    /* the least round step that spans the data in at most 7 intervals */
+    raw = span / 7 / scale;
     double step = a->hms ? nice_seconds(raw) : nice(raw);
+    while (ceil(hi / (step * scale)) - floor(lo / (step * scale)) > 7)
+        step = a->hms ? nice_seconds(step * 1.001) : nice(step * 1.001);
     a->dec = a->hms ? 0 : decimals(step);
     a->step = step * scale;
     a->lo = floor(lo / a->step) * a->step;
@@ -126,7 +129,7 @@ static void axes(FILE *f, const axis *x, const axis *y, const char *xl, const ch
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"ax\"/>", fx, H - MB,
                 fx, H - MB + 4);
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tk\" text-anchor=\"%s\">%s</text>", fx,
-                H - MB + 17, t == x->n - 1 ? "end" : t == 0 ? "start" : "middle", lab);
+                H - MB + 17, t == x->n - 1 ? "end" : "middle", lab);
     }
     for (int t = 0; t < y->n; t++) {
         double v = y->lo + t * y->step, fy = py(y, v);
