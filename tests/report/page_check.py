@@ -18,6 +18,7 @@ import html
 import json
 import math
 import re
+import struct
 import sys
 from html.parser import HTMLParser
 
@@ -128,6 +129,22 @@ def nbytes(x):
     return "%.0f B" % x
 
 
+def f32(x):
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def real(v):
+    """The shortest text that reads back as v; for a float printed with %.9g, as that float."""
+    from_float = abs(v) <= 3.4028234663852886e38 and float("%.9g" % f32(v)) == v
+    for p in range(1, 18):
+        t = "%.*g" % (p, v)
+        if (f32(float(t)) == f32(v)) if from_float else float(t) == v:
+            break
+    if "e" in t and 1e-6 <= abs(v) < 1e17:
+        t = "%.*f" % (max(p - 1 - math.floor(math.log10(abs(v))), 0), v)
+    return t
+
+
 WHOLE = {"attempt", "step", "rank", "steps", "ranks", "attempts", "after_attempt", "steps_redone",
          "start_step", "last_step", "failed_rank"}
 
@@ -159,6 +176,7 @@ class Page(HTMLParser):
     def __init__(s):
         super().__init__()
         s.sections, s.series, s.cells, s.cur, s.pre, s.measured = [], {}, [], None, False, ""
+        s.prov, s.pcur = [], None
 
     def handle_starttag(s, tag, a):
         a = dict(a)
@@ -168,12 +186,16 @@ class Page(HTMLParser):
             s.series[a["data-series"]] = (a["data-x"].split(), a["data-y"].split())
         if tag == "td" and "data-key" in a:
             s.cur = [a["data-key"], a.get("data-value"), ""]
+        if tag == "td" and "data-prov" in a:
+            s.pcur = [a["data-prov"], ""]
         if tag == "pre" and a.get("id") == "measured":
             s.pre = True
 
     def handle_data(s, d):
         if s.cur:
             s.cur[2] += d
+        if s.pcur:
+            s.pcur[1] += d
         if s.pre:
             s.measured += d
 
@@ -181,6 +203,9 @@ class Page(HTMLParser):
         if tag == "td" and s.cur:
             s.cells.append(s.cur)
             s.cur = None
+        if tag == "td" and s.pcur:
+            s.prov.append(s.pcur)
+            s.pcur = None
         if tag == "pre":
             s.pre = False
 
@@ -231,10 +256,33 @@ def against_json(p, js, bad):
             if key.endswith("rank") and not re.fullmatch(r"[a-z][a-z :,]*", text):
                 bad.append(f"{key}: a rank that is not there shown as '{text}', not in words")
         elif isinstance(j, (int, float)) and not isinstance(j, bool):
+            if key.endswith("failed_rank") and get(key[:-len("failed_rank")] + "status") == "ended":
+                bad.append(f"{key}: a finished attempt shown with failed rank '{text}' (json {j}), not words")
+            if key == "summary.tokens" and j != math.floor(j):
+                bad.append(f"summary.tokens: {j} is not a count")
             if float(val) != float(j):
                 bad.append(f"{key}: data-value {val}, json {j}")
             elif text != expected_text(key, j):
                 bad.append(f"{key}: shows '{text}', expected '{expected_text(key, j)}' (json {j})")
+    # a number of provenance.json (read here from the run folder): its real digits (0.1 for a
+    # float written as 0.100000001), the exact value in data-value
+    def leaves(v, key=""):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                yield from leaves(x, f"{key}.{k}" if key else k)
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                yield from leaves(x, f"{key}[{i}]")
+        else:
+            yield key, v
+    try:
+        numbers = {k: v for k, v in leaves(json.load(open(js["run_dir"] + "/provenance.json")))
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    except OSError:
+        numbers = {}
+    for key, text in p.prov:
+        if key in numbers and text.strip() != real(float(numbers[key])):
+            bad.append(f"provenance {key}: shows '{text.strip()}', its digits are '{real(float(numbers[key]))}'")
     return f"{len(p.sections)} sections, {len(p.series)} series, {n} cells equal to --json's"
 
 
