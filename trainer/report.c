@@ -71,9 +71,10 @@ static int whole(const tr_report *r, const tr_json *o, const char *k, int64_t lo
     if (!x || x->type != TR_JSON_NUM) return 0;
     double v = x->num;
     if (!(v >= (double)lo && v <= (double)hi) || v != floor(v)) {
-        fprintf(stderr, "trainer report: %s:%d: \"%s\" is %.17g, not a whole number in %lld..%lld "
-                "(the line is left out)\n", tr_report_file_names[r->at_file], r->at_line, k, v,
-                (long long)lo, (long long)hi);
+        fprintf(stderr,
+                "trainer report: %s:%d: \"%s\" is %.17g, not a whole number in %lld..%lld "
+                "(the line is left out)\n",
+                tr_report_file_names[r->at_file], r->at_line, k, v, (long long)lo, (long long)hi);
         return 1;
     }
     *out = (int64_t)v;
@@ -81,8 +82,8 @@ static int whole(const tr_report *r, const tr_json *o, const char *k, int64_t lo
 }
 
 /* whole() for an int field */
-static int whole_int(const tr_report *r, const tr_json *o, const char *k, int lo, int hi,
-                     int dflt, int *out) {
+static int whole_int(const tr_report *r, const tr_json *o, const char *k, int lo, int hi, int dflt,
+                     int *out) {
     int64_t v;
     int rc = whole(r, o, k, lo, hi, dflt, &v);
     *out = (int)v;
@@ -93,9 +94,10 @@ static int whole_int(const tr_report *r, const tr_json *o, const char *k, int lo
 static int too_many_ranks(const tr_report *r, const tr_json *o, const char *k) {
     const tr_json *v = tr_json_get(o, k);
     if (!v || v->type != TR_JSON_ARR || v->n <= TR_REPORT_MAX_RANKS) return 0;
-    fprintf(stderr, "trainer report: %s:%d: \"%s\" has %d entries, more than %d ranks (the line "
-            "is left out)\n", tr_report_file_names[r->at_file], r->at_line, k, v->n,
-            TR_REPORT_MAX_RANKS);
+    fprintf(stderr,
+            "trainer report: %s:%d: \"%s\" has %d entries, more than %d ranks (the line "
+            "is left out)\n",
+            tr_report_file_names[r->at_file], r->at_line, k, v->n, TR_REPORT_MAX_RANKS);
     return 1;
 }
 
@@ -237,8 +239,10 @@ static int on_ledger_parts(tr_report *r, const tr_json *j, int total) {
     for (int i = 0; !total && i < 2; i++) {
         double v = st->kids[i].type == TR_JSON_NUM ? st->kids[i].num : -1;
         if (!(v >= 0 && v <= (double)TR_REPORT_MAX_STEP)) {
-            fprintf(stderr, "trainer report: ledger.jsonl:%d: \"steps\"[%d] is not a step in "
-                    "0..%lld (the line is left out)\n", r->at_line, i, TR_REPORT_MAX_STEP);
+            fprintf(stderr,
+                    "trainer report: ledger.jsonl:%d: \"steps\"[%d] is not a step in "
+                    "0..%lld (the line is left out)\n",
+                    r->at_line, i, TR_REPORT_MAX_STEP);
             return 1;
         }
         ab[i] = (int64_t)v;

@@ -599,8 +599,8 @@ void tr_report_write_json(const tr_report *r, FILE *f) {
             fprintf(f, "%s%d", i ? ", " : "", r->skipped[k].line[i]);
         fputs("]", f);
     }
-    fprintf(f, "},\n  \"summary\": {\"ranks\": %d, \"attempts\": %d, \"steps\": %lld, ",
-            r->n_ranks, r->attempts, (long long)r->last_step);
+    fprintf(f, "},\n  \"summary\": {\"ranks\": %d, \"attempts\": %d, \"steps\": %lld, ", r->n_ranks,
+            r->attempts, (long long)r->last_step);
     jkey(f, "wall_s", r->wall_s, 1), jks(f, "wall_from", r->wall_from, 1);
     jkey(f, "tokens", r->tokens, 1), jkey(f, "tokens_per_s", r->tokens_per_s, 1);
     jkey(f, "mfu", r->mfu, 1), jkey(f, "best_val_loss", r->best_val_loss, 1);

@@ -23,8 +23,8 @@ static void td(FILE *f, const char *key, double v, tr_report_unit u) {
     }
     tr_report_human(u, v, text, sizeof(text));
     tr_fmt_real(v, exact, sizeof(exact));
-    fprintf(f, "<td class=\"n\" data-key=\"%s\" data-value=\"%.17g\" title=\"%s\">%s</td>", key,
-            v, exact, text);
+    fprintf(f, "<td class=\"n\" data-key=\"%s\" data-value=\"%.17g\" title=\"%s\">%s</td>", key, v,
+            exact, text);
 }
 
 static void tdi(FILE *f, const char *key, int64_t v) {
@@ -224,7 +224,8 @@ static void heat_svg(const tr_report *r, FILE *f, double most) {
             double val = NAN;
             for (int c = c0; c < c1; c++)
                 for (int k = k0; k < k1; k++)
-                    if (isfinite(r->cols[c].v[k]) && !(val >= r->cols[c].v[k])) val = r->cols[c].v[k];
+                    if (isfinite(r->cols[c].v[k]) && !(val >= r->cols[c].v[k]))
+                        val = r->cols[c].v[k];
             double s = most > 0 && isfinite(val) ? val / most : 0;
             tr_fmt_seconds(val, v, sizeof(v));
             fprintf(f,

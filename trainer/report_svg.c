@@ -11,32 +11,53 @@
 
 void tr_report_human(tr_report_unit u, double v, char *buf, size_t n) {
     switch (u) {
-    case TR_U_S: tr_fmt_seconds(v, buf, n); break;
-    case TR_U_H: tr_fmt_seconds(v * 3600, buf, n); break;
-    case TR_U_B: tr_fmt_bytes(v, buf, n); break;
-    case TR_U_FLOP: tr_fmt_si(v, "FLOP", buf, n); break;
-    case TR_U_TOKS: tr_fmt_si(v, "tok/s", buf, n); break;
-    case TR_U_SHARE: tr_fmt_percent(v, buf, n); break;
-    default: tr_fmt_num(v, buf, n);
+    case TR_U_S:
+        tr_fmt_seconds(v, buf, n);
+        break;
+    case TR_U_H:
+        tr_fmt_seconds(v * 3600, buf, n);
+        break;
+    case TR_U_B:
+        tr_fmt_bytes(v, buf, n);
+        break;
+    case TR_U_FLOP:
+        tr_fmt_si(v, "FLOP", buf, n);
+        break;
+    case TR_U_TOKS:
+        tr_fmt_si(v, "tok/s", buf, n);
+        break;
+    case TR_U_SHARE:
+        tr_fmt_percent(v, buf, n);
+        break;
+    default:
+        tr_fmt_num(v, buf, n);
     }
 }
 
 void tr_report_esc(FILE *f, const char *s) {
     for (; *s; s++) {
         switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        default:
+            fputc(*s, f);
         }
     }
 }
 
 /* ---- axes ---------------------------------------------------------------------------------- */
 
-enum { W = TR_SVG_W, H = TR_SVG_H, ML = TR_SVG_ML, MR = TR_SVG_MR, MT = TR_SVG_MT,
-       MB = TR_SVG_MB };
+enum { W = TR_SVG_W, H = TR_SVG_H, ML = TR_SVG_ML, MR = TR_SVG_MR, MT = TR_SVG_MT, MB = TR_SVG_MB };
 
 /* An axis from lo to hi (round bounds) with a tick every `step` (all in the raw unit),
  * labelled under one prefix (power; binary for bytes) with `dec` decimals, or as h:mm:ss. */
@@ -54,7 +75,7 @@ static double nice(double x) {
 
 /* A clock's round steps, in seconds, for an h:mm:ss axis. */
 static double nice_seconds(double x) {
-    static const double s[] = {1,   2,   5,    10,   15,   20,    30,    60,    120,  300,
+    static const double s[] = {1,   2,   5,    10,   15,   20,   30,    60,    120,   300,
                                600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400};
     for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++)
         if (s[i] >= x) return s[i];
@@ -105,7 +126,10 @@ static void axis_label(const axis *a, double v, char *buf, size_t n) {
         snprintf(buf, n, "%.*f%%", a->dec, 100 * v);
     else
         tr_fmt_scaled(v, a->power, a->binary, a->dec,
-                      a->u == TR_U_B ? "B" : a->u == TR_U_S ? "s" : "", buf, n);
+                      a->u == TR_U_B   ? "B"
+                      : a->u == TR_U_S ? "s"
+                                       : "",
+                      buf, n);
 }
 
 static double px(const axis *a, double x) {
@@ -213,7 +237,9 @@ void tr_report_chart(FILE *f, const char *title, const char *xl, tr_report_unit 
     fputs("</svg><div class=\"legend\">", f);
     for (int k = 0; k < ns; k++)
         fprintf(f, "<span><i class=\"%s\" style=\"%s:%s\"></i>%s</span>",
-                s[k].dashed ? "dash" : s[k].dots ? "dot" : "", s[k].dashed ? "border-color" : "background",
-                s[k].color, s[k].label);
+                s[k].dashed ? "dash"
+                : s[k].dots ? "dot"
+                            : "",
+                s[k].dashed ? "border-color" : "background", s[k].color, s[k].label);
     fputs("</div></figure>\n", f);
 }

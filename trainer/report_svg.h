@@ -27,7 +27,13 @@ void tr_report_chart(FILE *f, const char *title, const char *xl, tr_report_unit 
                      tr_report_unit yu, const tr_report_series *s, int ns);
 
 /* The chart's size and margins (the other figures of the page share them). */
-enum { TR_SVG_W = 640, TR_SVG_H = 240, TR_SVG_ML = 84, TR_SVG_MR = 14, TR_SVG_MT = 10,
-       TR_SVG_MB = 44 };
+enum {
+    TR_SVG_W = 640,
+    TR_SVG_H = 240,
+    TR_SVG_ML = 84,
+    TR_SVG_MR = 14,
+    TR_SVG_MT = 10,
+    TR_SVG_MB = 44
+};
 
 #endif

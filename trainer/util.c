@@ -103,7 +103,8 @@ void tr_fmt_duration(double s, char *buf, size_t n) {
 
 /* ---- human units for pages and tables (trainer report): no exponent, a few digits ---------- */
 
-static const char *const si_prefix[] = {"p", "n", "\xc2\xb5", "m", "", "k", "M", "G", "T", "P", "E"};
+static const char *const si_prefix[] = {"p", "n", "\xc2\xb5", "m", "", "k",
+                                        "M", "G", "T",        "P", "E"};
 static const char *const bin_prefix[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
 enum { SI_LO = -4, SI_HI = 6, BIN_HI = 6 };
 
@@ -166,8 +167,7 @@ void tr_fmt_hms(double s, char *buf, size_t n) {
         return;
     }
     long long t = llround(fabs(s));
-    snprintf(buf, n, "%s%lld:%02lld:%02lld", s < 0 && t ? "-" : "", t / 3600, t / 60 % 60,
-             t % 60);
+    snprintf(buf, n, "%s%lld:%02lld:%02lld", s < 0 && t ? "-" : "", t / 3600, t / 60 % 60, t % 60);
 }
 
 void tr_fmt_seconds(double s, char *buf, size_t n) {
