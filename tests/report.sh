@@ -2,10 +2,16 @@
 # `trainer report`: (a) the committed fixture run folder (tests/report/run_2ranks: two ranks,
 # two attempts, rank 1 failing) gives the figures this script computes itself from the records,
 # the cost split among them (it sums to C, the downtime goes to the failed rank's host), with
-# and without a cluster file, and --compare says what differs; (b) a damaged metrics.jsonl still
-# gives a report naming the skipped lines; (c) bad inputs get one line and exit 1; (d) a real
-# 2-rank run is reported and the page, rendered by headless Chromium, has every section, data
-# points in every plot and the numbers of --json. The screenshot is left in the build folder.
+# and without a cluster file, and --compare says what differs; with `trainer supervise`'s record
+# in attempts.jsonl, the downtime and its cause are the ones it recorded; (b) a damaged
+# metrics.jsonl still gives a report naming the skipped lines; (c) bad inputs get one line and
+# exit 1, and numbers out of bounds (a million ranks, step 2^31) are refused or read whole
+# without a page that grows with them; (d) runs of 10 (real, 2 ranks), 100 (real) and 1,000
+# steps (tests/report/synth_run.py: 8 ranks, 2 attempts) are reported and their pages, rendered
+# by headless Chromium, checked by tests/report/page_check.py: every section, the series and
+# numbers of --json each in human units, and, measured in the laid-out page, no raw exponent or
+# long number, no overlapping or clipped text in a figure, legends in words, predictions under
+# measurements. The screenshots are left in the build folder (report_{10,100,1000}steps.png).
 set -u
 . "$(dirname "$0")/lib.sh"
 T="$1"
@@ -32,7 +38,7 @@ t_all = [a["t"] for a in att] + [w["t"][1] for w in led if "t" in w and isinstan
 start = min(a["t"] for a in att if a["event"] == "start")
 last = max(a["t"] for a in att)
 eq("wall_s", got["summary"]["wall_s"], last - start)
-eq("tokens", got["summary"]["tokens"], sum(m["tokens_per_s"] * m["step_s"] for m in steps.values()))
+eq("tokens", got["summary"]["tokens"], sum(math.floor(m["tokens_per_s"] * m["step_s"] + 0.5) for m in steps.values()))  # a count
 eq("best_val_loss", got["summary"]["best_val_loss"], min(m["val_loss"] for m in met if "val_loss" in m))
 # per rank: each attempt's total when it has one, else its windows
 with_total = {w["attempt"] for w in led if w["kind"] == "total"}
@@ -127,6 +133,39 @@ else
     bad "--compare did not find exactly layout.dp and layout.tp"
 fi
 
+# with `trainer supervise`'s lines (as supervise_records.c writes them): the downtime it measured
+# (2.31 s, where the records alone give 1.5 s) and its cause, not the supervisor's own times
+cp -r "$FX" "$tmp/sv"
+python3 - "$tmp/sv/attempts.jsonl" <<'PY'
+import json, sys
+p = sys.argv[1]
+rows = [json.loads(l) for l in open(p)]
+sv = {"event": "supervisor", "attempt": 1, "t": 1700000098.5, "down_s": 2.31, "steps_redone": 4, "last_step": 14,
+      "resume_step": 10, "cause": {"rank": 1, "host": "h1", "exit": "exit status 137"}, "action": "relaunch"}
+done = {"event": "supervisor", "attempt": 2, "t": 1700000130.0, "action": "done", "wall_s": 130.0, "train_s": 20.0,
+        "goodput": 0.15, "relaunches": 1, "steps_redone": 4, "down_s": 2.31}
+open(p, "w").write("".join(json.dumps(r) + "\n" for r in rows[:2] + [sv] + rows[2:] + [done]))
+PY
+if "$T" report "$tmp/sv" --json --out "$tmp/sv.json" 2>"$tmp/sv.err" && "$T" report "$tmp/sv" >/dev/null 2>&1 &&
+    e=$(python3 - "$tmp/sv.json" "$tmp/sv/report.html" <<'PY'
+import json, re, sys
+j, page = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
+d, bad = j["downtime"][0], []
+if d["downtime_s"] != 2.31: bad.append(f"downtime_s {d['downtime_s']}, supervise recorded 2.31")
+if not d["cause"].startswith("exit status 137"): bad.append(f"cause '{d['cause']}', supervise recorded 'exit status 137'")
+if (d["rank"], d["host"], d["steps_redone"], d["from"]) != (1, "h1", 4, "supervise"): bad.append(f"downtime {d}")
+if j["summary"]["wall_s"] != 115: bad.append(f"wall_s {j['summary']['wall_s']}: the supervisor's lines are not the run's")
+if not re.search(r'data-key="downtime.0.downtime_s" data-value="2.3100*1?"[^>]*>2.31 s<', page): bad.append("the page's downtime is not '2.31 s'")
+if not re.search(r'data-key="downtime.0.cause">exit status 137', page): bad.append("the page does not give the cause")
+print("; ".join(bad) if bad else f"downtime {d['downtime_s']} s, cause '{d['cause']}', from {d['from']}")
+sys.exit(1 if bad else 0)
+PY
+    ); then
+    ok "supervise's record: $e"
+else
+    bad "supervise's record of the downtime: $e $(cat "$tmp/sv.err")"
+fi
+
 # ---- (b) a damaged metrics.jsonl: a garbage middle line and a truncated last line -------------
 cp -r "$FX" "$tmp/damaged"
 python3 - "$tmp/damaged/metrics.jsonl" <<'PY'
@@ -164,92 +203,80 @@ printf 'groups:\n  - name: one\n    device: H100-80GB\n    nodes: 1\n    per_nod
 check_bad "a cluster smaller than the run" "has 1 device(s), the run has 2 ranks" "$FX" --cluster "$tmp/one.yaml"
 check_bad "--compare without provenance" "no provenance.json" "$FX" --compare "$tmp/empty"
 
-# ---- (d) a real 2-rank run, rendered in headless Chromium ---------------------------------------
-page_check() { # DOM JSON: sections, data points, and every number shown equal to --json's
-    python3 - "$1" "$2" <<'PY'
-import json, sys
-from html.parser import HTMLParser
-dom, js = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
-class P(HTMLParser):
-    def __init__(s):
-        super().__init__(); s.sections, s.series, s.cells, s.nodata, s.cur = [], {}, [], 0, None
-    def handle_starttag(s, tag, a):
-        a = dict(a)
-        if tag == "section": s.sections.append(a.get("id"))
-        if "data-series" in a: s.series[a["data-series"]] = (a["data-x"].split(), a["data-y"].split())
-        if tag == "td" and "data-key" in a: s.cur = [a["data-key"], a.get("data-value"), ""]
-        if tag == "p" and a.get("class") == "nodata": s.nodata += 1
-    def handle_data(s, d):
-        if s.cur: s.cur[2] += d
-    def handle_endtag(s, tag):
-        if tag == "td" and s.cur: s.cells.append(s.cur); s.cur = None
-p = P(); p.feed(dom)
+# numbers out of bounds: a million ranks in a start line is refused in one line naming the file,
+# line and field (not a page of a million rows: its size is capped here); a step past 2^31 is
+# read whole (64-bit), a step past 2^53 refused like the ranks
+cp -r "$FX" "$tmp/big"
+sed -i '1s/"ranks": 2/"ranks": 1000000/' "$tmp/big/attempts.jsonl"
+tail -1 "$tmp/big/metrics.jsonl" | sed 's/"step": 20,/"step": 2147483648,/' >>"$tmp/big/metrics.jsonl"
+tail -1 "$tmp/big/metrics.jsonl" | sed 's/"step": 2147483648,/"step": 1e300,/' >>"$tmp/big/metrics.jsonl"
+(
+    ulimit -f 20480 # 20 MiB a file (a page grown by the numbers would be far past it)
+    timeout 60 "$T" report "$tmp/big" --out "$tmp/big.html" >"$tmp/big.out" 2>"$tmp/big.err" &&
+        timeout 60 "$T" report "$tmp/big" --json --out "$tmp/big.json" 2>/dev/null
+)
+rc=$?
+if [ $rc -eq 0 ] && e=$(python3 - "$tmp/big.json" "$tmp/big.html" "$tmp/big.err" <<'PY'
+import json, os, sys
+j, page, err = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), open(sys.argv[3]).read().splitlines()
 bad = []
-want = ["summary", "loss", "throughput", "breakdown", "heatmap", "memory", "timeline", "plan", "provenance", "contribution"]
-if [x for x in want if x not in p.sections]: bad.append(f"sections missing: {set(want) - set(p.sections)}")
-def get(path):
-    v = js
-    for k in path.split("."):
-        v = v[int(k)] if isinstance(v, list) else v[k]
-    return v
-# every plotted series equals --json's series (finite points only)
-S = js["series"]
-for name, (xk, yk) in {"loss": ("step", "loss"), "val_loss": ("step", "val_loss"), "loss_time": ("time_s", "loss"),
-                       "tokens_per_s": ("time_s", "tokens_per_s"), "mfu": ("time_s", "mfu"),
-                       "step_s": ("step", "step_s"), "predicted_step_s": ("step", "predicted_step_s"),
-                       "memory_bytes": ("step", "memory_bytes")}.items():
-    pts = [(x, y) for x, y in zip(S[xk], S[yk]) if x is not None and y is not None]
-    if name not in p.series:
-        if pts: bad.append(f"series {name} not plotted")
-        continue
-    got = list(zip(map(float, p.series[name][0]), map(float, p.series[name][1])))
-    if not got: bad.append(f"series {name} has no points")
-    if got != pts: bad.append(f"series {name}: page {got[:3]}... json {pts[:3]}...")
-n = 0
-for key, val, text in p.cells:
-    try: j = get(key)
-    except (KeyError, IndexError, TypeError): bad.append(f"cell {key}: not in --json"); continue
-    n += 1
-    if val is None:  # a text cell
-        if str(j) != text.strip() and not (j == "" and text.strip() == "-"): bad.append(f"{key}: page '{text}' json '{j}'")
-    elif val == "null":
-        if j is not None: bad.append(f"{key}: page null, json {j}")
-    elif isinstance(j, (int, float)) and not isinstance(j, bool):
-        if float(val) != float(j) or (text.strip() != "%.6g" % j and text.strip() != str(j)): bad.append(f"{key}: page {val} '{text}', json {j}")
-print("\n".join(bad) if bad else f"{len(p.sections)} sections, {len(p.series)} series with points, {n} numbers equal to --json's")
+want = ['trainer report: attempts.jsonl:1: "ranks" is 1000000, not a whole number in 0..4096 (the line is left out)',
+        'trainer report: metrics.jsonl:22: "step" is 1.0000000000000001e+300, not a whole number in 1..9007199254740992 (the line is left out)']
+for w in want:
+    if err.count(w) != 1: bad.append(f"not said once: {w}")
+if j["summary"]["steps"] != 2147483648: bad.append(f"steps {j['summary']['steps']}, not 2147483648")
+if 'data-key="summary.steps" data-value="2147483648">2147483648<' not in page: bad.append("the page's steps are not 2147483648")
+if j["summary"]["ranks"] != 2: bad.append(f"ranks {j['summary']['ranks']}")
+size = os.path.getsize(sys.argv[2])
+if size > 200000: bad.append(f"a page of {size} bytes")
+print("; ".join(bad) if bad else f"{err[0]}; {err[1]}; steps 2147483648; a page of {size} bytes")
 sys.exit(1 if bad else 0)
 PY
-}
+); then
+    ok "numbers out of bounds: $e"
+else
+    bad "numbers out of bounds: exit $rc ($( [ $rc -gt 128 ] && echo "killed by signal $((rc - 128))")) $e $(head -c 300 "$tmp/big.err")"
+fi
 
+# ---- (d) pages of 10, 100 and 1,000 steps, rendered in headless Chromium ---------------------
 if ! command -v chromium >/dev/null; then
     echo "installing chromium (apt-get) to render the page"
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >"$tmp/apt.log" 2>&1 ||
         { echo "SKIP chromium is not installed and apt-get could not install it: $(tail -1 "$tmp/apt.log")"; exit 77; }
 fi
-render() { # HTML DOM PNG
-    timeout 60 chromium --headless --no-sandbox --disable-gpu --dump-dom "file://$(realpath "$1")" >"$2" 2>"$tmp/chromium.err" &&
+PC=tests/report/page_check.py
+render() { # HTML DOM PNG: the DOM of a copy that measures itself once laid out, and a screenshot
+    python3 "$PC" inject "$1" "$1.measure.html" &&
+        timeout 60 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,5200 \
+            --dump-dom "file://$(realpath "$1.measure.html")" >"$2" 2>"$tmp/chromium.err" &&
         timeout 60 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,5200 \
             --screenshot="$3" "file://$(realpath "$1")" >/dev/null 2>>"$tmp/chromium.err"
 }
-"$T" report "$FX" --out "$tmp/fx.html" >/dev/null
-if render "$tmp/fx.html" "$tmp/fx.dom" "$tmp/fx.png" && e=$(page_check "$tmp/fx.dom" "$tmp/fx.json"); then
-    ok "fixture page in Chromium: $e"
-else
-    bad "fixture page in Chromium: $e $(tail -2 "$tmp/chromium.err")"
-fi
+check_page() { # what RUN_DIR SCREENSHOT
+    local what=$1 dir=$2 shot=$3 e
+    if "$T" report "$dir" --json --out "$dir.json" && "$T" report "$dir" >/dev/null &&
+        render "$dir/report.html" "$dir.dom" "$shot" && e=$(python3 "$PC" check "$dir.dom" "$dir.json" --layout); then
+        ok "$what in Chromium: $e${shot:+ (screenshot: $shot)}"
+    else
+        bad "$what in Chromium: $e $(tail -2 "$tmp/chromium.err")"
+    fi
+}
+cp -r "$FX" "$tmp/fixture"
+check_page "the fixture's page" "$tmp/fixture" "$tmp/fixture.png"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
 if ! command -v mpirun >/dev/null; then
     bad "no mpirun for the 2-rank run (apt-get install openmpi-bin)"
-elif timeout 120 mpirun -np 2 "$T" run tests/recipes_good/dp_tiny.lua --steps 12 --out "$tmp/real" \
-    --peak-gflops 10 >"$tmp/real.log" 2>&1; then
-    shot="$ART/report_2ranks.png"
-    if "$T" report "$tmp/real" --json --out "$tmp/real.json" && "$T" report "$tmp/real" >/dev/null &&
-        render "$tmp/real/report.html" "$tmp/real.dom" "$shot" && e=$(page_check "$tmp/real.dom" "$tmp/real.json"); then
-        ok "a real 2-rank run's page in Chromium: $e (screenshot: $shot)"
-    else
-        bad "a real 2-rank run's page: $e $(tail -2 "$tmp/chromium.err")"
-    fi
+elif timeout 120 mpirun -np 2 "$T" run tests/recipes_good/dp_tiny.lua --steps 10 --out "$tmp/r10" \
+    --peak-gflops 10 >"$tmp/r10.log" 2>&1; then
+    check_page "10 steps, a real 2-rank run" "$tmp/r10" "$ART/report_10steps.png"
 else
-    bad "the 2-rank run failed: $(tail -3 "$tmp/real.log")"
+    bad "the 2-rank run failed: $(tail -3 "$tmp/r10.log")"
 fi
+if timeout 120 "$T" run tests/recipes_good/dp_tiny.lua --steps 100 --out "$tmp/r100" >"$tmp/r100.log" 2>&1; then
+    check_page "100 steps, a real run" "$tmp/r100" "$ART/report_100steps.png"
+else
+    bad "the 100-step run failed: $(tail -3 "$tmp/r100.log")"
+fi
+python3 tests/report/synth_run.py "$tmp/r1000" 1000
+check_page "1,000 steps, 8 ranks, 2 attempts (synth_run.py)" "$tmp/r1000" "$ART/report_1000steps.png"
 exit $fail

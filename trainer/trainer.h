@@ -107,6 +107,28 @@ double tr_measure_peak_gflops(void);
 void tr_fmt_count(double x, char *buf, size_t n);
 void tr_fmt_bytes(double x, char *buf, size_t n);
 void tr_fmt_duration(double s, char *buf, size_t n);
+/* Human units for pages and tables (trainer report), one place: no exponent, a few digits.
+ * tr_fmt_si: 3 significant digits and an SI prefix (p n µ m k M G T P E) before the unit:
+ * "96.7 GFLOP/s", "512 tok/s", "16.4M" (no unit: no space). tr_fmt_seconds: "12.3 s",
+ * "450 ms" under a minute, else tr_fmt_hms's h:mm:ss ("1:02:03"). tr_fmt_percent: a share
+ * as "27.8%". tr_fmt_bytes: "19.1 MiB" (KiB, MiB, GiB, TiB...). tr_fmt_real: the shortest
+ * text that reads back as v, or, for a value that a float printed with %.9g gave
+ * (0.100000001), the shortest that reads back as that float ("0.1"). Not finite: "-" (but
+ * tr_fmt_real: "nan", "inf"). */
+void tr_fmt_si(double x, const char *unit, char *buf, size_t n);
+void tr_fmt_seconds(double s, char *buf, size_t n);
+void tr_fmt_hms(double s, char *buf, size_t n);
+void tr_fmt_percent(double share, char *buf, size_t n);
+void tr_fmt_real(double v, char *buf, size_t n);
+/* A plain number with 4 significant digits ("5.38", "0.002778"; whole numbers whole), an SI
+ * prefix past a million or below a millionth ("16.4M"). */
+void tr_fmt_num(double x, char *buf, size_t n);
+/* The building block the above share (and axis ticks, which share one prefix and precision):
+ * x / base^power (base 1000, or 1024 when binary) with `decimals` decimals, then the power's
+ * prefix (binary: Ki, Mi...) and the unit. tr_fmt_power: the power that puts |x| in [1, base). */
+void tr_fmt_scaled(double x, int power, int binary, int decimals, const char *unit, char *buf,
+                   size_t n);
+int tr_fmt_power(double x, int binary);
 /* The command line as a shell would take it back: arguments joined by spaces, each quoted
  * when it holds anything but [A-Za-z0-9_./:=,+-@%]. Malloc'd; NULL when out of memory. */
 char *tr_shell_join(int argc, char **argv);

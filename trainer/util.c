@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +73,14 @@ void tr_fmt_count(double x, char *buf, size_t n) {
 }
 
 void tr_fmt_bytes(double x, char *buf, size_t n) {
+    if (!isfinite(x)) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    if (x >= 1024.0 * 1024 * 1024 * 1024) {
+        tr_fmt_scaled(x, tr_fmt_power(x, 1), 1, 2, "B", buf, n);
+        return;
+    }
     if (x >= 1024.0 * 1024 * 1024)
         snprintf(buf, n, "%.2f GiB", x / (1024.0 * 1024 * 1024));
     else if (x >= 1024.0 * 1024)
@@ -90,6 +100,114 @@ void tr_fmt_duration(double s, char *buf, size_t n) {
         snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
     else
         snprintf(buf, n, "%lds", t);
+}
+
+/* ---- human units for pages and tables (trainer report): no exponent, a few digits ---------- */
+
+static const char *const si_prefix[] = {"p", "n", "\xc2\xb5", "m", "", "k",
+                                        "M", "G", "T",        "P", "E"};
+static const char *const bin_prefix[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+enum { SI_LO = -4, SI_HI = 6, BIN_HI = 6 };
+
+int tr_fmt_power(double x, int binary) {
+    double a = fabs(x), base = binary ? 1024 : 1000;
+    int p = 0;
+    if (!isfinite(a) || a == 0) return 0;
+    while (p < (binary ? BIN_HI : SI_HI) && a >= base)
+        a /= base, p++;
+    while (!binary && p > SI_LO && a < 1)
+        a *= base, p--;
+    return p;
+}
+
+void tr_fmt_scaled(double x, int power, int binary, int decimals, const char *unit, char *buf,
+                   size_t n) {
+    if (!isfinite(x)) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    int lo = binary ? 0 : SI_LO, hi = binary ? BIN_HI : SI_HI;
+    power = power < lo ? lo : power > hi ? hi : power;
+    const char *pre = binary ? bin_prefix[power] : si_prefix[power - SI_LO];
+    double v = x / pow(binary ? 1024 : 1000, power);
+    if (v == 0) v = 0; /* no "-0" */
+    snprintf(buf, n, "%.*f%s%s%s", decimals < 0 ? 0 : decimals, v, *unit ? " " : "", pre, unit);
+}
+
+/* 3 significant digits, the prefix bumped when rounding reaches 1000 (999.7 k is 1.00 M). */
+void tr_fmt_si(double x, const char *unit, char *buf, size_t n) {
+    if (!isfinite(x)) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    int p = tr_fmt_power(x, 0);
+    double v = fabs(x) / pow(1000, p);
+    if (v >= 999.5 && p < SI_HI) v = fabs(x) / pow(1000, ++p);
+    tr_fmt_scaled(x, p, 0, v == 0 || v >= 99.95 ? 0 : v >= 9.995 ? 1 : 2, unit, buf, n);
+}
+
+void tr_fmt_num(double x, char *buf, size_t n) {
+    double a = fabs(x);
+    if (!isfinite(x) || a >= 1e6 || (a < 1e-6 && a != 0)) {
+        tr_fmt_si(x, "", buf, n);
+        return;
+    }
+    int d = x == floor(x) ? 0 : 3 - (int)floor(log10(a));
+    snprintf(buf, n, "%.*f", d < 0 ? 0 : d, x == 0 ? 0 : x);
+    if (strchr(buf, '.')) { /* 5.380 is 5.38 */
+        char *e = buf + strlen(buf) - 1;
+        while (*e == '0')
+            *e-- = 0;
+        if (*e == '.') *e = 0;
+    }
+}
+
+void tr_fmt_hms(double s, char *buf, size_t n) {
+    if (!isfinite(s) || fabs(s) >= 3.6e12) { /* past a billion hours: not a clock */
+        tr_fmt_si(s, "s", buf, n);
+        return;
+    }
+    long long t = llround(fabs(s));
+    snprintf(buf, n, "%s%lld:%02lld:%02lld", s < 0 && t ? "-" : "", t / 3600, t / 60 % 60, t % 60);
+}
+
+void tr_fmt_seconds(double s, char *buf, size_t n) {
+    if (isfinite(s) && fabs(s) >= 59.5)
+        tr_fmt_hms(s, buf, n);
+    else
+        tr_fmt_si(s, "s", buf, n);
+}
+
+void tr_fmt_percent(double share, char *buf, size_t n) {
+    double p = 100 * share;
+    if (!isfinite(p))
+        snprintf(buf, n, "-");
+    else if (p != 0 && fabs(p) < 0.005)
+        snprintf(buf, n, "%s0.01%%", p < 0 ? ">-" : "<");
+    else
+        snprintf(buf, n, "%.*f%%", fabs(p) >= 99.95 ? 0 : fabs(p) >= 9.995 ? 1 : 2, p == 0 ? 0 : p);
+}
+
+void tr_fmt_real(double v, char *buf, size_t n) {
+    char t[40];
+    if (!isfinite(v)) {
+        snprintf(buf, n, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        return;
+    }
+    float f = fabs(v) <= FLT_MAX ? (float)v : 0;
+    snprintf(t, sizeof(t), "%.9g", (double)f);
+    int from_float = fabs(v) <= FLT_MAX && strtod(t, NULL) == v; /* a float written as %.9g */
+    int p = 1;
+    for (; p <= 17; p++) {
+        snprintf(t, sizeof(t), "%.*g", p, v);
+        if (from_float ? (float)strtod(t, NULL) == f : strtod(t, NULL) == v) break;
+    }
+    double a = fabs(v);
+    if (strchr(t, 'e') && a >= 1e-6 && a < 1e17) { /* the same digits without an exponent */
+        int d = p - 1 - (int)floor(log10(a));
+        snprintf(t, sizeof(t), "%.*f", d < 0 ? 0 : d, v);
+    }
+    snprintf(buf, n, "%s", t);
 }
 
 int tr_load_recipe_msg(tr_recipe *r, const tr_options *o, const char *cmd, char *err,

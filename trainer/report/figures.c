@@ -42,7 +42,7 @@ static void time_base(tr_report *r) {
 /* ---- attempts and downtime --------------------------------------------------------------------
  */
 
-static void seen(tr_report_attempt *a, double t, int step) {
+static void seen(tr_report_attempt *a, double t, int64_t step) {
     if (isfinite(t) && !(a->t_last >= t)) a->t_last = t;
     if (step > a->last_step) a->last_step = step;
 }
@@ -73,6 +73,31 @@ static void failed_rank(const tr_report *r, tr_report_attempt *a) {
     }
 }
 
+/* The downtime between attempts a and b: as `trainer supervise` recorded it (its downtime,
+ * steps redone and the cause: the exit status, the failed rank and host) when it ran the job,
+ * else from the records: b's start less the last time any record saw a. */
+static void downtime(const tr_report_attempt *a, const tr_report_attempt *b, tr_report_down *d) {
+    const tr_report_sv *sv = &a->sv;
+    d->after = a->attempt;
+    d->downtime_s = isfinite(b->t_start) && b->t_start > a->t_last ? b->t_start - a->t_last : 0;
+    d->steps_redone =
+        b->start_step >= 0 && a->last_step > b->start_step ? a->last_step - b->start_step : 0;
+    d->rank = a->ended ? -1 : a->failed_rank;
+    snprintf(d->host, sizeof(d->host), "%s", d->rank >= 0 ? a->failed_host : "-");
+    snprintf(d->cause, sizeof(d->cause), "%s", a->why);
+    d->from = "records";
+    if (!sv->has) return;
+    d->from = "supervise";
+    d->downtime_s = sv->down_s;
+    if (sv->steps_redone >= 0) d->steps_redone = sv->steps_redone;
+    if (sv->rank >= 0) {
+        d->rank = sv->rank;
+        snprintf(d->host, sizeof(d->host), "%s", sv->host[0] ? sv->host : a->failed_host);
+    }
+    snprintf(d->cause, sizeof(d->cause), "%s%s%s", sv->exit, sv->exit[0] && a->why[0] ? ": " : "",
+             a->why);
+}
+
 static int attempts_fill(tr_report *r) {
     qsort(r->att, (size_t)r->n_attempts, sizeof(tr_report_attempt), by_attempt);
     for (int i = 0; i < r->n_attempts; i++) {
@@ -94,16 +119,8 @@ static int attempts_fill(tr_report *r) {
         r->down = calloc((size_t)r->n_attempts - 1, sizeof(tr_report_down));
         if (!r->down) return -1;
     }
-    for (int i = 0; i + 1 < r->n_attempts; i++) {
-        const tr_report_attempt *a = &r->att[i], *b = &r->att[i + 1];
-        tr_report_down *d = &r->down[r->n_down++];
-        d->after = a->attempt;
-        d->downtime_s = isfinite(b->t_start) && b->t_start > a->t_last ? b->t_start - a->t_last : 0;
-        d->steps_redone =
-            b->start_step >= 0 && a->last_step > b->start_step ? a->last_step - b->start_step : 0;
-        d->rank = a->ended ? -1 : a->failed_rank;
-        snprintf(d->host, sizeof(d->host), "%s", d->rank >= 0 ? a->failed_host : "-");
-    }
+    for (int i = 0; i + 1 < r->n_attempts; i++)
+        downtime(&r->att[i], &r->att[i + 1], &r->down[r->n_down++]);
     return 0;
 }
 
@@ -131,8 +148,8 @@ static void summary(tr_report *r) {
     int n_mfu = 0, attempts = r->n_attempts > 0 ? r->n_attempts : 1;
     for (int i = 0; i < r->n_steps; i++) {
         const tr_report_step *s = &r->steps[i];
-        if (isfinite(s->tokens_per_s) && isfinite(s->step_s))
-            tokens += s->tokens_per_s * s->step_s, train_s += s->step_s;
+        if (isfinite(s->tokens_per_s) && isfinite(s->step_s)) /* a step's tokens: a count */
+            tokens += round(s->tokens_per_s * s->step_s), train_s += s->step_s;
         if (isfinite(s->mfu)) mfu += s->mfu, n_mfu++;
         if (isfinite(s->val_loss) && !(best <= s->val_loss)) best = s->val_loss;
         if (s->attempt > attempts) attempts = s->attempt;
@@ -484,11 +501,11 @@ static void json_events(const tr_report *r, FILE *f) {
     fputs("  \"attempts\": [", f);
     for (int i = 0; i < r->n_attempts; i++) {
         const tr_report_attempt *a = &r->att[i];
-        fprintf(f, "%s\n    {\"attempt\": %d, \"start_step\": %d, \"last_step\": %d, ",
-                i ? "," : "", a->attempt, a->start_step, a->last_step);
+        fprintf(f, "%s\n    {\"attempt\": %d, \"start_step\": %lld, \"last_step\": %lld, ",
+                i ? "," : "", a->attempt, (long long)a->start_step, (long long)a->last_step);
         jkey(f, "start_s", a->t_start - r->t0, 1), jkey(f, "last_s", a->t_last - r->t0, 1);
         jks(f, "status", a->ended ? (a->status ? "failed" : "ended") : "ended abnormally", 1);
-        fprintf(f, "\"failed_rank\": %d, ", a->failed_rank);
+        jkey(f, "failed_rank", a->failed_rank >= 0 ? a->failed_rank : NAN, 1); /* null: none */
         jks(f, "failed_host", a->failed_host, 1), jks(f, "why", a->why, 1);
         jks(f, "command", a->command, 0);
         fputs("}", f);
@@ -496,24 +513,27 @@ static void json_events(const tr_report *r, FILE *f) {
     fputs("\n  ],\n  \"downtime\": [", f);
     for (int i = 0; i < r->n_down; i++) {
         const tr_report_down *d = &r->down[i];
-        fprintf(f, "%s\n    {\"after_attempt\": %d, \"steps_redone\": %d, \"rank\": %d, ",
-                i ? "," : "", d->after, d->steps_redone, d->rank);
+        fprintf(f, "%s\n    {\"after_attempt\": %d, \"steps_redone\": %lld, ", i ? "," : "",
+                d->after, (long long)d->steps_redone);
+        jkey(f, "rank", d->rank >= 0 ? d->rank : NAN, 1); /* null: not charged */
         jkey(f, "downtime_s", d->downtime_s, 1), jks(f, "host", d->host, 1);
+        jks(f, "cause", d->cause, 1), jks(f, "from", d->from, 1);
         jkey(f, "cost", d->cost, 0);
         fputs("}", f);
     }
     fputs("\n  ],\n  \"saves\": [", f);
     for (int i = 0; i < r->n_saves; i++) {
         const tr_report_save *s = &r->saves[i];
-        fprintf(f, "%s\n    {\"attempt\": %d, \"step\": %d, ", i ? "," : "", s->attempt, s->step);
+        fprintf(f, "%s\n    {\"attempt\": %d, \"step\": %lld, ", i ? "," : "", s->attempt,
+                (long long)s->step);
         jkey(f, "t_s", s->t - r->t0, 1), jkey(f, "stall_s", s->stall_s, 0);
         fputs("}", f);
     }
     fputs("\n  ],\n  \"stragglers\": [", f);
     for (int i = 0; i < r->n_stragglers; i++) {
         const tr_report_straggler *s = &r->strag[i];
-        fprintf(f, "%s\n    {\"attempt\": %d, \"step\": %d, \"rank\": %d, ", i ? "," : "",
-                s->attempt, s->step, s->rank);
+        fprintf(f, "%s\n    {\"attempt\": %d, \"step\": %lld, \"rank\": %d, ", i ? "," : "",
+                s->attempt, (long long)s->step, s->rank);
         jks(f, "host", s->host, 1), jkey(f, "slowdown", s->slowdown, 1);
         jkey(f, "cost_s_per_step", s->cost_s_per_step, 0);
         fputs("}", f);
@@ -526,8 +546,8 @@ static void json_heat_prov(const tr_report *r, FILE *f) {
     jks(f, "from", r->heat_from, 1);
     fputs("\"columns\": [", f);
     for (int i = 0; i < r->n_cols; i++) {
-        fprintf(f, "%s\n    {\"steps\": [%d, %d], \"compute_s\": [", i ? "," : "", r->cols[i].a,
-                r->cols[i].b);
+        fprintf(f, "%s\n    {\"steps\": [%lld, %lld], \"compute_s\": [", i ? "," : "",
+                (long long)r->cols[i].a, (long long)r->cols[i].b);
         for (int k = 0; k < r->n_ranks; k++) {
             if (k) fputs(", ", f);
             jval(f, r->cols[i].v[k]);
@@ -579,8 +599,8 @@ void tr_report_write_json(const tr_report *r, FILE *f) {
             fprintf(f, "%s%d", i ? ", " : "", r->skipped[k].line[i]);
         fputs("]", f);
     }
-    fprintf(f, "},\n  \"summary\": {\"ranks\": %d, \"attempts\": %d, \"steps\": %d, ", r->n_ranks,
-            r->attempts, r->last_step);
+    fprintf(f, "},\n  \"summary\": {\"ranks\": %d, \"attempts\": %d, \"steps\": %lld, ", r->n_ranks,
+            r->attempts, (long long)r->last_step);
     jkey(f, "wall_s", r->wall_s, 1), jks(f, "wall_from", r->wall_from, 1);
     jkey(f, "tokens", r->tokens, 1), jkey(f, "tokens_per_s", r->tokens_per_s, 1);
     jkey(f, "mfu", r->mfu, 1), jkey(f, "best_val_loss", r->best_val_loss, 1);

@@ -9,38 +9,35 @@
 #include <string.h>
 
 #include "trainer/report/report.h"
+#include "trainer/report/svg.h"
+#include "trainer/trainer.h"
 
-static void esc(FILE *f, const char *s) {
-    for (; *s; s++) {
-        switch (*s) {
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '"':
-            fputs("&quot;", f);
-            break;
-        default:
-            fputc(*s, f);
-        }
-    }
-}
+#define esc tr_report_esc
 
-/* A table cell of a number: shown with 6 significant digits, exact in data-value. */
-static void td(FILE *f, const char *key, double v) {
-    if (isfinite(v))
-        fprintf(f, "<td class=\"n\" data-key=\"%s\" data-value=\"%.17g\">%.6g</td>", key, v, v);
-    else
+/* A table cell of a number: shown in human units (u), exact in data-value and the tooltip. */
+static void td(FILE *f, const char *key, double v, tr_report_unit u) {
+    char text[64], exact[40];
+    if (!isfinite(v)) {
         fprintf(f, "<td class=\"n\" data-key=\"%s\" data-value=\"null\">-</td>", key);
+        return;
+    }
+    tr_report_human(u, v, text, sizeof(text));
+    tr_fmt_real(v, exact, sizeof(exact));
+    fprintf(f, "<td class=\"n\" data-key=\"%s\" data-value=\"%.17g\" title=\"%s\">%s</td>", key, v,
+            exact, text);
 }
 
-static void tdi(FILE *f, const char *key, int v) {
-    fprintf(f, "<td class=\"n\" data-key=\"%s\" data-value=\"%d\">%d</td>", key, v, v);
+static void tdi(FILE *f, const char *key, int64_t v) {
+    fprintf(f, "<td class=\"n\" data-key=\"%s\" data-value=\"%lld\">%lld</td>", key, (long long)v,
+            (long long)v);
+}
+
+/* A rank, or words where there is none (the --json value is null). */
+static void td_rank(FILE *f, const char *key, int rank, const char *none) {
+    if (rank >= 0)
+        tdi(f, key, rank);
+    else
+        fprintf(f, "<td data-key=\"%s\" data-value=\"null\">%s</td>", key, none);
 }
 
 static void tds(FILE *f, const char *key, const char *s) {
@@ -55,105 +52,9 @@ static void note(FILE *f, const char *text) {
     fputs("</p>\n", f);
 }
 
-/* ---- charts ------------------------------------------------------------------------------------
- */
-
-typedef struct {
-    const char *name, *color;
-    int n, dots;
-    const double *x, *y;
-} series;
-
-enum { W = 640, H = 240, ML = 64, MR = 12, MT = 10, MB = 40 };
-
-static void range(const series *s, int ns, int yaxis, double *lo, double *hi) {
-    *lo = INFINITY, *hi = -INFINITY;
-    for (int k = 0; k < ns; k++)
-        for (int i = 0; i < s[k].n; i++) {
-            double v = yaxis ? s[k].y[i] : s[k].x[i];
-            if (isfinite(s[k].x[i]) && isfinite(s[k].y[i])) {
-                if (v < *lo) *lo = v;
-                if (v > *hi) *hi = v;
-            }
-        }
-    if (*hi <= *lo) { /* a flat series: in the middle */
-        double d = *lo != 0 ? fabs(*lo) * 0.05 : 1;
-        *lo -= d, *hi += d;
-    }
-}
-
-static void axes(FILE *f, double x0, double x1, double y0, double y1, const char *xl,
-                 const char *yl) {
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"ax\"/>", ML, H - MB, W - MR,
-            H - MB);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"ax\"/>", ML, MT, ML, H - MB);
-    for (int t = 0; t <= 4; t++) {
-        double fx = ML + (W - ML - MR) * t / 4.0, fy = H - MB - (H - MT - MB) * t / 4.0;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"ax\"/>", fx, H - MB,
-                fx, H - MB + 4);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tk\" text-anchor=\"middle\">%.4g</text>", fx,
-                H - MB + 16, x0 + (x1 - x0) * t / 4.0);
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" class=\"grid\"/>", ML, fy,
-                W - MR, fy);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"tk\" text-anchor=\"end\">%.4g</text>", ML - 4,
-                fy + 4, y0 + (y1 - y0) * t / 4.0);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lb\" text-anchor=\"middle\">%s</text>",
-            (ML + W - MR) / 2, H - 6, xl);
-    fprintf(f,
-            "<text x=\"12\" y=\"%d\" class=\"lb\" text-anchor=\"middle\" "
-            "transform=\"rotate(-90 12 %d)\">%s</text>",
-            (MT + H - MB) / 2, (MT + H - MB) / 2, yl);
-}
-
-/* One series: its finite points as a polyline (or circles), the values in data-x/data-y. */
-static void plot_series(FILE *f, const series *s, double x0, double x1, double y0, double y1) {
-    fprintf(f, "<g data-series=\"%s\" data-x=\"", s->name);
-    for (int i = 0, first = 1; i < s->n; i++)
-        if (isfinite(s->x[i]) && isfinite(s->y[i]))
-            fprintf(f, "%s%.17g", first ? "" : " ", s->x[i]), first = 0;
-    fputs("\" data-y=\"", f);
-    for (int i = 0, first = 1; i < s->n; i++)
-        if (isfinite(s->x[i]) && isfinite(s->y[i]))
-            fprintf(f, "%s%.17g", first ? "" : " ", s->y[i]), first = 0;
-    fprintf(f, "\">");
-    if (!s->dots)
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
-                s->color);
-    for (int i = 0; i < s->n; i++) {
-        if (!isfinite(s->x[i]) || !isfinite(s->y[i])) continue;
-        double px = ML + (W - ML - MR) * (s->x[i] - x0) / (x1 - x0);
-        double py = H - MB - (H - MT - MB) * (s->y[i] - y0) / (y1 - y0);
-        if (s->dots)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>", px, py, s->color);
-        else
-            fprintf(f, "%.1f,%.1f ", px, py);
-    }
-    fputs(s->dots ? "</g>" : "\"/></g>", f);
-}
-
-static void chart(FILE *f, const char *title, const char *xl, const char *yl, const series *s,
-                  int ns) {
-    int points = 0;
-    for (int k = 0; k < ns; k++)
-        for (int i = 0; i < s[k].n; i++)
-            points += isfinite(s[k].x[i]) && isfinite(s[k].y[i]);
-    fprintf(f, "<figure class=\"chart\"><figcaption>%s</figcaption>\n", title);
-    if (!points) {
-        fputs("<p class=\"nodata\">no data</p></figure>\n", f);
-        return;
-    }
-    double x0, x1, y0, y1;
-    range(s, ns, 0, &x0, &x1);
-    range(s, ns, 1, &y0, &y1);
-    fprintf(f, "<svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\">", W, H, W, H);
-    axes(f, x0, x1, y0, y1, xl, yl);
-    for (int k = 0; k < ns; k++)
-        plot_series(f, &s[k], x0, x1, y0, y1);
-    fputs("</svg><div class=\"legend\">", f);
-    for (int k = 0; k < ns; k++)
-        fprintf(f, "<span><i style=\"background:%s\"></i>%s</span>", s[k].color, s[k].name);
-    fputs("</div></figure>\n", f);
+/* n (at most cap) split into `parts` runs: the first of run i. */
+static int bucket(int i, int n, int parts) {
+    return (int)((int64_t)i * n / parts);
 }
 
 /* A column of metrics' steps (offset of a double in tr_report_step) as a fresh array. */
@@ -175,15 +76,16 @@ static void sec_summary(const tr_report *r, FILE *f) {
     fputs("<tr><th>ranks</th>", f), tdi(f, "summary.ranks", r->n_ranks), fputs("</tr>", f);
     fputs("<tr><th>attempts</th>", f), tdi(f, "summary.attempts", r->attempts), fputs("</tr>", f);
     fputs("<tr><th>steps</th>", f), tdi(f, "summary.steps", r->last_step), fputs("</tr>", f);
-    fprintf(f, "<tr><th>wall time, s (%s)</th>", r->wall_from);
-    td(f, "summary.wall_s", r->wall_s), fputs("</tr>", f);
-    fputs("<tr><th>tokens</th>", f), td(f, "summary.tokens", r->tokens), fputs("</tr>", f);
-    fputs("<tr><th>mean tokens/s</th>", f), td(f, "summary.tokens_per_s", r->tokens_per_s);
-    fputs("</tr><tr><th>mean MFU</th>", f), td(f, "summary.mfu", r->mfu);
+    fprintf(f, "<tr><th>wall time (%s)</th>", r->wall_from);
+    td(f, "summary.wall_s", r->wall_s, TR_U_S), fputs("</tr>", f);
+    fputs("<tr><th>tokens</th>", f), td(f, "summary.tokens", r->tokens, TR_U_NUM);
+    fputs("</tr><tr><th>mean throughput</th>", f);
+    td(f, "summary.tokens_per_s", r->tokens_per_s, TR_U_TOKS);
+    fputs("</tr><tr><th>mean MFU</th>", f), td(f, "summary.mfu", r->mfu, TR_U_SHARE);
     fputs("</tr><tr><th>best validation loss</th>", f);
-    td(f, "summary.best_val_loss", r->best_val_loss);
+    td(f, "summary.best_val_loss", r->best_val_loss, TR_U_NUM);
     fprintf(f, "</tr><tr><th>cost (%s)</th>", r->priced ? "USD" : "units");
-    td(f, "cost.total", r->cost_total);
+    td(f, "cost.total", r->cost_total, TR_U_NUM);
     fputs("</tr></table>\n", f);
     static const char *what[6] = {"",           "ledger.jsonl", "attempts.jsonl",
                                   "ranks.json", "memory.json",  "provenance.json"};
@@ -216,17 +118,22 @@ static void sec_curves(const tr_report *r, FILE *f) {
     for (int i = 0; i < r->n_steps; i++)
         step[i] = r->steps[i].step;
     int n = r->n_steps;
+    const char *since = "time since the start";
     fputs("<section id=\"loss\"><h2>Loss</h2>\n", f);
-    series a[2] = {{"loss", "#1f77b4", n, 0, step, loss}, {"val_loss", "#d62728", n, 1, step, val}};
-    chart(f, "loss and validation loss over steps", "step", "nats/token", a, 2);
-    series b[2] = {{"loss_time", "#1f77b4", n, 0, st, loss},
-                   {"val_loss_time", "#d62728", n, 1, st, val}};
-    chart(f, "loss and validation loss over time", "seconds since the start", "nats/token", b, 2);
+    tr_report_series a[2] = {{"loss", "training loss", "#1f77b4", n, 0, 0, step, loss},
+                             {"val_loss", "validation loss", "#d62728", n, 1, 0, step, val}};
+    tr_report_chart(f, "loss and validation loss over steps", "step", TR_U_NUM, "nats per token",
+                    TR_U_NUM, a, 2);
+    tr_report_series b[2] = {{"loss_time", "training loss", "#1f77b4", n, 0, 0, st, loss},
+                             {"val_loss_time", "validation loss", "#d62728", n, 1, 0, st, val}};
+    tr_report_chart(f, "loss and validation loss over time", since, TR_U_S, "nats per token",
+                    TR_U_NUM, b, 2);
     fputs("</section>\n<section id=\"throughput\"><h2>Throughput</h2>\n", f);
-    series c[1] = {{"tokens_per_s", "#2ca02c", n, 0, st, tps}};
-    chart(f, "tokens/s over time", "seconds since the start", "tokens/s", c, 1);
-    series d[1] = {{"mfu", "#9467bd", n, 0, st, mfu}};
-    chart(f, "MFU over time", "seconds since the start", "MFU", d, 1);
+    tr_report_series c[1] = {{"tokens_per_s", "tokens per second", "#2ca02c", n, 0, 0, st, tps}};
+    tr_report_chart(f, "tokens per second over time", since, TR_U_S, "tokens per second", TR_U_TOKS,
+                    c, 1);
+    tr_report_series d[1] = {{"mfu", "model FLOPs utilization", "#9467bd", n, 0, 0, st, mfu}};
+    tr_report_chart(f, "MFU over time", since, TR_U_S, "MFU", TR_U_SHARE, d, 1);
     if (!r->have_time) note(f, "metrics.jsonl has no \"time\": time is the running sum of step_s");
     fputs("</section>\n", f);
 out:
@@ -237,9 +144,11 @@ static const char *part_color[TR_REPORT_PARTS] = {"#bbbbbb", "#2ca02c", "#1f77b4
                                                   "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
                                                   "#bcbd22", "#7f7f7f"};
 
+enum { W = TR_SVG_W, ML = TR_SVG_ML, MR = TR_SVG_MR };
+
 static void sec_breakdown(const tr_report *r, FILE *f) {
     fputs("<section id=\"breakdown\"><h2>Where each rank's time went</h2>\n", f);
-    char line[300];
+    char line[300], v[64];
     snprintf(line, sizeof(line), "from %s%s", r->parts_from,
              r->n_led ? "" : " (no ledger.jsonl: wait includes communication)");
     note(f, line);
@@ -251,15 +160,16 @@ static void sec_breakdown(const tr_report *r, FILE *f) {
     for (int k = 0; k < r->n_ranks; k++) {
         double x = ML;
         fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">rank %d</text>",
-                ML - 4, k * rowh + 15, k);
+                ML - 6, k * rowh + 15, k);
         for (int p = 0; p < TR_REPORT_PARTS && most > 0; p++) {
             double w = (W - ML - MR) * r->ranks[k].parts[p] / most;
+            tr_fmt_seconds(r->ranks[k].parts[p], v, sizeof(v));
             fprintf(f,
                     "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
-                    "data-rank=\"%d\" data-part=\"%s\" data-value=\"%.17g\"><title>%s %.4g "
-                    "s</title></rect>",
+                    "data-rank=\"%d\" data-part=\"%s\" data-value=\"%.17g\"><title>%s: "
+                    "%s</title></rect>",
                     x, k * rowh + 2, w, rowh - 4, part_color[p], k, tr_report_part_names[p],
-                    r->ranks[k].parts[p], tr_report_part_names[p], r->ranks[k].parts[p]);
+                    r->ranks[k].parts[p], tr_report_part_names[p], v);
             x += w;
         }
     }
@@ -269,20 +179,69 @@ static void sec_breakdown(const tr_report *r, FILE *f) {
                 tr_report_part_names[p]);
     fputs("</div><table><tr><th>rank</th><th>host</th>", f);
     for (int p = 0; p < TR_REPORT_PARTS; p++)
-        fprintf(f, "<th>%s s</th>", tr_report_part_names[p]);
-    fputs("<th>wall s</th></tr>\n", f);
+        fprintf(f, "<th>%s</th>", tr_report_part_names[p]);
+    fputs("<th>wall</th></tr>\n", f);
     for (int k = 0; k < r->n_ranks; k++) {
         char key[96];
         fprintf(f, "<tr><td>%d</td>", k);
         snprintf(key, sizeof(key), "ranks.%d.host", k), tds(f, key, r->ranks[k].host);
         for (int p = 0; p < TR_REPORT_PARTS; p++) {
             snprintf(key, sizeof(key), "ranks.%d.parts.%s_s", k, tr_report_part_names[p]);
-            td(f, key, r->ranks[k].parts[p]);
+            td(f, key, r->ranks[k].parts[p], TR_U_S);
         }
-        snprintf(key, sizeof(key), "ranks.%d.wall_s", k), td(f, key, r->ranks[k].wall_s);
+        snprintf(key, sizeof(key), "ranks.%d.wall_s", k), td(f, key, r->ranks[k].wall_s, TR_U_S);
         fputs("</tr>\n", f);
     }
     fputs("</table></section>\n", f);
+}
+
+/* "rank 3" or "ranks 0-63": the ranks [a, b) of a row of the heat map. */
+static void ranks_name(int a, int b, char *buf, size_t n) {
+    if (b - a == 1)
+        snprintf(buf, n, "rank %d", a);
+    else
+        snprintf(buf, n, "ranks %d-%d", a, b - 1);
+}
+
+/* The heat map, at most HEAT_ROWS x HEAT_COLS cells whatever the records hold (a cell covers
+ * several ranks or columns then, showing the longest of them), so the page stays small. */
+enum { HEAT_ROWS = 64, HEAT_COLS = 400 };
+
+static void heat_svg(const tr_report *r, FILE *f, double most) {
+    int rows = r->n_ranks < HEAT_ROWS ? r->n_ranks : HEAT_ROWS;
+    int cols = r->n_cols < HEAT_COLS ? r->n_cols : HEAT_COLS;
+    int rowh = 18, h = rowh * rows + 30;
+    double cw = (double)(W - ML - MR) / cols;
+    char who[48], v[64];
+    fprintf(f, "<svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\">", W, h, W, h);
+    for (int i = 0; i < rows; i++) {
+        int k0 = bucket(i, r->n_ranks, rows), k1 = bucket(i + 1, r->n_ranks, rows);
+        ranks_name(k0, k1, who, sizeof(who));
+        fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">%s</text>", ML - 6,
+                i * rowh + 13, who);
+        for (int j = 0; j < cols; j++) {
+            int c0 = bucket(j, r->n_cols, cols), c1 = bucket(j + 1, r->n_cols, cols);
+            double val = NAN;
+            for (int c = c0; c < c1; c++)
+                for (int k = k0; k < k1; k++)
+                    if (isfinite(r->cols[c].v[k]) && !(val >= r->cols[c].v[k]))
+                        val = r->cols[c].v[k];
+            double s = most > 0 && isfinite(val) ? val / most : 0;
+            tr_fmt_seconds(val, v, sizeof(v));
+            fprintf(f,
+                    "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"rgb(%d,%d,%d)\" "
+                    "data-rank=\"%d\" data-col=\"%d\" data-value=\"%.17g\"><title>%s, steps "
+                    "%lld-%lld: %s</title></rect>",
+                    ML + j * cw, i * rowh, cw + 0.3, rowh - 1, 255 - (int)(63 * s),
+                    255 - (int)(200 * s), 255 - (int)(200 * s), k0, c0, val, who,
+                    (long long)r->cols[c0].a, (long long)r->cols[c1 - 1].b, v);
+        }
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\">step %lld</text>", ML, h - 8,
+            (long long)r->cols[0].a);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">step %lld</text>", W - MR,
+            h - 8, (long long)r->cols[r->n_cols - 1].b);
+    fputs("</svg>\n", f);
 }
 
 static void sec_heatmap(const tr_report *r, FILE *f) {
@@ -292,32 +251,14 @@ static void sec_heatmap(const tr_report *r, FILE *f) {
         note(f, "no ledger.jsonl windows and no rank_compute_s in metrics.jsonl (one rank)");
     } else {
         double most = 0;
+        char v[64];
         for (int i = 0; i < r->n_cols; i++)
             for (int k = 0; k < r->n_ranks; k++)
                 most = fmax(most, r->cols[i].v[k]);
-        int rowh = 18, h = rowh * r->n_ranks + 30;
-        double cw = (double)(W - ML - MR) / r->n_cols;
-        fprintf(f, "<p class=\"note\">from %s; darker = longer (the longest: %.4g s)</p>",
-                r->heat_from, most);
-        fprintf(f, "<svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\">", W, h, W, h);
-        for (int k = 0; k < r->n_ranks; k++) {
-            fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">rank %d</text>",
-                    ML - 4, k * rowh + 13, k);
-            for (int i = 0; i < r->n_cols; i++) {
-                double v = r->cols[i].v[k], s = most > 0 && isfinite(v) ? v / most : 0;
-                fprintf(f,
-                        "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
-                        "fill=\"rgb(%d,%d,%d)\" data-rank=\"%d\" data-col=\"%d\" "
-                        "data-value=\"%.17g\"><title>rank %d steps %d-%d: %.4g s</title></rect>",
-                        ML + i * cw, k * rowh, cw + 0.3, rowh - 1, 255 - (int)(63 * s),
-                        255 - (int)(200 * s), 255 - (int)(200 * s), k, i, v, k, r->cols[i].a,
-                        r->cols[i].b, v);
-            }
-        }
-        fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\">step %d</text>", ML, h - 8, r->cols[0].a);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">step %d</text>",
-                W - MR, h - 8, r->cols[r->n_cols - 1].b);
-        fputs("</svg>\n", f);
+        tr_fmt_seconds(most, v, sizeof(v));
+        fprintf(f, "<p class=\"note\">from %s; darker = longer (the longest: %s)</p>", r->heat_from,
+                v);
+        heat_svg(r, f, most);
     }
     if (r->missing[TR_RF_LEDGER])
         note(f, "straggler alarms: no ledger.jsonl");
@@ -325,7 +266,7 @@ static void sec_heatmap(const tr_report *r, FILE *f) {
         note(f, "straggler alarms: none");
     else {
         fputs("<table><tr><th>attempt</th><th>step</th><th>rank</th><th>host</th><th>slowdown</th>"
-              "<th>cost s/step</th></tr>\n",
+              "<th>cost per step</th></tr>\n",
               f);
         for (int i = 0; i < r->n_stragglers; i++) {
             const tr_report_straggler *s = &r->strag[i];
@@ -335,9 +276,9 @@ static void sec_heatmap(const tr_report *r, FILE *f) {
             snprintf(k, sizeof(k), "stragglers.%d.step", i), tdi(f, k, s->step);
             snprintf(k, sizeof(k), "stragglers.%d.rank", i), tdi(f, k, s->rank);
             snprintf(k, sizeof(k), "stragglers.%d.host", i), tds(f, k, s->host);
-            snprintf(k, sizeof(k), "stragglers.%d.slowdown", i), td(f, k, s->slowdown);
+            snprintf(k, sizeof(k), "stragglers.%d.slowdown", i), td(f, k, s->slowdown, TR_U_NUM);
             snprintf(k, sizeof(k), "stragglers.%d.cost_s_per_step", i),
-                td(f, k, s->cost_s_per_step);
+                td(f, k, s->cost_s_per_step, TR_U_S);
             fputs("</tr>\n", f);
         }
         fputs("</table>", f);
@@ -359,7 +300,7 @@ static void sec_memory(const tr_report *r, FILE *f) {
     }
     fputs("<table><tr><th>rank</th><th></th>", f);
     for (int i = 0; i < 5; i++)
-        fprintf(f, "<th>%s bytes</th>", kinds[i]);
+        fprintf(f, "<th>%s</th>", kinds[i]);
     fputs("</tr>\n", f);
     for (int k = 0; k < r->n_ranks; k++) {
         if (!r->ranks[k].has_mem) continue;
@@ -369,7 +310,7 @@ static void sec_memory(const tr_report *r, FILE *f) {
                 char key[64];
                 snprintf(key, sizeof(key), "ranks.%d.%s.%d", k,
                          j ? "predicted_bytes" : "memory_bytes", i);
-                td(f, key, j ? r->ranks[k].pred[i] : r->ranks[k].mem[i]);
+                td(f, key, j ? r->ranks[k].pred[i] : r->ranks[k].mem[i], TR_U_B);
             }
             fputs("</tr>\n", f);
         }
@@ -385,17 +326,23 @@ static void sec_plan(const tr_report *r, FILE *f) {
         step[i] = r->steps[i].step;
     int n = r->n_steps;
     fputs("<section id=\"plan\"><h2>The plan against the run</h2>\n", f);
-    series a[2] = {{"step_s", "#1f77b4", n, 0, step, ss},
-                   {"predicted_step_s", "#ff7f0e", n, 0, step, ps}};
-    chart(f, "step time: measured and predicted", "step", "seconds", a, 2);
-    series b[2] = {{"memory_bytes", "#1f77b4", n, 0, step, m},
-                   {"predicted_memory_bytes", "#ff7f0e", n, 0, step, pm}};
-    chart(f, "memory of the fullest rank: measured and predicted", "step", "bytes", b, 2);
-    fputs("<table><tr><th></th><th>measured</th><th>predicted</th></tr><tr><th>mean step s</th>",
+    /* the prediction wide and dashed underneath, the measurement on top: both show where
+     * they agree */
+    tr_report_series a[2] = {{"predicted_step_s", "predicted", "#ff7f0e", n, 0, 1, step, ps},
+                             {"step_s", "measured", "#1f77b4", n, 0, 0, step, ss}};
+    tr_report_chart(f, "step time: measured and predicted", "step", TR_U_NUM, "step time", TR_U_S,
+                    a, 2);
+    tr_report_series b[2] = {{"predicted_memory_bytes", "predicted", "#ff7f0e", n, 0, 1, step, pm},
+                             {"memory_bytes", "measured", "#1f77b4", n, 0, 0, step, m}};
+    tr_report_chart(f, "memory of the fullest rank: measured and predicted", "step", TR_U_NUM,
+                    "memory", TR_U_B, b, 2);
+    fputs("<table><tr><th></th><th>measured</th><th>predicted</th></tr><tr><th>mean step time</th>",
           f);
-    td(f, "plan.step_s", r->plan_step_s), td(f, "plan.predicted_step_s", r->plan_pred_step_s);
-    fputs("</tr><tr><th>memory bytes</th>", f);
-    td(f, "plan.memory_bytes", r->plan_mem), td(f, "plan.predicted_memory_bytes", r->plan_pred_mem);
+    td(f, "plan.step_s", r->plan_step_s, TR_U_S);
+    td(f, "plan.predicted_step_s", r->plan_pred_step_s, TR_U_S);
+    fputs("</tr><tr><th>memory</th>", f);
+    td(f, "plan.memory_bytes", r->plan_mem, TR_U_B);
+    td(f, "plan.predicted_memory_bytes", r->plan_pred_mem, TR_U_B);
     fputs("</tr></table></section>\n", f);
 out:
     free(step), free(ss), free(ps), free(m), free(pm);
@@ -406,8 +353,15 @@ static void sec_provenance(const tr_report *r, FILE *f) {
     if (!r->has_provenance) note(f, "provenance.json: not in the run folder");
     if (r->n_prov) fputs("<table class=\"kv\">", f);
     for (int i = 0; i < r->n_prov; i++) {
-        fputs("<tr><th>", f), esc(f, r->prov[i].key), fputs("</th><td data-prov=\"", f);
-        esc(f, r->prov[i].key), fputs("\">", f), esc(f, r->prov[i].val), fputs("</td></tr>\n", f);
+        const tr_report_kv *e = &r->prov[i];
+        char shown[40];
+        fputs("<tr><th>", f), esc(f, e->key), fputs("</th><td data-prov=\"", f), esc(f, e->key);
+        if (e->is_num) { /* a float's real digits: 0.1, not 0.100000001 */
+            tr_fmt_real(e->num, shown, sizeof(shown));
+            fprintf(f, "\" data-value=\"%s\" title=\"%s\">%s</td></tr>\n", e->val, e->val, shown);
+            continue;
+        }
+        fputs("\">", f), esc(f, e->val), fputs("</td></tr>\n", f);
     }
     if (r->n_prov) fputs("</table>", f);
     if (r->compared) {
@@ -435,93 +389,110 @@ static double tx(const tr_report *r, double t) {
 /* Attempts as bars over time, saves as ticks, failures as red marks, downtime as grey gaps. */
 static void timeline_svg(const tr_report *r, FILE *f) {
     int rowh = 26, h = rowh * r->n_attempts + 36;
+    char v[64];
     fprintf(f, "<svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\">", W, h, W, h);
     for (int i = 0; i < r->n_down; i++) {
         const tr_report_attempt *a = &r->att[i], *b = &r->att[i + 1];
         double x0 = tx(r, a->t_last), x1 = tx(r, b->t_start);
+        if (!isfinite(x0) || !isfinite(x1)) continue;
+        tr_fmt_seconds(r->down[i].downtime_s, v, sizeof(v));
         fprintf(f,
                 "<rect x=\"%.2f\" y=\"0\" width=\"%.2f\" height=\"%d\" fill=\"#ddd\" "
-                "data-down=\"%d\" data-value=\"%.17g\"><title>downtime %.4g s</title></rect>",
-                x0, x1 - x0, h - 30, i, r->down[i].downtime_s, r->down[i].downtime_s);
+                "data-down=\"%d\" data-value=\"%.17g\"><title>downtime %s",
+                x0, fmax(x1 - x0, 0), h - 30, i, r->down[i].downtime_s, v);
+        if (r->down[i].cause[0]) fputs(": ", f), esc(f, r->down[i].cause);
+        fputs("</title></rect>", f);
     }
     for (int i = 0; i < r->n_attempts; i++) {
         const tr_report_attempt *a = &r->att[i];
         if (!isfinite(a->t_start)) continue;
         double x0 = tx(r, a->t_start), x1 = tx(r, a->t_last), y = i * rowh + 4;
         fprintf(f, "<text x=\"%d\" y=\"%.0f\" class=\"tk\" text-anchor=\"end\">attempt %d</text>",
-                ML - 4, y + 13, a->attempt);
+                ML - 6, y + 13, a->attempt);
         fprintf(f,
                 "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"16\" fill=\"%s\" "
-                "data-attempt=\"%d\"><title>steps %d to %d</title></rect>",
+                "data-attempt=\"%d\"><title>steps %lld to %lld</title></rect>",
                 x0, y, fmax(x1 - x0, 1), a->ended && !a->status ? "#9ecae1" : "#fdae6b", a->attempt,
-                a->start_step, a->last_step);
+                (long long)a->start_step, (long long)a->last_step);
         for (int k = 0; k < r->n_saves; k++)
-            if (r->saves[k].attempt == a->attempt)
+            if (r->saves[k].attempt == a->attempt && isfinite(r->saves[k].t)) {
+                tr_fmt_seconds(r->saves[k].stall_s, v, sizeof(v));
                 fprintf(f,
                         "<line x1=\"%.2f\" x2=\"%.2f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#333\" "
-                        "data-save=\"%d\"><title>save at step %d: stall %.4g s</title></line>",
+                        "data-save=\"%d\"><title>save at step %lld: stall %s</title></line>",
                         tx(r, r->saves[k].t), tx(r, r->saves[k].t), y - 2, y + 18, k,
-                        r->saves[k].step, r->saves[k].stall_s);
-        if (!a->ended)
+                        (long long)r->saves[k].step, v);
+            }
+        if (!a->ended) /* clear of the attempt labels and the edge */
             fprintf(f,
                     "<text x=\"%.2f\" y=\"%.0f\" fill=\"#c00\" font-weight=\"bold\" "
                     "text-anchor=\"middle\">&#x2716;</text>",
-                    x1, y + 13);
+                    fmin(fmax(x1, ML + 8), W - 8), y + 13);
     }
+    tr_fmt_seconds(r->wall_s, v, sizeof(v));
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"ax\"/>", ML, h - 30, W - MR,
             h - 30);
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\">0 s</text>", ML, h - 16);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">%.4g s</text>", W - MR,
-            h - 16, r->wall_s);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"tk\" text-anchor=\"end\">%s</text>", W - MR, h - 16,
+            v);
     fputs("</svg>\n", f);
 }
 
-static void timeline_tables(const tr_report *r, FILE *f) {
-    fputs("<table><tr><th>attempt</th><th>start step</th><th>last step</th><th>start s</th>"
-          "<th>last seen s</th><th>ended</th><th>failed rank</th><th>host</th><th>why</th></tr>\n",
+static void attempts_table(const tr_report *r, FILE *f) {
+    fputs("<table><tr><th>attempt</th><th>start step</th><th>last step</th><th>started at</th>"
+          "<th>last seen at</th><th>ended</th><th>failed rank</th><th>host</th><th>why</th></tr>\n",
           f);
     for (int i = 0; i < r->n_attempts; i++) {
         const tr_report_attempt *a = &r->att[i];
+        int done = a->ended && !a->status;
         char k[64];
         fputs("<tr>", f);
         snprintf(k, sizeof(k), "attempts.%d.attempt", i), tdi(f, k, a->attempt);
         snprintf(k, sizeof(k), "attempts.%d.start_step", i), tdi(f, k, a->start_step);
         snprintf(k, sizeof(k), "attempts.%d.last_step", i), tdi(f, k, a->last_step);
-        snprintf(k, sizeof(k), "attempts.%d.start_s", i), td(f, k, a->t_start - r->t0);
-        snprintf(k, sizeof(k), "attempts.%d.last_s", i), td(f, k, a->t_last - r->t0);
+        snprintf(k, sizeof(k), "attempts.%d.start_s", i), td(f, k, a->t_start - r->t0, TR_U_S);
+        snprintf(k, sizeof(k), "attempts.%d.last_s", i), td(f, k, a->t_last - r->t0, TR_U_S);
         snprintf(k, sizeof(k), "attempts.%d.status", i);
         tds(f, k, a->ended ? (a->status ? "failed" : "ended") : "ended abnormally");
-        snprintf(k, sizeof(k), "attempts.%d.failed_rank", i), tdi(f, k, a->failed_rank);
+        snprintf(k, sizeof(k), "attempts.%d.failed_rank", i);
+        td_rank(f, k, a->failed_rank, done ? "none: it finished" : "not known");
         snprintf(k, sizeof(k), "attempts.%d.failed_host", i), tds(f, k, a->failed_host);
         snprintf(k, sizeof(k), "attempts.%d.why", i), tds(f, k, a->why);
         fputs("</tr>\n", f);
     }
     fputs("</table>\n", f);
+}
+
+static void timeline_tables(const tr_report *r, FILE *f) {
+    attempts_table(r, f);
     if (r->n_down) {
-        fputs("<table><tr><th>after attempt</th><th>downtime s</th><th>steps redone</th>"
-              "<th>charged to rank</th><th>host</th></tr>\n",
+        fputs("<table><tr><th>after attempt</th><th>downtime</th><th>cause</th><th>recorded by"
+              "</th><th>steps redone</th><th>charged to rank</th><th>host</th></tr>\n",
               f);
         for (int i = 0; i < r->n_down; i++) {
+            const tr_report_down *d = &r->down[i];
             char k[64];
             fputs("<tr>", f);
-            snprintf(k, sizeof(k), "downtime.%d.after_attempt", i), tdi(f, k, r->down[i].after);
-            snprintf(k, sizeof(k), "downtime.%d.downtime_s", i), td(f, k, r->down[i].downtime_s);
-            snprintf(k, sizeof(k), "downtime.%d.steps_redone", i),
-                tdi(f, k, r->down[i].steps_redone);
-            snprintf(k, sizeof(k), "downtime.%d.rank", i), tdi(f, k, r->down[i].rank);
-            snprintf(k, sizeof(k), "downtime.%d.host", i), tds(f, k, r->down[i].host);
+            snprintf(k, sizeof(k), "downtime.%d.after_attempt", i), tdi(f, k, d->after);
+            snprintf(k, sizeof(k), "downtime.%d.downtime_s", i), td(f, k, d->downtime_s, TR_U_S);
+            snprintf(k, sizeof(k), "downtime.%d.cause", i), tds(f, k, d->cause);
+            snprintf(k, sizeof(k), "downtime.%d.from", i), tds(f, k, d->from);
+            snprintf(k, sizeof(k), "downtime.%d.steps_redone", i), tdi(f, k, d->steps_redone);
+            snprintf(k, sizeof(k), "downtime.%d.rank", i);
+            td_rank(f, k, d->rank, "not charged: no failure known");
+            snprintf(k, sizeof(k), "downtime.%d.host", i), tds(f, k, d->host);
             fputs("</tr>\n", f);
         }
         fputs("</table>\n", f);
     }
     if (r->n_saves) {
-        fputs("<table><tr><th>attempt</th><th>save at step</th><th>stall s</th></tr>\n", f);
+        fputs("<table><tr><th>attempt</th><th>save at step</th><th>stall</th></tr>\n", f);
         for (int i = 0; i < r->n_saves; i++) {
             char k[64];
             fputs("<tr>", f);
             snprintf(k, sizeof(k), "saves.%d.attempt", i), tdi(f, k, r->saves[i].attempt);
             snprintf(k, sizeof(k), "saves.%d.step", i), tdi(f, k, r->saves[i].step);
-            snprintf(k, sizeof(k), "saves.%d.stall_s", i), td(f, k, r->saves[i].stall_s);
+            snprintf(k, sizeof(k), "saves.%d.stall_s", i), td(f, k, r->saves[i].stall_s, TR_U_S);
             fputs("</tr>\n", f);
         }
         fputs("</table>\n", f);
@@ -552,19 +523,21 @@ static void contrib_row(FILE *f, const char *prefix, const char *name, double fl
         fprintf(f, "<td data-key=\"%s\" data-value=\"%s\">%s</td>", k, name, name);
     else
         tds(f, k, name);
-    snprintf(k, sizeof(k), "%s.flops", prefix), td(f, k, flops);
-    snprintf(k, sizeof(k), "%s.compute_s", prefix), td(f, k, compute);
-    snprintf(k, sizeof(k), "%s.waited_s", prefix), td(f, k, waited);
-    snprintf(k, sizeof(k), "%s.waited_on_s", prefix), td(f, k, waited_on);
-    snprintf(k, sizeof(k), "%s.downtime_s", prefix), td(f, k, down);
-    snprintf(k, sizeof(k), "%s.cost", prefix), td(f, k, cost);
-    fprintf(f, "<td class=\"n\">%.1f%%</td></tr>\n", total > 0 ? 100 * cost / total : 0);
+    snprintf(k, sizeof(k), "%s.flops", prefix), td(f, k, flops, TR_U_FLOP);
+    snprintf(k, sizeof(k), "%s.compute_s", prefix), td(f, k, compute, TR_U_S);
+    snprintf(k, sizeof(k), "%s.waited_s", prefix), td(f, k, waited, TR_U_S);
+    snprintf(k, sizeof(k), "%s.waited_on_s", prefix), td(f, k, waited_on, TR_U_S);
+    snprintf(k, sizeof(k), "%s.downtime_s", prefix), td(f, k, down, TR_U_S);
+    snprintf(k, sizeof(k), "%s.cost", prefix), td(f, k, cost, TR_U_NUM);
+    char share[32];
+    tr_fmt_percent(total > 0 ? cost / total : 0, share, sizeof(share));
+    fprintf(f, "<td class=\"n\">%s</td></tr>\n", share);
 }
 
 static void contrib_head(FILE *f, const char *what, const char *unit) {
     fprintf(f,
-            "<table><tr><th>%s</th><th>FLOPs delivered</th><th>compute s</th>"
-            "<th>waited on others s</th><th>others waited on it s</th><th>downtime caused s</th>"
+            "<table><tr><th>%s</th><th>FLOPs delivered</th><th>compute</th>"
+            "<th>waited on others</th><th>others waited on it</th><th>downtime caused</th>"
             "<th>cost (%s)</th><th>share</th></tr>\n",
             what, unit);
 }
@@ -578,16 +551,17 @@ static void sec_contribution(const tr_report *r, FILE *f) {
             "the last attempt's end, downtime included. Each downtime between attempts, "
             "priced for all ranks, is charged to the rank whose failure caused it (not "
             "charged when no failure is known). The seconds the other ranks waited on a rank "
-            "(waited_on_s), priced at the mean rate of those others, are charged to that rank. "
+            "(waited on), priced at the mean rate of those others, are charged to that rank. "
             "The rest of C is split in proportion to delivered FLOPs (%s).</div>\n",
             r->priced ? "the cluster file's price_per_hour" : "1 unit per rank without --cluster",
             r->flops_from);
-    fputs("<table><tr><th>booked hours</th><th>C</th><th>downtime charged</th><th>waiting "
+    fputs("<table><tr><th>booked time</th><th>C</th><th>downtime charged</th><th>waiting "
           "charged</th><th>split by FLOPs</th></tr><tr>",
           f);
-    td(f, "cost.booked_hours", r->booked_h), td(f, "cost.total", r->cost_total);
-    td(f, "cost.downtime", r->cost_downtime), td(f, "cost.waiting", r->cost_waiting);
-    td(f, "cost.by_flops", r->cost_flops);
+    td(f, "cost.booked_hours", r->booked_h, TR_U_H), td(f, "cost.total", r->cost_total, TR_U_NUM);
+    td(f, "cost.downtime", r->cost_downtime, TR_U_NUM);
+    td(f, "cost.waiting", r->cost_waiting, TR_U_NUM);
+    td(f, "cost.by_flops", r->cost_flops, TR_U_NUM);
     fputs("</tr></table>\n", f);
     contrib_head(f, "rank", unit);
     for (int k = 0; k < r->n_ranks; k++) {
@@ -623,6 +597,8 @@ static const char *css =
     ".ax{stroke:#444}.grid{stroke:#eee}.tk{font-size:10px;fill:#444}.lb{font-size:11px}"
     ".legend span{margin-right:12px;font-size:12px}"
     ".legend i{display:inline-block;width:10px;height:10px;margin-right:4px}"
+    ".legend i.dash{width:16px;height:0;border-top:3px dashed;vertical-align:middle}"
+    ".legend i.dot{border-radius:5px}"
     ".note{color:#666;font-size:12px}.warn{color:#b00}.nodata{color:#999;font-style:italic}"
     ".rule{background:#f6f6f6;padding:8px;font-size:13px}"
     "section{page-break-inside:avoid}@media print{body{margin:0}}";

@@ -61,6 +61,46 @@ static int has_num(const tr_json *o, const char *k) {
     return isfinite(num(o, k));
 }
 
+/* The whole number o[k] within [lo, hi] into *out (dflt when absent or null): 0, or 1 when it
+ * is out of bounds or not whole, said in one line naming the file, line and field (the
+ * caller leaves the line out). */
+static int whole(const tr_report *r, const tr_json *o, const char *k, int64_t lo, int64_t hi,
+                 int64_t dflt, int64_t *out) {
+    const tr_json *x = tr_json_get(o, k);
+    *out = dflt;
+    if (!x || x->type != TR_JSON_NUM) return 0;
+    double v = x->num;
+    if (!(v >= (double)lo && v <= (double)hi) || v != floor(v)) {
+        fprintf(stderr,
+                "trainer report: %s:%d: \"%s\" is %.17g, not a whole number in %lld..%lld "
+                "(the line is left out)\n",
+                tr_report_file_names[r->at_file], r->at_line, k, v, (long long)lo, (long long)hi);
+        return 1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* whole() for an int field */
+static int whole_int(const tr_report *r, const tr_json *o, const char *k, int lo, int hi, int dflt,
+                     int *out) {
+    int64_t v;
+    int rc = whole(r, o, k, lo, hi, dflt, &v);
+    *out = (int)v;
+    return rc;
+}
+
+/* An array o[k] longer than the ranks a report takes: said like whole()'s bounds. */
+static int too_many_ranks(const tr_report *r, const tr_json *o, const char *k) {
+    const tr_json *v = tr_json_get(o, k);
+    if (!v || v->type != TR_JSON_ARR || v->n <= TR_REPORT_MAX_RANKS) return 0;
+    fprintf(stderr,
+            "trainer report: %s:%d: \"%s\" has %d entries, more than %d ranks (the line "
+            "is left out)\n",
+            tr_report_file_names[r->at_file], r->at_line, k, v->n, TR_REPORT_MAX_RANKS);
+    return 1;
+}
+
 static void str(const tr_json *o, const char *k, char *out, size_t n) {
     const tr_json *v = tr_json_get(o, k);
     snprintf(out, n, "%s", v && v->type == TR_JSON_STR ? v->str : "");
@@ -116,6 +156,7 @@ static int read_jsonl(tr_report *r, int file, line_fn fn, char *err, size_t errl
         tr_json j;
         char jerr[160];
         int rc = 1;
+        r->at_file = file, r->at_line = line + 1;
         if (tr_json_parse(&j, q, n, jerr, sizeof(jerr)) == 0) {
             rc = j.type == TR_JSON_OBJ ? fn(r, &j) : 1;
             tr_json_free(&j);
@@ -131,13 +172,19 @@ static int read_jsonl(tr_report *r, int file, line_fn fn, char *err, size_t errl
 /* ---- metrics.jsonl ------------------------------------------------------------------------ */
 
 static int on_metrics(tr_report *r, const tr_json *j) {
+    int64_t step;
+    int attempt;
     if (!has_num(j, "step") || !has_num(j, "loss") || num(j, "step") < 1) return 1;
+    if (whole(r, j, "step", 1, TR_REPORT_MAX_STEP, 0, &step) ||
+        whole_int(r, j, "attempt", 1, INT32_MAX, 1, &attempt) ||
+        too_many_ranks(r, j, "rank_compute_s"))
+        return 1;
     if (grow((void **)&r->steps, &r->cap_steps, r->n_steps, sizeof(tr_report_step))) return -1;
     tr_report_step *s = &r->steps[r->n_steps];
     memset(s, 0, sizeof(*s));
-    s->step = (int)num(j, "step");
+    s->step = step;
     s->seq = r->n_steps;
-    s->attempt = has_num(j, "attempt") ? (int)num(j, "attempt") : 1;
+    s->attempt = attempt;
     s->time_unix = num(j, "time");
     s->loss = num(j, "loss"), s->val_loss = num(j, "val_loss");
     s->tokens_per_s = num(j, "tokens_per_s"), s->mfu = num(j, "mfu");
@@ -184,7 +231,23 @@ static int on_ledger_parts(tr_report *r, const tr_json *j, int total) {
     if (!total && (!st || st->type != TR_JSON_ARR || st->n != 2)) return 1;
     const tr_json *c = tr_json_get(parts, "compute_s");
     int n = c && c->type == TR_JSON_ARR ? c->n : 0;
+    if (too_many_ranks(r, parts, "compute_s")) return 1;
     if (n < 1 || (r->led_ranks && n != r->led_ranks)) return 1;
+    if (t->kids[0].type != TR_JSON_NUM || t->kids[1].type != TR_JSON_NUM) return 1;
+    int attempt;
+    int64_t ab[2] = {0, 0};
+    for (int i = 0; !total && i < 2; i++) {
+        double v = st->kids[i].type == TR_JSON_NUM ? st->kids[i].num : -1;
+        if (!(v >= 0 && v <= (double)TR_REPORT_MAX_STEP)) {
+            fprintf(stderr,
+                    "trainer report: ledger.jsonl:%d: \"steps\"[%d] is not a step in "
+                    "0..%lld (the line is left out)\n",
+                    r->at_line, i, TR_REPORT_MAX_STEP);
+            return 1;
+        }
+        ab[i] = (int64_t)v;
+    }
+    if (whole_int(r, j, "attempt", 1, INT32_MAX, 1, &attempt)) return 1;
     if (grow((void **)&r->led, &r->cap_led, r->n_led, sizeof(tr_report_led))) return -1;
     tr_report_led *w = &r->led[r->n_led];
     memset(w, 0, sizeof(*w));
@@ -218,10 +281,10 @@ static int on_ledger_parts(tr_report *r, const tr_json *j, int total) {
         free(w->v);
         return bad;
     }
-    w->attempt = has_num(j, "attempt") ? (int)num(j, "attempt") : 1;
+    w->attempt = attempt;
     w->total = total;
     w->t0 = t->kids[0].num, w->t1 = t->kids[1].num;
-    if (!total) w->a = (int)st->kids[0].num, w->b = (int)st->kids[1].num;
+    w->a = ab[0], w->b = ab[1];
     r->led_ranks = n;
     if (n > r->n_ranks) r->n_ranks = n;
     r->n_led++;
@@ -233,12 +296,17 @@ static int on_ledger(tr_report *r, const tr_json *j) {
     str(j, "kind", kind, sizeof(kind));
     if (!strcmp(kind, "window") || !strcmp(kind, "total"))
         return on_ledger_parts(r, j, kind[0] == 't');
-    int attempt = has_num(j, "attempt") ? (int)num(j, "attempt") : 1;
+    int attempt, rank;
+    int64_t step;
+    if (whole_int(r, j, "attempt", 1, INT32_MAX, 1, &attempt) ||
+        whole(r, j, "step", 0, TR_REPORT_MAX_STEP, 0, &step) ||
+        whole_int(r, j, "rank", 0, TR_REPORT_MAX_RANKS - 1, 0, &rank))
+        return 1;
     if (!strcmp(kind, "save")) {
         if (!has_num(j, "step") || !has_num(j, "t")) return 1;
         if (grow((void **)&r->saves, &r->cap_saves, r->n_saves, sizeof(tr_report_save))) return -1;
         tr_report_save *s = &r->saves[r->n_saves++];
-        s->attempt = attempt, s->step = (int)num(j, "step"), s->t = num(j, "t");
+        s->attempt = attempt, s->step = step, s->t = num(j, "t");
         s->stall_s = has_num(j, "stall_s") ? num(j, "stall_s") : 0;
         return 0;
     }
@@ -247,7 +315,7 @@ static int on_ledger(tr_report *r, const tr_json *j) {
         if (grow((void **)&r->strag, &r->cap_strag, r->n_stragglers, sizeof(tr_report_straggler)))
             return -1;
         tr_report_straggler *s = &r->strag[r->n_stragglers++];
-        s->attempt = attempt, s->step = (int)num(j, "step"), s->rank = (int)num(j, "rank");
+        s->attempt = attempt, s->step = step, s->rank = rank;
         s->t = num(j, "t"), s->slowdown = num(j, "slowdown");
         s->cost_s_per_step = num(j, "cost_s_per_step");
         str(j, "host", s->host, sizeof(s->host));
@@ -269,18 +337,23 @@ static tr_report_attempt *attempt_of(tr_report *r, int k) {
     return a;
 }
 
-static void seen(tr_report_attempt *a, double t, int last_step) {
+static void seen(tr_report_attempt *a, double t, int64_t last_step) {
     if (isfinite(t) && !(a->t_last >= t)) a->t_last = t;
     if (last_step > a->last_step) a->last_step = last_step;
 }
 
 static int on_start(tr_report *r, tr_report_attempt *a, const tr_json *j) {
     if (!has_num(j, "t")) return 1;
+    int64_t start_step, steps;
+    int ranks;
+    if (whole(r, j, "start_step", 0, TR_REPORT_MAX_STEP, 0, &start_step) ||
+        whole(r, j, "steps", 0, TR_REPORT_MAX_STEP, 0, &steps) ||
+        whole_int(r, j, "ranks", 0, TR_REPORT_MAX_RANKS, 0, &ranks) ||
+        too_many_ranks(r, j, "hosts") || too_many_ranks(r, j, "devices"))
+        return 1;
     a->t_start = num(j, "t");
     seen(a, a->t_start, -1);
-    a->start_step = has_num(j, "start_step") ? (int)num(j, "start_step") : 0;
-    a->steps = has_num(j, "steps") ? (int)num(j, "steps") : 0;
-    a->ranks = has_num(j, "ranks") ? (int)num(j, "ranks") : 0;
+    a->start_step = start_step, a->steps = steps, a->ranks = ranks;
     if (a->ranks > r->n_ranks) r->n_ranks = a->ranks;
     str(j, "command", a->command, sizeof(a->command));
     const tr_json *h = tr_json_get(j, "hosts"), *d = tr_json_get(j, "devices");
@@ -302,30 +375,62 @@ static int on_start(tr_report *r, tr_report_attempt *a, const tr_json *j) {
     return 0;
 }
 
+/* trainer supervise's line after an attempt ended (supervise_records.c, sv_write_event): the
+ * downtime it measured, the steps redone and the cause ({"rank", "host", "exit"}). Its "t" is
+ * the supervisor's, not a sign of the attempt's life. The closing "done" line sums the run. */
+static int on_supervisor(tr_report *r, tr_report_attempt *a, const tr_json *j) {
+    char action[96];
+    str(j, "action", action, sizeof(action));
+    if (!strcmp(action, "done")) return 0;
+    double down = num(j, "down_s");
+    const tr_json *c = tr_json_get(j, "cause");
+    tr_report_sv sv = {.has = 1, .down_s = down};
+    if (!(down >= 0) || !isfinite(down)) return 1;
+    if (whole(r, j, "steps_redone", 0, TR_REPORT_MAX_STEP, -1, &sv.steps_redone)) return 1;
+    if (c && c->type == TR_JSON_OBJ) {
+        if (whole_int(r, c, "rank", 0, TR_REPORT_MAX_RANKS - 1, -1, &sv.rank)) return 1;
+        str(c, "host", sv.host, sizeof(sv.host));
+        str(c, "exit", sv.exit, sizeof(sv.exit));
+    } else {
+        sv.rank = -1;
+    }
+    snprintf(sv.action, sizeof(sv.action), "%s", action);
+    a->sv = sv;
+    return 0;
+}
+
 static int on_attempts(tr_report *r, const tr_json *j) {
     char ev[32];
+    int attempt, failed, rank, status;
+    int64_t last;
     str(j, "event", ev, sizeof(ev));
     if (!ev[0] || !has_num(j, "attempt")) return 1;
-    tr_report_attempt *a = attempt_of(r, (int)num(j, "attempt"));
+    if (whole_int(r, j, "attempt", 0, INT32_MAX, 1, &attempt) ||
+        whole(r, j, "last_step", 0, TR_REPORT_MAX_STEP, -1, &last) ||
+        whole_int(r, j, "failed_rank", 0, TR_REPORT_MAX_RANKS - 1, -1, &failed) ||
+        whole_int(r, j, "rank", 0, TR_REPORT_MAX_RANKS - 1, -1, &rank) ||
+        whole_int(r, j, "status", INT32_MIN, INT32_MAX, 0, &status))
+        return 1;
+    tr_report_attempt *a = attempt_of(r, attempt);
     if (!a) return -1;
-    int last = has_num(j, "last_step") ? (int)num(j, "last_step") : -1;
     if (!strcmp(ev, "start")) return on_start(r, a, j);
+    if (!strcmp(ev, "supervisor")) return on_supervisor(r, a, j);
     seen(a, num(j, "t"), last);
     if (!strcmp(ev, "end")) {
         a->ended = 1;
-        a->status = has_num(j, "status") ? (int)num(j, "status") : 0;
+        a->status = status;
     } else if (!strcmp(ev, "failed")) {
-        if (has_num(j, "failed_rank") && a->failed_rank < 0) {
-            a->failed_rank = (int)num(j, "failed_rank");
+        if (failed >= 0 && a->failed_rank < 0) {
+            a->failed_rank = failed;
             str(j, "failed_host", a->failed_host, sizeof(a->failed_host));
             str(j, "why", a->why, sizeof(a->why));
         }
     } else if (!strcmp(ev, "stopped")) {
-        if (!has_num(j, "rank")) return 1;
+        if (rank < 0) return 1;
         int *s = realloc(a->stopped, (size_t)(a->n_stopped + 1) * sizeof(int));
         if (!s) return -1;
         a->stopped = s;
-        s[a->n_stopped++] = (int)num(j, "rank");
+        s[a->n_stopped++] = rank;
     }
     return 0;
 }
@@ -361,13 +466,18 @@ static int read_ranks_json(tr_report *r, char *err, size_t errlen) {
     tr_json j;
     int rc = read_json(r->dir, "ranks.json", &j, err, errlen);
     if (rc) return rc;
-    if (j.type == TR_JSON_ARR && j.n > 0) {
+    if (j.type == TR_JSON_ARR && j.n > TR_REPORT_MAX_RANKS) {
+        snprintf(err, errlen, "%s/ranks.json: %d ranks, more than %d", r->dir, j.n,
+                 TR_REPORT_MAX_RANKS);
+        rc = -1;
+    } else if (j.type == TR_JSON_ARR && j.n > 0) {
         r->rjson = calloc((size_t)j.n, sizeof(tr_report_rank));
         if (!r->rjson) rc = -1;
         for (int i = 0; r->rjson && i < j.n; i++) {
             const tr_json *o = &j.kids[i];
             tr_report_rank *k = &r->rjson[r->n_rjson++];
-            k->rank = has_num(o, "rank") ? (int)num(o, "rank") : i;
+            double rank = has_num(o, "rank") ? num(o, "rank") : i;
+            k->rank = rank >= 0 && rank < TR_REPORT_MAX_RANKS ? (int)rank : -1; /* -1: not used */
             str(o, "host", k->host, sizeof(k->host));
             str(o, "device", k->device, sizeof(k->device));
             k->parts[1] = has_num(o, "compute_s") ? num(o, "compute_s") : 0;
@@ -418,10 +528,14 @@ static int flatten(tr_report_kv **kv, int *n, int *cap, const tr_json *j, const 
     if (grow((void **)kv, cap, *n, sizeof(tr_report_kv))) return -1;
     tr_report_kv *e = &(*kv)[(*n)++];
     snprintf(e->key, sizeof(e->key), "%s", prefix);
+    e->is_num = j->type == TR_JSON_NUM, e->num = j->num;
     if (j->type == TR_JSON_STR)
         snprintf(e->val, sizeof(e->val), "%s", j->str);
     else if (j->type == TR_JSON_NUM)
-        snprintf(e->val, sizeof(e->val), "%.17g", j->num);
+        for (int p = 1; p <= 17; p++) { /* the shortest text that reads back exactly */
+            snprintf(e->val, sizeof(e->val), "%.*g", p, j->num);
+            if (strtod(e->val, NULL) == j->num) break;
+        }
     else if (j->type == TR_JSON_BOOL)
         snprintf(e->val, sizeof(e->val), "%s", j->num != 0 ? "true" : "false");
     else

@@ -7,6 +7,7 @@
 #ifndef TR_REPORT_H
 #define TR_REPORT_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "trainer/report/provenance.h"
@@ -16,6 +17,12 @@
 /* The ledger's parts of a rank's time, in this order (ledger.jsonl's "parts", without "_s"). */
 #define TR_REPORT_PARTS 10
 extern const char *const tr_report_part_names[TR_REPORT_PARTS];
+
+/* The bounds every number read from a file is checked against before it sizes or indexes
+ * anything: a line whose field is outside them is left out with one line naming FILE:LINE
+ * and the field. Steps are 64-bit, up to 2^53 (every integer a JSON number holds exactly). */
+#define TR_REPORT_MAX_RANKS 4096
+#define TR_REPORT_MAX_STEP 9007199254740992LL
 
 /* The files a report reads; each has its own list of skipped lines. */
 enum { TR_RF_METRICS, TR_RF_LEDGER, TR_RF_ATTEMPTS, TR_RF_FILES };
@@ -28,7 +35,8 @@ typedef struct {
 
 /* One step of metrics.jsonl (the last line of a step wins). NAN where the line had no value. */
 typedef struct {
-    int step, attempt, seq;
+    int64_t step;
+    int attempt, seq;
     double time_unix; /* metrics.jsonl's "time", NAN when absent */
     double time_s;    /* since the run's start (t0), or the sum of step_s when no "time" */
     double loss, val_loss, tokens_per_s, mfu, gflops, step_s, pred_step_s, mem, pred_mem;
@@ -55,52 +63,72 @@ typedef struct {
     double flops, compute_s, wait_s, waited_on_s, downtime_s, cost;
 } tr_report_group;
 
+/* What `trainer supervise` recorded after an attempt ended (its "supervisor" line in
+ * attempts.jsonl, trainer/supervise_records.c): the downtime it measured and the cause. */
 typedef struct {
-    int attempt, start_step, steps, ranks;
+    int has;
+    double down_s;
+    int64_t steps_redone; /* -1: not recorded */
+    int rank;             /* -1: not known */
+    char host[64], exit[96], action[96];
+} tr_report_sv;
+
+typedef struct {
+    int attempt, ranks;
+    int64_t start_step, steps;
     int ended, status;      /* an "end" line, and its status */
-    int last_step;          /* the last completed step */
+    int64_t last_step;      /* the last completed step */
     int failed_rank;        /* -1: unknown or none */
     double t_start, t_last; /* unix seconds: its start and the last time any record saw it */
     char failed_host[64], why[160], command[512];
     int n_stopped;
     int *stopped; /* the ranks that wrote a "stopped" line */
+    tr_report_sv sv;
 } tr_report_attempt;
 
 typedef struct {
     int after; /* between attempts after and after + 1 */
     double downtime_s;
-    int steps_redone;
+    int64_t steps_redone;
     int rank; /* charged to (-1: no failure known, not charged) */
     char host[64];
+    char cause[264];  /* supervise's "exit status 137", the failed line's why, or "" */
+    const char *from; /* "supervise" (attempts.jsonl's supervisor line) or "records" */
     double cost;
 } tr_report_down;
 
 typedef struct {
-    int attempt, step;
+    int attempt;
+    int64_t step;
     double t, stall_s;
 } tr_report_save;
 
 typedef struct {
-    int attempt, step, rank;
+    int attempt, rank;
+    int64_t step;
     double t, slowdown, cost_s_per_step;
     char host[64];
 } tr_report_straggler;
 
 /* A column of the heat map: steps [a, b] and each rank's compute seconds there. */
 typedef struct {
-    int a, b;
+    int64_t a, b;
     double *v;
 } tr_report_col;
 
+/* A provenance field: its value as text (a number: the shortest that reads back exactly). */
 typedef struct {
     char key[128], val[256];
+    int is_num;
+    double num;
 } tr_report_kv;
 
 /* A ledger.jsonl "window" or "total" line as read: per rank (n_ranks entries each) the parts,
  * then flops, tokens and waited_on_s. */
 #define TR_REPORT_LV (TR_REPORT_PARTS + 3)
 typedef struct {
-    int attempt, a, b, total;
+    int attempt, total;
+    int64_t a, b;
     double t0, t1;
     double *v; /* v[rank * TR_REPORT_LV + k] */
 } tr_report_led;
@@ -118,8 +146,11 @@ typedef struct {
     double t0;     /* unix seconds of the run's start; 0 when unknown */
     int have_time; /* metrics.jsonl has "time" */
 
+    int at_file, at_line; /* the JSONL line being read, for the messages of its bounds */
+
     /* the summary */
-    int attempts, last_step;
+    int attempts;
+    int64_t last_step;
     double wall_s, tokens, tokens_per_s, mfu, best_val_loss;
     double plan_step_s, plan_pred_step_s, plan_mem, plan_pred_mem; /* means; the fullest */
     const char
