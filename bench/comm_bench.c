@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "model/backend.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 typedef struct {
     const char *name;

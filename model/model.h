@@ -9,7 +9,7 @@
 
 #include "dsl/recipe.h"
 #include "model/backend.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 /* ---- cost model (model/cost.c): pure functions of the description ---------------------- */
 

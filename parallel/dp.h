@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #include "model/model.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 typedef struct tr_dp tr_dp;
 

@@ -450,7 +450,7 @@ int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
 }
 
 tr_layout_coord tr_layout_coord_of(const tr_layout *l, int world_rank) {
-    /* world rank = (d * pp + p) * tp + t: tp innermost (parallel/comm.h, tr_comm_mesh) */
+    /* world rank = (d * pp + p) * tp + t: tp innermost (parallel/comm/comm.h, tr_comm_mesh) */
     return (tr_layout_coord){.d = world_rank / (l->tp * l->pp),
                              .p = world_rank / l->tp % l->pp,
                              .t = world_rank % l->tp};

@@ -16,7 +16,7 @@
 
 typedef struct {
     int world;             /* processes: dp * tp * pp */
-    int dp, tp, pp;        /* the mesh; world rank = (d * pp + p) * tp + t (parallel/comm.h) */
+    int dp, tp, pp;        /* the mesh; world rank = (d * pp + p) * tp + t (parallel/comm/comm.h) */
     int zero;              /* ZeRO stage over the dp group, 0..3 */
     int sequence_parallel; /* tp > 1: norms, residuals and dropout-free regions on 1/tp of the
                               rows, all-gather / reduce-scatter instead of all-reduce */

@@ -11,7 +11,7 @@
 #define TR_PIPELINE_H
 
 #include "model/model.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "parallel/schedule.h"
 
 typedef struct tr_pipe tr_pipe;

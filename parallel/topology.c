@@ -26,7 +26,7 @@ typedef struct {
 enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 2, LAT_REPS = 21, BW_REPS = 5, MAX_REPS = 21 };
 #define COPY_BYTES ((size_t)32 << 20)
 /* 1 MiB: with 4 ranks on 2 cores, 2 and 4 MiB all-reduces sometimes outlast the 20 ms that
- * comm_mpi.c's waits spin before they sleep, and then read 20 times slower */
+ * comm/mpi.c's waits spin before they sleep, and then read 20 times slower */
 #define BW_BYTES ((size_t)1 << 20)
 
 /* One rank's measurements, gathered from every rank as doubles (0: not measured). */

@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 #include "dsl/cluster.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 /* What the caller knows about its backend. */
 typedef struct {

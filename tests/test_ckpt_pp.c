@@ -18,7 +18,7 @@
 
 #include "dsl/recipe.h"
 #include "model/model.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "parallel/dp.h"
 #include "trainer/checkpoint/checkpoint.h"
 

@@ -1,9 +1,9 @@
-/* parallel/comm.h on whatever world it is started in: alone (a world of one) or under
+/* parallel/comm/comm.h on whatever world it is started in: alone (a world of one) or under
  * `mpirun -np N` (N = 1, 2, 4). Every collective, blocking and non-blocking, several dtypes
  * and sizes, the dp x pp x tp mesh, a send/recv ring, and results bitwise equal on all ranks.
  * Failure modes for tests/mpi/dead_rank.sh: --die-rank R (SIGKILL mid-run) and --stuck-rank R
  * (sleeps instead of joining an all_reduce), with --timeout T. */
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 #include <signal.h>
 #include <stdint.h>

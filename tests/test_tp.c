@@ -15,7 +15,7 @@
 
 #include "dsl/recipe.h"
 #include "model/model.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "parallel/dp.h"
 
 static int g_fail, g_rank;

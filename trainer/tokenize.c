@@ -41,7 +41,7 @@ static void progress(void *ctx, const tr_corpus_stats *st)
     double mb = st->bytes_done / 1e6, rate = st->seconds > 0 ? mb / st->seconds : 0;
     double left = rate > 0 ? (st->bytes_total - st->bytes_done) / 1e6 / rate : 0;
     char eta[32], tk[32];
-    tr_fmt_duration(left, eta, sizeof eta);
+    tr_fmt_seconds(left, eta, sizeof eta);
     tr_fmt_count((double)(st->train_tokens + st->val_tokens), tk, sizeof tk);
     fprintf(stderr, "%stokenize: %.1f / %.1f MB | %.1f MB/s | %s tokens | ETA %s%s",
             tty ? "\r\033[K" : "", mb, st->bytes_total / 1e6, rate, tk, eta, tty ? "" : "\n");

@@ -106,7 +106,6 @@ int tr_jsonl_repair(const char *path, FILE *log, char *err, size_t errlen);
 double tr_measure_peak_gflops(void);
 void tr_fmt_count(double x, char *buf, size_t n);
 void tr_fmt_bytes(double x, char *buf, size_t n);
-void tr_fmt_duration(double s, char *buf, size_t n);
 /* Human units for pages and tables (trainer report), one place: no exponent, a few digits.
  * tr_fmt_si: 3 significant digits and an SI prefix (p n µ m k M G T P E) before the unit:
  * "96.7 GFLOP/s", "512 tok/s", "16.4M" (no unit: no space). tr_fmt_seconds: "12.3 s",

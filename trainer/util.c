@@ -59,17 +59,12 @@ double tr_measure_peak_gflops(void) {
     return tr_topology_sgemm_rate(1024, 2, 6) / 1e9;
 }
 
+/* A count with its SI prefix and no unit, to the precision a reader compares counts at:
+ * "124.44M" parameters, "16.4k" tokens, "512" (tr_fmt_si keeps 3 significant digits). */
 void tr_fmt_count(double x, char *buf, size_t n) {
-    if (x >= 1e12)
-        snprintf(buf, n, "%.2fT", x / 1e12);
-    else if (x >= 1e9)
-        snprintf(buf, n, "%.2fG", x / 1e9);
-    else if (x >= 1e6)
-        snprintf(buf, n, "%.2fM", x / 1e6);
-    else if (x >= 1e3)
-        snprintf(buf, n, "%.1fK", x / 1e3);
-    else
-        snprintf(buf, n, "%.0f", x);
+    int p = tr_fmt_power(x, 0);
+    if (p < 0) p = 0;
+    tr_fmt_scaled(x, p, 0, p >= 2 ? 2 : p, "", buf, n);
 }
 
 void tr_fmt_bytes(double x, char *buf, size_t n) {
@@ -89,17 +84,6 @@ void tr_fmt_bytes(double x, char *buf, size_t n) {
         snprintf(buf, n, "%.1f KiB", x / 1024.0);
     else
         snprintf(buf, n, "%.0f B", x);
-}
-
-void tr_fmt_duration(double s, char *buf, size_t n) {
-    if (s < 0) s = 0;
-    long t = (long)(s + 0.5);
-    if (t >= 3600)
-        snprintf(buf, n, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-    else if (t >= 60)
-        snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
-    else
-        snprintf(buf, n, "%lds", t);
 }
 
 /* ---- human units for pages and tables (trainer report): no exponent, a few digits ---------- */
@@ -266,7 +250,7 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
     char why[256] = "";
     if (strcmp(dev, "cpu") != 0) {
         const tr_backend *be = tr_backend_cuda(dtype, why, sizeof(why));
-        /* collectives on its buffers: NCCL or staged (parallel/comm.h) */
+        /* collectives on its buffers: NCCL or staged (parallel/comm/comm.h) */
         if (be && tr_comm_device_init(tr_backend_cuda_stream(), err, errlen)) return NULL;
         if (be) {
             char name[128];

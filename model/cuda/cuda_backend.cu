@@ -11,7 +11,7 @@
 
 #include "model/cuda/cuda_private.h"
 extern "C" {
-#include "parallel/comm.h" /* tr_comm_local_rank */
+#include "parallel/comm/comm.h" /* tr_comm_local_rank */
 }
 
 cudaStream_t tr_cuda_stream;

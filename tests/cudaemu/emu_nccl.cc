@@ -1,5 +1,5 @@
 /* NCCL for the CUDA emulator (tests/cudaemu/), written from NCCL's documented semantics on top
- * of MPI between real processes, so that the device transport (parallel/comm_device.c) runs
+ * of MPI between real processes, so that the device transport (parallel/comm/device.c) runs
  * multi-rank in CI without GPUs. A collective, or any operation inside a group, starts its
  * non-blocking MPI counterpart when it is called (at ncclGroupEnd inside a group), after the
  * host has drained its stream; a send or receive called alone starts its MPI counterpart when

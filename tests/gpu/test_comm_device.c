@@ -26,7 +26,7 @@
 
 #include "check.h"
 #include "model/backend.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 static const size_t sizes[] = {1, 1000, 65537};
 

@@ -452,7 +452,7 @@ static void y_guard(yout *y, const tr_ckpt_guard *g) {
 }
 
 /* Every rank's file, with the rank's place in the mesh (world rank = (d * pp + p) * tp + t:
- * parallel/comm.h), so that a message about a missing file can say whose part it held. */
+ * parallel/comm/comm.h), so that a message about a missing file can say whose part it held. */
 static void y_files(yout *y, const size_t *file_bytes, const tr_ckpt_opts *o) {
     y_plain(y, "files");
     y_seq(y, 1, 0);

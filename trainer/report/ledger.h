@@ -30,7 +30,7 @@
 
 #include <stdio.h>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 typedef enum {
     LED_SETUP,   /* process start to the first step: connecting, loading, building */

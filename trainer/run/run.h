@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "data/loader.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 #include "parallel/dp.h"
 #include "parallel/layout.h"
 #include "parallel/pipeline.h"

@@ -474,7 +474,7 @@ static void print_progress(run_ctx *x, int step, const step_result *res, int do_
     double n = step + 1 - x->win_step, dt = x->t_train - x->win_t;
     double tps = dt > 0 ? (double)x->tokens_step * n / dt : 0;
     char eta[32], rates[128];
-    tr_fmt_duration((steps - step - 1) * (dt / n), eta, sizeof(eta));
+    tr_fmt_seconds((steps - step - 1) * (dt / n), eta, sizeof(eta));
     fmt_rates(x, tps, " | ", rates, sizeof(rates));
     printf("%sstep %*d/%d | loss %.4f | lr %.2e | %s | ETA %s", x->tty ? "\r\033[K" : "",
            (int)snprintf(NULL, 0, "%d", steps), step + 1, steps, res->loss, res->lr, rates, eta);
@@ -653,7 +653,7 @@ static void report_plan(const run_ctx *x) {
 static int run_report(run_ctx *x) {
     const tr_recipe *r = &x->r;
     char tt[32], rates[128];
-    tr_fmt_duration(tr_now() - x->t_start, tt, sizeof(tt));
+    tr_fmt_seconds(tr_now() - x->t_start, tt, sizeof(tt));
     const run_guard *g = &x->guard;
     long trained = r->train.steps - x->start_step + g->redone; /* rollbacks train some again */
     fmt_rates(x, (double)x->tokens_step * trained / x->t_train, ", ", rates, sizeof(rates));

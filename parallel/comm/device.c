@@ -1,5 +1,5 @@
-/* The device transport: comm.h's operations on device buffers (comm_private.h for how it
- * plugs into comm_mpi.c). Built with the CUDA backend (TR_HAVE_CUDA_COMM), linked against the
+/* The device transport: comm.h's operations on device buffers (comm/private.h for how it
+ * plugs into comm/mpi.c). Built with the CUDA backend (TR_HAVE_CUDA_COMM), linked against the
  * CUDA runtime and NCCL, or against the CUDA emulator and its NCCL over MPI in tests/.
  *
  * Each group gets, at its first device operation, a stream of its own and a transport agreed
@@ -27,7 +27,7 @@
  * this process's own waits, and training would go on with results that never came.
  * While operations are in flight it also answers the other ranks' census (this rank is
  * waiting on communication). */
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -57,7 +57,7 @@ int tr_comm_nccl_version(char *buf, size_t len) {
 #include <nccl.h>
 #endif
 
-#include "parallel/comm_private.h"
+#include "parallel/comm/private.h"
 
 enum { T_LOCAL, T_STAGED, T_NCCL };
 static const char *const transport_names[] = {"local", "staged", "nccl"};

@@ -1,6 +1,6 @@
 /* Process groups and collectives. One interface, several transports: MPI on host memory
- * (parallel/comm_mpi.c); on device memory NCCL, or device buffers staged through pinned host
- * memory over MPI (parallel/comm_device.c). A process started without mpirun (or a build
+ * (parallel/comm/mpi.c); on device memory NCCL, or device buffers staged through pinned host
+ * memory over MPI (parallel/comm/device.c). A process started without mpirun (or a build
  * without MPI) is a world of one, where every collective is a copy.
  *
  * Every operation has a deadline (the timeout given at init): a collective that does not

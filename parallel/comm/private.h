@@ -1,13 +1,13 @@
-/* Between the host transport (comm_mpi.c) and the device transport (comm_device.c), which
+/* Between the host transport (comm/mpi.c) and the device transport (comm/device.c), which
  * is built with the CUDA backend (for real, or on the CUDA emulator in tests/) and registers
- * itself at tr_comm_device_init: comm_mpi.c owns groups, requests, deadlines and the one line
- * a failure prints; comm_device.c owns streams, events, NCCL communicators and staging. */
+ * itself at tr_comm_device_init: comm/mpi.c owns groups, requests, deadlines and the one line
+ * a failure prints; comm/device.c owns streams, events, NCCL communicators and staging. */
 #ifndef TR_COMM_PRIVATE_H
 #define TR_COMM_PRIVATE_H
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
-/* One device operation, as comm_mpi.c describes it in messages. */
+/* One device operation, as comm/mpi.c describes it in messages. */
 typedef struct {
     tr_comm_op op;
     size_t n;
@@ -29,7 +29,7 @@ typedef struct {
     void (*open_channels)(tr_comm *c, const tr_comm_channel *list, int n);
 } tr_comm_device_ops;
 
-/* comm_device.c calls these (comm_mpi.c defines them). */
+/* comm/device.c calls these (comm/mpi.c defines them). */
 /* Bytes of one element of t. */
 size_t tr_comm_dtype_bytes(tr_comm_dtype t);
 void tr_comm_register_device(const tr_comm_device_ops *ops);

@@ -1,5 +1,5 @@
-/* The census of who is waiting, when a wait times out, and the end of the job: comm_mpi.c's
- * deadlines and comm_device.c's watchdog end here (parallel/comm_census.h).
+/* The census of who is waiting, when a wait times out, and the end of the job: comm/mpi.c's
+ * deadlines and comm/device.c's watchdog end here (parallel/comm/census.h).
  *
  * Every wait answers census requests on a private duplicate of the world at once. A rank whose
  * wait times out asks every other rank and gives them CENSUS_S seconds: the ones that do not
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "parallel/comm_census.h"
-#include "parallel/comm_private.h"
+#include "parallel/comm/census.h"
+#include "parallel/comm/private.h"
 
 static void (*g_on_abort)(int silent_rank, const char *why);
 
@@ -104,7 +104,7 @@ static int census(char *buf, size_t len) {
 }
 
 /* The census, the one line naming what waited and who did not answer, and the end of the
- * job; called holding comm_mpi.c's lock. `before` (the device transport aborting its NCCL
+ * job; called holding comm/mpi.c's lock. `before` (the device transport aborting its NCCL
  * communicators) runs only should MPI_Abort return: an aborted communicator releases this
  * process's waits, and its training thread would go on with results that never arrived (a
  * checkpoint of them, even) until the launcher's kill; dying processes take their kernels

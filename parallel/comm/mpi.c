@@ -1,10 +1,10 @@
-/* parallel/comm.h over MPI (host memory), and the world of one that every build has: a
+/* parallel/comm/comm.h over MPI (host memory), and the world of one that every build has: a
  * process not started by mpirun/srun, or a build without MPI (TR_HAVE_MPI undefined), never
  * touches MPI and every collective is a copy. Every MPI wait is a poll of MPI_Test against a
  * deadline, so a dead or stuck peer ends the job with one line instead of a hang. */
-#include "parallel/comm.h"
-#include "parallel/comm_census.h"
-#include "parallel/comm_private.h"
+#include "parallel/comm/comm.h"
+#include "parallel/comm/census.h"
+#include "parallel/comm/private.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -25,7 +25,7 @@ struct tr_comm {
     int rank, size;
     int is_world;
     double bytes_sent; /* tr_comm_bytes_sent */
-    void *dev;         /* the device transport's state of this group (comm_private.h) */
+    void *dev;         /* the device transport's state of this group (comm/private.h) */
 #ifdef TR_HAVE_MPI
     MPI_Comm mc; /* MPI_COMM_NULL in the world of one */
 #endif
@@ -359,7 +359,7 @@ static void die_mpi(const tr_comm *c, const op_info *o, int rc) {
     abort(); /* not reached */
 }
 
-/* A wait past the deadline: the census of who is waiting (parallel/comm_census.c), one line,
+/* A wait past the deadline: the census of who is waiting (parallel/comm/census.c), one line,
  * and the end of the job. */
 static void die_timeout(const tr_comm *c, const op_info *o) {
     char d[256];
@@ -549,7 +549,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         set_err(err, errlen, "tr_comm_init: already initialized");
         return -1;
     }
-    /* read by the device transport (comm_device.c) only where it is built: checked here, on
+    /* read by the device transport (comm/device.c) only where it is built: checked here, on
        every build, so that a mistyped value is never silently ignored */
     const char *dev = getenv("TR_COMM_DEVICE");
     if (dev && *dev && strcmp(dev, "nccl") && strcmp(dev, "staged")) {
@@ -575,7 +575,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         int inited = 0, provided = 0, rc;
         MPI_Initialized(&inited);
         if (!inited) {
-            /* comm_mpi.c calls MPI holding g_mu (its progress agent is a second thread); the
+            /* comm/mpi.c calls MPI holding g_mu (its progress agent is a second thread); the
              * device transport's watchdog, and NCCL emulated over MPI in tests, call it from
              * other threads too: ask for MPI_THREAD_MULTIPLE. */
             rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
@@ -964,7 +964,7 @@ int tr_comm_device_time(tr_comm *c, double *span_s, double *exposed_s) {
     return 1;
 }
 
-/* ---- for the device transport (comm_private.h) ------------------------------------------ */
+/* ---- for the device transport (comm/private.h) ------------------------------------------ */
 
 void tr_comm_register_device(const tr_comm_device_ops *ops) {
     g_dev = ops;

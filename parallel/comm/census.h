@@ -1,6 +1,6 @@
-/* Private to comm_mpi.c and comm_census.c: the census of who is waiting when a wait times out,
+/* Private to comm/mpi.c and comm/census.c: the census of who is waiting when a wait times out,
  * and the one way the job ends on a dead, stuck or mismatched peer. The functions that talk
- * MPI are called holding comm_mpi.c's lock (MPI calls are serialized there). */
+ * MPI are called holding comm/mpi.c's lock (MPI calls are serialized there). */
 #ifndef TR_COMM_CENSUS_H
 #define TR_COMM_CENSUS_H
 
