@@ -6,11 +6,31 @@ T="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
+# checkpoint_every is train { }'s field, set from the command line (no knob of that name)
 "$T" run recipes/shakespeare_char.lua --set layers=2 --set width=64 --set seq=64 --steps 40 \
-    --eval-every 0 --sample-tokens 0 --peak-gflops 100 --out "$tmp/run" >"$tmp/log" 2>&1 ||
+    --set checkpoint_every=30 --eval-every 0 --sample-tokens 0 --peak-gflops 100 --out "$tmp/run" >"$tmp/log" 2>&1 ||
     { echo "FAIL training exited $?"; cat "$tmp/log"; exit 1; }
 ls "$tmp/run/checkpoints" | grep -q step_00000040 && echo "ok   the run saved its final checkpoint" ||
     { echo "FAIL no checkpoint"; fail=1; }
+ls "$tmp/run/checkpoints" | grep -q step_00000030 && echo "ok   --set checkpoint_every=30 saved step 30" ||
+    { echo "FAIL --set checkpoint_every=30 saved no step 30"; fail=1; }
+# a small checkpoint's size in readable units, never "0.00 GB"
+if grep -q "^checkpoints: 2 saved in .* ([0-9.]* [KM]iB each" "$tmp/log"; then
+    echo "ok   $(grep -o "^checkpoints: 2 saved in .* each" "$tmp/log" | sed 's/ in .* (/ (/')"
+else
+    echo "FAIL checkpoint size: $(grep "^checkpoints:" "$tmp/log")"; fail=1
+fi
+# a run that saves none says so at the start and the end, and export and sample say why
+"$T" run recipes/shakespeare_char.lua --set layers=1 --set width=32 --set seq=16 --set batch_tokens=64 \
+    --steps 2 --set checkpoint_every=0 --eval-every 0 --sample-tokens 0 --peak-gflops 100 \
+    --out "$tmp/none" >"$tmp/log0" 2>&1 || { echo "FAIL training without checkpoints exited $?"; fail=1; }
+if awk '/^checkpoints: none.*checkpoint_every/ { n++; if (!stepped) start = 1; if (done) end = 1 }
+         /^step / { stepped = 1 } /^done:/ { done = 1 }
+         END { exit !(n == 2 && start && end) }' "$tmp/log0"; then
+    echo "ok   a run without checkpoints says so at its start and its end"
+else
+    echo "FAIL a run without checkpoints did not say so twice:"; sed 's/^/    /' "$tmp/log0"; fail=1
+fi
 s() { out="$1"; shift; "$T" sample "$@" >"$tmp/$out" 2>"$tmp/err"; }
 s a "$tmp/run" --prompt "KING:" --tokens 60 --seed 5
 s b "$tmp/run/checkpoints/step_00000040" --prompt "KING:" --tokens 60 --seed 5
@@ -38,6 +58,14 @@ bad() { # code pattern args...
     fi
 }
 bad 1 "not a checkpoint" "$tmp/nothing"
+nockpt="$tmp/none has no checkpoint: the recipe saves none (checkpoint_every 0); rerun with --set checkpoint_every=N"
+bad 1 "^trainer sample: $nockpt" "$tmp/none"
+"$T" export "$tmp/none" --format hf --out "$tmp/none-hf" >/dev/null 2>"$tmp/err"
+if [ $? -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^trainer export: $nockpt" "$tmp/err"; then
+    echo "ok   $(cat "$tmp/err")"
+else
+    echo "FAIL trainer export of a run without checkpoints:"; sed 's/^/    /' "$tmp/err"; fail=1
+fi
 bad 2 "no checkpoint given"
 bad 2 "--temperature needs a number" "$tmp/run" --temperature hot
 bad 2 "unknown option '--topk'" "$tmp/run" --topk 3

@@ -191,10 +191,11 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
         for (int i = 0; i < c.n_files; i++)
             bytes += (double)c.files[i].size;
         *start = (int)c.step;
+        char size[32];
+        tr_fmt_bytes(bytes, size, sizeof(size));
         if (below == LONG_MAX)
-            printf(
-                "resuming from %s (step %ld; checkpoint of %.3f GB read and verified in %.2f s)\n",
-                c.dir, c.step, bytes / 1e9, t_read);
+            printf("resuming from %s (step %ld; checkpoint of %s read and verified in %.2f s)\n",
+                   c.dir, c.step, size, t_read);
         run_guard_restore(x, &c);
     }
     tr_ckpt_free(&c);
@@ -621,6 +622,10 @@ static void print_banner(const run_ctx *x) {
         fprintf(stderr, "trainer run: warning: %s\n", fix);
     printf("training %d steps of %ld tokens, micro-batch %d x %d, output in %s/\n", r->train.steps,
            r->train.batch_tokens, x->B, x->T, r->train.out);
+    if (r->train.checkpoint_every == 0)
+        printf("checkpoints: none: the recipe saves none (checkpoint_every 0), so export and "
+               "sample will have nothing to read; --set checkpoint_every=N saves every N steps "
+               "and the last\n");
     if (x->nranks > 1) {
         char desc[256];
         tr_layout_describe(&x->lay, desc, sizeof(desc));
