@@ -33,6 +33,15 @@ for args in "--help" "run --help" "show --help"; do
     fi
 done
 
+# one version: CMake's project version, which provenance.json records too
+ver=$(sed -n 's/^project(trainer VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+if "$T" --version >"$tmp/out" 2>&1 && grep -q "^trainer $ver (commit " "$tmp/out" &&
+    "$T" --help | grep -q "^trainer $ver: "; then
+    echo "ok   trainer --version: $(cat "$tmp/out")"
+else
+    echo "FAIL trainer --version: '$(cat "$tmp/out")', expected trainer $ver"; fail=1
+fi
+
 expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 2 "unknown option '--stepz'" -- run recipes/shakespeare_char.lua --stepz 3
 expect 2 "--steps needs a positive integer, got 'three'" -- run recipes/shakespeare_char.lua --steps three

@@ -6,10 +6,9 @@
 
 #include "parallel/schedule.h"
 #include "trainer/checkpoint.h"
+#include "trainer/provenance.h"
 #include "trainer/report.h"
 #include "trainer/trainer.h"
-
-#define TR_VERSION "0.1.0"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -38,7 +37,7 @@ static void usage(FILE *f) {
             "\n"
             "Run `trainer COMMAND --help` for a command's options.\n"
             "Example: trainer run recipes/shakespeare_char.lua --set steps=200\n",
-            TR_VERSION);
+            tr_build.version);
 }
 
 static const char *run_help =
@@ -315,7 +314,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("trainer %s\n", TR_VERSION);
+        printf("trainer %s (commit %s, built %s)\n", tr_build.version, tr_build.commit,
+               tr_build.built);
         return 0;
     }
     int is_run = !strcmp(cmd, "run"), is_show = !strcmp(cmd, "show");
