@@ -67,6 +67,26 @@ expect 2 "--peak-gflops needs a rate in GFLOP/s from 0.001 to 1e9, got .1e-300."
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     expect 1 "trainer run: --device cuda: " -- run recipes/shakespeare_char.lua --device cuda --out "$tmp/cuda"
 fi
+# a machine without a GPU is no error: the CPU run says "no GPU found" (a CUDA build) or that
+# the build has no CUDA, never the CUDA runtime's complaint about a driver that is not there;
+# --device cpu does not mention a GPU at all
+if ! ls /dev/nvidia0 >/dev/null 2>&1; then
+    for dev in auto cpu; do
+        "$T" run tests/recipes_good/dp_tiny.lua --steps 1 --eval-every 0 --sample-tokens 0 \
+            --peak-gflops 10 --device $dev --out "$tmp/dev_$dev" >"$tmp/out" 2>&1
+        line=$(grep "^device " "$tmp/out")
+        if [ $dev = cpu ]; then
+            case "$line" in "device cpu, "*GPU*|"") ok=0 ;; *) ok=1 ;; esac
+        else
+            case "$line" in
+            *"; no GPU found: running on the CPU" | *"; no GPU: this trainer was built without CUDA"*) ok=1 ;;
+            *) ok=0 ;;
+            esac
+        fi
+        [ $ok = 1 ] && echo "ok   --device $dev without a GPU: $line" ||
+            { echo "FAIL --device $dev without a GPU: '$line'"; fail=1; }
+    done
+fi
 # the device transport's variable is checked on every build, also where nothing reads it
 TR_COMM_DEVICE=ncll expect 1 "^trainer run: TR_COMM_DEVICE must be nccl or staged (or unset: .*), got 'ncll'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/cd"
