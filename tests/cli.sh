@@ -112,7 +112,18 @@ expect 1 "trainer show: --microbatches 3: interleaved needs microbatches a multi
 
 # a recipe whose corpus is missing: the loader names the file
 sed 's#../data/corpora/tinyshakespeare.txt#missing/corpus.txt#' recipes/shakespeare_char.lua >"$tmp/r.lua"
-expect 1 "missing/corpus.txt': No such file" -- run "$tmp/r.lua" --out "$tmp/run"
+expect 1 "missing/corpus.txt': No such file" -- run "$tmp/r.lua" --out "$tmp/run/deep"
+# a set-up that fails leaves no folder it made (a next run would take one holding recipe.lua
+# for an earlier run's), and one it did not make stays
+mkdir "$tmp/kept"
+"$T" run "$tmp/r.lua" --out "$tmp/kept/run" >/dev/null 2>&1
+left=""
+for d in cd led dpsync nan run kept/run; do [ -e "$tmp/$d" ] && left="$left $d"; done
+if [ -z "$left" ] && [ -d "$tmp/kept" ]; then
+    echo "ok   failed set-ups left no folder behind (missing corpus, bad environment variables)"
+else
+    echo "FAIL failed set-ups left folders behind:$left"; fail=1
+fi
 
 # a learning rate that makes the loss NaN stops the run with one line (the NaN once reached
 # undefined behaviour in the CPU exp, which the sanitizer build reported instead)

@@ -433,10 +433,10 @@ static int rank0_decides(run_ctx *x, int (*step)(run_ctx *)) {
  * output folder all ranks share when checkpoints need one. */
 static int setup_data(run_ctx *x) {
     const tr_recipe *r = &x->r;
-    int bad = x->rank == 0 && tr_mkdirs(r->train.out, x->err, sizeof(x->err));
-    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
-    if (setup_failed(x->world, bad, x->msg)) return -1;
-    if (rank0_decides(x, run_folder_lock) || rank0_decides(x, run_folder_check)) return -1;
+    if (rank0_decides(x, run_folder_make) || rank0_decides(x, run_folder_lock) ||
+        rank0_decides(x, run_folder_check))
+        return -1;
+    int bad;
     if (r->data.text[0] && r->data.tokenizer != TR_TOKENIZER_BYTE) {
         char dir[TR_PATH_MAX + 64];
         int made = 0;
@@ -671,12 +671,11 @@ static int gather_ranks(run_ctx *x) {
     return 0;
 }
 
-int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
-    if (connect_ranks(x, argc, argv, status)) return -1;
-    *status = 1;
+/* Everything after the flags and the processes; -1 after the lines that say why. */
+static int setup_run(run_ctx *x, int argc, char **argv) {
     if (setup_layout(x) || setup_data(x) || setup_model(x) || setup_outputs(x) || gather_ranks(x))
         return -1;
-    if (setup_failed(x->world, run_provenance(x, *argc, *argv), "")) return -1;
+    if (setup_failed(x->world, run_provenance(x, argc, argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
     x->tokens_step = (long)x->B * x->T * x->lay.accum * x->lay.dp;
     x->tty = run_progress_tty(x->o.progress, x->msg, sizeof(x->msg));
@@ -684,6 +683,14 @@ int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
     x->best_val = INFINITY;
     print_banner(x);
     return 0;
+}
+
+int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
+    if (connect_ranks(x, argc, argv, status)) return -1;
+    *status = 1;
+    if (!setup_run(x, *argc, *argv)) return 0;
+    if (x->rank == 0) run_folder_unmake(x); /* a refused run leaves no folder behind */
+    return -1;
 }
 
 void run_free(run_ctx *x) {
