@@ -45,6 +45,36 @@ cmp -s "$tmp/g1" "$tmp/g2" && echo "ok   greedy sampling ignores the seed" || { 
 n=$(wc -c <"$tmp/a")
 [ "$n" -eq 66 ] && echo "ok   byte model: 5 prompt bytes + 60 sampled + newline" || { echo "FAIL $n bytes"; fail=1; }
 
+# --logits K: a line per prompt position, its top K; --logits-out: all of them, (N, V) float32
+s lg "$tmp/run" --prompt "KING:" --logits 3
+s lo "$tmp/run" --prompt "KING:" --logits-out "$tmp/logits.bin"
+if e=$(python3 - "$tmp/lg" "$tmp/lo" "$tmp/logits.bin" <<'PY'
+import json, re, struct, sys
+lines = open(sys.argv[1]).read().splitlines()
+out = open(sys.argv[2]).read()
+raw = open(sys.argv[3], "rb").read()
+rows = [struct.unpack("<256f", raw[k * 1024:(k + 1) * 1024]) for k in range(len(raw) // 1024)]
+ids = [int(i) for i in out.split("prompt ids:")[1].split()]
+assert ids == list(b"KING:"), ids
+assert "5 positions x 256 ids" in out and len(raw) == 5 * 256 * 4, (out, len(raw))
+assert len(lines) == 5, lines
+for t, line in enumerate(lines):
+    m = re.match(r'(\d+) (\d+) ("(?:[^"\\]|\\.)*")  (.*)$', line)
+    assert m and int(m.group(1)) == t and int(m.group(2)) == ids[t], line
+    assert json.loads(m.group(3)) == chr(ids[t]), line
+    top = [re.match(r'(\d+) ("(?:[^"\\]|\\.)*") (\S+)$', x) for x in m.group(4).split(" | ")]
+    assert len(top) == 3 and all(top), line
+    best = sorted(range(256), key=lambda v: -rows[t][v])[:3]
+    assert [int(x.group(1)) for x in top] == best, (line, best)
+    assert all(abs(float(x.group(3)) - rows[t][int(x.group(1))]) <= 1e-5 * max(1, abs(rows[t][best[0]])) for x in top)
+print(lines[-1])
+PY
+); then
+    echo "ok   --logits 3 and --logits-out agree: $e"
+else
+    echo "FAIL --logits / --logits-out:"; sed 's/^/    /' "$tmp/lg" "$tmp/lo" "$tmp/err"; fail=1
+fi
+
 bad() { # code pattern args...
     local code="$1" pat="$2"
     shift 2

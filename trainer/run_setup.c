@@ -519,7 +519,13 @@ static int setup_model(run_ctx *x) {
         snprintf(fp, sizeof(fp), "%064d", x->start_step); /* every rank from the same one */
         if (ranks_agree(x->world, "checkpoint step to resume from", fp)) return -1;
     } else if (r->init_hf[0]) {
-        bad = tr_hf_import(x->model, r->init_hf, x->err, sizeof(x->err));
+        tr_tokenizer *tok = NULL; /* its vocabulary: an export without the padding rows loads */
+        int real = tr_tokenizer_open(&tok, r->data.tokenizer, r->data.encoder, r->data.merges,
+                                     x->err, sizeof(x->err))
+                       ? 0
+                       : tr_tokenizer_vocab(tok);
+        tr_tokenizer_free(tok);
+        bad = tr_hf_import(x->model, r->init_hf, real, x->err, sizeof(x->err));
         snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
         if (setup_failed(x->world, bad, x->msg)) return -1;
         printf("initialized from the Hugging Face model in %s\n", r->init_hf);
