@@ -42,6 +42,35 @@ else
     echo "FAIL trainer --version: '$(cat "$tmp/out")', expected trainer $ver"; fail=1
 fi
 
+# the README's usage block names every command `trainer --help` lists, with the options each
+# command's own --help gives
+if e=$(python3 - "$T" <<'PY'
+import re, subprocess, sys
+T = sys.argv[1]
+readme = open("README.md").read()
+usage = readme.split("## Using it\n\n```\n", 1)[1].split("```", 1)[0]
+top = subprocess.run([T, "--help"], capture_output=True, text=True).stdout
+cmds = re.findall(r"^  (\w+) ", top.split("commands:", 1)[1], re.M)
+missing = []
+for c in cmds:
+    if not re.search(r"^trainer %s " % c, usage, re.M):
+        missing.append(c)
+        continue
+    block = re.search(r"^trainer %s .*?(?=^trainer |^mpirun |\Z)" % c, usage, re.M | re.S).group(0)
+    own = subprocess.run([T, c, "--help"], capture_output=True, text=True).stdout
+    own = own.split("\n\n", 1)[0]
+    for flag in sorted(set(re.findall(r"--[a-z][a-z-]*", own)) - {"--help"}):
+        if flag not in block:
+            missing.append("%s %s" % (c, flag))
+print(", ".join(missing) if missing else "%d commands: %s" % (len(cmds), " ".join(cmds)))
+sys.exit(1 if missing or len(cmds) < 9 else 0)
+PY
+); then
+    echo "ok   the README's usage has every command and its options: $e"
+else
+    echo "FAIL the README's usage lacks: $e"; fail=1
+fi
+
 expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 2 "unknown option '--stepz'" -- run recipes/shakespeare_char.lua --stepz 3
 expect 2 "--steps needs a positive integer, got 'three'" -- run recipes/shakespeare_char.lua --steps three

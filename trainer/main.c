@@ -35,7 +35,8 @@ static void usage(FILE *f) {
             "                 run a training command, relaunching it with --resume when it\n"
             "                 fails (dropping failing hosts, stopping on a repeated crash)\n"
             "\n"
-            "Run `trainer COMMAND --help` for a command's options.\n"
+            "Run `trainer COMMAND --help` for a command's options, `trainer --version` for the\n"
+            "version and the commit it was built from.\n"
             "Example: trainer run recipes/shakespeare_char.lua --set steps=200\n",
             tr_build.version);
 }
