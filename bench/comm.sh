@@ -103,7 +103,8 @@ hidden() {
     rm -rf "$dir"
     local cmd=("${MPI[@]}" -np "$np" "$TRAINER" run recipes/gpt2_124m.lua --device cuda --dp "$np"
                --zero 0 --set seq=1024 --set "batch_tokens=$((np * 16 * 1024))" --micro-batch 16
-               --steps 10 --eval-every 0 --sample-tokens 0 --timeout 120 --out "$dir" --overwrite)
+               --steps 10 --eval-every 0 --sample-tokens 0 --set checkpoint_every=0 --timeout 120
+               --out "$dir" --overwrite)
     echo "comm: ${cmd[*]}" >"$log"
     timeout "$limit" "${cmd[@]}" >>"$log" 2>&1
     local rc=$?

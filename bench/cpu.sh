@@ -45,6 +45,6 @@ row "default (4x192, T128)" recipes/shakespeare_char.lua \
     "--flavour gpt --vocab 256 --dim 192 --layers 4 --heads 4 --hidden 768 --seq 128 --batch 32"
 row "gpt2-124M (T256, B4)" recipes/gpt2_124m.lua \
     "--flavour gpt --vocab 50257 --dim 768 --layers 12 --heads 12 --hidden 3072 --seq 256 --batch 4" \
-    --set seq=256 --set batch_tokens=1024
+    --set seq=256 --set batch_tokens=1024 --set checkpoint_every=0
 echo "peak = the best sgemm rate measured by trainer at start-up ($(grep -o 'peak [0-9.]* GFLOP/s' "$tmp"/*.log | head -1 | cut -d: -f2));"
 echo "FLOPs: matrix products, attention causal half, training = 3x forward (same count for both)."

@@ -32,6 +32,6 @@ step() { # name recipe knobs...
     cat "$tmp/$name.txt"
     echo
 }
-step gpt2_124m_shape recipes/gpt2_124m.lua layers=2 seq=256 batch_tokens=256
-step llama_shape recipes/llama_tiny.lua layers=2 width=768 heads=12 kv_heads=4 hidden=2048 \
+step gpt2_124m_shape recipes/gpt2_124m.lua layers=2 seq=256 batch_tokens=256 checkpoint_every=0
+step llama_shape recipes/llama_tiny.lua checkpoint_every=0 layers=2 width=768 heads=12 kv_heads=4 hidden=2048 \
     seq=256 batch_tokens=256

@@ -36,7 +36,8 @@ bench() {
          "--set batch_tokens=$tokens --steps $steps $*" >&2
     timeout 300 "$TRAINER" run "$recipe" --device cuda --set seq=1024 \
         --set "batch_tokens=$tokens" --micro-batch "$micro" --steps "$steps" \
-        --eval-every 0 --sample-tokens 0 --out "$dir" --overwrite "$@" >"$log" 2>&1
+        --eval-every 0 --sample-tokens 0 --set checkpoint_every=0 --out "$dir" --overwrite "$@" \
+        >"$log" 2>&1
     local rc=$?
     local status=ok
     [ $rc -ne 0 ] && status="failed(rc=$rc, see bench_$name.log)"

@@ -200,16 +200,54 @@ static int add_chunk(job *j, chunk c)
     return 0;
 }
 
+/* Last safe cut before `want` inside a file (0 when there is none: the file's start). */
+static size_t boundary_before(const input *in, size_t want)
+{
+    const unsigned char *s = in->data;
+    for (size_t p = want > in->size ? in->size : want; p-- > 1;) {
+        if (in->jsonl ? s[p - 1] == '\n' : (s[p] == ' ' && is_ascii_letter(s[p - 1])))
+            return p;
+    }
+    return 0;
+}
+
+/* Where the validation tail starts, in bytes from the start of the input: the first safe cut
+ * at or after (1 - val_fraction) of it, or, when the last document straddles that point and
+ * has no safe cut after it (a long JSONL line, a text without "letter space"), the last safe
+ * cut before it, a document's start at the latest. -1 when there is none at all (one document
+ * with no safe cut); total + 1 without a validation set. */
+static double val_cut(const job *j, double val_fraction, double total)
+{
+    if (val_fraction <= 0)
+        return total + 1;
+    double want = (1.0 - val_fraction) * total, base = 0;
+    int f = 0;
+    while (f < j->n_in - 1 && base + (double)j->in[f].size <= want)
+        base += (double)j->in[f++].size;
+    const input *in = &j->in[f];
+    size_t local = (size_t)(want - base);
+    if ((double)local < want - base) /* the first byte at or after the point */
+        local++;
+    if (local == 0 && f > 0) /* a document's start */
+        return base;
+    size_t cut = local >= in->size ? in->size : boundary(in, local);
+    if (cut < in->size)
+        return base + (double)cut;
+    cut = boundary_before(in, local);
+    if (cut > 0 || f > 0)
+        return base + (double)cut;
+    return -1;
+}
+
 /* Chunks of about 1 MiB, smaller for small inputs so that every thread gets work (where the
- * cuts fall does not change the tokens). */
-static int make_chunks(job *j, double val_fraction, int threads)
+ * cuts fall does not change the tokens). The validation cut (val_cut) is one of the cuts. */
+static int make_chunks(job *j, double split, int threads)
 {
     double total = 0;
     for (int f = 0; f < j->n_in; f++)
         total += (double)j->in[f].size;
     double per = total / (8.0 * threads);
     size_t chunk_bytes = per > CHUNK_MAX ? CHUNK_MAX : per < CHUNK_MIN ? CHUNK_MIN : (size_t)per;
-    double split = val_fraction > 0 ? (1.0 - val_fraction) * total : total + 1;
     double base = 0;
     for (int f = 0; f < j->n_in; f++) {
         const input *in = &j->in[f];
@@ -448,10 +486,20 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
         snprintf(err, errlen, "%s: no files with text in it", o->inputs[0]);
         goto done;
     }
-    if (make_chunks(&j, o->val_fraction, nthreads))
-        goto oom;
     for (int f = 0; f < j.n_in; f++)
         st->bytes_total += (double)j.in[f].size;
+    double split = val_cut(&j, o->val_fraction, st->bytes_total);
+    if (split < 0) { /* said before the pass, not after it */
+        snprintf(err, errlen,
+                 "%s: cannot split off a validation set: the input is one document with no "
+                 "place to cut it (a line start in JSONL, a space after a letter in text); use "
+                 "--val-fraction 0, or give more than one document",
+                 o->inputs[0]);
+        goto done;
+    }
+    if (make_chunks(&j, split, nthreads))
+        goto oom;
+    st->val_bytes = split < st->bytes_total ? st->bytes_total - split : 0;
     j.ids = calloc((size_t)j.n_ch, sizeof *j.ids);
     j.nids = calloc((size_t)j.n_ch, sizeof *j.nids);
     j.errs = calloc((size_t)j.n_ch, sizeof *j.errs);

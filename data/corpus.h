@@ -2,7 +2,8 @@
  * (one document per line, in a string field). Uses every core; the output does not depend on
  * the number of threads. GPT-2 puts <|endoftext|> before every document; byte-level
  * concatenates them. The tail val_fraction of the input bytes (from the first safe split point
- * after it) becomes the validation shards. Every shard is written atomically. */
+ * after it; when the last document straddles that point without one, from the last one
+ * before it) becomes the validation shards. Every shard is written atomically. */
 #ifndef TR_CORPUS_H
 #define TR_CORPUS_H
 
@@ -12,6 +13,7 @@
 
 typedef struct {
     double bytes_done, bytes_total;
+    double val_bytes; /* the input's tail that became validation data (where the cut fell) */
     long train_tokens, val_tokens;
     int train_shards, val_shards;
     double seconds;

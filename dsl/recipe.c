@@ -39,11 +39,15 @@ TR_PRINTF(3, 4) static int fail(char *err, size_t errlen, const char *fmt, ...) 
 /* What is only known once the whole recipe ran: missing sections and cross-section values. */
 static int finish(recipe_ctx *c, char *err, size_t errlen) {
     tr_recipe *r = &c->r;
-    if (c->n_sets > 0 && !c->knobs_line)
-        return fail(err, errlen, "%s: --set given but the recipe declares no knobs", c->chunk);
     if (!c->model_line) return fail(err, errlen, "%s: no model { ... } declared", c->chunk);
     if (!c->data_line) return fail(err, errlen, "%s: no data { ... } declared", c->chunk);
     if (!c->train_line) return fail(err, errlen, "%s: no train { ... } declared", c->chunk);
+    for (int i = 0; i < c->n_sets; i++) /* knobs { } and train { } took the others */
+        if (c->set_target[i] == SET_FREE)
+            return fail(err, errlen,
+                        "%s: --set %s: the recipe declares no knobs, and train has no field '%s' "
+                        "(fields: %s)",
+                        c->chunk, c->sets[i].name, c->sets[i].name, dsl_train_field_list());
     if (r->train.batch_tokens % r->model.seq_len != 0)
         return fail(
             err, errlen,
@@ -99,6 +103,10 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
                                      .sequence_parallel = -1,
                                      .schedule = -1};
 
+    if (c->n_sets > TR_MAX_SETS) {
+        fail(err, errlen, "%s: more than %d --set options", chunk, TR_MAX_SETS);
+        goto done;
+    }
     if (strlen(chunk) >= TR_PATH_MAX) {
         fail(err, errlen, "%.64s...: recipe path is longer than %d bytes", chunk, TR_PATH_MAX - 1);
         goto done;

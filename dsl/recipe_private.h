@@ -42,6 +42,7 @@ typedef struct {
     char stem[TR_NAME_MAX]; /* file name without .lua, for the default train.out */
     const tr_knob_set *sets;
     int n_sets;
+    unsigned char set_target[TR_MAX_SETS]; /* per --set: SET_FREE until a section takes it */
     size_t mem_used;
     int mem_exceeded;
     long long instr;
@@ -54,6 +55,10 @@ typedef struct {
     char msg[8192];         /* formatting scratch for messages */
     char list[TR_MAX_KNOBS * (TR_NAME_MAX + 2) + 64];
 } recipe_ctx;
+
+/* What a --set NAME=VALUE sets: a knob, or (train.NAME, or a NAME no knob shadows) one of
+ * train { }'s fields, applied to its table before the schema reads it. */
+enum { SET_FREE = 0, SET_KNOB, SET_TRAIN };
 
 /* A layer while the recipe runs: a userdata holding the node, children in its user value. */
 typedef struct {
@@ -153,6 +158,8 @@ void dsl_copy_field(lua_State *L, char *dst, size_t cap, const char *ctor, const
 
 extern const luaL_Reg dsl_layer_ctors[];   /* model and its layers; NULL-terminated */
 extern const luaL_Reg dsl_section_ctors[]; /* knobs, data, ..., parallel, hf */
+/* "batch_tokens, checkpoint_every, ...": the fields of train { }, for messages. */
+const char *dsl_train_field_list(void);
 int dsl_layer_tostring(lua_State *L);      /* __tostring of a layer: "mlp (line 5)" */
 void dsl_free_node(tr_node *n);
 

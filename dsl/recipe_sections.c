@@ -260,9 +260,54 @@ static void read_guard(lua_State *L, tr_guard_desc *g, const field_val *v) {
     lua_call(L, 1, 0);
 }
 
+static const field_spec *train_field(const char *name) {
+    for (int i = 0; i < NSPECS(train_fields); i++)
+        if (strcmp(train_fields[i].name, name) == 0) return &train_fields[i];
+    return NULL;
+}
+
+const char *dsl_train_field_list(void) {
+    static char list[512];
+    const char *names[NSPECS(train_fields)];
+    for (int i = 0; i < NSPECS(train_fields); i++)
+        names[i] = train_fields[i].name;
+    return dsl_sorted_list(list, sizeof list, names, NSPECS(train_fields));
+}
+
+/* --set train.NAME=VALUE, and --set NAME=VALUE for a NAME no knob took: written into train's
+ * table (argument 1) as the recipe would have written it, checked by the field's schema. */
+static void apply_train_sets(lua_State *L, recipe_ctx *c) {
+    if (lua_type(L, 1) != LUA_TTABLE) return; /* dsl_read_fields says so */
+    for (int i = 0; i < c->n_sets; i++) {
+        const tr_knob_set *s = &c->sets[i];
+        int prefixed = strncmp(s->name, "train.", 6) == 0;
+        const char *name = prefixed ? s->name + 6 : s->name;
+        const field_spec *fs = train_field(name);
+        if (!prefixed && (c->set_target[i] == SET_KNOB || !fs)) continue;
+        if (!fs)
+            dsl_raise_at(L, 0, "--set %s: train has no field '%s' (fields: %s)", s->name, name,
+                         dsl_train_field_list());
+        lua_pushstring(L, name);
+        if (fs->kind == FK_STR || fs->kind == FK_ENUM || fs->kind == FK_ENUM_AUTO)
+            lua_pushstring(L, s->value);
+        else if (strcmp(s->value, "true") == 0 || strcmp(s->value, "false") == 0)
+            lua_pushboolean(L, s->value[0] == 't');
+        else if (lua_stringtonumber(L, s->value) == 0)
+            lua_pushstring(L, s->value);
+        char ctor[sizeof s->name + sizeof s->value + 8];
+        snprintf(ctor, sizeof ctor, "--set %s=%s", s->name, s->value);
+        field_val v;
+        memset(&v, 0, sizeof v);
+        dsl_read_value(L, ctor, fs, &v);
+        lua_rawset(L, 1);
+        c->set_target[i] = SET_TRAIN;
+    }
+}
+
 static int l_train(lua_State *L) {
     recipe_ctx *c = dsl_ctx(L);
     int line = section_start(L, &c->train_line, "train");
+    apply_train_sets(L, c);
     field_val v[15];
     dsl_read_fields(L, "train", train_fields, 15, v, NULL, NULL);
     tr_train_desc *t = &c->r.train;
@@ -526,8 +571,18 @@ static int l_knobs(lua_State *L) {
         tr_knob *k = NULL;
         for (int j = 0; j < n && !k; j++)
             if (strcmp(ks[j].name, s->name) == 0) k = &ks[j];
-        if (!k) dsl_raise_at(L, line, "--set %s: unknown knob (knobs: %s)", s->name, knob_list(c));
+        if (!k && (strncmp(s->name, "train.", 6) == 0 || train_field(s->name)))
+            continue; /* train { }'s field (apply_train_sets) */
+        if (!k)
+            dsl_raise_at(L, line, "--set %s: unknown knob (knobs: %s) or train field (%s)", s->name,
+                         knob_list(c), dsl_train_field_list());
+        if (c->set_target[i] == SET_TRAIN)
+            dsl_raise_at(L, line,
+                         "--set %s: both a knob and a field of train { } (line %d), which took "
+                         "it first; write --set train.%s for the field, or declare knobs first",
+                         s->name, c->train_line, s->name);
         apply_set(L, line, k, s);
+        c->set_target[i] = SET_KNOB;
         lua_setfield(L, 2, k->name);
     }
     lua_newtable(L); /* 3: the read-only proxy handed to the recipe */

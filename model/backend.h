@@ -191,8 +191,11 @@ const tr_backend *tr_backend_cpu(void);
 const char *tr_backend_cpu_blas_threads(char *fix, size_t fixlen);
 
 /* The CUDA backend (model/cuda/) on the current GPU with storage dtype `dtype`, or NULL with
- * the reason in `why` (this build has no CUDA, no GPU is present, ...). Not thread-safe: one
+ * the reason in `why` (this build has no CUDA, no GPU is present, ...): it starts with
+ * TR_NO_GPU_FOUND when the machine has none (no driver, or the driver sees no device), and
+ * gives the driver's error for a GPU that is there but cannot be used. Not thread-safe: one
  * GPU per process. */
+#define TR_NO_GPU_FOUND "no GPU found"
 const tr_backend *tr_backend_cuda(tr_dtype dtype, char *why, size_t whylen);
 
 /* The CUDA backend's stream (a cudaStream_t) once it is initialised, else NULL: what device

@@ -29,5 +29,5 @@ optimizer { lr = k.lr, betas = { 0.9, 0.95 }, weight_decay = 0.1, grad_clip = 1.
 schedule { warmup = 50, decay = "wsd", decay_frac = 0.2, min_lr = 0.0 }
 train {
     batch_tokens = k.batch_tokens, steps = k.steps, eval_every = 200, eval_tokens = 65536,
-    seed = 1337, out = "runs/llama_tiny", sample_tokens = 300,
+    seed = 1337, out = "runs/llama_tiny", sample_tokens = 300, checkpoint_every = 200,
 }

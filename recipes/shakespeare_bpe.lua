@@ -31,6 +31,6 @@ schedule { warmup = 30, decay = "cosine", min_lr = 0.1 * k.lr }
 train {
     batch_tokens = k.batch_tokens, micro_batch = "auto", steps = k.steps,
     eval_every = 100, eval_tokens = 16384, seed = 1337,
-    out = "runs/shakespeare_bpe", sample_tokens = 100,
+    out = "runs/shakespeare_bpe", sample_tokens = 100, checkpoint_every = 100,
 }
 parallel "auto"

@@ -82,6 +82,13 @@ fi
 agree tp2 $GPT --a cpu --b cpu,tp=2
 agree tp2_sp $GPT --a cpu --b cpu,tp=2,sp
 agree dp2 $GPT --a cpu --b cpu,dp=2
+# as root, the default launcher works without the caller's OMPI_ALLOW_RUN_AS_ROOT variables
+# (mpirun refuses root without both; trainer check sets them for its children)
+if [ "$(id -u)" = 0 ]; then
+    unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+    agree root_dp2 $GPT --a cpu --b cpu,dp=2
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
 agree dp2_zero3 $GPT --a cpu --b cpu,dp=2,zero=3
 agree pp2 $GPT --a cpu --b cpu,pp=2
 agree tp2_pp2_zbh1 $GPT --a cpu,tp=2 --b cpu,tp=2,pp=2,schedule=zb-h1

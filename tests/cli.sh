@@ -33,6 +33,44 @@ for args in "--help" "run --help" "show --help"; do
     fi
 done
 
+# one version: CMake's project version, which provenance.json records too
+ver=$(sed -n 's/^project(trainer VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+if "$T" --version >"$tmp/out" 2>&1 && grep -q "^trainer $ver (commit " "$tmp/out" &&
+    "$T" --help | grep -q "^trainer $ver: "; then
+    echo "ok   trainer --version: $(cat "$tmp/out")"
+else
+    echo "FAIL trainer --version: '$(cat "$tmp/out")', expected trainer $ver"; fail=1
+fi
+
+# the README's usage block names every command `trainer --help` lists, with the options each
+# command's own --help gives
+if e=$(python3 - "$T" <<'PY'
+import re, subprocess, sys
+T = sys.argv[1]
+readme = open("README.md").read()
+usage = readme.split("## Using it\n\n```\n", 1)[1].split("```", 1)[0]
+top = subprocess.run([T, "--help"], capture_output=True, text=True).stdout
+cmds = re.findall(r"^  (\w+) ", top.split("commands:", 1)[1], re.M)
+missing = []
+for c in cmds:
+    if not re.search(r"^trainer %s " % c, usage, re.M):
+        missing.append(c)
+        continue
+    block = re.search(r"^trainer %s .*?(?=^trainer |^mpirun |\Z)" % c, usage, re.M | re.S).group(0)
+    own = subprocess.run([T, c, "--help"], capture_output=True, text=True).stdout
+    own = own.split("\n\n", 1)[0]
+    for flag in sorted(set(re.findall(r"--[a-z][a-z-]*", own)) - {"--help"}):
+        if flag not in block:
+            missing.append("%s %s" % (c, flag))
+print(", ".join(missing) if missing else "%d commands: %s" % (len(cmds), " ".join(cmds)))
+sys.exit(1 if missing or len(cmds) < 9 else 0)
+PY
+); then
+    echo "ok   the README's usage has every command and its options: $e"
+else
+    echo "FAIL the README's usage lacks: $e"; fail=1
+fi
+
 expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 2 "unknown option '--stepz'" -- run recipes/shakespeare_char.lua --stepz 3
 expect 2 "--steps needs a positive integer, got 'three'" -- run recipes/shakespeare_char.lua --steps three
@@ -57,6 +95,26 @@ expect 2 "--peak-gflops needs a rate in GFLOP/s from 0.001 to 1e9, got .1e-300."
 # no GPU here (CI has none): asking for CUDA must fail with the reason, not fall back silently
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     expect 1 "trainer run: --device cuda: " -- run recipes/shakespeare_char.lua --device cuda --out "$tmp/cuda"
+fi
+# a machine without a GPU is no error: the CPU run says "no GPU found" (a CUDA build) or that
+# the build has no CUDA, never the CUDA runtime's complaint about a driver that is not there;
+# --device cpu does not mention a GPU at all
+if ! ls /dev/nvidia0 >/dev/null 2>&1; then
+    for dev in auto cpu; do
+        "$T" run tests/recipes_good/dp_tiny.lua --steps 1 --eval-every 0 --sample-tokens 0 \
+            --peak-gflops 10 --device $dev --out "$tmp/dev_$dev" >"$tmp/out" 2>&1
+        line=$(grep "^device " "$tmp/out")
+        if [ $dev = cpu ]; then
+            case "$line" in "device cpu, "*GPU*|"") ok=0 ;; *) ok=1 ;; esac
+        else
+            case "$line" in
+            *"; no GPU found: running on the CPU" | *"; no GPU: this trainer was built without CUDA"*) ok=1 ;;
+            *) ok=0 ;;
+            esac
+        fi
+        [ $ok = 1 ] && echo "ok   --device $dev without a GPU: $line" ||
+            { echo "FAIL --device $dev without a GPU: '$line'"; fail=1; }
+    done
 fi
 # the device transport's variable is checked on every build, also where nothing reads it
 TR_COMM_DEVICE=ncll expect 1 "^trainer run: TR_COMM_DEVICE must be nccl or staged (or unset: .*), got 'ncll'$" -- \
@@ -83,7 +141,18 @@ expect 1 "trainer show: --microbatches 3: interleaved needs microbatches a multi
 
 # a recipe whose corpus is missing: the loader names the file
 sed 's#../data/corpora/tinyshakespeare.txt#missing/corpus.txt#' recipes/shakespeare_char.lua >"$tmp/r.lua"
-expect 1 "missing/corpus.txt': No such file" -- run "$tmp/r.lua" --out "$tmp/run"
+expect 1 "missing/corpus.txt': No such file" -- run "$tmp/r.lua" --out "$tmp/run/deep"
+# a set-up that fails leaves no folder it made (a next run would take one holding recipe.lua
+# for an earlier run's), and one it did not make stays
+mkdir "$tmp/kept"
+"$T" run "$tmp/r.lua" --out "$tmp/kept/run" >/dev/null 2>&1
+left=""
+for d in cd led dpsync nan run kept/run; do [ -e "$tmp/$d" ] && left="$left $d"; done
+if [ -z "$left" ] && [ -d "$tmp/kept" ]; then
+    echo "ok   failed set-ups left no folder behind (missing corpus, bad environment variables)"
+else
+    echo "FAIL failed set-ups left folders behind:$left"; fail=1
+fi
 
 # a learning rate that makes the loss NaN stops the run with one line (the NaN once reached
 # undefined behaviour in the CPU exp, which the sanitizer build reported instead)

@@ -81,6 +81,25 @@ run_on "$tmp/fifo.bin" "fifo.bin: not a regular file"
 sed -e "s#^data .*#data { text = \"$tmp/fifo.txt\" }#" -e 's/width = 128/width = 32/' \
     -e 's/layers = 4/layers = 1/' recipes/shakespeare_bpe.lua >"$tmp/fifo.lua"
 expect "fifo.txt' is not a regular file" -- run "$tmp/fifo.lua" --steps 2 --set seq=32 --set batch_tokens=256 --out "$tmp/run4"
+# the validation cut inside the last document, which has no place to cut after it (one long
+# JSONL line): the cut moves back to that document's start instead of failing after the pass;
+# one document with no place to cut at all fails before the pass, naming the value that works
+mkdir -p "$tmp/straddle"
+head -c 300000 data/corpora/tinyshakespeare.txt >"$tmp/straddle/a.txt"
+python3 -c 'import json, sys; print(json.dumps({"text": open(sys.argv[1]).read()[300000:330000]}))' \
+    data/corpora/tinyshakespeare.txt >"$tmp/straddle/b.jsonl"
+if "$T" tokenize "$tmp/straddle" --out "$tmp/straddle_out" --val-fraction 0.02 >"$tmp/out" 2>"$tmp/err" &&
+    [ -s "$tmp/straddle_out/val_000000.bin" ] && grep -q "(the last 9\.[0-9]*% of the input)" "$tmp/out"; then
+    echo "ok   the last document straddles the 2% cut: $(grep -o '[0-9]* validation tokens.*input)' "$tmp/out")"
+else
+    echo "FAIL tokenize --val-fraction 0.02 with the last document straddling the cut:"
+    sed 's/^/    /' "$tmp/out" "$tmp/err"; fail=1
+fi
+printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' >"$tmp/one.txt"
+expect "one.txt: cannot split off a validation set: the input is one document with no place to cut it .*use --val-fraction 0" -- \
+    tokenize "$tmp/one.txt" --out "$tmp/one_out" --val-fraction 0.02
+grep -q "^tokenize:" "$tmp/err" && { echo "FAIL the refusal came after a pass"; fail=1; }
+
 # texts whose validation cut falls inside the byte after a chunk boundary (100010 bytes with
 # 2 threads did) once made the chunking loop forever, growing memory: every size must finish
 cut_ok=1

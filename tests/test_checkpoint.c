@@ -270,11 +270,11 @@ static void test_round_trip(const char *root) {
     /* HF export of this GPT-2-shaped checkpoint, then import into a fresh model */
     char hf[600];
     snprintf(hf, sizeof(hf), "%s/hf_gpt", root);
-    rc = tr_hf_export(&c, &r.model, hf, err, sizeof(err));
+    rc = tr_hf_export(&c, &r.model, 0, hf, err, sizeof(err));
     CHECK(rc == 0, "GPT-2 export (%s)", rc ? err : "ok");
     tr_recipe r3;
     tr_model *m3 = make_model(gpt_recipe, &r3, 123);
-    rc = tr_hf_import(m3, hf, err, sizeof(err));
+    rc = tr_hf_import(m3, hf, 0, err, sizeof(err));
     CHECK(rc == 0 && same_model(m, m3, 0), "GPT-2 export -> import gives identical tensors%s%s",
           rc ? ": " : "", rc ? err : "");
     /* a NaN in the HF weights (they carry no checksum) is refused, naming the tensor */
@@ -286,7 +286,7 @@ static void test_round_trip(const char *root) {
         fseek(sf, -4, SEEK_END);
         fwrite(&nan, 4, 1, sf);
         fclose(sf);
-        rc = tr_hf_import(m3, hf, err, sizeof(err));
+        rc = tr_hf_import(m3, hf, 0, err, sizeof(err));
         CHECK(rc == -1 && strstr(err, "must be finite"), "a NaN weight in an HF file is refused: %s",
               rc ? err : "imported");
     }
@@ -349,7 +349,7 @@ static void test_round_trip(const char *root) {
     CHECK(rc == -1 && strstr(err, "optimizer.lr"), "a changed lr is refused: %s", err);
 
     /* importing the GPT-2 folder into a Llama-shaped model is refused */
-    rc = tr_hf_import(m4, hf, err, sizeof(err));
+    rc = tr_hf_import(m4, hf, 0, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "model_type"), "a GPT-2 folder into a Llama model: %s", err);
     tr_model_free(m4);
     tr_recipe_free(&r4);
@@ -422,10 +422,10 @@ static void test_two_writers(const char *root) {
     CHECK(rc == 0 && same_model(m, m2, 1), "applying the blocks gives parameters and AdamW state bitwise");
     char hf[600];
     snprintf(hf, sizeof(hf), "%s/hf_sharded", root);
-    rc = tr_hf_export(&c, &r.model, hf, err, sizeof(err));
+    rc = tr_hf_export(&c, &r.model, 0, hf, err, sizeof(err));
     tr_recipe r3;
     tr_model *m3 = make_model(gpt_recipe, &r3, 5);
-    if (!rc) rc = tr_hf_import(m3, hf, err, sizeof(err));
+    if (!rc) rc = tr_hf_import(m3, hf, 0, err, sizeof(err));
     CHECK(rc == 0 && same_model(m, m3, 0), "export of the blocks -> import gives the tensors%s%s",
           rc ? ": " : "", rc ? err : "");
     rc = tr_ckpt_materialize(&c, err, sizeof(err));
@@ -534,8 +534,8 @@ static void export_import(const char *root, const char *name, const char *recipe
     tr_ckpt_writer_free(w);
     tr_ckpt c;
     int rc = tr_ckpt_open_arg(out, &c, 0, stdout, err, sizeof(err));
-    if (!rc) rc = tr_hf_export(&c, &r.model, hf, err, sizeof(err));
-    if (!rc) rc = tr_hf_import(m2, hf, err, sizeof(err));
+    if (!rc) rc = tr_hf_export(&c, &r.model, 0, hf, err, sizeof(err));
+    if (!rc) rc = tr_hf_import(m2, hf, 0, err, sizeof(err));
     CHECK(rc == 0 && same_model(m, m2, 0), "%s: export -> import gives identical tensors%s%s", name,
           rc ? ": " : "", rc ? err : "");
     if (!rc) tr_ckpt_free(&c);
@@ -559,7 +559,7 @@ static void test_refusals(const char *root) {
     strcpy(wide, llama_recipe);
     memcpy(strstr(wide, "dim = 32"), "dim = 64", 8);
     tr_model *m = make_model(wide, &r, 1);
-    rc = tr_hf_import(m, hf, err, sizeof(err));
+    rc = tr_hf_import(m, hf, 0, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "hidden_size is 32 but the recipe's model.dim is 64"),
           "a shape mismatch is refused: %s", err);
     tr_model_free(m);

@@ -353,7 +353,7 @@ static void hf_import(const tr_recipe *r, int mc, const layout *to, const char *
         if (k > lo) *pt = (part){0};
         if (build(pt, r, &cases[mc], to, k)) continue;
         tr_model_init_params(pt->m, 12345);
-        if (tr_hf_import(pt->m, hf, err, sizeof(err)))
+        if (tr_hf_import(pt->m, hf, 0, err, sizeof(err)))
             FAIL("%s: Hugging Face import into %s, rank %d: %s", cases[mc].name, name, k, err);
         else
             check_values(pt->m, mc, 0, name, &copies);
@@ -390,7 +390,7 @@ static void hf_compare(const tr_recipe *r, int mc, const layout *l, const char *
     tr_ckpt c;
     int rc = tr_ckpt_find_resume(dir, &c, 0, NULL, err, sizeof(err));
     if (!rc) {
-        rc = tr_hf_export(&c, &r->model, hf, err, sizeof(err));
+        rc = tr_hf_export(&c, &r->model, 0, hf, err, sizeof(err));
         tr_ckpt_free(&c);
     }
     if (rc) {

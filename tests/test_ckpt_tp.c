@@ -285,7 +285,7 @@ static void hf_import(const tr_recipe *r, int mc, const layout *to, const char *
     part pt;
     if (build(&pt, r, &cases[mc], to)) return;
     tr_model_init_params(pt.m, 12345);
-    if (tr_hf_import(pt.m, hf, err, sizeof(err)))
+    if (tr_hf_import(pt.m, hf, 0, err, sizeof(err)))
         FAIL("%s: %s", what, err);
     else if (!check_values(pt.m, mc, 0, what) && g_me == 0)
         printf("ok   %s: every parameter bitwise\n", what);
@@ -314,7 +314,7 @@ static void hf_compare(const tr_recipe *r, int mc, const layout *l, const char *
     tr_ckpt c;
     int rc = tr_ckpt_find_resume(dir, &c, 0, NULL, err, sizeof(err));
     if (!rc) {
-        rc = tr_hf_export(&c, &r->model, hf, err, sizeof(err));
+        rc = tr_hf_export(&c, &r->model, 0, hf, err, sizeof(err));
         tr_ckpt_free(&c);
     }
     if (l)

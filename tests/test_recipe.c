@@ -4,6 +4,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "dsl/recipe.h"
 
+#include <glob.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -211,6 +212,65 @@ static void test_llama(void)
     }
 }
 
+#define TRAIN_FIELDS                                                                              \
+    "batch_tokens, checkpoint_every, eval_every, eval_tokens, guard, keep_checkpoints, "          \
+    "log_every, micro_batch, out, peak_tflops, precision, recompute, sample_tokens, seed, steps"
+
+static const char *plain_text = /* no knobs */
+    "model { vocab = 10, dim = 8, seq_len = 4, embedding {}, lm_head {} }\n"
+    "data { text = \"c\" } train { batch_tokens = 8, steps = 1 }\n";
+
+/* --set reaches train { }'s fields: as train.NAME, or as NAME where no knob is so named. */
+static void test_train_sets(void)
+{
+    tr_knob_set s[4];
+    tr_recipe r;
+    tr_knob_set_parse(&s[0], "checkpoint_every=50", err, sizeof err);
+    tr_knob_set_parse(&s[1], "train.steps=7", err, sizeof err);
+    tr_knob_set_parse(&s[2], "train.guard=false", err, sizeof err);
+    tr_knob_set_parse(&s[3], "precision=fp32", err, sizeof err);
+    if (check(load(&r, gpt_text, "gpt.lua", s, 4) == 0, "train set: fields set by --set load")) {
+        check(r.train.checkpoint_every == 50, "train set: checkpoint_every=50 (no such knob)");
+        check(r.train.steps == 7 && !r.knobs[4].overridden,
+              "train set: train.steps=7 sets the field, not the knob 'steps' (%d)", r.train.steps);
+        check(!r.train.guard.on && r.train.precision == TR_PRECISION_FP32,
+              "train set: a boolean and an enumerated field");
+        check(r.train.eval_every == 250 && r.train.seed == 1337, "train set: the others stay");
+        tr_recipe_free(&r);
+    }
+    tr_knob_set_parse(&s[0], "steps=9", err, sizeof err);
+    if (check(load(&r, gpt_text, "gpt.lua", s, 1) == 0, "train set: a knob's name loads")) {
+        check(r.train.steps == 9 && r.knobs[4].overridden, "train set: steps=9 is the knob's");
+        tr_recipe_free(&r);
+    }
+    tr_knob_set_parse(&s[0], "checkpoint_every=5", err, sizeof err);
+    tr_knob_set_parse(&s[1], "train.out=runs/x", err, sizeof err);
+    if (check(load(&r, plain_text, "plain.lua", s, 2) == 0, "train set: a recipe without knobs")) {
+        check(r.train.checkpoint_every == 5 && strcmp(r.train.out, "runs/x") == 0,
+              "train set: checkpoint_every and out without knobs");
+        tr_recipe_free(&r);
+    }
+    tr_knob_set_parse(&s[0], "checkpoint_every=often", err, sizeof err);
+    expect_error("train set: not an integer", gpt_text, "gpt.lua", s, 1,
+                 "gpt.lua:17: --set checkpoint_every=often: field 'checkpoint_every' must be an "
+                 "integer, got string");
+    tr_knob_set_parse(&s[0], "train.eval_every=-1", err, sizeof err);
+    expect_error("train set: out of range", gpt_text, "gpt.lua", s, 1,
+                 "gpt.lua:17: --set train.eval_every=-1: field 'eval_every' must be >= 0, got -1");
+    tr_knob_set_parse(&s[0], "train.widht=3", err, sizeof err);
+    expect_error("train set: unknown field", gpt_text, "gpt.lua", s, 1,
+                 "gpt.lua:17: --set train.widht: train has no field 'widht' (fields: " TRAIN_FIELDS
+                 ")");
+    tr_knob_set_parse(&s[0], "steps=3", err, sizeof err);
+    expect_error("train set: a knob declared after train took its name",
+                 "model { vocab = 10, dim = 8, seq_len = 4, embedding {}, lm_head {} }\n"
+                 "data { text = \"c\" } train { batch_tokens = 8, steps = 1 }\n"
+                 "local k = knobs { steps = 2 }\n",
+                 "late.lua", s, 1,
+                 "late.lua:3: --set steps: both a knob and a field of train { } (line 2), which "
+                 "took it first; write --set train.steps for the field, or declare knobs first");
+}
+
 static void test_sets(void)
 {
     tr_knob_set s[4];
@@ -251,11 +311,12 @@ static void test_sets(void)
                  "llama.lua:1: --set tie=yes: 'yes' is not a boolean; use true or false (knob 'tie' defaults to false)");
     tr_knob_set_parse(&s[0], "widht=3", err, sizeof err);
     expect_error("set: unknown knob", gpt_text, "gpt.lua", s, 1,
-                 "gpt.lua:1: --set widht: unknown knob (knobs: heads, layers, lr, seq, steps, width)");
-    expect_error("set: recipe without knobs",
-                 "model { vocab = 10, dim = 8, seq_len = 4, embedding {}, lm_head {} }\n"
-                 "data { text = \"c\" } train { batch_tokens = 8, steps = 1 }\n",
-                 "plain.lua", s, 1, "plain.lua: --set given but the recipe declares no knobs");
+                 "gpt.lua:1: --set widht: unknown knob (knobs: heads, layers, lr, seq, steps, width) "
+                 "or train field (" TRAIN_FIELDS ")");
+    expect_error("set: recipe without knobs", plain_text, "plain.lua", s, 1,
+                 "plain.lua: --set widht: the recipe declares no knobs, and train has no field "
+                 "'widht' (fields: " TRAIN_FIELDS ")");
+    test_train_sets();
 }
 
 /* Every field of two node trees, recursively. */
@@ -801,6 +862,35 @@ static void test_data_fields(void)
                  "d.lua:3: data: the gpt2 tokenizer has 50257 tokens but model.vocab is 256");
 }
 
+/* Every shipped recipe saves checkpoints (export and sample read them), and --set
+ * checkpoint_every=0 still turns them off. */
+static void test_shipped_recipes(void)
+{
+    glob_t g;
+    if (!check(glob("../recipes/*.lua", 0, NULL, &g) == 0 && g.gl_pathc >= 4,
+               "shipped: recipes/*.lua found"))
+        return;
+    tr_knob_set off;
+    tr_knob_set_parse(&off, "checkpoint_every=0", err, sizeof err);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        tr_recipe r;
+        const char *path = g.gl_pathv[i];
+        if (!check(tr_recipe_load(&r, path, NULL, 0, err, sizeof err) == 0, "%s loads (%s)", path,
+                   err))
+            continue;
+        int every = r.train.checkpoint_every, steps = r.train.steps;
+        check(every > 0 && every <= steps, "%s saves a checkpoint every %d of its %d steps", path,
+              every, steps);
+        tr_recipe_free(&r);
+        if (check(tr_recipe_load(&r, path, &off, 1, err, sizeof err) == 0, "%s loads (%s)", path,
+                  err)) {
+            check(r.train.checkpoint_every == 0, "%s: --set checkpoint_every=0 saves none", path);
+            tr_recipe_free(&r);
+        }
+    }
+    globfree(&g);
+}
+
 int main(void)
 {
     test_gpt();
@@ -813,6 +903,7 @@ int main(void)
     test_files();
     test_errors();
     test_data_fields();
+    test_shipped_recipes();
     printf("%d ok, %d failed\n", n_ok, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -5,10 +5,9 @@
 #include <string.h>
 
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/report/provenance.h"
 #include "trainer/report/report.h"
 #include "trainer/trainer.h"
-
-#define TR_VERSION "0.1.0"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -35,9 +34,10 @@ static void usage(FILE *f) {
             "                 run a training command, relaunching it with --resume when it\n"
             "                 fails (dropping failing hosts, stopping on a repeated crash)\n"
             "\n"
-            "Run `trainer COMMAND --help` for a command's options.\n"
+            "Run `trainer COMMAND --help` for a command's options, `trainer --version` for the\n"
+            "version and the commit it was built from.\n"
             "Example: trainer run recipes/shakespeare_char.lua --set steps=200\n",
-            TR_VERSION);
+            tr_build.version);
 }
 
 static const char *run_help =
@@ -59,8 +59,11 @@ static const char *run_help =
     "(parallel \"auto\", the default) the planner chooses for the detected processes, as\n"
     "`trainer plan` shows; the log names the plan and compares it with the run.\n"
     "\n"
-    "  --set NAME=VALUE  override one of the recipe's knobs (repeatable); an unknown NAME\n"
-    "                    lists the knobs the recipe declares\n"
+    "  --set NAME=VALUE  override one of the recipe's knobs, or any field of its train { }\n"
+    "                    (checkpoint_every, steps, eval_every, log_every, seed, ...) as\n"
+    "                    train.NAME=VALUE, or as NAME when no knob is so named; repeatable;\n"
+    "                    an unknown NAME lists the knobs and the fields. A flag (--steps,\n"
+    "                    --out, ...) wins over a --set of the same field\n"
     "  --steps N         optimizer steps (overrides the recipe's train.steps)\n"
     "  --out DIR         output folder (overrides train.out)\n"
     "  --micro-batch B   sequences per forward/backward (overrides train.micro_batch)\n"
@@ -137,7 +140,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("trainer %s\n", TR_VERSION);
+        printf("trainer %s (commit %s, built %s)\n", tr_build.version, tr_build.commit,
+               tr_build.built);
         return 0;
     }
     int is_run = !strcmp(cmd, "run"), is_show = !strcmp(cmd, "show");

@@ -2,6 +2,7 @@
  * context reaches seq_len, the cache restarts from the last half of the context (the only
  * time a prefix is recomputed). Temperature 0 is greedy; top_k 0 keeps the whole vocabulary.
  * A backend without incremental decoding recomputes the window for every token instead. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -119,6 +120,7 @@ int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *dctx, const int
 static const char *sample_help =
     "usage: trainer sample CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]\n"
     "                           [--seed S] [--device auto|cpu|cuda]\n"
+    "                           [--logits K] [--logits-out FILE]\n"
     "\n"
     "Generate text from a checkpoint (a step folder, or a run folder: the one its `latest`\n"
     "names), with the run's tokenizer and a KV cache (each new token costs one token's\n"
@@ -128,7 +130,79 @@ static const char *sample_help =
     "  --tokens N        tokens to generate (default 200)\n"
     "  --temperature T   softmax temperature, 0 = greedy (default 1)\n"
     "  --top-k K         sample among the K likeliest tokens, 0 = all (default 0)\n"
-    "  --seed S          random seed (default 1337): the same seed gives the same text\n";
+    "  --seed S          random seed (default 1337): the same seed gives the same text\n"
+    "  --logits K        instead of sampling: the model's logits at each position of the\n"
+    "                    prompt (its last seq_len tokens), one line per position: the position,\n"
+    "                    the token there (id and text, JSON-quoted), then the K largest logits\n"
+    "                    as id \"text\" logit, largest first\n"
+    "  --logits-out FILE instead of sampling: every logit of those positions into FILE, as\n"
+    "                    float32 little-endian, row-major (positions, vocab), no header; stdout\n"
+    "                    says the shape and the prompt's ids (numpy: np.fromfile(FILE, \"<f4\")\n"
+    "                    .reshape(N, V))\n";
+
+/* A token's bytes as a JSON string (what --logits prints). */
+static void put_token(const tr_tokenizer *tok, int id) {
+    size_t n = 0;
+    const unsigned char *b = (const unsigned char *)tr_tokenizer_token(tok, id, &n);
+    putchar('"');
+    for (size_t i = 0; b && i < n; i++) {
+        if (b[i] == '"' || b[i] == '\\')
+            printf("\\%c", b[i]);
+        else if (b[i] < 0x20 || b[i] == 0x7f)
+            printf("\\u%04x", b[i]);
+        else
+            putchar(b[i]);
+    }
+    putchar('"');
+}
+
+/* --logits K and --logits-out FILE: the logits of the prompt's last seq_len positions. */
+static int show_logits(tr_model *m, const tr_tokenizer *tok, const int *ids, int n, int top,
+                       const char *path) {
+    const tr_model_desc *d = tr_model_desc_of(m);
+    int V = d->vocab, from = n > d->seq_len ? n - d->seq_len : 0, N = n - from;
+    float *logits = malloc((size_t)N * (size_t)V * sizeof(float));
+    cand *c = malloc((size_t)V * sizeof(cand));
+    if (!logits || !c) {
+        free(logits), free(c);
+        fprintf(stderr, "trainer sample: out of memory for %d x %d logits\n", N, V);
+        return -1;
+    }
+    tr_model_all_logits(m, ids + from, 1, N, logits);
+    int rc = 0;
+    if (path) {
+        FILE *f = fopen(path, "wb");
+        size_t k = (size_t)N * (size_t)V;
+        if (!f || fwrite(logits, sizeof(float), k, f) != k || fclose(f)) { /* hosts are LE */
+            fprintf(stderr, "trainer sample: cannot write '%s': %s\n", path, strerror(errno));
+            rc = -1;
+        } else {
+            printf("logits: %d positions x %d ids, float32 little-endian, row-major, in %s; "
+                   "prompt ids:",
+                   N, V, path);
+            for (int t = 0; t < N; t++)
+                printf(" %d", ids[from + t]);
+            printf("\n");
+        }
+    }
+    for (int t = 0; t < N && top > 0 && !rc; t++) {
+        const float *row = logits + (size_t)t * V;
+        for (int v = 0; v < V; v++)
+            c[v] = (cand){row[v], v};
+        qsort(c, (size_t)V, sizeof(cand), by_logit_desc);
+        printf("%d %d ", t, ids[from + t]);
+        put_token(tok, ids[from + t]);
+        for (int k = 0; k < top && k < V; k++) {
+            printf("%s%d ", k ? " | " : "  ", c[k].id);
+            put_token(tok, c[k].id);
+            printf(" %.6g", (double)c[k].logit);
+        }
+        printf("\n");
+    }
+    free(logits);
+    free(c);
+    return rc;
+}
 
 static int number_arg(const char *flag, const char *s, double lo, double hi, double *out) {
     char *end;
@@ -144,7 +218,8 @@ static int number_arg(const char *flag, const char *s, double lo, double hi, dou
 
 int tr_cmd_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = NULL;
-    double tokens = 200, temperature = 1, top_k = 0, seed = 1337;
+    double tokens = 200, temperature = 1, top_k = 0, seed = 1337, show = 0;
+    const char *logits_out = NULL;
     tr_options o;
     memset(&o, 0, sizeof(o));
     for (int i = 2; i < argc; i++) {
@@ -155,7 +230,8 @@ int tr_cmd_sample(int argc, char **argv) {
         }
         int known = !strcmp(a, "--prompt") || !strcmp(a, "--tokens") ||
                     !strcmp(a, "--temperature") || !strcmp(a, "--top-k") ||
-                    !strcmp(a, "--seed") || !strcmp(a, "--device");
+                    !strcmp(a, "--seed") || !strcmp(a, "--device") || !strcmp(a, "--logits") ||
+                    !strcmp(a, "--logits-out");
         if (known && i + 1 >= argc) {
             fprintf(stderr, "trainer sample: %s needs a value (see trainer sample --help)\n", a);
             return 2;
@@ -177,6 +253,10 @@ int tr_cmd_sample(int argc, char **argv) {
             if (number_arg(a, argv[++i], 0, 1e9, &top_k)) return 2;
         } else if (!strcmp(a, "--seed")) {
             if (number_arg(a, argv[++i], 0, 9e15, &seed)) return 2;
+        } else if (!strcmp(a, "--logits")) {
+            if (number_arg(a, argv[++i], 1, 1e6, &show)) return 2;
+        } else if (!strcmp(a, "--logits-out")) {
+            logits_out = argv[++i];
         } else if (a[0] == '-') {
             fprintf(stderr, "trainer sample: unknown option '%s' (see trainer sample --help)\n", a);
             return 2;
@@ -239,6 +319,10 @@ int tr_cmd_sample(int argc, char **argv) {
                     ids[i], r.model.vocab);
             goto done;
         }
+    if (show > 0 || logits_out) {
+        status = show_logits(m, tok, ids, n, (int)show, logits_out) ? 1 : 0;
+        goto done;
+    }
     out = malloc((size_t)tokens * sizeof(int));
     if (tr_sample_tokens(m, ids, n, (int)tokens, (float)temperature, (int)top_k,
                          (unsigned long long)seed, out, err, sizeof(err))) {

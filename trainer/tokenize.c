@@ -28,7 +28,8 @@ static const char *help =
     "                     (shards already there are replaced)\n"
     "  --tokenizer NAME   gpt2 (default) or byte\n"
     "  --val-fraction F   the tail F of the input (by bytes) becomes the validation shards\n"
-    "                     (default 0.01; 0 = none)\n"
+    "                     (default 0.01; 0 = none), cut at the first document boundary or\n"
+    "                     safe point after it, or before it when the last document has none\n"
     "  --shard-tokens N   tokens per shard (default 100000000)\n"
     "  --field NAME       the JSONL field with the text (default text)\n"
     "  --threads N        worker threads (default: every core)\n"
@@ -151,11 +152,15 @@ int tr_cmd_tokenize(int argc, char **argv)
     if (tty)
         fputs("\n", stderr);
     long nthreads = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+    char tail[64] = "";
+    if (val > 0) /* where the cut fell: a document boundary may move it from the fraction asked */
+        snprintf(tail, sizeof tail, " (the last %.2f%% of the input)",
+                 100.0 * st.val_bytes / st.bytes_total);
     printf("tokenized %.1f MB in %.2f s (%.1f MB/s on %ld thread(s)) with %s: %ld train tokens in "
-           "%d shard(s), %ld validation tokens in %d shard(s), in %s/\n",
+           "%d shard(s), %ld validation tokens in %d shard(s)%s, in %s/\n",
            st.bytes_total / 1e6, st.seconds, st.bytes_total / 1e6 / (st.seconds > 0 ? st.seconds : 1e-9),
            nthreads, tr_tokenizer_name(tok), st.train_tokens, st.train_shards, st.val_tokens,
-           st.val_shards, out);
+           st.val_shards, tail, out);
     rc = 0;
 done:
     tr_tokenizer_free(tok);

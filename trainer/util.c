@@ -273,11 +273,14 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
         }
     }
     if (*peak <= 0) *peak = tr_measure_peak_gflops() * 1e9;
+    /* a machine without a GPU is no error to explain; a GPU that fails is */
+    int none = !strncmp(why, TR_NO_GPU_FOUND, strlen(TR_NO_GPU_FOUND));
     snprintf(desc, desclen, "cpu, fp32, peak %.1f GFLOP/s (%s)%s%s%s", *peak / 1e9,
              given ? "given" : "measured sgemm",
              o->precision && dtype == TR_DTYPE_BF16 ? "; --precision bf16 applies to CUDA only"
                                                     : "",
-             why[0] ? "; no GPU: " : "", why);
+             none ? "; " TR_NO_GPU_FOUND ": running on the CPU" : why[0] ? "; no GPU: " : "",
+             none ? "" : why);
     return tr_backend_cpu();
 }
 

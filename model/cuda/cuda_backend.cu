@@ -251,11 +251,18 @@ static int init_state; /* 0: not tried, 1: ready, -1: failed (reason kept) */
 static char init_why[512];
 
 static int init(void) {
-    int n = 0;
+    int n = 0, drv = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        snprintf(init_why, sizeof(init_why), "no CUDA device (%s)",
-                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+        /* no driver at all also reads "insufficient driver": the driver version is then 0 */
+        int no_driver = e == cudaErrorInsufficientDriver &&
+                        (cudaDriverGetVersion(&drv) != cudaSuccess || drv == 0);
+        if (no_driver || e == cudaErrorNoDevice || e == cudaSuccess)
+            snprintf(init_why, sizeof(init_why), "%s (%s)", TR_NO_GPU_FOUND,
+                     no_driver ? "no NVIDIA driver" : "the driver sees no device");
+        else /* a GPU or driver that is there but fails: its own words */
+            snprintf(init_why, sizeof(init_why), "no usable CUDA device: %s",
+                     cudaGetErrorString(e));
         (void)cudaGetLastError();
         return -1;
     }

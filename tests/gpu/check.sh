@@ -337,7 +337,7 @@ if [ $BUILD_OK = 1 ] && [ "$GPU" != none ] && [ -n "$NCU_BIN" ] && [ "$left" -gt
         --launch-count 40 --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
         "$BUILD/trainer" run recipes/gpt2_124m.lua --device cuda --set layers=2 --set seq=1024 \
         --set batch_tokens=4096 --micro-batch 4 --steps 1 --eval-every 0 --sample-tokens 0 \
-        --out "$BUILD/ncu-run" >"$LOGS/ncu.log" 2>&1
+        --set checkpoint_every=0 --out "$BUILD/ncu-run" >"$LOGS/ncu.log" 2>&1
     rc=$?
     NCU="exit $rc, $(grep -c 'Context [0-9]*, Stream' "$LOGS/ncu.log") kernel reports in ncu.log"
     say "ncu: $NCU ($(( $(date +%s) - T0 )) s)"

@@ -269,12 +269,21 @@ int tr_ckpt_compare_recipes(const tr_recipe *saved, const tr_recipe *now, FILE *
 /* Which Hugging Face architecture a model description maps onto: GPT2LMHeadModel or
  * LlamaForCausalLM; NULL with the reason otherwise. Fills the number of blocks. */
 const char *tr_hf_arch(const tr_model_desc *d, int *n_layers, char *err, size_t errlen);
-/* Write OUT_DIR/config.json and OUT_DIR/model.safetensors from a checkpoint. */
-int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, const char *out_dir, char *err,
-                 size_t errlen);
+/* Write OUT_DIR/config.json and OUT_DIR/model.safetensors from a checkpoint. vocab: the
+ * tokenizer's vocabulary (0: not known). Below the model's, the embedding and head keep their
+ * first `vocab` rows and config.json says vocab_size = vocab: the padding rows (50257 padded
+ * to 50304) are left out; GPT-2's 50257 also sets bos/eos_token_id to 50256. */
+int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, int vocab, const char *out_dir,
+                 char *err, size_t errlen);
+/* The tokenizer files of data's tokenizer in OUT_DIR (trainer/checkpoint/export_tokenizer.c),
+ * for transformers' AutoTokenizer; *names lists them for messages. */
+int tr_hf_export_tokenizer(const tr_data_desc *d, int seq_len, const char *out_dir,
+                           const char **names, char *err, size_t errlen);
 /* Load a Hugging Face model folder (config.json + model.safetensors) into m's parameters;
- * -1 when the architecture or a shape does not match the model. */
-int tr_hf_import(tr_model *m, const char *hf_dir, char *err, size_t errlen);
+ * -1 when the architecture or a shape does not match the model. A folder whose vocab_size is
+ * below the model's vocabulary but at least real_vocab (the tokenizer's; 0: none such) is an
+ * export without the padding rows: it fills the first rows, the padding rows are zero. */
+int tr_hf_import(tr_model *m, const char *hf_dir, int real_vocab, char *err, size_t errlen);
 
 int tr_cmd_export(int argc, char **argv);
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "data/tokenizer.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/trainer.h"
 
@@ -38,6 +39,9 @@ typedef struct {
     int layers, heads, kv_heads, hidden, tied;
     int attn_bias, mlp_bias, ln_bias;
     float eps, theta;
+    long vocab; /* rows of the embedding and the head in the files: the model's, or fewer
+                   when the padding rows (ids no tokenizer makes) are left out */
+    int eot;    /* the tokenizer's end of text (GPT-2's 50256) for bos/eos_token_id; -1: none */
 } hf_shape;
 
 static int is_norm(const tr_node *n, tr_node_kind k) {
@@ -56,6 +60,8 @@ static int recognize(const tr_model_desc *d, hf_shape *s, char *err, size_t errl
         return ex_fail(err, errlen, "the model is neither GPT-2- nor Llama-shaped (expected %s)",
                        want);
     s->kind = c[1].kind == TR_NODE_POSITIONS ? HF_GPT2 : HF_LLAMA;
+    s->vocab = d->vocab;
+    s->eot = -1;
     tr_node_kind norm = s->kind == HF_GPT2 ? TR_NODE_LAYERNORM : TR_NODE_RMSNORM;
     const char *arch = s->kind == HF_GPT2 ? "GPT-2" : "Llama";
     const char *norm_name = s->kind == HF_GPT2 ? "layernorm" : "rmsnorm";
@@ -135,7 +141,7 @@ static void add(map_list *l, const char *ours, const char *hf, long row0, long r
 }
 
 static void build_map(const tr_model_desc *d, const hf_shape *s, map_list *l) {
-    long C = d->dim, V = d->vocab, T = d->seq_len, H = s->heads, KV = s->kv_heads,
+    long C = d->dim, V = s->vocab, T = d->seq_len, H = s->heads, KV = s->kv_heads,
          hd = d->dim / s->heads, F = s->hidden;
     char o[TR_PARAM_NAME_MAX], h[TR_PARAM_NAME_MAX];
 #define NAMES(ofmt, hfmt) (snprintf(o, sizeof o, ofmt, i), snprintf(h, sizeof h, hfmt, i))
@@ -199,6 +205,14 @@ static void build_map(const tr_model_desc *d, const hf_shape *s, map_list *l) {
     if (!s->tied) add(l, "lm_head.weight", "lm_head.weight", 0, V, C, 0);
 }
 
+/* bos_token_id and eos_token_id, the config's last lines: the tokenizer's end of text, or null
+ * (transformers' GPT-2 defaults are 50256 whatever the vocabulary). */
+static void put_token_ids(FILE *f, int eot) {
+    char id[16] = "null";
+    if (eot >= 0) snprintf(id, sizeof(id), "%d", eot);
+    fprintf(f, "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s\n}\n", id, id);
+}
+
 /* The shortest decimal that reads back as the same float. */
 static void put_float(FILE *f, float x) {
     char buf[32];
@@ -219,12 +233,13 @@ static int write_config(const char *path, const tr_model_desc *d, const hf_shape
                 "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n"
                 "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %d,\n"
                 "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": ",
-                d->vocab, d->seq_len, d->seq_len, d->dim, s->layers, s->heads, s->hidden);
+                (int)s->vocab, d->seq_len, d->seq_len, d->dim, s->layers, s->heads, s->hidden);
         put_float(f, s->eps);
         fprintf(f, ",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
                    "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": %s,\n"
-                   "  \"torch_dtype\": \"float32\"\n}\n",
+                   "  \"torch_dtype\": \"float32\",\n",
                 s->tied ? "true" : "false");
+        put_token_ids(f, s->eot);
     } else {
         fprintf(f,
                 "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
@@ -232,25 +247,28 @@ static int write_config(const char *path, const tr_model_desc *d, const hf_shape
                 "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
                 "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
                 "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": ",
-                d->vocab, d->dim, s->hidden, s->layers, s->heads, s->kv_heads, d->dim / s->heads,
+                (int)s->vocab, d->dim, s->hidden, s->layers, s->heads, s->kv_heads, d->dim / s->heads,
                 d->seq_len);
         put_float(f, s->eps);
         fputs(",\n  \"rope_theta\": ", f);
         put_float(f, s->theta);
         fprintf(f, ",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
-                   "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
+                   "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\",\n",
                 s->tied ? "true" : "false");
+        put_token_ids(f, s->eot);
     }
     if (fclose(f)) return ex_fail(err, errlen, "cannot write '%s': %s", path, strerror(errno));
     return 0;
 }
 
-int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, const char *out_dir, char *err,
-                 size_t errlen) {
+int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, int vocab, const char *out_dir,
+                 char *err, size_t errlen) {
     hf_shape s;
     char why[256];
     if (recognize(d, &s, why, sizeof(why)))
         return ex_fail(err, errlen, "cannot export to Hugging Face: %s", why);
+    if (vocab > 0 && vocab < d->vocab) s.vocab = vocab;
+    if (vocab == 50257) s.eot = 50256; /* GPT-2's tokenizer: <|endoftext|> */
     map_list l = {0};
     build_map(d, &s, &l);
     tr_st_tensor *t = calloc((size_t)l.n, sizeof(tr_st_tensor));
@@ -343,7 +361,7 @@ static int cfg_check(const tr_json *cfg, const char *dir, const char *key, doubl
     return 0;
 }
 
-int tr_hf_import(tr_model *m, const char *dir, char *err, size_t errlen) {
+int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t errlen) {
     const tr_model_desc *d = tr_model_desc_of(m);
     hf_shape s;
     char why[256];
@@ -378,10 +396,14 @@ int tr_hf_import(tr_model *m, const char *dir, char *err, size_t errlen) {
     if (!mt || mt->type != TR_JSON_STR || strcmp(mt->str, want))
         rc = ex_fail(err, errlen, "%s: model_type '%s', but the recipe's model is %s-shaped", path,
                      mt && mt->type == TR_JSON_STR ? mt->str : "?", want);
-    double npos = 0, tied = 1;
+    double npos = 0, tied = 1, file_vocab = 0;
     cfg_num(&cfg, "tie_word_embeddings", &tied);
+    /* an export without the padding rows: its rows fill the first ones, the rest are zero */
+    if (real_vocab > 0 && cfg_num(&cfg, "vocab_size", &file_vocab) && file_vocab >= real_vocab &&
+        file_vocab < d->vocab && file_vocab == (long)file_vocab)
+        s.vocab = (long)file_vocab;
     if (!rc && s.kind == HF_GPT2) {
-        rc = cfg_check(&cfg, dir, "vocab_size", NAN, d->vocab, "model.vocab", 0, err, errlen);
+        rc = cfg_check(&cfg, dir, "vocab_size", NAN, s.vocab, "model.vocab", 0, err, errlen);
         if (!rc) rc = cfg_check(&cfg, dir, "n_embd", NAN, d->dim, "model.dim", 0, err, errlen);
         if (!rc) rc = cfg_check(&cfg, dir, "n_layer", NAN, s.layers, "stack n", 0, err, errlen);
         if (!rc) rc = cfg_check(&cfg, dir, "n_head", NAN, s.heads, "attention heads", 0, err, errlen);
@@ -397,7 +419,7 @@ int tr_hf_import(tr_model *m, const char *dir, char *err, size_t errlen) {
             rc = ex_fail(err, errlen, "%s: activation_function '%s'; the model's GELU is the tanh "
                          "approximation (gelu_new)", path, act->str);
     } else if (!rc) {
-        rc = cfg_check(&cfg, dir, "vocab_size", NAN, d->vocab, "model.vocab", 0, err, errlen);
+        rc = cfg_check(&cfg, dir, "vocab_size", NAN, s.vocab, "model.vocab", 0, err, errlen);
         if (!rc) rc = cfg_check(&cfg, dir, "hidden_size", NAN, d->dim, "model.dim", 0, err, errlen);
         if (!rc)
             rc = cfg_check(&cfg, dir, "num_hidden_layers", NAN, s.layers, "stack n", 0, err, errlen);
@@ -547,7 +569,12 @@ static const char *export_help =
     "\n"
     "Write a Hugging Face model folder (config.json + model.safetensors) from a checkpoint:\n"
     "GPT2LMHeadModel for GPT-2-shaped models (learned positions, LayerNorm, GELU), and\n"
-    "LlamaForCausalLM for Llama-shaped ones (rope, RMSNorm, SwiGLU, no biases).\n"
+    "LlamaForCausalLM for Llama-shaped ones (rope, RMSNorm, SwiGLU, no biases), with the\n"
+    "run's tokenizer beside them for AutoTokenizer (gpt2: vocab.json, merges.txt,\n"
+    "tokenizer_config.json, special_tokens_map.json; byte: tokenizer.json, a byte-level BPE\n"
+    "of 256 symbols without merges, and tokenizer_config.json). A vocabulary padded beyond\n"
+    "the tokenizer's (GPT-2's 50257 to 50304) is exported at the tokenizer's size: the\n"
+    "padding rows, ids no text encodes to, are left out (init = hf puts them back as zeros).\n"
     "\n"
     "  CKPT          a checkpoint folder (OUT/checkpoints/step_NNNNNNNN) or a run folder (the\n"
     "                checkpoint its checkpoints/latest names)\n"
@@ -604,12 +631,25 @@ int tr_cmd_export(int argc, char **argv) {
         tr_ckpt_free(&c);
         return 1;
     }
-    int rc = tr_hf_export(&c, &r.model, out, err, sizeof(err));
+    tr_tokenizer *tok = NULL;
+    int rc = tr_tokenizer_open(&tok, r.data.tokenizer, r.data.encoder, r.data.merges, err,
+                               sizeof(err));
+    int vocab = rc ? 0 : tr_tokenizer_vocab(tok);
+    tr_tokenizer_free(tok);
+    const char *names = "";
+    if (!rc) rc = tr_hf_export(&c, &r.model, vocab, out, err, sizeof(err));
+    if (!rc) rc = tr_hf_export_tokenizer(&r.data, r.model.seq_len, out, &names, err, sizeof(err));
+    char rows[128] = "";
+    if (vocab < r.model.vocab)
+        snprintf(rows, sizeof(rows), "; vocabulary %d of the model's %d: the padding rows left out",
+                 vocab, r.model.vocab);
     if (rc)
         fprintf(stderr, "trainer export: %s\n", err);
     else
-        printf("wrote %s/config.json and %s/model.safetensors (%s, step %ld of %s)\n", out, out,
-               tr_hf_arch(&r.model, NULL, err, sizeof(err)), c.step, c.dir);
+        printf("wrote %s/config.json, model.safetensors and the %s tokenizer (%s) (%s, step %ld "
+               "of %s%s)\n",
+               out, r.data.tokenizer == TR_TOKENIZER_GPT2 ? "gpt2" : "byte", names,
+               tr_hf_arch(&r.model, NULL, err, sizeof(err)), c.step, c.dir, rows);
     tr_recipe_free(&r);
     tr_ckpt_free(&c);
     return rc ? 1 : 0;

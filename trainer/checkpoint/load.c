@@ -615,6 +615,37 @@ int tr_ckpt_find_resume(const char *out, tr_ckpt *c, int with_optimizer, FILE *l
     return 1;
 }
 
+/* A folder with no checkpoints/: a run folder (its recipe.lua says why it has none), else
+ * neither a checkpoint nor a run. */
+static int no_checkpoints(const char *arg, char *err, size_t errlen) {
+    char p[TR_PATH_MAX + 32], why[512];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/recipe.lua", arg);
+    if (stat(p, &st))
+        return ck_fail(err, errlen,
+                       "%s: not a checkpoint (no manifest.yaml) nor a run folder (no "
+                       "checkpoints/ or recipe.lua)",
+                       arg);
+    tr_recipe r;
+    int every = -1;
+    if (!tr_recipe_load(&r, p, NULL, 0, why, sizeof(why))) {
+        every = r.train.checkpoint_every;
+        tr_recipe_free(&r);
+    }
+    if (every == 0)
+        return ck_fail(err, errlen,
+                       "%s has no checkpoint: the recipe saves none (checkpoint_every 0); rerun "
+                       "with --set checkpoint_every=N (or train { checkpoint_every = N })",
+                       arg);
+    if (every > 0)
+        return ck_fail(err, errlen,
+                       "%s has no checkpoint: the run stopped before its first save "
+                       "(checkpoint_every %d); continue it with trainer run %s/recipe.lua "
+                       "--resume",
+                       arg, every, arg);
+    return ck_fail(err, errlen, "%s has no checkpoint (no checkpoints/)", arg);
+}
+
 int tr_ckpt_open_arg(const char *arg, tr_ckpt *c, int with_optimizer, FILE *log, char *err,
                      size_t errlen) {
     char p[TR_PATH_MAX + 32];
@@ -626,8 +657,5 @@ int tr_ckpt_open_arg(const char *arg, tr_ckpt *c, int with_optimizer, FILE *log,
         int rc = tr_ckpt_find_resume(arg, c, with_optimizer, log, err, errlen);
         return rc ? -1 : 0;
     }
-    return ck_fail(err, errlen,
-                   "%s: not a checkpoint (no manifest.yaml) nor a run folder (no "
-                   "checkpoints/)",
-                   arg);
+    return no_checkpoints(arg, err, errlen);
 }

@@ -39,7 +39,8 @@ static const char *check_help =
     "                sides are fp32, 2e-2 otherwise)\n"
     "  --set N=V     a knob of the recipe, for both runs (repeatable)\n"
     "  --launcher C  how to start a layout of several processes, {n} their number (default\n"
-    "                \"mpirun -np {n}\")\n"
+    "                \"mpirun -np {n}\"; as root, OMPI_ALLOW_RUN_AS_ROOT and its _CONFIRM are\n"
+    "                set to 1 for it, unless already set, since Open MPI refuses root without)\n"
     "  --out DIR     keep both runs (their logs and tensors) in DIR; by default they go to a\n"
     "                temporary folder, removed unless a run failed\n"
     "\n"
@@ -312,6 +313,10 @@ static int run_side(const check_opts *o, const check_layout *l, const char *self
         if (fd < 0 || fe < 0) _exit(126);
         dup2(fd, 1), dup2(fe, 2), close(fd), close(fe);
         setenv("TR_DUMP_TENSORS", tensors, 1);
+        if (geteuid() == 0) { /* mpirun refuses root without both; other launchers ignore them */
+            setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+            setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+        }
         if (perturb)
             setenv("TR_FAULT_PERTURB", perturb, 1);
         else

@@ -22,6 +22,51 @@ static const char *const run_files[] = {
 #define RUN_MARKERS 3
 #define RUN_FILES (int)(sizeof(run_files) / sizeof(run_files[0]))
 
+int run_folder_make(run_ctx *x) {
+    const char *out = x->r.train.out;
+    char path[TR_PATH_MAX];
+    struct stat st;
+    x->out_made[0] = 0;
+    snprintf(path, sizeof(path), "%s", out);
+    for (char *p = path + 1; !x->out_made[0]; p++) {
+        if (*p != '/' && *p != 0) continue;
+        char c = *p;
+        *p = 0;
+        if (stat(path, &st) && errno == ENOENT)
+            snprintf(x->out_made, sizeof(x->out_made), "%s", path);
+        *p = c;
+        if (!c) break;
+    }
+    if (!tr_mkdirs(out, x->err, sizeof(x->err))) return 0;
+    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
+    return -1;
+}
+
+void run_folder_unmake(run_ctx *x) {
+    if (!x->out_made[0]) return;
+    char path[TR_PATH_MAX + 32];
+    const char *out = x->r.train.out;
+    for (int i = 0; i < RUN_FILES; i++) {
+        snprintf(path, sizeof(path), "%s/%s", out, run_files[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof(path), "%s/checkpoints", out);
+    rmdir(path); /* the writer makes it at set-up; no save has run */
+    snprintf(path, sizeof(path), "%s/.lock", out);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s", out);
+    for (;;) { /* OUT, then its parents up to the first this run made, while empty */
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/')
+            path[--n] = 0;
+        if (rmdir(path) || !strcmp(path, x->out_made)) break;
+        char *slash = strrchr(path, '/');
+        if (!slash || slash == path) break;
+        *slash = 0;
+    }
+    x->out_made[0] = 0;
+}
+
 /* The kernel drops a flock with its process, however it ends: a dead run leaves no lock. The
  * file says who holds it, for the next run's message. */
 int run_folder_lock(run_ctx *x) {

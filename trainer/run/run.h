@@ -85,6 +85,7 @@ typedef struct {
     tr_ckpt_writer *ckw;
     FILE *metrics; /* rank 0 */
     int lock_fd;   /* rank 0: OUT/.lock, held for the run's life (-1: none) */
+    char out_made[TR_PATH_MAX]; /* rank 0: the first folder of OUT's path this run made ("") */
     char metrics_path[TR_PATH_MAX + 32];
     int start_step;
     int out_failed;          /* an output file could not be written: the run exits with 1 */
@@ -150,7 +151,14 @@ void run_checkpoint(run_ctx *x, int step);
 /* Rank 0: drop metrics.jsonl's records of steps after `step` (they are trained again). */
 int run_trim_metrics(run_ctx *x, long step);
 
-/* trainer/run/folder.c, rank 0 only. The run folder's lock (held until the process ends):
+/* trainer/run/folder.c, rank 0 only. OUT, made with the folders above it that are missing (the
+ * first of them in x->out_made); 0, or -1 with x->msg. */
+int run_folder_make(run_ctx *x);
+/* A set-up that failed: what it made removed again when this run made OUT (its files, its
+ * empty checkpoints/, the lock, then the folders up to x->out_made as long as they are empty),
+ * so a refused run leaves no folder that a next run would take for a run's. */
+void run_folder_unmake(run_ctx *x);
+/* The run folder's lock (held until the process ends):
  * 0, or -1 with x->msg naming the run that holds it. */
 int run_folder_lock(run_ctx *x);
 /* 0, or -1 with x->msg when OUT holds an earlier run and neither --resume nor --overwrite was

@@ -191,10 +191,11 @@ int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t er
         for (int i = 0; i < c.n_files; i++)
             bytes += (double)c.files[i].size;
         *start = (int)c.step;
+        char size[32];
+        tr_fmt_bytes(bytes, size, sizeof(size));
         if (below == LONG_MAX)
-            printf(
-                "resuming from %s (step %ld; checkpoint of %.3f GB read and verified in %.2f s)\n",
-                c.dir, c.step, bytes / 1e9, t_read);
+            printf("resuming from %s (step %ld; checkpoint of %s read and verified in %.2f s)\n",
+                   c.dir, c.step, size, t_read);
         run_guard_restore(x, &c);
     }
     tr_ckpt_free(&c);
@@ -432,10 +433,10 @@ static int rank0_decides(run_ctx *x, int (*step)(run_ctx *)) {
  * output folder all ranks share when checkpoints need one. */
 static int setup_data(run_ctx *x) {
     const tr_recipe *r = &x->r;
-    int bad = x->rank == 0 && tr_mkdirs(r->train.out, x->err, sizeof(x->err));
-    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
-    if (setup_failed(x->world, bad, x->msg)) return -1;
-    if (rank0_decides(x, run_folder_lock) || rank0_decides(x, run_folder_check)) return -1;
+    if (rank0_decides(x, run_folder_make) || rank0_decides(x, run_folder_lock) ||
+        rank0_decides(x, run_folder_check))
+        return -1;
+    int bad;
     if (r->data.text[0] && r->data.tokenizer != TR_TOKENIZER_BYTE) {
         char dir[TR_PATH_MAX + 64];
         int made = 0;
@@ -518,7 +519,13 @@ static int setup_model(run_ctx *x) {
         snprintf(fp, sizeof(fp), "%064d", x->start_step); /* every rank from the same one */
         if (ranks_agree(x->world, "checkpoint step to resume from", fp)) return -1;
     } else if (r->init_hf[0]) {
-        bad = tr_hf_import(x->model, r->init_hf, x->err, sizeof(x->err));
+        tr_tokenizer *tok = NULL; /* its vocabulary: an export without the padding rows loads */
+        int real = tr_tokenizer_open(&tok, r->data.tokenizer, r->data.encoder, r->data.merges,
+                                     x->err, sizeof(x->err))
+                       ? 0
+                       : tr_tokenizer_vocab(tok);
+        tr_tokenizer_free(tok);
+        bad = tr_hf_import(x->model, r->init_hf, real, x->err, sizeof(x->err));
         snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
         if (setup_failed(x->world, bad, x->msg)) return -1;
         printf("initialized from the Hugging Face model in %s\n", r->init_hf);
@@ -621,6 +628,10 @@ static void print_banner(const run_ctx *x) {
         fprintf(stderr, "trainer run: warning: %s\n", fix);
     printf("training %d steps of %ld tokens, micro-batch %d x %d, output in %s/\n", r->train.steps,
            r->train.batch_tokens, x->B, x->T, r->train.out);
+    if (r->train.checkpoint_every == 0)
+        printf("checkpoints: none: the recipe saves none (checkpoint_every 0), so export and "
+               "sample will have nothing to read; --set checkpoint_every=N saves every N steps "
+               "and the last\n");
     if (x->nranks > 1) {
         char desc[256];
         tr_layout_describe(&x->lay, desc, sizeof(desc));
@@ -666,12 +677,11 @@ static int gather_ranks(run_ctx *x) {
     return 0;
 }
 
-int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
-    if (connect_ranks(x, argc, argv, status)) return -1;
-    *status = 1;
+/* Everything after the flags and the processes; -1 after the lines that say why. */
+static int setup_run(run_ctx *x, int argc, char **argv) {
     if (setup_layout(x) || setup_data(x) || setup_model(x) || setup_outputs(x) || gather_ranks(x))
         return -1;
-    if (setup_failed(x->world, run_provenance(x, *argc, *argv), "")) return -1;
+    if (setup_failed(x->world, run_provenance(x, argc, argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
     x->tokens_step = (long)x->B * x->T * x->lay.accum * x->lay.dp;
     x->tty = run_progress_tty(x->o.progress, x->msg, sizeof(x->msg));
@@ -679,6 +689,14 @@ int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
     x->best_val = INFINITY;
     print_banner(x);
     return 0;
+}
+
+int run_setup(run_ctx *x, int *argc, char ***argv, int *status) {
+    if (connect_ranks(x, argc, argv, status)) return -1;
+    *status = 1;
+    if (!setup_run(x, *argc, *argv)) return 0;
+    if (x->rank == 0) run_folder_unmake(x); /* a refused run leaves no folder behind */
+    return -1;
 }
 
 void run_free(run_ctx *x) {

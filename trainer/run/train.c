@@ -668,16 +668,20 @@ static int run_report(run_ctx *x) {
         int failed = tr_ckpt_wait(x->ckw, x->err, sizeof(x->err));
         tr_ckpt_stats cs = tr_ckpt_writer_stats(x->ckw);
         double t_run = tr_now() - x->t_start; /* the stalls include the wait for the last save */
-        printf("checkpoints: %d saved in %s/checkpoints/ (%.2f GB each; host copy %.3f s, "
+        char size[32];
+        tr_fmt_bytes((double)cs.bytes, size, sizeof(size));
+        printf("checkpoints: %d saved in %s/checkpoints/ (%s each; host copy %.3f s, "
                "written in %.2f s on average); training waited %.3f s for them (%.2f%% of the "
                "run's time)\n",
-               cs.saves, r->train.out, (double)cs.bytes / 1e9,
-               cs.saves ? cs.copy_s / cs.saves : 0.0, cs.saves ? cs.write_s / cs.saves : 0.0,
-               cs.stall_s, 100.0 * cs.stall_s / t_run);
+               cs.saves, r->train.out, size, cs.saves ? cs.copy_s / cs.saves : 0.0,
+               cs.saves ? cs.write_s / cs.saves : 0.0, cs.stall_s, 100.0 * cs.stall_s / t_run);
         if (failed) {
             fprintf(stderr, "trainer run: %s\n", x->err);
             return 1;
         }
+    } else {
+        printf("checkpoints: none saved (checkpoint_every 0): rerun with --set "
+               "checkpoint_every=N to keep the trained model for export and sample\n");
     }
     write_memory_json(x);
     report_plan(x);
