@@ -172,7 +172,11 @@ static FILE *open_attempts(const sv_run *s) {
     char path[TR_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/attempts.jsonl", s->out);
     char err[TR_PATH_MAX + 128];
-    if (tr_jsonl_repair(path, stdout, err, sizeof(err))) /* a run killed in a write */
+    /* an attempt that died before its rank 0 made OUT (a failed set-up removes what it made):
+       the records start the run folder, so that the relaunch resumes into it */
+    if (tr_mkdirs(s->out, err, sizeof(err)))
+        fprintf(stderr, "trainer supervise: %s\n", err);
+    else if (tr_jsonl_repair(path, stdout, err, sizeof(err))) /* a run killed in a write */
         fprintf(stderr, "trainer supervise: %s\n", err);
     FILE *f = fopen(path, "a");
     if (!f)

@@ -141,14 +141,15 @@ int run_dump_step(run_ctx *x);
 void run_dump_free(run_ctx *x);
 
 /* The newest checkpoint of a step below `below` (--resume: LONG_MAX) into the model, the AdamW
- * state, the loader and the guard (run_guard_restore), collectively (trainer/run/setup.c): 0
+ * state, the loader and the guard (run_guard_restore), collectively (trainer/run/resume.c): 0
  * and its step in *start; -1 with err when none can be used, -2 when another rank's reason
  * stops this one (said there). */
 int run_load_checkpoint(run_ctx *x, long below, int *start, char *err, size_t errlen);
 /* This rank's part of the checkpoint of `step` (from 1), the loader's position and the guard's
  * state with it, the stall in the ledger (trainer/run/train.c; the loop's saves and a stop's). */
 void run_checkpoint(run_ctx *x, int step);
-/* Rank 0: drop metrics.jsonl's records of steps after `step` (they are trained again). */
+/* Rank 0: drop metrics.jsonl's records of steps after `step` (they are trained again;
+ * trainer/run/resume.c). */
 int run_trim_metrics(run_ctx *x, long step);
 
 /* trainer/run/folder.c, rank 0 only. OUT, made with the folders above it that are missing (the
@@ -223,7 +224,8 @@ int run_stop_save(run_ctx *x, int step, int saved);
  * for a bad TR_PROGRESS (trainer/run/train.c). */
 int run_progress_tty(const char *flag, char *msg, size_t len);
 
-/* One line for an output file that could not be written (opened, written or closed): -1. */
+/* trainer/run/outputs.c. One line for an output file that could not be written (opened,
+ * written or closed): -1. */
 int run_cannot_write(const char *path, int e);
 /* Close an output file: -1 (and the line) when anything written to it did not reach it. */
 int run_close_output(FILE *f, const char *path);
