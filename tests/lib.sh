@@ -155,17 +155,45 @@ cmp_run() { _run_diff cmp "$1" "$2"; }
 path_length() { _run_diff path "$1"; }
 
 # ---- Shared by the layout tests (tp.sh, pp.sh) -----------------------------------------
-# They define recipe MODEL (the recipe and its --set), run NAME NP MODEL [flags...], T (the
-# trainer) and tmp.
+# layout_setup TRAINER PREFIX starts one: T (the trainer), tmp (removed at the exit), the
+# environment of mpirun --oversubscribe (without mpirun: skipped, exit 77); its models are
+# gpt (PREFIX_gpt.lua), gptu (the same, untied head) and llama (PREFIX_llama.lua).
+layout_setup() { # trainer recipe-prefix
+    T=$1 layout_prefix=$2
+    command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    export OMP_NUM_THREADS=1
+}
+
+layout_recipe() { # model: the recipe and its --set
+    case $1 in
+    gpt) echo "${layout_prefix}_gpt.lua" ;;
+    gptu) echo "${layout_prefix}_gpt.lua --set tied=false" ;;
+    llama) echo "${layout_prefix}_llama.lua" ;;
+    esac
+}
+
+layout_run() { # name np model [flags...]: TRAIN OUT=$tmp/name, final parameters in $tmp/name.params
+    local name=$1 np=$2 model=$3
+    shift 3
+    local cmd=("$T" run $(layout_recipe "$model") --out "$tmp/$name" --peak-gflops 10 "$@")
+    if [ "$np" -eq 1 ]; then
+        TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+    else
+        TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+    fi || { bad "$name exited $?: $(grep -v '^--\|^ \|^$' "$tmp/$name.log" | tail -2 | tr '\n' ' ')"; return 1; }
+}
 
 # The single process (NAME_one: a checkpoint at step 10 and a 40-token sample) and the same
 # global batch in micro-batches of 1, 2 and 4 sequences (the shapes of the layouts'
 # micro-batches): the same sums in another order, held to cmp_run's limits like every layout.
 one_process() { # model
     local model=$1 m e
-    run "${model}_one" 1 "$model" --set ckpt=10 --set sample=40 || return 1
+    layout_run "${model}_one" 1 "$model" --set ckpt=10 --set sample=40 || return 1
     for m in 1 2 4; do
-        run "${model}_m$m" 1 "$model" --set micro=$m || continue
+        layout_run "${model}_m$m" 1 "$model" --set micro=$m || continue
         if e=$(cmp_run "$tmp/${model}_m$m" "$tmp/${model}_one"); then
             ok "${model}_m$m: micro-batches of $m equal one process: $e"
         else
@@ -178,11 +206,11 @@ one_process() { # model
 # the ten steps and the final parameters are the single process's.
 resume_pair() { # model name np-save "save flags" np-resume "resume flags"
     local model=$1 name=$2 np1=$3 f1=$4 np2=$5 f2=$6
-    local save=("$T" run $(recipe "$model") --out "$tmp/$name" --peak-gflops 10 --set ckpt=5 $f1)
+    local save=("$T" run $(layout_recipe "$model") --out "$tmp/$name" --peak-gflops 10 --set ckpt=5 $f1)
     [ "$np1" -gt 1 ] && save=(timeout 300 mpirun -np "$np1" "${save[@]}")
     (TR_FAULT_KILL_AFTER_STEP=5 "${save[@]}" >"$tmp/$name.save.log" 2>&1; true) 2>/dev/null # killed
     [ -f "$tmp/$name/checkpoints/step_00000005/manifest.yaml" ] || { bad "$name: no checkpoint at step 5"; return; }
-    run "$name" "$np2" "$model" --set ckpt=5 --resume $f2 || return
+    layout_run "$name" "$np2" "$model" --set ckpt=5 --resume $f2 || return
     grep -q "resuming from .*step_00000005" "$tmp/$name.log" || { bad "$name: did not resume"; return; }
     if e=$(cmp_run "$tmp/$name" "$tmp/${model}_one"); then
         ok "$name: resumed in another layout, equal to one process: $e"
@@ -212,6 +240,46 @@ lim = float(sys.argv[4])
 print("%d tensors, max diff %.2e of the path length (limit %.2e)" % (len(a), d, lim))
 sys.exit(0 if d <= lim else 1)
 PY
+}
+
+# The sample drawn at the end of a parallel run (40 tokens, through every rank's KV cache) and
+# the Hugging Face export of its checkpoint at step 10 against one process's.
+sample_export() { # name np model flags...
+    local name=$1 np=$2 model=$3 r e
+    shift 3
+    layout_run "$name" "$np" "$model" "$@" --set ckpt=10 --set sample=40 || return
+    if cmp -s "$tmp/$name/sample.txt" "$tmp/${model}_one/sample.txt"; then
+        ok "$name: the 40-token sample equals one process's"
+    else
+        bad "$name: the sample differs from one process's"
+    fi
+    for r in "$name" "${model}_one"; do
+        "$T" export "$tmp/$r" --format hf --out "$tmp/$r.hf" >"$tmp/$r.export.log" 2>&1 ||
+            bad "$r: export failed: $(tail -1 "$tmp/$r.export.log")"
+    done
+    if e=$(hf_cmp "$tmp/$name.hf/model.safetensors" "$tmp/${model}_one.hf/model.safetensors" \
+        "$(path_length "$tmp/${model}_one")"); then
+        ok "$name: the Hugging Face export equals one process's: $e"
+    else
+        bad "$name: the Hugging Face export differs: $e"
+    fi
+}
+
+# A bad layout of the gpt model: one line of ours naming the problem, a non-zero exit, before
+# training.
+layout_refused() { # name np expected-text flags...
+    local name=$1 np=$2 want=$3 rc n
+    shift 3
+    timeout 60 mpirun -np "$np" "$T" run $(layout_recipe gpt) --out "$tmp/$name" "$@" \
+        >"$tmp/$name.log" 2>&1
+    rc=$?
+    n=$(grep -c "^trainer\|^tests/recipes_good" "$tmp/$name.log")
+    if [ "$rc" -ne 0 ] && [ "$n" -eq 1 ] && grep -qF -- "$want" "$tmp/$name.log" &&
+        ! [ -e "$tmp/$name/metrics.jsonl" ]; then
+        ok "$name: refused in one line: $(grep -F -- "$want" "$tmp/$name.log" | head -1)"
+    else
+        bad "$name: exit $rc, $n line(s) of ours"; cat "$tmp/$name.log"
+    fi
 }
 
 # compare A B TOL: the worst relative difference of two "step loss" lists (losses) over the

@@ -14,32 +14,8 @@
 # layout with one schedule, every schedule at least once, two checkpoint pairs, one sample.
 set -u
 . "$(dirname "$0")/lib.sh"
-T="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
+layout_setup "$1" tests/recipes_good/pp
 quick=${TR_TEST_QUICK:-0}
-
-recipe() { # model key: the recipe and its --set
-    case $1 in
-    gpt) echo "tests/recipes_good/pp_gpt.lua" ;;
-    gptu) echo "tests/recipes_good/pp_gpt.lua --set tied=false" ;;
-    llama) echo "tests/recipes_good/pp_llama.lua" ;;
-    esac
-}
-
-run() { # name np model [flags...]: TRAIN OUT=$tmp/name, final parameters in $tmp/name.params
-    local name=$1 np=$2 model=$3
-    shift 3
-    local cmd=("$T" run $(recipe "$model") --out "$tmp/$name" --peak-gflops 10 "$@")
-    if [ "$np" -eq 1 ]; then
-        TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
-    else
-        TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1
-    fi || { bad "$name exited $?: $(grep -v '^--\|^ \|^$' "$tmp/$name.log" | tail -2 | tr '\n' ' ')"; return 1; }
-}
 
 # the single process each layout is compared with, and the same in micro-batches of 1, 2, 4
 for model in gpt gptu llama; do one_process "$model" || exit 1; done
@@ -59,7 +35,7 @@ PY
 check_layout() { # name model np flags...: equal to one process, memory as predicted, the report
     local name=$1 model=$2 np=$3
     shift 3
-    run "$name" "$np" "$model" "$@" || return
+    layout_run "$name" "$np" "$model" "$@" || return
     grep -q "^pipeline .*idle share of the step by stage.*(theory" "$tmp/$name.log" ||
         bad "$name: no pipeline report"
     if e=$(cmp_run "$tmp/$name" "$tmp/${model}_one"); then
@@ -119,43 +95,13 @@ fi
 samples=(gpt llama)
 [ "$quick" = 1 ] && samples=(gpt)
 for model in "${samples[@]}"; do
-    name="${model}_pp2_sample"
-    run "$name" 2 "$model" --pp 2 --micro-batch 2 --set ckpt=10 --set sample=40 || continue
-    if cmp -s "$tmp/$name/sample.txt" "$tmp/${model}_one/sample.txt"; then
-        ok "$name: the 40-token sample equals one process's"
-    else
-        bad "$name: the sample differs from one process's"
-    fi
-    for r in "$name" "${model}_one"; do
-        "$T" export "$tmp/$r" --format hf --out "$tmp/$r.hf" >"$tmp/$r.export.log" 2>&1 ||
-            bad "$r: export failed: $(tail -1 "$tmp/$r.export.log")"
-    done
-    if e=$(hf_cmp "$tmp/$name.hf/model.safetensors" "$tmp/${model}_one.hf/model.safetensors" \
-        "$(path_length "$tmp/${model}_one")"); then
-        ok "$name: the Hugging Face export equals one process's: $e"
-    else
-        bad "$name: the Hugging Face export differs: $e"
-    fi
+    sample_export "${model}_pp2_sample" 2 "$model" --pp 2 --micro-batch 2
 done
 
 # bad layouts: one line of ours, a non-zero exit, before training
-refused() { # name np expected-text flags...
-    local name=$1 np=$2 want=$3
-    shift 3
-    timeout 60 mpirun -np "$np" "$T" run tests/recipes_good/pp_gpt.lua --out "$tmp/$name" "$@" \
-        >"$tmp/$name.log" 2>&1
-    local rc=$? n
-    n=$(grep -c "^trainer\|^tests/recipes_good" "$tmp/$name.log")
-    if [ "$rc" -ne 0 ] && [ "$n" -eq 1 ] && grep -qF -- "$want" "$tmp/$name.log" &&
-        ! [ -e "$tmp/$name/metrics.jsonl" ]; then
-        ok "$name: refused in one line: $(grep -F -- "$want" "$tmp/$name.log" | head -1)"
-    else
-        bad "$name: exit $rc, $n line(s) of ours"; cat "$tmp/$name.log"
-    fi
-}
-refused bad_world 2 "4 processes, but 2 started" --pp 4
-refused bad_blocks 2 "the model has 8 blocks (virtual_stages 2, 3 or 4 would)" --pp 2 --virtual-stages 8 --schedule interleaved
-refused bad_interleaved 4 "interleaved needs microbatches a multiple of pp 4" --pp 4 --schedule interleaved --microbatches 2
+layout_refused bad_world 2 "4 processes, but 2 started" --pp 4
+layout_refused bad_blocks 2 "the model has 8 blocks (virtual_stages 2, 3 or 4 would)" --pp 2 --virtual-stages 8 --schedule interleaved
+layout_refused bad_interleaved 4 "interleaved needs microbatches a multiple of pp 4" --pp 4 --schedule interleaved --microbatches 2
 
 # a stage killed mid-run: its neighbour, waiting for its activations or gradients, exits
 # within the timeout with a line naming a rank (no hang)

@@ -11,31 +11,7 @@
 # a layout that does not fit the processes is refused in one line.
 set -u
 . "$(dirname "$0")/lib.sh"
-T="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-
-recipe() { # model key: the recipe and its --set
-    case $1 in
-    gpt) echo "tests/recipes_good/tp_gpt.lua" ;;
-    gptu) echo "tests/recipes_good/tp_gpt.lua --set tied=false" ;;
-    llama) echo "tests/recipes_good/tp_llama.lua" ;;
-    esac
-}
-
-run() { # name np model [flags...]: TRAIN OUT=$tmp/name, final parameters in $tmp/name.params
-    local name=$1 np=$2 model=$3
-    shift 3
-    local cmd=("$T" run $(recipe "$model") --out "$tmp/$name" --peak-gflops 10 "$@")
-    if [ "$np" -eq 1 ]; then
-        TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
-    else
-        TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1
-    fi || { bad "$name exited $?: $(grep -v '^--\|^ \|^$' "$tmp/$name.log" | tail -2 | tr '\n' ' ')"; return 1; }
-}
+layout_setup "$1" tests/recipes_good/tp
 
 # the single process each layout is compared with, and the same in micro-batches of 1, 2, 4
 for model in gpt gptu llama; do one_process "$model" || exit 1; done
@@ -45,7 +21,7 @@ for model in gpt gptu llama; do one_process "$model" || exit 1; done
 memory_check() { # name model show-flags...
     local name=$1 model=$2
     shift 2
-    "$T" show $(recipe "$model") "$@" >"$tmp/$name.show" 2>&1
+    "$T" show $(layout_recipe "$model") "$@" >"$tmp/$name.show" 2>&1
     python3 - "$tmp/$name.show" "$tmp/$name/memory.json" <<'PY'
 import json, re, sys
 line = [l for l in open(sys.argv[1]) if l.startswith("memory bytes per process:")]
@@ -79,7 +55,7 @@ for l in "${layouts[@]}"; do
     set -- $l
     model=$1 name="$1_$2" np=$3
     shift 3
-    run "$name" "$np" "$model" "$@" || continue
+    layout_run "$name" "$np" "$model" "$@" || continue
     grep -q "^tensor parallel: [0-9]* collectives" "$tmp/$name.log" || bad "$name: no tensor-parallel report"
     if e=$(cmp_run "$tmp/$name" "$tmp/${model}_one"); then
         ok "$name: equal to one process: $e"
@@ -109,35 +85,11 @@ resume_pair llama ckpt_tp4_to_tp2 4 "--tp 4" 2 "--tp 2"
 # the sample drawn with the KV cache at the end of a tensor-parallel run (every rank decodes
 # its heads, the logits are gathered) and the Hugging Face export of its checkpoint
 for model in gpt llama; do
-    name="${model}_tp2_sample"
-    run "$name" 2 "$model" --tp 2 --sequence-parallel --set ckpt=10 --set sample=40 || continue
-    if cmp -s "$tmp/$name/sample.txt" "$tmp/${model}_one/sample.txt"; then
-        ok "$name: the 40-token sample equals one process's"
-    else
-        bad "$name: the sample differs from one process's"
-    fi
-    for r in "$name" "${model}_one"; do
-        "$T" export "$tmp/$r" --format hf --out "$tmp/$r.hf" >"$tmp/$r.export.log" 2>&1 ||
-            bad "$r: export failed: $(tail -1 "$tmp/$r.export.log")"
-    done
-    if e=$(hf_cmp "$tmp/$name.hf/model.safetensors" "$tmp/${model}_one.hf/model.safetensors" \
-        "$(path_length "$tmp/${model}_one")"); then
-        ok "$name: the Hugging Face export equals one process's: $e"
-    else
-        bad "$name: the Hugging Face export differs: $e"
-    fi
+    sample_export "${model}_tp2_sample" 2 "$model" --tp 2 --sequence-parallel
 done
 
 # a layout that does not fit the processes: one line, before training
-timeout 60 mpirun -np 2 "$T" run tests/recipes_good/tp_gpt.lua --tp 4 --out "$tmp/badl" >"$tmp/badl.log" 2>&1
-rc=$?
-n=$(grep -c "^trainer\|^tests/recipes_good" "$tmp/badl.log")
-if [ "$rc" -ne 0 ] && [ "$n" -eq 1 ] && grep -q "tp 4 needs a multiple of 4 processes, but 2 started" "$tmp/badl.log" &&
-    ! [ -e "$tmp/badl/metrics.jsonl" ]; then
-    ok "--tp 4 on 2 processes is refused in one line: $(grep "tp 4" "$tmp/badl.log" | head -1)"
-else
-    bad "--tp 4 on 2 processes: exit $rc, $n line(s) of ours"; cat "$tmp/badl.log"
-fi
+layout_refused bad_tp4 2 "tp 4 needs a multiple of 4 processes, but 2 started" --tp 4
 
 [ "$fail" -eq 0 ] && echo "tp: all passed" || echo "tp: FAILED"
 exit "$fail"

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the generated seed inputs of tests/fuzz/corpus/ (shards, safetensors files, JSON
 documents, tokenizer triples, checkpoints): small, valid examples of each format, made the
-way the trainer writes them. The recipe and cluster seeds are copies of files in tests/ and
-recipes/. Run from anywhere: python3 tests/fuzz/make_seeds.py"""
+way the trainer writes them. The recipe and cluster seeds are not copied here: the fuzz
+targets read the test recipes and cluster files where they live (tests/fuzz/CMakeLists.txt).
+Run from anywhere: python3 tests/fuzz/make_seeds.py"""
 import hashlib, json, os, struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (tests/fuzz/fuzz_*.c) under libFuzzer with ASan and UBSan for a
-# bounded time each, starting from its committed corpus (corpus/<target>/). Fails on any crash,
+# bounded time each, starting from its seeds (corpus/<target>/; the recipe and cluster targets:
+# the test recipes and cluster files, see tests/fuzz/CMakeLists.txt). Fails on any crash,
 # leak, UB or timeout, and says where the input that caused it was saved. Configures its own
 # clang build (build-fuzz/, TR_FUZZ=ON; installs clang with apt-get when it is missing) and
 # exits 77 (skipped) only when clang with libFuzzer cannot be had.
@@ -67,8 +68,13 @@ fuzz_one() {
     local work=$build/fuzz/$t/corpus art=$build/fuzz/$t/artifacts log=$build/fuzz/$t/log
     mkdir -p "$work" "$art"
     rm -f "$art"/*
+    # the seeds: corpus/<target>/ where there is one, and the files the build lists for the
+    # target (tests/fuzz/CMakeLists.txt: the test recipes and cluster files where they live)
+    local dirs=("$work") more=() list=$build/tests/fuzz/seeds_$t.txt
+    [ -d "$seeds" ] && dirs+=("$seeds")
+    [ -s "$list" ] && more=(-seed_inputs=@"$list")
     "$bin" -max_total_time="$secs" -timeout=25 -rss_limit_mb=2048 -max_len=65536 \
-        -print_final_stats=1 -artifact_prefix="$art/" "$work" "$seeds" >"$log" 2>&1
+        -print_final_stats=1 -artifact_prefix="$art/" "${more[@]}" "${dirs[@]}" >"$log" 2>&1
     local rc=$? runs cov
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
@@ -78,7 +84,7 @@ fuzz_one() {
             [ -e "$f" ] || continue
             echo "fuzz: FAIL $t: the input is saved at $f"
             echo "  replay it: $bin $f   (full log: $log)"
-            echo "  once fixed, commit it as a regression input: cp $f $seeds/regress-NAME"
+            echo "  once fixed, commit it as a regression input: mkdir -p $seeds; cp $f $seeds/regress-NAME"
         done
         [ -n "$(ls -A "$art")" ] || echo "fuzz: FAIL $t: exit $rc (log: $log)"
         return 1
