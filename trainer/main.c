@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/env.h"
 #include "parallel/schedule.h"
 #include "trainer/checkpoint.h"
 #include "trainer/report.h"
@@ -277,6 +278,12 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
         fprintf(perr(), "trainer %s: no recipe given (see trainer %s --help)\n", cmd, cmd);
         return -1;
     }
+    long pad = 0; /* checked with the flags, so that every subcommand refuses it alike */
+    if (tr_env_int("TR_PAD_VOCAB", 1, TR_PAD_VOCAB_MAX, &pad, err, sizeof err) < 0) {
+        fprintf(perr(), "trainer %s: %s\n", cmd, err);
+        return -1;
+    }
+    o->pad_vocab = (int)pad;
     if (o->resume && o->overwrite) {
         fprintf(perr(),
                 "trainer %s: --resume continues the run in the output folder and "

@@ -14,6 +14,7 @@
 
 #include "data/json.h"
 #include "data/tokenizer.h"
+#include "parallel/env.h"
 #include "trainer/run.h"
 
 /* Learning rate at `step` (0-based): linear warmup from 0, then the recipe's decay to min_lr. */
@@ -448,13 +449,15 @@ static void fmt_rates(const run_ctx *x, double tps, const char *sep, char *buf, 
 }
 
 int run_progress_tty(const char *flag, char *msg, size_t len) {
-    const char *env = getenv("TR_PROGRESS");
-    const char *how = flag ? flag : env && *env ? env : NULL;
-    if (how && strcmp(how, "tty") && strcmp(how, "lines")) {
-        snprintf(msg, len, "trainer run: TR_PROGRESS must be tty or lines, got '%s'", how);
+    static const char *const ways[] = {"tty", "lines", NULL};
+    int env = -1;
+    char m[256];
+    if (tr_env_word("TR_PROGRESS", ways, &env, m, sizeof m) < 0) {
+        snprintf(msg, len, "trainer run: %s", m);
         return -1;
     }
-    if (how) return !strcmp(how, "tty");
+    if (flag) return !strcmp(flag, "tty"); /* checked with the flags */
+    if (env >= 0) return env == 0;
     /* Open MPI (OMPI_*, PMIx), MPICH's Hydra (PMI_RANK) and Slurm's srun set these */
     static const char *launcher[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
                                      "SLURM_PROCID"};
@@ -697,9 +700,8 @@ static int run_report(run_ctx *x) {
     if ((x->rank == 0 || together) && write_sample(x, r->train.out, x->rank == 0))
         x->out_failed = 1;
     tr_dp_hold_params(x->dp, 0);
-    const char *dump = getenv("TR_DUMP_PARAMS");
-    if (dump && *dump) {
-        int bad = run_dump_params(x, dump);
+    if (x->dump_params) {
+        int bad = run_dump_params(x, x->dump_params);
         if (bad < 0) {
             fprintf(stderr, "trainer: rank %d: out of memory for TR_DUMP_PARAMS\n", x->rank);
             return 1;
