@@ -19,11 +19,14 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 
-# json FILE PYTHON-EXPR: the expression over d (the parsed JSON) must hold
+# json FILE PYTHON-EXPR: the expression over d (the parsed JSON, strictly: no Infinity or
+# NaN) must hold
 json() {
     python3 - "$1" "$2" <<'PY'
 import json, sys
-d = json.load(open(sys.argv[1]))
+def no_constant(c):
+    raise ValueError("not JSON: " + c)
+d = json.load(open(sys.argv[1]), parse_constant=no_constant)
 ok = eval(sys.argv[2])
 print(ok)
 sys.exit(0 if ok is True else 1)
@@ -38,6 +41,12 @@ FIELDS='all(k in d["plan"] for k in ("dp","tp","pp","zero","micro_batch","microb
 json "$tmp/p2.json" "$FIELDS and d['plan']['dp'] * d['plan']['tp'] * d['plan']['pp'] == 256 and d['plan']['tp'] <= 8 and d['plan']['predicted']['memory_exact'] and d['plan']['predicted']['memory_bytes'] <= d['plan']['predicted']['memory_capacity'] and all(a['why'] for a in d['alternatives'])" >/dev/null &&
     ok "70B on 256 H100s: --json has the recipe's names, dp x tp x pp = 256, tp within a node, measured memory, reasons" ||
     { bad "70B on 256 H100s --json"; head -c 600 "$tmp/p2.json"; cat "$tmp/p2.err"; }
+# a price at the edge of a double: the cost is not finite, and --json says null (it wrote inf)
+sed 's/device: H100-80GB/device: H100-80GB\n    price_per_hour: 1e308/' recipes/clusters/h100x8.yaml >"$tmp/pricey.yaml"
+"$T" plan recipes/shakespeare_char.lua --cluster "$tmp/pricey.yaml" --json >"$tmp/pricey.json" 2>"$tmp/pricey.err" &&
+    json "$tmp/pricey.json" 'd["plan"]["predicted"]["cost_usd"] is None and d["plan"]["predicted"]["step_s"] > 0' >/dev/null &&
+    ok "a price of 1e308 an hour: --json is valid JSON, cost_usd null" ||
+    { bad "a price of 1e308 an hour --json"; grep -o '"cost_usd": [^,]*' "$tmp/pricey.json"; cat "$tmp/pricey.err"; }
 for c in recipes/clusters/*.yaml; do
     "$T" plan bench/megatron_gpt.lua --cluster "$c" --json >"$tmp/c.json" 2>"$tmp/c.err" &&
         json "$tmp/c.json" 'd["fits"] and d["plan"]["predicted"]["step_s"] > 0' >/dev/null &&

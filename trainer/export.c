@@ -199,12 +199,13 @@ static void build_map(const tr_model_desc *d, const hf_shape *s, map_list *l) {
     if (!s->tied) add(l, "lm_head.weight", "lm_head.weight", 0, V, C, 0);
 }
 
-/* The shortest decimal that reads back as the same float. */
+/* The shortest decimal that reads back as the same float (null, as tr_json_write_num, when it
+ * is not finite). */
 static void put_float(FILE *f, float x) {
     char buf[32];
     for (int p = 6; p <= 9; p++) {
-        snprintf(buf, sizeof(buf), "%.*g", p, (double)x);
-        if (strtof(buf, NULL) == x) break;
+        tr_json_fmt_num(buf, sizeof(buf), (double)x, p);
+        if (!isfinite(x) || strtof(buf, NULL) == x) break;
     }
     fputs(buf, f);
 }

@@ -193,15 +193,24 @@ static void json_plan(const tr_plan *p, FILE *f) {
             p->virtual_stages, rec_name(p->recompute));
     for (int k = 0; k < p->pp * p->virtual_stages; k++)
         fprintf(f, "%s%d", k ? ", " : "", p->chunk_start[k]);
-    fprintf(f, "], \"predicted\": {\"memory_bytes\": %.0f, \"memory_exact\": %s, "
-               "\"memory_capacity\": %.0f, \"step_s\": %.6g, \"compute_s\": %.6g, "
-               "\"bubble_s\": %.6g, \"tp_s\": %.6g, \"pp_s\": %.6g, \"dp_s\": %.6g, "
-               "\"optimizer_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.4f, \"hours\": %.6g, "
-               "\"cost_usd\": %.6g, \"cost_per_million_tokens\": %.6g, \"egress_gb_per_step\": "
-               "%.6g}",
-            p->mem_bytes, p->mem_exact ? "true" : "false", p->mem_cap, p->step_s, p->compute_s,
-            p->bubble_s, p->tp_s, p->pp_s, p->dp_s, p->optim_s, p->tokens_s, p->mfu, p->hours,
-            p->cost, p->cost_per_mtok, p->egress_gb);
+    /* a price or a rate at the edge of a double (a huge price: cost inf) is null, never inf */
+    const struct {
+        const char *key;
+        double v;
+        int digits;
+    } num[] = {{"memory_bytes", p->mem_bytes, 0}, {"memory_capacity", p->mem_cap, 0},
+               {"step_s", p->step_s, 6}, {"compute_s", p->compute_s, 6},
+               {"bubble_s", p->bubble_s, 6}, {"tp_s", p->tp_s, 6}, {"pp_s", p->pp_s, 6},
+               {"dp_s", p->dp_s, 6}, {"optimizer_s", p->optim_s, 6},
+               {"tokens_per_s", p->tokens_s, 6}, {"mfu", p->mfu, -4}, {"hours", p->hours, 6},
+               {"cost_usd", p->cost, 6}, {"cost_per_million_tokens", p->cost_per_mtok, 6},
+               {"egress_gb_per_step", p->egress_gb, 6}};
+    fprintf(f, "], \"predicted\": {\"memory_exact\": %s", p->mem_exact ? "true" : "false");
+    for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
+        fprintf(f, ", \"%s\": ", num[i].key);
+        tr_json_write_num(f, num[i].v, num[i].digits);
+    }
+    fprintf(f, "}");
     if (p->why[0]) {
         fprintf(f, ", \"why\": ");
         tr_json_write_string(f, p->why);
@@ -218,9 +227,10 @@ static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) 
     tr_json_write_string(f, c->source);
     fprintf(f, ", \"assumed\": ");
     tr_json_write_string(f, res->assumed);
-    fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": %.4f},\n"
-               " \"alternatives\": [",
-            res->evaluated, res->feasible, res->seconds);
+    fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": ",
+            res->evaluated, res->feasible);
+    tr_json_write_num(f, res->seconds, -4);
+    fprintf(f, "},\n \"alternatives\": [");
     for (int i = 0; i < res->n_alts; i++) {
         fprintf(f, "%s\n  ", i ? "," : "");
         json_plan(&res->alts[i], f);

@@ -377,55 +377,70 @@ static double dp_hidden(const run_ctx *x, double *exposed_s, double *span_s) {
     return tr_dp_hidden_fraction(x->dp);
 }
 
-/* A JSON number of `digits` significant digits, or null when v is not finite. */
-static void put_number(FILE *f, int digits, double v) {
-    if (isfinite(v))
-        fprintf(f, "%.*g", digits, v);
-    else
-        fputs("null", f);
-}
-
 /* Rank 0's metrics.jsonl line; a file that cannot be written is said once and training goes
  * on (the ranks stay in step), the run then exits with 1. */
 static void write_metrics(run_ctx *x, int step, const step_result *res, int do_eval, double val) {
     FILE *m = x->metrics;
     if (!m) return;
-    /* JSON has no inf or nan: a skipped step's loss or norm, an unknown peak, are null */
+    /* JSON has no inf or nan: a skipped step's loss or norm, an unknown peak, are null
+       (tr_json_write_num, as every figure here) */
     fprintf(m, "{\"step\": %d, \"loss\": ", step + 1);
-    put_number(m, 17, res->loss);
-    fprintf(m, ", \"lr\": %.6g, \"grad_norm\": ", res->lr);
-    put_number(m, 6, res->norm);
-    fprintf(m,
-            ", \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"time\": %.3f, \"attempt\": %d, "
-            "\"mfu\": ",
-            res->tps, res->gflops, tr_ledger_unix_now(), tr_ledger_attempt(x->ledger));
-    if (isfinite(res->mfu))
-        fprintf(m, "%.4f", res->mfu);
-    else
-        fprintf(m, "null");
+    tr_json_write_num(m, res->loss, 17);
+    const struct {
+        const char *key;
+        double v;
+        int digits;
+    } num[] = {{"lr", res->lr, 6},
+               {"grad_norm", res->norm, 6},
+               {"tokens_per_s", res->tps, -1},
+               {"gflops", res->gflops, -2},
+               {"time", tr_ledger_unix_now(), -3}};
+    for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
+        fprintf(m, ", \"%s\": ", num[i].key);
+        tr_json_write_num(m, num[i].v, num[i].digits);
+    }
+    fprintf(m, ", \"attempt\": %d, \"mfu\": ", tr_ledger_attempt(x->ledger));
+    tr_json_write_num(m, res->mfu, -4);
     if (res->skipped)
         fprintf(m, ", \"skipped\": \"%s\"", res->skipped == GUARD_NAN ? "nan" : "spike");
     double dp_exposed, dp_span;
-    if (x->lay.dp > 1)
-        fprintf(m, ", \"comm_hidden\": %.4f", dp_hidden(x, &dp_exposed, &dp_span));
+    if (x->lay.dp > 1) {
+        fprintf(m, ", \"comm_hidden\": ");
+        tr_json_write_num(m, dp_hidden(x, &dp_exposed, &dp_span), -4);
+    }
     if (x->nranks > 1) {
         fprintf(m, ", \"rank_compute_s\": [");
-        for (int k = 0; k < x->nranks; k++)
-            fprintf(m, "%s%.4f", k ? ", " : "", x->all_compute[k]);
+        for (int k = 0; k < x->nranks; k++) {
+            fputs(k ? ", " : "", m);
+            tr_json_write_num(m, x->all_compute[k], -4);
+        }
         fprintf(m, "]");
     }
     if (x->pipe) { /* each rank's idle share of the pipeline schedule */
         fprintf(m, ", \"pipeline_idle\": [");
-        for (int k = 0; k < x->nranks; k++)
-            fprintf(m, "%s%.4f", k ? ", " : "",
-                    x->all_steps[TR_LEDGER_EXTRA * k + FIG_PIPE_IDLE]);
+        for (int k = 0; k < x->nranks; k++) {
+            fputs(k ? ", " : "", m);
+            tr_json_write_num(m, x->all_steps[TR_LEDGER_EXTRA * k + FIG_PIPE_IDLE], -4);
+        }
         fprintf(m, "]");
     }
-    if (do_eval) fprintf(m, ", \"val_loss\": %.6f", val);
+    if (do_eval) {
+        fprintf(m, ", \"val_loss\": ");
+        tr_json_write_num(m, val, -6);
+    }
     /* the plan's prediction beside the measured step and the fullest process's memory */
-    fprintf(m, ", \"step_s\": %.6g, \"predicted_step_s\": %.6g, \"memory_bytes\": %.0f, "
-               "\"predicted_memory_bytes\": %.0f",
-            res->dt, x->plan_step_s, x->mem_most, x->plan_mem);
+    const struct {
+        const char *key;
+        double v;
+        int digits;
+    } tail[] = {{"step_s", res->dt, 6},
+                {"predicted_step_s", x->plan_step_s, 6},
+                {"memory_bytes", x->mem_most, 0},
+                {"predicted_memory_bytes", x->plan_mem, 0}};
+    for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) {
+        fprintf(m, ", \"%s\": ", tail[i].key);
+        tr_json_write_num(m, tail[i].v, tail[i].digits);
+    }
     fprintf(m, "}\n");
     if (fflush(m) || ferror(m)) {
         int e = errno;
