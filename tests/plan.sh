@@ -90,6 +90,19 @@ expect 2 "nope.yaml: cannot read" -- plan $R --cluster nope.yaml
 expect 2 "multiple of --gpus-per-node" -- plan $R --gpus 12 --gpus-per-node 8 --gpu H100-80GB
 expect 2 "tests/clusters_bad/unknown_field.yaml:" -- plan $R --cluster tests/clusters_bad/unknown_field.yaml
 expect 2 "unknown option '--zeroo'" -- plan $R --zeroo 1
+# a cluster file nested 100,000 deep (200 KB) kept libyaml's loader busy for minutes: refused
+# on its events at the 65th level, before any document is built (timeout: a guard against a
+# hang, not a measurement)
+python3 -c 'import sys; n = 100000; sys.stdout.write("groups: " + "[" * n + "]" * n + "\n")' >"$tmp/deep.yaml"
+expect 2 "deep.yaml:1: syntax: nested deeper than 64 levels" -- plan $R --cluster "$tmp/deep.yaml"
+# flag combinations that were dropped silently: --deadline is the cost objective's; run's
+# output flags; the device flags, which describe this job only
+expect 2 "^trainer plan: --deadline asks for the cheapest plan within the deadline (the cost objective); it cannot go with --objective time$" -- \
+    plan $R --cluster recipes/clusters/h100x8.yaml --objective time --deadline 5
+expect 2 "^trainer plan: --out is a flag of .trainer run. that plan does not use$" -- plan $R --out "$tmp/x"
+expect 2 "^trainer plan: --sample-tokens is a flag of .trainer run. that plan does not use$" -- plan $R --sample-tokens 5
+expect 2 "^trainer plan: --device is a flag of .trainer run. that plan does not use for a --cluster or --gpus plan$" -- \
+    plan $R --gpus 8 --gpu H100-80GB --device cpu
 
 # 4. parallel "auto" on 2 processes: the plan `trainer plan` makes under the same mpirun. Each
 # command measures the machine (sgemm, memcpy, the collectives) before it plans, and on a
