@@ -93,6 +93,14 @@ TR_DUMP_PARAMS="$tmp/nowhere/p.params" expect 1 "^trainer run: TR_DUMP_PARAMS mu
 [ ! -e "$tmp/dumpp/metrics.jsonl" ] && echo "ok   TR_DUMP_PARAMS: no training before the refusal" ||
     { echo "FAIL TR_DUMP_PARAMS: the run trained before refusing"; fail=1; }
 expect 1 "nope.lua: cannot read recipe" -- show nope.lua
+# sizes: --sample-tokens is bounded like train.sample_tokens (it grew memory silently); a width
+# whose counts overflowed 64 bits is refused by the schema, naming the knob the value came from
+expect 2 "^trainer run: --sample-tokens must be at most 1000000, got '1000000000'$" -- \
+    run recipes/shakespeare_char.lua --sample-tokens 1000000000 --out "$tmp/st"
+expect 1 "shakespeare_char.lua:20: mlp: field 'hidden' must be <= 1048576, got 2147483632 (from --set width=536870908)$" -- \
+    show recipes/shakespeare_char.lua --set width=536870908
+expect 1 "shakespeare_char.lua:20: mlp: field 'hidden' must be >= 1, got 0 (from --set width=0)$" -- \
+    show recipes/shakespeare_char.lua --set width=0
 expect 1 "unknown knob (knobs: batch_tokens, heads, layers, lr, seq, steps, width)" -- show recipes/shakespeare_char.lua --set widht=3
 expect 1 "knob 'layers'" -- show recipes/shakespeare_char.lua --set layers=many
 expect 1 "micro-batch 5 does not divide" -- show recipes/shakespeare_char.lua --micro-batch 5

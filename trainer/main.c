@@ -188,6 +188,11 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
         } else if (!strcmp(a, "--sample-tokens")) {
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->sample_tokens))
                 return -1;
+            if (o->sample_tokens > TR_MAX_SAMPLE_TOKENS) { /* as train.sample_tokens */
+                fprintf(perr(), "trainer %s: --sample-tokens must be at most %d, got '%s'\n", cmd,
+                        TR_MAX_SAMPLE_TOKENS, argv[i]);
+                return -1;
+            }
         } else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
             if (need_value(cmd, a, i, argc)) return -1;
             const char *v = argv[++i];
