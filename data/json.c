@@ -416,6 +416,23 @@ void tr_json_write_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+void tr_json_fmt_num(char *buf, size_t n, double v, int digits) {
+    if (!isfinite(v))
+        snprintf(buf, n, "null");
+    else if (digits > 0)
+        snprintf(buf, n, "%.*g", digits, v);
+    else if (digits < 0)
+        snprintf(buf, n, "%.*f", -digits, v);
+    else if (snprintf(buf, n, "%.15g", v), strtod(buf, NULL) != v)
+        snprintf(buf, n, "%.17g", v);
+}
+
+void tr_json_write_num(FILE *f, double v, int digits) {
+    char b[400]; /* %.Nf of the largest double has 309 digits before the point */
+    tr_json_fmt_num(b, sizeof b, v, digits);
+    fputs(b, f);
+}
+
 void tr_json_write(FILE *f, const tr_json *v) {
     switch (v->type) {
     case TR_JSON_NULL:
@@ -424,13 +441,9 @@ void tr_json_write(FILE *f, const tr_json *v) {
     case TR_JSON_BOOL:
         fputs(v->num ? "true" : "false", f);
         break;
-    case TR_JSON_NUM: {
-        char b[40]; /* the shorter form when it reads back the same */
-        snprintf(b, sizeof(b), "%.15g", v->num);
-        if (strtod(b, NULL) != v->num) snprintf(b, sizeof(b), "%.17g", v->num);
-        fputs(b, f);
+    case TR_JSON_NUM:
+        tr_json_write_num(f, v->num, 0);
         break;
-    }
     case TR_JSON_STR:
         tr_json_write_string(f, v->str);
         break;

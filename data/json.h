@@ -51,6 +51,12 @@ void tr_json_free(tr_json *j);
 
 /* s as a JSON string literal (quotes and escapes) on f. */
 void tr_json_write_string(FILE *f, const char *s);
+/* The one way a double is written into JSON (every .json and .jsonl writer uses it): null
+ * when v is not finite (JSON has no inf or nan), else with `digits` significant digits
+ * (%.*g), -digits decimals when negative (%.*f), or with 0 the fewest of 15 or 17 digits that
+ * read back to the same double. tr_json_fmt_num: the same into buf. */
+void tr_json_write_num(FILE *f, double v, int digits);
+void tr_json_fmt_num(char *buf, size_t n, double v, int digits);
 /* A tree value as compact JSON on f (numbers in the fewest of 15 or 17 digits that read back to
  * the same double). */
 void tr_json_write(FILE *f, const tr_json *v);

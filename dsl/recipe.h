@@ -11,6 +11,16 @@
 #define TR_PATH_MAX 1024
 #define TR_MAX_KNOBS 64
 #define TR_MAX_SETS 64
+/* Bounds of the model's and the run's sizes, checked by the recipe's schema: well past any
+ * model trained today, and small enough that every count and byte count of the model (a
+ * matrix of vocab x dim elements, activations of seq_len x hidden, ...) fits in 64 bits. */
+#define TR_MAX_VOCAB 16777216       /* 2^24 */
+#define TR_MAX_DIM 65536            /* model.dim */
+#define TR_MAX_SEQ_LEN 1048576      /* model.seq_len, 2^20 */
+#define TR_MAX_HIDDEN 1048576       /* mlp.hidden */
+#define TR_MAX_HEADS 4096           /* attention.heads and kv_heads */
+#define TR_MAX_BATCH_TOKENS (1L << 40)
+#define TR_MAX_SAMPLE_TOKENS 1000000 /* train.sample_tokens and --sample-tokens */
 
 /* The model is a tree of nodes. Containers: SEQUENCE (the model itself), STACK (children
  * repeated `repeat` times), RESIDUAL (x + children(x)). Everything else is a leaf layer. */

@@ -87,11 +87,11 @@ static const field_spec rope_fields[] = {{"theta", FK_NUM, OPT, LO_GT, 0, HI_NON
 static const field_spec layernorm_fields[] = {{"bias", FK_BOOL, OPT, 0, 0, 0, 0, NULL},
                                               {"eps", FK_NUM, OPT, LO_GT, 0, HI_NONE, 0, NULL}};
 static const field_spec rmsnorm_fields[] = {{"eps", FK_NUM, OPT, LO_GT, 0, HI_NONE, 0, NULL}};
-static const field_spec attention_fields[] = {INT_FIELD("heads", REQ, 1),
-                                              INT_FIELD("kv_heads", OPT, 1),
+static const field_spec attention_fields[] = {INT_FIELD_MAX("heads", REQ, 1, TR_MAX_HEADS),
+                                              INT_FIELD_MAX("kv_heads", OPT, 1, TR_MAX_HEADS),
                                               {"bias", FK_BOOL, OPT, 0, 0, 0, 0, NULL}};
 static const field_spec mlp_fields[] = {
-    INT_FIELD("hidden", OPT, 1),
+    INT_FIELD_MAX("hidden", OPT, 1, TR_MAX_HIDDEN),
     {"activation", FK_ENUM, OPT, 0, 0, 0, 0, dsl_activation_names},
     {"bias", FK_BOOL, OPT, 0, 0, 0, 0, NULL}};
 static const field_spec stack_fields[] = {INT_FIELD("n", REQ, 1)};
@@ -336,8 +336,9 @@ static int check_model(recipe_ctx *c, tr_model_desc *m) {
     return 0;
 }
 
-static const field_spec model_fields[] = {INT_FIELD("vocab", REQ, 1), INT_FIELD("dim", REQ, 1),
-                                          INT_FIELD("seq_len", REQ, 1)};
+static const field_spec model_fields[] = {INT_FIELD_MAX("vocab", REQ, 1, TR_MAX_VOCAB),
+                                          INT_FIELD_MAX("dim", REQ, 1, TR_MAX_DIM),
+                                          INT_FIELD_MAX("seq_len", REQ, 1, TR_MAX_SEQ_LEN)};
 
 static int l_model(lua_State *L) {
     recipe_ctx *c = dsl_ctx(L);

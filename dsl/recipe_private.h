@@ -43,6 +43,10 @@ typedef struct {
     const tr_knob_set *sets;
     int n_sets;
     unsigned char set_target[TR_MAX_SETS]; /* per --set: SET_FREE until a section takes it */
+    /* the --set knobs the recipe read since the last constructor finished, and ever (bit i:
+       sets[i]): a field out of bounds names those read just before it, or one whose value it
+       is, the user's own input */
+    unsigned long long sets_read, sets_ever;
     size_t mem_used;
     int mem_exceeded;
     long long instr;
@@ -134,6 +138,8 @@ typedef struct {
 #define OPT 0
 #define INT_FIELD(nm, req, lo)                                                                     \
     { nm, FK_INT, req, LO_GE, lo, HI_LE, INT_MAX, NULL }
+#define INT_FIELD_MAX(nm, req, lo, hi)                                                             \
+    { nm, FK_INT, req, LO_GE, lo, HI_LE, hi, NULL }
 #define LONG_FIELD(nm, req, lo)                                                                    \
     { nm, FK_INT, req, LO_GE, lo, HI_LE, (double)LONG_MAX, NULL }
 #define NSPECS(a) ((int)(sizeof(a) / sizeof((a)[0])))

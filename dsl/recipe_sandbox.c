@@ -265,6 +265,35 @@ static int setup(lua_State *L) {
     return 1;
 }
 
+/* Lua's "attempt to call a nil value (global 'flashblock')" after "FILE:LINE: ", said as what
+ * it is: a name that is no layer or section, with the known ones. */
+static void unknown_constructor(recipe_ctx *c, char *err, size_t errlen) {
+    static const char what[] = "attempt to call a nil value (global '";
+    char *at = strstr(err, what);
+    size_t n = at ? strcspn(at + sizeof what - 1, "'") : 0;
+    if (!at || n == 0 || n >= TR_NAME_MAX) return;
+    char name[TR_NAME_MAX];
+    snprintf(name, sizeof name, "%.*s", (int)n, at + sizeof what - 1);
+    if (!strcmp(name, "require") || !strcmp(name, "dofile") || !strcmp(name, "loadfile")) {
+        snprintf(at, errlen - (size_t)(at - err),
+                 "'%s' is not available in recipes (a recipe reads no other file)", name);
+        return;
+    }
+    const char *names[64];
+    int k = 0;
+    for (int i = 0; dsl_layer_ctors[i].name && k < 32; i++)
+        if (strcmp(dsl_layer_ctors[i].name, "model")) names[k++] = dsl_layer_ctors[i].name;
+    char layers[512], sections[256];
+    dsl_sorted_list(layers, sizeof layers, names, k);
+    k = 0;
+    names[k++] = "model";
+    for (int i = 0; dsl_section_ctors[i].name && k < 32; i++)
+        names[k++] = dsl_section_ctors[i].name;
+    dsl_sorted_list(sections, sizeof sections, names, k);
+    snprintf(at, errlen - (size_t)(at - err), "unknown layer '%s' (layers: %s; sections: %s)",
+             name, layers, sections);
+}
+
 /* Lua cuts "=name" chunk names to LUA_IDSIZE - 1 bytes in its own messages: restore the name. */
 static void set_error(recipe_ctx *c, const char *msg, char *err, size_t errlen) {
     size_t n = strlen(c->chunk), cut = LUA_IDSIZE - 1;
@@ -280,6 +309,7 @@ static void set_error(recipe_ctx *c, const char *msg, char *err, size_t errlen) 
         snprintf(err, errlen, "%s%.*s", c->chunk, (int)line_len, rest);
     else
         snprintf(err, errlen, "%s: %.*s", c->chunk, (int)line_len, msg);
+    unknown_constructor(c, err, errlen);
 }
 
 TR_PRINTF(3, 4) static int fail(char *err, size_t errlen, const char *fmt, ...) {

@@ -58,16 +58,32 @@ const char *dsl_sorted_list(char *buf, size_t len, const char **names, int n) {
     return buf;
 }
 
+/* " (from --set width=0)": the --set knobs read since the last constructor, or read before
+ * and of the value `shown`, where the value out of bounds most likely comes from; "" when
+ * none. */
+static const char *from_sets(recipe_ctx *c, const char *shown, char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->n_sets && i < 64 && used < len; i++)
+        if ((c->sets_read >> i & 1) || ((c->sets_ever >> i & 1) && !strcmp(c->sets[i].value, shown)))
+            used += (size_t)snprintf(buf + used, len - used, "%s--set %s=%s",
+                                     used ? ", " : " (from ", c->sets[i].name, c->sets[i].value);
+    if (used && used + 1 < len) snprintf(buf + used, len - used, ")");
+    return buf;
+}
+
 static void check_bounds(lua_State *L, const char *ctor, const char *field, const field_spec *fs,
                          double v, const char *shown) {
-    if (fs->lo_kind == LO_GE && !(v >= fs->lo))
-        dsl_raise_at(L, 0, "%s: field '%s' must be >= %.14g, got %s", ctor, field, fs->lo, shown);
-    if (fs->lo_kind == LO_GT && !(v > fs->lo))
-        dsl_raise_at(L, 0, "%s: field '%s' must be > %.14g, got %s", ctor, field, fs->lo, shown);
-    if (fs->hi_kind == HI_LE && !(v <= fs->hi))
-        dsl_raise_at(L, 0, "%s: field '%s' must be <= %.14g, got %s", ctor, field, fs->hi, shown);
-    if (fs->hi_kind == HI_LT && !(v < fs->hi))
-        dsl_raise_at(L, 0, "%s: field '%s' must be < %.14g, got %s", ctor, field, fs->hi, shown);
+    const char *rel = fs->lo_kind == LO_GE && !(v >= fs->lo)   ? ">="
+                      : fs->lo_kind == LO_GT && !(v > fs->lo)  ? ">"
+                      : fs->hi_kind == HI_LE && !(v <= fs->hi) ? "<="
+                      : fs->hi_kind == HI_LT && !(v < fs->hi)  ? "<"
+                                                               : NULL;
+    if (!rel) return;
+    char from[512];
+    dsl_raise_at(L, 0, "%s: field '%s' must be %s %.14g, got %s%s", ctor, field, rel,
+                 rel[0] == '>' ? fs->lo : fs->hi, shown,
+                 from_sets(dsl_ctx(L), shown, from, sizeof from));
 }
 
 /* A number that will live in a C float: finite, in range, and still in range once rounded. */
@@ -339,6 +355,7 @@ void dsl_read_fields(lua_State *L, const char *ctor, const field_spec *specs, in
         *n_items = items;
         *max_item = max;
     }
+    dsl_ctx(L)->sets_read = 0; /* the next constructor's arguments are read after this one */
 }
 
 /* Copy a checked string field into a fixed buffer. */

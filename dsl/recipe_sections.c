@@ -204,14 +204,14 @@ static int l_schedule(lua_State *L) {
 }
 
 static const field_spec train_fields[] = {
-    LONG_FIELD("batch_tokens", REQ, 1),
+    {"batch_tokens", FK_INT, REQ, LO_GE, 1, HI_LE, (double)TR_MAX_BATCH_TOKENS, NULL},
     {"micro_batch", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
     INT_FIELD("steps", REQ, 1),
     INT_FIELD("eval_every", OPT, 0),
     LONG_FIELD("eval_tokens", OPT, 0),
     {"seed", FK_INT, OPT, LO_GE, 0, HI_NONE, 0, NULL},
     {"out", FK_STR, OPT, 0, 0, 0, 0, NULL},
-    INT_FIELD("sample_tokens", OPT, 0),
+    INT_FIELD_MAX("sample_tokens", OPT, 0, TR_MAX_SAMPLE_TOKENS),
     INT_FIELD("log_every", OPT, 1),
     INT_FIELD("checkpoint_every", OPT, 0),
     INT_FIELD("keep_checkpoints", OPT, 1),
@@ -436,8 +436,13 @@ static const char *knob_list(recipe_ctx *c) {
 static int knob_index(lua_State *L) {
     lua_settop(L, 2);
     lua_pushvalue(L, 2);
-    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
     recipe_ctx *c = dsl_ctx(L);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) {
+        for (int i = 0; i < c->n_sets && i < 64; i++) /* an overridden knob: remembered */
+            if (lua_type(L, 2) == LUA_TSTRING && !strcmp(c->sets[i].name, lua_tostring(L, 2)))
+                c->sets_read |= 1ull << i, c->sets_ever |= 1ull << i;
+        return 1;
+    }
     if (lua_type(L, 2) == LUA_TSTRING)
         dsl_raise_at(L, 0, "unknown knob '%s' (knobs: %s)", lua_tostring(L, 2), knob_list(c));
     dsl_raise_at(L, 0, "unknown knob [%s] (knobs: %s)", dsl_type_word(L, 2), knob_list(c));

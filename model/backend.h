@@ -198,6 +198,16 @@ const char *tr_backend_cpu_blas_threads(char *fix, size_t fixlen);
 #define TR_NO_GPU_FOUND "no GPU found"
 const tr_backend *tr_backend_cuda(tr_dtype dtype, char *why, size_t whylen);
 
+/* The backends' settings from the environment, read and checked once, at start, by
+ * tr_backend_env (the trainer calls it before it chooses a backend, whichever it chooses):
+ * TR_CUDA_ATTENTION=tc|simple, the CUDA backend's attention kernels (tensor-core where they
+ * apply, the default; or the CUDA-core ones always). 0, or -1 with one line in err.
+ * tr_backend_set_simple_attention makes the same choice from a program (the kernel tests
+ * switch with it); tr_backend_simple_attention reads it. */
+int tr_backend_env(char *err, size_t errlen);
+void tr_backend_set_simple_attention(int on);
+int tr_backend_simple_attention(void);
+
 /* The CUDA backend's stream (a cudaStream_t) once it is initialised, else NULL: what device
  * collectives order themselves against (tr_comm_device_init). */
 void *tr_backend_cuda_stream(void);

@@ -117,7 +117,7 @@ if ! ls /dev/nvidia0 >/dev/null 2>&1; then
     done
 fi
 # the device transport's variable is checked on every build, also where nothing reads it
-TR_COMM_DEVICE=ncll expect 1 "^trainer run: TR_COMM_DEVICE must be nccl or staged (or unset: .*), got 'ncll'$" -- \
+TR_COMM_DEVICE=ncll expect 1 "^trainer run: TR_COMM_DEVICE must be nccl or staged, got 'ncll'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/cd"
 # so is the ledger's switch, and a malformed fault variable (tests' own, still one line)
 TR_LEDGER=of expect 1 "^trainer run: TR_LEDGER must be on or off, got 'of'$" -- \
@@ -126,7 +126,39 @@ TR_DP_SYNC_REFRESH=yes expect 1 "^trainer run: TR_DP_SYNC_REFRESH must be 0 or 1
     run recipes/shakespeare_char.lua --out "$tmp/dpsync"
 TR_FAULT_NAN_STEP=3,x expect 1 "^trainer run: TR_FAULT_NAN_STEP must be a list of steps" -- \
     run recipes/shakespeare_char.lua --out "$tmp/nan"
+# every variable is checked once, at start, by one helper (parallel/comm/env.h): an integer in a
+# range, 0|1, or one of a list of words. TR_PAD_VOCAB's huge value crashed the planner with
+# SIGFPE; the others were taken as some value (TR_FAULT_SAVE_HANG=no turned the hang on)
+TR_PAD_VOCAB=2147483647 expect 2 "^trainer run: TR_PAD_VOCAB must be an integer from 1 to 4096, got '2147483647'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/pad"
+TR_PAD_VOCAB=abc expect 2 "^trainer show: TR_PAD_VOCAB must be an integer from 1 to 4096, got 'abc'$" -- \
+    show recipes/shakespeare_char.lua
+TR_PAD_VOCAB=0 expect 2 "^trainer plan: TR_PAD_VOCAB must be an integer from 1 to 4096, got '0'$" -- \
+    plan recipes/shakespeare_char.lua --cluster recipes/clusters/h100x8.yaml
+TR_CKPT_SYNC=2 expect 1 "^trainer run: TR_CKPT_SYNC must be 0 or 1, got '2'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/ckpts"
+TR_COMM_PROGRESS=x expect 1 "^trainer run: TR_COMM_PROGRESS must be 0 or 1, got 'x'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/prog"
+TR_CUDA_ATTENTION=fancy expect 1 "^trainer run: TR_CUDA_ATTENTION must be tc or simple, got 'fancy'$" -- \
+    run recipes/shakespeare_char.lua --device cpu --out "$tmp/attn"
+TR_FAULT_SAVE_HANG=no expect 1 "^trainer run: TR_FAULT_SAVE_HANG must be 0 or 1, got 'no'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/hang"
+TR_FAULT_SAVE_BYTES=-5 expect 1 "^trainer run: TR_FAULT_SAVE_BYTES must be an integer from 1 to " -- \
+    run recipes/shakespeare_char.lua --out "$tmp/bytes"
+# TR_DUMP_PARAMS into a folder that is not there: refused at start, before any training
+TR_DUMP_PARAMS="$tmp/nowhere/p.params" expect 1 "^trainer run: TR_DUMP_PARAMS must be a file in a writable folder, got '$tmp/nowhere/p.params'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/dumpp"
+[ ! -e "$tmp/dumpp/metrics.jsonl" ] && echo "ok   TR_DUMP_PARAMS: no training before the refusal" ||
+    { echo "FAIL TR_DUMP_PARAMS: the run trained before refusing"; fail=1; }
 expect 1 "nope.lua: cannot read recipe" -- show nope.lua
+# sizes: --sample-tokens is bounded like train.sample_tokens (it grew memory silently); a width
+# whose counts overflowed 64 bits is refused by the schema, naming the knob the value came from
+expect 2 "^trainer run: --sample-tokens must be at most 1000000, got '1000000000'$" -- \
+    run recipes/shakespeare_char.lua --sample-tokens 1000000000 --out "$tmp/st"
+expect 1 "shakespeare_char.lua:20: mlp: field 'hidden' must be <= 1048576, got 2147483632 (from --set width=536870908)$" -- \
+    show recipes/shakespeare_char.lua --set width=536870908
+expect 1 "shakespeare_char.lua:20: mlp: field 'hidden' must be >= 1, got 0 (from --set width=0)$" -- \
+    show recipes/shakespeare_char.lua --set width=0
 expect 1 "unknown knob (knobs: batch_tokens, heads, layers, lr, seq, steps, width)" -- show recipes/shakespeare_char.lua --set widht=3
 expect 1 "knob 'layers'" -- show recipes/shakespeare_char.lua --set layers=many
 expect 1 "micro-batch 5 does not divide" -- show recipes/shakespeare_char.lua --micro-batch 5

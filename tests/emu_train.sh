@@ -169,7 +169,7 @@ allocations() { # checks 7, 5 and 8
         --eval-every 0 --peak-gflops 100 --device cuda --out "$tmp/bogus" >/dev/null 2>"$tmp/bogus.err"
     rc=$?
     [ $rc -ne 0 ] && [ "$(grep -c . "$tmp/bogus.err")" -eq 1 ] &&
-        grep -q "TR_CUDA_ATTENTION=simpel: must be tc or simple" "$tmp/bogus.err" &&
+        grep -qx "trainer run: TR_CUDA_ATTENTION must be tc or simple, got 'simpel'" "$tmp/bogus.err" &&
         ok "TR_CUDA_ATTENTION=simpel: exit $rc, $(cat "$tmp/bogus.err")" ||
         { bad "TR_CUDA_ATTENTION=simpel: exit $rc, stderr:"; cat "$tmp/bogus.err"; }
 }

@@ -76,6 +76,20 @@ grep -q "^guard: step 7: loss [0-9.]* and gradient norm nan: not finite: update 
 [ "$(skipped "$tmp/nan/metrics.jsonl")" = "7 nan None" ] &&
     ok "metrics.jsonl: step 7 \"skipped\": \"nan\", grad_norm null" ||
     bad "metrics.jsonl's skipped records: $(skipped "$tmp/nan/metrics.jsonl")"
+# every JSON file of the NaN run parses strictly (no NaN, Infinity or inf: null)
+python3 - "$tmp/nan" <<'PY' && ok "NaN at step 7: every .json and .jsonl of the run is valid JSON" || bad "NaN at step 7: a JSON file is not valid JSON"
+import glob, json, os, sys
+def no_constant(c):
+    raise ValueError("not JSON: " + c)
+files = [f for f in glob.glob(os.path.join(sys.argv[1], "**", "*.json*"), recursive=True)
+         if f.endswith((".json", ".jsonl"))]
+for f in files:
+    text = open(f).read()
+    for line in text.splitlines() if f.endswith(".jsonl") else [text]:
+        if line.strip():
+            json.loads(line, parse_constant=no_constant)
+sys.exit(0 if files else 1)
+PY
 cmp -s "$tmp/before.params" "$tmp/nan.params" &&
     ok "NaN at step 7: the parameters after it are bitwise those after step 6" ||
     bad "NaN at step 7 changed the parameters"

@@ -19,11 +19,14 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 
-# json FILE PYTHON-EXPR: the expression over d (the parsed JSON) must hold
+# json FILE PYTHON-EXPR: the expression over d (the parsed JSON, strictly: no Infinity or
+# NaN) must hold
 json() {
     python3 - "$1" "$2" <<'PY'
 import json, sys
-d = json.load(open(sys.argv[1]))
+def no_constant(c):
+    raise ValueError("not JSON: " + c)
+d = json.load(open(sys.argv[1]), parse_constant=no_constant)
 ok = eval(sys.argv[2])
 print(ok)
 sys.exit(0 if ok is True else 1)
@@ -38,6 +41,12 @@ FIELDS='all(k in d["plan"] for k in ("dp","tp","pp","zero","micro_batch","microb
 json "$tmp/p2.json" "$FIELDS and d['plan']['dp'] * d['plan']['tp'] * d['plan']['pp'] == 256 and d['plan']['tp'] <= 8 and d['plan']['predicted']['memory_exact'] and d['plan']['predicted']['memory_bytes'] <= d['plan']['predicted']['memory_capacity'] and all(a['why'] for a in d['alternatives'])" >/dev/null &&
     ok "70B on 256 H100s: --json has the recipe's names, dp x tp x pp = 256, tp within a node, measured memory, reasons" ||
     { bad "70B on 256 H100s --json"; head -c 600 "$tmp/p2.json"; cat "$tmp/p2.err"; }
+# a price at the edge of a double: the cost is not finite, and --json says null (it wrote inf)
+sed 's/device: H100-80GB/device: H100-80GB\n    price_per_hour: 1e308/' recipes/clusters/h100x8.yaml >"$tmp/pricey.yaml"
+"$T" plan recipes/shakespeare_char.lua --cluster "$tmp/pricey.yaml" --json >"$tmp/pricey.json" 2>"$tmp/pricey.err" &&
+    json "$tmp/pricey.json" 'd["plan"]["predicted"]["cost_usd"] is None and d["plan"]["predicted"]["step_s"] > 0' >/dev/null &&
+    ok "a price of 1e308 an hour: --json is valid JSON, cost_usd null" ||
+    { bad "a price of 1e308 an hour --json"; grep -o '"cost_usd": [^,]*' "$tmp/pricey.json"; cat "$tmp/pricey.err"; }
 for c in recipes/clusters/*.yaml; do
     "$T" plan bench/megatron_gpt.lua --cluster "$c" --json >"$tmp/c.json" 2>"$tmp/c.err" &&
         json "$tmp/c.json" 'd["fits"] and d["plan"]["predicted"]["step_s"] > 0' >/dev/null &&
@@ -81,6 +90,19 @@ expect 2 "nope.yaml: cannot read" -- plan $R --cluster nope.yaml
 expect 2 "multiple of --gpus-per-node" -- plan $R --gpus 12 --gpus-per-node 8 --gpu H100-80GB
 expect 2 "tests/clusters_bad/unknown_field.yaml:" -- plan $R --cluster tests/clusters_bad/unknown_field.yaml
 expect 2 "unknown option '--zeroo'" -- plan $R --zeroo 1
+# a cluster file nested 100,000 deep (200 KB) kept libyaml's loader busy for minutes: refused
+# on its events at the 65th level, before any document is built (timeout: a guard against a
+# hang, not a measurement)
+python3 -c 'import sys; n = 100000; sys.stdout.write("groups: " + "[" * n + "]" * n + "\n")' >"$tmp/deep.yaml"
+expect 2 "deep.yaml:1: syntax: nested deeper than 64 levels" -- plan $R --cluster "$tmp/deep.yaml"
+# flag combinations that were dropped silently: --deadline is the cost objective's; run's
+# output flags; the device flags, which describe this job only
+expect 2 "^trainer plan: --deadline asks for the cheapest plan within the deadline (the cost objective); it cannot go with --objective time$" -- \
+    plan $R --cluster recipes/clusters/h100x8.yaml --objective time --deadline 5
+expect 2 "^trainer plan: --out is a flag of .trainer run. that plan does not use$" -- plan $R --out "$tmp/x"
+expect 2 "^trainer plan: --sample-tokens is a flag of .trainer run. that plan does not use$" -- plan $R --sample-tokens 5
+expect 2 "^trainer plan: --device is a flag of .trainer run. that plan does not use for a --cluster or --gpus plan$" -- \
+    plan $R --gpus 8 --gpu H100-80GB --device cpu
 
 # 4. parallel "auto" on 2 processes: the plan `trainer plan` makes under the same mpirun. Each
 # command measures the machine (sgemm, memcpy, the collectives) before it plans, and on a

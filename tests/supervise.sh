@@ -92,6 +92,14 @@ bad_case "a host file the command does not use" "no --hostfile, -hostfile or --m
 bad_case "a bad --restarts" "--restarts needs a non-negative integer" --restarts -1 -- "$T" run "$R"
 bad_case "a bad flag of the run" "unknown option '--bogus'" -- "$T" run "$R" --bogus
 
+# a command that exits 0 without training is no success (it reported one): exit 1, one line
+"$T" supervise --restarts 0 -- sh -c 'exit 0' "$T" run "$R" --out "$tmp/idle" >"$tmp/idle.log" 2>"$tmp/idle.err"
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l <"$tmp/idle.err")" -eq 1 ] &&
+    grep -q "the command exited 0, but no \`trainer run\` started in $tmp/idle" "$tmp/idle.err" &&
+    ok "a command that exits 0 without training: exit 1, $(cat "$tmp/idle.err")" ||
+    bad "a command that exits 0 without training: exit $rc: $(cat "$tmp/idle.err")"
+
 # ---- 3. a deterministic crash stops after two identical failures -------------------------
 out=$tmp/det
 TR_FAULT_KILL_AFTER_STEP=7 TR_FAULT_KILL_RANK=1 timeout 300 "$T" supervise --restarts 5 --backoff 0 -- \

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/comm/env.h"
 #include "parallel/schedule.h"
 #include "trainer/trainer.h"
 
@@ -69,6 +70,11 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
         } else if (!strcmp(a, "--sample-tokens")) {
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->sample_tokens))
                 return -1;
+            if (o->sample_tokens > TR_MAX_SAMPLE_TOKENS) { /* as train.sample_tokens */
+                fprintf(perr(), "trainer %s: --sample-tokens must be at most %d, got '%s'\n", cmd,
+                        TR_MAX_SAMPLE_TOKENS, argv[i]);
+                return -1;
+            }
         } else if (!strcmp(a, "--device") || !strcmp(a, "--precision")) {
             if (need_value(cmd, a, i, argc)) return -1;
             const char *v = argv[++i];
@@ -159,6 +165,12 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
         fprintf(perr(), "trainer %s: no recipe given (see trainer %s --help)\n", cmd, cmd);
         return -1;
     }
+    long pad = 0; /* checked with the flags, so that every subcommand refuses it alike */
+    if (tr_env_int("TR_PAD_VOCAB", 1, TR_PAD_VOCAB_MAX, &pad, err, sizeof err) < 0) {
+        fprintf(perr(), "trainer %s: %s\n", cmd, err);
+        return -1;
+    }
+    o->pad_vocab = (int)pad;
     if (o->resume && o->overwrite) {
         fprintf(perr(),
                 "trainer %s: --resume continues the run in the output folder and "

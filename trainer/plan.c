@@ -32,17 +32,21 @@ static const char *plan_help =
     "  --objective O      time (default): the shortest step; cost: the least money for the\n"
     "                     recipe's steps (may use fewer devices)\n"
     "  --deadline H       the cheapest plan that runs the recipe's steps within H hours\n"
+    "                     (the cost objective: not with --objective time)\n"
     "  --alternatives N   runners-up to show (default 5)\n"
     "  --json             the chosen plan under the recipe's names, its predictions and the\n"
     "                     alternatives, as JSON\n"
     "Without --cluster or --gpus: this job, as `trainer run` would see it (one process, or\n"
-    "`mpirun -np N trainer plan ...` for N), on the device run would choose.\n";
+    "`mpirun -np N trainer plan ...` for N), on the device run would choose (--device,\n"
+    "--precision, --peak-gflops and --timeout apply to this job only). Run's output flags\n"
+    "(--out, --resume, ...) are refused: plan writes nothing.\n";
 
 typedef struct {
     const char *cluster, *gpu;
     long gpus;
     int per_node, json, alternatives;
     tr_plan_objective objective;
+    int objective_given; /* --objective was on the command line */
     double deadline;
 } plan_args;
 
@@ -78,6 +82,7 @@ static int take_flags(plan_args *a, int *argc, char **argv) {
         } else if (!strcmp(f, "--objective")) {
             if (strcmp(v, "time") && strcmp(v, "cost")) return bad(f, "time or cost", v);
             a->objective = strcmp(v, "cost") ? TR_PLAN_TIME : TR_PLAN_COST;
+            a->objective_given = 1;
         } else if (!strcmp(f, "--deadline")) {
             a->deadline = strtod(v, &end);
             if (*end || !(a->deadline > 0 && a->deadline < 1e7)) return bad(f, "hours > 0", v);
@@ -99,7 +104,28 @@ static int take_flags(plan_args *a, int *argc, char **argv) {
                -1;
     if (a->per_node && !a->gpus)
         return fprintf(stderr, "trainer plan: --gpus-per-node needs --gpus and --gpu\n"), -1;
+    if (a->deadline > 0 && a->objective_given && a->objective == TR_PLAN_TIME)
+        return fprintf(stderr, "trainer plan: --deadline asks for the cheapest plan within the "
+                               "deadline (the cost objective); it cannot go with --objective "
+                               "time\n"),
+               -1;
+    if (a->deadline > 0) a->objective = TR_PLAN_COST;
     return 0;
+}
+
+/* The first of run's flags that plan would take and not use: those of a run's outputs, and
+ * the device flags, which describe this job only (not a --cluster or --gpus one); NULL. */
+static const char *unused_flag(const tr_options *o, const plan_args *a) {
+    const char *outputs = o->out                ? "--out"
+                          : o->resume           ? "--resume"
+                          : o->overwrite        ? "--overwrite"
+                          : o->progress         ? "--progress"
+                          : o->eval_every >= 0  ? "--eval-every"
+                          : o->sample_tokens >= 0 ? "--sample-tokens"
+                                                : NULL;
+    if (outputs || !(a->cluster || a->gpu)) return outputs;
+    return o->device ? "--device" : o->precision ? "--precision"
+           : o->peak_gflops > 0 ? "--peak-gflops" : o->timeout > 0 ? "--timeout" : NULL;
 }
 
 /* Without --cluster or --gpus: the job this command runs in (one process, or those mpirun
@@ -193,15 +219,24 @@ static void json_plan(const tr_plan *p, FILE *f) {
             p->virtual_stages, rec_name(p->recompute));
     for (int k = 0; k < p->pp * p->virtual_stages; k++)
         fprintf(f, "%s%d", k ? ", " : "", p->chunk_start[k]);
-    fprintf(f, "], \"predicted\": {\"memory_bytes\": %.0f, \"memory_exact\": %s, "
-               "\"memory_capacity\": %.0f, \"step_s\": %.6g, \"compute_s\": %.6g, "
-               "\"bubble_s\": %.6g, \"tp_s\": %.6g, \"pp_s\": %.6g, \"dp_s\": %.6g, "
-               "\"optimizer_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.4f, \"hours\": %.6g, "
-               "\"cost_usd\": %.6g, \"cost_per_million_tokens\": %.6g, \"egress_gb_per_step\": "
-               "%.6g}",
-            p->mem_bytes, p->mem_exact ? "true" : "false", p->mem_cap, p->step_s, p->compute_s,
-            p->bubble_s, p->tp_s, p->pp_s, p->dp_s, p->optim_s, p->tokens_s, p->mfu, p->hours,
-            p->cost, p->cost_per_mtok, p->egress_gb);
+    /* a price or a rate at the edge of a double (a huge price: cost inf) is null, never inf */
+    const struct {
+        const char *key;
+        double v;
+        int digits;
+    } num[] = {{"memory_bytes", p->mem_bytes, 0}, {"memory_capacity", p->mem_cap, 0},
+               {"step_s", p->step_s, 6}, {"compute_s", p->compute_s, 6},
+               {"bubble_s", p->bubble_s, 6}, {"tp_s", p->tp_s, 6}, {"pp_s", p->pp_s, 6},
+               {"dp_s", p->dp_s, 6}, {"optimizer_s", p->optim_s, 6},
+               {"tokens_per_s", p->tokens_s, 6}, {"mfu", p->mfu, -4}, {"hours", p->hours, 6},
+               {"cost_usd", p->cost, 6}, {"cost_per_million_tokens", p->cost_per_mtok, 6},
+               {"egress_gb_per_step", p->egress_gb, 6}};
+    fprintf(f, "], \"predicted\": {\"memory_exact\": %s", p->mem_exact ? "true" : "false");
+    for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
+        fprintf(f, ", \"%s\": ", num[i].key);
+        tr_json_write_num(f, num[i].v, num[i].digits);
+    }
+    fprintf(f, "}");
     if (p->why[0]) {
         fprintf(f, ", \"why\": ");
         tr_json_write_string(f, p->why);
@@ -218,9 +253,10 @@ static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) 
     tr_json_write_string(f, c->source);
     fprintf(f, ", \"assumed\": ");
     tr_json_write_string(f, res->assumed);
-    fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": %.4f},\n"
-               " \"alternatives\": [",
-            res->evaluated, res->feasible, res->seconds);
+    fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": ",
+            res->evaluated, res->feasible);
+    tr_json_write_num(f, res->seconds, -4);
+    fprintf(f, "},\n \"alternatives\": [");
     for (int i = 0; i < res->n_alts; i++) {
         fprintf(f, "%s\n  ", i ? "," : "");
         json_plan(&res->alts[i], f);
@@ -238,6 +274,12 @@ int tr_cmd_plan(int argc, char **argv) {
     if (take_flags(&a, &argc, argv)) return 2;
     tr_options o;
     if (tr_parse_options(&o, "plan", argc, argv, 2)) return 2;
+    const char *unused = unused_flag(&o, &a);
+    if (unused) {
+        fprintf(stderr, "trainer plan: %s is a flag of `trainer run` that plan does not use%s\n",
+                unused, a.cluster || a.gpu ? " for a --cluster or --gpus plan" : "");
+        return 2;
+    }
     tr_recipe r;
     if (tr_load_recipe(&r, &o, "plan")) return 1;
     tr_cluster *c = calloc(1, sizeof(*c));
@@ -269,7 +311,8 @@ int tr_cmd_plan(int argc, char **argv) {
                                  .virtual_stages = o.virtual_stages,
                                  .sequence_parallel = o.sequence_parallel,
                                  .micro_batch = o.micro_batch};
-    if (!c->cpu) po.fixed.pad_vocab = 128; /* the CUDA backend's vocabulary padding */
+    /* TR_PAD_VOCAB, else the CUDA backend's vocabulary padding */
+    po.fixed.pad_vocab = o.pad_vocab ? o.pad_vocab : c->cpu ? 0 : 128;
     tr_plan_result *res = calloc(1, sizeof(*res));
     rc = !res || tr_plan_search(&r, c, &po, res, err, sizeof err);
     if (rc)

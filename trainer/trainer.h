@@ -32,7 +32,10 @@ typedef struct {
     int resume;    /* --resume: continue from the newest good checkpoint in the output folder */
     int overwrite; /* --overwrite: replace the run the output folder holds */
     const char *progress; /* --progress tty|lines, NULL = decide (run_progress_tty) */
+    int pad_vocab; /* TR_PAD_VOCAB (tests: a GPU's vocabulary padding on the CPU), 0 = the
+                      backend's; read with the flags, 1 to TR_PAD_VOCAB_MAX */
 } tr_options;
+#define TR_PAD_VOCAB_MAX 4096
 
 /* Parse argv[first..argc) into opts. Returns 0, 1 when --help was asked, -1 on a bad flag
  * (message printed). `cmd` names the subcommand in messages. */

@@ -224,9 +224,7 @@ int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int
                          .virtual_stages = o->virtual_stages,
                          .sequence_parallel = o->sequence_parallel,
                          .micro_batch = o->micro_batch,
-                         .pad_vocab = be->pad_vocab};
-    const char *pad = getenv("TR_PAD_VOCAB"); /* tests: the GPU's vocabulary padding on the CPU */
-    if (pad && *pad) f.pad_vocab = atoi(pad);
+                         .pad_vocab = o->pad_vocab ? o->pad_vocab : be->pad_vocab};
     char why[1024];
     if (!tr_layout_resolve(l, r, &f, world, be->dtype, 0, why, sizeof(why))) return 0;
     size_t n = strlen(r->path);
@@ -239,6 +237,7 @@ int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int
 
 const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, double *peak,
                                     char *desc, size_t desclen, char *err, size_t errlen) {
+    if (tr_backend_env(err, errlen)) return NULL; /* TR_CUDA_ATTENTION, whichever device */
     const char *dev = o->device ? o->device : "auto";
     tr_dtype dtype = TR_DTYPE_BF16;
     if (o->precision)

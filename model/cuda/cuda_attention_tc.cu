@@ -426,15 +426,8 @@ static __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkv_k(bf16 *dqkv, c
 
 extern "C" int tr_cuda_attention_tc_usable(int bf, int hd, const void *a, const void *b,
                                            const void *c, const void *d) {
-    /* TR_CUDA_ATTENTION: "tc" (the default) or "simple" (the CUDA-core kernels always) */
-    const char *e = getenv("TR_CUDA_ATTENTION");
-    if (e && *e && strcmp(e, "tc")) {
-        if (strcmp(e, "simple")) {
-            fprintf(stderr, "TR_CUDA_ATTENTION=%s: must be tc or simple\n", e);
-            exit(2);
-        }
-        return 0;
-    }
+    /* TR_CUDA_ATTENTION=simple (tr_backend_env): the CUDA-core kernels always */
+    if (tr_backend_simple_attention()) return 0;
     static int smem_ok = -1; /* the dk/dv kernel's shared memory (107 KB) fits this GPU */
     if (smem_ok < 0) {
         int dev = 0, optin = 0;

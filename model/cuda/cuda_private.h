@@ -151,7 +151,7 @@ static __device__ __forceinline__ float warp_max(float v) {
 /* ---- launchers (extern "C" so that the table file, or C, can call them) --------------- */
 extern "C" {
 /* cuda_attention_tc.cu: tensor-core attention: whether it applies (bf16, unless
- * TR_CUDA_ATTENTION=simple; hd 64 or 128, 16-byte aligned buffers); forward; backward given D = rowsum(dO * O) */
+ * tr_backend_simple_attention; hd 64 or 128, 16-byte aligned buffers); forward; backward given D = rowsum(dO * O) */
 int tr_cuda_attention_tc_usable(int bf, int hd, const void *a, const void *b, const void *c,
                                 const void *d);
 void tr_cuda_attention_tc_forward(tr_buf *out, float *lse, const tr_buf *qkv, int B, int T, int H,

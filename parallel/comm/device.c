@@ -338,10 +338,10 @@ static dgroup *group_of(tr_comm *c, const tr_comm_desc *o) {
     if (!g) fail(c, o, "the device group", "out of memory");
     g->c = c;
     g->transport = T_LOCAL;
-    const char *want = getenv("TR_COMM_DEVICE");
+    int want = tr_comm_device_choice();
     /* TR_COMM_DEVICE=nccl: NCCL even in a group of one (tests on a machine with one GPU) */
-    if (tr_comm_size(c) > 1 || (want && !strcmp(want, "nccl"))) {
-        int staged = tr_comm_size(c) > 1 && (shares_a_gpu(c, o) || (want && !strcmp(want, "staged")));
+    if (tr_comm_size(c) > 1 || want == 1) {
+        int staged = tr_comm_size(c) > 1 && (shares_a_gpu(c, o) || want == 2);
 #ifndef TR_HAVE_NCCL
         staged = 1;
 #endif

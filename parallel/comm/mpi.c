@@ -4,6 +4,7 @@
  * deadline, so a dead or stuck peer ends the job with one line instead of a hang. */
 #include "parallel/comm/comm.h"
 #include "parallel/comm/census.h"
+#include "parallel/comm/env.h"
 #include "parallel/comm/private.h"
 
 #include <pthread.h>
@@ -82,7 +83,9 @@ static struct {
     double wait_seconds; /* tr_comm_wait_seconds */
     int local_rank, local_size; /* tr_comm_local_rank */
     mail *mailbox;       /* world of one: sent, not yet received */
-} g = {.timeout = 300.0, .local_size = 1};
+    int progress;        /* TR_COMM_PROGRESS (default 1): the progress agent runs */
+    int device_choice;   /* TR_COMM_DEVICE: tr_comm_device_choice */
+} g = {.timeout = 300.0, .local_size = 1, .progress = 1};
 
 static const tr_comm_device_ops *g_dev; /* registered by tr_comm_device_init */
 
@@ -268,8 +271,7 @@ static void agent_remove(tr_comm_req *r) {
 }
 
 static void agent_start(int provided) {
-    const char *v = getenv("TR_COMM_PROGRESS");
-    if (provided < MPI_THREAD_SERIALIZED || (v && !strcmp(v, "0"))) return;
+    if (provided < MPI_THREAD_SERIALIZED || !g.progress) return;
     g_agent_quit = 0;
     g_agent_on = pthread_create(&g_agent, NULL, agent_main, NULL) == 0;
 }
@@ -549,16 +551,15 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         set_err(err, errlen, "tr_comm_init: already initialized");
         return -1;
     }
-    /* read by the device transport (comm/device.c) only where it is built: checked here, on
-       every build, so that a mistyped value is never silently ignored */
-    const char *dev = getenv("TR_COMM_DEVICE");
-    if (dev && *dev && strcmp(dev, "nccl") && strcmp(dev, "staged")) {
-        set_err(err, errlen,
-                "TR_COMM_DEVICE must be nccl or staged (or unset: NCCL where every rank of a "
-                "group has a GPU of its own), got '%s'",
-                dev);
+    /* TR_COMM_DEVICE is used by the device transport (comm/device.c) only where it is
+       built: checked here, on every build, so that a mistyped value is never ignored */
+    static const char *const devices[] = {"nccl", "staged", NULL};
+    int dev = -1;
+    g.progress = 1;
+    if (tr_env_word("TR_COMM_DEVICE", devices, &dev, err, errlen) < 0 ||
+        tr_env_bool("TR_COMM_PROGRESS", &g.progress, err, errlen) < 0)
         return -1;
-    }
+    g.device_choice = dev + 1;
     g.timeout = timeout_s > 0 ? timeout_s : 300.0;
     g.wait_seconds = 0;
     g.world_rank = 0;
@@ -976,6 +977,10 @@ void tr_comm_count_bytes(tr_comm *c, const tr_comm_desc *d) {
     op_info o = {(op_kind)d->op, d->n, d->t, d->peer, d->tag};
     c->bytes_sent += ring_bytes(c, &o);
 }
+int tr_comm_device_choice(void) {
+    return g.device_choice;
+}
+
 double tr_comm_timeout(void) {
     return g.timeout;
 }

@@ -37,6 +37,9 @@ void tr_comm_register_device(const tr_comm_device_ops *ops);
 void **tr_comm_device_slot(tr_comm *c);
 /* Bytes a bandwidth-optimal algorithm sends for o on c, added to tr_comm_bytes_sent. */
 void tr_comm_count_bytes(tr_comm *c, const tr_comm_desc *o);
+/* TR_COMM_DEVICE as tr_comm_init checked it: 0 unset (NCCL where every rank of a group has a
+ * GPU of its own), 1 nccl (even in a group of one), 2 staged. */
+int tr_comm_device_choice(void);
 /* The job's timeout in seconds (tr_comm_init). */
 double tr_comm_timeout(void);
 /* "all_reduce of 1024 bf16s on group dp (size 2)" */

@@ -725,7 +725,7 @@ static void run_all(tr_dtype dt) {
     bf = dt == TR_DTYPE_BF16;
     tol = bf ? 1e-2 : 1e-5;
     printf("== %s\n", gpu->name);
-    setenv("TR_CUDA_ATTENTION", "simple", 1); /* the CUDA-core kernels; the tensor-core ones below */
+    tr_backend_set_simple_attention(1); /* the CUDA-core kernels; the tensor-core ones below */
     t_linear(37, 100, 72, 1);
     t_linear(64, 128, 256, 1);
     t_linear(5, 24, 8, 0);
@@ -746,14 +746,14 @@ static void run_all(tr_dtype dt) {
     t_attention(1, 65, 2, 1, 128);
     t_attention(1, 200, 6, 2, 80);
     if (bf) { /* the tensor-core kernels (bf16, hd 64 and 128): tiles of 64, ragged ends, GQA */
-        setenv("TR_CUDA_ATTENTION", "tc", 1);
+        tr_backend_set_simple_attention(0);
         attn_kind = " tc";
         t_attention(1, 130, 2, 2, 64);
         t_attention(1, 65, 2, 1, 128);
         t_attention(2, 64, 4, 2, 64);
         if (!quick) t_attention(1, 1024, 2, 2, 64);
         t_attention(1, 257, 4, 1, 128);
-        setenv("TR_CUDA_ATTENTION", "simple", 1);
+        tr_backend_set_simple_attention(1);
         attn_kind = "";
     }
     t_decode(20, 4, 2, 16, 10000.0f);

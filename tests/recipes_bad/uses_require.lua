@@ -1,4 +1,4 @@
--- expect: uses_require.lua:2: attempt to call a nil value (global 'require')
+-- expect: uses_require.lua:2: 'require' is not available in recipes (a recipe reads no other file)
 local x = require "socket"
 model {
   vocab = 256, dim = 32, seq_len = 16,

@@ -129,6 +129,11 @@ typedef struct {
     int zero;
     int sequence_parallel;
     int sync;        /* 1: tr_ckpt_save returns once the checkpoint is on disk (benchmarks) */
+    /* Fault injection for tests (trainer/run/env.c reads TR_FAULT_SAVE_BYTES and
+     * TR_FAULT_SAVE_HANG): the process aborts once fault_bytes bytes of checkpoint writes are
+     * done (0: never); fault_hang 1: the writer's first write never returns (a hung disk). */
+    long long fault_bytes;
+    int fault_hang;
     int overlap;     /* 1: copy the state on the writer thread while the caller goes on with
                       * forward/backward (needs concurrent reads of the model to be safe: the
                       * CPU backend); the caller must tr_ckpt_fence before the next update */

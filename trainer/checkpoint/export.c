@@ -213,12 +213,13 @@ static void put_token_ids(FILE *f, int eot) {
     fprintf(f, "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s\n}\n", id, id);
 }
 
-/* The shortest decimal that reads back as the same float. */
+/* The shortest decimal that reads back as the same float (null, as tr_json_write_num, when it
+ * is not finite). */
 static void put_float(FILE *f, float x) {
     char buf[32];
     for (int p = 6; p <= 9; p++) {
-        snprintf(buf, sizeof(buf), "%.*g", p, (double)x);
-        if (strtof(buf, NULL) == x) break;
+        tr_json_fmt_num(buf, sizeof(buf), (double)x, p);
+        if (!isfinite(x) || strtof(buf, NULL) == x) break;
     }
     fputs(buf, f);
 }

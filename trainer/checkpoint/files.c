@@ -125,8 +125,8 @@ void tr_sha256_hex(const void *data, size_t n, char hex[65]) {
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-/* Fault injection for tests: TR_FAULT_SAVE_BYTES=N aborts the process once the writer has
- * written N bytes of a checkpoint (a crash in the middle of a save). */
+/* Fault injection for tests (ck_fault_init): TR_FAULT_SAVE_BYTES=N aborts the process once
+ * the writer has written N bytes of a checkpoint (a crash in the middle of a save). */
 static long long fault_left = -1;
 static int
     fault_hang; /* TR_FAULT_SAVE_HANG=1: the writer's first write never returns (a hung disk) */
@@ -153,21 +153,9 @@ static int write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-int ck_fault_init(char *err, size_t errlen) {
-    const char *hang = getenv("TR_FAULT_SAVE_HANG");
-    fault_hang = hang && *hang && strcmp(hang, "0");
-    const char *fault = getenv("TR_FAULT_SAVE_BYTES");
-    if (fault && *fault) {
-        char *end;
-        errno = 0;
-        fault_left = strtoll(fault, &end, 10);
-        if (errno || *end || fault_left < 0) {
-            fault_left = -1;
-            return ck_fail(err, errlen, "TR_FAULT_SAVE_BYTES must be a byte count, got '%s'",
-                           fault);
-        }
-    }
-    return 0;
+void ck_fault_init(long long fault_bytes, int fault_hang_on) {
+    fault_left = fault_bytes > 0 ? fault_bytes : -1;
+    fault_hang = fault_hang_on;
 }
 
 int ck_fsync_dir(const char *dir) {

@@ -44,10 +44,9 @@ int ck_resume_order(const char *dir, long **steps, FILE *log);
 /* The "u64 length + header JSON" prefix of an F32 safetensors file holding t[0..n), padded so
  * that the data start at a multiple of 8 bytes; malloc'ed. */
 unsigned char *ck_st_header(const tr_st_tensor *t, int n, const char *const *meta, size_t *out_len);
-/* Fault injection for tests, from the environment: TR_FAULT_SAVE_BYTES=N aborts the process
- * once N bytes of checkpoint writes are done, TR_FAULT_SAVE_HANG=1 makes the first write never
- * return. -1 with a message when the value is not a byte count. */
-int ck_fault_init(char *err, size_t errlen);
+/* Fault injection for tests (tr_ckpt_opts' fault_bytes and fault_hang) for the files written
+ * from now on. */
+void ck_fault_init(long long fault_bytes, int fault_hang_on);
 
 /* ---- checkpoint/manifest.c ---- */
 

@@ -464,7 +464,7 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
                 w->snap_floats * sizeof(float));
         return init_failed(w);
     }
-    if (ck_fault_init(err, errlen)) return init_failed(w);
+    ck_fault_init(opts->fault_bytes, opts->fault_hang);
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->thread, NULL, writer_main, w)) {

@@ -45,7 +45,10 @@ static const char *help =
     "repeats), after N relaunches, or when no host is left; exit 2 for a mistake in its own\n"
     "flags or the command, 128+SIG when it was itself stopped by a signal. A run that stopped\n"
     "because it was asked to (a signal sent to it alone: its attempts.jsonl has a \"stop\"\n"
-    "line) is not relaunched either: the supervisor exits with the run's 128+SIG.\n";
+    "line) is not relaunched either: the supervisor exits with the run's 128+SIG.\n"
+    "A command that exits 0 succeeded only if it trained: a `trainer run` started in the\n"
+    "run folder after the launch (attempts.jsonl) and the folder's records reach the\n"
+    "recipe's last step; else the supervisor says what the folder shows and exits 1.\n";
 
 /* The signal that stops the supervisor (forwarded to the command's group), and that group. */
 static volatile sig_atomic_t g_signal, g_child;
@@ -331,6 +334,29 @@ static int say_stopped(const sv_attempt *a) {
     return 128 + sig;
 }
 
+/* The command exited 0: a success only when a `trainer run` started in the run folder after
+ * the launch and its records reach the recipe's last step (a command that exits 0 without
+ * training, or a run that ended early, is not one). 0, or 1 after one line. */
+static int trained(sv_run *s, double t_launch) {
+    sv_attempt a;
+    sv_read_attempt(s, 0, t_launch, &a);
+    if (a.started && a.last_step >= s->steps) {
+        sv_finish(s);
+        return 0;
+    }
+    if (!a.started)
+        fprintf(stderr,
+                "trainer supervise: the command exited 0, but no `trainer run` started in %s "
+                "(its attempts.jsonl has no start since the launch): nothing was trained\n",
+                s->out);
+    else
+        fprintf(stderr,
+                "trainer supervise: the command exited 0, but %s records step %d of the "
+                "recipe's %d: the run did not finish\n",
+                s->out, a.last_step, s->steps);
+    return 1;
+}
+
 /* Relaunches until the command succeeds or the supervisor gives up: the exit status. */
 static int supervise(sv_run *s) {
     sv_attempt prev = {0}, a;
@@ -345,10 +371,7 @@ static int supervise(sv_run *s) {
                    tr_signal_name(g_signal));
             return 128 + g_signal;
         }
-        if (status == 0) {
-            sv_finish(s);
-            return 0;
-        }
+        if (status == 0) return trained(s, t_launch);
         sv_read_attempt(s, status, t_launch, &a);
         if (a.stop[0]) return say_stopped(&a);
         int resume_step = sv_checkpoint_step(s);

@@ -196,9 +196,11 @@ void sv_write_event(sv_run *s, const sv_attempt *a, int resume_step, double wait
     char st[64];
     sv_describe_status(a->status, st, sizeof(st));
     fprintf(f,
-            "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"down_s\": %.3f, "
-            "\"steps_redone\": %d, \"last_step\": %d, \"resume_step\": %d, \"cause\": {",
-            a->attempt, now, down, redone, a->last_step, resume_step);
+            "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"down_s\": ",
+            a->attempt, now);
+    tr_json_write_num(f, down, -3);
+    fprintf(f, ", \"steps_redone\": %d, \"last_step\": %d, \"resume_step\": %d, \"cause\": {",
+            redone, a->last_step, resume_step);
     if (a->rank >= 0)
         fprintf(f, "\"rank\": %d, \"host\": ", a->rank);
     else
@@ -254,10 +256,15 @@ void sv_goodput(sv_run *s, int done) {
     if (!f) return;
     fprintf(f,
             "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"action\": \"done\", "
-            "\"wall_s\": %.3f, \"train_s\": %.3f, \"goodput\": %.4f, \"relaunches\": %d, "
-            "\"steps_redone\": %d, \"down_s\": %.3f}\n",
-            sv_count_starts(s), tr_ledger_unix_now(), wall, kept, g, s->relaunches, s->redone,
-            s->down_s);
+            "\"relaunches\": %d, \"steps_redone\": %d",
+            sv_count_starts(s), tr_ledger_unix_now(), s->relaunches, s->redone);
+    const char *key[] = {"wall_s", "train_s", "goodput", "down_s"};
+    double v[] = {wall, kept, g, s->down_s};
+    for (int i = 0; i < 4; i++) {
+        fprintf(f, ", \"%s\": ", key[i]);
+        tr_json_write_num(f, v[i], i == 2 ? -4 : -3);
+    }
+    fprintf(f, "}\n");
     fclose(f);
 }
 

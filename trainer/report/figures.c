@@ -402,10 +402,7 @@ int tr_report_figures(tr_report *r, const tr_cluster *c, char *err, size_t errle
  */
 
 static void jval(FILE *f, double v) {
-    if (isfinite(v))
-        fprintf(f, "%.17g", v);
-    else
-        fputs("null", f);
+    tr_json_write_num(f, v, 17);
 }
 
 static void jkey(FILE *f, const char *k, double v, int comma) {
@@ -476,7 +473,11 @@ static void json_ranks(const tr_report *r, FILE *f) {
                 fputs("null", f);
                 continue;
             }
-            fprintf(f, "[%.17g, %.17g, %.17g, %.17g, %.17g]", m[0], m[1], m[2], m[3], m[4]);
+            for (int e = 0; e < 5; e++) {
+                fputs(e ? ", " : "[", f);
+                jval(f, m[e]);
+            }
+            fputs("]", f);
         }
         fputs("}", f);
     }

@@ -190,12 +190,7 @@ static void put_array(FILE *f, const char *name, const double *v, int n, int str
     for (int k = 0; k < n; k++) {
         double x = v[(size_t)k * stride];
         if (k) fputs(", ", f);
-        if (!isfinite(x))
-            fputs("null", f); /* JSON has no NaN: unknown */
-        else if (decimals < 0)
-            fprintf(f, "%.6g", x);
-        else
-            fprintf(f, "%.*f", decimals, x);
+        tr_json_write_num(f, x, decimals < 0 ? 6 : -decimals); /* null: unknown */
     }
     fputc(']', f);
 }
@@ -416,8 +411,11 @@ static void watch_stragglers(tr_ledger *L, int step) {
                           "\"rank\": %d, \"host\": ",
                     L->attempt, step + 1, unix_now(), k);
             tr_json_write_string(L->f, L->hosts[k]);
-            fprintf(L->f, ", \"since_step\": %d, \"slowdown\": %.4f, \"cost_s_per_step\": %.6f}\n",
-                    L->since[k], ratio, excess);
+            fprintf(L->f, ", \"since_step\": %d, \"slowdown\": ", L->since[k]);
+            tr_json_write_num(L->f, ratio, -4);
+            fprintf(L->f, ", \"cost_s_per_step\": ");
+            tr_json_write_num(L->f, excess, -6);
+            fprintf(L->f, "}\n");
             fflush(L->f);
         }
     }
@@ -521,8 +519,10 @@ void tr_ledger_gather(tr_ledger *L, int step, const double *extra, double *all_e
 void tr_ledger_save(tr_ledger *L, int step, double stall_s) {
     if (!L || !L->f) return;
     fprintf(L->f, "{\"kind\": \"save\", \"attempt\": %d, \"step\": %d, \"t\": %.3f, "
-                  "\"stall_s\": %.6f}\n",
-            L->attempt, step, unix_now(), stall_s);
+                  "\"stall_s\": ",
+            L->attempt, step, unix_now());
+    tr_json_write_num(L->f, stall_s, -6);
+    fprintf(L->f, "}\n");
     fflush(L->f);
 }
 

@@ -194,13 +194,16 @@ static void write_inputs(FILE *f, const run_ctx *x) {
     if (d->text[0]) {
         kv_path(f, "train", d->text, 0);
         kv_path(f, "val", d->text, 0);
-        fprintf(f, "\"val_fraction\": %.9g", (double)d->val_fraction);
+        fprintf(f, "\"val_fraction\": ");
+        tr_json_write_num(f, (double)d->val_fraction, 9);
     } else if (d->n_mix > 0) {
         fprintf(f, "\"train\": [");
         for (int i = 0; i < d->n_mix; i++) {
             fprintf(f, "%s{", i ? ", " : "");
             kv_path(f, "shards", d->mix[i].shards, 0);
-            fprintf(f, "\"weight\": %.9g}", (double)d->mix[i].weight);
+            fprintf(f, "\"weight\": ");
+            tr_json_write_num(f, (double)d->mix[i].weight, 9);
+            fputs("}", f);
         }
         fprintf(f, "], ");
         kv_path(f, "val", d->val_shards, 1);

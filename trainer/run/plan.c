@@ -22,9 +22,8 @@ static tr_plan_opts plan_opts(const run_ctx *x) {
                                  .schedule = o->schedule, .microbatches = o->microbatches,
                                  .virtual_stages = o->virtual_stages,
                                  .sequence_parallel = o->sequence_parallel,
-                                 .micro_batch = o->micro_batch, .pad_vocab = x->be->pad_vocab};
-    const char *pad = getenv("TR_PAD_VOCAB"); /* as tr_resolve_layout */
-    if (pad && *pad) po.fixed.pad_vocab = atoi(pad);
+                                 .micro_batch = o->micro_batch,
+                                 .pad_vocab = o->pad_vocab ? o->pad_vocab : x->be->pad_vocab};
     return po;
 }
 

@@ -93,6 +93,11 @@ typedef struct {
     long slow_from;          /* the first step (from 1) that slow_ms slows */
     int kill_alone;          /* TR_FAULT_KILL_RANK: only this rank dies, abruptly */
     int ledger_off;          /* TR_LEDGER=off: no ledger files */
+    int dp_sync_refresh;     /* TR_DP_SYNC_REFRESH=1 */
+    int ckpt_sync;           /* TR_CKPT_SYNC=1: synchronous checkpoint saves */
+    long fault_save_bytes;   /* TR_FAULT_SAVE_BYTES, 0: none */
+    int fault_save_hang;     /* TR_FAULT_SAVE_HANG=1 */
+    const char *dump_params; /* TR_DUMP_PARAMS: the final parameters' file, NULL: none */
     /* TR_FAULT_NAN_STEP, TR_FAULT_SPIKE_STEP: steps (from 1) whose gradients become non-finite
        or 1000 times larger, each the first time it is trained; 0 once it has been */
     long fault_nan[RUN_FAULT_STEPS], fault_spike[RUN_FAULT_STEPS], fault_loss[RUN_FAULT_STEPS];
@@ -169,8 +174,9 @@ int run_folder_check(run_ctx *x);
  * one line. */
 int run_folder_clear(run_ctx *x);
 
-/* The environment switches (trainer/run/env.c): the tests' TR_FAULT_* and TR_LEDGER into x's
- * fields; 0, or -1 with the line in x->msg. */
+/* The environment switches (trainer/run/env.c), read once after the ranks connect: the tests'
+ * TR_FAULT_*, TR_LEDGER, TR_DP_SYNC_REFRESH, TR_CKPT_SYNC and TR_DUMP_PARAMS (whose folder
+ * rank 0 checks now) into x's fields; 0, or -1 with the line in x->msg. */
 int run_env_settings(run_ctx *x);
 
 /* The guard (trainer/run/guard.c). run_guard_init allocates the window (-1 when out of memory).

@@ -144,13 +144,12 @@ static void agreed_sha(const run_ctx *x, char out[65]) {
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     tr_recipe_write_lua(&c, f);
-    const char *sync = getenv("TR_CKPT_SYNC");
     fprintf(f,
             "\n-- options: resume %d, overwrite %d, device %s, precision %s, timeout %.17g, "
             "pad_vocab %d, TR_CKPT_SYNC %d\n",
             x->o.resume, x->o.overwrite, x->o.device ? x->o.device : "auto",
             x->o.precision ? x->o.precision : "default", x->o.timeout > 0 ? x->o.timeout : 300.0,
-            x->lay.pad_vocab, sync && *sync && strcmp(sync, "0"));
+            x->lay.pad_vocab, x->ckpt_sync);
     fclose(f);
     tr_sha256_hex(text, len, out);
     free(text);
@@ -372,7 +371,6 @@ static int open_outputs(run_ctx *x) {
 int run_open_checkpoints(run_ctx *x, int check_shared) {
     const tr_recipe *r = &x->r;
     if (check_shared && out_is_shared(x->world, r->train.out)) return -1;
-    const char *sync = getenv("TR_CKPT_SYNC"); /* benchmarks: the synchronous baseline */
     size_t *ranges = NULL;
     int n_ranges = tr_dp_ckpt_ranges(x->dp, &ranges);
     tr_ckpt_opts co = {.out = r->train.out,
@@ -386,7 +384,9 @@ int run_open_checkpoints(run_ctx *x, int check_shared) {
                        .tp = x->lay.tp,
                        .pp = x->lay.pp,
                        .sequence_parallel = x->lay.sequence_parallel,
-                       .sync = sync && *sync && strcmp(sync, "0"),
+                       .sync = x->ckpt_sync,
+                       .fault_bytes = x->fault_save_bytes,
+                       .fault_hang = x->fault_save_hang,
                        .timeout_s = x->o.timeout > 0 ? x->o.timeout : 300,
                        .overlap = !strcmp(x->be->name, "cpu")};
     int bad = tr_ckpt_writer_init(&x->ckw, x->model, r, &co, x->err, sizeof(x->err));
@@ -411,8 +411,7 @@ static int setup_outputs(run_ctx *x) {
     int bad = !x->inputs || !x->targets || !x->all_steps || !x->all_compute;
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the batches");
     if (setup_failed(x->world, bad, x->msg)) return -1;
-    bad = run_env_settings(x); /* TR_FAULT_*, TR_LEDGER */
-    if (setup_failed(x->world, bad, x->msg)) return -1; /* may be set on some ranks only */
+    if (x->dp) tr_dp_set_sync_refresh(x->dp, x->dp_sync_refresh);
     return 0;
 }
 
@@ -490,6 +489,8 @@ static int gather_ranks(run_ctx *x) {
 
 /* Everything after the flags and the processes; -1 after the lines that say why. */
 static int setup_run(run_ctx *x, int argc, char **argv) {
+    /* TR_FAULT_*, TR_LEDGER, ...: may be set on some ranks only */
+    if (setup_failed(x->world, run_env_settings(x), x->msg)) return -1;
     if (setup_layout(x) || setup_data(x) || setup_model(x) || setup_outputs(x) || gather_ranks(x))
         return -1;
     if (setup_failed(x->world, run_provenance(x, argc, argv), "")) return -1;

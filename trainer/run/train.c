@@ -14,6 +14,7 @@
 
 #include "data/json.h"
 #include "data/tokenizer.h"
+#include "parallel/comm/env.h"
 #include "trainer/run/run.h"
 
 /* Learning rate at `step` (0-based): linear warmup from 0, then the recipe's decay to min_lr. */
@@ -376,55 +377,70 @@ static double dp_hidden(const run_ctx *x, double *exposed_s, double *span_s) {
     return tr_dp_hidden_fraction(x->dp);
 }
 
-/* A JSON number of `digits` significant digits, or null when v is not finite. */
-static void put_number(FILE *f, int digits, double v) {
-    if (isfinite(v))
-        fprintf(f, "%.*g", digits, v);
-    else
-        fputs("null", f);
-}
-
 /* Rank 0's metrics.jsonl line; a file that cannot be written is said once and training goes
  * on (the ranks stay in step), the run then exits with 1. */
 static void write_metrics(run_ctx *x, int step, const step_result *res, int do_eval, double val) {
     FILE *m = x->metrics;
     if (!m) return;
-    /* JSON has no inf or nan: a skipped step's loss or norm, an unknown peak, are null */
+    /* JSON has no inf or nan: a skipped step's loss or norm, an unknown peak, are null
+       (tr_json_write_num, as every figure here) */
     fprintf(m, "{\"step\": %d, \"loss\": ", step + 1);
-    put_number(m, 17, res->loss);
-    fprintf(m, ", \"lr\": %.6g, \"grad_norm\": ", res->lr);
-    put_number(m, 6, res->norm);
-    fprintf(m,
-            ", \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"time\": %.3f, \"attempt\": %d, "
-            "\"mfu\": ",
-            res->tps, res->gflops, tr_ledger_unix_now(), tr_ledger_attempt(x->ledger));
-    if (isfinite(res->mfu))
-        fprintf(m, "%.4f", res->mfu);
-    else
-        fprintf(m, "null");
+    tr_json_write_num(m, res->loss, 17);
+    const struct {
+        const char *key;
+        double v;
+        int digits;
+    } num[] = {{"lr", res->lr, 6},
+               {"grad_norm", res->norm, 6},
+               {"tokens_per_s", res->tps, -1},
+               {"gflops", res->gflops, -2},
+               {"time", tr_ledger_unix_now(), -3}};
+    for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
+        fprintf(m, ", \"%s\": ", num[i].key);
+        tr_json_write_num(m, num[i].v, num[i].digits);
+    }
+    fprintf(m, ", \"attempt\": %d, \"mfu\": ", tr_ledger_attempt(x->ledger));
+    tr_json_write_num(m, res->mfu, -4);
     if (res->skipped)
         fprintf(m, ", \"skipped\": \"%s\"", res->skipped == GUARD_NAN ? "nan" : "spike");
     double dp_exposed, dp_span;
-    if (x->lay.dp > 1)
-        fprintf(m, ", \"comm_hidden\": %.4f", dp_hidden(x, &dp_exposed, &dp_span));
+    if (x->lay.dp > 1) {
+        fprintf(m, ", \"comm_hidden\": ");
+        tr_json_write_num(m, dp_hidden(x, &dp_exposed, &dp_span), -4);
+    }
     if (x->nranks > 1) {
         fprintf(m, ", \"rank_compute_s\": [");
-        for (int k = 0; k < x->nranks; k++)
-            fprintf(m, "%s%.4f", k ? ", " : "", x->all_compute[k]);
+        for (int k = 0; k < x->nranks; k++) {
+            fputs(k ? ", " : "", m);
+            tr_json_write_num(m, x->all_compute[k], -4);
+        }
         fprintf(m, "]");
     }
     if (x->pipe) { /* each rank's idle share of the pipeline schedule */
         fprintf(m, ", \"pipeline_idle\": [");
-        for (int k = 0; k < x->nranks; k++)
-            fprintf(m, "%s%.4f", k ? ", " : "",
-                    x->all_steps[TR_LEDGER_EXTRA * k + FIG_PIPE_IDLE]);
+        for (int k = 0; k < x->nranks; k++) {
+            fputs(k ? ", " : "", m);
+            tr_json_write_num(m, x->all_steps[TR_LEDGER_EXTRA * k + FIG_PIPE_IDLE], -4);
+        }
         fprintf(m, "]");
     }
-    if (do_eval) fprintf(m, ", \"val_loss\": %.6f", val);
+    if (do_eval) {
+        fprintf(m, ", \"val_loss\": ");
+        tr_json_write_num(m, val, -6);
+    }
     /* the plan's prediction beside the measured step and the fullest process's memory */
-    fprintf(m, ", \"step_s\": %.6g, \"predicted_step_s\": %.6g, \"memory_bytes\": %.0f, "
-               "\"predicted_memory_bytes\": %.0f",
-            res->dt, x->plan_step_s, x->mem_most, x->plan_mem);
+    const struct {
+        const char *key;
+        double v;
+        int digits;
+    } tail[] = {{"step_s", res->dt, 6},
+                {"predicted_step_s", x->plan_step_s, 6},
+                {"memory_bytes", x->mem_most, 0},
+                {"predicted_memory_bytes", x->plan_mem, 0}};
+    for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) {
+        fprintf(m, ", \"%s\": ", tail[i].key);
+        tr_json_write_num(m, tail[i].v, tail[i].digits);
+    }
     fprintf(m, "}\n");
     if (fflush(m) || ferror(m)) {
         int e = errno;
@@ -448,13 +464,15 @@ static void fmt_rates(const run_ctx *x, double tps, const char *sep, char *buf, 
 }
 
 int run_progress_tty(const char *flag, char *msg, size_t len) {
-    const char *env = getenv("TR_PROGRESS");
-    const char *how = flag ? flag : env && *env ? env : NULL;
-    if (how && strcmp(how, "tty") && strcmp(how, "lines")) {
-        snprintf(msg, len, "trainer run: TR_PROGRESS must be tty or lines, got '%s'", how);
+    static const char *const ways[] = {"tty", "lines", NULL};
+    int env = -1;
+    char m[256];
+    if (tr_env_word("TR_PROGRESS", ways, &env, m, sizeof m) < 0) {
+        snprintf(msg, len, "trainer run: %s", m);
         return -1;
     }
-    if (how) return !strcmp(how, "tty");
+    if (flag) return !strcmp(flag, "tty"); /* checked with the flags */
+    if (env >= 0) return env == 0;
     /* Open MPI (OMPI_*, PMIx), MPICH's Hydra (PMI_RANK) and Slurm's srun set these */
     static const char *launcher[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
                                      "SLURM_PROCID"};
@@ -702,9 +720,8 @@ static int run_report(run_ctx *x) {
     if ((x->rank == 0 || together) && write_sample(x, r->train.out, x->rank == 0))
         x->out_failed = 1;
     tr_dp_hold_params(x->dp, 0);
-    const char *dump = getenv("TR_DUMP_PARAMS");
-    if (dump && *dump) {
-        int bad = run_dump_params(x, dump);
+    if (x->dump_params) {
+        int bad = run_dump_params(x, x->dump_params);
         if (bad < 0) {
             fprintf(stderr, "trainer: rank %d: out of memory for TR_DUMP_PARAMS\n", x->rank);
             return 1;
