@@ -34,6 +34,10 @@ typedef struct {
     float wd;
 } tr_adamw_seg;
 
+/* The CUDA backend's vocabulary padding (its pad_vocab): the planner plans a GPU cluster it
+ * does not run on with it, so it is known without a GPU or a CUDA build. */
+#define TR_CUDA_PAD_VOCAB 128
+
 typedef struct tr_backend {
     const char *name;
     tr_dtype dtype; /* storage dtype of every tr_buf */

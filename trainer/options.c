@@ -38,7 +38,7 @@ static int parse_int(const char *cmd, const char *flag, const char *s, int min, 
 
 int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int first) {
     memset(o, 0, sizeof(*o));
-    o->eval_every = o->sample_tokens = o->dp = o->tp = o->zero = o->schedule = -1;
+    o->eval_every = o->sample_tokens = o->layout.dp = o->layout.tp = o->layout.zero = o->layout.schedule = -1;
     char err[256];
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -62,7 +62,7 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, &o->steps))
                 return -1;
         } else if (!strcmp(a, "--micro-batch")) {
-            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, &o->micro_batch))
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, &o->layout.micro_batch))
                 return -1;
         } else if (!strcmp(a, "--eval-every")) {
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->eval_every))
@@ -114,16 +114,16 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             }
         } else if (!strcmp(a, "--dp") || !strcmp(a, "--tp")) {
             if (need_value(cmd, a, i, argc) ||
-                parse_int(cmd, a, argv[++i], 1, a[2] == 'd' ? &o->dp : &o->tp))
+                parse_int(cmd, a, argv[++i], 1, a[2] == 'd' ? &o->layout.dp : &o->layout.tp))
                 return -1;
         } else if (!strcmp(a, "--pp") || !strcmp(a, "--microbatches") ||
                    !strcmp(a, "--virtual-stages")) {
-            int *dst = a[2] == 'p' ? &o->pp : a[2] == 'm' ? &o->microbatches : &o->virtual_stages;
+            int *dst = a[2] == 'p' ? &o->layout.pp : a[2] == 'm' ? &o->layout.microbatches : &o->layout.virtual_stages;
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, dst)) return -1;
         } else if (!strcmp(a, "--schedule")) {
             if (need_value(cmd, a, i, argc)) return -1;
-            o->schedule = tr_pp_kind_parse(argv[++i]);
-            if (o->schedule < 0) {
+            o->layout.schedule = tr_pp_kind_parse(argv[++i]);
+            if (o->layout.schedule < 0) {
                 fprintf(perr(),
                         "trainer %s: --schedule must be gpipe, 1f1b, interleaved or zb-h1, got "
                         "'%s'\n",
@@ -131,11 +131,11 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
                 return -1;
             }
         } else if (!strcmp(a, "--sequence-parallel")) {
-            o->sequence_parallel = 1;
+            o->layout.sequence_parallel = 1;
         } else if (!strcmp(a, "--no-sequence-parallel")) {
-            o->sequence_parallel = -1;
+            o->layout.sequence_parallel = -1;
         } else if (!strcmp(a, "--zero")) { /* the stage is checked by the layout */
-            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->zero)) return -1;
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->layout.zero)) return -1;
         } else if (!strcmp(a, "--out")) {
             if (need_value(cmd, a, i, argc)) return -1;
             o->out = argv[++i];
@@ -170,7 +170,7 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
         fprintf(perr(), "trainer %s: %s\n", cmd, err);
         return -1;
     }
-    o->pad_vocab = (int)pad;
+    o->layout.pad_vocab = (int)pad;
     if (o->resume && o->overwrite) {
         fprintf(perr(),
                 "trainer %s: --resume continues the run in the output folder and "

@@ -306,13 +306,7 @@ int tr_cmd_plan(int argc, char **argv) {
                        .dtype = c->cpu ? TR_DTYPE_F32 : TR_DTYPE_BF16,
                        .alternatives = a.alternatives,
                        .all_devices = world != NULL}; /* a job plans for its processes */
-    po.fixed = (tr_layout_flags){.dp = o.dp, .tp = o.tp, .pp = o.pp, .zero = o.zero,
-                                 .schedule = o.schedule, .microbatches = o.microbatches,
-                                 .virtual_stages = o.virtual_stages,
-                                 .sequence_parallel = o.sequence_parallel,
-                                 .micro_batch = o.micro_batch};
-    /* TR_PAD_VOCAB, else the CUDA backend's vocabulary padding */
-    po.fixed.pad_vocab = o.pad_vocab ? o.pad_vocab : c->cpu ? 0 : 128;
+    po.fixed = tr_options_layout(&o, c->cpu ? 0 : TR_CUDA_PAD_VOCAB); /* the cluster's backend */
     tr_plan_result *res = calloc(1, sizeof(*res));
     rc = !res || tr_plan_search(&r, c, &po, res, err, sizeof err);
     if (rc)

@@ -226,6 +226,11 @@ static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_
     return l->tp > 1 ? print_splits(l, &r->model, err, errlen) : 0;
 }
 
+/* How many processes a mesh dimension has: the flag's, else the recipe's, else 1. */
+static int along(int flag, int recipe) {
+    return flag > 0 ? flag : recipe > 0 ? recipe : 1;
+}
+
 int tr_cmd_show(int argc, char **argv) {
     tr_options o;
     int rc = tr_parse_options(&o, "show", argc, argv, 2);
@@ -235,19 +240,13 @@ int tr_cmd_show(int argc, char **argv) {
     const tr_model_desc *d = &r.model;
     const tr_parallel_desc *par = &r.parallel;
     /* the processes of the run shown: dp x tp x pp from the flags, else the recipe, else 1 */
-    long world = (long)(o.dp > 0      ? o.dp
-                        : par->dp > 0 ? par->dp
-                                      : 1) *
-                 (o.tp > 0      ? o.tp
-                  : par->tp > 0 ? par->tp
-                                : 1) *
-                 (o.pp > 0      ? o.pp
-                  : par->pp > 0 ? par->pp
-                                : 1);
+    double world = (double)along(o.layout.dp, par->dp) * along(o.layout.tp, par->tp) *
+                   along(o.layout.pp, par->pp); /* each up to 1e9: no integer overflows */
     char err[1024];
     tr_layout l;
     if (world > 1000000) {
-        fprintf(stderr, "trainer show: %ld processes: too many to plan\n", world);
+        fprintf(stderr, "trainer show: dp x tp x pp is %.0f processes: too many to plan (at most "
+                        "1000000)\n", world);
         tr_recipe_free(&r);
         return 1;
     }

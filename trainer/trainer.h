@@ -16,25 +16,22 @@ typedef struct {
     int n_sets;
     int steps;             /* --steps, 0 = the recipe's */
     const char *out;       /* --out, NULL = the recipe's */
-    int micro_batch;       /* --micro-batch, 0 = the recipe's */
     double peak_gflops;    /* --peak-gflops, 0 = measure */
     int eval_every;        /* --eval-every, -1 = the recipe's */
     const char *device;    /* --device auto|cpu|cuda, NULL = auto */
     double timeout;        /* --timeout: seconds any collective may take (0 = 300) */
-    int dp, tp, zero;      /* --dp D --tp T --zero S (-1 = the recipe's) */
-    int pp;                /* --pp P, 0 = the recipe's */
-    int schedule;          /* --schedule S: tr_pp_kind, -1 = the recipe's */
-    int microbatches;      /* --microbatches M, 0 = the recipe's */
-    int virtual_stages;    /* --virtual-stages V, 0 = the recipe's */
-    int sequence_parallel; /* --sequence-parallel 1, --no-sequence-parallel -1, else 0 */
+    /* what the command line fixes of the layout, in the resolver's own record: --dp --tp --pp
+       --zero --schedule --microbatches --virtual-stages --[no-]sequence-parallel
+       --micro-batch, and TR_PAD_VOCAB (parallel/layout.h: -1 or 0 = the recipe's) */
+    tr_layout_flags layout;
     const char *precision; /* --precision bf16|fp32, NULL = the device's default */
     int sample_tokens;     /* --sample-tokens, -1 = the recipe's */
     int resume;    /* --resume: continue from the newest good checkpoint in the output folder */
     int overwrite; /* --overwrite: replace the run the output folder holds */
     const char *progress; /* --progress tty|lines, NULL = decide (run_progress_tty) */
-    int pad_vocab; /* TR_PAD_VOCAB (tests: a GPU's vocabulary padding on the CPU), 0 = the
-                      backend's; read with the flags, 1 to TR_PAD_VOCAB_MAX */
 } tr_options;
+/* TR_PAD_VOCAB (tests: a GPU's vocabulary padding on the CPU; layout.pad_vocab, 0 = the
+ * backend's) is read with the flags, 1 to TR_PAD_VOCAB_MAX */
 #define TR_PAD_VOCAB_MAX 4096
 
 /* Parse argv[first..argc) into opts. Returns 0, 1 when --help was asked, -1 on a bad flag
@@ -66,6 +63,10 @@ int tr_load_recipe_msg(tr_recipe *r, const tr_options *opts, const char *cmd, ch
  * there and with "trainer CMD: " otherwise. */
 int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int world,
                       const tr_backend *be, const char *cmd, char *err, size_t errlen);
+/* The flags' layout record with the vocabulary padding filled in: TR_PAD_VOCAB's, else
+ * backend_pad (the backend's own: be->pad_vocab, or TR_CUDA_PAD_VOCAB for a GPU cluster that
+ * is planned, not run). What tr_resolve_layout, run's planner and `trainer plan` all use. */
+tr_layout_flags tr_options_layout(const tr_options *o, int backend_pad);
 
 /* The backend for --device (auto: CUDA when a GPU is there, else the CPU) and --precision
  * (else the recipe's train.precision; r may be NULL).

@@ -213,18 +213,15 @@ int tr_load_recipe(tr_recipe *r, const tr_options *o, const char *cmd) {
     return 0;
 }
 
+tr_layout_flags tr_options_layout(const tr_options *o, int backend_pad) {
+    tr_layout_flags f = o->layout;
+    if (!f.pad_vocab) f.pad_vocab = backend_pad; /* TR_PAD_VOCAB wins: the tests' GPU padding */
+    return f;
+}
+
 int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int world,
                       const tr_backend *be, const char *cmd, char *err, size_t errlen) {
-    tr_layout_flags f = {.dp = o->dp,
-                         .tp = o->tp,
-                         .pp = o->pp,
-                         .zero = o->zero,
-                         .schedule = o->schedule,
-                         .microbatches = o->microbatches,
-                         .virtual_stages = o->virtual_stages,
-                         .sequence_parallel = o->sequence_parallel,
-                         .micro_batch = o->micro_batch,
-                         .pad_vocab = o->pad_vocab ? o->pad_vocab : be->pad_vocab};
+    tr_layout_flags f = tr_options_layout(o, be->pad_vocab);
     char why[1024];
     if (!tr_layout_resolve(l, r, &f, world, be->dtype, 0, why, sizeof(why))) return 0;
     size_t n = strlen(r->path);

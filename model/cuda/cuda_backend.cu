@@ -216,7 +216,7 @@ static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, 
 #define FILL(t, P, NAME, DT)                                                                      \
     do {                                                                                          \
         memset(&(t), 0, sizeof(t));                                                               \
-        (t).name = NAME, (t).dtype = DT, (t).pad_vocab = 128;                                     \
+        (t).name = NAME, (t).dtype = DT, (t).pad_vocab = TR_CUDA_PAD_VOCAB;                       \
         (t).alloc = cu_alloc, (t).free = cu_free, (t).upload = cu_upload;                         \
         (t).download = cu_download, (t).zero = cu_zero, (t).copy = cu_copy;                      \
         (t).to_storage = P##_to_storage, (t).from_storage = P##_from_storage;                     \

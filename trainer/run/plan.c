@@ -18,29 +18,20 @@ static tr_plan_opts plan_opts(const run_ctx *x) {
                        .recompute = -1,
                        .dtype = x->be->dtype,
                        .alternatives = 0};
-    po.fixed = (tr_layout_flags){.dp = o->dp, .tp = o->tp, .pp = o->pp, .zero = o->zero,
-                                 .schedule = o->schedule, .microbatches = o->microbatches,
-                                 .virtual_stages = o->virtual_stages,
-                                 .sequence_parallel = o->sequence_parallel,
-                                 .micro_batch = o->micro_batch,
-                                 .pad_vocab = o->pad_vocab ? o->pad_vocab : x->be->pad_vocab};
+    po.fixed = tr_options_layout(o, x->be->pad_vocab);
     return po;
 }
 
 /* The plan's choices into the flags (those the user gave are the plan's already). */
 static void apply(run_ctx *x, const tr_plan *p) {
     tr_options *o = &x->o;
-    o->dp = p->dp;
-    o->tp = p->tp;
-    o->pp = p->pp;
-    o->zero = p->zero;
-    o->sequence_parallel = p->sequence_parallel ? 1 : -1;
-    o->schedule = p->schedule;
-    o->virtual_stages = p->virtual_stages;
-    if (x->cluster.g[0].mem_bytes.v > 0) { /* a device of unknown memory: the resolver's rule */
-        o->microbatches = p->microbatches;
-        o->micro_batch = 0;
+    tr_layout_flags f = tr_plan_flags(p);
+    f.pad_vocab = o->layout.pad_vocab;
+    if (!(x->cluster.g[0].mem_bytes.v > 0)) { /* a device of unknown memory: the resolver's rule */
+        f.microbatches = o->layout.microbatches;
+        f.micro_batch = o->layout.micro_batch;
     }
+    o->layout = f;
     x->r.train.recompute = p->recompute;
 }
 
@@ -66,9 +57,10 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_clus
  * bitwise the run it continues. On another number of processes the layout is planned anew. */
 static void keep_layout(run_ctx *x) {
     tr_options *o = &x->o;
-    int flags = o->dp >= 0 || o->tp >= 0 || o->pp > 0 || o->zero >= 0 || o->schedule >= 0 ||
-                o->microbatches > 0 || o->virtual_stages > 0 || o->sequence_parallel ||
-                o->micro_batch > 0;
+    const tr_layout_flags *g = &o->layout;
+    int flags = g->dp >= 0 || g->tp >= 0 || g->pp > 0 || g->zero >= 0 || g->schedule >= 0 ||
+                g->microbatches > 0 || g->virtual_stages > 0 || g->sequence_parallel ||
+                g->micro_batch > 0;
     char path[TR_PATH_MAX + 16], err[256];
     snprintf(path, sizeof path, "%s/recipe.lua", x->r.train.out);
     tr_recipe s;
@@ -76,10 +68,11 @@ static void keep_layout(run_ctx *x) {
     if (!o->resume || flags || tr_recipe_load(&s, path, NULL, 0, err, sizeof err)) return;
     const tr_parallel_desc *p = &s.parallel;
     if (p->dp > 0 && p->tp > 0 && p->pp > 0 && p->dp * p->tp * p->pp == x->nranks) {
-        o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->zero = p->zero;
-        o->sequence_parallel = p->sequence_parallel > 0 ? 1 : -1;
-        o->schedule = p->schedule, o->virtual_stages = p->virtual_stages;
-        o->microbatches = p->microbatches, o->micro_batch = s.train.micro_batch;
+        tr_layout_flags *f = &o->layout;
+        f->dp = p->dp, f->tp = p->tp, f->pp = p->pp, f->zero = p->zero;
+        f->sequence_parallel = p->sequence_parallel > 0 ? 1 : -1;
+        f->schedule = p->schedule, f->virtual_stages = p->virtual_stages;
+        f->microbatches = p->microbatches, f->micro_batch = s.train.micro_batch;
         x->r.train.recompute = s.train.recompute;
         if (x->r.parallel.n_stages == 0 && p->n_stages > 0) {
             x->r.parallel.n_stages = p->n_stages;
