@@ -304,7 +304,7 @@ mpmd() { # name expected-line -- args of rank 0 -- args of rank 1
     fi
 }
 q="--timeout 20 --peak-gflops 10 --steps 2"
-mpmd zero_differs "^trainer run: rank 1: the resolved recipe or a flag differs from rank 0's" -- \
+mpmd zero_differs "^trainer run: rank 1: the resolved recipe or a flag differs from rank 0's: 'zero = 1' here, 'zero = 0' on rank 0;" -- \
     "$R" $q --zero 0 --out "$tmp/zd" -- "$R" $q --zero 1 --out "$tmp/zd"
 echo 'model {' >"$tmp/bad.lua"
 mpmd bad_recipe_on_one "^rank 1: .*bad.lua:2: unexpected symbol" -- \

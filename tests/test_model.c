@@ -281,7 +281,11 @@ static void padded_vocab(const char *text, const char *label) {
         if (tr_kv_cache_init(&kv, m, err, sizeof(err))) exit(1);
         for (int t = 0; t < T; t++) tr_model_decode(m, kv, tok[t], t, dec[pv] + (size_t)t * V);
         tr_kv_cache_free(kv);
-        tr_adamw opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+        /* eps 1e-6, as the layout tests' recipes (tests/lib.sh): AdamW's lr g / (|g| + eps)
+           swings through 2 lr as g crosses zero, so with eps 1e-8 an element whose gradient
+           nearly cancels moves by what its rounding says (padded and unpadded products round
+           differently on some machines' BLAS kernels) */
+        tr_adamw opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-6f,
                         .weight_decay = 0.1f, .grad_scale = 1.0f};
         for (int s = 0; s < 3; s++) {
             tr_model_zero_grad(m);
@@ -326,7 +330,9 @@ static void padded_vocab(const char *text, const char *label) {
     snprintf(what, sizeof(what), "%s: padded vocabulary: all logits, decode logits (max diff)", label);
     check(dlg <= 1e-5 && dd <= 1e-5, what, dlg, dd);
     snprintf(what, sizeof(what), "%s: padded vocabulary: parameters after 3 AdamW steps", label);
-    check(dp <= 1e-5, what, dp, 0);
+    /* tests/lib.sh's rule: both start bitwise equal and every difference came in through an
+       update of about lr, so 2^-10 of the path length (3 steps of lr 1e-2) */
+    check(dp <= 0x1p-10 * 3 * 1e-2, what, dp, 0x1p-10 * 3 * 1e-2);
     for (int pv = 0; pv < 2; pv++) {
         free(grads[pv]), free(logits[pv]), free(dec[pv]), free(params[pv]);
     }

@@ -317,6 +317,9 @@ static int run_side(const check_opts *o, const check_layout *l, const char *self
             setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
             setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
         }
+        /* a check's model is small: more processes than cores only run slower (Open MPI
+           refuses them by default, with a page of help) */
+        if (!o->launcher) setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
         if (perturb)
             setenv("TR_FAULT_PERTURB", perturb, 1);
         else
@@ -474,6 +477,32 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return remove(path);
 }
 
+/* The model's own refusal of a side's layout, before any process starts (a launcher's refusal
+ * of many processes would hide it): the recipe, with the --set knobs, resolved for the side's
+ * dp x tp x pp processes as `trainer run` would. 0, or -1 after one line naming the side. */
+static int side_layout_ok(const check_opts *o, const check_layout *l, const char *flag) {
+    tr_options to = {.recipe = o->recipe, .layout = {.dp = l->dp, .tp = l->tp, .pp = l->pp,
+                                                    .zero = l->zero, .schedule = l->schedule,
+                                                    .sequence_parallel = l->sp ? 1 : -1}};
+    char err[1024];
+    for (int i = 0; i < o->n_sets; i++)
+        if (tr_knob_set_parse(&to.sets[to.n_sets++], o->sets[i], err, sizeof(err))) {
+            fprintf(stderr, "trainer check: --set: %s\n", err);
+            return -1;
+        }
+    if (l->cuda) to.layout.pad_vocab = TR_CUDA_PAD_VOCAB;
+    tr_recipe r;
+    tr_layout lay;
+    int rc = tr_load_recipe_msg(&r, &to, "check", err, sizeof(err));
+    if (!rc) {
+        rc = tr_resolve_layout(&lay, &r, &to, l->dp * l->tp * l->pp, tr_backend_cpu(), "check",
+                               err, sizeof(err));
+        tr_recipe_free(&r);
+    }
+    if (rc) fprintf(stderr, "trainer check: %s %s: %s\n", flag, l->text, err);
+    return rc ? -1 : 0;
+}
+
 int tr_cmd_check(int argc, char **argv) {
     check_opts o;
     int rc = parse_check(&o, argc, argv);
@@ -481,7 +510,7 @@ int tr_cmd_check(int argc, char **argv) {
         fputs(check_help, stdout);
         return 0;
     }
-    if (rc < 0) return 2;
+    if (rc < 0 || side_layout_ok(&o, &o.a, "--a") || side_layout_ok(&o, &o.b, "--b")) return 2;
     char self[TR_PATH_MAX], out[TR_PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0) {

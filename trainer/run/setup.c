@@ -50,18 +50,57 @@ static int setup_failed(tr_comm *world, int bad, const char *msg) {
     return count > 0;
 }
 
-/* Every rank must have what rank 0 has (a hash of it in `mine`): 1 on every rank if not, said
- * once, naming the first rank that differs. */
-static int ranks_agree(tr_comm *world, const char *what, const char mine[65]) {
+/* The end of the item of a line that starts at `from`: the next ',' or " }", or the line's end. */
+static int item_end(const char *from) {
+    int n = 0;
+    while (from[n] && from[n] != '\n' && from[n] != ',' && strncmp(from + n, " }", 2))
+        n++;
+    return n;
+}
+
+/* Where text and rank 0's first differ, as "'zero = 1' here, 'zero = 0' on rank 0": the
+ * item (a recipe's "name = value", between commas or braces) of the first differing byte. */
+static void first_difference(const char *mine, const char *root, char *out, size_t n) {
+    size_t i = 0, from = 0;
+    while (mine[i] && mine[i] == root[i]) {
+        if (mine[i] == '\n' || mine[i] == ',' || mine[i] == '{') from = i + 1;
+        i++;
+    }
+    while (mine[from] == ' ')
+        from++;
+    int la = item_end(mine + from), lb = item_end(root + from);
+    snprintf(out, n, "'%.*s' here, '%.*s' on rank 0", la > 120 ? 120 : la, mine + from,
+             lb > 120 ? 120 : lb, root + from);
+}
+
+/* Every rank must have what rank 0 has (`text`, lines of it): 1 on every rank if not, said once
+ * by the lowest rank that differs, naming the first line that does. Only a difference costs
+ * more than a hash: rank 0's text is then sent to all. */
+static int ranks_agree(tr_comm *world, const char *what, const char *text) {
     if (tr_comm_size(world) <= 1) return 0;
-    char root[65], msg[300];
+    size_t len = strlen(text);
+    char mine[65], root[65], where[300] = "", msg[600];
+    tr_sha256_hex(text, len, mine);
     memcpy(root, mine, sizeof(root));
     tr_comm_broadcast(world, root, 64, TR_COMM_BYTE, 0);
-    int differs = memcmp(root, mine, 64) != 0;
+    int differs = memcmp(root, mine, 64) != 0, any = differs;
+    tr_comm_all_reduce(world, &any, 1, TR_COMM_I32);
+    if (!any) return 0;
+    long long n = (long long)len;
+    tr_comm_broadcast(world, &n, 1, TR_COMM_I64, 0);
+    char *theirs = calloc((size_t)n + 1, 1);
+    if (!theirs) {
+        fprintf(stderr, "trainer: rank %d: out of memory\n", tr_comm_rank(world));
+        exit(1); /* mpirun ends the others */
+    }
+    if (tr_comm_rank(world) == 0) memcpy(theirs, text, len);
+    tr_comm_broadcast(world, theirs, (size_t)n, TR_COMM_BYTE, 0);
+    if (differs) first_difference(text, theirs, where, sizeof(where));
+    free(theirs);
     snprintf(msg, sizeof(msg),
-             "trainer run: the %s differs from rank 0's: every rank must run "
-             "the same recipe, flags and files",
-             what);
+             "trainer run: the %s differs from rank 0's: %s; every rank must run the same "
+             "recipe, flags and files",
+             what, where);
     return setup_failed(world, differs, msg);
 }
 
@@ -136,13 +175,14 @@ static int launched_with_others(void) {
  * launched with other flags or test variables would otherwise meet in mismatched
  * collectives. Resolved values, so that equivalent settings agree (--zero 0 and the recipe's
  * default ZeRO-0). */
-static void agreed_sha(const run_ctx *x, char out[65]) {
+static char *agreed_text(const run_ctx *x) {
     tr_recipe c = x->r; /* a shallow copy: only written out */
     tr_layout_to_recipe(&x->lay, &c);
     if (x->lay.micro_auto) c.train.micro_batch = 0;
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
     tr_recipe_write_lua(&c, f);
     fprintf(f,
             "\n-- options: resume %d, overwrite %d, device %s, precision %s, timeout %.17g, "
@@ -151,8 +191,7 @@ static void agreed_sha(const run_ctx *x, char out[65]) {
             x->o.precision ? x->o.precision : "default", x->o.timeout > 0 ? x->o.timeout : 300.0,
             x->lay.pad_vocab, x->ckpt_sync);
     fclose(f);
-    tr_sha256_hex(text, len, out);
-    free(text);
+    return text;
 }
 
 /* The flags, then the processes. A flag mistake under a launcher: connect first, so that a
@@ -201,10 +240,12 @@ static int setup_layout(run_ctx *x) {
     int bad =
         tr_resolve_layout(&x->lay, &x->r, &x->o, x->nranks, x->be, "run", x->msg, sizeof(x->msg));
     if (setup_failed(x->world, bad, x->msg)) return -1;
-    char fp[65];
-    agreed_sha(x, fp);
-    if (ranks_agree(x->world, "resolved recipe or a flag", fp)) return -1;
-    snprintf(fp, sizeof(fp), "%032d%032d", x->lay.micro_batch, x->lay.accum);
+    char *text = agreed_text(x), fp[96];
+    bad = ranks_agree(x->world, "resolved recipe or a flag", text ? text : "(out of memory)");
+    free(text);
+    if (bad) return -1;
+    snprintf(fp, sizeof(fp), "micro_batch %d, accumulation steps %d", x->lay.micro_batch,
+             x->lay.accum);
     if (ranks_agree(x->world, "resolved micro-batch", fp)) return -1;
     if (x->lay.micro_auto)
         printf("micro_batch auto -> %d sequences (%d accumulation step(s) per %ld-token step)\n",
@@ -265,8 +306,8 @@ static int setup_data(run_ctx *x) {
     snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
     if (setup_failed(x->world, bad, x->msg)) return -1;
     char fp[65];
-    snprintf(fp, sizeof(fp), "%016llx%048d", (unsigned long long)tr_loader_fingerprint(x->loader),
-             0);
+    snprintf(fp, sizeof(fp), "fingerprint %016llx",
+             (unsigned long long)tr_loader_fingerprint(x->loader));
     if (ranks_agree(x->world, "data (sizes and sampled tokens)", fp)) return -1;
     if ((r->train.checkpoint_every > 0 || x->o.resume) && out_is_shared(x->world, r->train.out))
         return -1;
@@ -326,7 +367,7 @@ static int setup_model(run_ctx *x) {
         snprintf(x->msg, sizeof(x->msg), "trainer run: --resume: %s", x->err);
         if (setup_failed(x->world, rrc == -1, x->msg) || rrc) return -1;
         char fp[65];
-        snprintf(fp, sizeof(fp), "%064d", x->start_step); /* every rank from the same one */
+        snprintf(fp, sizeof(fp), "step %d", x->start_step); /* every rank from the same one */
         if (ranks_agree(x->world, "checkpoint step to resume from", fp)) return -1;
     } else if (r->init_hf[0]) {
         tr_tokenizer *tok = NULL; /* its vocabulary: an export without the padding rows loads */
