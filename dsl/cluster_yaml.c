@@ -38,6 +38,7 @@
 #include <yaml.h>
 
 #include "dsl/cluster_private.h"
+#include "dsl/yaml.h"
 
 #define MAX_FILE_BYTES (1 << 20)
 
@@ -500,36 +501,16 @@ static int syntax_error(const reader *r, const yaml_parser_t *p, const char *tex
  * intra_node: 4). */
 #define MAX_DEPTH 64
 
-/* The nesting of the text's collections, counted on libyaml's events before any document is
- * built: libyaml's loader takes minutes over a file nested 100,000 deep (200 KB), its event
- * parser stops here at the 65th level. 0, or -1 with the line (a syntax error found on the way
- * is said as the loader says it). */
+/* 0, or -1 with the line when the text nests deeper than a cluster file can (dsl/yaml.h). */
 static int check_depth(const reader *r, const char *text, size_t len) {
-    yaml_parser_t p;
-    if (!yaml_parser_initialize(&p)) {
+    int line = tr_yaml_too_deep(text, len, MAX_DEPTH);
+    if (line < 0) {
         snprintf(r->err, r->errlen, "%s: out of memory", r->path);
         return -1;
     }
-    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
-    int depth = 0, rc = 0;
-    for (int done = 0; !done && !rc;) {
-        yaml_event_t e;
-        if (!yaml_parser_parse(&p, &e)) {
-            rc = syntax_error(r, &p, text);
-            break;
-        }
-        if (e.type == YAML_SEQUENCE_START_EVENT || e.type == YAML_MAPPING_START_EVENT) {
-            if (++depth > MAX_DEPTH)
-                rc = fail(r, (int)e.start_mark.line + 1, "syntax",
-                          "nested deeper than %d levels (a cluster file needs 4)", MAX_DEPTH);
-        } else if (e.type == YAML_SEQUENCE_END_EVENT || e.type == YAML_MAPPING_END_EVENT) {
-            depth--;
-        }
-        done = e.type == YAML_STREAM_END_EVENT;
-        yaml_event_delete(&e);
-    }
-    yaml_parser_delete(&p);
-    return rc;
+    return line ? fail(r, line, "syntax", "nested deeper than %d levels (a cluster file needs 4)",
+                       MAX_DEPTH)
+                : 0;
 }
 
 /* One YAML document from text into doc (deleted by the caller when 0 is returned). */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "trainer/checkpoint/checkpoint.h"
@@ -567,6 +568,31 @@ static void test_refusals(const char *root) {
     free(wide);
 }
 
+/* A manifest nested 100,000 deep (200 KB) with a right checksum: refused in one line before
+ * libyaml's loader builds it (which took minutes over such a text). */
+static void test_deep_manifest(const char *root) {
+    char dir[512], path[600], err[512];
+    snprintf(dir, sizeof(dir), "%s/deep", root);
+    snprintf(path, sizeof(path), "%s/manifest.yaml", dir);
+    mkdir(dir, 0755);
+    size_t n = 100000, len = 2 * n + 2;
+    char *text = malloc(len + 32);
+    memset(text, '[', n);
+    memset(text + n, ']', n);
+    text[2 * n] = '\n', text[2 * n + 1] = 0;
+    len = 2 * n + 1;
+    len += (size_t)snprintf(text + len, 32, "# crc32c: %08x\n", tr_crc32c(0, text, len));
+    FILE *f = fopen(path, "wb");
+    fwrite(text, 1, len, f);
+    fclose(f);
+    free(text);
+    tr_ckpt c;
+    int rc = tr_ckpt_read(&c, dir, 1, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "manifest.yaml:1: nested deeper than 64 levels"),
+          "a manifest nested 100,000 deep is refused: %s", err);
+    if (!rc) tr_ckpt_free(&c);
+}
+
 int main(void) {
     char root[] = "/tmp/test_checkpoint_XXXXXX";
     if (!mkdtemp(root)) return 1;
@@ -579,6 +605,7 @@ int main(void) {
     export_import(root, "gpt_nobias", gpt_nobias_recipe);
     export_import(root, "llama", llama_recipe);
     test_refusals(root);
+    test_deep_manifest(root);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd)) printf("(could not remove %s)\n", root);

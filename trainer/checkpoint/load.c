@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "dsl/yaml.h"
+
 /* ---- reading -----------------------------------------------------------------------------------
  */
 
@@ -105,6 +107,9 @@ int tr_ckpt_steps(const char *out, long **steps) {
 
 /* The manifest's last line, "# crc32c: XXXXXXXX", checked against every byte before it; the
  * rest parsed into doc. */
+/* Deeper than any manifest (root, tensors, a tensor, its slices, a slice, its start: 6). */
+#define CKPT_MAX_DEPTH 64
+
 static int load_manifest(const char *path, yaml_document_t *doc, char *err, size_t errlen) {
     unsigned char *text = NULL;
     size_t len = 0;
@@ -122,6 +127,12 @@ static int load_manifest(const char *path, yaml_document_t *doc, char *err, size
         rc = ck_fail(err, errlen, "%s: truncated or damaged (no checksum line at the end)", path);
     else if (tr_crc32c(0, text, ls) != want)
         rc = ck_fail(err, errlen, "%s: checksum mismatch: the file is damaged", path);
+    int deep = rc ? 0 : tr_yaml_too_deep((const char *)text, ls, CKPT_MAX_DEPTH);
+    if (deep)
+        rc = deep < 0 ? ck_fail(err, errlen, "%s: out of memory", path)
+                      : ck_fail(err, errlen, "%s:%d: nested deeper than %d levels (a manifest "
+                                "needs 6): not a manifest this trainer wrote", path, deep,
+                                CKPT_MAX_DEPTH);
     if (!rc) { /* the document keeps copies of its scalars: parser and text can go */
         yaml_parser_t p;
         yaml_parser_initialize(&p);
