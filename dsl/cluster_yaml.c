@@ -38,6 +38,7 @@
 #include <yaml.h>
 
 #include "dsl/cluster_private.h"
+#include "parallel/comm/base.h"
 
 #define MAX_FILE_BYTES (1 << 20)
 
@@ -49,17 +50,14 @@ typedef struct {
 } reader;
 
 /* The one way a load fails: "PATH:LINE: FIELD: message", made one line whatever the input. */
-#ifdef __GNUC__
-__attribute__((format(printf, 4, 5)))
-#endif
-static int
-fail(const reader *r, int line, const char *field, const char *fmt, ...) {
+TR_PRINTF(4, 5)
+static int fail(const reader *r, int line, const char *field, const char *fmt, ...) {
     if (!r->errlen) return -1;
     int w = snprintf(r->err, r->errlen, "%s:%d: %s: ", r->path, line, field);
     if (w >= 0 && (size_t)w < r->errlen) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(r->err + w, r->errlen - (size_t)w, fmt, ap);
+        tr_verrf(r->err + w, r->errlen - (size_t)w, fmt, ap);
         va_end(ap);
     }
     for (char *p = r->err; *p; p++)

@@ -3,13 +3,13 @@
  * touches MPI and every collective is a copy. Every MPI wait is a poll of MPI_Test against a
  * deadline, so a dead or stuck peer ends the job with one line instead of a hang. */
 #include "parallel/comm/comm.h"
+#include "parallel/comm/base.h"
 #include "parallel/comm/census.h"
 #include "parallel/comm/env.h"
 #include "parallel/comm/private.h"
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,14 +99,6 @@ double tr_comm_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 /* "all_reduce of 1024 floats on group dp (size 2)" */
@@ -548,7 +540,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
                  size_t errlen) {
     *world = NULL;
     if (g.mpi) {
-        set_err(err, errlen, "tr_comm_init: already initialized");
+        tr_errf(err, errlen, "tr_comm_init: already initialized");
         return -1;
     }
     /* TR_COMM_DEVICE is used by the device transport (comm/device.c) only where it is
@@ -570,7 +562,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
     } else {
 #ifdef TR_HAVE_MPI
         if (g.finalized) {
-            set_err(err, errlen, "tr_comm_init: MPI was finalized and cannot start again");
+            tr_errf(err, errlen, "tr_comm_init: MPI was finalized and cannot start again");
             return -1;
         }
         int inited = 0, provided = 0, rc;
@@ -581,7 +573,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
              * other threads too: ask for MPI_THREAD_MULTIPLE. */
             rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
             if (rc != MPI_SUCCESS) {
-                set_err(err, errlen, "MPI_Init failed (error %d; started with %s set)", rc, var);
+                tr_errf(err, errlen, "MPI_Init failed (error %d; started with %s set)", rc, var);
                 return -1;
             }
             g.we_initialized = 1;
@@ -598,7 +590,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         }
         w = group_new("world", 0, 1);
         if (!w || MPI_Comm_dup(MPI_COMM_WORLD, &w->mc) != MPI_SUCCESS) {
-            set_err(err, errlen, "tr_comm_init: cannot create the world communicator");
+            tr_errf(err, errlen, "tr_comm_init: cannot create the world communicator");
             free(w);
             return -1;
         }
@@ -615,7 +607,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         const char *v = getenv(var);
         if (!(v && !strcmp(var, "OMPI_COMM_WORLD_SIZE") && atoi(v) == 1) &&
             !(v && !strcmp(var, "PMI_SIZE") && atoi(v) == 1)) {
-            set_err(err, errlen,
+            tr_errf(err, errlen,
                     "started by a parallel launcher (%s=%s) but this trainer was built "
                     "without MPI; install libopenmpi-dev and rebuild, or run it without mpirun",
                     var, v ? v : "");
@@ -625,7 +617,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
 #endif
     }
     if (!w) {
-        set_err(err, errlen, "tr_comm_init: out of memory");
+        tr_errf(err, errlen, "tr_comm_init: out of memory");
         return -1;
     }
     w->is_world = 1;
@@ -704,7 +696,7 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
                  size_t errlen) {
     *dp = *pp = *tp = NULL;
     if (m.dp < 1 || m.pp < 1 || m.tp < 1 || (long)m.dp * m.pp * m.tp != world->size) {
-        set_err(err, errlen,
+        tr_errf(err, errlen,
                 "mesh dp=%d x pp=%d x tp=%d needs %ld ranks but the world has %d (mpirun -np)",
                 m.dp, m.pp, m.tp, (long)m.dp * m.pp * m.tp, world->size);
         return -1;
@@ -716,7 +708,7 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
     if (!g3[0] || !g3[1] || !g3[2]) {
         for (int i = 0; i < 3; i++)
             free(g3[i]);
-        set_err(err, errlen, "tr_comm_mesh: out of memory");
+        tr_errf(err, errlen, "tr_comm_mesh: out of memory");
         return -1;
     }
 #ifdef TR_HAVE_MPI
@@ -755,7 +747,7 @@ int tr_comm_split(tr_comm *c, int color, int key, const char *name, tr_comm **ou
                   size_t errlen) {
     *out = NULL;
     if (color < 0) {
-        set_err(err, errlen, "tr_comm_split: color %d must not be negative", color);
+        tr_errf(err, errlen, "tr_comm_split: color %d must not be negative", color);
         return -1;
     }
     /* the world of one (or a group of one): the only rank is its own subgroup */
@@ -782,7 +774,7 @@ int tr_comm_split(tr_comm *c, int color, int key, const char *name, tr_comm **ou
         if (mc != MPI_COMM_NULL) MPI_Comm_free(&mc);
         unlock();
 #endif
-        set_err(err, errlen, "tr_comm_split: out of memory");
+        tr_errf(err, errlen, "tr_comm_split: out of memory");
         return -1;
     }
 #ifdef TR_HAVE_MPI

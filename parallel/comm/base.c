@@ -1,0 +1,18 @@
+/* The small helpers every library calls (base.h): the error line. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "parallel/comm/base.h"
+
+int tr_verrf(char *err, size_t errlen, const char *fmt, va_list ap) {
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    return -1;
+}
+
+int tr_errf(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    tr_verrf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}

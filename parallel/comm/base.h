@@ -1,0 +1,24 @@
+/* The small helpers every library calls, each written once. Here, beside env.h, in tr_base:
+ * a library of no dependencies that tr_dsl and tr_parallel link, so every library (tr_dsl,
+ * tr_data, tr_parallel, tr_model, tr_dp) and the trainer reach it. */
+#ifndef TR_PARALLEL_BASE_H
+#define TR_PARALLEL_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* Arguments a and b of a function are a printf format and its first value: checked. */
+#ifdef __GNUC__
+#define TR_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define TR_PRINTF(a, b)
+#endif
+
+/* err (of errlen bytes; NULL or 0: nothing written) <- the formatted line, truncated to fit.
+ * Returns -1, so that a failing path reads `return tr_errf(err, errlen, "...", ...);`.
+ * tr_verrf: the same from a va_list, for a helper that puts a prefix first. */
+TR_PRINTF(3, 4) int tr_errf(char *err, size_t errlen, const char *fmt, ...);
+TR_PRINTF(3, 0) int tr_verrf(char *err, size_t errlen, const char *fmt, va_list ap);
+
+#endif
