@@ -16,12 +16,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "data/shard.h"
 #include "data/json.h"
 #include "data/tokenizer_private.h"
+#include "parallel/comm/base.h"
 
 #define CHUNK_MAX (1 << 20)
 #define CHUNK_MIN (1 << 16)
@@ -56,13 +56,6 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
 } job;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int mkdirs(const char *path, char *err, size_t errlen)
 {
@@ -472,7 +465,7 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
     long shard_tokens = o->shard_tokens > 0 ? o->shard_tokens : 100000000L;
     stream train = {o->out_dir, "train", width, 0, shard_tokens, 0, NULL};
     stream val = {o->out_dir, "val", width, 0, shard_tokens, 0, NULL};
-    double t0 = now(), last = 0;
+    double t0 = tr_now(), last = 0;
     err[0] = 0;
 
     if (o->n_inputs < 1) {
@@ -539,7 +532,7 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
         st->bytes_done += (double)j.ch[i].len;
         st->train_tokens = train.tokens;
         st->val_tokens = val.tokens;
-        st->seconds = now() - t0;
+        st->seconds = tr_now() - t0;
         if (o->progress && (st->seconds - last > 0.25 || i + 1 == j.n_ch)) {
             last = st->seconds;
             o->progress(o->progress_ctx, st);
@@ -564,7 +557,7 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
                  o->inputs[0], 100.0 * (1.0 - o->val_fraction));
         goto done;
     }
-    st->seconds = now() - t0;
+    st->seconds = tr_now() - t0;
     rc = 0;
     goto done;
 oom:

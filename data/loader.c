@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "data/corpus.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "parallel/comm/base.h"
 
 #define NSLOT 4 /* micro-batches prepared ahead */
 
@@ -333,23 +333,16 @@ static void stop_prefetch(tr_loader *l)
     l->running = 0;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int tr_loader_next(tr_loader *l, int *inputs, int *targets)
 {
     if (!l->running)
         return -1;
     pthread_mutex_lock(&l->mu);
     if (!l->filled) {
-        double t0 = now();
+        double t0 = tr_now();
         while (!l->filled)
             pthread_cond_wait(&l->not_empty, &l->mu);
-        l->waited += now() - t0;
+        l->waited += tr_now() - t0;
     }
     slot *sl = &l->slots[l->head];
     int rc = 0;

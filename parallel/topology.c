@@ -55,7 +55,7 @@ typedef struct {
 } scratch;
 
 static double now(void) {
-    return tr_comm_now();
+    return tr_now();
 }
 
 /* ---- this process's figures ---------------------------------------------------------------- */

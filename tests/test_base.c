@@ -1,4 +1,4 @@
-/* parallel/comm/base.h, the helpers every library calls: the error line. */
+/* parallel/comm/base.h, the helpers every library calls: the error line, the clock. */
 #include <string.h>
 
 #include "parallel/comm/base.h"
@@ -30,8 +30,21 @@ static void test_errf(void) {
           "tr_verrf: after a prefix (%s)", line);
 }
 
+/* Monotonic: never goes back (no duration is checked: no timing in a pass/fail test). */
+static void test_now(void) {
+    double t0 = tr_now(), t = t0;
+    int back = 0;
+    for (int i = 0; i < 100000; i++) {
+        double u = tr_now();
+        back += u < t;
+        t = u;
+    }
+    check(t0 > 0 && !back, "tr_now: positive and never goes back");
+}
+
 int main(void) {
     test_errf();
+    test_now();
     printf("%d ok, %d failed\n", n_ok, n_fail);
     return n_fail ? 1 : 0;
 }

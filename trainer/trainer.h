@@ -7,6 +7,7 @@
 #include "dsl/cluster.h"
 #include "dsl/recipe.h"
 #include "model/model.h"
+#include "parallel/comm/base.h"
 #include "parallel/layout.h"
 
 /* Options shared by the subcommands that read a recipe. */
@@ -93,7 +94,6 @@ int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *ctx, const int 
 int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_cluster *out,
                       char *err, size_t errlen);
 
-double tr_now(void);
 /* This host's name as the run's records give it: TR_HOSTNAME when set (for launchers whose
  * host names are not meaningful, and tests that make one machine look like several), else
  * gethostname(); "?" when neither works. */

@@ -9,17 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "parallel/topology.h"
 #include "trainer/trainer.h"
-
-double tr_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void tr_hostname(char *buf, size_t n) {
     const char *fake = getenv("TR_HOSTNAME");

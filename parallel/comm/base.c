@@ -1,6 +1,7 @@
-/* The small helpers every library calls (base.h): the error line. */
+/* The small helpers every library calls (base.h): the error line, the clock. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "parallel/comm/base.h"
 
@@ -15,4 +16,10 @@ int tr_errf(char *err, size_t errlen, const char *fmt, ...) {
     tr_verrf(err, errlen, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+double tr_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

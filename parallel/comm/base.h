@@ -21,4 +21,8 @@
 TR_PRINTF(3, 4) int tr_errf(char *err, size_t errlen, const char *fmt, ...);
 TR_PRINTF(3, 0) int tr_verrf(char *err, size_t errlen, const char *fmt, va_list ap);
 
+/* CLOCK_MONOTONIC in seconds: the clock every duration (a step, a wait, a collective, a save)
+ * is timed with. */
+double tr_now(void);
+
 #endif

@@ -95,12 +95,6 @@ size_t tr_comm_dtype_bytes(tr_comm_dtype t) {
     return bytes[t];
 }
 
-double tr_comm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* "all_reduce of 1024 floats on group dp (size 2)" */
 static void describe(char *buf, size_t len, const tr_comm *c, const op_info *o) {
     size_t k = 0;
@@ -146,7 +140,7 @@ static int check_args(const tr_comm *c, const op_info *o) {
 }
 
 static void account(double t0) {
-    g.wait_seconds += tr_comm_now() - t0;
+    g.wait_seconds += tr_now() - t0;
 }
 
 /* ---- the world of one ----------------------------------------------------------------- */
@@ -231,7 +225,7 @@ static void *agent_main(void *arg) {
             /* an error is left for the waiting thread, whose own test reports it */
             if (MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
                 r->done = 1;
-                r->t_done = tr_comm_now();
+                r->t_done = tr_now();
                 g_inflight[k] = g_inflight[--g_n_inflight];
             } else {
                 k++;
@@ -368,7 +362,7 @@ static void die_timeout(const tr_comm *c, const op_info *o) {
 enum { SPIN_US = 20000, SLEEP_MIN_NS = 20000, SLEEP_MAX_NS = 500000 };
 
 static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_Status *st) {
-    double t0 = tr_comm_now(), deadline = t0 + g.timeout;
+    double t0 = tr_now(), deadline = t0 + g.timeout;
     long sleep_ns = SLEEP_MIN_NS;
     for (;;) {
         int flag = 0;
@@ -377,7 +371,7 @@ static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_St
         unlock();
         if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
         if (flag) return;
-        double t = tr_comm_now();
+        double t = tr_now();
         if (t > deadline) die_timeout(c, o);
         if (t - t0 < SPIN_US * 1e-6) {
             sched_yield(); /* lets an oversubscribed peer run */
@@ -490,7 +484,7 @@ static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
 
 /* Blocking: start, then wait against the deadline. */
 static int run_blocking(tr_comm *c, op_info o, void *buf, const void *send, void *recv) {
-    double t0 = tr_comm_now();
+    double t0 = tr_now();
     tr_comm_req r = {.c = c, .o = o};
     int rc = start(&r, buf, send, recv);
 #ifdef TR_HAVE_MPI
@@ -841,7 +835,7 @@ int tr_comm_test(tr_comm_req *r) {
         int rc = MPI_Test(&r->rq, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) die_mpi(r->c, &r->o, rc);
         r->done = done;
-        if (done) r->t_done = tr_comm_now();
+        if (done) r->t_done = tr_now();
     }
     unlock();
 #else
@@ -864,13 +858,13 @@ int tr_comm_progress_agent(void) {
 }
 
 double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
-    double t0 = tr_comm_now(), seen = 0;
+    double t0 = tr_now(), seen = 0;
     *done_at = t0;
     if (!r) return 0.0;
     if (r->dev) { /* stream-ordered: the host does not wait (but on the staged transport) */
         double w = g_dev->wait(r->dev);
         free(r);
-        *done_at = tr_comm_now();
+        *done_at = tr_now();
         return w;
     }
 #ifdef TR_HAVE_MPI
@@ -884,7 +878,7 @@ double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
     unlock();
 #endif
     free(r);
-    double t1 = tr_comm_now();
+    double t1 = tr_now();
     *done_at = seen > 0 ? seen : t1; /* else it completed in the wait */
     g.wait_seconds += t1 - t0;
     return t1 - t0;
