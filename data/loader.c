@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,20 +449,13 @@ static int read_text(const char *path, char **text, size_t *n, char *err, size_t
         close(fd);
         return -1;
     }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *text = malloc(len > 0 ? (size_t)len : 1);
-    if (len < 0 || !*text || (len > 0 && fread(*text, 1, (size_t)len, f) != (size_t)len)) {
-        snprintf(err, errlen, "data: cannot read '%s'", path);
-        free(*text);
-        *text = NULL;
-        fclose(f);
-        return -1;
-    }
+    int rc = tr_read_all(f, SIZE_MAX, text, n);
     fclose(f);
-    *n = (size_t)len;
-    return 0;
+    if (rc) {
+        *text = NULL;
+        snprintf(err, errlen, "data: cannot read '%s'", path);
+    }
+    return rc;
 }
 
 static int open_text_bytes(tr_loader *l, const tr_data_desc *d, char *err, size_t errlen)

@@ -461,23 +461,14 @@ static int read_file(const reader *r, char **text, size_t *len) {
         snprintf(r->err, r->errlen, "%s: cannot read: %s", r->path, strerror(errno));
         return -1;
     }
-    char *buf = malloc(MAX_FILE_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, MAX_FILE_BYTES + 1, f) : 0;
-    int e = ferror(f) ? errno : 0;
+    int rc = tr_read_all(f, MAX_FILE_BYTES, text, len), e = errno;
     fclose(f);
-    const char *why = !buf                 ? "out of memory"
-                      : e                  ? strerror(e)
-                      : n > MAX_FILE_BYTES ? "larger than 1 MiB (not a cluster file?)"
-                                           : NULL;
-    if (why) {
-        free(buf);
-        snprintf(r->err, r->errlen, "%s: cannot read: %s", r->path, why);
-        return -1;
-    }
-    buf[n] = 0;
-    *text = buf;
-    *len = n;
-    return 0;
+    if (rc)
+        snprintf(r->err, r->errlen, "%s: cannot read: %s", r->path,
+                 e == ENOMEM  ? "out of memory"
+                 : e == EFBIG ? "larger than 1 MiB (not a cluster file?)"
+                              : strerror(e));
+    return rc;
 }
 
 /* libyaml's complaint about the text: its problem, its line and what it was reading. */

@@ -10,7 +10,7 @@
 
 #include "dsl/recipe_private.h"
 
-#define FILE_LIMIT ((size_t)16 << 20)
+#define FILE_LIMIT ((size_t)16 << 20) /* a recipe of this many bytes or more is refused */
 
 const char *const dsl_kind_names[TR_NODE_KIND_COUNT] = {
     "model",     "stack",   "residual",  "embedding", "positions", "rope",
@@ -139,40 +139,25 @@ int tr_recipe_load(tr_recipe *out, const char *path, const tr_knob_set *sets, in
     clear_out(out, err, errlen);
     FILE *f = fopen(path, "rb");
     if (!f) return tr_errf(err, errlen, "%s: cannot read recipe: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap + 1);
-    int rc = 0;
-    while (text) {
-        len += fread(text + len, 1, cap - len, f);
-        if (ferror(f)) {
-            rc = tr_errf(err, errlen, "%s: cannot read recipe: %s", path, strerror(errno));
-            break;
-        }
-        if (feof(f)) break;
-        if (cap >= FILE_LIMIT) {
-            rc = tr_errf(err, errlen, "%s: cannot read recipe: larger than %zu MiB", path,
-                         FILE_LIMIT >> 20);
-            break;
-        }
-        char *grown = realloc(text, 2 * cap + 1);
-        if (!grown) free(text);
-        text = grown;
-        cap *= 2;
-    }
+    char *text;
+    size_t len;
+    int rc = tr_read_all(f, FILE_LIMIT - 1, &text, &len), e = errno;
     fclose(f);
-    if (!text) return tr_errf(err, errlen, "%s: cannot read recipe: out of memory", path);
-    if (rc == 0) {
-        text[len] = 0;
-        char dir[TR_PATH_MAX];
-        const char *slash = strrchr(path, '/');
-        if (!slash)
-            snprintf(dir, sizeof dir, ".");
-        else if (slash == path)
-            snprintf(dir, sizeof dir, "/");
-        else
-            snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-        rc = load_text(out, text, len, path, dir, sets, n_sets, err, errlen);
-    }
+    if (rc && e == EFBIG)
+        return tr_errf(err, errlen, "%s: cannot read recipe: larger than %zu MiB", path,
+                       FILE_LIMIT >> 20);
+    if (rc)
+        return tr_errf(err, errlen, "%s: cannot read recipe: %s", path,
+                       e == ENOMEM ? "out of memory" : strerror(e));
+    char dir[TR_PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    rc = load_text(out, text, len, path, dir, sets, n_sets, err, errlen);
     free(text);
     return rc;
 }

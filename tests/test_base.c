@@ -1,5 +1,10 @@
-/* parallel/comm/base.h, the helpers every library calls: the error line, the clock. */
+/* parallel/comm/base.h, the helpers every library calls: the error line, the clock, reading a
+ * whole file. Files go under $TMPDIR (else /tmp). */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parallel/comm/base.h"
 #include "check.h"
@@ -42,9 +47,69 @@ static void test_now(void) {
     check(t0 > 0 && !back, "tr_now: positive and never goes back");
 }
 
+/* A file of n bytes (byte i is i % 251, so there are NULs) under $TMPDIR, opened to read. */
+static FILE *file_of(size_t n) {
+    const char *tmp = getenv("TMPDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/test_base_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) return NULL;
+    unlink(path);
+    FILE *f = fdopen(fd, "w+b");
+    for (size_t i = 0; f && i < n; i++)
+        fputc((int)(i % 251), f);
+    if (f) rewind(f);
+    return f;
+}
+
+static int read_n(size_t n, size_t max, char **text, size_t *len) {
+    FILE *f = file_of(n);
+    if (!f) return -2;
+    int rc = tr_read_all(f, max, text, len);
+    fclose(f);
+    return rc;
+}
+
+static void test_read_all(void) {
+    char *text = NULL;
+    size_t len = 1;
+    int rc = read_n(0, SIZE_MAX, &text, &len);
+    check(rc == 0 && len == 0 && text && !text[0], "tr_read_all: an empty file");
+    free(text);
+    size_t big = 200000; /* past the first 64 KiB: the buffer grows */
+    rc = read_n(big, SIZE_MAX, &text, &len);
+    int same = rc == 0 && len == big && !text[len];
+    for (size_t i = 0; same && i < big; i++)
+        same = (unsigned char)text[i] == i % 251;
+    check(same, "tr_read_all: %zu bytes with NULs among them, a NUL after (len %zu)", big, len);
+    if (!rc) free(text);
+    rc = read_n(1000, 1000, &text, &len);
+    check(rc == 0 && len == 1000, "tr_read_all: max bytes exactly are read");
+    if (!rc) free(text);
+    errno = 0;
+    rc = read_n(1001, 1000, &text, &len);
+    check(rc == -1 && errno == EFBIG, "tr_read_all: one byte more than max is EFBIG");
+    FILE *f = file_of(big);
+    errno = 0;
+    rc = f ? tr_read_all(f, 70000, &text, &len) : -2;
+    check(rc == -1 && errno == EFBIG && ftell(f) == 70001,
+          "tr_read_all: EFBIG after the buffer grew, max + 1 bytes read");
+    if (f) fclose(f);
+    errno = 0;
+    rc = read_n(1, 0, &text, &len);
+    check(rc == -1 && errno == EFBIG, "tr_read_all: max 0 takes only an empty file");
+    FILE *dir = fopen(".", "rb"); /* Linux opens a folder; reading it fails */
+    errno = 0;
+    rc = dir ? tr_read_all(dir, SIZE_MAX, &text, &len) : -1;
+    check(rc == -1 && errno == EISDIR, "tr_read_all: a read error is -1 with its errno (%s)",
+          strerror(errno));
+    if (dir) fclose(dir);
+}
+
 int main(void) {
     test_errf();
     test_now();
+    test_read_all();
     printf("%d ok, %d failed\n", n_ok, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -1,6 +1,10 @@
-/* The small helpers every library calls (base.h): the error line, the clock. */
+/* The small helpers every library calls (base.h): the error line, the clock,
+ * reading a whole file. */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "parallel/comm/base.h"
@@ -22,4 +26,31 @@ double tr_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int tr_read_all(FILE *f, size_t max, char **text, size_t *len) {
+    size_t cap = max < (1u << 16) ? max + 1 : 1u << 16, n = 0; /* room for max + 1: too many */
+    char *buf = malloc(cap + 1);
+    for (;;) {
+        if (!buf) {
+            errno = ENOMEM;
+            return -1;
+        }
+        n += fread(buf + n, 1, cap - n, f);
+        int e = ferror(f) ? (errno ? errno : EIO) : n > max ? EFBIG : 0;
+        if (e) {
+            free(buf);
+            errno = e;
+            return -1;
+        }
+        if (n < cap) break; /* a short read without an error: the end */
+        size_t grown = cap <= max / 2 ? 2 * cap : max + 1;
+        char *g = grown < SIZE_MAX - 1 ? realloc(buf, grown + 1) : NULL;
+        if (!g) free(buf);
+        buf = g, cap = grown;
+    }
+    buf[n] = 0;
+    *text = buf;
+    *len = n;
+    return 0;
 }

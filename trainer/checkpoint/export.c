@@ -7,6 +7,7 @@
  * the rotate-half convention in both, so no permutation is needed. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,18 +361,11 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
     snprintf(path, sizeof(path), "%s/config.json", dir);
     FILE *f = fopen(path, "rb");
     if (!f) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            cap = cap ? 2 * cap : 8192;
-            text = realloc(text, cap);
-        }
-        size_t k = fread(text + len, 1, cap - len, f);
-        len += k;
-        if (k == 0) break;
-    }
+    char *text;
+    size_t len;
+    int unread = tr_read_all(f, SIZE_MAX, &text, &len), read_errno = errno;
     fclose(f);
+    if (unread) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(read_errno));
     tr_json cfg;
     char jerr[128];
     if (tr_json_parse(&cfg, text, len, jerr, sizeof(jerr))) {

@@ -202,30 +202,24 @@ static int open_sized(const char *path, size_t *size, char *err, size_t errlen) 
 }
 
 int ck_read_whole(const char *path, unsigned char **buf, size_t *size, char *err, size_t errlen) {
-    size_t n, got = 0;
+    size_t n;
     int fd = open_sized(path, &n, err, errlen);
     if (fd < 0) return -1;
-    unsigned char *b = malloc(n + 1);
-    if (!b) {
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
         close(fd);
-        return tr_errf(err, errlen, "%s: out of memory (%zu bytes)", path, n);
+        return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
     }
-    while (got < n) {
-        size_t chunk = n - got > (256u << 20) ? (256u << 20) : n - got;
-        ssize_t k = read(fd, b + got, chunk);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            free(b);
-            close(fd);
-            return tr_errf(err, errlen, "%s: cannot read: %s", path,
-                           k < 0 ? strerror(errno) : "file shrank while reading");
-        }
-        got += (size_t)k;
+    char *text;
+    int rc = tr_read_all(f, SIZE_MAX, &text, size), e = errno;
+    fclose(f);
+    if (rc && e == ENOMEM) return tr_errf(err, errlen, "%s: out of memory (%zu bytes)", path, n);
+    if (rc) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(e));
+    if (*size < n) {
+        free(text);
+        return tr_errf(err, errlen, "%s: cannot read: file shrank while reading", path);
     }
-    close(fd);
-    b[n] = 0;
-    *buf = b;
-    *size = n;
+    *buf = (unsigned char *)text;
     return 0;
 }
 
