@@ -57,26 +57,6 @@ typedef struct {
     pthread_cond_t cv_work, cv_done;
 } job;
 
-static int mkdirs(const char *path, char *err, size_t errlen)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(buf, 0755) && errno != EEXIST) {
-                snprintf(err, errlen, "%s: cannot create folder: %s", buf, strerror(errno));
-                return -1;
-            }
-            *p = c;
-            if (!c)
-                break;
-        }
-    }
-    return 0;
-}
-
 /* ---- inputs ---------------------------------------------------------------------------------- */
 
 static int ends_with(const char *s, const char *suffix)
@@ -500,7 +480,7 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
     th = calloc((size_t)nthreads, sizeof *th);
     if (!j.ids || !j.nids || !j.errs || !j.done || !th)
         goto oom;
-    if (mkdirs(o->out_dir, err, errlen))
+    if (tr_mkdirs(o->out_dir, err, errlen))
         goto done;
     remove_old_shards(o->out_dir);
     j.window = 4L * nthreads;

@@ -1,9 +1,10 @@
 /* parallel/comm/base.h, the helpers every library calls: the error line, the clock, reading a
- * whole file. Files go under $TMPDIR (else /tmp). */
+ * whole file, making folders. Files go under $TMPDIR (else /tmp). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "parallel/comm/base.h"
@@ -106,10 +107,59 @@ static void test_read_all(void) {
     if (dir) fclose(dir);
 }
 
+static int is_dir(const char *path) {
+    struct stat st;
+    return !stat(path, &st) && S_ISDIR(st.st_mode);
+}
+
+static void test_mkdirs(void) {
+    const char *tmp = getenv("TMPDIR");
+    char top[512], path[2048], err[2400] = "";
+    snprintf(top, sizeof top, "%s/test_base_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(top)) {
+        check(0, "tr_mkdirs: a temporary folder (%s)", strerror(errno));
+        return;
+    }
+    snprintf(path, sizeof path, "%s/a/b/c", top);
+    int rc = tr_mkdirs(path, err, sizeof err);
+    check(rc == 0 && is_dir(path), "tr_mkdirs: a/b/c made (%s)", rc ? err : "");
+    check(tr_mkdirs(path, err, sizeof err) == 0, "tr_mkdirs: made again, already there");
+    snprintf(path, sizeof path, "%s/a/", top);
+    check(tr_mkdirs(path, err, sizeof err) == 0, "tr_mkdirs: a trailing slash");
+    /* longer than the 1024 bytes the trainer's copy cut it to (a folder of the wrong name) */
+    size_t n = (size_t)snprintf(path, sizeof path, "%s", top);
+    for (int i = 0; i < 6; i++) {
+        path[n++] = '/';
+        memset(path + n, 'a' + i, 200);
+        n += 200;
+    }
+    path[n] = 0;
+    rc = tr_mkdirs(path, err, sizeof err);
+    check(rc == 0 && is_dir(path), "tr_mkdirs: a path of %zu bytes (%s)", n, rc ? err : "");
+    char file[600], want[2200];
+    snprintf(file, sizeof file, "%s/file", top);
+    FILE *f = fopen(file, "w");
+    if (f) fclose(f);
+    rc = tr_mkdirs(file, err, sizeof err);
+    snprintf(want, sizeof want, "'%s' exists and is not a folder", file);
+    check(rc == -1 && !strcmp(err, want), "tr_mkdirs: a file in the way (%s)", err);
+    snprintf(path, sizeof path, "%s/under", file);
+    rc = tr_mkdirs(path, err, sizeof err);
+    snprintf(want, sizeof want, "cannot create folder '%s': Not a directory", path);
+    check(rc == -1 && !strcmp(err, want), "tr_mkdirs: under a file (%s)", err);
+    rc = tr_mkdirs("", err, sizeof err);
+    check(rc == -1 && !strcmp(err, "cannot create folder '': No such file or directory"),
+          "tr_mkdirs: an empty path (%s)", err);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+    if (system(cmd)) check(0, "removing %s", top);
+}
+
 int main(void) {
     test_errf();
     test_now();
     test_read_all();
+    test_mkdirs();
     printf("%d ok, %d failed\n", n_ok, n_fail);
     return n_fail ? 1 : 0;
 }

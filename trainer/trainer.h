@@ -102,7 +102,6 @@ void tr_hostname(char *buf, size_t n);
  * into (run/setup.c gathers them once: provenance.json, the ledger). */
 #define TR_HOST_LEN 64
 #define TR_DEVICE_LEN 96
-int tr_mkdirs(const char *path, char *err, size_t errlen);
 /* A JSON-lines file made to end at a line boundary before anything is appended to it: a last
  * record cut short by a kill (no '\n' after it) is truncated away, said in one line on log
  * (may be NULL). 0, also when the file does not exist; -1 with err when it cannot be. */

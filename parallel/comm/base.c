@@ -1,10 +1,12 @@
 /* The small helpers every library calls (base.h): the error line, the clock,
- * reading a whole file. */
+ * reading a whole file, making folders. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "parallel/comm/base.h"
@@ -52,5 +54,28 @@ int tr_read_all(FILE *f, size_t max, char **text, size_t *len) {
     buf[n] = 0;
     *text = buf;
     *len = n;
+    return 0;
+}
+
+int tr_mkdirs(const char *path, char *err, size_t errlen) {
+    char *buf = strdup(path);
+    if (!buf) return tr_errf(err, errlen, "cannot create folder '%s': %s", path, strerror(errno));
+    for (char *p = buf + (*buf == '/');; p++) { /* each prefix ending at a '/', then all */
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                tr_errf(err, errlen, "cannot create folder '%s': %s", buf, strerror(errno));
+                free(buf);
+                return -1;
+            }
+            *p = c;
+            if (c == '\0') break;
+        }
+    }
+    free(buf);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return tr_errf(err, errlen, "'%s' exists and is not a folder", path);
     return 0;
 }

@@ -30,4 +30,8 @@ double tr_now(void);
  * when there are more than max bytes (then no more than max + 1 were read). */
 int tr_read_all(FILE *f, size_t max, char **text, size_t *len);
 
+/* path and every folder above it made (0755) as `mkdir -p` does, whatever its length: 0, or
+ * -1 with err "cannot create folder 'FOLDER': why" or "'PATH' exists and is not a folder". */
+int tr_mkdirs(const char *path, char *err, size_t errlen);
+
 #endif
