@@ -16,12 +16,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "data/shard.h"
 #include "data/json.h"
 #include "data/tokenizer_private.h"
+#include "parallel/comm/base.h"
 
 #define CHUNK_MAX (1 << 20)
 #define CHUNK_MIN (1 << 16)
@@ -56,33 +56,6 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
 } job;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int mkdirs(const char *path, char *err, size_t errlen)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(buf, 0755) && errno != EEXIST) {
-                snprintf(err, errlen, "%s: cannot create folder: %s", buf, strerror(errno));
-                return -1;
-            }
-            *p = c;
-            if (!c)
-                break;
-        }
-    }
-    return 0;
-}
 
 /* ---- inputs ---------------------------------------------------------------------------------- */
 
@@ -472,7 +445,7 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
     long shard_tokens = o->shard_tokens > 0 ? o->shard_tokens : 100000000L;
     stream train = {o->out_dir, "train", width, 0, shard_tokens, 0, NULL};
     stream val = {o->out_dir, "val", width, 0, shard_tokens, 0, NULL};
-    double t0 = now(), last = 0;
+    double t0 = tr_now(), last = 0;
     err[0] = 0;
 
     if (o->n_inputs < 1) {
@@ -507,7 +480,7 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
     th = calloc((size_t)nthreads, sizeof *th);
     if (!j.ids || !j.nids || !j.errs || !j.done || !th)
         goto oom;
-    if (mkdirs(o->out_dir, err, errlen))
+    if (tr_mkdirs(o->out_dir, err, errlen))
         goto done;
     remove_old_shards(o->out_dir);
     j.window = 4L * nthreads;
@@ -539,7 +512,7 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
         st->bytes_done += (double)j.ch[i].len;
         st->train_tokens = train.tokens;
         st->val_tokens = val.tokens;
-        st->seconds = now() - t0;
+        st->seconds = tr_now() - t0;
         if (o->progress && (st->seconds - last > 0.25 || i + 1 == j.n_ch)) {
             last = st->seconds;
             o->progress(o->progress_ctx, st);
@@ -564,7 +537,7 @@ int tr_corpus_tokenize(const tr_corpus_opts *o, tr_corpus_stats *st, char *err, 
                  o->inputs[0], 100.0 * (1.0 - o->val_fraction));
         goto done;
     }
-    st->seconds = now() - t0;
+    st->seconds = tr_now() - t0;
     rc = 0;
     goto done;
 oom:

@@ -9,16 +9,17 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "data/corpus.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "parallel/comm/base.h"
 
 #define NSLOT 4 /* micro-batches prepared ahead */
 
@@ -333,23 +334,16 @@ static void stop_prefetch(tr_loader *l)
     l->running = 0;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int tr_loader_next(tr_loader *l, int *inputs, int *targets)
 {
     if (!l->running)
         return -1;
     pthread_mutex_lock(&l->mu);
     if (!l->filled) {
-        double t0 = now();
+        double t0 = tr_now();
         while (!l->filled)
             pthread_cond_wait(&l->not_empty, &l->mu);
-        l->waited += now() - t0;
+        l->waited += tr_now() - t0;
     }
     slot *sl = &l->slots[l->head];
     int rc = 0;
@@ -455,20 +449,13 @@ static int read_text(const char *path, char **text, size_t *n, char *err, size_t
         close(fd);
         return -1;
     }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *text = malloc(len > 0 ? (size_t)len : 1);
-    if (len < 0 || !*text || (len > 0 && fread(*text, 1, (size_t)len, f) != (size_t)len)) {
-        snprintf(err, errlen, "data: cannot read '%s'", path);
-        free(*text);
-        *text = NULL;
-        fclose(f);
-        return -1;
-    }
+    int rc = tr_read_all(f, SIZE_MAX, text, n);
     fclose(f);
-    *n = (size_t)len;
-    return 0;
+    if (rc) {
+        *text = NULL;
+        snprintf(err, errlen, "data: cannot read '%s'", path);
+    }
+    return rc;
 }
 
 static int open_text_bytes(tr_loader *l, const tr_data_desc *d, char *err, size_t errlen)

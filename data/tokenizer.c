@@ -16,6 +16,7 @@
 
 #include "data/json.h"
 #include "data/tokenizer_private.h"
+#include "parallel/comm/base.h"
 
 #define GPT2_EOT "<|endoftext|>"
 
@@ -128,29 +129,14 @@ static char *read_file(const char *path, size_t *n, char *err, size_t errlen)
         close(fd);
         return NULL;
     }
-    size_t cap = 1 << 20, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap)
-            break;
-        char *g = realloc(buf, cap * 2);
-        if (!g) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = g;
-        cap *= 2;
-    }
-    int bad = ferror(f);
+    char *buf;
+    int rc = tr_read_all(f, SIZE_MAX, &buf, n), e = errno;
     fclose(f);
-    if (!buf || bad) {
-        snprintf(err, errlen, "%s: cannot read (%s)", path, buf ? "read error" : "out of memory");
-        free(buf);
+    if (rc) {
+        snprintf(err, errlen, "%s: cannot read (%s)", path,
+                 e == ENOMEM ? "out of memory" : "read error");
         return NULL;
     }
-    *n = len;
     return buf;
 }
 

@@ -39,6 +39,7 @@
 
 #include "dsl/cluster_private.h"
 #include "dsl/yaml.h"
+#include "parallel/comm/base.h"
 
 #define MAX_FILE_BYTES (1 << 20)
 
@@ -50,17 +51,14 @@ typedef struct {
 } reader;
 
 /* The one way a load fails: "PATH:LINE: FIELD: message", made one line whatever the input. */
-#ifdef __GNUC__
-__attribute__((format(printf, 4, 5)))
-#endif
-static int
-fail(const reader *r, int line, const char *field, const char *fmt, ...) {
+TR_PRINTF(4, 5)
+static int fail(const reader *r, int line, const char *field, const char *fmt, ...) {
     if (!r->errlen) return -1;
     int w = snprintf(r->err, r->errlen, "%s:%d: %s: ", r->path, line, field);
     if (w >= 0 && (size_t)w < r->errlen) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(r->err + w, r->errlen - (size_t)w, fmt, ap);
+        tr_verrf(r->err + w, r->errlen - (size_t)w, fmt, ap);
         va_end(ap);
     }
     for (char *p = r->err; *p; p++)
@@ -464,23 +462,14 @@ static int read_file(const reader *r, char **text, size_t *len) {
         snprintf(r->err, r->errlen, "%s: cannot read: %s", r->path, strerror(errno));
         return -1;
     }
-    char *buf = malloc(MAX_FILE_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, MAX_FILE_BYTES + 1, f) : 0;
-    int e = ferror(f) ? errno : 0;
+    int rc = tr_read_all(f, MAX_FILE_BYTES, text, len), e = errno;
     fclose(f);
-    const char *why = !buf                 ? "out of memory"
-                      : e                  ? strerror(e)
-                      : n > MAX_FILE_BYTES ? "larger than 1 MiB (not a cluster file?)"
-                                           : NULL;
-    if (why) {
-        free(buf);
-        snprintf(r->err, r->errlen, "%s: cannot read: %s", r->path, why);
-        return -1;
-    }
-    buf[n] = 0;
-    *text = buf;
-    *len = n;
-    return 0;
+    if (rc)
+        snprintf(r->err, r->errlen, "%s: cannot read: %s", r->path,
+                 e == ENOMEM  ? "out of memory"
+                 : e == EFBIG ? "larger than 1 MiB (not a cluster file?)"
+                              : strerror(e));
+    return rc;
 }
 
 /* libyaml's complaint about the text: its problem, its line and what it was reading. */

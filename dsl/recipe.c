@@ -4,14 +4,13 @@
  * This file loads (defaults, the run, what only the whole recipe can check) and frees; see
  * recipe_private.h for the other files of the DSL. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dsl/recipe_private.h"
 
-#define FILE_LIMIT ((size_t)16 << 20)
+#define FILE_LIMIT ((size_t)16 << 20) /* a recipe of this many bytes or more is refused */
 
 const char *const dsl_kind_names[TR_NODE_KIND_COUNT] = {
     "model",     "stack",   "residual",  "embedding", "positions", "rope",
@@ -28,40 +27,34 @@ const char *tr_node_kind_name(tr_node_kind k) {
     return (k >= 0 && k < TR_NODE_KIND_COUNT) ? dsl_kind_names[k] : "?";
 }
 
-TR_PRINTF(3, 4) static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* What is only known once the whole recipe ran: missing sections and cross-section values. */
 static int finish(recipe_ctx *c, char *err, size_t errlen) {
     tr_recipe *r = &c->r;
-    if (!c->model_line) return fail(err, errlen, "%s: no model { ... } declared", c->chunk);
-    if (!c->data_line) return fail(err, errlen, "%s: no data { ... } declared", c->chunk);
-    if (!c->train_line) return fail(err, errlen, "%s: no train { ... } declared", c->chunk);
+    if (!c->model_line) return tr_errf(err, errlen, "%s: no model { ... } declared", c->chunk);
+    if (!c->data_line) return tr_errf(err, errlen, "%s: no data { ... } declared", c->chunk);
+    if (!c->train_line) return tr_errf(err, errlen, "%s: no train { ... } declared", c->chunk);
     for (int i = 0; i < c->n_sets; i++) /* knobs { } and train { } took the others */
         if (c->set_target[i] == SET_FREE)
-            return fail(err, errlen,
-                        "%s: --set %s: the recipe declares no knobs, and train has no field '%s' "
-                        "(fields: %s)",
-                        c->chunk, c->sets[i].name, c->sets[i].name, dsl_train_field_list());
+            return tr_errf(
+                err, errlen,
+                "%s: --set %s: the recipe declares no knobs, and train has no field '%s' "
+                "(fields: %s)",
+                c->chunk, c->sets[i].name, c->sets[i].name, dsl_train_field_list());
     if (r->train.batch_tokens % r->model.seq_len != 0)
-        return fail(
+        return tr_errf(
             err, errlen,
             "%s:%d: train: batch_tokens (%ld) must be a multiple of the model's seq_len (%d)",
             c->chunk, c->train_line, r->train.batch_tokens, r->model.seq_len);
     if (r->data.tokenizer == TR_TOKENIZER_GPT2 && r->model.vocab < 50257)
-        return fail(err, errlen,
-                    "%s:%d: data: the gpt2 tokenizer has 50257 tokens but model.vocab is %d",
-                    c->chunk, c->data_line, r->model.vocab);
+        return tr_errf(err, errlen,
+                       "%s:%d: data: the gpt2 tokenizer has 50257 tokens but model.vocab is %d",
+                       c->chunk, c->data_line, r->model.vocab);
     if (!c->min_lr_set)
         r->schedule.min_lr = 0.1f * r->optim.lr;
     else if (r->schedule.min_lr > r->optim.lr) /* the "decay" would raise the rate */
-        return fail(err, errlen, "%s:%d: schedule: min_lr (%g) must not exceed optimizer.lr (%g)",
-                    c->chunk, c->sched_line, (double)r->schedule.min_lr, (double)r->optim.lr);
+        return tr_errf(err, errlen,
+                       "%s:%d: schedule: min_lr (%g) must not exceed optimizer.lr (%g)", c->chunk,
+                       c->sched_line, (double)r->schedule.min_lr, (double)r->optim.lr);
     return 0;
 }
 
@@ -69,7 +62,7 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
                      const char *basedir, const tr_knob_set *sets, int n_sets, char *err,
                      size_t errlen) {
     recipe_ctx *c = calloc(1, sizeof *c); /* ~20 KiB of message scratch: keep it off the stack */
-    if (!c) return fail(err, errlen, "%s: out of memory", chunk);
+    if (!c) return tr_errf(err, errlen, "%s: out of memory", chunk);
     int rc = -1;
     c->chunk = chunk;
     c->basedir = basedir;
@@ -104,15 +97,16 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
                                      .schedule = -1};
 
     if (c->n_sets > TR_MAX_SETS) {
-        fail(err, errlen, "%s: more than %d --set options", chunk, TR_MAX_SETS);
+        tr_errf(err, errlen, "%s: more than %d --set options", chunk, TR_MAX_SETS);
         goto done;
     }
     if (strlen(chunk) >= TR_PATH_MAX) {
-        fail(err, errlen, "%.64s...: recipe path is longer than %d bytes", chunk, TR_PATH_MAX - 1);
+        tr_errf(err, errlen, "%.64s...: recipe path is longer than %d bytes", chunk,
+                TR_PATH_MAX - 1);
         goto done;
     }
     if (len > 0 && text[0] == LUA_SIGNATURE[0]) {
-        fail(err, errlen, "%s: binary (precompiled) recipes are not allowed", chunk);
+        tr_errf(err, errlen, "%s: binary (precompiled) recipes are not allowed", chunk);
         goto done;
     }
     if (dsl_run(c, text, len, err, errlen)) goto done;
@@ -144,41 +138,26 @@ int tr_recipe_load(tr_recipe *out, const char *path, const tr_knob_set *sets, in
                    size_t errlen) {
     clear_out(out, err, errlen);
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, "%s: cannot read recipe: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap + 1);
-    int rc = 0;
-    while (text) {
-        len += fread(text + len, 1, cap - len, f);
-        if (ferror(f)) {
-            rc = fail(err, errlen, "%s: cannot read recipe: %s", path, strerror(errno));
-            break;
-        }
-        if (feof(f)) break;
-        if (cap >= FILE_LIMIT) {
-            rc = fail(err, errlen, "%s: cannot read recipe: larger than %zu MiB", path,
-                      FILE_LIMIT >> 20);
-            break;
-        }
-        char *grown = realloc(text, 2 * cap + 1);
-        if (!grown) free(text);
-        text = grown;
-        cap *= 2;
-    }
+    if (!f) return tr_errf(err, errlen, "%s: cannot read recipe: %s", path, strerror(errno));
+    char *text;
+    size_t len;
+    int rc = tr_read_all(f, FILE_LIMIT - 1, &text, &len), e = errno;
     fclose(f);
-    if (!text) return fail(err, errlen, "%s: cannot read recipe: out of memory", path);
-    if (rc == 0) {
-        text[len] = 0;
-        char dir[TR_PATH_MAX];
-        const char *slash = strrchr(path, '/');
-        if (!slash)
-            snprintf(dir, sizeof dir, ".");
-        else if (slash == path)
-            snprintf(dir, sizeof dir, "/");
-        else
-            snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-        rc = load_text(out, text, len, path, dir, sets, n_sets, err, errlen);
-    }
+    if (rc && e == EFBIG)
+        return tr_errf(err, errlen, "%s: cannot read recipe: larger than %zu MiB", path,
+                       FILE_LIMIT >> 20);
+    if (rc)
+        return tr_errf(err, errlen, "%s: cannot read recipe: %s", path,
+                       e == ENOMEM ? "out of memory" : strerror(e));
+    char dir[TR_PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    rc = load_text(out, text, len, path, dir, sets, n_sets, err, errlen);
     free(text);
     return rc;
 }
@@ -186,15 +165,15 @@ int tr_recipe_load(tr_recipe *out, const char *path, const tr_knob_set *sets, in
 int tr_knob_set_parse(tr_knob_set *out, const char *arg, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     const char *eq = strchr(arg, '=');
-    if (!eq) return fail(err, errlen, "--set %s: expected name=value, as in --set lr=1e-3", arg);
+    if (!eq) return tr_errf(err, errlen, "--set %s: expected name=value, as in --set lr=1e-3", arg);
     size_t n = (size_t)(eq - arg);
-    if (n == 0) return fail(err, errlen, "--set %s: the knob name before '=' is empty", arg);
+    if (n == 0) return tr_errf(err, errlen, "--set %s: the knob name before '=' is empty", arg);
     if (n >= sizeof out->name)
-        return fail(err, errlen, "--set %.*s: knob name is longer than %zu bytes", (int)n, arg,
-                    sizeof out->name - 1);
+        return tr_errf(err, errlen, "--set %.*s: knob name is longer than %zu bytes", (int)n, arg,
+                       sizeof out->name - 1);
     if (strlen(eq + 1) >= sizeof out->value)
-        return fail(err, errlen, "--set %.*s: value is longer than %zu bytes", (int)n, arg,
-                    sizeof out->value - 1);
+        return tr_errf(err, errlen, "--set %.*s: value is longer than %zu bytes", (int)n, arg,
+                       sizeof out->value - 1);
     memcpy(out->name, arg, n);
     out->name[n] = 0;
     memcpy(out->value, eq + 1, strlen(eq + 1) + 1);

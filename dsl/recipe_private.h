@@ -18,6 +18,7 @@
 #include <lua.h>
 
 #include "dsl/recipe.h"
+#include "parallel/comm/base.h"
 
 /* Copying layers to C recurses once per level, and a loop that nests shared subtrees can
  * describe exponentially many nodes: both are bounded while the recipe runs. */
@@ -27,10 +28,8 @@
 #define HF_MT "tr.hf"
 
 #ifdef __GNUC__
-#define TR_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define TR_NORETURN __attribute__((noreturn))
 #else
-#define TR_PRINTF(a, b)
 #define TR_NORETURN
 #endif
 

@@ -312,14 +312,6 @@ static void set_error(recipe_ctx *c, const char *msg, char *err, size_t errlen) 
     unknown_constructor(c, err, errlen);
 }
 
-TR_PRINTF(3, 4) static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* Run the chunk under the instruction hook and the time limit (SIGALRM, restored after). */
 static int run_timed(recipe_ctx *c, lua_State *L) {
     lua_pushcfunction(L, message_handler);
@@ -349,7 +341,7 @@ static int run_timed(recipe_ctx *c, lua_State *L) {
 int dsl_run(recipe_ctx *c, const char *text, size_t len, char *err, size_t errlen) {
     const char *chunk = c->chunk;
     lua_State *L = lua_newstate(sandbox_alloc, c);
-    if (!L) return fail(err, errlen, "%s: cannot start Lua (out of memory)", chunk);
+    if (!L) return tr_errf(err, errlen, "%s: cannot start Lua (out of memory)", chunk);
     lua_pushcfunction(L, setup);
     lua_pushlightuserdata(L, (void *)text);
     lua_pushinteger(L, (lua_Integer)len);
@@ -360,11 +352,11 @@ int dsl_run(recipe_ctx *c, const char *text, size_t len, char *err, size_t errle
     c->done = 1;
     if (status != LUA_OK) {
         if (c->mem_exceeded && (status == LUA_ERRMEM || status == LUA_ERRERR))
-            fail(err, errlen, "%s: recipe used more than %d MiB", chunk, MEM_LIMIT_MIB);
+            tr_errf(err, errlen, "%s: recipe used more than %d MiB", chunk, MEM_LIMIT_MIB);
         else if (lua_type(L, -1) == LUA_TSTRING)
             set_error(c, lua_tostring(L, -1), err, errlen);
         else
-            fail(err, errlen, "%s: recipe failed (error %d)", chunk, status);
+            tr_errf(err, errlen, "%s: recipe failed (error %d)", chunk, status);
         lua_close(L);
         return -1;
     }
@@ -375,8 +367,9 @@ int dsl_run(recipe_ctx *c, const char *text, size_t len, char *err, size_t errle
     if (!lua_isnil(L, -1)) {
         const char *hf_path = luaL_testudata(L, -1, HF_MT);
         if (!hf_path) {
-            fail(err, errlen,
-                 "%s: init must be hf \"path/to/model\" (a Hugging Face model directory)", chunk);
+            tr_errf(err, errlen,
+                    "%s: init must be hf \"path/to/model\" (a Hugging Face model directory)",
+                    chunk);
             lua_close(L);
             return -1;
         }

@@ -90,7 +90,7 @@ typedef struct {
 
 static tp_req tp_start(tr_model *m, tr_comm_req *r) {
     m->tps.ops++;
-    return (tp_req){r, tr_comm_now()};
+    return (tp_req){r, tr_now()};
 }
 
 static void tp_wait(tr_model *m, tp_req r) {

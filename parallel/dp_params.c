@@ -44,9 +44,9 @@ static void z3_ready(tr_dp *d, int k) {
     bucket *b = &d->b[k];
     z3_start(d, k);
     if (!b->preq) return;
-    double t0 = tr_comm_now();
+    double t0 = tr_now();
     tr_comm_wait(b->preq);
-    d->st.gather_s += tr_comm_now() - t0;
+    d->st.gather_s += tr_now() - t0;
     b->preq = NULL;
     for (int i = b->lo_param; i <= b->hi_param; i++)
         tr_model_set_param_addr(d->m, i,
@@ -144,7 +144,7 @@ void dp_refresh_start(tr_dp *d) {
 static void refresh_wait(tr_dp *d, int k, int by_op) {
     bucket *b = &d->b[k];
     if (!b->nreq) return;
-    double t0 = tr_comm_now();
+    double t0 = tr_now();
     for (int j = 0; j < b->nreq; j++) tr_comm_wait(d->rreq[(size_t)k * d->world + j]);
     b->nreq = 0;
     if (b->full) { /* the buffered gather, copied into place on the compute stream */
@@ -155,7 +155,7 @@ static void refresh_wait(tr_dp *d, int k, int by_op) {
         dp_pool_give(d, b->full, n);
         b->full = NULL;
     }
-    d->st.gather_s += tr_comm_now() - t0;
+    d->st.gather_s += tr_now() - t0;
     d->st.refreshed++;
     if (by_op) d->st.refreshed_by_op++;
 }

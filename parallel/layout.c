@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "parallel/comm/base.h"
 #include "parallel/dp.h"
 #include "parallel/schedule.h"
 
@@ -17,20 +18,14 @@ _Static_assert(TR_MAX_STAGES == TR_MAX_CHUNKS, "the recipe's stages are the mode
 #define DEFAULT_BUCKET_KB 4096
 #define MAX_CUT_BLOCKS 4096 /* the most blocks tr_layout_partition cuts for a pipeline */
 
-#ifdef __GNUC__
-#define PRINTF_LIKE(a, b) __attribute__((format(printf, a, b)))
-#else
-#define PRINTF_LIKE(a, b)
-#endif
-
 /* One line into err: `recipe.lua:LINE: ` first when line > 0 (the mistake is in the recipe). */
-PRINTF_LIKE(5, 6)
+TR_PRINTF(5, 6)
 static int fail(char *err, size_t errlen, const tr_recipe *r, int line, const char *fmt, ...) {
     int n = line > 0 ? snprintf(err, errlen, "%s:%d: ", r->path, line) : 0;
     if (n < 0 || (size_t)n >= errlen) n = 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    tr_verrf(err + n, errlen - (size_t)n, fmt, ap);
     va_end(ap);
     return -1;
 }

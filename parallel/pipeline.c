@@ -279,9 +279,9 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
     wait_on(p, &p->rq[i], idle);
     if (a->op == TR_ACT_FWD) {
         wait_on(p, &p->send_act[at], idle); /* the slot's output is about to be rewritten */
-        t0 = tr_comm_now();
+        t0 = tr_now();
         tr_model_chunk_forward(p->m, c, k, tok, NULL, B, T);
-        p->busy += tr_comm_now() - t0;
+        p->busy += tr_now() - t0;
         if (c < last)
             p->send_act[at] =
                 isend(p, tr_model_chunk_output(p->m, c, k), n, rank_of(p, c + 1), tag_of(0, c + 1));
@@ -292,10 +292,10 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
                                                 : TR_BWD_WEIGHT;
     if (part != TR_BWD_WEIGHT) wait_on(p, &p->send_grad[at], idle);
     if (p->gate) tr_model_hold_grad_hooks(p->m, !p->final[i]);
-    t0 = tr_comm_now();
+    t0 = tr_now();
     loss = tr_model_chunk_backward(p->m, c, k, tok, c == last ? targets[a->mb] : NULL, B, T, scale,
                                    part);
-    p->busy += tr_comm_now() - t0;
+    p->busy += tr_now() - t0;
     if (part != TR_BWD_WEIGHT && c > 0)
         p->send_grad[at] =
             isend(p, tr_model_chunk_grad_input(p->m, c, k), n, rank_of(p, c - 1), tag_of(1, c - 1));
@@ -305,7 +305,7 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
 
 double tr_pipe_step(tr_pipe *p, const int *const *tokens, const int *const *targets, int B, int T,
                     float grad_scale) {
-    double t0 = tr_comm_now(), idle = 0, loss = 0, b0 = tr_comm_bytes_sent(p->c);
+    double t0 = tr_now(), idle = 0, loss = 0, b0 = tr_comm_bytes_sent(p->c);
     p->busy = 0;
     post_after(p, -1, B, T);
     for (int i = 0; i < p->n; i++) {
@@ -320,7 +320,7 @@ double tr_pipe_step(tr_pipe *p, const int *const *tokens, const int *const *targ
     /* the loss is the last stage's; its sum also ends the step together on every stage, so
        that what each one did not compute of the span is its bubble */
     tr_comm_all_reduce(p->c, &loss, 1, TR_COMM_F64);
-    double span = tr_comm_now() - t0;
+    double span = tr_now() - t0;
     p->last_idle = span > 0 ? 1.0 - p->busy / span : 0;
     p->last_idle_s = span > p->busy ? span - p->busy : 0;
     if (p->warm++) { /* the first step warms up (page faults, MPI's connections): left out */

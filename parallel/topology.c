@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "parallel/comm/base.h"
 /* What each rank tells the others about where it runs, gathered as bytes. */
 typedef struct {
     char name[256]; /* the host's name, NUL-padded */
@@ -54,7 +55,7 @@ typedef struct {
 } scratch;
 
 static double now(void) {
-    return tr_comm_now();
+    return tr_now();
 }
 
 /* ---- this process's figures ---------------------------------------------------------------- */
@@ -378,8 +379,7 @@ static void fill_group(tr_node_group *g, const hosts *h, int gi, const double *a
 }
 
 /* Append to s (of size n) what fmt makes, truncated. */
-static void cat(char *s, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void cat(char *s, size_t n, const char *fmt, ...) {
+TR_PRINTF(3, 4) static void cat(char *s, size_t n, const char *fmt, ...) {
     size_t used = strlen(s);
     va_list ap;
     va_start(ap, fmt);

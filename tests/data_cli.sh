@@ -74,6 +74,8 @@ printf '{"a": 0,\n "b" 1}' >"$tmp/enc.json"
 expect "enc.json: byte 14: expected ':'" -- tokenize "$tmp/corpus" --out "$tmp/x" --encoder "$tmp/enc.json"
 expect "no_such_dir: cannot read" -- tokenize "$tmp/no_such_dir" --out "$tmp/x"
 expect "unknown option '--bogus'" -- tokenize "$tmp/corpus" --out "$tmp/x" --bogus 1
+: >"$tmp/a_file" # --out on a file: said at once, as `trainer run --out` says it
+expect "'$tmp/a_file' exists and is not a folder" -- tokenize "$tmp/corpus" --out "$tmp/a_file"
 
 # a FIFO is refused, not waited on: as a shard, and as a recipe's text
 mkfifo "$tmp/fifo.bin" "$tmp/fifo.txt"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
+#include "parallel/comm/base.h"
 
 static int failures;
 
@@ -23,14 +24,10 @@ static char *slurp(const char *path, size_t *n)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    *n = fread(buf, 1, (size_t)len, f);
-    buf[*n] = 0;
+    char *buf;
+    int rc = tr_read_all(f, SIZE_MAX, &buf, n);
     fclose(f);
-    return buf;
+    return rc ? NULL : buf;
 }
 
 static int round_trip(const tr_tokenizer *t, const char *s, size_t n, const int *ids, size_t k)

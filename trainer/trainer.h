@@ -7,6 +7,7 @@
 #include "dsl/cluster.h"
 #include "dsl/recipe.h"
 #include "model/model.h"
+#include "parallel/comm/base.h"
 #include "parallel/layout.h"
 
 /* Options shared by the subcommands that read a recipe. */
@@ -93,7 +94,6 @@ int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *ctx, const int 
 int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_cluster *out,
                       char *err, size_t errlen);
 
-double tr_now(void);
 /* This host's name as the run's records give it: TR_HOSTNAME when set (for launchers whose
  * host names are not meaningful, and tests that make one machine look like several), else
  * gethostname(); "?" when neither works. */
@@ -102,7 +102,6 @@ void tr_hostname(char *buf, size_t n);
  * into (run/setup.c gathers them once: provenance.json, the ledger). */
 #define TR_HOST_LEN 64
 #define TR_DEVICE_LEN 96
-int tr_mkdirs(const char *path, char *err, size_t errlen);
 /* A JSON-lines file made to end at a line boundary before anything is appended to it: a last
  * record cut short by a kill (no '\n' after it) is truncated away, said in one line on log
  * (may be NULL). 0, also when the file does not exist; -1 with err when it cannot be. */

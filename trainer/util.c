@@ -8,18 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "parallel/topology.h"
 #include "trainer/trainer.h"
-
-double tr_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void tr_hostname(char *buf, size_t n) {
     const char *fake = getenv("TR_HOSTNAME");
@@ -28,29 +20,6 @@ void tr_hostname(char *buf, size_t n) {
     else if (gethostname(buf, n - 1))
         snprintf(buf, n, "?");
     buf[n - 1] = 0;
-}
-
-int tr_mkdirs(const char *path, char *err, size_t errlen) {
-    char buf[TR_PATH_MAX];
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-                snprintf(err, errlen, "cannot create folder '%s': %s", buf, strerror(errno));
-                return -1;
-            }
-            *p = c;
-            if (c == '\0') break;
-        }
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "'%s' exists and is not a folder", path);
-        return -1;
-    }
-    return 0;
 }
 
 /* The best sgemm rate of a few 1024-cubed products: the ceiling MFU is measured against on

@@ -79,8 +79,8 @@ static int census(char *buf, size_t len) {
         if (MPI_Isend(&g_census_me, 1, MPI_INT, k, CENSUS_ASK, g_census, &sr) == MPI_SUCCESS)
             MPI_Request_free(&sr);
     }
-    double deadline = tr_comm_now() + CENSUS_S;
-    for (int left = n - 1; left > 0 && tr_comm_now() < deadline;) {
+    double deadline = tr_now() + CENSUS_S;
+    for (int left = n - 1; left > 0 && tr_now() < deadline;) {
         for (int k = 0; k < n; k++) {
             int flag = 0;
             if (k == g_census_me || got[k]) continue;

@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "parallel/comm/base.h"
+
 typedef struct tr_comm tr_comm;         /* a group of processes */
 typedef struct tr_comm_req tr_comm_req; /* an operation in flight */
 
@@ -174,9 +176,6 @@ int tr_comm_nccl_version(char *buf, size_t len);
  * passed count later. 1 when c's device operations are timed this way (NCCL), 0 otherwise (both
  * figures 0: the host's waits measure them, as on host memory). */
 int tr_comm_device_time(tr_comm *c, double *span_s, double *exposed_s);
-
-/* CLOCK_MONOTONIC in seconds: the clock every figure of the parallel runtime is timed with. */
-double tr_comm_now(void);
 
 /* fn (NULL: none) runs once on a rank that gives up on the job, just before it aborts it: with
  * the first rank that its census found silent (dead, stuck or busy; -1 when unknown) and the

@@ -251,7 +251,7 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_lock(&d.mu);
     for (;;) {
         while (!d.inflight) pthread_cond_wait(&d.cv, &d.mu);
-        double now = tr_comm_now();
+        double now = tr_now();
         for (dreq **p = &d.inflight; *p;) {
             dreq *r = *p;
             cudaError_t q = cudaEventQuery(r->done);

@@ -3,13 +3,13 @@
  * touches MPI and every collective is a copy. Every MPI wait is a poll of MPI_Test against a
  * deadline, so a dead or stuck peer ends the job with one line instead of a hang. */
 #include "parallel/comm/comm.h"
+#include "parallel/comm/base.h"
 #include "parallel/comm/census.h"
 #include "parallel/comm/env.h"
 #include "parallel/comm/private.h"
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,20 +95,6 @@ size_t tr_comm_dtype_bytes(tr_comm_dtype t) {
     return bytes[t];
 }
 
-double tr_comm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* "all_reduce of 1024 floats on group dp (size 2)" */
 static void describe(char *buf, size_t len, const tr_comm *c, const op_info *o) {
     size_t k = 0;
@@ -154,7 +140,7 @@ static int check_args(const tr_comm *c, const op_info *o) {
 }
 
 static void account(double t0) {
-    g.wait_seconds += tr_comm_now() - t0;
+    g.wait_seconds += tr_now() - t0;
 }
 
 /* ---- the world of one ----------------------------------------------------------------- */
@@ -239,7 +225,7 @@ static void *agent_main(void *arg) {
             /* an error is left for the waiting thread, whose own test reports it */
             if (MPI_Test(&r->rq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
                 r->done = 1;
-                r->t_done = tr_comm_now();
+                r->t_done = tr_now();
                 g_inflight[k] = g_inflight[--g_n_inflight];
             } else {
                 k++;
@@ -376,7 +362,7 @@ static void die_timeout(const tr_comm *c, const op_info *o) {
 enum { SPIN_US = 20000, SLEEP_MIN_NS = 20000, SLEEP_MAX_NS = 500000 };
 
 static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_Status *st) {
-    double t0 = tr_comm_now(), deadline = t0 + g.timeout;
+    double t0 = tr_now(), deadline = t0 + g.timeout;
     long sleep_ns = SLEEP_MIN_NS;
     for (;;) {
         int flag = 0;
@@ -385,7 +371,7 @@ static void wait_mpi(const tr_comm *c, const op_info *o, MPI_Request *rq, MPI_St
         unlock();
         if (rc != MPI_SUCCESS) die_mpi(c, o, rc);
         if (flag) return;
-        double t = tr_comm_now();
+        double t = tr_now();
         if (t > deadline) die_timeout(c, o);
         if (t - t0 < SPIN_US * 1e-6) {
             sched_yield(); /* lets an oversubscribed peer run */
@@ -498,7 +484,7 @@ static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
 
 /* Blocking: start, then wait against the deadline. */
 static int run_blocking(tr_comm *c, op_info o, void *buf, const void *send, void *recv) {
-    double t0 = tr_comm_now();
+    double t0 = tr_now();
     tr_comm_req r = {.c = c, .o = o};
     int rc = start(&r, buf, send, recv);
 #ifdef TR_HAVE_MPI
@@ -548,7 +534,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
                  size_t errlen) {
     *world = NULL;
     if (g.mpi) {
-        set_err(err, errlen, "tr_comm_init: already initialized");
+        tr_errf(err, errlen, "tr_comm_init: already initialized");
         return -1;
     }
     /* TR_COMM_DEVICE is used by the device transport (comm/device.c) only where it is
@@ -570,7 +556,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
     } else {
 #ifdef TR_HAVE_MPI
         if (g.finalized) {
-            set_err(err, errlen, "tr_comm_init: MPI was finalized and cannot start again");
+            tr_errf(err, errlen, "tr_comm_init: MPI was finalized and cannot start again");
             return -1;
         }
         int inited = 0, provided = 0, rc;
@@ -581,7 +567,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
              * other threads too: ask for MPI_THREAD_MULTIPLE. */
             rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
             if (rc != MPI_SUCCESS) {
-                set_err(err, errlen, "MPI_Init failed (error %d; started with %s set)", rc, var);
+                tr_errf(err, errlen, "MPI_Init failed (error %d; started with %s set)", rc, var);
                 return -1;
             }
             g.we_initialized = 1;
@@ -598,7 +584,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         }
         w = group_new("world", 0, 1);
         if (!w || MPI_Comm_dup(MPI_COMM_WORLD, &w->mc) != MPI_SUCCESS) {
-            set_err(err, errlen, "tr_comm_init: cannot create the world communicator");
+            tr_errf(err, errlen, "tr_comm_init: cannot create the world communicator");
             free(w);
             return -1;
         }
@@ -615,7 +601,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
         const char *v = getenv(var);
         if (!(v && !strcmp(var, "OMPI_COMM_WORLD_SIZE") && atoi(v) == 1) &&
             !(v && !strcmp(var, "PMI_SIZE") && atoi(v) == 1)) {
-            set_err(err, errlen,
+            tr_errf(err, errlen,
                     "started by a parallel launcher (%s=%s) but this trainer was built "
                     "without MPI; install libopenmpi-dev and rebuild, or run it without mpirun",
                     var, v ? v : "");
@@ -625,7 +611,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
 #endif
     }
     if (!w) {
-        set_err(err, errlen, "tr_comm_init: out of memory");
+        tr_errf(err, errlen, "tr_comm_init: out of memory");
         return -1;
     }
     w->is_world = 1;
@@ -704,7 +690,7 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
                  size_t errlen) {
     *dp = *pp = *tp = NULL;
     if (m.dp < 1 || m.pp < 1 || m.tp < 1 || (long)m.dp * m.pp * m.tp != world->size) {
-        set_err(err, errlen,
+        tr_errf(err, errlen,
                 "mesh dp=%d x pp=%d x tp=%d needs %ld ranks but the world has %d (mpirun -np)",
                 m.dp, m.pp, m.tp, (long)m.dp * m.pp * m.tp, world->size);
         return -1;
@@ -716,7 +702,7 @@ int tr_comm_mesh(tr_comm *world, tr_mesh m, tr_comm **dp, tr_comm **pp, tr_comm 
     if (!g3[0] || !g3[1] || !g3[2]) {
         for (int i = 0; i < 3; i++)
             free(g3[i]);
-        set_err(err, errlen, "tr_comm_mesh: out of memory");
+        tr_errf(err, errlen, "tr_comm_mesh: out of memory");
         return -1;
     }
 #ifdef TR_HAVE_MPI
@@ -755,7 +741,7 @@ int tr_comm_split(tr_comm *c, int color, int key, const char *name, tr_comm **ou
                   size_t errlen) {
     *out = NULL;
     if (color < 0) {
-        set_err(err, errlen, "tr_comm_split: color %d must not be negative", color);
+        tr_errf(err, errlen, "tr_comm_split: color %d must not be negative", color);
         return -1;
     }
     /* the world of one (or a group of one): the only rank is its own subgroup */
@@ -782,7 +768,7 @@ int tr_comm_split(tr_comm *c, int color, int key, const char *name, tr_comm **ou
         if (mc != MPI_COMM_NULL) MPI_Comm_free(&mc);
         unlock();
 #endif
-        set_err(err, errlen, "tr_comm_split: out of memory");
+        tr_errf(err, errlen, "tr_comm_split: out of memory");
         return -1;
     }
 #ifdef TR_HAVE_MPI
@@ -849,7 +835,7 @@ int tr_comm_test(tr_comm_req *r) {
         int rc = MPI_Test(&r->rq, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) die_mpi(r->c, &r->o, rc);
         r->done = done;
-        if (done) r->t_done = tr_comm_now();
+        if (done) r->t_done = tr_now();
     }
     unlock();
 #else
@@ -872,13 +858,13 @@ int tr_comm_progress_agent(void) {
 }
 
 double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
-    double t0 = tr_comm_now(), seen = 0;
+    double t0 = tr_now(), seen = 0;
     *done_at = t0;
     if (!r) return 0.0;
     if (r->dev) { /* stream-ordered: the host does not wait (but on the staged transport) */
         double w = g_dev->wait(r->dev);
         free(r);
-        *done_at = tr_comm_now();
+        *done_at = tr_now();
         return w;
     }
 #ifdef TR_HAVE_MPI
@@ -892,7 +878,7 @@ double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
     unlock();
 #endif
     free(r);
-    double t1 = tr_comm_now();
+    double t1 = tr_now();
     *done_at = seen > 0 ? seen : t1; /* else it completed in the wait */
     g.wait_seconds += t1 - t0;
     return t1 - t0;

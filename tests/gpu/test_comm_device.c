@@ -88,10 +88,10 @@ static void run_ops(const ctx *x, tr_comm_dtype t) {
         for (size_t i = 0; i < p * n; i++) h[i] = val(x->rank, i);
         /* all_reduce in place; the wait orders the compute stream, whose download reads it */
         void *a = up(x, h, n);
-        double t0 = tr_comm_now();
+        double t0 = tr_now();
         tr_comm_req *rq = tr_comm_start(x->w, TR_COMM_OP_ALL_REDUCE, NULL, a, n, t, -1, 0,
                                         TR_COMM_DEVICE);
-        double waited = tr_comm_wait(rq), host_s = tr_comm_now() - t0;
+        double waited = tr_comm_wait(rq), host_s = tr_now() - t0;
         down(x, g, a, n);
         expect(g, n, want_sum, x, NULL, "all_reduce", n);
         if (!strcmp(tr_comm_device_transport(x->w), "nccl") && k == 2)

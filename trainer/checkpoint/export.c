@@ -7,29 +7,16 @@
  * the rotate-half convention in both, so no permutation is needed. */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "data/tokenizer.h"
+#include "parallel/comm/base.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/trainer.h"
-
-#if defined(__GNUC__)
-#define EX_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define EX_PRINTF(a, b)
-#endif
-
-EX_PRINTF(3, 4) static int ex_fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 typedef enum { HF_GPT2 = 0, HF_LLAMA } hf_kind;
 
@@ -57,7 +44,7 @@ static int recognize(const tr_model_desc *d, hf_shape *s, char *err, size_t errl
     if (n != 5 || c[0].kind != TR_NODE_EMBEDDING || c[4].kind != TR_NODE_LM_HEAD ||
         (c[1].kind != TR_NODE_POSITIONS && c[1].kind != TR_NODE_ROPE) ||
         c[2].kind != TR_NODE_STACK || c[2].n_children != 2)
-        return ex_fail(err, errlen, "the model is neither GPT-2- nor Llama-shaped (expected %s)",
+        return tr_errf(err, errlen, "the model is neither GPT-2- nor Llama-shaped (expected %s)",
                        want);
     s->kind = c[1].kind == TR_NODE_POSITIONS ? HF_GPT2 : HF_LLAMA;
     s->vocab = d->vocab;
@@ -69,16 +56,16 @@ static int recognize(const tr_model_desc *d, hf_shape *s, char *err, size_t errl
     if (r0->kind != TR_NODE_RESIDUAL || r1->kind != TR_NODE_RESIDUAL || r0->n_children != 2 ||
         r1->n_children != 2 || r0->children[1].kind != TR_NODE_ATTENTION ||
         r1->children[1].kind != TR_NODE_MLP)
-        return ex_fail(err, errlen, "the model is neither GPT-2- nor Llama-shaped (expected %s)",
+        return tr_errf(err, errlen, "the model is neither GPT-2- nor Llama-shaped (expected %s)",
                        want);
     if (!is_norm(&r0->children[0], norm) || !is_norm(&r1->children[0], norm) ||
         !is_norm(&c[3], norm))
-        return ex_fail(err, errlen, "a %s-shaped model (%s) uses %s everywhere", arch,
+        return tr_errf(err, errlen, "a %s-shaped model (%s) uses %s everywhere", arch,
                        s->kind == HF_GPT2 ? "learned positions" : "rope", norm_name);
     const tr_node *at = &r0->children[1], *mlp = &r1->children[1];
     s->eps = c[3].eps;
     if (r0->children[0].eps != s->eps || r1->children[0].eps != s->eps)
-        return ex_fail(err, errlen, "every norm of a %s-shaped model needs the same eps", arch);
+        return tr_errf(err, errlen, "every norm of a %s-shaped model needs the same eps", arch);
     s->layers = c[2].repeat;
     s->heads = at->heads;
     s->kv_heads = at->kv_heads;
@@ -89,18 +76,20 @@ static int recognize(const tr_model_desc *d, hf_shape *s, char *err, size_t errl
     s->ln_bias = s->kind == HF_GPT2 && c[3].bias;
     if (s->kind == HF_GPT2) {
         if (at->kv_heads != at->heads)
-            return ex_fail(err, errlen, "GPT-2 has no grouped-query attention (kv_heads %d, heads "
-                           "%d)", at->kv_heads, at->heads);
+            return tr_errf(err, errlen,
+                           "GPT-2 has no grouped-query attention (kv_heads %d, heads %d)",
+                           at->kv_heads, at->heads);
         if (mlp->activation != TR_ACT_GELU)
-            return ex_fail(err, errlen, "a GPT-2-shaped model's mlp uses gelu");
+            return tr_errf(err, errlen, "a GPT-2-shaped model's mlp uses gelu");
         if (c[3].bias != r0->children[0].bias || c[3].bias != r1->children[0].bias)
-            return ex_fail(err, errlen, "every layernorm needs the same bias setting");
+            return tr_errf(err, errlen, "every layernorm needs the same bias setting");
     } else {
         s->theta = c[1].rope_theta;
         if (mlp->activation != TR_ACT_SWIGLU)
-            return ex_fail(err, errlen, "a Llama-shaped model's mlp uses swiglu");
+            return tr_errf(err, errlen, "a Llama-shaped model's mlp uses swiglu");
         if (at->bias || mlp->bias)
-            return ex_fail(err, errlen, "a Llama-shaped model has no biases (attention and mlp "
+            return tr_errf(err, errlen,
+                           "a Llama-shaped model has no biases (attention and mlp "
                            "need bias = false)");
     }
     return 0;
@@ -227,7 +216,7 @@ static void put_float(FILE *f, float x) {
 static int write_config(const char *path, const tr_model_desc *d, const hf_shape *s, char *err,
                         size_t errlen) {
     FILE *f = fopen(path, "w");
-    if (!f) return ex_fail(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    if (!f) return tr_errf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
     if (s->kind == HF_GPT2) {
         fprintf(f,
                 "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
@@ -258,7 +247,7 @@ static int write_config(const char *path, const tr_model_desc *d, const hf_shape
                 s->tied ? "true" : "false");
         put_token_ids(f, s->eot);
     }
-    if (fclose(f)) return ex_fail(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    if (fclose(f)) return tr_errf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
     return 0;
 }
 
@@ -267,7 +256,7 @@ int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, int vocab, const char
     hf_shape s;
     char why[256];
     if (recognize(d, &s, why, sizeof(why)))
-        return ex_fail(err, errlen, "cannot export to Hugging Face: %s", why);
+        return tr_errf(err, errlen, "cannot export to Hugging Face: %s", why);
     if (vocab > 0 && vocab < d->vocab) s.vocab = vocab;
     if (vocab == 50257) s.eot = 50256; /* GPT-2's tokenizer: <|endoftext|> */
     map_list l = {0};
@@ -290,7 +279,7 @@ int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, int vocab, const char
         }
         const tr_ckpt_tensor *src = tr_ckpt_find(c, e->ours);
         if (!src || src->shape[1] != cols || src->shape[0] < e->row0 + e->rows) {
-            rc = ex_fail(err, errlen, "%s: tensor '%s' missing or not %ld x %ld", c->dir, e->ours,
+            rc = tr_errf(err, errlen, "%s: tensor '%s' missing or not %ld x %ld", c->dir, e->ours,
                          e->row0 + e->rows, cols);
             break;
         }
@@ -300,7 +289,7 @@ int tr_hf_export(const tr_ckpt *c, const tr_model_desc *d, int vocab, const char
         if (!p) { /* a tensor saved in blocks by several ranks: just these rows */
             blk = malloc(numel * sizeof(float) + 1);
             if (!blk) {
-                rc = ex_fail(err, errlen, "out of memory exporting '%s'", e->ours);
+                rc = tr_errf(err, errlen, "out of memory exporting '%s'", e->ours);
                 break;
             }
             if (tr_ckpt_read_elems(src, lo, lo + numel, blk, err, errlen)) {
@@ -354,11 +343,11 @@ static int cfg_check(const tr_json *cfg, const char *dir, const char *key, doubl
                      const char *what, int is_float, char *err, size_t errlen) {
     double v = dflt;
     if (!cfg_num(cfg, key, &v) && isnan(dflt))
-        return ex_fail(err, errlen, "%s/config.json: no '%s'", dir, key);
+        return tr_errf(err, errlen, "%s/config.json: no '%s'", dir, key);
     int same = is_float ? fabs(v - ours) <= 1e-6 * fabs(ours) + 1e-12 : v == ours;
     if (!same)
-        return ex_fail(err, errlen, "%s/config.json: %s is %g but the recipe's %s is %g", dir,
-                       key, v, what, ours);
+        return tr_errf(err, errlen, "%s/config.json: %s is %g but the recipe's %s is %g", dir, key,
+                       v, what, ours);
     return 0;
 }
 
@@ -367,35 +356,28 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
     hf_shape s;
     char why[256];
     if (recognize(d, &s, why, sizeof(why)))
-        return ex_fail(err, errlen, "init = hf \"%s\": %s", dir, why);
+        return tr_errf(err, errlen, "init = hf \"%s\": %s", dir, why);
     char path[TR_PATH_MAX + 64];
     snprintf(path, sizeof(path), "%s/config.json", dir);
     FILE *f = fopen(path, "rb");
-    if (!f) return ex_fail(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            cap = cap ? 2 * cap : 8192;
-            text = realloc(text, cap);
-        }
-        size_t k = fread(text + len, 1, cap - len, f);
-        len += k;
-        if (k == 0) break;
-    }
+    if (!f) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+    char *text;
+    size_t len;
+    int unread = tr_read_all(f, SIZE_MAX, &text, &len), read_errno = errno;
     fclose(f);
+    if (unread) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(read_errno));
     tr_json cfg;
     char jerr[128];
     if (tr_json_parse(&cfg, text, len, jerr, sizeof(jerr))) {
         free(text);
-        return ex_fail(err, errlen, "%s: %s", path, jerr);
+        return tr_errf(err, errlen, "%s: %s", path, jerr);
     }
     free(text);
     int rc = 0;
     const tr_json *mt = tr_json_get(&cfg, "model_type");
     const char *want = s.kind == HF_GPT2 ? "gpt2" : "llama";
     if (!mt || mt->type != TR_JSON_STR || strcmp(mt->str, want))
-        rc = ex_fail(err, errlen, "%s: model_type '%s', but the recipe's model is %s-shaped", path,
+        rc = tr_errf(err, errlen, "%s: model_type '%s', but the recipe's model is %s-shaped", path,
                      mt && mt->type == TR_JSON_STR ? mt->str : "?", want);
     double npos = 0, tied = 1, file_vocab = 0;
     cfg_num(&cfg, "tie_word_embeddings", &tied);
@@ -412,13 +394,15 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
             rc = cfg_check(&cfg, dir, "layer_norm_epsilon", 1e-5, s.eps, "layernorm eps", 1, err,
                            errlen);
         if (!rc && cfg_num(&cfg, "n_positions", &npos) && npos < d->seq_len)
-            rc = ex_fail(err, errlen, "%s: n_positions %g is shorter than the recipe's seq_len %d",
+            rc = tr_errf(err, errlen, "%s: n_positions %g is shorter than the recipe's seq_len %d",
                          path, npos, d->seq_len);
         const tr_json *act = tr_json_get(&cfg, "activation_function");
         if (!rc && act && act->type == TR_JSON_STR && strcmp(act->str, "gelu_new") &&
             strcmp(act->str, "gelu_pytorch_tanh"))
-            rc = ex_fail(err, errlen, "%s: activation_function '%s'; the model's GELU is the tanh "
-                         "approximation (gelu_new)", path, act->str);
+            rc = tr_errf(err, errlen,
+                         "%s: activation_function '%s'; the model's GELU is the tanh "
+                         "approximation (gelu_new)",
+                         path, act->str);
     } else if (!rc) {
         rc = cfg_check(&cfg, dir, "vocab_size", NAN, s.vocab, "model.vocab", 0, err, errlen);
         if (!rc) rc = cfg_check(&cfg, dir, "hidden_size", NAN, d->dim, "model.dim", 0, err, errlen);
@@ -442,15 +426,16 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
             rc = cfg_check(&cfg, dir, "rope_theta", 10000, s.theta, "rope theta", 1, err, errlen);
         double ab = 0;
         if (!rc && cfg_num(&cfg, "attention_bias", &ab) && ab)
-            rc = ex_fail(err, errlen, "%s: attention_bias is true; the recipe's attention has no "
-                         "bias", path);
+            rc = tr_errf(err, errlen,
+                         "%s: attention_bias is true; the recipe's attention has no bias", path);
         const tr_json *rs = tr_json_get(&cfg, "rope_scaling");
         if (!rc && rs && rs->type != TR_JSON_NULL)
-            rc = ex_fail(err, errlen, "%s: rope_scaling is not supported", path);
+            rc = tr_errf(err, errlen, "%s: rope_scaling is not supported", path);
     }
     if (!rc && s.tied && !tied)
-        rc = ex_fail(err, errlen, "%s: the checkpoint has its own lm_head but the recipe's "
-                     "lm_head is tied", path);
+        rc = tr_errf(err, errlen,
+                     "%s: the checkpoint has its own lm_head but the recipe's lm_head is tied",
+                     path);
     tr_json_free(&cfg);
     if (rc) return rc;
 
@@ -459,8 +444,10 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
     if (stat(path, &st)) {
         snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
         if (!stat(path, &st))
-            return ex_fail(err, errlen, "%s: sharded checkpoints are not supported (merge them "
-                           "into one model.safetensors)", dir);
+            return tr_errf(err, errlen,
+                           "%s: sharded checkpoints are not supported (merge them "
+                           "into one model.safetensors)",
+                           dir);
         snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     }
     tr_st_file sf;
@@ -481,7 +468,7 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
         if (!te && !strncmp(e->hf, "transformer.", 12)) te = tr_st_find(&sf, e->hf + 12);
         if (!te) {
             if (!e->ours[0]) continue; /* a bias the file does not have either */
-            rc = ex_fail(err, errlen, "%s: no tensor '%s'", path, e->hf);
+            rc = tr_errf(err, errlen, "%s: no tensor '%s'", path, e->hf);
             break;
         }
         long cols = e->cols ? e->cols : 1;
@@ -501,7 +488,7 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
                 snprintf(need, sizeof(need), "%ld x %ld", want0, want1);
             else
                 snprintf(need, sizeof(need), "%ld", want0);
-            rc = ex_fail(err, errlen, "%s: tensor '%s' is %s; the recipe's model needs %s", path,
+            rc = tr_errf(err, errlen, "%s: tensor '%s' is %s; the recipe's model needs %s", path,
                          e->hf, sh, need);
             break;
         }
@@ -513,14 +500,17 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
         }
         for (size_t k = 0; k < have && !rc; k++) /* HF files carry no checksum: see to it here */
             if (!isfinite(tmp[k]))
-                rc = ex_fail(err, errlen, "%s: tensor '%s' holds %g at element %zu (the weights "
-                             "must be finite)", path, e->hf, (double)tmp[k], k);
+                rc = tr_errf(err, errlen,
+                             "%s: tensor '%s' holds %g at element %zu (the weights must be finite)",
+                             path, e->hf, (double)tmp[k], k);
         if (rc) break;
         if (!e->ours[0]) {
             for (size_t k = 0; k < have; k++)
                 if (tmp[k] != 0) {
-                    rc = ex_fail(err, errlen, "%s: '%s' is not zero but the recipe's model has no "
-                                 "such bias (set bias = true)", path, e->hf);
+                    rc = tr_errf(err, errlen,
+                                 "%s: '%s' is not zero but the recipe's model has no "
+                                 "such bias (set bias = true)",
+                                 path, e->hf);
                     break;
                 }
             continue;
@@ -530,14 +520,14 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
             if (!strcmp(tr_model_param(m, k)->name, e->ours)) pi = k;
         if (pi < 0 && !holds_all) continue; /* another pipeline stage's tensor */
         if (pi < 0) {
-            rc = ex_fail(err, errlen, "internal: no parameter '%s'", e->ours);
+            rc = tr_errf(err, errlen, "internal: no parameter '%s'", e->ours);
             break;
         }
         const tr_param *p = tr_model_param(m, pi);
         size_t gnumel = (size_t)p->gshape[0] * (size_t)p->gshape[1]; /* the global tensor */
         if (!full[pi]) full[pi] = calloc(gnumel, sizeof(float));
         if (!full[pi]) {
-            rc = ex_fail(err, errlen, "out of memory importing '%s'", e->hf);
+            rc = tr_errf(err, errlen, "out of memory importing '%s'", e->hf);
             break;
         }
         float *dst = full[pi] + (size_t)e->row0 * (size_t)cols;
@@ -551,7 +541,7 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
     }
     for (int i = 0; i < np && !rc; i++)
         if (!full[i])
-            rc = ex_fail(err, errlen, "%s: nothing in the file maps to parameter '%s'", path,
+            rc = tr_errf(err, errlen, "%s: nothing in the file maps to parameter '%s'", path,
                          tr_model_param(m, i)->name);
     if (!rc) /* this process's part of each global tensor */
         for (int i = 0; i < np; i++) tr_model_set_param_global(m, i, full[i]);

@@ -8,26 +8,12 @@
  *         byte-to-unicode table, id = the byte, with no merges, and tokenizer_config.json
  *         (PreTrainedTokenizerFast). No special tokens: trainer's byte tokenizer has none. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/comm/base.h"
 #include "trainer/checkpoint/checkpoint.h"
-
-#if defined(__GNUC__)
-#define TK_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define TK_PRINTF(a, b)
-#endif
-
-TK_PRINTF(3, 4) static int tk_fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static FILE *open_out(const char *dir, const char *name, char *path, size_t cap) {
     snprintf(path, cap, "%s/%s", dir, name);
@@ -37,7 +23,7 @@ static FILE *open_out(const char *dir, const char *name, char *path, size_t cap)
 static int close_out(FILE *f, const char *path, char *err, size_t errlen) {
     int bad = ferror(f);
     if (fclose(f) || bad)
-        return tk_fail(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+        return tr_errf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
     return 0;
 }
 
@@ -46,7 +32,7 @@ static int write_text(const char *dir, const char *name, const char *text, char 
                       size_t errlen) {
     char path[TR_PATH_MAX + 64];
     FILE *f = open_out(dir, name, path, sizeof(path));
-    if (!f) return tk_fail(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    if (!f) return tr_errf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
     fputs(text, f);
     return close_out(f, path, err, errlen);
 }
@@ -56,12 +42,12 @@ static int copy_file(const char *src, const char *dir, const char *name, char *e
     char path[TR_PATH_MAX + 64], buf[1 << 16];
     FILE *in = fopen(src, "rb");
     if (!in)
-        return tk_fail(err, errlen, "cannot read '%s' (the checkpoint's tokenizer): %s", src,
+        return tr_errf(err, errlen, "cannot read '%s' (the checkpoint's tokenizer): %s", src,
                        strerror(errno));
     FILE *out = open_out(dir, name, path, sizeof(path));
     if (!out) {
         fclose(in);
-        return tk_fail(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+        return tr_errf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
     }
     size_t n;
     while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
@@ -70,7 +56,7 @@ static int copy_file(const char *src, const char *dir, const char *name, char *e
     fclose(in);
     if (bad_in) {
         fclose(out);
-        return tk_fail(err, errlen, "cannot read '%s': %s", src, strerror(errno));
+        return tr_errf(err, errlen, "cannot read '%s': %s", src, strerror(errno));
     }
     return close_out(out, path, err, errlen);
 }
@@ -99,7 +85,7 @@ static void put_symbol(FILE *f, unsigned cp) {
 static int write_byte_tokenizer(const char *dir, char *err, size_t errlen) {
     char path[TR_PATH_MAX + 64];
     FILE *f = open_out(dir, "tokenizer.json", path, sizeof(path));
-    if (!f) return tk_fail(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    if (!f) return tr_errf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
     const char *bl = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": "
                      "false, \"use_regex\": false}";
     fprintf(f,

@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,14 +18,6 @@
 #if defined(__SSE4_2__) && defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
-
-int ck_fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* ---- CRC-32C ------------------------------------------------------------------------------ */
 
@@ -172,15 +163,15 @@ int ck_write_file(const char *path, const void *const *parts, const size_t *lens
                   size_t errlen) {
     char tmp[TR_PATH_MAX + 64];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof(tmp))
-        return ck_fail(err, errlen, "cannot create '%s': path too long", path);
+        return tr_errf(err, errlen, "cannot create '%s': path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return ck_fail(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+    if (fd < 0) return tr_errf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
     for (int i = 0; i < n; i++) {
         if (write_all(fd, parts[i], lens[i])) {
             int e = errno;
             close(fd);
             unlink(tmp);
-            return ck_fail(err, errlen, "cannot write '%s': %s", path, strerror(e));
+            return tr_errf(err, errlen, "cannot write '%s': %s", path, strerror(e));
         }
     }
     int bad = fsync(fd);
@@ -188,7 +179,7 @@ int ck_write_file(const char *path, const void *const *parts, const size_t *lens
     if (bad || rename(tmp, path)) {
         int e = errno;
         unlink(tmp);
-        return ck_fail(err, errlen, "cannot write '%s': %s", path, strerror(e));
+        return tr_errf(err, errlen, "cannot write '%s': %s", path, strerror(e));
     }
     return 0;
 }
@@ -196,45 +187,39 @@ int ck_write_file(const char *path, const void *const *parts, const size_t *lens
 /* path opened read-only, with its size; -1 and err naming the file otherwise */
 static int open_sized(const char *path, size_t *size, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO is refused below, not waited on */
-    if (fd < 0) return ck_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return tr_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st)) {
         close(fd);
-        return ck_fail(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        return tr_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return ck_fail(err, errlen, "%s: not a regular file", path);
+        return tr_errf(err, errlen, "%s: not a regular file", path);
     }
     *size = (size_t)st.st_size;
     return fd;
 }
 
 int ck_read_whole(const char *path, unsigned char **buf, size_t *size, char *err, size_t errlen) {
-    size_t n, got = 0;
+    size_t n;
     int fd = open_sized(path, &n, err, errlen);
     if (fd < 0) return -1;
-    unsigned char *b = malloc(n + 1);
-    if (!b) {
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
         close(fd);
-        return ck_fail(err, errlen, "%s: out of memory (%zu bytes)", path, n);
+        return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
     }
-    while (got < n) {
-        size_t chunk = n - got > (256u << 20) ? (256u << 20) : n - got;
-        ssize_t k = read(fd, b + got, chunk);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            free(b);
-            close(fd);
-            return ck_fail(err, errlen, "%s: cannot read: %s", path,
-                           k < 0 ? strerror(errno) : "file shrank while reading");
-        }
-        got += (size_t)k;
+    char *text;
+    int rc = tr_read_all(f, SIZE_MAX, &text, size), e = errno;
+    fclose(f);
+    if (rc && e == ENOMEM) return tr_errf(err, errlen, "%s: out of memory (%zu bytes)", path, n);
+    if (rc) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(e));
+    if (*size < n) {
+        free(text);
+        return tr_errf(err, errlen, "%s: cannot read: file shrank while reading", path);
     }
-    close(fd);
-    b[n] = 0;
-    *buf = b;
-    *size = n;
+    *buf = (unsigned char *)text;
     return 0;
 }
 
@@ -279,7 +264,7 @@ static int map_whole(const char *path, unsigned char **buf, size_t *size, char *
     }
     void *p = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) return ck_fail(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+    if (p == MAP_FAILED) return tr_errf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
     *buf = p;
     return 0;
 }
@@ -296,7 +281,7 @@ int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
     if (map_whole(path, &f->buf, &f->size, err, errlen)) return -1;
     if (f->size < 8) {
         tr_st_close(f);
-        return ck_fail(err, errlen, "%s: truncated (%zu bytes, not a safetensors file)", path,
+        return tr_errf(err, errlen, "%s: truncated (%zu bytes, not a safetensors file)", path,
                        f->size);
     }
     uint64_t hl = 0;
@@ -305,7 +290,7 @@ int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
     if (hl > f->size - 8 || hl > (100u << 20)) {
         size_t size = f->size; /* tr_st_close clears it */
         tr_st_close(f);
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s: truncated or not safetensors (header of %llu bytes in a "
                        "file of %zu)",
                        path, (unsigned long long)hl, size);
@@ -314,10 +299,10 @@ int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
     char jerrbuf[128];
     if (tr_json_parse(&h, (const char *)f->buf + 8, (size_t)hl, jerrbuf, sizeof(jerrbuf))) {
         tr_st_close(f);
-        return ck_fail(err, errlen, "%s: damaged header: %s", path, jerrbuf);
+        return tr_errf(err, errlen, "%s: damaged header: %s", path, jerrbuf);
     }
     int rc = 0;
-    if (h.type != TR_JSON_OBJ) rc = ck_fail(err, errlen, "%s: header is not a JSON object", path);
+    if (h.type != TR_JSON_OBJ) rc = tr_errf(err, errlen, "%s: header is not a JSON object", path);
     f->data = f->buf + 8 + hl;
     f->data_len = f->size - 8 - (size_t)hl;
     f->e = calloc((size_t)(h.n > 0 ? h.n : 1), sizeof(tr_st_entry));
@@ -330,7 +315,7 @@ int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
         tr_st_entry *e = &f->e[f->n];
         if (!dt || dt->type != TR_JSON_STR || !sh || sh->type != TR_JSON_ARR || sh->n > 4 || !off ||
             off->type != TR_JSON_ARR || off->n != 2 || strlen(t->key) >= sizeof(e->name)) {
-            rc = ck_fail(err, errlen, "%s: damaged header entry '%.80s'", path, t->key);
+            rc = tr_errf(err, errlen, "%s: damaged header entry '%.80s'", path, t->key);
             break;
         }
         snprintf(e->name, sizeof(e->name), "%s", t->key);
@@ -344,7 +329,7 @@ int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
             numel *= (size_t)e->shape[d]; /* may wrap; then the size check below fails */
         }
         if (!whole) {
-            rc = ck_fail(err, errlen,
+            rc = tr_errf(err, errlen,
                          "%s: tensor '%.80s': shape and data_offsets must be whole numbers "
                          "from 0 to the file's size",
                          path, t->key);
@@ -354,7 +339,7 @@ int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
         e->end = (size_t)off->kids[1].num;
         if (e->end < e->begin ||
             (e->dtype != TR_ST_OTHER && e->end - e->begin != numel * st_dtype_size(e->dtype))) {
-            rc = ck_fail(err, errlen, "%s: tensor '%s': offsets do not match its shape", path,
+            rc = tr_errf(err, errlen, "%s: tensor '%s': offsets do not match its shape", path,
                          e->name);
             break;
         }
@@ -363,7 +348,7 @@ int tr_st_open(tr_st_file *f, const char *path, char *err, size_t errlen) {
     }
     tr_json_free(&h);
     if (!rc && max_end > f->data_len)
-        rc = ck_fail(err, errlen, "%s: truncated: data needs %zu bytes, the file holds %zu", path,
+        rc = tr_errf(err, errlen, "%s: truncated: data needs %zu bytes, the file holds %zu", path,
                      max_end, f->data_len);
     if (rc) tr_st_close(f);
     return rc;
@@ -413,7 +398,7 @@ int tr_st_read_f32(const tr_st_file *f, const tr_st_entry *e, float *out, char *
     case TR_ST_OTHER:
         break;
     }
-    return ck_fail(err, errlen, "%s: tensor '%s' has a dtype other than F32, F16, BF16", f->path,
+    return tr_errf(err, errlen, "%s: tensor '%s' has a dtype other than F32, F16, BF16", f->path,
                    e->name);
 }
 
@@ -562,7 +547,7 @@ int tr_ckpt_remove_all(const char *out, char *err, size_t errlen) {
     if (!d)
         return errno == ENOENT
                    ? 0
-                   : ck_fail(err, errlen, "cannot read '%s': %s", ckdir, strerror(errno));
+                   : tr_errf(err, errlen, "cannot read '%s': %s", ckdir, strerror(errno));
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d))) { /* only the writer's own names: a user's file stays */
@@ -582,7 +567,7 @@ int tr_ckpt_remove_all(const char *out, char *err, size_t errlen) {
     free(left);
     snprintf(p, sizeof(p), "%s/latest", ckdir);
     if (k > 0 || !access(p, F_OK))
-        return ck_fail(err, errlen, "cannot remove the checkpoints in '%s' (permissions?)", ckdir);
+        return tr_errf(err, errlen, "cannot remove the checkpoints in '%s' (permissions?)", ckdir);
     return n;
 }
 
@@ -604,7 +589,7 @@ int tr_ckpt_remove_after(const char *out, long step, char *err, size_t errlen) {
     size_t ll[1] = {strlen(latest)};
     if (ck_write_file(path, lp, ll, 1, err, errlen)) return -1;
     if (rename(path, dst))
-        return ck_fail(err, errlen, "cannot rename '%s': %s", path, strerror(errno));
+        return tr_errf(err, errlen, "cannot rename '%s': %s", path, strerror(errno));
     ck_fsync_dir(ckdir);
     return 0;
 }

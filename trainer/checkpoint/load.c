@@ -121,16 +121,16 @@ static int load_manifest(const char *path, yaml_document_t *doc, char *err, size
     unsigned want;
     int rc = 0;
     if (len < tl + 9 || text[len - 1] != '\n')
-        rc = ck_fail(err, errlen, "%s: truncated (no checksum line at the end)", path);
+        rc = tr_errf(err, errlen, "%s: truncated (no checksum line at the end)", path);
     else if (len - ls != tl + 9 || strncmp((const char *)text + ls, tag, tl) ||
              sscanf((const char *)text + ls + tl, "%8x", &want) != 1)
-        rc = ck_fail(err, errlen, "%s: truncated or damaged (no checksum line at the end)", path);
+        rc = tr_errf(err, errlen, "%s: truncated or damaged (no checksum line at the end)", path);
     else if (tr_crc32c(0, text, ls) != want)
-        rc = ck_fail(err, errlen, "%s: checksum mismatch: the file is damaged", path);
+        rc = tr_errf(err, errlen, "%s: checksum mismatch: the file is damaged", path);
     int deep = rc ? 0 : tr_yaml_too_deep((const char *)text, ls, CKPT_MAX_DEPTH);
     if (deep)
-        rc = deep < 0 ? ck_fail(err, errlen, "%s: out of memory", path)
-                      : ck_fail(err, errlen, "%s:%d: nested deeper than %d levels (a manifest "
+        rc = deep < 0 ? tr_errf(err, errlen, "%s: out of memory", path)
+                      : tr_errf(err, errlen, "%s:%d: nested deeper than %d levels (a manifest "
                                 "needs 6): not a manifest this trainer wrote", path, deep,
                                 CKPT_MAX_DEPTH);
     if (!rc) { /* the document keeps copies of its scalars: parser and text can go */
@@ -138,7 +138,7 @@ static int load_manifest(const char *path, yaml_document_t *doc, char *err, size
         yaml_parser_initialize(&p);
         yaml_parser_set_input_string(&p, text, ls);
         if (!yaml_parser_load(&p, doc))
-            rc = ck_fail(err, errlen, "%s:%zu: %s", path, p.problem_mark.line + 1,
+            rc = tr_errf(err, errlen, "%s:%zu: %s", path, p.problem_mark.line + 1,
                          p.problem ? p.problem : "YAML error");
         yaml_parser_delete(&p);
     }
@@ -153,14 +153,14 @@ static int read_loader(tr_ckpt *c, yaml_document_t *doc, yaml_node_t *lp, const 
     const char *lbytes = yscalar(ymap_get(doc, lp, "bytes"));
     if (!hex || !lbytes) return 0;
     if ((size_t)atol(lbytes) != sizeof(tr_loader_pos) || strlen(hex) != 2 * sizeof(tr_loader_pos))
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s: the loader position has %s bytes, this build's has %zu "
                        "(saved by another version of trainer)",
                        path, lbytes, sizeof(tr_loader_pos));
     unsigned char *pb = (unsigned char *)&c->loader;
     for (size_t i = 0; i < sizeof(tr_loader_pos); i++) {
         int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0) return ck_fail(err, errlen, "%s: damaged loader position", path);
+        if (hi < 0 || lo < 0) return tr_errf(err, errlen, "%s: damaged loader position", path);
         pb[i] = (unsigned char)(hi << 4 | lo);
     }
     c->has_loader = 1;
@@ -193,7 +193,7 @@ static int read_ring(yaml_document_t *doc, yaml_node_t *gn, const char *key, dou
     for (int i = 0; i < n; i++) {
         const char *v = yscalar(yseq_at(doc, seq, i));
         if (ydouble(v, &out[i]) || !isfinite(out[i]))
-            return ck_fail(err, errlen, "%s: guard.%s[%d] is '%s', not a finite number", path, key,
+            return tr_errf(err, errlen, "%s: guard.%s[%d] is '%s', not a finite number", path, key,
                            i, v ? v : "");
     }
     return 0;
@@ -210,13 +210,13 @@ static int read_guard(tr_ckpt *c, yaml_document_t *doc, yaml_node_t *gn, const c
     for (int k = 0; k < 5; k++) {
         const char *v = yscalar(ymap_get(doc, gn, ik[k]));
         if (yint(v, lo[k], hi[k], iv[k]))
-            return ck_fail(err, errlen, "%s: guard.%s is '%s', not a whole number from %ld to %ld",
+            return tr_errf(err, errlen, "%s: guard.%s is '%s', not a whole number from %ld to %ld",
                            path, ik[k], v ? v : "", lo[k], hi[k]);
     }
     const char *ll = yscalar(ymap_get(doc, gn, "last_loss"));
     const char *ln = yscalar(ymap_get(doc, gn, "last_grad_norm"));
     if (ydouble(ll, &g->last_loss) || ydouble(ln, &g->last_norm))
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s: guard.last_loss '%s' or guard.last_grad_norm '%s' is "
                        "not a number",
                        path, ll ? ll : "", ln ? ln : "");
@@ -224,14 +224,14 @@ static int read_guard(tr_ckpt *c, yaml_document_t *doc, yaml_node_t *gn, const c
     /* a ring not yet full has its next slot right after its values */
     if (g->n < 0 || g->n > g->window || g->n != yseq_len(ymap_get(doc, gn, "grad_norm")) ||
         g->next >= g->window || (g->n < g->window && g->next != g->n))
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s: guard: the lists loss and grad_norm must hold the same number of "
                        "values, at most window (%d), and next (%d) must lie in the window, right "
                        "after them while it is not full",
                        path, g->window, g->next);
     g->loss = malloc((size_t)g->window * sizeof(double));
     g->norm = malloc((size_t)g->window * sizeof(double));
-    if (!g->loss || !g->norm) return ck_fail(err, errlen, "%s: out of memory", path);
+    if (!g->loss || !g->norm) return tr_errf(err, errlen, "%s: out of memory", path);
     if (read_ring(doc, gn, "loss", g->loss, g->n, path, err, errlen) ||
         read_ring(doc, gn, "grad_norm", g->norm, g->n, path, err, errlen))
         return -1;
@@ -252,14 +252,14 @@ static int read_header(tr_ckpt *c, yaml_document_t *doc, const char *path, char 
     const char *sha = yscalar(ymap_get(doc, root, "recipe_sha256"));
     const char *seed = yscalar(ymap_get(doc, ymap_get(doc, root, "rng"), "seed"));
     if (!fmt || strcmp(fmt, CKPT_FORMAT))
-        return ck_fail(err, errlen, "%s: not a trainer checkpoint (format '%s', expected '%s')",
+        return tr_errf(err, errlen, "%s: not a trainer checkpoint (format '%s', expected '%s')",
                        path, fmt ? fmt : "", CKPT_FORMAT);
     if (!ver || atoi(ver) != CKPT_VERSION)
-        return ck_fail(err, errlen, "%s: checkpoint version %s, this trainer reads version %d",
+        return tr_errf(err, errlen, "%s: checkpoint version %s, this trainer reads version %d",
                        path, ver ? ver : "?", CKPT_VERSION);
     if (!step || !adam || !recipe || !sha || yseq_len(ymap_get(doc, root, "files")) < 1 ||
         yseq_len(ymap_get(doc, root, "tensors")) < 0)
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s: a required field is missing (step, adam_steps, recipe, "
                        "recipe_sha256, files, tensors)",
                        path);
@@ -269,7 +269,7 @@ static int read_header(tr_ckpt *c, yaml_document_t *doc, const char *path, char 
     c->adam_steps = strtol(adam, &end2, 10);
     if (errno || *end1 || *end2 || end1 == step || end2 == adam || c->step < 0 ||
         c->adam_steps < 0 || c->step > INT_MAX || c->adam_steps > INT_MAX)
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s: step '%s' and adam_steps '%s' must be counts from 0 to "
                        "%d",
                        path, step, adam, INT_MAX);
@@ -279,7 +279,7 @@ static int read_header(tr_ckpt *c, yaml_document_t *doc, const char *path, char 
     char got[65];
     tr_sha256_hex(c->recipe, strlen(c->recipe), got);
     if (strcmp(got, sha))
-        return ck_fail(err, errlen, "%s: the recipe's SHA-256 does not match its text", path);
+        return tr_errf(err, errlen, "%s: the recipe's SHA-256 does not match its text", path);
     if (read_loader(c, doc, ymap_get(doc, root, "loader_position"), path, err, errlen)) return -1;
     return read_guard(c, doc, ymap_get(doc, root, "guard"), path, err, errlen);
 }
@@ -323,13 +323,13 @@ static int open_files(tr_ckpt *c, yaml_document_t *doc, const char *dir, const c
     size_t nf = c->n_files > 0 ? (size_t)c->n_files : 1;
     c->files = calloc(nf, sizeof(tr_st_file));
     *fnames = calloc(nf, 256);
-    if (!c->files || !*fnames) return ck_fail(err, errlen, "%s: out of memory", path);
+    if (!c->files || !*fnames) return tr_errf(err, errlen, "%s: out of memory", path);
     for (int i = 0; i < c->n_files; i++) {
         yaml_node_t *fn = yseq_at(doc, files, i);
         const char *name = yscalar(ymap_get(doc, fn, "name"));
         const char *bytes = yscalar(ymap_get(doc, fn, "bytes"));
         if (!name || strchr(name, '/') || strlen(name) >= 256)
-            return ck_fail(err, errlen, "%s: damaged file entry %d", path, i);
+            return tr_errf(err, errlen, "%s: damaged file entry %d", path, i);
         snprintf((*fnames)[i], 256, "%s", name);
         char fp[TR_PATH_MAX + 300];
         snprintf(fp, sizeof(fp), "%s/%s", dir, name);
@@ -341,7 +341,7 @@ static int open_files(tr_ckpt *c, yaml_document_t *doc, const char *dir, const c
             return -1;
         }
         if (bytes && (size_t)atoll(bytes) != c->files[i].size)
-            return ck_fail(err, errlen,
+            return tr_errf(err, errlen,
                            "%s: %zu bytes, the manifest says %s (truncated or "
                            "damaged)",
                            fp, c->files[i].size, bytes);
@@ -375,23 +375,23 @@ static int read_block(tensor_reader *tr, tr_ckpt_tensor *t, yaml_node_t *sn, int
         yshape(doc, ymap_get(doc, sn, "shape"), shape, &hd, 1) || sd != t->ndim || hd != t->ndim ||
         start[0] < 0 || start[1] < 0 || shape[0] < 1 || shape[1] < 1 ||
         start[0] + shape[0] > t->shape[0] || start[1] + shape[1] > t->shape[1])
-        return ck_fail(err, errlen, "%s: damaged slice %d of tensor '%s'", tr->path, s, t->name);
+        return tr_errf(err, errlen, "%s: damaged slice %d of tensor '%s'", tr->path, s, t->name);
     int fi = -1;
     for (int k = 0; k < c->n_files; k++)
         if (!strcmp(tr->fnames[k], file)) fi = k;
     const tr_st_entry *e = fi >= 0 ? tr_st_find(&c->files[fi], key) : NULL;
-    if (!e) return ck_fail(err, errlen, "%s: tensor '%s' is not in '%s'", tr->path, key, file);
+    if (!e) return tr_errf(err, errlen, "%s: tensor '%s' is not in '%s'", tr->path, key, file);
     size_t n = (size_t)shape[0] * (size_t)shape[1];
     if (e->dtype != TR_ST_F32)
-        return ck_fail(err, errlen, "%s/%s: tensor '%s' is not F32 (checkpoints are F32)", tr->dir,
+        return tr_errf(err, errlen, "%s/%s: tensor '%s' is not F32 (checkpoints are F32)", tr->dir,
                        file, key);
     if (e->end - e->begin != n * 4)
-        return ck_fail(err, errlen, "%s/%s: tensor '%s' does not have the manifest's shape",
+        return tr_errf(err, errlen, "%s/%s: tensor '%s' does not have the manifest's shape",
                        tr->dir, file, key);
     const unsigned char *src = c->files[fi].data + e->begin;
     uint32_t bcrc = (uint32_t)strtoul(crc, NULL, 16);
     if (!tr->lazy && tr_crc32c(0, src, n * 4) != bcrc)
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s/%s: tensor '%s' fails its checksum (the file is "
                        "damaged)",
                        tr->dir, file, key);
@@ -408,7 +408,7 @@ static int read_block(tensor_reader *tr, tr_ckpt_tensor *t, yaml_node_t *sn, int
             tr->cov = g;
     }
     char *kd = nb && nk ? strdup(key) : NULL;
-    if (!kd) return ck_fail(err, errlen, "%s: out of memory", tr->path);
+    if (!kd) return tr_errf(err, errlen, "%s: out of memory", tr->path);
     c->keys[c->n_keys++] = kd;
     tr->cov[t->n_blocks] = (slice_info){
         .ndim = t->ndim, .rank = fi, .start = {start[0], start[1]}, .shape = {shape[0], shape[1]}};
@@ -434,7 +434,7 @@ static int read_tensor(tensor_reader *tr, yaml_node_t *tn, int i, int with_optim
     if (!name || strlen(name) >= sizeof(t->name) || !dtype || strcmp(dtype, "F32") ||
         yshape(doc, ymap_get(doc, tn, "shape"), t->shape, &t->ndim, 1) || t->shape[0] < 1 ||
         t->shape[1] < 1 || yseq_len(slices) < 1)
-        return ck_fail(err, errlen, "%s: damaged tensor entry %d", tr->path, i);
+        return tr_errf(err, errlen, "%s: damaged tensor entry %d", tr->path, i);
     if (!with_optimizer && (!strncmp(name, "adam_m/", 7) || !strncmp(name, "adam_v/", 7))) {
         memset(t, 0, sizeof(*t));
         return 0;
@@ -446,7 +446,7 @@ static int read_tensor(tensor_reader *tr, yaml_node_t *tn, int i, int with_optim
         if (read_block(tr, t, yseq_at(doc, slices, s), s, err, errlen)) return -1;
     char why[512];
     if (ck_check_tensor_cover(name, t->ndim, t->shape, tr->cov, t->n_blocks, why, sizeof(why)))
-        return ck_fail(err, errlen, "%s: damaged: %s", tr->path, why);
+        return tr_errf(err, errlen, "%s: damaged: %s", tr->path, why);
     if (t->n_blocks == 1) /* one block: the whole tensor, in place */
         t->data = (float *)(uintptr_t)t->blocks[0].src;
     return 0;
@@ -467,7 +467,7 @@ static int ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, int lazy, 
     yaml_node_t *tensors = ymap_get(&doc, yaml_document_get_root_node(&doc), "tensors");
     int nt = yseq_len(tensors);
     if (!rc && !(c->t = calloc((size_t)(nt > 0 ? nt : 1), sizeof(tr_ckpt_tensor))))
-        rc = ck_fail(err, errlen, "%s: out of memory", path);
+        rc = tr_errf(err, errlen, "%s: out of memory", path);
     for (int i = 0; i < nt && !rc; i++)
         rc = read_tensor(&tr, yseq_at(&doc, tensors, i), i, with_optimizer, err, errlen);
     free(tr.fnames);
@@ -483,7 +483,7 @@ static int block_check(const tr_ckpt_tensor *t, int b, char *err, size_t errlen)
     if (k->verified) return 0;
     size_t n = (size_t)k->shape[0] * (size_t)k->shape[1] * 4;
     if (tr_crc32c(0, k->src, n) != k->crc)
-        return ck_fail(err, errlen, "%s: tensor '%s' fails its checksum (the file is damaged)",
+        return tr_errf(err, errlen, "%s: tensor '%s' fails its checksum (the file is damaged)",
                        k->file, k->key);
     k->verified = 1;
     return 0;
@@ -531,7 +531,7 @@ int tr_ckpt_materialize(tr_ckpt *c, char *err, size_t errlen) {
         if (t->data) continue;
         float *full = malloc(t->numel * sizeof(float) + 1);
         if (!full)
-            return ck_fail(err, errlen, "%s: out of memory for tensor '%s'", c->dir, t->name);
+            return tr_errf(err, errlen, "%s: out of memory for tensor '%s'", c->dir, t->name);
         if (tr_ckpt_read_elems(t, 0, t->numel, full, err, errlen)) {
             free(full);
             return -1;
@@ -551,7 +551,7 @@ static int read_held(const tr_ckpt *c, const tr_ckpt_tensor *t, const tr_model *
     int n = tr_model_held_parts(m, i, kind, NULL, NULL, 0), bad = 0;
     size_t *lo = malloc(2 * (size_t)(n ? n : 1) * sizeof(size_t)), *hi = lo + n;
     tr_run run[64];
-    if (!lo) return ck_fail(err, errlen, "%s: out of memory reading '%s'", c->dir, t->name);
+    if (!lo) return tr_errf(err, errlen, "%s: out of memory reading '%s'", c->dir, t->name);
     tr_model_held_parts(m, i, kind, lo, hi, n);
     for (int j = 0; j < n && !bad; j++)
         for (size_t a = lo[j]; a < hi[j] && !bad;) {
@@ -581,16 +581,16 @@ int tr_ckpt_apply(const tr_ckpt *c, tr_model *m, char *err, size_t errlen) {
             snprintf(name, sizeof(name), "%s%s", prefixes[k], p->name);
             const tr_ckpt_tensor *t = tr_ckpt_find(c, name);
             if (!t)
-                return ck_fail(err, errlen, "%s: no tensor '%s' (the model has it)", c->dir, name);
+                return tr_errf(err, errlen, "%s: no tensor '%s' (the model has it)", c->dir, name);
             if (t->shape[0] != p->gshape[0] || t->shape[1] != p->gshape[1])
-                return ck_fail(err, errlen, "%s: tensor '%s' is %ld x %ld, the model's is %d x %d",
+                return tr_errf(err, errlen, "%s: tensor '%s' is %ld x %ld, the model's is %d x %d",
                                c->dir, name, t->shape[0], t->shape[1], p->gshape[0], p->gshape[1]);
         }
         if (p->numel > most) most = p->numel;
     }
     /* only the parts this process keeps, through one buffer of the largest local tensor */
     float *buf = malloc(most * sizeof(float));
-    if (!buf) return ck_fail(err, errlen, "%s: out of memory (%zu floats)", c->dir, most);
+    if (!buf) return tr_errf(err, errlen, "%s: out of memory (%zu floats)", c->dir, most);
     int rc = 0;
     for (int i = 0; i < np && !rc; i++)
         for (int k = 0; k < kinds && !rc; k++) {
@@ -633,7 +633,7 @@ static int no_checkpoints(const char *arg, char *err, size_t errlen) {
     struct stat st;
     snprintf(p, sizeof(p), "%s/recipe.lua", arg);
     if (stat(p, &st))
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s: not a checkpoint (no manifest.yaml) nor a run folder (no "
                        "checkpoints/ or recipe.lua)",
                        arg);
@@ -644,17 +644,17 @@ static int no_checkpoints(const char *arg, char *err, size_t errlen) {
         tr_recipe_free(&r);
     }
     if (every == 0)
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s has no checkpoint: the recipe saves none (checkpoint_every 0); rerun "
                        "with --set checkpoint_every=N (or train { checkpoint_every = N })",
                        arg);
     if (every > 0)
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "%s has no checkpoint: the run stopped before its first save "
                        "(checkpoint_every %d); continue it with trainer run %s/recipe.lua "
                        "--resume",
                        arg, every, arg);
-    return ck_fail(err, errlen, "%s has no checkpoint (no checkpoints/)", arg);
+    return tr_errf(err, errlen, "%s has no checkpoint (no checkpoints/)", arg);
 }
 
 int tr_ckpt_open_arg(const char *arg, tr_ckpt *c, int with_optimizer, FILE *log, char *err,

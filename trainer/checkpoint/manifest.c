@@ -30,7 +30,7 @@ static void y_plain(yout *y, const char *s) {
     y_str(y, s, YAML_ANY_SCALAR_STYLE);
 }
 
-CK_PRINTF(2, 3) static void y_fmt(yout *y, const char *fmt, ...) {
+TR_PRINTF(2, 3) static void y_fmt(yout *y, const char *fmt, ...) {
     char buf[256];
     va_list ap;
     va_start(ap, fmt);
@@ -284,7 +284,7 @@ static int sweep_spans(const char *name, int ndim, long R, long G, const span *s
     for (size_t k = 0; k < n; k++) {
         const span *s = &sp[k];
         if (s->r0 < 0 || s->c0 < 0 || s->r1 > R || s->c1 > G || s->c0 >= s->c1 || s->r0 >= s->r1)
-            return ck_fail(err, errlen,
+            return tr_errf(err, errlen,
                            "tensor '%s': a block of rank %d lies outside its %ld x "
                            "%ld elements",
                            name, s->rank, R, G);
@@ -294,7 +294,7 @@ static int sweep_spans(const char *name, int ndim, long R, long G, const span *s
                 if (sp[j].r0 <= s->r0 && s->r0 < sp[j].r1 && sp[j].c0 <= s->c0 && s->c0 < sp[j].c1)
                     other = sp[j].rank;
             element_name(at, sizeof(at), ndim, s->r0, s->c0);
-            return ck_fail(err, errlen, "tensor '%s': %s is in two blocks (of ranks %d and %d)",
+            return tr_errf(err, errlen, "tensor '%s': %s is in two blocks (of ranks %d and %d)",
                            name, at, other, s->rank);
         }
         if (s->r0 > r || s->c0 > c) break; /* a gap before s */
@@ -305,7 +305,7 @@ static int sweep_spans(const char *name, int ndim, long R, long G, const span *s
     }
     if (r == R && c == 0) return 0;
     element_name(at, sizeof(at), ndim, r, c);
-    return ck_fail(err, errlen, "tensor '%s': %s is in no block", name, at);
+    return tr_errf(err, errlen, "tensor '%s': %s is in no block", name, at);
 }
 
 int ck_check_tensor_cover(const char *name, int ndim, const long gshape[2], const slice_info *b,
@@ -313,7 +313,7 @@ int ck_check_tensor_cover(const char *name, int ndim, const long gshape[2], cons
     long R = ndim == 1 ? 1 : gshape[0], G = ndim == 1 ? gshape[0] : gshape[1];
     size_t n;
     span *sp = tensor_spans(b, nb, G, &n);
-    if (!sp) return ck_fail(err, errlen, "out of memory checking the blocks of '%s'", name);
+    if (!sp) return tr_errf(err, errlen, "out of memory checking the blocks of '%s'", name);
     int rc = sweep_spans(name, ndim, R, G, sp, n, err, errlen);
     free(sp);
     return rc;
@@ -332,17 +332,17 @@ int ck_check_cover(const tr_model *g, const slice_info *sl, int n, char *err, si
             snprintf(name, sizeof(name), "%s%s", kind_prefix(kind), p->name);
             long gshape[2] = {p->gshape[0], p->gshape[1]};
             if (k == j) /* not one element of it: a rank (a pipeline stage?) did not write */
-                rc = ck_fail(why, sizeof(why),
+                rc = tr_errf(why, sizeof(why),
                              "tensor '%s' is in no block (no rank wrote any of it)", name);
             else
                 rc = ck_check_tensor_cover(name, p->ndim, gshape, sl + j, k - j, why, sizeof(why));
             j = k;
         }
     if (!rc && j < n)
-        rc = ck_fail(why, sizeof(why), "a block of no tensor (kind %d, tensor %d)", sl[j].kind,
+        rc = tr_errf(why, sizeof(why), "a block of no tensor (kind %d, tensor %d)", sl[j].kind,
                      sl[j].gparam);
     if (rc)
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "the ranks' blocks do not hold every element of the global "
                        "tensors exactly once (a bug in the ranges or the layout): %s",
                        why);

@@ -11,21 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "parallel/comm/base.h"
 #include "trainer/checkpoint/checkpoint.h"
 
 #define CKPT_FORMAT "trainer-checkpoint"
 #define CKPT_VERSION 1
 
-#if defined(__GNUC__)
-#define CK_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define CK_PRINTF(a, b)
-#endif
-
 /* ---- checkpoint/files.c ---- */
 
-/* err <- the formatted message; returns -1. */
-CK_PRINTF(3, 4) int ck_fail(char *err, size_t errlen, const char *fmt, ...);
 /* Write a file from n pieces so that it appears whole or not at all: written to a temporary
  * beside it, fsynced, renamed over `path`. */
 int ck_write_file(const char *path, const void *const *parts, const size_t *lens, int n, char *err,

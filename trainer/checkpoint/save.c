@@ -90,7 +90,7 @@ static int write_part(const tr_ckpt_writer *w, const char *tmp, size_t bytes, co
     int rc = ck_write_file(path, pp, pl, 1, err, errlen);
     free(buf);
     if (!rc && rename(path, fin))
-        rc = ck_fail(err, errlen, "cannot rename '%s': %s", path, strerror(errno));
+        rc = tr_errf(err, errlen, "cannot rename '%s': %s", path, strerror(errno));
     return rc;
 }
 
@@ -109,7 +109,7 @@ static int read_part(const tr_ckpt_writer *w, const char *tmp, int r, slice_info
     FILE *f;
     while (!(f = fopen(path, "r"))) {
         if (tr_now() - t0 > limit)
-            return ck_fail(err, errlen,
+            return tr_errf(err, errlen,
                            "rank %d did not write its part of the checkpoint "
                            "within %.0f s (%s missing)",
                            r, limit, path);
@@ -121,9 +121,9 @@ static int read_part(const tr_ckpt_writer *w, const char *tmp, int r, slice_info
     if (!fgets(line, sizeof(line), f)) line[0] = 0;
     if (!strncmp(line, "failed ", 7)) {
         line[strcspn(line, "\n")] = 0;
-        rc = ck_fail(err, errlen, "rank %d: %s", r, line + 7);
+        rc = tr_errf(err, errlen, "rank %d: %s", r, line + 7);
     } else if (sscanf(line, "bytes %zu", bytes) != 1) {
-        rc = ck_fail(err, errlen, "%s: damaged", path);
+        rc = tr_errf(err, errlen, "%s: damaged", path);
     }
     while (!rc && fgets(line, sizeof(line), f)) {
         slice_info s = {.rank = r, .param = -1}; /* its index in rank r's model is not ours */
@@ -132,7 +132,7 @@ static int read_part(const tr_ckpt_writer *w, const char *tmp, int r, slice_info
                    &s.start[1], &s.shape[0], &s.shape[1], &s.flat, &s.count, &crc) != 9 ||
             s.gparam < 0 || s.gparam >= np || s.kind < -1 || s.kind > 1) {
             line[strcspn(line, "\n")] = 0;
-            rc = ck_fail(err, errlen, "%s: damaged line '%.60s'", path, line);
+            rc = tr_errf(err, errlen, "%s: damaged line '%.60s'", path, line);
             break;
         }
         s.crc = crc;
@@ -155,7 +155,7 @@ static int write_rank_file(tr_ckpt_writer *w, const char *tmp, size_t *bytes, ch
     if (!t || !keys) {
         free(t);
         free(keys);
-        return ck_fail(err, errlen, "out of memory for the list of %d blocks", w->n_sl);
+        return tr_errf(err, errlen, "out of memory for the list of %d blocks", w->n_sl);
     }
     for (int i = 0; i < w->n_sl; i++) {
         slice_info *s = &w->sl[i];
@@ -198,7 +198,7 @@ static int write_manifest(tr_ckpt_writer *w, const char *tmp, size_t *bytes, cha
     if (!fbytes || !all) {
         free(fbytes);
         free(all);
-        return ck_fail(err, errlen, "out of memory for the manifest");
+        return tr_errf(err, errlen, "out of memory for the manifest");
     }
     memcpy(all, w->sl, (size_t)w->n_sl * sizeof(slice_info));
     fbytes[0] = *bytes;
@@ -215,7 +215,7 @@ static int write_manifest(tr_ckpt_writer *w, const char *tmp, size_t *bytes, cha
         char *man = ck_manifest_text(w->seed, w->recipe_text, w->sha, &w->desc, w->g, &w->meta, all,
                                      n_all, fbytes, &w->o, tr_model_num_chunks(w->m), &mlen);
         if (!man) {
-            rc = ck_fail(err, errlen, "cannot format the manifest (libyaml emitter error)");
+            rc = tr_errf(err, errlen, "cannot format the manifest (libyaml emitter error)");
         } else {
             char path[TR_PATH_MAX + 128];
             snprintf(path, sizeof(path), "%s/manifest.yaml", tmp);
@@ -239,10 +239,10 @@ static int publish(tr_ckpt_writer *w, const char *tmp, const char *fin, char *er
         unlink(path);
     }
     if (ck_fsync_dir(tmp))
-        return ck_fail(err, errlen, "cannot sync '%s': %s", tmp, strerror(errno));
+        return tr_errf(err, errlen, "cannot sync '%s': %s", tmp, strerror(errno));
     ck_remove_dir(fin); /* an older save of the same step (a resumed run redoing it) */
     if (rename(tmp, fin))
-        return ck_fail(err, errlen, "cannot rename '%s': %s", tmp, strerror(errno));
+        return tr_errf(err, errlen, "cannot rename '%s': %s", tmp, strerror(errno));
     ck_fsync_dir(w->ckdir);
     char latest[64];
     snprintf(latest, sizeof(latest), "step_%08ld\n", w->meta.step);
@@ -252,7 +252,7 @@ static int publish(tr_ckpt_writer *w, const char *tmp, const char *fin, char *er
     if (ck_write_file(path, lp, ll, 1, err, errlen)) return -1;
     snprintf(dst, sizeof(dst), "%s/latest", w->ckdir);
     if (rename(path, dst))
-        return ck_fail(err, errlen, "cannot rename '%s': %s", path, strerror(errno));
+        return tr_errf(err, errlen, "cannot rename '%s': %s", path, strerror(errno));
     ck_fsync_dir(w->ckdir);
     /* retention: only now that a newer one is complete */
     long *steps;
@@ -274,9 +274,9 @@ static int write_checkpoint(tr_ckpt_writer *w, size_t *bytes, char *err, size_t 
     int world = w->o.world;
     if (world == 1) ck_remove_dir(tmp); /* several writers: rank 0 cleared leftovers at start */
     if (mkdir(tmp, 0755) && !(world > 1 && errno == EEXIST))
-        return ck_fail(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+        return tr_errf(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
     if (w->copy_failed)
-        return ck_fail(err, errlen, "rank %d was asked to save a range it does not keep",
+        return tr_errf(err, errlen, "rank %d was asked to save a range it does not keep",
                        w->o.rank);
     if (write_rank_file(w, tmp, bytes, err, errlen)) return -1;
     if (w->o.rank > 0) return write_part(w, tmp, *bytes, NULL, err, errlen);
@@ -344,7 +344,7 @@ static int layout_opts(tr_ckpt_opts *o, char *err, size_t errlen) {
     if (o->pp < 1) o->pp = 1;
     if (o->dp < 1) o->dp = o->world / (o->tp * o->pp);
     if (o->dp * o->tp * o->pp != o->world || o->rank < 0 || o->rank >= o->world)
-        return ck_fail(err, errlen,
+        return tr_errf(err, errlen,
                        "checkpoints: rank %d of a world of %d with dp %d x tp %d x "
                        "pp %d (the layout must fill the world)",
                        o->rank, o->world, o->dp, o->tp, o->pp);
@@ -368,16 +368,16 @@ static int plan_global(tr_ckpt_writer *w, char *err, size_t errlen) {
     tr_model_opts one = {.B = 1, .T = 1};
     char why[256];
     if (tr_model_plan(&w->g, &w->desc, TR_DTYPE_F32, &one, why, sizeof(why)))
-        return ck_fail(err, errlen, "checkpoints: planning the one-process model: %s", why);
+        return tr_errf(err, errlen, "checkpoints: planning the one-process model: %s", why);
     int n = tr_model_num_params(w->m), j = -1;
     if (!(w->gidx = malloc((size_t)(n ? n : 1) * sizeof(int))))
-        return ck_fail(err, errlen, "checkpoints: out of memory");
+        return tr_errf(err, errlen, "checkpoints: out of memory");
     for (int i = 0; i < n; i++) {
         const tr_param *p = tr_model_param(w->m, i);
         j = global_index(w->g, p->name, j + 1);
         const tr_param *q = j >= 0 ? tr_model_param(w->g, j) : NULL;
         if (!q || q->gshape[0] != p->gshape[0] || q->gshape[1] != p->gshape[1])
-            return ck_fail(err, errlen,
+            return tr_errf(err, errlen,
                            "checkpoints: rank %d's tensor '%s' (%d x %d) is not a tensor of the "
                            "one-process model (a bug in the layout)",
                            w->o.rank, p->name, p->gshape[0], p->gshape[1]);
@@ -403,7 +403,7 @@ static int plan_blocks(tr_ckpt_writer *w, const tr_ckpt_opts *opts, char *err, s
                     rg[2 * r + 1] < p->offset + p->numel ? rg[2 * r + 1] : p->offset + p->numel;
                 if (lo < hi && ck_add_blocks(&w->sl, &w->n_sl, &cap, p, i, w->gidx[i], kind,
                                              w->o.rank, lo - p->offset, hi - p->offset))
-                    return ck_fail(err, errlen, "checkpoints: out of memory");
+                    return tr_errf(err, errlen, "checkpoints: out of memory");
             }
     size_t off = 0;
     for (int i = 0; i < w->n_sl; i++) {
@@ -429,7 +429,7 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
                         const tr_ckpt_opts *opts, char *err, size_t errlen) {
     *out = NULL;
     tr_ckpt_writer *w = calloc(1, sizeof(*w));
-    if (!w) return ck_fail(err, errlen, "checkpoints: out of memory");
+    if (!w) return tr_errf(err, errlen, "checkpoints: out of memory");
     w->m = m;
     w->o = *opts;
     if (w->o.keep < 1) w->o.keep = 1;
@@ -460,7 +460,7 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
     w->o.ranges = NULL; /* the caller's, used only here */
     w->snap = malloc(w->snap_floats * sizeof(float) + 1);
     if (!w->snap) {
-        ck_fail(err, errlen, "checkpoints: cannot allocate the host copy (%zu bytes)",
+        tr_errf(err, errlen, "checkpoints: cannot allocate the host copy (%zu bytes)",
                 w->snap_floats * sizeof(float));
         return init_failed(w);
     }
@@ -469,7 +469,7 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->thread, NULL, writer_main, w)) {
         tr_ckpt_writer_free(w);
-        return ck_fail(err, errlen, "checkpoints: cannot start the writer thread");
+        return tr_errf(err, errlen, "checkpoints: cannot start the writer thread");
     }
     w->started = 1;
     *out = w;

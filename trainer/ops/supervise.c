@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "parallel/comm/base.h"
 #include "trainer/ops/supervise.h"
 
 static const char *help =
@@ -77,8 +78,7 @@ void sv_describe_status(int status, char *buf, size_t n) {
 
 /* ---- the command line ------------------------------------------------------------------- */
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...) {
+TR_PRINTF(1, 2) static int usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "trainer supervise: ");

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "data/json.h"
+#include "parallel/comm/base.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/ops/supervise.h"
 
@@ -366,9 +367,7 @@ int sv_host_find(const sv_run *s, const char *name) {
     return -1;
 }
 
-static int replace_arg(sv_run *s, int at, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int replace_arg(sv_run *s, int at, const char *fmt, ...) {
+TR_PRINTF(3, 4) static int replace_arg(sv_run *s, int at, const char *fmt, ...) {
     char buf[TR_PATH_MAX + 64];
     va_list ap;
     va_start(ap, fmt);

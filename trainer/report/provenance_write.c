@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <lua.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "parallel/comm/base.h"
 #include "parallel/schedule.h"
 #include "trainer/report/provenance.h"
 #include "trainer/run/run.h"
@@ -267,21 +269,12 @@ static void write_attempt(FILE *f, const run_ctx *x, int attempt) {
 static int read_json(const char *path, tr_json *out) {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
-    char *text = NULL;
-    size_t cap = 0, len = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            char *t = realloc(text, cap = cap * 2 + 8192);
-            if (!t) break;
-            text = t;
-        }
-        size_t n = fread(text + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) break;
-    }
+    char *text, err[160];
+    size_t len;
+    int rc = tr_read_all(f, SIZE_MAX, &text, &len);
     fclose(f);
-    char err[160];
-    int rc = text ? tr_json_parse(out, text, len, err, sizeof(err)) : -1;
+    if (rc) return -1;
+    rc = tr_json_parse(out, text, len, err, sizeof(err));
     free(text);
     return rc;
 }

@@ -5,11 +5,14 @@
  * are computed in report/figures.c, the page written by report/html.c. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "data/json.h"
+#include "parallel/comm/base.h"
 #include "trainer/report/report.h"
 
 const char *const tr_report_file_names[TR_RF_FILES] = {"metrics.jsonl", "ledger.jsonl",
@@ -30,24 +33,10 @@ static int grow(void **p, int *cap, int n, size_t size) {
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *b = realloc(buf, 2 * cap + 1);
-        if (!b) free(buf);
-        buf = b, cap *= 2;
-    }
-    int bad = ferror(f);
+    char *buf;
+    int rc = tr_read_all(f, SIZE_MAX, &buf, len);
     fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    if (buf) buf[n] = 0, *len = n;
-    return buf;
+    return rc ? NULL : buf;
 }
 
 /* ---- values out of a parsed line ------------------------------------------------------- */

@@ -4,6 +4,7 @@
  * guard.c; calls neither. */
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,14 +75,14 @@ static int same_folder_recipe(const run_ctx *x, char *err, size_t errlen) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     char *text = NULL;
-    size_t cap = 0;
-    ssize_t n = getdelim(&text, &cap, 0, f); /* no NUL in a recipe: the whole file */
+    size_t len;
+    int unread = tr_read_all(f, SIZE_MAX, &text, &len);
     fclose(f);
     char why[768] = "";
-    int rc = n < 0 ? -1 : same_recipe(x, text, path, why, sizeof(why));
+    int rc = unread ? -1 : same_recipe(x, text, path, why, sizeof(why));
     free(text);
     if (rc && snprintf(err, errlen, "%s (no checkpoint yet: compared with %s)",
-                       n < 0 ? "cannot read the run's recipe" : why, path) < 0)
+                       unread ? "cannot read the run's recipe" : why, path) < 0)
         err[0] = 0;
     return rc;
 }

@@ -1,0 +1,81 @@
+/* The small helpers every library calls (base.h): the error line, the clock,
+ * reading a whole file, making folders. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "parallel/comm/base.h"
+
+int tr_verrf(char *err, size_t errlen, const char *fmt, va_list ap) {
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    return -1;
+}
+
+int tr_errf(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    tr_verrf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+double tr_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int tr_read_all(FILE *f, size_t max, char **text, size_t *len) {
+    size_t cap = max < (1u << 16) ? max + 1 : 1u << 16, n = 0; /* room for max + 1: too many */
+    char *buf = malloc(cap + 1);
+    for (;;) {
+        if (!buf) {
+            errno = ENOMEM;
+            return -1;
+        }
+        n += fread(buf + n, 1, cap - n, f);
+        int e = ferror(f) ? (errno ? errno : EIO) : n > max ? EFBIG : 0;
+        if (e) {
+            free(buf);
+            errno = e;
+            return -1;
+        }
+        if (n < cap) break; /* a short read without an error: the end */
+        size_t grown = cap <= max / 2 ? 2 * cap : max + 1;
+        char *g = grown < SIZE_MAX - 1 ? realloc(buf, grown + 1) : NULL;
+        if (!g) free(buf);
+        buf = g, cap = grown;
+    }
+    buf[n] = 0;
+    *text = buf;
+    *len = n;
+    return 0;
+}
+
+int tr_mkdirs(const char *path, char *err, size_t errlen) {
+    char *buf = strdup(path);
+    if (!buf) return tr_errf(err, errlen, "cannot create folder '%s': %s", path, strerror(errno));
+    for (char *p = buf + (*buf == '/');; p++) { /* each prefix ending at a '/', then all */
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                tr_errf(err, errlen, "cannot create folder '%s': %s", buf, strerror(errno));
+                free(buf);
+                return -1;
+            }
+            *p = c;
+            if (c == '\0') break;
+        }
+    }
+    free(buf);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return tr_errf(err, errlen, "'%s' exists and is not a folder", path);
+    return 0;
+}
