@@ -6,6 +6,7 @@
 #include "parallel/comm/base.h"
 #include "parallel/comm/census.h"
 #include "parallel/comm/env.h"
+#include "parallel/comm/mpi_types.h"
 #include "parallel/comm/private.h"
 
 #include <pthread.h>
@@ -273,65 +274,6 @@ static void agent_stop(void) {
     g_n_inflight = 0;
 }
 
-static MPI_Datatype mpi_type(tr_comm_dtype t) {
-    /* MPI_SUM is not defined on MPI_BYTE; MPI_UINT8_T sums (mod 256) and moves the same. */
-    switch (t) {
-    case TR_COMM_F32:
-        return MPI_FLOAT;
-    case TR_COMM_F64:
-        return MPI_DOUBLE;
-    case TR_COMM_I32:
-        return MPI_INT32_T;
-    case TR_COMM_I64:
-        return MPI_INT64_T;
-    case TR_COMM_BF16:
-        return MPI_UINT16_T;
-    case TR_COMM_BYTE:
-        break;
-    }
-    return MPI_UINT8_T;
-}
-
-/* Sum of bytes mod 256 as our own op: Open MPI 4.1.4's AVX reductions (op/avx) add 8-bit
- * integers with saturation in some paths (MPI_Ireduce_scatter_block gives 255 for 200 + 200). */
-static MPI_Op g_byte_sum = MPI_OP_NULL;
-
-static void byte_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
-    (void)dt;
-    const uint8_t *a = in;
-    uint8_t *b = inout;
-    for (int i = 0; i < *len; i++)
-        b[i] = (uint8_t)(b[i] + a[i]);
-}
-
-/* bfloat16 sums: in fp32, rounded to nearest even (NCCL's bf16 sum rounds each addition
- * too; the order of additions differs between algorithms, as it does between NCCL's) */
-static MPI_Op g_bf16_sum = MPI_OP_NULL;
-
-static float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
-    (void)dt;
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < *len; i++)
-        b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
-}
-
-static MPI_Op sum_op(tr_comm_dtype t) {
-    return t == TR_COMM_BYTE ? g_byte_sum : t == TR_COMM_BF16 ? g_bf16_sum : MPI_SUM;
-}
-
 /* An MPI call failed: the group is unusable and peers would wait for us, so end the job. */
 static void die_mpi(const tr_comm *c, const op_info *o, int rc) {
     char d[256], e[MPI_MAX_ERROR_STRING];
@@ -434,16 +376,16 @@ static int start(tr_comm_req *r, void *buf, const void *send, void *recv) {
     }
 #ifdef TR_HAVE_MPI
     if (c->mc != MPI_COMM_NULL) {
-        MPI_Datatype dt = mpi_type(o->t);
+        MPI_Datatype dt = comm_mpi_type(o->t);
         int n = (int)o->n, rc = MPI_SUCCESS;
         const char *in_place = (const char *)recv + (size_t)c->rank * o->n * esz;
         lock();
         switch (o->op) {
         case OP_ALL_REDUCE:
-            rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, sum_op(o->t), c->mc, &r->rq);
+            rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, comm_mpi_sum(o->t), c->mc, &r->rq);
             break;
         case OP_REDUCE_SCATTER:
-            rc = MPI_Ireduce_scatter_block(send, recv, n, dt, sum_op(o->t), c->mc, &r->rq);
+            rc = MPI_Ireduce_scatter_block(send, recv, n, dt, comm_mpi_sum(o->t), c->mc, &r->rq);
             break;
         case OP_ALL_GATHER:
             rc = MPI_Iallgather(o->n && send == in_place ? MPI_IN_PLACE : send, n, dt, recv, n, dt,
@@ -494,7 +436,7 @@ static int run_blocking(tr_comm *c, op_info o, void *buf, const void *send, void
         if (o.op == OP_RECV) {
             int got = 0;
             lock();
-            MPI_Get_count(&st, mpi_type(o.t), &got);
+            MPI_Get_count(&st, comm_mpi_type(o.t), &got);
             unlock();
             if ((size_t)got != o.n) {
                 char why[96];
@@ -573,8 +515,7 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
             g.we_initialized = 1;
         }
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        if (g_byte_sum == MPI_OP_NULL) MPI_Op_create(byte_sum, 1, &g_byte_sum);
-        if (g_bf16_sum == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &g_bf16_sum);
+        comm_mpi_sums_create();
         MPI_Comm node = MPI_COMM_NULL; /* the ranks on this host */
         if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
             MPI_SUCCESS) {
@@ -631,8 +572,7 @@ void tr_comm_free(tr_comm *c) {
             agent_stop();
             tr_census_close();
             MPI_Comm_free(&c->mc);
-            if (g_byte_sum != MPI_OP_NULL) MPI_Op_free(&g_byte_sum);
-            if (g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
+            comm_mpi_sums_free();
             if (g.we_initialized) MPI_Finalize();
             g.mpi = 0;
             g.finalized = 1;
