@@ -239,10 +239,7 @@ void ckl_save_to(const tr_recipe *r, int mc, const ckl_layout *l, const char *ou
                           .world = lsize(l),
                           .ranges = k == skip ? none : ranges[k - lo],
                           .n_ranges = k == skip ? 0 : n_ranges,
-                          .dp = l->dp,
-                          .tp = l->tp,
-                          .pp = l->pp,
-                          .zero = l->zero,
+                          .layout = {.dp = l->dp, .tp = l->tp, .pp = l->pp, .zero = l->zero},
                           .timeout_s = 60,
                           .sync = 1};
         if (tr_ckpt_writer_init(&w[k - lo], pt->m, r, &o, err, sizeof(err)))

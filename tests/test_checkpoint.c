@@ -205,7 +205,7 @@ static void test_round_trip(const char *root) {
     train_a_bit(m, 3);
     char err[1024], out[512];
     snprintf(out, sizeof(out), "%s/run", root);
-    tr_ckpt_opts o = {.out = out, .keep = 2, .world = 1, .sync = 1};
+    tr_ckpt_opts o = {.out = out, .keep = 2, .world = 1, .sync = 1, .layout = {.dp = 1, .tp = 1, .pp = 1}};
     tr_ckpt_writer *w;
     CHECK(tr_ckpt_writer_init(&w, m, &r, &o, err, sizeof(err)) == 0, "writer starts");
     tr_loader_pos pos;
@@ -215,7 +215,8 @@ static void test_round_trip(const char *root) {
     tr_ckpt_save(w, 4, &pos, NULL);
     o.sync = 0; /* and one asynchronous save with the copy overlapped */
     tr_ckpt_writer *w2;
-    tr_ckpt_writer_init(&w2, m, &r, &(tr_ckpt_opts){.out = out, .keep = 2, .world = 1, .overlap = 1},
+    tr_ckpt_writer_init(&w2, m, &r,
+                        &(tr_ckpt_opts){.out = out, .keep = 2, .world = 1, .overlap = 1, .layout = {.dp = 1, .tp = 1, .pp = 1}},
                         err, sizeof(err));
     /* the guard's state (values that 17 digits must carry exactly; a ring that wrapped) */
     double gl[3] = {0.1, 1.0 / 3.0, 4.9e-324}, gn[3] = {2.5, 1e300, 0x1.fffffffffffffp-1};
@@ -377,7 +378,7 @@ static void test_two_writers(const char *root) {
     size_t r0[4] = {0, cut1, cut2, n}, r1[2] = {cut1, cut2}; /* rank 0: two ranges */
     tr_ckpt_writer *w0, *w1;
     tr_ckpt_opts o0 = {.out = out, .keep = 1, .rank = 0, .world = 2, .ranges = r0, .n_ranges = 2,
-                       .zero = 2, .timeout_s = 30};
+                       .layout = {.dp = 2, .tp = 1, .pp = 1, .zero = 2}, .timeout_s = 30};
     tr_ckpt_opts o1 = o0;
     o1.rank = 1, o1.ranges = r1, o1.n_ranges = 1;
     int ok = tr_ckpt_writer_init(&w0, m, &r, &o0, err, sizeof(err)) == 0 &&
@@ -450,7 +451,8 @@ static void test_bad_ranges(const char *root) {
         /* rank 1 starts 8 elements before (overlap) or after (gap) rank 0's end */
         size_t r0[2] = {0, cut}, r1[2] = {overlap ? cut - 8 : cut + 8, n};
         tr_ckpt_opts o0 = {.out = out, .keep = 1, .rank = 0, .world = 2, .ranges = r0,
-                           .n_ranges = 1, .timeout_s = 30};
+                           .n_ranges = 1, .layout = {.dp = 2, .tp = 1, .pp = 1},
+                           .timeout_s = 30};
         tr_ckpt_opts o1 = o0;
         o1.rank = 1, o1.ranges = r1;
         tr_ckpt_writer *w0, *w1;
@@ -529,7 +531,8 @@ static void export_import(const char *root, const char *name, const char *recipe
     snprintf(out, sizeof(out), "%s/%s_run", root, name);
     snprintf(hf, sizeof(hf), "%s/%s_hf", root, name);
     tr_ckpt_writer *w;
-    tr_ckpt_writer_init(&w, m, &r, &(tr_ckpt_opts){.out = out, .keep = 1, .world = 1, .sync = 1},
+    tr_ckpt_writer_init(&w, m, &r,
+                        &(tr_ckpt_opts){.out = out, .keep = 1, .world = 1, .sync = 1, .layout = {.dp = 1, .tp = 1, .pp = 1}},
                         err, sizeof(err));
     tr_ckpt_save(w, 1, NULL, NULL);
     tr_ckpt_writer_free(w);

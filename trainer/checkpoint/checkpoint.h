@@ -24,6 +24,7 @@
 #include "data/loader.h"
 #include "dsl/recipe.h"
 #include "model/model.h"
+#include "parallel/layout.h"
 
 /* ---- checksums ------------------------------------------------------------------------- */
 
@@ -122,12 +123,10 @@ typedef struct {
      * launcher that does not clean up): rank 0 fails the save; a caller whose own writer is
      * stuck prints one line and exits with status 1. 0: an hour. */
     double timeout_s;
-    /* The layout, recorded in the manifest's parallel section (loading does not need it: the
-     * blocks say where everything is): dp x tp x pp must be world (tp, pp 0: 1; dp 0: world /
-     * (tp * pp)); the ZeRO stage; sequence parallelism on or off. */
-    int dp, tp, pp;
-    int zero;
-    int sequence_parallel;
+    /* The run's resolved layout (parallel/layout.h), recorded in the manifest's parallel
+     * section (loading does not need it: the blocks say where everything is): its dp x tp x pp
+     * must be world; its ZeRO stage and sequence parallelism are written as they are. */
+    tr_layout layout;
     int sync;        /* 1: tr_ckpt_save returns once the checkpoint is on disk (benchmarks) */
     /* Fault injection for tests (trainer/run/env.c reads TR_FAULT_SAVE_BYTES and
      * TR_FAULT_SAVE_HANG): the process aborts once fault_bytes bytes of checkpoint writes are

@@ -381,17 +381,17 @@ static void y_parallel(yout *y, const tr_ckpt_opts *o, int n_chunks) {
     y_plain(y, "world");
     y_fmt(y, "%d", o->world);
     y_plain(y, "dp");
-    y_fmt(y, "%d", o->dp);
+    y_fmt(y, "%d", o->layout.dp);
     y_plain(y, "tp");
-    y_fmt(y, "%d", o->tp);
+    y_fmt(y, "%d", o->layout.tp);
     y_plain(y, "pp");
-    y_fmt(y, "%d", o->pp);
+    y_fmt(y, "%d", o->layout.pp);
     y_plain(y, "chunks"); /* pipeline chunks: pp x virtual stages (1: no pipeline) */
     y_fmt(y, "%d", n_chunks);
     y_plain(y, "zero");
-    y_fmt(y, "%d", o->zero);
+    y_fmt(y, "%d", o->layout.zero);
     y_plain(y, "sequence_parallel");
-    y_plain(y, o->sequence_parallel ? "true" : "false");
+    y_plain(y, o->layout.sequence_parallel ? "true" : "false");
     y_map(y, 0);
 }
 
@@ -464,9 +464,10 @@ static void y_files(yout *y, const size_t *file_bytes, const tr_ckpt_opts *o) {
         y_fmt(y, "%d", r);
         y_plain(y, "mesh"); /* [dp rank, pipeline stage, tp rank] */
         y_seq(y, 1, 1);
-        y_fmt(y, "%d", r / (o->tp * o->pp));
-        y_fmt(y, "%d", r / o->tp % o->pp);
-        y_fmt(y, "%d", r % o->tp);
+        tr_layout_coord c = tr_layout_coord_of(&o->layout, r);
+        y_fmt(y, "%d", c.d);
+        y_fmt(y, "%d", c.p);
+        y_fmt(y, "%d", c.t);
         y_seq(y, 0, 1);
         y_plain(y, "bytes");
         y_fmt(y, "%zu", file_bytes[r]);

@@ -339,15 +339,14 @@ static void *writer_main(void *arg) {
 
 /* The layout recorded in the manifest, completed (tp, pp: 0 means 1; dp: 0 means the rest of
  * the world) and checked against the world. */
-static int layout_opts(tr_ckpt_opts *o, char *err, size_t errlen) {
-    if (o->tp < 1) o->tp = 1;
-    if (o->pp < 1) o->pp = 1;
-    if (o->dp < 1) o->dp = o->world / (o->tp * o->pp);
-    if (o->dp * o->tp * o->pp != o->world || o->rank < 0 || o->rank >= o->world)
+static int layout_opts(const tr_ckpt_opts *o, char *err, size_t errlen) {
+    const tr_layout *l = &o->layout;
+    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->dp * l->tp * l->pp != o->world ||
+        o->rank < 0 || o->rank >= o->world)
         return tr_errf(err, errlen,
                        "checkpoints: rank %d of a world of %d with dp %d x tp %d x "
                        "pp %d (the layout must fill the world)",
-                       o->rank, o->world, o->dp, o->tp, o->pp);
+                       o->rank, o->world, l->dp, l->tp, l->pp);
     return 0;
 }
 
