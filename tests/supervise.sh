@@ -117,6 +117,21 @@ else
     tail -5 "$tmp/det.log"
 fi
 
+# a run killed right after its last step's checkpoint (a kill "in setup" landed there once,
+# on a fast machine): the training is complete; no relaunch, which would find nothing to do
+out=$tmp/last
+TR_FAULT_KILL_AFTER_STEP=20 TR_FAULT_KILL_RANK=1 timeout 300 "$T" supervise --backoff 0 -- \
+    mpirun -np 2 "$T" run "$R" --set ckpt=5 --peak-gflops 10 --out "$out" >"$tmp/last.log" 2>&1
+rc=$?
+starts=$(grep -c '"event": "start"' "$out/attempts.jsonl" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$starts" = 1 ] &&
+    grep -q "^supervise: the checkpoint of the run's last step (20) is saved: the training is complete" "$tmp/last.log"; then
+    ok "a kill after the last step's checkpoint: finished, not relaunched"
+else
+    bad "a kill after the last step's checkpoint: exit $rc, $starts attempts"
+    grep -a "^supervise\|^trainer" "$tmp/last.log" | tail -5
+fi
+
 # ---- 2. a host that fails twice is dropped -----------------------------------------------
 out=$tmp/drop
 printf 'hostA slots=2\nhostB slots=2\n' >"$tmp/hosts"

@@ -376,6 +376,14 @@ static int supervise(sv_run *s) {
         if (a.stop[0]) return say_stopped(&a);
         int resume_step = sv_checkpoint_step(s);
         say_failure(&a, resume_step);
+        if (s->steps > 0 && resume_step >= s->steps) { /* killed after its last save */
+            printf("supervise: the checkpoint of the run's last step (%d) is saved: the training "
+                   "is complete (what comes after it, the end-of-run summary and sample, was "
+                   "cut short); not relaunched\n",
+                   resume_step);
+            sv_finish(s);
+            return 0;
+        }
         char action[128], why[512] = "";
         int give_up =
             decide(s, &a, have_prev ? &prev : NULL, action, sizeof(action), why, sizeof(why));

@@ -542,6 +542,7 @@ static int run_steps(run_ctx *x) {
         /* every rank saw the same stop_sig in this step's gather; the last step just ends */
         if (x->stop_sig && !last) return run_stop_save(x, step + 1, saved);
     }
+    fault_kill(x, t->steps); /* after the last step's save, before the end of the run */
     return 0;
 }
 
