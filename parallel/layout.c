@@ -557,3 +557,16 @@ void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r) {
     p->n_stages = K;
     memcpy(p->stages, l->chunk_start, (size_t)K * sizeof(int));
 }
+
+tr_layout_flags tr_layout_pin(const tr_layout *l) {
+    return (tr_layout_flags){.dp = l->dp,
+                             .tp = l->tp,
+                             .pp = l->pp,
+                             .zero = l->zero,
+                             .schedule = l->schedule,
+                             .microbatches = l->microbatches,
+                             .virtual_stages = l->virtual_stages,
+                             .sequence_parallel = l->sequence_parallel ? 1 : -1,
+                             .micro_batch = 0,
+                             .pad_vocab = l->pad_vocab};
+}

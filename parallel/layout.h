@@ -72,6 +72,11 @@ typedef struct {
 int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f, int world,
                       tr_dtype dtype, double budget, char *err, size_t errlen);
 
+/* The flags that pin every field of a resolved (or planned) layout: resolving them again, with
+ * the layout's recompute in the recipe (r->train.recompute), gives the same layout. How a
+ * plan becomes the run's layout. */
+tr_layout_flags tr_layout_pin(const tr_layout *l);
+
 /* This process's coordinates in the mesh. */
 typedef struct {
     int d, p, t;

@@ -94,8 +94,8 @@ static double score(const pl_search *s, const tr_plan *p) {
 }
 
 static int same_shape(const tr_plan *a, const tr_plan *b) {
-    return a->world == b->world && a->dp == b->dp && a->tp == b->tp && a->pp == b->pp &&
-           a->zero == b->zero && a->schedule == b->schedule;
+    return a->l.world == b->l.world && a->l.dp == b->l.dp && a->l.tp == b->l.tp && a->l.pp == b->l.pp &&
+           a->l.zero == b->l.zero && a->l.schedule == b->l.schedule;
 }
 
 /* Keep p among the best KEEP, one per shape (dp, tp, pp, ZeRO, schedule): its best micro-batch
@@ -122,8 +122,8 @@ static void consider(pl_search *s, const pl_devices *dv, tr_plan *p) {
     pl_price(&s->m, dv, p);
     s->evaluated++;
     if (p->mem_bytes > p->mem_cap) {
-        if (s->low_mem.world == 0 || p->mem_bytes < s->low_mem.mem_bytes) s->low_mem = *p;
-        int z = p->zero;
+        if (s->low_mem.l.world == 0 || p->mem_bytes < s->low_mem.mem_bytes) s->low_mem = *p;
+        int z = p->l.zero;
         if (!s->have_over[z] || p->step_s < s->over[z].step_s) s->over[z] = *p;
         s->have_over[z] = 1;
         return;
@@ -136,7 +136,7 @@ static void consider(pl_search *s, const pl_devices *dv, tr_plan *p) {
  * one mesh and micro-batch. */
 static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
     const pl_fixed *f = &s->fx;
-    int P = base.pp, M = base.microbatches;
+    int P = base.l.pp, M = base.l.microbatches;
     int tied_head = s->m.tied;
     for (int k = 0; k < 4; k++) {
         if (!ok(f->schedule, k) || (P == 1 && k != TR_PP_1F1B)) continue;
@@ -149,20 +149,20 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
             const int *cut = cuts_for(s, P * V);
             if (!cut) continue;
             tr_plan p = base;
-            p.schedule = k;
-            p.virtual_stages = V;
-            memcpy(p.chunk_start, cut, (size_t)(P * V + 1) * sizeof(int));
+            p.l.schedule = k;
+            p.l.virtual_stages = V;
+            memcpy(p.l.chunk_start, cut, (size_t)(P * V + 1) * sizeof(int));
             for (int z = 0; z <= 3; z++) {
-                if (!ok(f->zero, z) || (z >= 1 && base.dp == 1 && f->zero < 0 && z > 0)) continue;
+                if (!ok(f->zero, z) || (z >= 1 && base.l.dp == 1 && f->zero < 0 && z > 0)) continue;
                 if (P > 1 && z >= 2 && (k >= TR_PP_INTERLEAVED || tied_head)) continue;
                 for (int sp = 0; sp <= 1; sp++) {
-                    if (!ok(f->sp, sp) || (sp && (base.tp == 1 || (long)s->m.T % base.tp)))
+                    if (!ok(f->sp, sp) || (sp && (base.l.tp == 1 || (long)s->m.T % base.l.tp)))
                         continue;
                     for (int rc = 0; rc <= 2; rc++) {
                         if (!ok(f->recompute, rc) || (k == TR_PP_ZBH1 && rc == 2)) continue;
-                        p.zero = z;
-                        p.sequence_parallel = sp;
-                        p.recompute = rc;
+                        p.l.zero = z;
+                        p.l.sequence_parallel = sp;
+                        p.l.recompute = rc;
                         consider(s, dv, &p);
                     }
                 }
@@ -188,8 +188,8 @@ static void search_world(pl_search *s, const tr_cluster *c, long world, int cros
             long per = seqs / dp;
             for (long b = 1; b <= per; b++) {
                 if (per % b || !ok(f->micro, (int)b) || !ok(f->M, (int)(per / b))) continue;
-                tr_plan p = {.world = world, .dp = (int)dp, .tp = tp, .pp = pp,
-                             .micro_batch = (int)b, .microbatches = (int)(per / b)};
+                tr_plan p = {.l = {.world = (int)world, .dp = (int)dp, .tp = tp, .pp = pp,
+                                   .micro_batch = (int)b, .microbatches = (int)(per / b)}};
                 inner(s, &dv, p);
             }
         }
@@ -215,29 +215,18 @@ static int worlds(const tr_cluster *c, const tr_plan_opts *o, const pl_fixed *f,
 
 /* ---- the exact check and the reasons ------------------------------------------------------ */
 
-tr_layout_flags tr_plan_flags(const tr_plan *p) {
-    return (tr_layout_flags){.dp = p->dp,
-                             .tp = p->tp,
-                             .pp = p->pp,
-                             .zero = p->zero,
-                             .schedule = p->schedule,
-                             .microbatches = p->microbatches,
-                             .virtual_stages = p->virtual_stages,
-                             .sequence_parallel = p->sequence_parallel ? 1 : -1,
-                             .micro_batch = 0};
-}
 
 /* Resolve p as run would and measure each pipeline rank's memory: 0 (p->mem_bytes exact), or
  * -1 and the resolver's reason in p->why. */
 static int measure(const pl_search *s, const pl_devices *dv, tr_plan *p) {
     tr_recipe r = *s->r; /* a shallow copy: the layout reads it */
-    r.train.recompute = p->recompute;
+    r.train.recompute = p->l.recompute;
     r.parallel.n_stages = 0;
-    tr_layout_flags f = tr_plan_flags(p);
+    tr_layout_flags f = tr_layout_pin(&p->l);
     f.pad_vocab = s->o->fixed.pad_vocab;
     tr_layout l;
     char err[512];
-    if (tr_layout_resolve(&l, &r, &f, (int)p->world, s->o->dtype, 1, err, sizeof err)) {
+    if (tr_layout_resolve(&l, &r, &f, (int)p->l.world, s->o->dtype, 1, err, sizeof err)) {
         snprintf(p->why, sizeof p->why, "refused: %.300s", err);
         return -1;
     }
@@ -246,7 +235,7 @@ static int measure(const pl_search *s, const pl_devices *dv, tr_plan *p) {
         snprintf(p->why, sizeof p->why, "refused: %.300s", err);
         return -1;
     }
-    memcpy(p->chunk_start, l.chunk_start, sizeof(l.chunk_start));
+    p->l = l; /* the resolved record, chunks included */
     p->mem_bytes = worst + dv->reserve;
     p->mem_exact = 1;
     return 0;
@@ -266,8 +255,8 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
     if (a->mem_bytes > a->mem_cap) {
         gb(a->mem_bytes, x, sizeof x);
         gb(a->mem_cap, y, sizeof y);
-        snprintf(a->why, sizeof a->why, "ZeRO-%d, recompute %s: %s > %s", a->zero,
-                 a->recompute == 2 ? "full" : a->recompute == 1 ? "selective" : "none", x, y);
+        snprintf(a->why, sizeof a->why, "ZeRO-%d, recompute %s: %s > %s", a->l.zero,
+                 a->l.recompute == 2 ? "full" : a->l.recompute == 1 ? "selective" : "none", x, y);
         return;
     }
     struct {
@@ -290,9 +279,9 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
                  ratio, 100 * PL_TIE);
         return;
     }
-    if (w == 0 && a->tp > dv->per_node)
+    if (w == 0 && a->l.tp > dv->per_node)
         snprintf(a->why, sizeof a->why, "tp %d crosses nodes: %s %.3g s vs %.3g s; %s %.2fx",
-                 a->tp, part[w].what, part[w].a, part[w].b, unit, ratio);
+                 a->l.tp, part[w].what, part[w].a, part[w].b, unit, ratio);
     else if (part[w].a - part[w].b <= 0)
         snprintf(a->why, sizeof a->why, "%s %.2fx", unit, ratio);
     else
@@ -303,8 +292,8 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
 /* Less machinery first: fewer model-parallel ranks, a lower ZeRO stage, no sequence
  * parallelism, less recompute, fewer virtual stages. */
 static int simpler(const tr_plan *a, const tr_plan *b) {
-    int ka[] = {a->tp * a->pp, a->zero, a->sequence_parallel, a->recompute, a->virtual_stages};
-    int kb[] = {b->tp * b->pp, b->zero, b->sequence_parallel, b->recompute, b->virtual_stages};
+    int ka[] = {a->l.tp * a->l.pp, a->l.zero, a->l.sequence_parallel, a->l.recompute, a->l.virtual_stages};
+    int kb[] = {b->l.tp * b->l.pp, b->l.zero, b->l.sequence_parallel, b->l.recompute, b->l.virtual_stages};
     for (int i = 0; i < 5; i++)
         if (ka[i] != kb[i]) return ka[i] < kb[i];
     return 0;
@@ -346,7 +335,7 @@ static void finish(pl_search *s, const pl_devices *dv, tr_plan_result *out) {
     }
     out->fits = have_best;
     for (int z = 0; z < 4 && want > 0 && out->n_alts < TR_PLAN_MAX_ALTS; z++)
-        if (s->have_over[z] && (!have_best || z < out->best.zero)) {
+        if (s->have_over[z] && (!have_best || z < out->best.l.zero)) {
             tr_plan p = s->over[z];
             p.why[0] = 0;
             why_lost(s, dv, &p, &p);
@@ -371,8 +360,8 @@ static void what_would(pl_search *s, const tr_cluster *c, tr_plan_result *out) {
         s->n_keep = 0;
         search_world(s, &big, world, 0);
         if (s->n_keep)
-            snprintf(more, sizeof more, "needs %ld devices of %.0f GiB (%ld here)",
-                     s->keep[0].world, s->keep[0].mem_cap / 1073741824.0, have);
+            snprintf(more, sizeof more, "needs %d devices of %.0f GiB (%ld here)",
+                     s->keep[0].l.world, s->keep[0].mem_cap / 1073741824.0, have);
     }
     if (saved.recompute != TR_RECOMPUTE_FULL) {
         s->fx.recompute = TR_RECOMPUTE_FULL;
@@ -438,11 +427,11 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
     out->feasible = s->feasible;
     prefer_simple(s);
     pl_devices dv;
-    pl_devices_of(c, s->n_keep ? s->keep[0].world : tr_cluster_devices(c), &dv);
+    pl_devices_of(c, s->n_keep ? s->keep[0].l.world : tr_cluster_devices(c), &dv);
     finish(s, &dv, out);
     if (!out->fits) {
         out->best = s->low_mem;
-        if (s->low_mem.world == 0 && s->evaluated == 0) {
+        if (s->low_mem.l.world == 0 && s->evaluated == 0) {
             tr_layout l; /* no layout to price: the resolver says why */
             tr_layout_resolve(&l, r, &o->fixed, (int)tr_cluster_devices(c), o->dtype, 1, err,
                               errlen);
@@ -471,11 +460,7 @@ void tr_plan_price(const tr_recipe *r, const tr_cluster *c, const tr_layout *l, 
     if (pl_model_init(&m, r, dtype, err, sizeof err)) return;
     pl_devices dv;
     pl_devices_of(c, l->world, &dv);
-    *p = (tr_plan){.world = l->world, .dp = l->dp, .tp = l->tp, .pp = l->pp, .zero = l->zero,
-                   .sequence_parallel = l->sequence_parallel, .micro_batch = l->micro_batch,
-                   .microbatches = l->microbatches, .schedule = l->schedule,
-                   .virtual_stages = l->virtual_stages, .recompute = (int)l->recompute};
-    memcpy(p->chunk_start, l->chunk_start, sizeof(l->chunk_start));
+    p->l = *l;
     pl_price(&m, &dv, p);
     pl_model_free(&m);
 }
@@ -483,16 +468,16 @@ void tr_plan_price(const tr_recipe *r, const tr_cluster *c, const tr_layout *l, 
 void tr_plan_describe(const tr_plan *p, char *buf, size_t len) {
     static const char *const rec[] = {"none", "selective", "full"};
     char pipe[96] = "";
-    if (p->pp > 1)
-        snprintf(pipe, sizeof pipe, " x pp %d, %s%s", p->pp,
-                 tr_pp_kind_name((tr_pp_kind)p->schedule),
-                 p->virtual_stages > 1 ? " (interleaved chunks)" : "");
-    if (p->pp > 1 && p->virtual_stages > 1)
-        snprintf(pipe, sizeof pipe, " x pp %d, interleaved x %d", p->pp, p->virtual_stages);
-    snprintf(buf, len, "dp %d x tp %d%s, %d micro-batch%s of %d, ZeRO-%d%s, recompute %s", p->dp,
-             p->tp, pipe, p->microbatches, p->microbatches == 1 ? "" : "es", p->micro_batch,
-             p->zero, p->sequence_parallel ? ", sequence parallel" : "",
-             rec[p->recompute >= 0 && p->recompute <= 2 ? p->recompute : 0]);
+    if (p->l.pp > 1)
+        snprintf(pipe, sizeof pipe, " x pp %d, %s%s", p->l.pp,
+                 tr_pp_kind_name((tr_pp_kind)p->l.schedule),
+                 p->l.virtual_stages > 1 ? " (interleaved chunks)" : "");
+    if (p->l.pp > 1 && p->l.virtual_stages > 1)
+        snprintf(pipe, sizeof pipe, " x pp %d, interleaved x %d", p->l.pp, p->l.virtual_stages);
+    snprintf(buf, len, "dp %d x tp %d%s, %d micro-batch%s of %d, ZeRO-%d%s, recompute %s", p->l.dp,
+             p->l.tp, pipe, p->l.microbatches, p->l.microbatches == 1 ? "" : "es", p->l.micro_batch,
+             p->l.zero, p->l.sequence_parallel ? ", sequence parallel" : "",
+             rec[p->l.recompute >= 0 && p->l.recompute <= 2 ? p->l.recompute : 0]);
 }
 
 int tr_plan_open(const tr_recipe *r, const tr_plan_opts *o) {

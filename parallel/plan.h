@@ -49,11 +49,10 @@ typedef struct {
 #define TR_PLAN_MAX_ALTS 16
 
 typedef struct {
-    /* the layout, under the recipe's names */
-    long world;
-    int dp, tp, pp, zero, sequence_parallel;
-    int micro_batch, microbatches, schedule, virtual_stages, recompute;
-    int chunk_start[TR_MAX_CHUNKS + 1]; /* pp x V chunks (balanced by the planner) */
+    /* the layout: the record run resolves and checkpoints keep (world, dp, tp, pp, ZeRO,
+       sequence parallelism, micro-batching, schedule, recompute, the pp x V chunks balanced
+       by the planner); the planner sets the fields it chooses */
+    tr_layout l;
     /* predictions */
     double mem_bytes;   /* the most any rank holds, with the runtime's reserve */
     double mem_cap;     /* what that rank's device has */
@@ -93,10 +92,6 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
 /* Whether the recipe and the fixed flags leave the planner anything to choose (a layout
  * field, the micro-batch or recompute left "auto"). */
 int tr_plan_open(const tr_recipe *r, const tr_plan_opts *o);
-
-/* The plan as layout flags (every field set), for tr_layout_resolve; and the recompute level
- * to put into the recipe (r->train.recompute) before resolving. */
-tr_layout_flags tr_plan_flags(const tr_plan *p);
 
 /* Price one layout (the planner's cost model) into *p: its memory estimate and step time.
  * `l` is resolved for cluster `c` (l->world devices, the first of the cluster). For tests and

@@ -162,13 +162,13 @@ static double stage_act(const pl_model *m, const tr_plan *p, int a, int b) {
         resid += k->residuals;
         most = maxd(most, k->act_bytes);
     }
-    double tp = p->tp, sp = p->sequence_parallel ? tp : 1, tok = (double)p->micro_batch * m->T;
+    double tp = p->l.tp, sp = p->l.sequence_parallel ? tp : 1, tok = (double)p->l.micro_batch * m->T;
     double per_tok;
-    if (p->recompute == TR_RECOMPUTE_FULL) /* the stream between branches, one block again */
+    if (p->l.recompute == TR_RECOMPUTE_FULL) /* the stream between branches, one block again */
         per_tok = resid * 4.0 * m->C / sp + most / tp;
     else
-        per_tok = (split - (p->recompute == TR_RECOMPUTE_SELECTIVE ? sel : 0)) / tp + stream / sp;
-    if (p->schedule == TR_PP_ZBH1 && p->pp > 1) /* the products' output gradients, kept for
+        per_tok = (split - (p->l.recompute == TR_RECOMPUTE_SELECTIVE ? sel : 0)) / tp + stream / sp;
+    if (p->l.schedule == TR_PP_ZBH1 && p->l.pp > 1) /* the products' output gradients, kept for
                                                    the deferred weight part */
         per_tok += resid * 4.0 * m->C / sp + 0.5 * split / tp;
     return per_tok * tok * m->a_scale;
@@ -177,19 +177,19 @@ static double stage_act(const pl_model *m, const tr_plan *p, int a, int b) {
 /* Parameters held by pipeline rank `r` (its chunks), per tensor-parallel rank. */
 static double stage_params(const pl_model *m, const tr_plan *p, int r) {
     double n = 0;
-    int K = p->pp * p->virtual_stages;
-    for (int c = r; c < K; c += p->pp)
-        for (int i = p->chunk_start[c]; i < p->chunk_start[c + 1]; i++)
-            n += m->blk[i].matrix_params / p->tp + (m->blk[i].params - m->blk[i].matrix_params);
-    if (m->tied && p->pp > 1 && r == (K - 1) % p->pp) n += m->V * m->C / p->tp; /* the copy */
+    int K = p->l.pp * p->l.virtual_stages;
+    for (int c = r; c < K; c += p->l.pp)
+        for (int i = p->l.chunk_start[c]; i < p->l.chunk_start[c + 1]; i++)
+            n += m->blk[i].matrix_params / p->l.tp + (m->blk[i].params - m->blk[i].matrix_params);
+    if (m->tied && p->l.pp > 1 && r == (K - 1) % p->l.pp) n += m->V * m->C / p->l.tp; /* the copy */
     return n;
 }
 
 /* Micro-batches of each of rank r's chunks in flight at once. */
 static double inflight(const tr_plan *p, int r) {
-    int P = p->pp, M = p->microbatches, V = p->virtual_stages;
+    int P = p->l.pp, M = p->l.microbatches, V = p->l.virtual_stages;
     if (P == 1) return 1;
-    switch ((tr_pp_kind)p->schedule) {
+    switch ((tr_pp_kind)p->l.schedule) {
     case TR_PP_GPIPE: return M;
     case TR_PP_ZBH1: return mind(P, M);
     case TR_PP_INTERLEAVED: /* warm-up forwards over all V chunks, per chunk */
@@ -202,32 +202,32 @@ static double inflight(const tr_plan *p, int r) {
  * stream's at each residual depth, the head's chunk of logits (on its stage), the per-token
  * buffers, and tensor and sequence parallelism's gathers. */
 static double scratch(const pl_model *m, const tr_plan *p, int head) {
-    double N = (double)p->micro_batch * m->T, tp = p->tp, sp = p->sequence_parallel ? tp : 1;
+    double N = (double)p->l.micro_batch * m->T, tp = p->l.tp, sp = p->l.sequence_parallel ? tp : 1;
     double Vl = ceil(m->V / tp), rows = floor(8388608.0 / Vl);
     if (rows < 1) rows = 1;
     if (rows > N) rows = N;
     double s = 2 * N * m->wmax / tp + (head ? rows * Vl : 16) + 2 * 2 * N / sp * m->C;
     s *= m->es;
     s += N * 4 + 2 * N * 4;
-    if (p->sequence_parallel) s += 2 * N * m->C * m->es;
-    if (p->tp > 1) s += Vl * tp * 4 + (tp + 1) * rows * 12 + N * 4;
+    if (p->l.sequence_parallel) s += 2 * N * m->C * m->es;
+    if (p->l.tp > 1) s += Vl * tp * 4 + (tp + 1) * rows * 12 + N * 4;
     return s;
 }
 
 static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     double worst = 0;
-    int K = p->pp * p->virtual_stages;
-    for (int r = 0; r < p->pp; r++) {
-        double n = stage_params(m, p, r), dp = p->dp;
+    int K = p->l.pp * p->l.virtual_stages;
+    for (int r = 0; r < p->l.pp; r++) {
+        double n = stage_params(m, p, r), dp = p->l.dp;
         double pb = m->p_bytes * n, gb = m->g_bytes * n, ob = m->o_bytes * n;
-        tr_zero sh = tr_zero_of(p->zero);
+        tr_zero sh = tr_zero_of(p->l.zero);
         if (sh.optimizer) ob /= dp;
         if (sh.grads) gb /= dp; /* the pieces (the transient buckets: in the reserve) */
         if (sh.params) pb /= dp;
         double act = 0;
-        for (int c = r; c < K; c += p->pp)
-            act += inflight(p, r) * stage_act(m, p, p->chunk_start[c], p->chunk_start[c + 1]);
-        double tot = pb + gb + ob + act + scratch(m, p, (K - 1) % p->pp == r) + dv->reserve;
+        for (int c = r; c < K; c += p->l.pp)
+            act += inflight(p, r) * stage_act(m, p, p->l.chunk_start[c], p->l.chunk_start[c + 1]);
+        double tot = pb + gb + ob + act + scratch(m, p, (K - 1) % p->l.pp == r) + dv->reserve;
         worst = maxd(worst, tot);
     }
     p->mem_bytes = worst;
@@ -239,9 +239,9 @@ static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
  * collectives, on one rank. */
 static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
                        double *compute, double *tp_s) {
-    double tok = (double)p->micro_batch * m->T, tp = p->tp;
+    double tok = (double)p->l.micro_batch * m->T, tp = p->l.tp;
     double flops = (m->pre_flops[b] - m->pre_flops[a]) * tok / tp, ops = 0, act = 0, resid = 0;
-    double sp = p->sequence_parallel ? tp : 1;
+    double sp = p->l.sequence_parallel ? tp : 1;
     for (int i = a; i < b; i++) {
         ops += m->blk[i].matrix_ops;
         act += m->blk[i].act_split_bytes / tp + (m->blk[i].act_bytes - m->blk[i].act_split_bytes) / sp;
@@ -250,25 +250,25 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
     double mm = flops / dv->rate, fixed = ops * dv->op_cost;
     double elem = PL_ELEMENTWISE_PASSES * act * tok * m->a_scale / dv->mem_bw;
     double f = mm + fixed + elem / 3, bwd = 2 * (mm + fixed) + 2 * elem / 3;
-    double rec = p->recompute == TR_RECOMPUTE_FULL ? f
-                 : p->recompute == TR_RECOMPUTE_SELECTIVE
+    double rec = p->l.recompute == TR_RECOMPUTE_FULL ? f
+                 : p->l.recompute == TR_RECOMPUTE_SELECTIVE
                      ? elem / 6
                      : 0;
     *compute = f + bwd + rec;
     /* one all-reduce (or reduce-scatter + all-gather) of the stream per residual branch in
        the forward, one in the backward, and the vocabulary-parallel embedding and head */
     double S = tok * m->C * m->es;
-    const tr_link *l = link_of(dv, 1, p->tp);
+    const tr_link *l = link_of(dv, 1, p->l.tp);
     double n_coll = 2 * resid + (a == 0) + (b == m->n);
-    if (p->recompute == TR_RECOMPUTE_FULL) n_coll += resid;
-    *tp_s = n_coll * t_allreduce(l, S, p->tp);
+    if (p->l.recompute == TR_RECOMPUTE_FULL) n_coll += resid;
+    *tp_s = n_coll * t_allreduce(l, S, p->l.tp);
 }
 
 /* The pipeline's bubble as a share of the compute (tr_pp_bubble's ratios). */
 static double bubble_ratio(const tr_plan *p) {
-    double P = p->pp, M = p->microbatches, V = p->virtual_stages;
+    double P = p->l.pp, M = p->l.microbatches, V = p->l.virtual_stages;
     if (P <= 1) return 0;
-    switch ((tr_pp_kind)p->schedule) {
+    switch ((tr_pp_kind)p->l.schedule) {
     case TR_PP_INTERLEAVED: return (P - 1) / (V * M);
     case TR_PP_ZBH1: return M >= P ? (P - 1) / (3 * M) : (P - 1) / M - 2 * (M - 1) / (3 * M);
     default: return (P - 1) / M;
@@ -276,17 +276,17 @@ static double bubble_ratio(const tr_plan *p) {
 }
 
 static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
-    int K = p->pp * p->virtual_stages;
+    int K = p->l.pp * p->l.virtual_stages;
     double worst = 0, worst_c = 0, worst_tp = 0, worst_pp = 0, params = 0;
-    double tok = (double)p->micro_batch * m->T;
-    const tr_link *pl = link_of(dv, p->tp, p->pp);
-    double S = tok * m->C * m->es / (p->sequence_parallel ? p->tp : 1);
+    double tok = (double)p->l.micro_batch * m->T;
+    const tr_link *pl = link_of(dv, p->l.tp, p->l.pp);
+    double S = tok * m->C * m->es / (p->l.sequence_parallel ? p->l.tp : 1);
     double bwd_last = 0;
-    for (int r = 0; r < p->pp; r++) {
+    for (int r = 0; r < p->l.pp; r++) {
         double c = 0, t = 0, send = 0;
-        for (int k = r; k < K; k += p->pp) {
+        for (int k = r; k < K; k += p->l.pp) {
             double cc, tt;
-            chunk_time(m, dv, p, p->chunk_start[k], p->chunk_start[k + 1], &cc, &tt);
+            chunk_time(m, dv, p, p->l.chunk_start[k], p->l.chunk_start[k + 1], &cc, &tt);
             c += cc;
             t += tt;
             if (k > 0) send += S / pl->bw.v + pl->lat.v;         /* receive forward, send back */
@@ -301,21 +301,21 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
             bwd_last = c * 2.0 / 3.0;
         }
     }
-    double M = p->microbatches;
+    double M = p->l.microbatches;
     p->compute_s = M * worst_c;
     p->tp_s = M * worst_tp;
     p->pp_s = M * worst_pp;
     p->bubble_s = M * worst * bubble_ratio(p);
     /* data parallelism: gradients and ZeRO's gathers over the dp group */
-    int d = p->dp;
-    const tr_link *dl = link_of(dv, (long)p->tp * p->pp, d);
+    int d = p->l.dp;
+    const tr_link *dl = link_of(dv, (long)p->l.tp * p->l.pp, d);
     double G = params * m->es, Pb = params * m->es, comm = 0, window = 0, after = 0;
     double bk = m->bucket;
     /* ZeRO-1/2's refresh of the updated parameters overlaps the next forward (its first
        micro-batch's: a third of its compute) */
     double fwd_first = worst_c / 3.0;
     /* reduce-scatter and all-gather: half an all-reduce each */
-    tr_zero sh = tr_zero_of(p->zero);
+    tr_zero sh = tr_zero_of(p->l.zero);
     if (sh.params) { /* gathers in every forward and backward, beside the compute */
         comm = 0.5 * M * (t_bucketed(dl, G, d, bk) + 2 * t_bucketed(dl, Pb, d, bk));
         window = M * worst_c;
@@ -337,7 +337,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     /* egress: a data-parallel ring that crosses providers sends its volume out of each */
     p->egress_gb = 0;
     if (dv->groups > 1 && d > 1)
-        p->egress_gb = (double)p->tp * p->pp * 2.0 * G * (sh.params ? 1.5 * M : 1) / 1e9;
+        p->egress_gb = (double)p->l.tp * p->l.pp * 2.0 * G * (sh.params ? 1.5 * M : 1) / 1e9;
 }
 
 void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p) {
@@ -345,7 +345,7 @@ void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     price_time(m, dv, p);
     double tokens = m->seqs * m->T;
     p->tokens_s = tokens / p->step_s;
-    p->mfu = m->train_flops_tok * p->tokens_s / ((double)p->world * dv->peak);
+    p->mfu = m->train_flops_tok * p->tokens_s / ((double)p->l.world * dv->peak);
     p->hours = p->step_s * (double)m->steps / 3600.0;
     double per_step = p->step_s * dv->price_s + p->egress_gb * 1e9 * dv->egress_per_byte;
     p->cost = per_step * (double)m->steps;

@@ -147,10 +147,10 @@ static void shown_plans_measured(void) {
     int rc = tr_plan_search(&r, &c, &o, res, err, sizeof err);
     if (check(!rc && res->fits, "pp_gpt on 4 CPU ranks: a plan (%s)", rc ? err : "")) {
         const tr_plan *b = &res->best;
-        tr_layout_flags f = tr_plan_flags(b);
-        r.train.recompute = b->recompute;
+        tr_layout_flags f = tr_layout_pin(&b->l);
+        r.train.recompute = b->l.recompute;
         tr_layout l;
-        rc = tr_layout_resolve(&l, &r, &f, (int)b->world, TR_DTYPE_F32, 0, err, sizeof err);
+        rc = tr_layout_resolve(&l, &r, &f, (int)b->l.world, TR_DTYPE_F32, 0, err, sizeof err);
         check(!rc && b->mem_exact && fabs(measured(&r, &l, TR_DTYPE_F32) - b->mem_bytes) < 0.5,
               "the chosen plan's memory is the measuring pass's: %.0f bytes", b->mem_bytes);
         int all = 1;
@@ -189,8 +189,8 @@ static void fixed_and_nothing_fits(tr_plan_result *res) {
     o.fixed.tp = 4;
     o.fixed.zero = 1;
     if (!plan_gpus(res, &r, 256, "H100-80GB", &o))
-        check(res->fits && res->best.tp == 4 && res->best.zero == 1,
-              "fixed --tp 4 --zero 1 are kept: tp %d, ZeRO-%d", res->best.tp, res->best.zero);
+        check(res->fits && res->best.l.tp == 4 && res->best.l.zero == 1,
+              "fixed --tp 4 --zero 1 are kept: tp %d, ZeRO-%d", res->best.l.tp, res->best.l.zero);
     o.fixed.tp = -1;
     o.fixed.zero = -1;
     r.train.recompute = 0; /* recompute "none", fixed */
@@ -217,13 +217,13 @@ static void cost_and_deadline(tr_plan_result *res) {
     if (tr_plan_search(&r, &c, &o, res, err, sizeof err)) return;
     tr_plan cheap = res->best;
     check(cheap.cost <= fast.cost && fast.step_s <= cheap.step_s,
-          "objective cost: $%.2f on %ld GPUs in %.2f h; objective time: $%.2f on %ld in %.2f h",
-          cheap.cost, cheap.world, cheap.hours, fast.cost, fast.world, fast.hours);
+          "objective cost: $%.2f on %d GPUs in %.2f h; objective time: $%.2f on %d in %.2f h",
+          cheap.cost, cheap.l.world, cheap.hours, fast.cost, fast.l.world, fast.hours);
     o.deadline_h = 0.5 * (fast.hours + cheap.hours);
     if (tr_plan_search(&r, &c, &o, res, err, sizeof err)) return;
     check(res->deadline_met && res->best.hours <= o.deadline_h && res->best.cost >= cheap.cost,
-          "deadline %.2f h: $%.2f on %ld GPUs in %.2f h", o.deadline_h, res->best.cost,
-          res->best.world, res->best.hours);
+          "deadline %.2f h: $%.2f on %d GPUs in %.2f h", o.deadline_h, res->best.cost,
+          res->best.l.world, res->best.hours);
     tr_recipe_free(&r);
 }
 
@@ -274,14 +274,14 @@ static void narayanan(tr_plan_result *res) {
             o.fixed.pp = k ? 0 : table1[i].pp;
             if (plan_gpus(res, &r, table1[i].gpus, "A100-80GB", &o) || !res->fits) continue;
             p[k] = res->best;
-            got[k] = paper_flops((int)i) / p[k].step_s / (double)p[k].world / 1e12;
+            got[k] = paper_flops((int)i) / p[k].step_s / (double)p[k].l.world / 1e12;
         }
         char d[200] = "";
         if (got[1] > 0) tr_plan_describe(&p[1], d, sizeof d);
         check(got[0] > 0 && fabs(got[0] / pub - 1) <= 0.2,
               "%5.1fB on %4d: published tp %d x pp %2d %3.0f TFLOP/s; predicted there %3.0f "
               "(%+.0f%%)", params((int)i), table1[i].gpus, table1[i].tp, table1[i].pp, pub, got[0], 100 * (got[0] / pub - 1));
-        check(got[1] > 0 && fabs(got[1] / pub - 1) <= 0.2 && p[1].tp <= 8,
+        check(got[1] > 0 && fabs(got[1] / pub - 1) <= 0.2 && p[1].l.tp <= 8,
               "      planner's own: %s: %3.0f TFLOP/s (%+.0f%%)", d, got[1],
               100 * (got[1] / pub - 1));
         tr_recipe_free(&r);

@@ -177,7 +177,7 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
     tr_fmt_bytes(b->mem_bytes, mem, sizeof mem);
     tr_fmt_bytes(b->mem_cap, cap, sizeof cap);
     tr_fmt_count(b->tokens_s, toks, sizeof toks);
-    fprintf(f, "\n  devices     %ld\n", b->world);
+    fprintf(f, "\n  devices     %d\n", b->l.world);
     fprintf(f, "  memory      %s of %s on the fullest device (%s)\n", mem, cap,
             b->mem_exact ? "the model's sizing pass, as run allocates" : "estimate");
     fprintf(f, "  step        %.4g s: compute %.3g, bubble %.3g, tp %.3g, pp %.3g, dp exposed "
@@ -203,22 +203,22 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
     fprintf(f, "\nassumed: %s\n", res->assumed);
     fprintf(f, "to fix it in the recipe: parallel { dp = %d, tp = %d, pp = %d, zero = %d, "
                "sequence_parallel = %s, schedule = \"%s\", microbatches = %d",
-            b->dp, b->tp, b->pp, b->zero, b->sequence_parallel ? "true" : "false",
-            tr_pp_kind_name((tr_pp_kind)b->schedule), b->microbatches);
-    if (b->virtual_stages > 1) fprintf(f, ", virtual_stages = %d", b->virtual_stages);
-    fprintf(f, " } and train { recompute = \"%s\" }\n", rec_name(b->recompute));
+            b->l.dp, b->l.tp, b->l.pp, b->l.zero, b->l.sequence_parallel ? "true" : "false",
+            tr_pp_kind_name((tr_pp_kind)b->l.schedule), b->l.microbatches);
+    if (b->l.virtual_stages > 1) fprintf(f, ", virtual_stages = %d", b->l.virtual_stages);
+    fprintf(f, " } and train { recompute = \"%s\" }\n", rec_name(b->l.recompute));
 }
 
 static void json_plan(const tr_plan *p, FILE *f) {
-    fprintf(f, "{\"world\": %ld, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, "
+    fprintf(f, "{\"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, "
                "\"sequence_parallel\": %s, \"micro_batch\": %d, \"microbatches\": %d, "
                "\"schedule\": \"%s\", \"virtual_stages\": %d, \"recompute\": \"%s\", "
                "\"stages\": [",
-            p->world, p->dp, p->tp, p->pp, p->zero, p->sequence_parallel ? "true" : "false",
-            p->micro_batch, p->microbatches, tr_pp_kind_name((tr_pp_kind)p->schedule),
-            p->virtual_stages, rec_name(p->recompute));
-    for (int k = 0; k < p->pp * p->virtual_stages; k++)
-        fprintf(f, "%s%d", k ? ", " : "", p->chunk_start[k]);
+            p->l.world, p->l.dp, p->l.tp, p->l.pp, p->l.zero, p->l.sequence_parallel ? "true" : "false",
+            p->l.micro_batch, p->l.microbatches, tr_pp_kind_name((tr_pp_kind)p->l.schedule),
+            p->l.virtual_stages, rec_name(p->l.recompute));
+    for (int k = 0; k < p->l.pp * p->l.virtual_stages; k++)
+        fprintf(f, "%s%d", k ? ", " : "", p->l.chunk_start[k]);
     /* a price or a rate at the edge of a double (a huge price: cost inf) is null, never inf */
     const struct {
         const char *key;

@@ -25,14 +25,14 @@ static tr_plan_opts plan_opts(const run_ctx *x) {
 /* The plan's choices into the flags (those the user gave are the plan's already). */
 static void apply(run_ctx *x, const tr_plan *p) {
     tr_options *o = &x->o;
-    tr_layout_flags f = tr_plan_flags(p);
+    tr_layout_flags f = tr_layout_pin(&p->l);
     f.pad_vocab = o->layout.pad_vocab;
     if (!(x->cluster.g[0].mem_bytes.v > 0)) { /* a device of unknown memory: the resolver's rule */
         f.microbatches = o->layout.microbatches;
         f.micro_batch = o->layout.micro_batch;
     }
     o->layout = f;
-    x->r.train.recompute = p->recompute;
+    x->r.train.recompute = p->l.recompute;
 }
 
 int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_cluster *out,
