@@ -39,6 +39,17 @@ TR_PRINTF(2, 3) static void y_fmt(yout *y, const char *fmt, ...) {
     y_plain(y, buf);
 }
 
+/* One mapping entry: the key, then its value formatted as printf does. */
+TR_PRINTF(3, 4) static void y_key(yout *y, const char *key, const char *fmt, ...) {
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    y_plain(y, key);
+    y_plain(y, buf);
+}
+
 static void y_map(yout *y, int start) {
     yaml_event_t ev;
     if (start)
@@ -75,35 +86,28 @@ static void y_node(yout *y, const tr_node *n) {
     y_plain(y, tr_node_kind_name(n->kind));
     switch (n->kind) {
     case TR_NODE_STACK:
-        y_plain(y, "n");
-        y_fmt(y, "%d", n->repeat);
+        y_key(y, "n", "%d", n->repeat);
         break;
     case TR_NODE_ROPE:
-        y_plain(y, "theta");
-        y_fmt(y, "%.9g", n->rope_theta);
+        y_key(y, "theta", "%.9g", n->rope_theta);
         break;
     case TR_NODE_LAYERNORM:
     case TR_NODE_RMSNORM:
-        y_plain(y, "eps");
-        y_fmt(y, "%.9g", n->eps);
+        y_key(y, "eps", "%.9g", n->eps);
         if (n->kind == TR_NODE_LAYERNORM) {
             y_plain(y, "bias");
             y_plain(y, n->bias ? "true" : "false");
         }
         break;
     case TR_NODE_ATTENTION:
-        y_plain(y, "heads");
-        y_fmt(y, "%d", n->heads);
-        y_plain(y, "kv_heads");
-        y_fmt(y, "%d", n->kv_heads);
+        y_key(y, "heads", "%d", n->heads);
+        y_key(y, "kv_heads", "%d", n->kv_heads);
         y_plain(y, "bias");
         y_plain(y, n->bias ? "true" : "false");
-        y_plain(y, "rope_theta");
-        y_fmt(y, "%.9g", n->rope_theta);
+        y_key(y, "rope_theta", "%.9g", n->rope_theta);
         break;
     case TR_NODE_MLP:
-        y_plain(y, "hidden");
-        y_fmt(y, "%d", n->hidden);
+        y_key(y, "hidden", "%d", n->hidden);
         y_plain(y, "activation");
         y_plain(y, act_name(n->activation));
         y_plain(y, "bias");
@@ -357,14 +361,10 @@ static void y_model(yout *y, const tr_model_desc *d, const tr_model *g) {
         n += global_numel(tr_model_param(g, i));
     y_plain(y, "model");
     y_map(y, 1);
-    y_plain(y, "vocab");
-    y_fmt(y, "%d", d->vocab);
-    y_plain(y, "dim");
-    y_fmt(y, "%d", d->dim);
-    y_plain(y, "seq_len");
-    y_fmt(y, "%d", d->seq_len);
-    y_plain(y, "parameters");
-    y_fmt(y, "%zu", n);
+    y_key(y, "vocab", "%d", d->vocab);
+    y_key(y, "dim", "%d", d->dim);
+    y_key(y, "seq_len", "%d", d->seq_len);
+    y_key(y, "parameters", "%zu", n);
     y_plain(y, "layers");
     y_seq(y, 1, 0);
     for (int i = 0; i < d->root.n_children; i++)
@@ -378,18 +378,13 @@ static void y_model(yout *y, const tr_model_desc *d, const tr_model *g) {
 static void y_parallel(yout *y, const tr_ckpt_opts *o, int n_chunks) {
     y_plain(y, "parallel");
     y_map(y, 1);
-    y_plain(y, "world");
-    y_fmt(y, "%d", o->world);
-    y_plain(y, "dp");
-    y_fmt(y, "%d", o->layout.dp);
-    y_plain(y, "tp");
-    y_fmt(y, "%d", o->layout.tp);
-    y_plain(y, "pp");
-    y_fmt(y, "%d", o->layout.pp);
+    y_key(y, "world", "%d", o->world);
+    y_key(y, "dp", "%d", o->layout.dp);
+    y_key(y, "tp", "%d", o->layout.tp);
+    y_key(y, "pp", "%d", o->layout.pp);
     y_plain(y, "chunks"); /* pipeline chunks: pp x virtual stages (1: no pipeline) */
     y_fmt(y, "%d", n_chunks);
-    y_plain(y, "zero");
-    y_fmt(y, "%d", o->layout.zero);
+    y_key(y, "zero", "%d", o->layout.zero);
     y_plain(y, "sequence_parallel");
     y_plain(y, o->layout.sequence_parallel ? "true" : "false");
     y_map(y, 0);
@@ -401,15 +396,13 @@ static void y_position(yout *y, unsigned long long seed, const tr_loader_pos *po
     /* every random choice derives from the seed and a position: parameter init from (seed,
        name, index), data order from (seed, loader position), sampling from the seed; the
        loop keeps no other generator */
-    y_plain(y, "seed");
-    y_fmt(y, "%llu", seed);
+    y_key(y, "seed", "%llu", seed);
     y_plain(y, "loader");
     y_plain(y, "see loader_position");
     y_map(y, 0);
     y_plain(y, "loader_position");
     y_map(y, 1);
-    y_plain(y, "bytes");
-    y_fmt(y, "%zu", sizeof(tr_loader_pos));
+    y_key(y, "bytes", "%zu", sizeof(tr_loader_pos));
     y_plain(y, "hex");
     char hex[2 * sizeof(tr_loader_pos) + 1];
     const unsigned char *pb = (const unsigned char *)pos;
@@ -427,10 +420,8 @@ static void y_guard(yout *y, const tr_ckpt_guard *g) {
     const double *ring[2] = {g->loss, g->norm};
     y_plain(y, "guard");
     y_map(y, 1);
-    y_plain(y, "window");
-    y_fmt(y, "%d", g->window);
-    y_plain(y, "next");
-    y_fmt(y, "%d", g->next);
+    y_key(y, "window", "%d", g->window);
+    y_key(y, "next", "%d", g->next);
     for (int k = 0; k < 2; k++) { /* n values each, in ring order */
         y_plain(y, keys[k]);
         y_seq(y, 1, 1);
@@ -438,16 +429,11 @@ static void y_guard(yout *y, const tr_ckpt_guard *g) {
             y_fmt(y, "%.17g", ring[k][i]);
         y_seq(y, 0, 1);
     }
-    y_plain(y, "bad");
-    y_fmt(y, "%d", g->bad);
-    y_plain(y, "first_bad");
-    y_fmt(y, "%d", g->first_bad);
-    y_plain(y, "last_loss");
-    y_fmt(y, "%.17g", g->last_loss);
-    y_plain(y, "last_grad_norm");
-    y_fmt(y, "%.17g", g->last_norm);
-    y_plain(y, "rolled_to");
-    y_fmt(y, "%d", g->rolled_to);
+    y_key(y, "bad", "%d", g->bad);
+    y_key(y, "first_bad", "%d", g->first_bad);
+    y_key(y, "last_loss", "%.17g", g->last_loss);
+    y_key(y, "last_grad_norm", "%.17g", g->last_norm);
+    y_key(y, "rolled_to", "%d", g->rolled_to);
     y_map(y, 0);
 }
 
@@ -458,10 +444,8 @@ static void y_files(yout *y, const size_t *file_bytes, const tr_ckpt_opts *o) {
     y_seq(y, 1, 0);
     for (int r = 0; r < o->world; r++) {
         y_map(y, 1);
-        y_plain(y, "name");
-        y_fmt(y, "rank_%05d.safetensors", r);
-        y_plain(y, "rank");
-        y_fmt(y, "%d", r);
+        y_key(y, "name", "rank_%05d.safetensors", r);
+        y_key(y, "rank", "%d", r);
         y_plain(y, "mesh"); /* [dp rank, pipeline stage, tp rank] */
         y_seq(y, 1, 1);
         tr_layout_coord c = tr_layout_coord_of(&o->layout, r);
@@ -469,8 +453,7 @@ static void y_files(yout *y, const size_t *file_bytes, const tr_ckpt_opts *o) {
         y_fmt(y, "%d", c.p);
         y_fmt(y, "%d", c.t);
         y_seq(y, 0, 1);
-        y_plain(y, "bytes");
-        y_fmt(y, "%zu", file_bytes[r]);
+        y_key(y, "bytes", "%zu", file_bytes[r]);
         y_map(y, 0);
     }
     y_seq(y, 0, 0);
@@ -499,16 +482,14 @@ static void y_tensors(yout *y, const tr_model *g, const slice_info *sl, int n_sl
         for (; j < n_sl && sl[j].kind == sl[i].kind && sl[j].gparam == sl[i].gparam; j++) {
             ck_slice_names(p, &sl[j], name, sizeof(name), key, sizeof(key));
             y_map(y, 1);
-            y_plain(y, "file");
-            y_fmt(y, "rank_%05d.safetensors", sl[j].rank);
+            y_key(y, "file", "rank_%05d.safetensors", sl[j].rank);
             y_plain(y, "key");
             y_plain(y, key);
             y_plain(y, "start");
             y_shape(y, p->ndim, sl[j].start);
             y_plain(y, "shape");
             y_shape(y, p->ndim, sl[j].shape);
-            y_plain(y, "crc32c");
-            y_fmt(y, "%08x", sl[j].crc);
+            y_key(y, "crc32c", "%08x", sl[j].crc);
             y_map(y, 0);
         }
         y_seq(y, 0, 0);

@@ -583,16 +583,9 @@ void tr_report_write_json(const tr_report *r, FILE *f) {
     fputs("{\n  ", f);
     jks(f, "run_dir", r->dir, 0);
     fputs(",\n  \"missing\": [", f);
-    const char *names[6] = {"metrics.jsonl", "ledger.jsonl", "attempts.jsonl",
-                            "ranks.json",    "memory.json",  "provenance.json"};
-    int miss[6] = {0,
-                   r->missing[1],
-                   r->missing[2],
-                   !r->has_ranks_json,
-                   !r->has_memory_json,
-                   !r->has_provenance};
-    for (int i = 0, first = 1; i < 6; i++)
-        if (miss[i]) fprintf(f, "%s\"%s\"", first ? "" : ", ", names[i]), first = 0;
+    const char *names[TR_REPORT_RECORDS];
+    int n_missing = tr_report_missing(r, names);
+    for (int i = 0; i < n_missing; i++) fprintf(f, "%s\"%s\"", i ? ", " : "", names[i]);
     fputs("],\n  \"skipped\": {", f);
     for (int k = 0; k < TR_RF_FILES; k++) {
         fprintf(f, "%s\"%s\": [", k ? ", " : "", tr_report_file_names[k]);

@@ -87,19 +87,13 @@ static void sec_summary(const tr_report *r, FILE *f) {
     fprintf(f, "</tr><tr><th>cost (%s)</th>", r->priced ? "USD" : "units");
     td(f, "cost.total", r->cost_total, TR_U_NUM);
     fputs("</tr></table>\n", f);
-    static const char *what[6] = {"",           "ledger.jsonl", "attempts.jsonl",
-                                  "ranks.json", "memory.json",  "provenance.json"};
-    int miss[6] = {0,
-                   r->missing[1],
-                   r->missing[2],
-                   !r->has_ranks_json,
-                   !r->has_memory_json,
-                   !r->has_provenance};
-    for (int i = 1; i < 6; i++) {
+    const char *what[TR_REPORT_RECORDS];
+    int n_missing = tr_report_missing(r, what);
+    for (int i = 0; i < n_missing; i++) {
         char line[200];
         snprintf(line, sizeof(line),
                  "%s: not in the run folder (its sections say what is left out)", what[i]);
-        if (miss[i]) note(f, line);
+        note(f, line);
     }
     for (int k = 0; k < TR_RF_FILES; k++) {
         char line[600];

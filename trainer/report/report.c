@@ -637,6 +637,17 @@ void tr_report_free(tr_report *r) {
     memset(r, 0, sizeof(*r));
 }
 
+int tr_report_missing(const tr_report *r, const char *names[TR_REPORT_RECORDS]) {
+    static const char *what[] = {"ledger.jsonl", "attempts.jsonl", "ranks.json", "memory.json",
+                                 "provenance.json"};
+    int miss[] = {r->missing[1], r->missing[2], !r->has_ranks_json, !r->has_memory_json,
+                  !r->has_provenance};
+    int n = 0;
+    for (int i = 0; i < TR_REPORT_RECORDS; i++)
+        if (miss[i]) names[n++] = what[i];
+    return n;
+}
+
 void tr_report_skipped_line(const tr_report *r, int k, char *buf, size_t len) {
     const tr_report_lines *s = &r->skipped[k];
     buf[0] = 0;

@@ -208,6 +208,10 @@ void tr_report_free(tr_report *r);
 /* The figures as JSON, and as the HTML page. */
 void tr_report_write_json(const tr_report *r, FILE *f);
 void tr_report_write_html(const tr_report *r, FILE *f);
+/* The run's record files the report did not find, by name, in a fixed order: their count,
+ * at most TR_REPORT_RECORDS (metrics.jsonl is never among them: the report needs it). */
+#define TR_REPORT_RECORDS 5
+int tr_report_missing(const tr_report *r, const char *names[TR_REPORT_RECORDS]);
 /* "metrics.jsonl: skipped 2 damaged line(s): 7, 19" for file k, or "" when none. */
 void tr_report_skipped_line(const tr_report *r, int k, char *buf, size_t len);
 
