@@ -85,6 +85,18 @@ typedef struct {
     int line;               /* the group's line in the cluster file, 0 otherwise */
 } tr_node_group;
 
+/* The hosts of a running job, as topology detection found them (parallel/topology.h): each
+ * host's name and which world ranks run there. Empty (n_hosts 0) for a cluster from a file or
+ * flags, and for a job of more than TR_CLUSTER_MAX_HOSTS hosts or TR_CLUSTER_MAX_RANKS ranks
+ * (the groups still describe it). */
+#define TR_CLUSTER_MAX_HOSTS 256
+#define TR_CLUSTER_MAX_RANKS 4096
+typedef struct {
+    int n_hosts, n_ranks;
+    char name[TR_CLUSTER_MAX_HOSTS][64];
+    short host_of[TR_CLUSTER_MAX_RANKS]; /* world rank -> its host's index in name */
+} tr_cluster_hosts;
+
 typedef struct {
     char source[512]; /* "clusters/h100x8.yaml", "--gpus 64 --gpus-per-node 8 --gpu H100-80GB",
                          "detected: 1 node (host1), 2 ranks, CPU" */
@@ -95,6 +107,7 @@ typedef struct {
     /* between nodes of different groups (i != j, symmetric); a pair the file does not name
        gets the slower of the two groups' inter links, assumed */
     tr_link between[TR_CLUSTER_MAX_GROUPS][TR_CLUSTER_MAX_GROUPS];
+    tr_cluster_hosts hosts; /* a detected job's hosts and ranks */
 } tr_cluster;
 
 /* Every device of the cluster: the sum of nodes * per_node. */

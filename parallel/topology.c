@@ -406,6 +406,16 @@ static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts
     if (!h->contiguous) cat(s, n, "; ranks not contiguous per node");
 }
 
+/* Each host by name and the ranks on it, when the record holds them all. */
+static void name_hosts(const hosts *h, tr_cluster_hosts *out) {
+    if (h->n_nodes > TR_CLUSTER_MAX_HOSTS || h->size > TR_CLUSTER_MAX_RANKS) return;
+    out->n_hosts = h->n_nodes;
+    out->n_ranks = h->size;
+    for (int k = 0; k < h->n_nodes; k++)
+        snprintf(out->name[k], sizeof out->name[k], "%.63s", h->recs[h->first[k]].name);
+    for (int r = 0; r < h->size; r++) out->host_of[r] = (short)h->node[r];
+}
+
 static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
     memset(c, 0, sizeof *c);
     c->cpu = o->cpu;
@@ -426,6 +436,7 @@ static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
         for (int j = 0; j < h->n_groups; j++)
             c->between[gi][j] = link;
     }
+    name_hosts(h, &c->hosts);
     describe(h, c, o, c->source, sizeof c->source);
 }
 

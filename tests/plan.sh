@@ -142,6 +142,16 @@ grep -q "^plan: dp" "$tmp/auto.log" && grep -q "^plan vs run: step" "$tmp/auto.l
     ok "the log names the plan and compares it with the run: $(grep '^plan vs run' "$tmp/auto.log")" ||
     bad "no plan lines in the log"
 
+# the job's cluster as an object: its one host with both ranks, its links measured inside the
+# host (2 ranks there) and assumed between hosts (there is one)
+json "$tmp/job.json" "d['cluster']['nodes'] == [{'host': d['cluster']['nodes'][0]['host'], 'ranks': [0, 1]}] and d['cluster']['nodes'][0]['host'] != '' and d['cluster']['links']['intra']['origin'] == 'measured' and d['cluster']['links']['intra']['bw'] > 0 and d['cluster']['links']['intra']['latency'] > 0 and d['cluster']['links']['inter']['origin'] == 'assumed' and d['cluster']['groups'][0]['per_node'] == 2" >/dev/null &&
+    ok "plan --json under mpirun: the detected cluster's host, ranks and links" ||
+    { bad "plan --json under mpirun: the cluster object"; head -c 800 "$tmp/job.json"; }
+"$T" plan bench/megatron_gpt.lua --cluster recipes/clusters/mixed_pool.yaml --json >"$tmp/c.json" 2>&1 &&
+    json "$tmp/c.json" "d['cluster']['nodes'] == [] and len(d['cluster']['groups']) > 1 and d['cluster']['links']['inter']['bw'] > 0" >/dev/null &&
+    ok "plan --json for a cluster file: its groups, no hosts" ||
+    { bad "plan --json --cluster: the cluster object"; head -c 800 "$tmp/c.json"; }
+
 # 5. fixed fields are kept
 mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=2 --tp 2 --out "$tmp/tp" >"$tmp/tp.log" 2>&1 &&
     grep -q "dp 1 x tp 2" "$tmp/tp.log" && ok "--tp 2 is kept: $(grep '^plan: dp' "$tmp/tp.log" | cut -c1-80)" ||

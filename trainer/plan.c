@@ -34,7 +34,9 @@ static const char *plan_help =
     "  --deadline H       the cheapest plan that runs the recipe's steps within H hours\n"
     "                     (the cost objective: not with --objective time)\n"
     "  --alternatives N   runners-up to show (default 5)\n"
-    "  --json             the chosen plan under the recipe's names, its predictions and the\n"
+    "  --json             the chosen plan under the recipe's names, its predictions, the\n"
+    "                     cluster (its groups; for this job its hosts with their ranks; the\n"
+    "                     links with latency, bandwidth and whether measured) and the\n"
     "                     alternatives, as JSON\n"
     "Without --cluster or --gpus: this job, as `trainer run` would see it (one process, or\n"
     "`mpirun -np N trainer plan ...` for N), on the device run would choose (--device,\n"
@@ -244,13 +246,55 @@ static void json_plan(const tr_plan *p, FILE *f) {
     fprintf(f, "}");
 }
 
+static void json_link(FILE *f, const char *name, const tr_link *l) {
+    fprintf(f, "\"%s\": {\"latency\": ", name);
+    tr_json_write_num(f, l->lat.v, 0);
+    fprintf(f, ", \"bw\": ");
+    tr_json_write_num(f, l->bw.v, 0);
+    fprintf(f, ", \"origin\": \"%s\"", tr_origin_name(l->bw.from));
+    if (l->lat.from != l->bw.from)
+        fprintf(f, ", \"latency_origin\": \"%s\"", tr_origin_name(l->lat.from));
+    fprintf(f, "}");
+}
+
+/* The cluster planned for: where it came from, its groups, a running job's hosts with their
+ * ranks, and the links of the first group (latency s, bandwidth bytes/s, measured or not). */
+static void json_cluster(const tr_cluster *c, FILE *f) {
+    fprintf(f, "{\"source\": ");
+    tr_json_write_string(f, c->source);
+    fprintf(f, ",\n  \"groups\": [");
+    for (int i = 0; i < c->n_groups; i++) {
+        const tr_node_group *g = &c->g[i];
+        fprintf(f, "%s{\"name\": ", i ? ", " : "");
+        tr_json_write_string(f, g->name);
+        fprintf(f, ", \"device\": ");
+        tr_json_write_string(f, g->device);
+        fprintf(f, ", \"nodes\": %d, \"per_node\": %d}", g->nodes, g->per_node);
+    }
+    fprintf(f, "],\n  \"nodes\": [");
+    const tr_cluster_hosts *h = &c->hosts;
+    for (int k = 0; k < h->n_hosts; k++) {
+        fprintf(f, "%s{\"host\": ", k ? ",\n    " : "");
+        tr_json_write_string(f, h->name[k]);
+        fprintf(f, ", \"ranks\": [");
+        for (int r = 0, n = 0; r < h->n_ranks; r++)
+            if (h->host_of[r] == k) fprintf(f, "%s%d", n++ ? ", " : "", r);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "],\n  \"links\": {");
+    json_link(f, "intra", &c->g[0].intra);
+    fprintf(f, ", ");
+    json_link(f, "inter", &c->g[0].inter);
+    fprintf(f, "}}");
+}
+
 static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
     fprintf(f, "{\"fits\": %s, \"plan\": ", res->fits ? "true" : "false");
     json_plan(&res->best, f);
     fprintf(f, ",\n \"need\": ");
     tr_json_write_string(f, res->need);
     fprintf(f, ", \"cluster\": ");
-    tr_json_write_string(f, c->source);
+    json_cluster(c, f);
     fprintf(f, ", \"assumed\": ");
     tr_json_write_string(f, res->assumed);
     fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": ",
