@@ -3,8 +3,8 @@
 # one folder: slurm.conf, mpi.conf, the munge key and socket, state, spool, logs.
 #
 #   slurm_files DIR NAME CTL_HOST CTL_ADDR CTL_PORT D_PORT NODE...
-#                      writes DIR/slurm.conf (cluster NAME, slurmctld on CTL_HOST at CTL_ADDR)
-#                      and DIR/mpi.conf; each NODE is "name addr cpus", all in one partition
+#                      writes DIR/slurm.conf (cluster NAME, slurmctld on CTL_HOST at CTL_ADDR);
+#                      each NODE is "name addr cpus", all in one partition
 #   slurm_munged DIR [LAUNCHER...]
 #                      starts munged (LAUNCHER munged ...: e.g. entering a namespace) in the
 #                      background with DIR's key and socket: its pid in slurm_pid; returns 1
@@ -15,7 +15,7 @@
 slurm_files() {
     local d=$1 name=$2 chost=$3 caddr=$4 cport=$5 dport=$6 n names=()
     shift 6
-    mkdir -p "$d/state" "$d/spool" "$d/log" "$d/pmix" "$d/tmpfs" "$d/munge" || return 1
+    mkdir -p "$d/state" "$d/log" "$d/munge" || return 1
     chmod 755 "$d" # munged wants its socket's folder searchable
     head -c 1024 /dev/urandom >"$d/munge/munge.key" && chmod 600 "$d/munge/munge.key" || return 1
     cat >"$d/slurm.conf" <<EOF
@@ -30,7 +30,7 @@ CredType=cred/munge
 AuthInfo=socket=$d/munge/munge.sock
 StateSaveLocation=$d/state
 SlurmdSpoolDir=$d/spool/%n
-TmpFS=$d/tmpfs
+TmpFS=$d/tmpfs/%n
 SlurmctldPidFile=$d/slurmctld.pid
 SlurmdPidFile=$d/slurmd.%n.pid
 SlurmctldLogFile=$d/log/slurmctld.log
@@ -51,13 +51,13 @@ EOF
     for n in "$@"; do
         set -- $n
         echo "NodeName=$1 NodeAddr=$2 CPUs=$3 State=UNKNOWN" >>"$d/slurm.conf"
+        # per node: the PMIx client's scratch folders go to TmpFS (the nodes share this disk)
+        mkdir -p "$d/spool/$1" "$d/tmpfs/$1" || return 1
         names+=("$1")
     done
     local IFS=,
     echo "PartitionName=debug Nodes=${names[*]} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4" \
         >>"$d/slurm.conf"
-    # read from the folder of slurm.conf: keeps the PMIx client's scratch folders in DIR
-    echo "PMIxCliTmpDirBase=$d/pmix" >"$d/mpi.conf"
 }
 
 slurm_munged() {

@@ -74,11 +74,14 @@ short_of() { # NAME HOST
     echo "$s"
 }
 
-# run COMMAND in namespace NS as host H (a UTS namespace of its own named H)
+# run COMMAND in namespace NS as host H (a UTS namespace of its own named H). nsenter, not
+# `ip netns exec`: that remounts /sys, hiding the cgroup mounts slurmd needs. No name
+# resolves to a cluster's address (nothing of /etc is touched): the agent maps host names to
+# namespaces, and Slurm's nodes are given their addresses
 on() { # NS H COMMAND...
     local n=$1 h=$2
     shift 2
-    exec ip netns exec "$n" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$h" "$@"
+    exec nsenter --net="/run/netns/$n" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$h" "$@"
 }
 
 need_up() { # NAME: the cluster's folder exists, and its namespaces
@@ -183,7 +186,7 @@ cmd_up() {
     echo "  folder $d; run jobs with: $here/cluster.sh run $name -- mpirun -np $((hosts * slots)) COMMAND"
 }
 
-make_host() { # NAME SHORT ADDR: the namespace, its veth to the bridge, the address, /etc/hosts
+make_host() { # NAME SHORT ADDR: the namespace, its veth to the bridge, the address
     local n s
     n=$(ns "$1" "$2") s=$(ns "$1" sw)
     ip netns add "$n" &&
@@ -192,17 +195,12 @@ make_host() { # NAME SHORT ADDR: the namespace, its veth to the bridge, the addr
         ip -n "$s" link set dev "$2" up &&
         ip -n "$n" link set dev lo up &&
         ip -n "$n" addr add "$3/24" dev eth0 &&
-        ip -n "$n" link set dev eth0 up || return 1
-    # `ip netns exec` binds /etc/netns/NS/hosts over /etc/hosts: every host knows the others
-    mkdir -p "/etc/netns/$n" && { echo "127.0.0.1 localhost"; } >"/etc/netns/$n/hosts"
+        ip -n "$n" link set dev eth0 up
 }
 
 write_files() { # NAME HOSTS SLOTS
-    local name=$1 d sub f h
+    local name=$1 d sub h
     d=$(dir_of "$name") sub=$(cat "$(dir_of "$name")/subnet")
-    for f in /etc/netns/trc-"$name"-*/hosts; do # every name and address, in every namespace
-        awk '{print $2, $1}' "$d/hosts" >>"$f"
-    done
     awk -v k="$3" '$1 !~ /-head$/ {print $1, "slots=" k}' "$d/hosts" >"$d/hostfile"
     {
         echo "#!/bin/sh"
@@ -214,7 +212,7 @@ write_files() { # NAME HOSTS SLOTS
         echo "*) echo \"$me: cluster $name has no host '\${1-}'\" >&2; exit 255 ;;"
         echo 'esac'
         echo 'h=$1; shift'
-        echo 'exec ip netns exec "$n" unshare --uts sh -c '"'"'hostname "$0" && exec sh -c "$*"'"'"' "$h" "$@"'
+        echo 'exec nsenter --net="/run/netns/$n" unshare --uts sh -c '"'"'hostname "$0" && exec sh -c "$*"'"'"' "$h" "$@"'
     } >"$d/agent"
     chmod 755 "$d/agent"
     mkdir -p "$d/tmp"
@@ -246,7 +244,7 @@ start_slurm() { # NAME HOSTS SLOTS
     echo "export SLURM_CONF=$d/slurm/slurm.conf" >>"$d/env"
     export SLURM_CONF=$d/slurm/slurm.conf
     cd / || return 1 # the daemons hold no one's folder
-    slurm_munged "$d/slurm" setsid ip netns exec "$head" || return 1
+    slurm_munged "$d/slurm" setsid nsenter --net="/run/netns/$head" || return 1
     (on "$head" "$name-head" slurmctld -D -i </dev/null >>"$d/slurm/log/slurmctld.out" 2>&1 &)
     for i in $(seq 0 $(($2 - 1))); do
         (on "$(ns "$name" "n$i")" "$name-n$i" slurmd -D -N "$name-n$i" </dev/null \
@@ -279,6 +277,7 @@ cmd_down() { # NAME
     exec 9</run
     flock -w 60 9
     for n in $(namespaces "$name"); do ip netns del "$n" || echo "$me: down: cannot delete namespace $n" >&2; found=1; done
+    # (the first version of this tool wrote /etc/netns/trc-NAME-*/hosts)
     for n in /etc/netns/trc-"$name"-*; do [ -e "$n" ] && rm -rf "$n" && found=1; done
     [ -d /etc/netns ] && rmdir --ignore-fail-on-non-empty /etc/netns
     [ -e "$d" ] && rm -rf "$d" && found=1
