@@ -42,7 +42,7 @@ set -u
 me="cluster.sh"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=${TR_CLUSTER_ROOT:-/run/trcluster}
-sw_ports=(6817 6818) # slurmctld, slurmd: fixed, every cluster has addresses of its own
+slurm_ports=(6817 6818) # slurmctld, slurmd: fixed, every cluster has addresses of its own
 
 die() { echo "$me: $*" >&2; exit 1; }  # a step that failed
 bad() { echo "$me: $*" >&2; exit 2; }  # bad input: a flag, a name, a rate
@@ -240,7 +240,7 @@ start_slurm() { # NAME HOSTS SLOTS
     haddr=$(awk '$1 ~ /-head$/ {print $2}' "$d/hosts")
     . "$here/../slurm_lib.sh"
     for i in $(seq 0 $(($2 - 1))); do nodes+=("$name-n$i $(awk -v h="$name-n$i" '$1 == h {print $2}' "$d/hosts") $3"); done
-    slurm_files "$d/slurm" "$name" "$name-head" "$haddr" "${sw_ports[@]}" "${nodes[@]}" || return 1
+    slurm_files "$d/slurm" "$name" "$name-head" "$haddr" "${slurm_ports[@]}" "${nodes[@]}" || return 1
     echo "export SLURM_CONF=$d/slurm/slurm.conf" >>"$d/env"
     export SLURM_CONF=$d/slurm/slurm.conf
     cd / || return 1 # the daemons hold no one's folder

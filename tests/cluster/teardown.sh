@@ -4,7 +4,7 @@
 # hosts; the launcher and one host's processes are killed mid-job (the other host's orted and
 # ranks are orphaned), a namespace of its name with a process in it is left as a crashed `up`
 # would; `down` then leaves no namespace, link, process or file of the cluster's name. Bad
-# input to the tool gets one line and exit status 2.
+# input to the tool gets one line and exit status 2; shape, cut and mend set what they say.
 set -u
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/lib.sh"
@@ -34,10 +34,30 @@ refused "is up already" up "$cname" --hosts 1 --slots 1
 refused "no cluster 'zz$$' is up" run "zz$$" -- true
 refused "bad cluster name 'A-b'" down A-b
 
+# shape sets tbf at both ends of a host's link (what it sends, what it receives); none
+# removes it; cut and mend take the switch's end down and up
+sh=trc-$cname-n1 sw=trc-$cname-sw
+qdiscs() { tc -n "$sh" qdisc show dev eth0; tc -n "$sw" qdisc show dev n1; }
+"$CL" shape "$cname" "$cname-n1" 50mbit >/dev/null
+n50=$(qdiscs | grep -c "tbf .*rate 50Mbit")
+"$CL" shape "$cname" "$cname-n1" none >/dev/null
+n0=$(qdiscs | grep -c tbf)
+"$CL" shape "$cname" "$cname-n1" 200mbit >/dev/null
+n200=$(qdiscs | grep -c "tbf .*rate 200Mbit")
+[ "$n50/$n0/$n200" = 2/0/2 ] && ok "shape: tbf at 50mbit at both ends, none, 200mbit again" ||
+    bad "shape: tbf at 50mbit on $n50 ends, $n0 left by none, 200mbit on $n200: $(qdiscs)"
+"$CL" cut "$cname" "$cname-n1" >/dev/null
+cut=$(ip -n "$sw" -o link show dev n1 | grep -o "state [A-Z]*")
+"$CL" mend "$cname" "$cname-n1" >/dev/null
+mend=$(ip -n "$sw" -o link show dev n1 | grep -o "state [A-Z]*")
+[ "$cut" = "state DOWN" ] && [ "$mend" != "state DOWN" ] && ok "cut: n1's link $cut; mend: $mend" ||
+    bad "cut: n1's link '$cut'; mend: '$mend'"
+
 # a job across the hosts, running (cluster.sh run execs: $job becomes mpirun)
 "$CL" run "$cname" -- mpirun -np 4 "$T" run tests/recipes_good/dp_tiny.lua --set steps=100000 --out "$tmp/job" \
     --peak-gflops 10 >"$tmp/job.log" 2>&1 &
 job=$!
+disown "$job" # killed below: no "Killed" notice from this shell
 for _ in $(seq 600); do grep -qs '"step"' "$tmp/job/metrics.jsonl" && break; sleep 0.1; done
 if grep -qs '"step"' "$tmp/job/metrics.jsonl" && grep -q "detected: 2 nodes" "$tmp/job.log"; then
     ok "a job runs across the 2 hosts: $(grep -o 'detected: 2 nodes ([^)]*)' "$tmp/job.log")"
@@ -60,7 +80,7 @@ kill -9 "$job" 2>/dev/null
 ip netns add "trc-$cname-n9" && (exec nsenter --net="/run/netns/trc-$cname-n9" sleep 600 </dev/null >/dev/null 2>&1 &)
 nets="$nets"$'\n'"net:[$(stat -L -c %i "/run/netns/trc-$cname-n9")]"
 ok "killed mid-job: mpirun and $cname-n0; left running: $(inside | awk '{print $2}' | sort | uniq -c | awk '{printf "%s x%s ", $2, $1}')"
-wait "$job" 2>/dev/null # (its "Killed" is ours)
+for _ in $(seq 100); do [ -e "/proc/$job" ] || break; sleep 0.1; done
 
 "$CL" down "$cname" >"$tmp/down.log" 2>&1 || bad "down exited $?: $(cat "$tmp/down.log")"
 left_ns=$(ip netns list | awk '{print $1}' | grep "^trc-$cname-")
