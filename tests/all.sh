@@ -3,8 +3,9 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer build. This is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# test-only packages: a private single-node Slurm cluster for tests/slurm.sh
-TR_EXTRA_PKGS="slurmd slurmctld slurm-client munge libpmix-dev" ./setup.sh -DTR_WERROR=ON
+# test-only packages: a private single-node Slurm cluster for tests/slurm.sh; ip and tc for
+# the cluster in a box of tests/cluster/ (and Slurm on its hosts)
+TR_EXTRA_PKGS="slurmd slurmctld slurm-client munge libpmix-dev iproute2" ./setup.sh -DTR_WERROR=ON
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 ctest --test-dir build --output-on-failure
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTR_WERROR=ON -DTR_SANITIZE=ON >/dev/null
