@@ -68,7 +68,7 @@ need_root() {
 # the cluster has no such host
 short_of() { # NAME HOST
     local s=${2#"$1"-}
-    if [ "$s" = "$2" ] || ! grep -q "^$2 " "$(dir_of "$1")/hosts"; then
+    if [ "$s" = "$2" ] || [ -z "$(awk -v h="$2" '$1 == h' "$(dir_of "$1")/hosts")" ]; then
         bad "cluster $1 has no host '$2' (hosts: $(awk '{printf "%s ", $1}' "$(dir_of "$1")/hosts"))"
     fi
     echo "$s"
@@ -95,7 +95,7 @@ rate_bits() {
     [[ $1 =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] && [ "${BASH_REMATCH[1]}" -gt 0 ] || return 1
     local m=1
     case ${BASH_REMATCH[2]} in kbit) m=1000 ;; mbit) m=1000000 ;; gbit) m=1000000000 ;; esac
-    echo $((BASH_REMATCH[1] * m))
+    echo $((10#${BASH_REMATCH[1]} * m))
 }
 check_rate() {
     [ "$1" = none ] || rate_bits "$1" >/dev/null ||
@@ -157,6 +157,7 @@ cmd_up() {
     # from here on a failure tears down what was made
     mkdir -p "$d" || die "up: cannot make the folder $d"
     trap 'echo "$me: up $name failed; tearing down what was made" >&2; cmd_down "$name" >/dev/null' EXIT
+    trap 'exit 1' INT TERM HUP
     local k net
     for k in $(seq 0 255); do
         grep -qsx "10.213.$k.0/24" "$root"/*/subnet || break
@@ -180,7 +181,7 @@ cmd_up() {
     exec 9<&- # the daemons below must not hold the lock
     write_files "$name" "$hosts" "$slots"
     [ "$slurm" = 1 ] && { start_slurm "$name" "$hosts" "$slots" || die "up: Slurm did not start (logs in $d/slurm/log)"; }
-    trap - EXIT
+    trap - EXIT INT TERM HUP
     echo "cluster $name: $hosts host(s) x $slots slot(s) on $net.0/24, links $rate$([ "$slurm" = 1 ] && echo ", Slurm")"
     awk '{print "  " $1 "  " $2 "  " ($3 == "none" ? "unshaped" : $3)}' "$d/hosts"
     echo "  folder $d; run jobs with: $here/cluster.sh run $name -- mpirun -np $((hosts * slots)) COMMAND"
@@ -260,10 +261,11 @@ start_slurm() { # NAME HOSTS SLOTS
 cmd_down() { # NAME
     local name=$1 n p left found="" d pids
     d=$(dir_of "$name")
-    # every process in the namespaces: asked to stop, then (after 2 s) killed
+    # every process in the namespaces (but this one, when run on the cluster): asked to stop,
+    # then (after 2 s) killed
     for sig in TERM KILL; do
         pids=""
-        for n in $(namespaces "$name"); do pids+=" $(ip netns pids "$n" 2>/dev/null | tr '\n' ' ')"; done
+        for n in $(namespaces "$name"); do pids+=" $(ip netns pids "$n" 2>/dev/null | grep -vx "$$" | tr '\n' ' ')"; done
         [ -n "${pids// /}" ] || break
         found=1
         kill -"$sig" $pids 2>/dev/null
@@ -298,6 +300,7 @@ cmd_down() { # NAME
 cmd_run() { # NAME [--on HOST] -- COMMAND...
     local name=$1 host="" s
     shift
+    need_root
     need_up "$name"
     if [ "${1-}" = --on ]; then host=${2-} && shift 2; fi
     [ "${1-}" = -- ] && shift
