@@ -2,11 +2,10 @@
 # exit whatever happens.
 #
 #   cluster_begin PREFIX up-flags...
-#       skips (exit 77) where this is not root or `ip netns` does not work; brings up a cluster
-#       named PREFIX and this shell's pid (unique among the tests running at once): its name in
-#       cname, the tool in CL, its folder in cdir. At the exit it is torn down and $tmp (when
-#       set) removed.
-#   on_cluster COMMAND...   runs COMMAND on the cluster's head (cluster.sh run)
+#       skips (exit 77) where this is not root or network namespaces cannot be made; brings
+#       up a cluster named PREFIX and this shell's pid (unique among the tests running at
+#       once): its name in cname, the tool in CL, its folder in cdir. At the exit it is torn
+#       down and $tmp (when set) removed.
 #   rank_hosts LOG          "rank host" for every rank of a run's per-rank table
 CL=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cluster.sh
 
@@ -19,7 +18,8 @@ cluster_begin() {
     local prefix=$1
     shift
     [ "$(id -u)" = 0 ] || { echo "SKIP not root: a cluster in a box needs network namespaces"; exit 77; }
-    ip netns list >/dev/null 2>&1 || { echo "SKIP 'ip netns' does not work here"; exit 77; }
+    ip netns list >/dev/null 2>&1 && unshare --net true 2>/dev/null ||
+        { echo "SKIP no network namespaces here ('ip netns' or unshare --net fails)"; exit 77; }
     cname=$prefix$$
     trap cluster_end EXIT
     trap 'exit 1' INT TERM HUP
@@ -29,7 +29,5 @@ cluster_begin() {
     rm -f "${TMPDIR:-/tmp}/$cname.up.log"
     cdir=$("$CL" dir "$cname")
 }
-
-on_cluster() { "$CL" run "$cname" -- "$@"; }
 
 rank_hosts() { awk '$1 == "rank" && $2 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ {print $2, $3}' "$1"; }
