@@ -158,8 +158,11 @@ path_length() { _run_diff path "$1"; }
 # layout_setup TRAINER PREFIX starts one: T (the trainer), tmp (removed at the exit), the
 # environment of mpirun --oversubscribe (without mpirun: skipped, exit 77); its models are
 # gpt (PREFIX_gpt.lua), gptu (the same, untied head) and llama (PREFIX_llama.lua).
+# layout_launch (empty) is put before every mpirun: tests/cluster/layouts.sh runs them on a
+# cluster in a box with (cluster.sh run NAME --).
 layout_setup() { # trainer recipe-prefix
     T=$1 layout_prefix=$2
+    layout_launch=()
     command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
@@ -182,7 +185,8 @@ layout_run() { # name np model [flags...]: TRAIN OUT=$tmp/name, final parameters
     if [ "$np" -eq 1 ]; then
         TR_DUMP_PARAMS="$tmp/$name.params" "${cmd[@]}" >"$tmp/$name.log" 2>&1
     else
-        TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1
+        TR_DUMP_PARAMS="$tmp/$name.params" timeout 300 "${layout_launch[@]}" mpirun -np "$np" "${cmd[@]}" \
+            >"$tmp/$name.log" 2>&1
     fi || { bad "$name exited $?: $(grep -v '^--\|^ \|^$' "$tmp/$name.log" | tail -2 | tr '\n' ' ')"; return 1; }
 }
 

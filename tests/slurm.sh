@@ -74,8 +74,6 @@ teardown() {
 trap teardown EXIT
 trap 'exit 1' INT TERM HUP
 
-logs() { for f in "$tmp"/log/*.log; do echo "--- $f"; tail -8 "$f"; done; }
-
 # two free TCP ports for slurmctld and slurmd, picked at random (runs in a row do not collide)
 free_port() {
     local p
@@ -91,67 +89,22 @@ while [ "$dport" = "$cport" ]; do dport=$(free_port); done
 H=$(hostname -s)
 ncpu=$(nproc)
 [ "$ncpu" -lt 2 ] && ncpu=2
-mkdir -p "$tmp/state" "$tmp/spool" "$tmp/log" "$tmp/pmix" "$tmp/tmpfs" "$tmp/munge"
-head -c 1024 /dev/urandom >"$tmp/munge/munge.key"
-chmod 600 "$tmp/munge/munge.key"
-cat >"$tmp/slurm.conf" <<EOF
-ClusterName=trtest
-SlurmctldHost=$H(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort=$cport
-SlurmdPort=$dport
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$tmp/munge/munge.sock
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool
-TmpFS=$tmp/tmpfs
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd.pid
-SlurmctldLogFile=$tmp/log/slurmctld.log
-SlurmdLogFile=$tmp/log/slurmd.log
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/builtin
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-ReturnToService=2
-SlurmdParameters=config_overrides
-NodeName=$H NodeAddr=127.0.0.1 CPUs=$ncpu State=UNKNOWN
-PartitionName=debug Nodes=$H Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
-EOF
-# read from the folder of slurm.conf: keeps the PMIx client's scratch folders in $tmp
-echo "PMIxCliTmpDirBase=$tmp/pmix" >"$tmp/mpi.conf"
+. "$(dirname "$0")/slurm_lib.sh"
+slurm_files "$tmp" trtest "$H" 127.0.0.1 "$cport" "$dport" "$H 127.0.0.1 $ncpu" ||
+    { echo "FAIL cannot write the Slurm configuration in $tmp"; exit 1; }
 export SLURM_CONF="$tmp/slurm.conf"
 
 # the daemons in the foreground, as children of this shell: their pids are known for the teardown
-munged -F --force --key-file="$tmp/munge/munge.key" --socket="$tmp/munge/munge.sock" \
-    --pid-file="$tmp/munge/munged.pid" --seed-file="$tmp/munge/seed" \
-    --log-file="$tmp/log/munged.log" </dev/null >>"$tmp/log/munged.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do munge -S "$tmp/munge/munge.sock" -n >/dev/null 2>&1 && break; sleep 0.2; done
-if ! munge -S "$tmp/munge/munge.sock" -n >/dev/null 2>&1; then
-    echo "FAIL munged did not start"; logs; exit 1
-fi
+slurm_munged "$tmp" || { pids+=("$slurm_pid"); echo "FAIL munged did not start"; slurm_logs "$tmp"; exit 1; }
+pids+=("$slurm_pid")
 slurmctld -D -i </dev/null >>"$tmp/log/slurmctld.out" 2>&1 &
 pids+=($!)
 slurmd -D -N "$H" </dev/null >>"$tmp/log/slurmd.out" 2>&1 &
 pids+=($!)
-state=""
-for _ in $(seq 60); do # 30 s at most
-    state=$(timeout 5 sinfo -h -n "$H" -o %t 2>/dev/null)
-    [ "$state" = idle ] && break
-    sleep 0.5
-done
-if [ "$state" != idle ]; then
-    echo "FAIL the Slurm node did not become idle within 30 s (state '${state}')"; logs; exit 1
-fi
+slurm_wait_idle 1 || {
+    echo "FAIL the Slurm node did not become idle within 30 s (state '$(timeout 5 sinfo -h -n "$H" -o %t 2>/dev/null)')"
+    slurm_logs "$tmp"; exit 1
+}
 echo "ok   private Slurm cluster up: node $H idle (slurmctld port $cport, slurmd port $dport)"
 
 TR_DUMP_PARAMS="$tmp/single.params" bgwait timeout 300 "$T" run "$R" --out "$tmp/single" --peak-gflops 10 >"$tmp/single.log" 2>&1 ||
@@ -162,7 +115,7 @@ TR_DUMP_PARAMS="$tmp/$name.params" bgwait timeout 300 srun -n 2 -N 1 --mpi=pmix 
     "$T" run "$R" --set zero=1 --set bucket=16 --out "$tmp/$name" --peak-gflops 10 >"$tmp/$name.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ]; then
-    echo "FAIL $name: srun exited $rc"; tail -15 "$tmp/$name.log"; logs; fail=1
+    echo "FAIL $name: srun exited $rc"; tail -15 "$tmp/$name.log"; slurm_logs "$tmp"; fail=1
 elif ! grep -q "2 processes (mpi)" "$tmp/$name.log"; then
     echo "FAIL $name: the ranks did not form one 2-process MPI job"; head -8 "$tmp/$name.log"; fail=1
 elif e=$(cmp_run "$tmp/$name" "$tmp/single"); then
