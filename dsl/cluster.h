@@ -61,9 +61,12 @@ typedef struct {
     tr_origin from;
 } tr_figure;
 
-/* A link: bandwidth (bytes/s per device, one direction) and latency (s). */
+/* A link: bandwidth (bytes/s per device, one direction, through a collective) and latency
+ * (s); for a detected job also p2p, what one transfer between two of its devices moves in one
+ * direction (bytes/s: the link's own rate; v 0 where not measured). */
 typedef struct {
     tr_figure bw, lat;
+    tr_figure p2p;
 } tr_link;
 
 /* Nodes of one kind at one provider. */

@@ -31,7 +31,19 @@ enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 2, LAT_REPS = 21, BW_REPS = 5,
 #define BW_BYTES ((size_t)1 << 20)
 
 /* One rank's measurements, gathered from every rank as doubles (0: not measured). */
-enum { F_CORES, F_MEM, F_FLOPS, F_COPY, F_INTRA_BW, F_INTRA_LAT, F_INTER_BW, F_INTER_LAT, F_N };
+enum {
+    F_CORES,
+    F_MEM,
+    F_FLOPS,
+    F_COPY,
+    F_INTRA_BW, /* bw, lat, p2p of a link: in this order */
+    F_INTRA_LAT,
+    F_INTRA_P2P,
+    F_INTER_BW,
+    F_INTER_LAT,
+    F_INTER_P2P,
+    F_N
+};
 
 /* Who is where: the nodes (hosts) in order of their first rank, and their groups. */
 typedef struct {
@@ -287,13 +299,54 @@ static int time_link(tr_comm *g, float *buf, double *bw, double *lat) {
     return rc;
 }
 
+/* The median time of `reps` round trips: n floats from `from` to `to`, 8 bytes back. */
+static int round_trip(tr_comm *g, float *buf, size_t n, int from, int to, int reps,
+                      double *median) {
+    double t[MAX_REPS] = {0};
+    int me = tr_comm_rank(g), rc = 0;
+    for (int i = 0; i <= reps && !rc; i++) { /* the first: a warm-up */
+        double t0 = now();
+        if (me == from)
+            rc = tr_comm_send(g, buf, n, TR_COMM_F32, to, 7) ||
+                 tr_comm_recv(g, buf, 2, TR_COMM_F32, to, 8);
+        else if (me == to)
+            rc = tr_comm_recv(g, buf, n, TR_COMM_F32, from, 7) ||
+                 tr_comm_send(g, buf, 2, TR_COMM_F32, from, 8);
+        if (i > 0) t[i - 1] = now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    *median = t[reps / 2];
+    return rc;
+}
+
+/* The link's own rate, one direction, between each rank of g and the next in turn (at most
+ * P2P_PAIRS of them): BW_BYTES less 8 bytes, over the difference of the two round trips. Each
+ * sender keeps the slowest of its own; the others leave *bw 0. */
+static int time_p2p(tr_comm *g, float *buf, double *bw) {
+    enum { P2P_PAIRS = 16 };
+    int p = tr_comm_size(g), me = tr_comm_rank(g), rc = 0;
+    for (int k = 0; k < p && k < P2P_PAIRS && !rc; k++) {
+        int to = (k + 1) % p;
+        if (p == 2 && k == 1) break; /* the one pair, once */
+        double small = 0, big = 0;
+        rc = round_trip(g, buf, 2, k, to, BW_REPS, &small);
+        if (!rc) rc = round_trip(g, buf, BW_BYTES / sizeof(float), k, to, BW_REPS, &big);
+        if (me == k && big > small) *bw = (double)(BW_BYTES - 8) / (big - small);
+    }
+    return rc;
+}
+
 /* Split w by color and time the link of this rank's subgroup when `timed` (every rank
- * calls it; the others join a group they leave idle). bw_lat: bandwidth, latency. */
+ * calls it; the others join a group they leave idle). bw_lat: bandwidth, latency, p2p. */
 static int time_split(tr_comm *w, int color, int timed, const char *name, float *buf,
                       double *bw_lat, char *err, size_t errlen) {
     tr_comm *g;
     if (tr_comm_split(w, color, tr_comm_rank(w), name, &g, err, errlen)) return -1;
-    int rc = timed && tr_comm_size(g) > 1 ? time_link(g, buf, &bw_lat[0], &bw_lat[1]) : 0;
+    int rc = 0;
+    if (timed && tr_comm_size(g) > 1) {
+        rc = time_link(g, buf, &bw_lat[0], &bw_lat[1]);
+        if (!rc) rc = time_p2p(g, buf, &bw_lat[2]);
+    }
     tr_comm_free(g);
     if (rc) snprintf(err, errlen, "topology: timing the %s link failed", name);
     return rc;
@@ -349,10 +402,13 @@ static tr_figure fig(double v, tr_origin from) {
     return (tr_figure){v, from};
 }
 
-static tr_link link_of(double bw, double lat, double bw0, double lat0) {
-    if (bw > 0 && lat > 0)
-        return (tr_link){fig(bw, TR_ORIGIN_MEASURED), fig(lat, TR_ORIGIN_MEASURED)};
-    return (tr_link){fig(bw0, TR_ORIGIN_ASSUMED), fig(lat0, TR_ORIGIN_ASSUMED)};
+/* A link from the figures at f (bw, lat, p2p), or the assumed ones when not measured. */
+static tr_link link_of(const double *f, double bw0, double lat0) {
+    if (f[0] > 0 && f[1] > 0)
+        return (tr_link){fig(f[0], TR_ORIGIN_MEASURED), fig(f[1], TR_ORIGIN_MEASURED),
+                         fig(f[2], f[2] > 0 ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED)};
+    return (tr_link){fig(bw0, TR_ORIGIN_ASSUMED), fig(lat0, TR_ORIGIN_ASSUMED),
+                     fig(0, TR_ORIGIN_ASSUMED)};
 }
 
 static void fill_group(tr_node_group *g, const hosts *h, int gi, const double *agg,
@@ -371,8 +427,7 @@ static void fill_group(tr_node_group *g, const hosts *h, int gi, const double *a
                                          : TR_ORIGIN_MEASURED;
     g->peak_flops = fig(agg[F_FLOPS], agg[F_FLOPS] > 0 ? peak : TR_ORIGIN_ASSUMED);
     g->mem_bw = fig(agg[F_COPY], agg[F_COPY] > 0 ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED);
-    g->intra =
-        link_of(agg[F_INTRA_BW], agg[F_INTRA_LAT], TR_TOPOLOGY_INTRA_BW, TR_TOPOLOGY_INTRA_LAT);
+    g->intra = link_of(&agg[F_INTRA_BW], TR_TOPOLOGY_INTRA_BW, TR_TOPOLOGY_INTRA_LAT);
     g->price_hour = fig(0, TR_ORIGIN_ASSUMED);
     g->egress_per_gb = fig(0, TR_ORIGIN_ASSUMED);
     g->cores = (int)agg[F_CORES];
@@ -425,8 +480,7 @@ static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
     for (int r = 0; r < h->size; r++) /* the inter link: timed by each node's first rank */
         want[r] = h->first[h->node[r]] == r;
     slowest(h->figs, h->size, want, inter);
-    tr_link link =
-        link_of(inter[F_INTER_BW], inter[F_INTER_LAT], TR_TOPOLOGY_INTER_BW, TR_TOPOLOGY_INTER_LAT);
+    tr_link link = link_of(&inter[F_INTER_BW], TR_TOPOLOGY_INTER_BW, TR_TOPOLOGY_INTER_LAT);
     for (int gi = 0; gi < h->n_groups; gi++) {
         for (int r = 0; r < h->size; r++)
             want[r] = h->group[h->node[r]] == gi;

@@ -55,7 +55,7 @@ static void cpu_cluster(tr_cluster *c, int n) {
     g->mem_bytes.v = 64e9;
     g->peak_flops.v = 20e9;
     g->mem_bw.v = 5e9;
-    g->intra = (tr_link){{2e9, 0}, {20e-6, 0}};
+    g->intra = (tr_link){{2e9, 0}, {20e-6, 0}, {0, 0}};
     g->inter = g->intra;
     c->between[0][0] = g->intra;
     snprintf(c->source, sizeof c->source, "test: %d CPU ranks", n);

@@ -254,6 +254,10 @@ static void json_link(FILE *f, const char *name, const tr_link *l) {
     fprintf(f, ", \"origin\": \"%s\"", tr_origin_name(l->bw.from));
     if (l->lat.from != l->bw.from)
         fprintf(f, ", \"latency_origin\": \"%s\"", tr_origin_name(l->lat.from));
+    if (l->p2p.v > 0) { /* measured: a job's own links */
+        fprintf(f, ", \"p2p_bw\": ");
+        tr_json_write_num(f, l->p2p.v, 0);
+    }
     fprintf(f, "}");
 }
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Topology across hosts: on a cluster in a box of 2 hosts x 2 slots, `trainer plan --json`
+# under mpirun (the job plans for itself) names both hosts with their ranks, measures the
+# links inside a host and between hosts, and reads the link between hosts within 30% of the
+# rate tc shapes it to (200 Mbit/s, then 50 Mbit/s: the figure follows the link). The plan
+# keeps tensor parallelism inside a host. A bandwidth bound is a measurement on a machine
+# that other tests load: each rate is measured up to 3 times before a miss counts. ~15 s.
+set -u
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/lib.sh"
+T=$(realpath "$1")
+R=$(realpath tests/recipes_good/pp_gpt.lua)
+export OMP_NUM_THREADS=1
+fail=0
+tmp=$(mktemp -d)
+cluster_begin tt --hosts 2 --slots 2 --rate 200mbit
+
+# check RATE_BYTES_PER_S: the job's cluster object, its p2p rate between hosts within 30%
+check() {
+    "$CL" run "$cname" -- mpirun -np 4 "$T" plan "$R" --json >"$tmp/plan.json" 2>"$tmp/plan.err" ||
+        { echo "trainer plan under mpirun failed: $(tail -2 "$tmp/plan.err")"; return 2; }
+    python3 - "$tmp/plan.json" "$cname" "$1" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+name, rate = sys.argv[2], float(sys.argv[3])
+c, plan = d["cluster"], d["plan"]
+nodes = [(n["host"], n["ranks"]) for n in c["nodes"]]
+want = [(name + "-n0", [0, 1]), (name + "-n1", [2, 3])]
+intra, inter = c["links"]["intra"], c["links"]["inter"]
+got = inter.get("p2p_bw", 0)
+print("hosts %s; inter p2p %.1f MB/s (shaped %.1f), all-reduce bus %.1f MB/s, latency %.2g s; "
+      "intra %.0f MB/s; plan dp %d x tp %d x pp %d" % (nodes, got / 1e6, rate / 1e6,
+      inter["bw"] / 1e6, inter["latency"], intra["bw"] / 1e6, plan["dp"], plan["tp"], plan["pp"]))
+if nodes != want: sys.exit(2)
+if intra["origin"] != "measured" or inter["origin"] != "measured": sys.exit(2)
+if plan["tp"] > 2: sys.exit(2)   # tp inside a host of 2 ranks
+sys.exit(0 if abs(got / rate - 1) <= 0.3 else 1)
+PY
+}
+for rate in 200 50; do
+    if [ $rate != 200 ]; then
+        "$CL" shape "$cname" "$cname-n0" ${rate}mbit >/dev/null &&
+            "$CL" shape "$cname" "$cname-n1" ${rate}mbit >/dev/null || { bad "shape to $rate"; break; }
+    fi
+    for try in 1 2 3; do
+        e=$(check $((rate * 1000000 / 8)))
+        rc=$?
+        [ $rc -eq 1 ] || break
+    done
+    case $rc in
+    0) ok "links shaped to $rate Mbit/s (measurement $try): $e" ;;
+    1) bad "links shaped to $rate Mbit/s: the measured rate is off by more than 30%, 3 times: $e" ;;
+    *) bad "links shaped to $rate Mbit/s: $e" ;;
+    esac
+done
+exit $fail
