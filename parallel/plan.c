@@ -9,7 +9,8 @@
 #include "parallel/plan_private.h"
 #include "parallel/schedule.h"
 
-#define KEEP 64 /* feasible plans kept for the exact check and the alternatives */
+#define KEEP 128    /* feasible plans kept for the exact check and the alternatives */
+#define PER_SHAPE 8 /* of them, variants of one shape at most */
 
 /* What the flags and the recipe fix: -1 where the planner chooses. */
 typedef struct {
@@ -98,17 +99,20 @@ static int same_shape(const tr_plan *a, const tr_plan *b) {
            a->l.zero == b->l.zero && a->l.schedule == b->l.schedule;
 }
 
-/* Keep p among the best KEEP, one per shape (dp, tp, pp, ZeRO, schedule): its best micro-batch
- * and the rest. */
+/* Keep p among the best KEEP, at most PER_SHAPE per shape (dp, tp, pp, ZeRO, schedule): the
+ * estimate ranks the variants of a shape (micro-batch, recompute, sequence parallelism), and
+ * when its favourite does not fit once measured, the next one that does is still here. */
 static void keep(pl_search *s, const tr_plan *p) {
     double v = score(s, p);
+    int same = 0, worst = -1; /* of p's shape: how many kept, the last (worst) of them */
     for (int i = 0; i < s->n_keep; i++)
-        if (same_shape(&s->keep[i], p)) {
-            if (score(s, &s->keep[i]) <= v) return;
-            memmove(&s->keep[i], &s->keep[i + 1], (size_t)(s->n_keep - i - 1) * sizeof(tr_plan));
-            s->n_keep--;
-            break;
-        }
+        if (same_shape(&s->keep[i], p)) same++, worst = i;
+    if (same >= PER_SHAPE) {
+        if (score(s, &s->keep[worst]) <= v) return;
+        memmove(&s->keep[worst], &s->keep[worst + 1],
+                (size_t)(s->n_keep - worst - 1) * sizeof(tr_plan));
+        s->n_keep--;
+    }
     int at = s->n_keep;
     while (at > 0 && score(s, &s->keep[at - 1]) > v) at--;
     if (at >= KEEP) return;
@@ -317,32 +321,50 @@ static void prefer_simple(pl_search *s) {
     }
 }
 
-/* The best plans that pass the resolver and fit when measured: best, then alternatives. */
+/* Whether a plan of p's shape is among the first n of list. */
+static int shape_in(const tr_plan *list, int n, const tr_plan *p) {
+    for (int i = 0; i < n; i++)
+        if (same_shape(&list[i], p)) return 1;
+    return 0;
+}
+
+/* The best plans that pass the resolver and fit when measured, one per shape: best, then the
+ * alternatives; then, while fewer than asked, the shapes none of whose variants fit (the
+ * first refused variant of each, with why), and the fastest plans over memory by ZeRO stage
+ * below the chosen one. At most o->alternatives in all. */
 static void finish(pl_search *s, const pl_devices *dv, tr_plan_result *out) {
     int want = s->o->alternatives < TR_PLAN_MAX_ALTS ? s->o->alternatives : TR_PLAN_MAX_ALTS;
-    int have_best = 0;
-    for (int i = 0; i < s->n_keep && (!have_best || out->n_alts < want); i++) {
+    tr_plan *good = calloc(KEEP, sizeof *good), *bad = calloc(KEEP, sizeof *bad);
+    int n_good = 0, n_bad = 0;
+    if (!good || !bad) want = 0, s->n_keep = 0; /* out of memory: nothing fits, said below */
+    for (int i = 0; i < s->n_keep && n_good <= want; i++) {
         tr_plan p = s->keep[i];
-        int bad = measure(s, dv, &p);
-        if (!bad && p.mem_bytes > p.mem_cap) bad = 1;
-        if (!have_best && !bad) {
-            out->best = p;
-            have_best = 1;
-            continue;
-        }
-        if (bad && !p.why[0]) why_lost(s, dv, &p, &p);
-        if ((have_best || bad) && out->n_alts < want) out->alts[out->n_alts++] = p;
+        if (shape_in(good, n_good, &p)) continue;
+        int refused = measure(s, dv, &p);
+        if (!refused && p.mem_bytes <= p.mem_cap)
+            good[n_good++] = p;
+        else if (!shape_in(bad, n_bad, &p))
+            bad[n_bad++] = p;
     }
-    out->fits = have_best;
-    for (int z = 0; z < 4 && want > 0 && out->n_alts < TR_PLAN_MAX_ALTS; z++)
-        if (s->have_over[z] && (!have_best || z < out->best.l.zero)) {
+    out->fits = n_good > 0;
+    if (out->fits) out->best = good[0];
+    for (int i = 1; i < n_good && out->n_alts < want; i++) out->alts[out->n_alts++] = good[i];
+    for (int i = 0; i < n_bad && out->n_alts < want; i++) {
+        if (shape_in(good, n_good, &bad[i])) continue;
+        if (!bad[i].why[0]) why_lost(s, dv, &bad[i], &bad[i]);
+        out->alts[out->n_alts++] = bad[i];
+    }
+    for (int z = 0; z < 4 && out->n_alts < want; z++)
+        if (s->have_over[z] && (!out->fits || z < out->best.l.zero)) {
             tr_plan p = s->over[z];
             p.why[0] = 0;
             why_lost(s, dv, &p, &p);
             out->alts[out->n_alts++] = p;
         }
-    if (have_best)
+    if (out->fits)
         for (int i = 0; i < out->n_alts; i++) why_lost(s, dv, &out->best, &out->alts[i]);
+    free(good);
+    free(bad);
 }
 
 /* Nothing fits: the fewest devices of the cluster's kind that would, and whether full

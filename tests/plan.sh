@@ -65,10 +65,16 @@ PY
     { bad "deadline"; cat "$tmp/dl"; }
 
 # 2. nothing fits
-"$T" plan bench/llama_70b.lua --gpus 8 --gpu A100-40GB --set recompute=none >"$tmp/nf" 2>&1
+"$T" plan bench/llama_70b.lua --gpus 8 --gpu A100-40GB --set recompute=none >"$tmp/nf" 2>"$tmp/nf.err"
 rc=$?
-[ $rc -eq 3 ] && grep -q "nothing fits.*needs [0-9]* devices" "$tmp/nf" &&
-    ok "70B on 8 A100-40GB: exit 3, $(grep -o 'needs.*' "$tmp/nf")" || { bad "nothing fits (exit $rc)"; cat "$tmp/nf"; }
+[ $rc -eq 3 ] && [ ! -s "$tmp/nf" ] && [ "$(wc -l <"$tmp/nf.err")" -eq 1 ] &&
+    grep -q "^trainer plan: nothing fits on .*needs [0-9]* devices" "$tmp/nf.err" &&
+    ok "70B on 8 A100-40GB: exit 3, one line on stderr: $(cat "$tmp/nf.err")" ||
+    { bad "nothing fits (exit $rc)"; cat "$tmp/nf" "$tmp/nf.err"; }
+# --alternatives N shows N at most
+"$T" plan bench/llama_70b.lua --gpus 64 --gpu A100-40GB --alternatives 2 --json >"$tmp/alt.json" 2>&1 &&
+    json "$tmp/alt.json" "len(d['alternatives']) == 2" >/dev/null &&
+    ok "--alternatives 2: 2 runners-up" || { bad "--alternatives 2"; head -c 600 "$tmp/alt.json"; }
 
 # 3. mistakes
 expect() { # CODE PATTERN -- ARGS

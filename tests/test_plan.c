@@ -307,11 +307,78 @@ static void planning_time(tr_plan_result *res) {
     tr_recipe_free(&r);
 }
 
+/* The search keeps what fits: a mesh whose quick estimate's favourite (recompute none, the
+ * fastest) does not fit when measured, while a slower variant of the same mesh (selective
+ * recompute) does. Memory is set between the two: above none's estimate and selective's
+ * measured bytes, below none's measured bytes. The plan must be that mesh with selective
+ * recompute, not "nothing fits". */
+static void keeps_what_fits(tr_plan_result *res) {
+    static const struct {
+        const char *recipe;
+        int world, dp, tp, pp, zero, sched;
+    } cases[] = {
+        {"recipes_good/tp_gpt.lua", 2, 1, 2, 1, 0, TR_PP_1F1B},
+        {"recipes_good/dp_tiny.lua", 2, 2, 1, 1, 0, TR_PP_1F1B},
+        {"recipes_good/pp_gpt.lua", 2, 1, 1, 2, 0, TR_PP_1F1B},
+        {"recipes_good/tp_llama.lua", 2, 1, 2, 1, 0, TR_PP_1F1B},
+        {"recipes_good/pp_llama.lua", 2, 1, 1, 2, 0, TR_PP_GPIPE},
+    };
+    int tried = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tr_recipe r;
+        load(&r, cases[i].recipe, NULL, 0);
+        tr_cluster c;
+        cpu_cluster(&c, cases[i].world);
+        double est[2] = {0}, exact[2] = {0};
+        for (int rc = 0; rc < 2; rc++) { /* none, selective: the estimate and the measure */
+            r.train.recompute = rc;
+            tr_layout_flags f = {.dp = cases[i].dp, .tp = cases[i].tp, .pp = cases[i].pp,
+                                 .zero = cases[i].zero, .schedule = cases[i].sched,
+                                 .sequence_parallel = -1};
+            tr_layout l;
+            char err[1024];
+            if (tr_layout_resolve(&l, &r, &f, cases[i].world, TR_DTYPE_F32, 0, err, sizeof err))
+                break;
+            tr_plan p;
+            tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
+            est[rc] = p.mem_bytes;
+            exact[rc] = measured(&r, &l, TR_DTYPE_F32);
+        }
+        double cap = fmax(est[0], exact[1]) * 1.0001;
+        if (!(exact[1] > 0 && cap < exact[0])) { /* this recipe cannot show it */
+            tr_recipe_free(&r);
+            continue;
+        }
+        tried++;
+        c.g[0].mem_bytes.v = cap;
+        tr_plan_opts o = opts(TR_DTYPE_F32);
+        o.fixed.dp = cases[i].dp, o.fixed.tp = cases[i].tp, o.fixed.pp = cases[i].pp;
+        o.fixed.zero = cases[i].zero, o.fixed.schedule = cases[i].sched;
+        o.fixed.sequence_parallel = -1;
+        o.fixed.micro_batch = r.train.micro_batch;
+        o.recompute = -1;
+        r.train.recompute = -1; /* "auto": the planner's */
+        char err[1024];
+        int rc = tr_plan_search(&r, &c, &o, res, err, sizeof err);
+        char d[200] = "";
+        if (!rc) tr_plan_describe(&res->best, d, sizeof d);
+        check(!rc && res->fits && res->best.l.recompute == TR_RECOMPUTE_SELECTIVE,
+              "%s: none estimated %.0f, measured %.0f bytes; selective measured %.0f; memory "
+              "%.0f: the plan is the mesh with selective recompute (%s%s)",
+              cases[i].recipe, est[0], exact[0], exact[1], cap, rc ? err : d,
+              !rc && !res->fits ? ": nothing fits" : "");
+        tr_recipe_free(&r);
+    }
+    check(tried > 0, "a recipe among the test recipes shows a mesh whose estimate's favourite "
+                     "does not fit (%d)", tried);
+}
+
 int main(void) {
     tr_plan_result *res = calloc(1, sizeof(*res));
     memory_estimates();
     shown_plans_measured();
     fixed_and_nothing_fits(res);
+    keeps_what_fits(res);
     cost_and_deadline(res);
     narayanan(res);
     planning_time(res);

@@ -157,6 +157,16 @@ static void print_plan_line(const tr_plan *p, FILE *f) {
     fprintf(f, "%s", d);
 }
 
+/* One line: the least memory any layout needs, what there is, and what would fit. */
+static void nothing_fits(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
+    char mem[32], cap[32];
+    tr_fmt_bytes(res->best.mem_bytes, mem, sizeof mem);
+    tr_fmt_bytes(res->best.mem_cap, cap, sizeof cap);
+    fprintf(f, "trainer plan: nothing fits on %s: the least memory any layout needs is %s per "
+               "device (%s here); %s\n",
+            c->source, mem, cap, res->need);
+}
+
 static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_cluster *c,
                        const plan_args *a, FILE *f) {
     const tr_plan *b = &res->best;
@@ -166,14 +176,6 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
             a->objective == TR_PLAN_COST || a->deadline > 0 ? "cost" : "time",
             a->deadline > 0 ? " within the deadline" : "", res->evaluated, res->feasible,
             res->seconds);
-    if (!res->fits) {
-        tr_fmt_bytes(b->mem_bytes, mem, sizeof mem);
-        tr_fmt_bytes(b->mem_cap, cap, sizeof cap);
-        fprintf(f, "nothing fits: the least memory any layout needs is %s per device (%s "
-                   "here); %s\n",
-                mem, cap, res->need);
-        return;
-    }
     fprintf(f, "chosen  ");
     print_plan_line(b, f);
     tr_fmt_bytes(b->mem_bytes, mem, sizeof mem);
@@ -359,6 +361,8 @@ int tr_cmd_plan(int argc, char **argv) {
     rc = !res || tr_plan_search(&r, c, &po, res, err, sizeof err);
     if (rc)
         fprintf(stderr, "trainer plan: %s\n", res ? err : "out of memory");
+    else if (!res->fits && !a.json)
+        nothing_fits(res, c, stderr);
     else if (a.json)
         print_json(res, c, stdout);
     else
