@@ -35,11 +35,15 @@ static const char *help =
     "  --restarts N   relaunch at most N times (default 10)\n"
     "  --backoff S    seconds to wait before the first relaunch, doubled for each next one,\n"
     "                 at most 300 (default 5; 0 relaunches at once)\n"
-    "  --hostfile F   the job's host file (Open MPI's format: `host slots=N` lines): a host\n"
-    "                 on which ranks failed twice is removed: OUT/supervise.hostfile (the\n"
-    "                 hosts left) replaces every --hostfile, -hostfile and --machinefile\n"
-    "                 argument of COMMAND, and -np/-n is lowered to their slots (a --dp in\n"
-    "                 the command is scaled with it, or the supervisor gives up saying why)\n"
+    "  --hostfile F   the job's host file (Open MPI's format: `host slots=N` lines; every\n"
+    "                 line needs its slots=, which Open MPI would otherwise take as the\n"
+    "                 host's core count): a host on which ranks failed twice is removed:\n"
+    "                 OUT/supervise.hostfile (the hosts left) replaces the value of every\n"
+    "                 --hostfile, -hostfile, --machinefile and -machinefile argument of\n"
+    "                 COMMAND, and -np, --np, -n or -c is lowered to their slots (each flag\n"
+    "                 as `-flag VALUE` or `-flag=VALUE`; a --dp in the command is scaled\n"
+    "                 with it, or the supervisor gives up saying why)\n"
+    "Its own flags may also be written --restarts=N, --backoff=S, --hostfile=F.\n"
     "\n"
     "It gives up (exit 1, with a paragraph saying what failed where) when two attempts in a\n"
     "row fail the same way (the same rank, exit status and last step: a crash that a relaunch\n"
@@ -88,29 +92,35 @@ TR_PRINTF(1, 2) static int usage_error(const char *fmt, ...) {
     return -1;
 }
 
-/* The supervisor's own flags, up to "--"; the command after it. 1 for --help. */
+/* The supervisor's own flags, up to "--" (each as `--flag VALUE` or `--flag=VALUE`); the
+ * command after it. 1 for --help. */
 static int parse_flags(sv_run *s, int argc, char **argv, int *cmd_at) {
+    static const char *const takes[] = {"--restarts", "--backoff", "--hostfile", NULL};
     s->restarts = 10, s->backoff = 5;
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *v = NULL, *eq = strchr(a, '=');
         char *end = NULL;
         if (!strcmp(a, "--")) {
             *cmd_at = i + 1;
             return i + 1 < argc ? 0 : usage_error("no command after '--'");
         }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        int takes = !strcmp(a, "--restarts") || !strcmp(a, "--backoff") || !strcmp(a, "--hostfile");
-        if (!takes) {
-            if (a[0] == '-') return usage_error("unknown option '%s'", a);
+        int k = 0;
+        size_t len = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
+        while (takes[k] && (strlen(takes[k]) != len || strncmp(a, takes[k], len))) k++;
+        if (!takes[k]) {
+            if (a[0] == '-') return usage_error("unknown option '%.*s'", (int)len, a);
             return usage_error("'%s': the command goes after '--' (trainer supervise [options] "
                                "-- COMMAND...)",
                                a);
         }
-        if (!v) return usage_error("%s needs a value", a);
-        i++;
-        if (!strcmp(a, "--hostfile")) {
+        if (a[len] == '=') v = a + len + 1;
+        else if (i + 1 < argc) v = argv[++i];
+        if (!v) return usage_error("%s needs a value", takes[k]);
+        if (k == 2) {
+            if (!*v) return usage_error("--hostfile needs a file, got ''");
             s->hostfile = v;
-        } else if (!strcmp(a, "--restarts")) {
+        } else if (k == 0) {
             long n = strtol(v, &end, 10);
             if (!*v || *end || n < 0 || n > 1000000)
                 return usage_error("--restarts needs a non-negative integer, got '%s'", v);

@@ -42,6 +42,7 @@ typedef struct {
     sv_host *hosts;
     int nhosts;
     int np_at, dp_at; /* the command's -np value and --dp value (indices), -1 */
+    int np_pre;       /* the bytes before -np's value in its argument ("--np=": 5), 0 */
     int launches, relaunches;
     int redone;    /* steps trained again, in all */
     double down_s; /* seconds down, in all */
