@@ -31,7 +31,9 @@ typedef enum {
  * wait (0: 300 s). Returns -1 with a message when MPI fails to start. */
 int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, char *err,
                  size_t errlen);
-/* Free a group; freeing the world also finalizes MPI. NULL is a no-op. */
+/* Free a group; freeing the world also finalizes MPI. NULL is a no-op. A device operation of
+ * the group started and never waited for is completed (as tr_comm_wait would) and freed
+ * first. */
 void tr_comm_free(tr_comm *c);
 
 int tr_comm_rank(const tr_comm *c);
