@@ -61,6 +61,22 @@ int sv_count_starts(const sv_run *s) {
     return n;
 }
 
+typedef struct {
+    double since, first; /* lines from `since` on; the first "failed" one's t (0: none) */
+} abort_scan;
+
+static void scan_abort(void *ctx, const tr_json *o) {
+    abort_scan *c = ctx;
+    double t = num(o, "t", 0);
+    if (is_event(o, "failed") && t >= c->since && (!c->first || t < c->first)) c->first = t;
+}
+
+double sv_abort_announced(const sv_run *s, double since) {
+    abort_scan c = {since, 0};
+    each_line(s, "attempts.jsonl", scan_abort, &c);
+    return c.first;
+}
+
 int sv_checkpoint_step(const sv_run *s) {
     long *steps;
     int n = tr_ckpt_steps(s->out, &steps), step = n > 0 ? (int)steps[0] : 0;
@@ -139,6 +155,20 @@ static void scan_metrics_line(void *ctx, const tr_json *o) {
 
 /* The launch got through its setup when the last start line is its own: written by a process
  * that started after the launch (a second of slack for the clocks of other hosts). */
+/* The ranks that wrote no "stopped" line (the launcher stopped the others) are all on one
+ * host: the host that died took them with it (with no host names: only one such rank). */
+static int silent_on_one_host(const attempt_scan *c) {
+    const char *host = NULL;
+    int n = 0;
+    for (int k = 0; k < c->ranks; k++) {
+        if (c->stopped[k]) continue;
+        const char *h = c->hosts ? c->hosts[k] : "";
+        if (n++ && (!*h || strcmp(h, host))) return 0;
+        host = h;
+    }
+    return n == 1 || *host;
+}
+
 void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
     memset(a, 0, sizeof(*a));
     a->status = status, a->rank = -1, a->last_step = -1;
@@ -156,9 +186,10 @@ void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
                  "it stopped before its first step (its own output "
                  "says why)");
     }
-    if (a->rank < 0 && c.ranks > 1 && c.n_stopped == c.ranks - 1) {
-        for (int k = 0; k < c.ranks; k++)
-            if (!c.stopped[k]) a->rank = k;
+    if (a->rank < 0 && c.ranks > 1 && c.n_stopped > 0 && c.n_stopped < c.ranks &&
+        silent_on_one_host(&c)) {
+        for (int k = c.ranks - 1; k >= 0; k--)
+            if (!c.stopped[k]) a->rank = k; /* the first of them */
         a->others_stopped = 1;
     }
     if (a->rank >= 0 && a->rank < c.ranks && c.hosts && c.hosts[a->rank][0])
