@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Faults that cross a network, on a cluster in a box (tests/cluster/cluster.sh): 2 hosts x 2
-# slots, a 4-rank run of tests/recipes_good/dp_tiny.lua (dp 4, 50 steps, a checkpoint every 10,
-# --timeout 5) under `trainer supervise --grace 5 --hostfile`:
+# slots, a 4-rank run of tests/recipes_good/tp_gpt.lua (layout planned, 50 steps, a checkpoint
+# every 10, --timeout 5) under `trainer supervise --grace 5 --hostfile`:
 #  1. attempt 1: the link of host n1 is cut (ip link set down) after step 12. The ranks left
 #     give up within --timeout with a line naming the ranks and their host; mpirun, which
 #     cannot reach n1's daemon, would hang (it did for 200+ s): the supervisor ends its
@@ -11,8 +11,10 @@
 #  2. attempt 2: every process of n1 is killed (the host dies) after step 32 (from 10): the job ends,
 #     the ranks the launcher stopped say so, and the supervisor names n1's rank. n1 has failed
 #     twice: it is dropped, -np 4 -> 2.
-#  3. attempt 3 runs on n0 alone, from the last checkpoint, to the last step: its losses are
-#     those of a 2-rank run resumed from the same checkpoint (within 1e-5).
+#  3. attempt 3 runs on n0 alone, from the last checkpoint, to the last step, on a layout the
+#     planner chose again for 2 processes (tp_gpt.lua leaves dp and tp to it: dp 2 x tp 2,
+#     tp inside each host, became dp 2 x tp 1 here): its losses are those of a 2-rank run
+#     of that layout resumed from the same checkpoint (within 1e-5).
 # A rank's host is its namespace's host name. Needs root, iproute2 and Open MPI (else exits
 # 77, skipped). About 1-2 minutes.
 #
@@ -25,13 +27,13 @@ command -v mpirun >/dev/null || { echo "SKIP no mpirun"; exit 77; }
 [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v tc >/dev/null ||
     { echo "SKIP needs root, ip and tc (network namespaces)"; exit 77; }
 . "$here/lib.sh"
-R=tests/recipes_good/dp_tiny.lua
+R=tests/recipes_good/tp_gpt.lua
 name=cf$$
 name=${name:0:12}
 tmp=$(mktemp -d)
 cleanup() {
     "$C" down "$name" >/dev/null 2>&1
-    rm -rf "$tmp"
+    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
@@ -127,23 +129,34 @@ if [(a["ranks"], sorted(set(a["hosts"]))) for a in starts] != [(4, [n0, n1])] * 
     bad.append("attempts' ranks and hosts: %s" % [(a["ranks"], a["hosts"]) for a in starts])
 if [(a["cause"]["host"], a["action"]) for a in sup] != [(n1, "relaunch"), (n1, "drop host " + n1)]:
     bad.append("supervisor lines: %s" % sup)
-print("; ".join(bad) if bad else starts[2]["start_step"])
+lay = [a.get("layout", {}) for a in starts]
+if len(lay) == 3 and lay[2].get("dp", 0) * lay[2].get("tp", 0) * lay[2].get("pp", 0) != 2:
+    bad.append("attempt 3's layout is not one of 2 processes: %s" % lay[2])
+if bad:
+    print("; ".join(bad))
+else:  # the resume step, the layouts before and after the drop, and the flags of the latter
+    d = lambda l: "dp %d x tp %d x pp %d" % (l["dp"], l["tp"], l["pp"])
+    print(starts[2]["start_step"], d(lay[0]), "->", d(lay[2]), "|",
+          "--dp %d --tp %d --pp %d" % (lay[2]["dp"], lay[2]["tp"], lay[2]["pp"]))
 sys.exit(1 if bad else 0)
 PY
 checked=$?
-if [ $rc -eq 0 ] && [ $checked -eq 0 ] && resumed=$(cat "$tmp/check"); then
-    ok "$n1 failed twice: dropped, -np 4 -> 2, attempt 3 on $name-n0 from step $resumed"
+if [ $rc -eq 0 ] && [ $checked -eq 0 ]; then
+    read -r resumed layouts <"$tmp/check"
+    flags=${layouts#*| }
+    ok "$n1 failed twice: dropped, -np 4 -> 2, attempt 3 on $name-n0 from step $resumed," \
+        "planned again: ${layouts% |*}"
     mkdir -p "$tmp/ref/checkpoints"
     ck=$(printf 'step_%08d' "$resumed")
     cp -r "$out/checkpoints/$ck" "$tmp/ref/checkpoints/"
     echo "$ck" >"$tmp/ref/checkpoints/latest"
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 300 \
         mpirun -np 2 --oversubscribe "$T" run "$R" --set ckpt=10 --steps $STEPS --peak-gflops 10 \
-        --out "$tmp/ref" --resume >"$tmp/ref.log" 2>&1 || { bad "the reference run failed"; tail -3 "$tmp/ref.log"; }
+        $flags --out "$tmp/ref" --resume >"$tmp/ref.log" 2>&1 || { bad "the reference run failed"; tail -3 "$tmp/ref.log"; }
     losses "$out/metrics.jsonl" | awk -v r="$resumed" '$1 > r' >"$tmp/run.losses"
     losses "$tmp/ref/metrics.jsonl" >"$tmp/ref.losses"
     if [ -s "$tmp/ref.losses" ] && e=$(compare "$tmp/run.losses" "$tmp/ref.losses" 1e-5); then
-        ok "steps $((resumed + 1))-$STEPS on the host left continue as a 2-rank run from step $resumed does: $e"
+        ok "steps $((resumed + 1))-$STEPS on the host left continue as a 2-rank run ($flags) from step $resumed does: $e"
     else
         bad "the losses after the drop differ from the 2-rank run's: ${e:-no steps}"
     fi
