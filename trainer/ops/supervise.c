@@ -227,8 +227,9 @@ static int watch(sv_run *s, pid_t pid, double t_launch) {
         if (w == pid) return status;
         if (w < 0 && errno != EINTR) return -1;
         double now = tr_ledger_unix_now();
-        if (!t_abort && now >= next_look) {
-            t_abort = sv_abort_announced(s, t_launch);
+        if (!t_abort && now >= next_look) { /* counted from when seen here: the rank's clock
+                                                 may be another host's */
+            if (sv_abort_announced(s, t_launch) > 0) t_abort = now;
             next_look = now + 0.5;
         }
         if (t_abort && sent == 0 && now > t_abort + s->grace) {
