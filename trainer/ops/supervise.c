@@ -101,8 +101,7 @@ TR_PRINTF(1, 2) static int usage_error(const char *fmt, ...) {
 /* The supervisor's own flags, up to "--" (each as `--flag VALUE` or `--flag=VALUE`); the
  * command after it. 1 for --help. */
 static int parse_flags(sv_run *s, int argc, char **argv, int *cmd_at) {
-    static const char *const takes[] = {"--restarts", "--backoff", "--hostfile", "--grace",
-                                        NULL};
+    static const char *const takes[] = {"--restarts", "--backoff", "--hostfile", "--grace", NULL};
     s->restarts = 10, s->backoff = 5, s->grace = 30;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = NULL, *eq = strchr(a, '=');
@@ -114,15 +113,18 @@ static int parse_flags(sv_run *s, int argc, char **argv, int *cmd_at) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
         int k = 0;
         size_t len = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
-        while (takes[k] && (strlen(takes[k]) != len || strncmp(a, takes[k], len))) k++;
+        while (takes[k] && (strlen(takes[k]) != len || strncmp(a, takes[k], len)))
+            k++;
         if (!takes[k]) {
             if (a[0] == '-') return usage_error("unknown option '%.*s'", (int)len, a);
             return usage_error("'%s': the command goes after '--' (trainer supervise [options] "
                                "-- COMMAND...)",
                                a);
         }
-        if (a[len] == '=') v = a + len + 1;
-        else if (i + 1 < argc) v = argv[++i];
+        if (a[len] == '=')
+            v = a + len + 1;
+        else if (i + 1 < argc)
+            v = argv[++i];
         if (!v) return usage_error("%s needs a value", takes[k]);
         if (k == 2) {
             if (!*v) return usage_error("--hostfile needs a file, got ''");
