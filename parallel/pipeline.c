@@ -147,21 +147,24 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
     return rc;
 }
 
+/* The stages agree that each set up its executor: one that failed would otherwise leave the
+ * others waiting for it (in the channels' setup on device memory, in their first step on host
+ * memory), while it waits for them in its caller's own agreement. Every rank of pp calls it,
+ * whatever failed before: -1 on every rank when one failed. */
+static int stages_agree(tr_comm *pp, int failed, char *err, size_t errlen) {
+    int any = failed;
+    tr_comm_all_reduce(pp, &any, 1, TR_COMM_I32);
+    if (any && !failed)
+        snprintf(err, errlen, "pipeline: another stage failed to set up its executor");
+    return any ? -1 : 0;
+}
+
 /* Every channel of the pipeline, the same list on every rank (comm.h): activations into each
  * chunk but the first, gradients into each chunk but the last (evaluation and decoding use the
- * forward ones), between chunks on different ranks. On device memory the stages first agree
- * that each set up its executor: one that failed would leave the others waiting in the
- * channels' setup. */
-static int open_channels(tr_pipe *p, int failed, char *err, size_t errlen) {
-    tr_comm_mem mem = tr_model_comm_mem(p->m);
-    int any = failed;
-    if (mem == TR_COMM_DEVICE) tr_comm_all_reduce(p->c, &any, 1, TR_COMM_I32);
-    if (any) {
-        if (!failed) snprintf(err, errlen, "pipeline: another stage failed to set up its executor");
-        return -1;
-    }
+ * forward ones), between chunks on different ranks. */
+static int open_channels(tr_pipe *p, char *err, size_t errlen) {
     tr_comm_channel *list = malloc((size_t)(2 * p->nch) * sizeof *list);
-    if (!list) {
+    if (!list) { /* every rank got through stages_agree: a failure here is the job's end */
         snprintf(err, errlen, "pipeline: out of memory");
         return -1;
     }
@@ -172,30 +175,22 @@ static int open_channels(tr_pipe *p, int failed, char *err, size_t errlen) {
             if (from < 0 || from >= p->nch || rank_of(p, from) == rank_of(p, c)) continue;
             list[n++] = (tr_comm_channel){rank_of(p, from), rank_of(p, c), tag_of(grad, c)};
         }
-    int rc = tr_comm_open_channels(p->c, list, n, mem, err, errlen);
+    int rc = tr_comm_open_channels(p->c, list, n, tr_model_comm_mem(p->m), err, errlen);
     free(list);
     return rc;
 }
 
-int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V, int M, char *err,
-                 size_t errlen) {
-    *out = NULL;
-    tr_pipe *p = calloc(1, sizeof(*p));
-    if (!p) {
-        snprintf(err, errlen, "pipeline: out of memory");
+/* This rank's executor: its schedule, the slots and post points of its actions. 0, or -1 with
+ * the line in err. */
+static int build(tr_pipe *p, tr_pp_kind kind, int V, int M, char *err, size_t errlen) {
+    if (p->nch != p->P * V) {
+        snprintf(err, errlen, "pipeline: the model has %d chunks, not pp %d x %d", p->nch, p->P,
+                 V);
         return -1;
     }
-    p->m = m;
-    p->c = pp;
-    p->P = tr_comm_size(pp);
-    p->p = tr_comm_rank(pp);
-    p->nch = tr_model_num_chunks(m);
-    if (p->nch != p->P * V || tr_pp_check(kind, p->P, V, M, err, errlen) ||
-        tr_pp_generate(&p->s, kind, p->P, V, M)) {
-        if (p->nch != p->P * V)
-            snprintf(err, errlen, "pipeline: the model has %d chunks, not pp %d x %d", p->nch, p->P,
-                     V);
-        tr_pipe_free(p);
+    if (tr_pp_check(kind, p->P, V, M, err, errlen)) return -1;
+    if (tr_pp_generate(&p->s, kind, p->P, V, M)) {
+        snprintf(err, errlen, "pipeline: out of memory for the schedule");
         return -1;
     }
     p->a = p->s.list[p->p];
@@ -211,10 +206,27 @@ int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V
     p->final = calloc(na, 1);
     if (!p->slot || !p->post_after || !p->rq || !p->send_act || !p->send_grad || !p->final) {
         snprintf(err, errlen, "pipeline: out of memory");
-        tr_pipe_free(p);
         return -1;
     }
-    if (open_channels(p, assign_slots(p, err, errlen) != 0, err, errlen)) {
+    return assign_slots(p, err, errlen);
+}
+
+int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V, int M, char *err,
+                 size_t errlen) {
+    *out = NULL;
+    tr_pipe *p = calloc(1, sizeof(*p));
+    if (p) {
+        p->m = m;
+        p->c = pp;
+        p->P = tr_comm_size(pp);
+        p->p = tr_comm_rank(pp);
+        p->nch = tr_model_num_chunks(m);
+    } else {
+        snprintf(err, errlen, "pipeline: out of memory");
+    }
+    /* every failure above and in build reaches the agreement */
+    if (stages_agree(pp, !p || build(p, kind, V, M, err, errlen), err, errlen) ||
+        open_channels(p, err, errlen)) {
         tr_pipe_free(p);
         return -1;
     }

@@ -26,7 +26,9 @@ typedef struct { /* over the steps after the first (a warm-up) */
 /* For the model `m` (built with this rank's chunks and the schedule's slots), over the
  * pipeline group `pp` (rank p = this rank's stage), schedule kind/P/V/M: 0, or -1 with a
  * message (out of memory, or a model whose chunks do not match). Every rank of pp calls it at
- * the same point: on device memory it opens the pipeline's channels (comm.h). */
+ * the same point: the stages agree first, so that when one fails every one returns -1 at once
+ * (the others with "another stage failed"), then on device memory it opens the pipeline's
+ * channels (comm.h). */
 int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V, int M, char *err,
                  size_t errlen);
 void tr_pipe_free(tr_pipe *p);

@@ -145,6 +145,12 @@ TR_FAULT_SAVE_HANG=no expect 1 "^trainer run: TR_FAULT_SAVE_HANG must be 0 or 1,
     run recipes/shakespeare_char.lua --out "$tmp/hang"
 TR_FAULT_SAVE_BYTES=-5 expect 1 "^trainer run: TR_FAULT_SAVE_BYTES must be an integer from 1 to " -- \
     run recipes/shakespeare_char.lua --out "$tmp/bytes"
+# TR_HOSTNAME names this process's host in the run's records: set but empty (a launcher's
+# template that expanded to nothing), or not a host name, is refused, not taken as gethostname
+TR_HOSTNAME= expect 1 "^trainer run: TR_HOSTNAME must be a name of 1 to 63 letters, digits, '.', '-' or '_', got ''$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/host"
+TR_HOSTNAME="node 1" expect 1 "^trainer run: TR_HOSTNAME must be a name of 1 to 63 .*, got 'node 1'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/host2"
 # TR_DUMP_PARAMS into a folder that is not there: refused at start, before any training
 TR_DUMP_PARAMS="$tmp/nowhere/p.params" expect 1 "^trainer run: TR_DUMP_PARAMS must be a file in a writable folder, got '$tmp/nowhere/p.params'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/dumpp"

@@ -350,8 +350,8 @@ start=$(date +%s)
 TR_FAULT_SLOW_RANK=1:4000 timeout 120 mpirun -np 2 "$T" run "$R" --timeout 1 --peak-gflops 10 \
     --out "$tmp/laggard" >"$tmp/laggard.log" 2>&1
 rc=$? took=$(( $(date +%s) - start ))
-if [ $rc -ne 0 ] && [ $took -le 60 ] && grep -q "did not complete within 1 s: rank 1 did not answer" "$tmp/laggard.log" &&
-    ! grep "did not complete" "$tmp/laggard.log" | grep -qv "rank 1 did not answer"; then
+if [ $rc -ne 0 ] && [ $took -le 60 ] && grep -q "did not complete within 1 s: rank 1 (host [^)]*) did not answer" "$tmp/laggard.log" &&
+    ! grep "did not complete" "$tmp/laggard.log" | grep -qv "rank 1 (host [^)]*) did not answer"; then
     echo "ok   a rank slower than --timeout is named: $(grep -m1 'did not answer' "$tmp/laggard.log")"
 else
     echo "FAIL laggard not named: exit $rc after ${took}s"; grep -v '^\s*$' "$tmp/laggard.log" | tail -6; fail=1

@@ -42,9 +42,12 @@ trap 'rm -rf "$tmp"' EXIT
 cat >"$tmp/fake_host" <<'EOF'
 #!/usr/bin/env bash
 # fake_host --hostfile FILE COMMAND...: COMMAND as if on the host of this rank in FILE
-[ "$1" = --hostfile ] || { echo "fake_host: --hostfile FILE first" >&2; exit 2; }
-file=$2
-shift 2
+# (also --hostfile=FILE)
+case "$1" in
+--hostfile) file=$2; shift 2 ;;
+--hostfile=*) file=${1#--hostfile=}; shift ;;
+*) echo "fake_host: --hostfile FILE first" >&2; exit 2 ;;
+esac
 rank=${OMPI_COMM_WORLD_RANK:?not started by mpirun}
 host() { # the host of rank $1 under by-slot mapping
     awk -v r="$1" '{ sub(/#.*/, "") } NF { n = 1
@@ -90,6 +93,17 @@ printf 'hostA slots=2\n' >"$tmp/hosts1"
 bad_case "a host file the command does not use" "no --hostfile, -hostfile or --machinefile" \
     --hostfile "$tmp/hosts1" -- mpirun -np 2 "$T" run "$R"
 bad_case "a bad --restarts" "--restarts needs a non-negative integer" --restarts -1 -- "$T" run "$R"
+bad_case "a bad --backoff=" "--backoff needs seconds from 0 to 86400, got 'x'" --backoff=x -- "$T" run "$R"
+# a host line without slots= is as many slots as that host has cores to Open MPI, which the
+# supervisor cannot count: refused, not taken as 1
+printf 'hostA slots=2\nhostB\n' >"$tmp/noslots"
+bad_case "a host without slots=" "noslots:2: host hostB has no slots=N" --hostfile="$tmp/noslots" -- \
+    mpirun -np 2 --hostfile "$tmp/noslots" "$T" run "$R"
+# the launcher's count in its = form (srun's --ntasks=N style) is read, and must be a count
+bad_case "a bad --np=" "the command's --np 'x' is not a number of processes" --hostfile "$tmp/hosts1" -- \
+    mpirun --np=x --machinefile="$tmp/hosts1" "$T" run "$R"
+bad_case "a bad -n" "the command's -n '0' is not a number of processes" --hostfile "$tmp/hosts1" -- \
+    mpirun -n 0 -hostfile "$tmp/hosts1" "$T" run "$R"
 bad_case "a bad flag of the run" "unknown option '--bogus'" -- "$T" run "$R" --bogus
 
 # a command that exits 0 without training is no success (it reported one): exit 1, one line
@@ -135,8 +149,9 @@ fi
 # ---- 2. a host that fails twice is dropped -----------------------------------------------
 out=$tmp/drop
 printf 'hostA slots=2\nhostB slots=2\n' >"$tmp/hosts"
-FAULT_OUT=$out FAULTS="1:hostB:7 2:hostB:13" timeout 300 "$T" supervise --backoff 0 --hostfile "$tmp/hosts" -- \
-    mpirun -np 4 "$tmp/fake_host" --hostfile "$tmp/hosts" "$T" run "$R" --set ckpt=5 --peak-gflops 10 \
+# (the supervisor's --hostfile and the command's in their = forms: both are read and edited)
+FAULT_OUT=$out FAULTS="1:hostB:7 2:hostB:13" timeout 300 "$T" supervise --backoff 0 --hostfile="$tmp/hosts" -- \
+    mpirun -np 4 "$tmp/fake_host" --hostfile="$tmp/hosts" "$T" run "$R" --set ckpt=5 --peak-gflops 10 \
     --out "$out" >"$tmp/drop.log" 2>&1
 rc=$?
 python3 - "$out" >"$tmp/drop.check" 2>&1 <<'PY'

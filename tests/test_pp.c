@@ -265,6 +265,31 @@ static void run(tr_comm *world, const variant *v) {
     release(&s);
 }
 
+/* A stage whose executor cannot be set up (here the last one, given another V than its model
+ * has chunks for) fails, and so does every other stage, at once and saying why: before,
+ * the others went on, to wait for it in their channels' setup or first step until the
+ * timeout, while it waited for them in its caller's agreement. */
+static void refused_init(tr_comm *world) {
+    int W = tr_comm_size(world);
+    variant v = {"gpt pp refused", gpt, 1, 1, W, 1, 0, 0, TR_PP_1F1B};
+    setup s;
+    if (make(world, &v, &s)) {
+        g_fail++;
+        return;
+    }
+    tr_pipe_free(s.pipe);
+    s.pipe = NULL;
+    char err[256] = "";
+    int last = tr_comm_rank(s.pp) == W - 1;
+    int rc = tr_pipe_init(&s.pipe, s.part, s.pp, TR_PP_1F1B, last ? 2 : 1, M, err, sizeof err);
+    const char *want = last ? "pipeline: the model has" : "pipeline: another stage failed";
+    int ok = rc == -1 && !s.pipe && !strncmp(err, want, strlen(want));
+    printf("%s rank %d: a stage that fails to set up its executor fails every stage: %s\n",
+           ok ? "ok  " : "FAIL", g_rank, err);
+    g_fail += !ok;
+    release(&s);
+}
+
 int main(int argc, char **argv) {
     char err[256];
     tr_comm *world;
@@ -279,6 +304,7 @@ int main(int argc, char **argv) {
         tr_comm_free(world);
         return 77;
     }
+    refused_init(world);
     const tr_pp_kind all[] = {TR_PP_GPIPE, TR_PP_1F1B, TR_PP_INTERLEAVED, TR_PP_ZBH1};
     const char *names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
     /* (dp, tp, pp) layouts of this world, every schedule, both shapes */

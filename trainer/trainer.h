@@ -96,7 +96,9 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_clus
 
 /* This host's name as the run's records give it: TR_HOSTNAME when set (for launchers whose
  * host names are not meaningful, and tests that make one machine look like several), else
- * gethostname(); "?" when neither works. */
+ * gethostname(); "?" when neither works. TR_HOSTNAME is read and checked once, by
+ * tr_hostname_init (-1 with the line in msg when it is empty or not a host name). */
+int tr_hostname_init(char *msg, size_t msglen);
 void tr_hostname(char *buf, size_t n);
 /* Room for a host name and a device's description in the records every rank's are gathered
  * into (run/setup.c gathers them once: provenance.json, the ledger). */

@@ -10,13 +10,23 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "parallel/comm/env.h"
 #include "parallel/topology.h"
 #include "trainer/trainer.h"
 
+/* TR_HOSTNAME, read once by tr_hostname_init: "" when unset. */
+static char fake_host[TR_HOST_LEN];
+
+int tr_hostname_init(char *msg, size_t msglen) {
+    const char *v = NULL;
+    int rc = tr_env_name("TR_HOSTNAME", TR_HOST_LEN - 1, &v, msg, msglen);
+    snprintf(fake_host, sizeof fake_host, "%s", rc > 0 ? v : "");
+    return rc < 0 ? -1 : 0;
+}
+
 void tr_hostname(char *buf, size_t n) {
-    const char *fake = getenv("TR_HOSTNAME");
-    if (fake && *fake)
-        snprintf(buf, n, "%s", fake);
+    if (fake_host[0])
+        snprintf(buf, n, "%s", fake_host);
     else if (gethostname(buf, n - 1))
         snprintf(buf, n, "?");
     buf[n - 1] = 0;

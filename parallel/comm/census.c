@@ -9,12 +9,25 @@
  * collectives that do not match. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "parallel/comm/census.h"
 #include "parallel/comm/private.h"
 
 static void (*g_on_abort)(int silent_rank, const char *why);
+static char *g_hosts; /* world rank k's host at k * HOST_LEN (tr_comm_set_host_names), or NULL */
+static int g_nhosts;
+enum { HOST_LEN = 64 };
+
+void tr_comm_set_host_names(const char *names, int n, size_t stride) {
+    char *h = calloc((size_t)(n > 0 ? n : 1), HOST_LEN);
+    if (!h) return; /* the lines name ranks only */
+    for (int k = 0; k < n; k++)
+        snprintf(h + (size_t)k * HOST_LEN, HOST_LEN, "%s", names + (size_t)k * stride);
+    free(g_hosts);
+    g_hosts = h, g_nhosts = n;
+}
 
 void tr_comm_on_abort(void (*fn)(int silent_rank, const char *why)) {
     g_on_abort = fn;
@@ -43,6 +56,8 @@ int tr_census_open(MPI_Comm world) {
 
 void tr_census_close(void) {
     if (g_census != MPI_COMM_NULL) MPI_Comm_free(&g_census);
+    free(g_hosts);
+    g_hosts = NULL, g_nhosts = 0;
 }
 
 void tr_census_serve(void) {
@@ -60,7 +75,14 @@ void tr_census_serve(void) {
     }
 }
 
-/* The ranks that did not answer, as "1, 3" in buf; how many. -1: no census possible. */
+/* World rank k's host, "" when not known. */
+static const char *host_of(int k) {
+    return g_hosts && k >= 0 && k < g_nhosts ? g_hosts + (size_t)k * HOST_LEN : "";
+}
+
+/* The ranks that did not answer, as "1, 3" in buf, each run of ranks on one host followed by
+ * " (host NAME)" when the hosts are known ("2, 3 (host b), 6 (host c)"); how many. -1: no
+ * census possible. */
 static int census(char *buf, size_t len) {
     int n = 0, silent = 0;
     if (g_census == MPI_COMM_NULL || MPI_Comm_size(g_census, &n) != MPI_SUCCESS || n < 2)
@@ -92,12 +114,19 @@ static int census(char *buf, size_t len) {
     }
     size_t k0 = 0;
     buf[0] = 0;
-    for (int k = 0; k < n; k++)
-        if (k != g_census_me && !got[k]) {
-            int w = snprintf(buf + k0, len > k0 ? len - k0 : 0, "%s%d", silent ? ", " : "", k);
-            if (w > 0 && k0 + (size_t)w < len) k0 += (size_t)w;
-            silent++;
-        }
+    int last = -1; /* the previous silent rank */
+    for (int k = 0; k <= n; k++) {
+        int is = k < n && k != g_census_me && !got[k];
+        const char *h = last >= 0 ? host_of(last) : "";
+        int w = 0;
+        if (*h && (k == n || (is && strcmp(host_of(k), h)))) /* the run of ranks on h ends */
+            w = snprintf(buf + k0, len > k0 ? len - k0 : 0, " (host %s)", h);
+        if (w > 0 && k0 + (size_t)w < len) k0 += (size_t)w;
+        if (!is) continue;
+        w = snprintf(buf + k0, len > k0 ? len - k0 : 0, "%s%d", silent ? ", " : "", k);
+        if (w > 0 && k0 + (size_t)w < len) k0 += (size_t)w;
+        silent++, last = k;
+    }
     /* ans and rr stay allocated: a late answer may still land in ans, and the job ends now */
     free(got);
     return silent;
@@ -110,7 +139,7 @@ static int census(char *buf, size_t len) {
  * checkpoint of them, even) until the launcher's kill; dying processes take their kernels
  * with them. */
 void tr_census_die(const char *d, void (*before)(void)) {
-    char who[160], why[256];
+    char who[512], why[640];
     int silent = census(who, sizeof who);
     if (silent > 0)
         snprintf(why, sizeof why, "rank%s %s did not answer (busy outside communication, stuck "
@@ -123,7 +152,7 @@ void tr_census_die(const char *d, void (*before)(void)) {
     fprintf(stderr, "trainer: rank %d: %s did not complete within %g s: %s; aborting\n",
             tr_comm_world_rank(), d, tr_comm_timeout(), why);
     fflush(stderr);
-    char line[512];
+    char line[1024];
     snprintf(line, sizeof line, "%s did not complete within %g s: %s", d, tr_comm_timeout(), why);
     tr_census_tell_abort(silent > 0 ? atoi(who) : -1, line);
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -31,7 +31,9 @@ typedef enum {
  * wait (0: 300 s). Returns -1 with a message when MPI fails to start. */
 int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, char *err,
                  size_t errlen);
-/* Free a group; freeing the world also finalizes MPI. NULL is a no-op. */
+/* Free a group; freeing the world also finalizes MPI. NULL is a no-op. A device operation of
+ * the group started and never waited for is completed (as tr_comm_wait would) and freed
+ * first. */
 void tr_comm_free(tr_comm *c);
 
 int tr_comm_rank(const tr_comm *c);
@@ -181,6 +183,10 @@ int tr_comm_device_time(tr_comm *c, double *span_s, double *exposed_s);
  * the first rank that its census found silent (dead, stuck or busy; -1 when unknown) and the
  * line it printed. For the run's records (trainer/report/ledger.c). */
 void tr_comm_on_abort(void (*fn)(int silent_rank, const char *why));
+/* The host of each world rank (n names, `stride` bytes apart, each NUL-terminated), copied: a
+ * timeout's line then names the host of the ranks that did not answer ("ranks 2, 3 (host
+ * b) did not answer"), the one a cut or dead host's ranks share. Not a collective. */
+void tr_comm_set_host_names(const char *names, int n, size_t stride);
 
 /* Time this process spent inside blocking operations and waits, in seconds, since init. */
 double tr_comm_wait_seconds(void);

@@ -1,4 +1,5 @@
 /* Environment variables as settings (env.h): the three forms and their one line. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,22 @@ int tr_env_int(const char *name, long lo, long hi, long *out, char *msg, size_t 
         return tr_env_bad(name, what, v, msg, msglen);
     }
     *out = x;
+    return 1;
+}
+
+int tr_env_name(const char *name, size_t maxlen, const char **out, char *msg, size_t msglen) {
+    const char *v = getenv(name);
+    if (!v) return 0;
+    size_t n = strlen(v);
+    int ok = n >= 1 && n <= maxlen;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = isalnum((unsigned char)v[i]) || v[i] == '.' || v[i] == '-' || v[i] == '_';
+    if (!ok) {
+        char what[96];
+        snprintf(what, sizeof what, "a name of 1 to %zu letters, digits, '.', '-' or '_'", maxlen);
+        return tr_env_bad(name, what, v, msg, msglen);
+    }
+    *out = v;
     return 1;
 }
 

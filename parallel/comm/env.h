@@ -18,6 +18,9 @@ int tr_env_bool(const char *name, int *out, char *msg, size_t msglen);
 /* One of words (NULL-terminated): *out is its index. */
 int tr_env_word(const char *name, const char *const *words, int *out, char *msg,
                 size_t msglen);
+/* A name of 1 to maxlen letters, digits, '.', '-' or '_' (a host name): *out is the value.
+ * Unlike the others, set but empty is malformed: a name cannot be empty. */
+int tr_env_name(const char *name, size_t maxlen, const char **out, char *msg, size_t msglen);
 /* The line for a variable of a form of its own ("NAME must be WHAT, got 'VALUE'"): -1. */
 int tr_env_bad(const char *name, const char *what, const char *value, char *msg,
                size_t msglen);

@@ -28,6 +28,8 @@ struct tr_comm {
     int is_world;
     double bytes_sent; /* tr_comm_bytes_sent */
     void *dev;         /* the device transport's state of this group (comm/private.h) */
+    struct tr_comm_req *dev_reqs; /* its device operations not yet waited for: the group owns
+                                     them, and completes and frees them when it goes */
 #ifdef TR_HAVE_MPI
     MPI_Comm mc; /* MPI_COMM_NULL in the world of one */
 #endif
@@ -62,6 +64,7 @@ struct tr_comm_req {
     int done;       /* complete (set by the agent under g_mu) */
     int registered; /* non-blocking: the progress agent polls it */
     double t_done;  /* when its completion was first seen (0: not yet) */
+    struct tr_comm_req *prev, *next; /* a device one: its group's list (the caller's thread) */
 #ifdef TR_HAVE_MPI
     MPI_Request rq;
 #endif
@@ -562,6 +565,8 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
 
 void tr_comm_free(tr_comm *c) {
     if (!c) return;
+    while (c->dev_reqs) /* started and never waited for: completed (stream-ordered), freed */
+        tr_comm_wait(c->dev_reqs);
     if (c->dev && g_dev) g_dev->group_free(c->dev);
     c->dev = NULL;
 #ifdef TR_HAVE_MPI
@@ -803,6 +808,9 @@ double tr_comm_wait_done(tr_comm_req *r, double *done_at) {
     if (!r) return 0.0;
     if (r->dev) { /* stream-ordered: the host does not wait (but on the staged transport) */
         double w = g_dev->wait(r->dev);
+        if (r->prev) r->prev->next = r->next;
+        else r->c->dev_reqs = r->next;
+        if (r->next) r->next->prev = r->prev;
         free(r);
         *done_at = tr_now();
         return w;
@@ -853,6 +861,9 @@ tr_comm_req *tr_comm_start(tr_comm *c, tr_comm_op op, const void *send, void *re
     }
     r->c = c;
     r->o = o;
+    r->next = c->dev_reqs;
+    if (r->next) r->next->prev = r;
+    c->dev_reqs = r;
     return r;
 }
 

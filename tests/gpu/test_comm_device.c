@@ -6,7 +6,7 @@
  * (comm.h): receives posted ahead of the sends on both ends of a pair, in opposite directions
  * (what one NCCL stream per group would deadlock on), several messages per channel arriving
  * in order, two channels one way told apart by tag, and a late sender whose data the compute
- * stream must wait for.
+ * stream must wait for. An operation never waited for is completed and freed with its group.
  *   mpirun -np N test_comm_device   one rank per GPU (NCCL), or ranks sharing one (staged)
  *   TR_COMM_DEVICE=staged | nccl    the staged transport; NCCL even in a group of one
  *   --stuck-rank R --timeout T      for tests/mpi/dead_rank.sh: rank R sleeps instead of
@@ -245,6 +245,31 @@ static void run_channels(const ctx *x, tr_comm_dtype t) {
     free(h), free(g);
 }
 
+/* A device operation nobody waits for: the group owns it, and freeing the group completes
+ * and frees it (before, its request stayed allocated for good: the sanitizers' leak check
+ * of this test names it). The result is there once the group is gone. */
+static void run_unwaited(const ctx *x) {
+    const size_t n = 1000;
+    char err[256];
+    tr_comm *g = NULL;
+    if (tr_comm_split(x->w, 0, x->rank, "dp", &g, err, sizeof err)) {
+        check(0, "rank %d: split: %s", x->rank, err);
+        return;
+    }
+    float *h = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        h[i] = val(x->rank, i);
+    void *a = up(x, h, n);
+    tr_comm_req *r = tr_comm_start(g, TR_COMM_OP_ALL_REDUCE, NULL, a, n, TR_COMM_F32, -1, 0,
+                                   TR_COMM_DEVICE);
+    check(r != NULL, "rank %d: an all_reduce started and never waited for", x->rank);
+    tr_comm_free(g);
+    down(x, h, a, n);
+    expect(h, n, want_sum, x, NULL, "all_reduce completed by its group's free", n);
+    x->be->free(a);
+    free(h);
+}
+
 /* Rank 0 waits for a message on a channel that rank `stuck` never sends. */
 static int stuck_recv(const ctx *x, int stuck, double timeout) {
     tr_comm_channel ch = {stuck, 0, 3};
@@ -323,6 +348,9 @@ int main(int argc, char **argv) {
     open_channels(&x); /* again: the channels opened before are kept */
     run_ops(&x, TR_COMM_BF16);
     run_channels(&x, TR_COMM_BF16);
+    x.be = be32;
+    x.dt = "f32";
+    run_unwaited(&x);
     const char *want = getenv("TR_COMM_DEVICE"), *got = tr_comm_device_transport(w);
     check(want ? !strcmp(got, want) || (x.size == 1 && !strcmp(want, "staged") &&
                                         !strcmp(got, "local"))

@@ -20,7 +20,8 @@
 #include "trainer/ops/supervise.h"
 
 static const char *help =
-    "usage: trainer supervise [--restarts N] [--backoff S] [--hostfile FILE] -- COMMAND...\n"
+    "usage: trainer supervise [--restarts N] [--backoff S] [--grace S] [--hostfile FILE] --\n"
+    "                         COMMAND...\n"
     "\n"
     "Run COMMAND (a `trainer run ...`, or a launcher that starts one: mpirun ... trainer run\n"
     "...) in a process group of its own, passing SIGINT, SIGTERM, SIGHUP and SIGUSR1 on to it\n"
@@ -35,11 +36,20 @@ static const char *help =
     "  --restarts N   relaunch at most N times (default 10)\n"
     "  --backoff S    seconds to wait before the first relaunch, doubled for each next one,\n"
     "                 at most 300 (default 5; 0 relaunches at once)\n"
-    "  --hostfile F   the job's host file (Open MPI's format: `host slots=N` lines): a host\n"
-    "                 on which ranks failed twice is removed: OUT/supervise.hostfile (the\n"
-    "                 hosts left) replaces every --hostfile, -hostfile and --machinefile\n"
-    "                 argument of COMMAND, and -np/-n is lowered to their slots (a --dp in\n"
-    "                 the command is scaled with it, or the supervisor gives up saying why)\n"
+    "  --grace S      seconds the command has to end once a rank of the run announced that\n"
+    "                 it gives up on the job (a \"failed\" line in attempts.jsonl: a peer dead,\n"
+    "                 stuck or cut off); then its process group gets SIGTERM, and SIGKILL 5 s\n"
+    "                 later (default 30): a launcher that cannot reach a lost host's daemon\n"
+    "                 would otherwise hang\n"
+    "  --hostfile F   the job's host file (Open MPI's format: `host slots=N` lines; every\n"
+    "                 line needs its slots=, which Open MPI would otherwise take as the\n"
+    "                 host's core count): a host on which ranks failed twice is removed:\n"
+    "                 OUT/supervise.hostfile (the hosts left) replaces the value of every\n"
+    "                 --hostfile, -hostfile, --machinefile and -machinefile argument of\n"
+    "                 COMMAND, and -np, --np, -n or -c is lowered to their slots (each flag\n"
+    "                 as `-flag VALUE` or `-flag=VALUE`; a --dp in the command is scaled\n"
+    "                 with it, or the supervisor gives up saying why)\n"
+    "Its own flags may also be written --restarts=N, --backoff=S, --grace=S, --hostfile=F.\n"
     "\n"
     "It gives up (exit 1, with a paragraph saying what failed where) when two attempts in a\n"
     "row fail the same way (the same rank, exit status and last step: a crash that a relaunch\n"
@@ -88,29 +98,38 @@ TR_PRINTF(1, 2) static int usage_error(const char *fmt, ...) {
     return -1;
 }
 
-/* The supervisor's own flags, up to "--"; the command after it. 1 for --help. */
+/* The supervisor's own flags, up to "--" (each as `--flag VALUE` or `--flag=VALUE`); the
+ * command after it. 1 for --help. */
 static int parse_flags(sv_run *s, int argc, char **argv, int *cmd_at) {
-    s->restarts = 10, s->backoff = 5;
+    static const char *const takes[] = {"--restarts", "--backoff", "--hostfile", "--grace", NULL};
+    s->restarts = 10, s->backoff = 5, s->grace = 30;
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *v = NULL, *eq = strchr(a, '=');
         char *end = NULL;
         if (!strcmp(a, "--")) {
             *cmd_at = i + 1;
             return i + 1 < argc ? 0 : usage_error("no command after '--'");
         }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        int takes = !strcmp(a, "--restarts") || !strcmp(a, "--backoff") || !strcmp(a, "--hostfile");
-        if (!takes) {
-            if (a[0] == '-') return usage_error("unknown option '%s'", a);
+        int k = 0;
+        size_t len = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
+        while (takes[k] && (strlen(takes[k]) != len || strncmp(a, takes[k], len)))
+            k++;
+        if (!takes[k]) {
+            if (a[0] == '-') return usage_error("unknown option '%.*s'", (int)len, a);
             return usage_error("'%s': the command goes after '--' (trainer supervise [options] "
                                "-- COMMAND...)",
                                a);
         }
-        if (!v) return usage_error("%s needs a value", a);
-        i++;
-        if (!strcmp(a, "--hostfile")) {
+        if (a[len] == '=')
+            v = a + len + 1;
+        else if (i + 1 < argc)
+            v = argv[++i];
+        if (!v) return usage_error("%s needs a value", takes[k]);
+        if (k == 2) {
+            if (!*v) return usage_error("--hostfile needs a file, got ''");
             s->hostfile = v;
-        } else if (!strcmp(a, "--restarts")) {
+        } else if (k == 0) {
             long n = strtol(v, &end, 10);
             if (!*v || *end || n < 0 || n > 1000000)
                 return usage_error("--restarts needs a non-negative integer, got '%s'", v);
@@ -118,8 +137,8 @@ static int parse_flags(sv_run *s, int argc, char **argv, int *cmd_at) {
         } else {
             double b = strtod(v, &end);
             if (!*v || *end || !(b >= 0 && b <= 86400))
-                return usage_error("--backoff needs seconds from 0 to 86400, got '%s'", v);
-            s->backoff = b;
+                return usage_error("%s needs seconds from 0 to 86400, got '%s'", takes[k], v);
+            *(k == 1 ? &s->backoff : &s->grace) = b;
         }
     }
     return usage_error("no command: put it after '--'");
@@ -198,10 +217,43 @@ static int add_resume(sv_run *s) {
 
 /* ---- running the command ------------------------------------------------------------------ */
 
+/* Wait for the command's process group leader pid; its wait status (-1: lost). Once a rank
+ * has announced that it gives up on the job (sv_abort_announced) the launcher has --grace
+ * seconds to end it; a launcher that cannot (mpirun waiting on a host it can no longer reach)
+ * gets SIGTERM, its group SIGKILL 5 s later, so that a relaunch can follow. */
+static int watch(sv_run *s, pid_t pid, double t_launch) {
+    int status = 0, sent = 0;
+    double next_look = 0, t_abort = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) return status;
+        if (w < 0 && errno != EINTR) return -1;
+        double now = tr_ledger_unix_now();
+        if (!t_abort && now >= next_look) { /* counted from when seen here: the rank's clock
+                                                 may be another host's */
+            if (sv_abort_announced(s, t_launch) > 0) t_abort = now;
+            next_look = now + 0.5;
+        }
+        if (t_abort && sent == 0 && now > t_abort + s->grace) {
+            printf("supervise: a rank gave up on the job %.0f s ago and the launcher has not "
+                   "ended it: ending its process group (--grace %g)\n",
+                   now - t_abort, s->grace);
+            fflush(stdout);
+            kill(-pid, SIGTERM);
+            sent = 1;
+        } else if (sent == 1 && now > t_abort + s->grace + 5) {
+            kill(-pid, SIGKILL);
+            sent = 2;
+        }
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Run the command in a process group of its own (stdin from /dev/null: a launcher outside the
  * terminal's foreground group must not read it); its wait status, or -1 when it could not be
  * started. Signals to the supervisor reach the group. */
-static int launch(sv_run *s) {
+static int launch(sv_run *s, double t_launch) {
     sigset_t block, old;
     sigemptyset(&block);
     sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGHUP);
@@ -229,12 +281,7 @@ static int launch(sv_run *s) {
     g_child = pid;
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (g_signal) kill(-pid, g_signal); /* arrived while blocked: it was not forwarded */
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) {
-            status = -1;
-            break;
-        }
+    int status = watch(s, pid, t_launch);
     g_child = 0;
     return status;
 }
@@ -363,7 +410,7 @@ static int supervise(sv_run *s) {
     int have_prev = 0;
     for (;;) {
         double t_launch = tr_ledger_unix_now();
-        int status = launch(s);
+        int status = launch(s, t_launch);
         s->launches++;
         if (status < 0) return 1;
         if (g_signal) {

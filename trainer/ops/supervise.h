@@ -34,6 +34,7 @@ typedef struct {
 typedef struct {
     int restarts;         /* --restarts */
     double backoff;       /* --backoff, seconds */
+    double grace;         /* --grace, seconds: the launcher's to end a job a rank aborted */
     const char *hostfile; /* --hostfile, NULL */
     char **cmd;           /* the command, edited between launches; NULL-terminated */
     int n, run_at;        /* its length; the index of its "run" */
@@ -42,6 +43,7 @@ typedef struct {
     sv_host *hosts;
     int nhosts;
     int np_at, dp_at; /* the command's -np value and --dp value (indices), -1 */
+    int np_pre;       /* the bytes before -np's value in its argument ("--np=": 5), 0 */
     int launches, relaunches;
     int redone;    /* steps trained again, in all */
     double down_s; /* seconds down, in all */
@@ -58,6 +60,10 @@ int sv_host_find(const sv_run *s, const char *name);
  * why when the run cannot go on without it. */
 int sv_drop_host(sv_run *s, int h, char *why, size_t wlen);
 
+/* When a rank of the run launched at unix time `since` or later first announced that it gives
+ * up on the job (a "failed" line in OUT/attempts.jsonl: a peer dead, stuck or cut off): its
+ * unix time, 0 when none has. */
+double sv_abort_announced(const sv_run *s, double since);
 /* The "start" lines in OUT/attempts.jsonl. */
 int sv_count_starts(const sv_run *s);
 /* The attempt the last launch (at unix time t_launch) made, failing with wait status `status`. */

@@ -61,6 +61,22 @@ int sv_count_starts(const sv_run *s) {
     return n;
 }
 
+typedef struct {
+    double since, first; /* lines from `since` on; the first "failed" one's t (0: none) */
+} abort_scan;
+
+static void scan_abort(void *ctx, const tr_json *o) {
+    abort_scan *c = ctx;
+    double t = num(o, "t", 0);
+    if (is_event(o, "failed") && t >= c->since && (!c->first || t < c->first)) c->first = t;
+}
+
+double sv_abort_announced(const sv_run *s, double since) {
+    abort_scan c = {since, 0};
+    each_line(s, "attempts.jsonl", scan_abort, &c);
+    return c.first;
+}
+
 int sv_checkpoint_step(const sv_run *s) {
     long *steps;
     int n = tr_ckpt_steps(s->out, &steps), step = n > 0 ? (int)steps[0] : 0;
@@ -139,6 +155,20 @@ static void scan_metrics_line(void *ctx, const tr_json *o) {
 
 /* The launch got through its setup when the last start line is its own: written by a process
  * that started after the launch (a second of slack for the clocks of other hosts). */
+/* The ranks that wrote no "stopped" line (the launcher stopped the others) are all on one
+ * host: the host that died took them with it (with no host names: only one such rank). */
+static int silent_on_one_host(const attempt_scan *c) {
+    const char *host = NULL;
+    int n = 0;
+    for (int k = 0; k < c->ranks; k++) {
+        if (c->stopped[k]) continue;
+        const char *h = c->hosts ? c->hosts[k] : "";
+        if (n++ && (!*h || strcmp(h, host))) return 0;
+        host = h;
+    }
+    return n == 1 || *host;
+}
+
 void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
     memset(a, 0, sizeof(*a));
     a->status = status, a->rank = -1, a->last_step = -1;
@@ -156,9 +186,10 @@ void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
                  "it stopped before its first step (its own output "
                  "says why)");
     }
-    if (a->rank < 0 && c.ranks > 1 && c.n_stopped == c.ranks - 1) {
-        for (int k = 0; k < c.ranks; k++)
-            if (!c.stopped[k]) a->rank = k;
+    if (a->rank < 0 && c.ranks > 1 && c.n_stopped > 0 && c.n_stopped < c.ranks &&
+        silent_on_one_host(&c)) {
+        for (int k = c.ranks - 1; k >= 0; k--)
+            if (!c.stopped[k]) a->rank = k; /* the first of them */
         a->others_stopped = 1;
     }
     if (a->rank >= 0 && a->rank < c.ranks && c.hosts && c.hosts[a->rank][0])
@@ -276,18 +307,33 @@ void sv_finish(sv_run *s) {
 
 /* ---- the host file ------------------------------------------------------------------------ */
 
-static int is_hostfile_flag(const char *a) {
-    return !strcmp(a, "--hostfile") || !strcmp(a, "-hostfile") || !strcmp(a, "--machinefile") ||
-           !strcmp(a, "-machinefile");
+/* The launcher's flags the supervisor edits, each as `-flag VALUE` or `-flag=VALUE` (mpirun
+ * takes the first form, srun and newer launchers also the second). */
+static const char *const hostfile_flags[] = {"--hostfile", "-hostfile", "--machinefile",
+                                             "-machinefile", NULL};
+static const char *const np_flags[] = {"-np", "--np", "-n", "--n", "-c", NULL};
+
+/* When cmd[i] (i + 1 < end) is one of flags with its value: 1, *at the argument holding the
+ * value and *pre the length of what comes before the value there ("--np=": 5; 0 for the
+ * value as the next argument). */
+static int flag_value(char **cmd, int i, int end, const char *const *flags, int *at, int *pre) {
+    for (int k = 0; flags[k]; k++) {
+        size_t n = strlen(flags[k]);
+        if (strncmp(cmd[i], flags[k], n)) continue;
+        if (!cmd[i][n] && i + 1 < end) {
+            *at = i + 1, *pre = 0;
+            return 1;
+        }
+        if (cmd[i][n] == '=') {
+            *at = i, *pre = (int)n + 1;
+            return 1;
+        }
+    }
+    return 0;
 }
 
-static int is_np_flag(const char *a) {
-    return !strcmp(a, "-np") || !strcmp(a, "--np") || !strcmp(a, "-n") || !strcmp(a, "--n") ||
-           !strcmp(a, "-c");
-}
-
-/* One line of the host file: "host [slots=N] [max_slots=M]" (# starts a comment). 0, 1 for a
- * line with no host, -1 with the mistake in why. */
+/* One line of the host file: "host slots=N [max_slots=M]" (# starts a comment). 0, 1 for a
+ * line with no host, -1 with the mistake in why (also for a host without slots=). */
 static int parse_host_line(char *line, sv_host *h, char *why, size_t wlen) {
     line[strcspn(line, "#\r\n")] = 0;
     char *save = NULL, *tok = strtok_r(line, " \t", &save);
@@ -298,7 +344,6 @@ static int parse_host_line(char *line, sv_host *h, char *why, size_t wlen) {
         return -1;
     }
     snprintf(h->name, sizeof(h->name), "%s", tok);
-    h->slots = 1; /* what a line without slots= gives here */
     while ((tok = strtok_r(NULL, " \t", &save))) {
         char *end;
         int slots = !strncmp(tok, "slots=", 6), max = !strncmp(tok, "max_slots=", 10);
@@ -309,7 +354,12 @@ static int parse_host_line(char *line, sv_host *h, char *why, size_t wlen) {
         }
         if (slots) h->slots = (int)v;
     }
-    return 0;
+    if (!h->slots) /* Open MPI counts the host's cores there, which only that host knows */
+        snprintf(why, wlen,
+                 "host %s has no slots=N (Open MPI would give it one slot per core of that host, "
+                 "which the supervisor cannot count): write `%s slots=N`",
+                 h->name, h->name);
+    return h->slots ? 0 : -1;
 }
 
 static int read_hosts(sv_run *s) {
@@ -318,7 +368,7 @@ static int read_hosts(sv_run *s) {
         fprintf(stderr, "trainer supervise: --hostfile '%s': %s\n", s->hostfile, strerror(errno));
         return -1;
     }
-    char line[1024], why[200];
+    char line[1024], why[320];
     int lineno = 0, rc = 0;
     while (!rc && fgets(line, sizeof(line), f)) {
         lineno++;
@@ -346,16 +396,40 @@ static int read_hosts(sv_run *s) {
     return rc;
 }
 
-int sv_read_hostfile(sv_run *s) {
+/* The launcher's -np and the run's --dp, which a host's drop lowers (a positive count each),
+ * or why not. */
+static int find_counts(sv_run *s) {
+    int at, pre;
+    const char *flag = "-np";
     s->np_at = s->dp_at = -1;
-    for (int i = 0; i + 1 < s->run_at; i++)
-        if (is_np_flag(s->cmd[i])) s->np_at = i + 1;
+    for (int i = 0; i < s->run_at; i++)
+        if (flag_value(s->cmd, i, s->run_at, np_flags, &at, &pre))
+            s->np_at = at, s->np_pre = pre, flag = s->cmd[i];
     for (int i = s->run_at + 1; i + 1 < s->n; i++)
         if (!strcmp(s->cmd[i], "--dp")) s->dp_at = i + 1;
-    if (!s->hostfile) return 0;
-    if (read_hosts(s)) return -1;
-    for (int i = 0; i + 1 < s->run_at; i++)
-        if (is_hostfile_flag(s->cmd[i])) return 0;
+    const char *v[2] = {s->np_at >= 0 ? s->cmd[s->np_at] + s->np_pre : NULL,
+                        s->dp_at >= 0 ? s->cmd[s->dp_at] : NULL};
+    for (int k = 0; k < 2; k++) {
+        char *end;
+        long x = v[k] ? strtol(v[k], &end, 10) : 1;
+        if (v[k] && (!*v[k] || *end || x < 1 || x > 1000000)) {
+            fprintf(stderr,
+                    "trainer supervise: the command's %.*s '%s' is not a number of processes\n",
+                    k ? 4 : s->np_pre ? s->np_pre - 1 : (int)strlen(flag), k ? "--dp" : flag,
+                    v[k]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int sv_read_hostfile(sv_run *s) {
+    s->np_at = s->dp_at = -1;
+    if (!s->hostfile) return 0; /* nothing to edit: the launcher reads its own flags */
+    if (read_hosts(s) || find_counts(s)) return -1;
+    int at, pre;
+    for (int i = 0; i < s->run_at; i++)
+        if (flag_value(s->cmd, i, s->run_at, hostfile_flags, &at, &pre)) return 0;
     fprintf(stderr, "trainer supervise: --hostfile is given but the command has no --hostfile, "
                     "-hostfile or --machinefile argument (before `trainer run`) to replace\n");
     return -1;
@@ -367,11 +441,13 @@ int sv_host_find(const sv_run *s, const char *name) {
     return -1;
 }
 
-TR_PRINTF(3, 4) static int replace_arg(sv_run *s, int at, const char *fmt, ...) {
+/* cmd[at]'s value, after its first pre bytes (a flag's "NAME="), made fmt's. */
+TR_PRINTF(4, 5) static int replace_arg(sv_run *s, int at, int pre, const char *fmt, ...) {
     char buf[TR_PATH_MAX + 64];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
+    int n = snprintf(buf, sizeof(buf), "%.*s", pre, s->cmd[at]);
+    vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
     va_end(ap);
     char *v = strdup(buf);
     if (!v) return -1;
@@ -388,7 +464,7 @@ static int lower_np(sv_run *s, int left, char *why, size_t wlen) {
                  s->cmd[s->dp_at]);
         return -1;
     }
-    int np = atoi(s->cmd[s->np_at]), now = np < left ? np : left;
+    int np = atoi(s->cmd[s->np_at] + s->np_pre), now = np < left ? np : left;
     if (s->dp_at >= 0) {
         int dp = atoi(s->cmd[s->dp_at]);
         int per = dp > 0 && np % dp == 0 ? np / dp : 0; /* tp x pp */
@@ -399,9 +475,9 @@ static int lower_np(sv_run *s, int left, char *why, size_t wlen) {
                      dp, np, left);
             return -1;
         }
-        if (replace_arg(s, s->dp_at, "%d", now / per)) return -1;
+        if (replace_arg(s, s->dp_at, 0, "%d", now / per)) return -1;
     }
-    return now == np ? 0 : replace_arg(s, s->np_at, "%d", now);
+    return now == np ? 0 : replace_arg(s, s->np_at, s->np_pre, "%d", now);
 }
 
 int sv_drop_host(sv_run *s, int h, char *why, size_t wlen) {
@@ -422,12 +498,15 @@ int sv_drop_host(sv_run *s, int h, char *why, size_t wlen) {
         snprintf(why, wlen, "cannot write '%s': %s", path, strerror(errno));
         return -1;
     }
-    for (int i = 0; i + 1 < s->run_at; i++)
-        if (is_hostfile_flag(s->cmd[i]) && replace_arg(s, i + 1, "%s", path)) return -1;
+    int at, pre;
+    for (int i = 0; i < s->run_at; i++)
+        if (flag_value(s->cmd, i, s->run_at, hostfile_flags, &at, &pre) &&
+            replace_arg(s, at, pre, "%s", path))
+            return -1;
     if (lower_np(s, left, why, wlen)) return -1;
     printf("supervise: host %s failed twice: dropped; %s lists the %d slot(s) left%s%s%s%s\n",
            s->hosts[h].name, path, left, s->np_at >= 0 ? ", -np " : "",
-           s->np_at >= 0 ? s->cmd[s->np_at] : "", s->dp_at >= 0 ? ", --dp " : "",
+           s->np_at >= 0 ? s->cmd[s->np_at] + s->np_pre : "", s->dp_at >= 0 ? ", --dp " : "",
            s->dp_at >= 0 ? s->cmd[s->dp_at] : "");
     return 0;
 }

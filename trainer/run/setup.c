@@ -521,6 +521,7 @@ static int gather_ranks(run_ctx *x) {
                TR_DEVICE_LEN - 1);
     }
     free(all);
+    tr_comm_set_host_names(x->hosts, x->nranks, TR_HOST_LEN); /* a timeout's line names them */
     return 0;
 }
 
