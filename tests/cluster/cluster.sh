@@ -225,11 +225,17 @@ write_files() { # NAME HOSTS SLOTS
         echo "export OMPI_MCA_btl_tcp_if_include=$sub"
         echo "export OMPI_MCA_btl=self,vader,tcp"
         echo "export OMPI_MCA_orte_tmpdir_base=$d/tmp"
+        # a host whose link is cut: its daemon's connection is found dead in ~5 s (Open MPI's
+        # defaults, 300 + 9 x 20 s, kept mpirun waiting for it), so mpirun ends the job itself
+        echo "export OMPI_MCA_oob_tcp_keepalive_time=2 OMPI_MCA_oob_tcp_keepalive_intvl=1"
+        echo "export OMPI_MCA_oob_tcp_keepalive_probes=3"
         echo "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
         echo "export TR_CLUSTER_DIR=$d"
     } >"$d/env"
     echo "--hostfile $d/hostfile --mca plm_rsh_agent $d/agent --mca oob_tcp_if_include $sub" \
         "--mca btl_tcp_if_include $sub --mca btl self,vader,tcp --mca orte_tmpdir_base $d/tmp" \
+        "--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1" \
+        "--mca oob_tcp_keepalive_probes 3" \
         >"$d/mpirun.args"
 }
 

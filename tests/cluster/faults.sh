@@ -18,15 +18,15 @@
 # A rank's host is its namespace's host name. Needs root, iproute2 and Open MPI (else exits
 # 77, skipped). About 1-2 minutes.
 #
-# usage: tests/cluster_faults.sh path/to/trainer   (run from the repository root)
+# usage: tests/cluster/faults.sh path/to/trainer   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 here=$(cd "$(dirname "$0")" && pwd)
-C=$here/cluster/cluster.sh
+C=$here/cluster.sh
 command -v mpirun >/dev/null || { echo "SKIP no mpirun"; exit 77; }
 [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v tc >/dev/null ||
     { echo "SKIP needs root, ip and tc (network namespaces)"; exit 77; }
-. "$here/lib.sh"
+. "$here/../lib.sh"
 R=tests/recipes_good/tp_gpt.lua
 name=cf$$
 name=${name:0:12}
