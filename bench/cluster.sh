@@ -9,11 +9,15 @@
 # layout flags, by-slot placement): the planner's own choice, marked `*`. For each: the
 # ranks' hosts (from the run's per-rank table), the measured step (the median of
 # metrics.jsonl's step_s after two steps of warm-up), the planner's prediction
-# (predicted_step_s, the run's "plan vs run" line), measured / predicted, tokens/s (median)
-# and the step against the fastest layout. Above each table: the links the planner measured
-# (`trainer plan --json` run on the cluster) against the shaped rate. One run of each layout
-# per rate, 1 thread per rank (4 ranks share this machine's cores: the compute is the same in
-# every layout, the network is what differs). Figures, not pass/fail.
+# (predicted_step_s, the run's "plan vs run" line) and the compute rate it predicted with (the
+# least of the ranks' measured sgemm rates), measured / predicted, tokens/s (median) and the
+# step against the fastest layout; under each table the slowest layout measured and predicted,
+# the planner's choice against the fastest, and the prediction furthest off. Above each
+# table: the links the planner measured (`trainer plan --json` run on the cluster) against the
+# shaped rate. One run of each layout per rate, 1 thread per rank (4 ranks share this
+# machine's cores: the compute is the same in every layout, the network is what differs); on
+# a shared 2-core machine one layout's runs differ by up to about 25%, so smaller differences
+# are noise. Figures, not pass/fail.
 # Usage: bench/cluster.sh [steps]     (as root; needs build/trainer built with MPI, mpirun,
 #                                      iproute2; about 6 minutes with the default 6 steps)
 set -uo pipefail
@@ -61,32 +65,45 @@ print("planner'"'"'s links: between hosts %.1f MB/s (%s; shaped to %.1f MB/s: %.
       x["latency"] * 1e6, i["bw"] / 1e6, i["origin"]))' "$1"
 }
 
-tp_where() { # name tp: whether every tp group (tp consecutive ranks) is on one host
-    hosts_of "$1" | awk -v tp="$2" '{for (i = 1; i <= NF; i++) if ($i != $(i - (i - 1) % tp)) x = 1}
-        END {print x ? "tp ACROSS hosts" : "tp inside hosts"}'
+where() { # name dp tp pp: where its tp groups, pp stages and dp replicas sit (world rank (d * pp + p) * tp + t)
+    hosts_of "$1" | awk -v D="$2" -v T="$3" -v P="$4" '{
+        for (d = 0; d < D; d++) for (p = 0; p < P; p++) for (t = 0; t < T; t++) {
+            h = $((d * P + p) * T + t + 1)
+            if (h != $((d * P + p) * T + 1)) tpx = 1
+            if (h != $(d * P * T + t + 1)) ppx = 1
+            if (h != $(p * T + t + 1)) dpx = 1
+        }
+        if (T > 1) w = tpx ? ", tp ACROSS hosts" : ", tp inside hosts"
+        if (P > 1) w = w (ppx ? ", pp across hosts" : ", pp inside hosts")
+        if (D > 1) w = w (dpx ? ", dp across hosts" : ", dp inside hosts")
+        print w }'
+}
+peak_of() { # name: the least of the ranks' measured sgemm GFLOP/s (the planner's compute rate)
+    sed -n 's/^  rank [0-9].* peak \([0-9.]*\) GFLOP\/s.*/\1/p' "$tmp/$1.log" | sort -g | head -1
 }
 table() { # rate: the rows of its runs (also in $tmp/rows.RATE: name|label|step|predicted), a summary
-    local rate=$1 l name map label flags n m s p pvr best tp
+    local rate=$1 l name map label flags n m s p pvr best placed
     best=$(for l in "${layouts[@]}"; do median "$tmp/$rate.${l%%|*}/metrics.jsonl" step_s 2>/dev/null; done | sort -g | head -1)
-    printf "%-42s %-12s %8s %9s %9s %8s %7s %8s\n" "layout" "rank hosts" "step s" "predicted" "meas/pred" "log" "tok/s" "vs best"
+    printf "%-36s %-12s %7s %8s %9s %9s %8s %7s %8s\n" "layout" "rank hosts" "peak GF" "step s" "predicted" "meas/pred" "log" "tok/s" "vs best"
     : >"$tmp/rows.$rate"
     for l in "${layouts[@]}"; do
         IFS='|' read -r name map label flags <<<"$l"
         n=$rate.$name m=$tmp/$rate.$name/metrics.jsonl
-        if [ "$name" = auto ]; then
-            label="$(layout_of "$n")"
-            tp=$(echo "$label" | awk '{print $5}')
-            [ "${tp:-1}" -gt 1 ] && label="$label, $(tp_where "$n" "$tp")"
-            label="* auto: $label"
+        if [ "$name" != auto ]; then label="  $label"; else
+            label="* auto: $(layout_of "$n")"
+            placed=$(where "$n" $(layout_of "$n" | awk '{print $2, $5, ($8 ? $8 : 1)}'))
         fi
-        if ! [ -s "$m" ]; then printf "  %-40s failed (log: the last line above)\n" "$label"; continue; fi
+        if ! [ -s "$m" ]; then printf "%-36s failed (log: the last line above)\n" "$label"; continue; fi
         s=$(median "$m" step_s)
         p=$(grep -o '"predicted_step_s": [0-9.e+-]*' "$m" | head -1 | awk '{print $2}')
         pvr=$(sed -n 's/^plan vs run: step [^(]* measured (\([^)]*\));.*/\1/p' "$tmp/$n.log")
-        printf "%-42s %-12s %8.3f %9.3f %8.2fx %8s %7.0f %7.2fx\n" "$([ "$name" = auto ] || echo "  ")$label" \
-            "$(hosts_of "$n")" "$s" "${p:-0}" "$(awk -v a="$s" -v b="${p:-0}" 'BEGIN {print (b > 0) ? a / b : 0}')" \
+        printf "%-36s %-12s %7s %8.3f %9.3f %8.2fx %8s %7.0f %7.2fx\n" "$label" \
+            "$(hosts_of "$n")" "$(peak_of "$n")" "$s" "${p:-0}" \
+            "$(awk -v a="$s" -v b="${p:-0}" 'BEGIN {print (b > 0) ? a / b : 0}')" \
             "${pvr:--}" "$(median "$m" tokens_per_s)" "$(awk -v a="$s" -v b="$best" 'BEGIN {print a / b}')"
-        echo "$name|${label#\* }|$s|${p:-0}" >>"$tmp/rows.$rate"
+        label=${label#??}
+        [ "$name" = auto ] && label="${label#auto: } (${placed#, })"
+        echo "$name|$label|$s|${p:-0}" >>"$tmp/rows.$rate"
     done
     awk -F'|' '{n++; name[n] = $1; lab[n] = $2; s[n] = $3; p[n] = $4}
         END {
@@ -98,11 +115,11 @@ table() { # rate: the rows of its runs (also in $tmp/rows.RATE: name|label|step|
                 if (name[i] != "auto" && (pw == 0 || p[i] > p[pw])) pw = i
                 if (p[i] > 0 && (m == 0 || r(i) > r(m))) m = i
             }
-            printf "measured: the slowest is %s (%.2fx the fastest, %s); the planner predicted the slowest to be %s\n",
-                lab[w], s[w] / s[b], lab[b], pw ? lab[pw] : "-"
+            printf "slowest measured: %s, %.2fx the fastest; fastest: %s\n", lab[w], s[w] / s[b], lab[b]
+            if (pw) printf "slowest predicted of the four fixed layouts: %s (%.3f s)\n", lab[pw], p[pw]
             for (i = 1; i <= n; i++) if (name[i] == "auto")
                 printf "the planner chose %s: %.2fx the fastest measured\n", lab[i], s[i] / s[b]
-            printf "the prediction furthest off: %s, measured %.2fx its prediction (%.3f s against %.3f s)\n",
+            printf "prediction furthest off: %s, measured %.2fx its prediction (%.3f s against %.3f s)\n",
                 lab[m], s[m] / p[m], s[m], p[m]
         }
         function r(i) { return s[i] > p[i] ? s[i] / p[i] : p[i] / s[i] }' "$tmp/rows.$rate"
@@ -133,5 +150,8 @@ done
 echo
 echo "rank hosts: the host of ranks 0..3; step s: the median of step_s after 2 warm-up steps;"
 echo "predicted: the planner's predicted_step_s for the layout the run used; log: the run's own"
-echo "\"plan vs run\" (its mean step against the prediction); * the planner's choice (by-slot ranks)."
+echo "\"plan vs run\" (its mean step against the prediction); * the planner's choice (by-slot ranks);"
+echo "peak GF: the least of the ranks' measured sgemm GFLOP/s, the compute rate the planner"
+echo "predicted with (measured at each start, with the other ranks; it moves with this machine's load)."
+echo "One run per layout: on a shared 2-core machine differences under about 25% are noise."
 echo "bench/cluster.sh took $(($(date +%s) - began)) s"
