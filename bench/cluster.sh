@@ -12,7 +12,8 @@
 # (predicted_step_s, the run's "plan vs run" line) and the compute rate it predicted with (the
 # least of the ranks' measured sgemm rates), measured / predicted, tokens/s (median) and the
 # step against the fastest layout; under each table the slowest layout measured and predicted,
-# the planner's choice against the fastest, and the prediction furthest off. Above each
+# the planner's choice against the fastest, the prediction furthest off, and each
+# prediction's parts (compute, bubble, tp, pp, dp, optimizer) with what the run resolved. Above each
 # table: the links the planner measured (`trainer plan --json` run on the cluster) against the
 # shaped rate. One run of each layout per rate, 1 thread per rank (4 ranks share this
 # machine's cores: the compute is the same in every layout, the network is what differs); on
@@ -21,7 +22,7 @@
 # Usage: bench/cluster.sh [steps]     (as root; needs build/trainer built with MPI, mpirun,
 #                                      iproute2; about 6 minutes with the default 6 steps)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 steps="${1:-6}"
 T=${TRAINER:-build/trainer}
 [[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 3 ] || { echo "bench: steps '$steps': a whole number, 3 or more (2 are warm-up)"; exit 2; }
@@ -81,16 +82,21 @@ where() { # name dp tp pp: where its tp groups, pp stages and dp replicas sit (w
 peak_of() { # name: the least of the ranks' measured sgemm GFLOP/s (the planner's compute rate)
     sed -n 's/^  rank [0-9].* peak \([0-9.]*\) GFLOP\/s.*/\1/p' "$tmp/$1.log" | sort -g | head -1
 }
+parts_of() { # name: the prediction's parts, from the log's "plan: predicted" line
+    sed -n 's/^plan: predicted [0-9.e+-]* s per step (\([^)]*\)).*/\1/p' "$tmp/$1.log"
+}
 table() { # rate: the rows of its runs (also in $tmp/rows.RATE: name|label|step|predicted), a summary
     local rate=$1 l name map label flags n m s p pvr best placed
     best=$(for l in "${layouts[@]}"; do median "$tmp/$rate.${l%%|*}/metrics.jsonl" step_s 2>/dev/null; done | sort -g | head -1)
     printf "%-36s %-12s %7s %8s %9s %9s %8s %7s %8s\n" "layout" "rank hosts" "peak GF" "step s" "predicted" "meas/pred" "log" "tok/s" "vs best"
     : >"$tmp/rows.$rate"
+    : >"$tmp/parts.$rate"
     for l in "${layouts[@]}"; do
         IFS='|' read -r name map label flags <<<"$l"
         n=$rate.$name m=$tmp/$rate.$name/metrics.jsonl
         if [ "$name" != auto ]; then label="  $label"; else
             label="* auto: $(layout_of "$n")"
+            # shellcheck disable=SC2046 # dp, tp and pp: three words
             placed=$(where "$n" $(layout_of "$n" | awk '{print $2, $5, ($8 ? $8 : 1)}'))
         fi
         if ! [ -s "$m" ]; then printf "%-36s failed (log: the last line above)\n" "$label"; continue; fi
@@ -104,6 +110,7 @@ table() { # rate: the rows of its runs (also in $tmp/rows.RATE: name|label|step|
         label=${label#??}
         [ "$name" = auto ] && label="${label#auto: } (${placed#, })"
         echo "$name|$label|$s|${p:-0}" >>"$tmp/rows.$rate"
+        printf "  %s: %s; %s\n" "$label" "$(parts_of "$n")" "$(sed -n 's/^plan: dp [0-9 xtp]*, \(.*\) (chosen .*/\1/p' "$tmp/$n.log")" >>"$tmp/parts.$rate"
     done
     awk -F'|' '{n++; name[n] = $1; lab[n] = $2; s[n] = $3; p[n] = $4}
         END {
@@ -123,6 +130,8 @@ table() { # rate: the rows of its runs (also in $tmp/rows.RATE: name|label|step|
                 lab[m], s[m] / p[m], s[m], p[m]
         }
         function r(i) { return s[i] > p[i] ? s[i] / p[i] : p[i] / s[i] }' "$tmp/rows.$rate"
+    echo "the planner's predictions in parts (s), and what it resolved for each layout:"
+    cat "$tmp/parts.$rate"
 }
 
 # name, mpirun's placement, what the row says, the layout flags
@@ -142,6 +151,7 @@ for rate in 1gbit 100mbit; do
     links "$rate"
     for l in "${layouts[@]}"; do
         IFS='|' read -r name map label flags <<<"$l"
+        # shellcheck disable=SC2086 # the flags are words
         run "$rate.$name" "$map" $flags ||
             echo "bench: $label at $rate failed: $(grep -v '^ \|^$' "$tmp/$rate.$name.log" | tail -1)"
     done
