@@ -9,8 +9,8 @@
 # layout flags, by-slot placement): the planner's own choice, marked `*`. For each: the
 # ranks' hosts (from the run's per-rank table), the measured step (the median of
 # metrics.jsonl's step_s after two steps of warm-up), the planner's prediction
-# (predicted_step_s, the run's "plan vs run" line) and the compute rate it predicted with (the
-# least of the ranks' measured sgemm rates), measured / predicted, tokens/s (median) and the
+# (predicted_step_s, the run's "plan vs run" line), the least of the ranks' measured sgemm
+# rates (one of the planner's inputs, measured at each start), measured / predicted, tokens/s (median) and the
 # step against the fastest layout; under each table the slowest layout measured and predicted,
 # the planner's choice against the fastest, the prediction furthest off, and each
 # prediction's parts (compute, bubble, tp, pp, dp, optimizer) with what the run resolved. Above each
@@ -79,7 +79,7 @@ where() { # name dp tp pp: where its tp groups, pp stages and dp replicas sit (w
         if (D > 1) w = w (dpx ? ", dp across hosts" : ", dp inside hosts")
         print w }'
 }
-peak_of() { # name: the least of the ranks' measured sgemm GFLOP/s (the planner's compute rate)
+peak_of() { # name: the least of the ranks' measured sgemm GFLOP/s (one of the planner's inputs)
     sed -n 's/^  rank [0-9].* peak \([0-9.]*\) GFLOP\/s.*/\1/p' "$tmp/$1.log" | sort -g | head -1
 }
 parts_of() { # name: the prediction's parts, from the log's "plan: predicted" line
@@ -161,7 +161,7 @@ echo
 echo "rank hosts: the host of ranks 0..3; step s: the median of step_s after 2 warm-up steps;"
 echo "predicted: the planner's predicted_step_s for the layout the run used; log: the run's own"
 echo "\"plan vs run\" (its mean step against the prediction); * the planner's choice (by-slot ranks);"
-echo "peak GF: the least of the ranks' measured sgemm GFLOP/s, the compute rate the planner"
-echo "predicted with (measured at each start, with the other ranks; it moves with this machine's load)."
+echo "peak GF: the least of the ranks' measured sgemm GFLOP/s at the run's start, one of the"
+echo "planner's inputs (with the measured memory bandwidth; both move with this machine's load)."
 echo "One run per layout: on a shared 2-core machine differences under about 25% are noise."
 echo "bench/cluster.sh took $(($(date +%s) - began)) s"
