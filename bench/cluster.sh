@@ -61,8 +61,10 @@ try:
 except Exception as e:
     print("planner'"'"'s links: trainer plan --json gave none (%s)" % e); sys.exit()
 i, x = l["intra"], l["inter"]
-print("planner'"'"'s links: between hosts %.1f MB/s (%s; shaped to %.1f MB/s: %.2fx), latency %.0f us;"
-      " inside a host %.0f MB/s (%s)" % (x["bw"] / 1e6, x["origin"], shaped / 1e6, x["bw"] / shaped,
+p2p = x.get("p2p_bw", 0)
+print("planner'"'"'s links: between hosts %.1f MB/s one way (shaped to %.1f MB/s: %.2fx), all-reduce"
+      " bus bandwidth %.1f MB/s (%s, what collectives are priced with), latency %.0f us; inside a"
+      " host %.0f MB/s (%s)" % (p2p / 1e6, shaped / 1e6, p2p / shaped, x["bw"] / 1e6, x["origin"],
       x["latency"] * 1e6, i["bw"] / 1e6, i["origin"]))' "$1"
 }
 
