@@ -111,6 +111,9 @@ typedef struct {
        gets the slower of the two groups' inter links, assumed */
     tr_link between[TR_CLUSTER_MAX_GROUPS][TR_CLUSTER_MAX_GROUPS];
     tr_cluster_hosts hosts; /* a detected job's hosts and ranks */
+    tr_figure noise;        /* a detected job: how much its repeated probes varied on the
+                               noisiest rank, (upper - lower quartile) / median of their times;
+                               0 (assumed) for a cluster from a file or flags */
 } tr_cluster;
 
 /* Every device of the cluster: the sum of nodes * per_node. */

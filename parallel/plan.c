@@ -29,6 +29,7 @@ typedef struct {
     tr_plan over[4];              /* the fastest that do not fit, by ZeRO stage */
     int have_over[4];
     long evaluated, feasible;
+    double tie;                   /* tr_plan_tie of the cluster */
 } pl_search;
 
 static int flag_or(int flag, int recipe) { return flag >= 0 ? flag : recipe; }
@@ -279,8 +280,8 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
     const char *unit = s->o->objective == TR_PLAN_COST ? "cost" : "step";
     if (ratio < 1) { /* a tie the simpler plan won (prefer_simple) */
         snprintf(a->why, sizeof a->why,
-                 "%s %.2fx, within the model's %.0f%%: the chosen plan has less machinery", unit,
-                 ratio, 100 * PL_TIE);
+                 "%s %.2fx, a tie (within %.0f%%): the chosen plan has less machinery", unit,
+                 ratio, 100 * s->tie);
         return;
     }
     if (w == 0 && a->l.tp > dv->per_node)
@@ -303,11 +304,17 @@ static int simpler(const tr_plan *a, const tr_plan *b) {
     return 0;
 }
 
-/* The cost model cannot tell plans within PL_TIE of each other apart (bench/planner.sh): among
- * those, the simplest goes first (insertion sort of that head of the ranking). */
+double tr_plan_tie(const tr_cluster *c) {
+    double v = c->noise.v > PL_TIE ? c->noise.v : PL_TIE;
+    return v < PL_TIE_MAX ? v : PL_TIE_MAX;
+}
+
+/* Neither the cost model nor the probes tell plans within s->tie of each other apart
+ * (bench/planner.sh, tr_plan_tie): among those, the simplest goes first (insertion sort of
+ * that head of the ranking). */
 static void prefer_simple(pl_search *s) {
     if (s->n_keep < 2) return;
-    double limit = score(s, &s->keep[0]) * (1 + PL_TIE);
+    double limit = score(s, &s->keep[0]) * (1 + s->tie);
     int n = 1;
     while (n < s->n_keep && score(s, &s->keep[n]) <= limit) n++;
     for (int i = 1; i < n; i++) {
@@ -435,6 +442,7 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
     }
     s->r = r;
     s->o = o;
+    s->tie = out->tie = tr_plan_tie(c);
     fixed_of(r, o, &s->fx);
     if (pl_model_init(&s->m, r, o->dtype, err, errlen)) {
         free(s);

@@ -82,7 +82,14 @@ typedef struct {
     int deadline_met;   /* with a deadline: whether best meets it */
     char need[300];     /* nothing fits: "needs 12 GPUs of 80 GB, or recompute = full on 8" */
     char assumed[600];  /* which figures were assumed (not measured or given) */
+    double tie;         /* plans within this share of the best were a tie (tr_plan_tie) */
 } tr_plan_result;
+
+/* The share of the best plan's step time (or cost) within which plans count as a tie, the
+ * simplest winning: the cost model's PL_TIE (5%), or the spread of the cluster's probes when
+ * they varied more (two measurements a minute apart differ by about that much, and the plan
+ * should not follow them), at most PL_TIE_MAX (25%). */
+double tr_plan_tie(const tr_cluster *c);
 
 /* Plan `r` for cluster `c`: 0 and *out, or -1 and one line in err (a recipe whose fixed
  * fields cannot run on this cluster says which and why, in tr_layout_resolve's words). */

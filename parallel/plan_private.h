@@ -20,6 +20,7 @@
 #define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */
 #define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */
+#define PL_TIE_MAX 0.25         /* ... widened to the probes' noise, up to this (tr_plan_tie) */
 #define PL_GPU_RESERVE (1.5 * 1073741824.0) /* CUDA context, cuBLASLt workspace, NCCL buffers */
 #define PL_ELEMENTWISE_PASSES 4.0 /* activation bytes moved per kept byte, forward + backward */
 

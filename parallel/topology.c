@@ -6,6 +6,7 @@
 #include "parallel/topology.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ typedef struct {
  * and memcpy): SGEMM_REPS products of SGEMM_N cubed after one warm-up, timed together;
  * COPY_REPS memcpy of COPY_BYTES; LAT_REPS all-reduces of 8 bytes and BW_REPS of BW_BYTES
  * after one warm-up each, timed one by one for their median. */
-enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 2, LAT_REPS = 21, BW_REPS = 5, MAX_REPS = 21 };
+enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 4, LAT_REPS = 21, BW_REPS = 9, MAX_REPS = 21 };
 #define COPY_BYTES ((size_t)32 << 20)
 /* 1 MiB: with 4 ranks on 2 cores, 2 and 4 MiB all-reduces sometimes outlast the 20 ms that
  * comm/mpi.c's waits spin before they sleep, and then read 20 times slower */
@@ -42,6 +43,7 @@ enum {
     F_INTER_BW,
     F_INTER_LAT,
     F_INTER_P2P,
+    F_NOISE, /* the largest spread() of the probes this rank timed for the planner */
     F_N
 };
 
@@ -72,20 +74,40 @@ static double now(void) {
 
 /* ---- this process's figures ---------------------------------------------------------------- */
 
-/* Products of n-cubed after `warm` untimed ones: the best single rate, and the rate of all
- * `reps` together (which, unlike the best, sees ranks that take turns on shared cores). */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* How far the figure a probe takes from n repeated timings t (their median, or their mean)
+ * would move if it were measured again, relative to it: the median's standard error, about
+ * 1.25 sigma / sqrt(n), with sigma estimated from the interquartile range (IQR / 1.35). Sorts
+ * t. Two planners that measure the machine a minute apart see figures that far apart, and
+ * parallel/plan.c widens its tie to the largest of them (tr_plan_tie). */
+static double spread(double *t, int n) {
+    if (n < 2) return 0;
+    qsort(t, (size_t)n, sizeof t[0], cmp_double);
+    double iqr = t[(3 * n) / 4] - t[n / 4], med = t[n / 2];
+    return med > 0 ? 1.25 * iqr / 1.35 / sqrt((double)n) / med : 0;
+}
+
+/* Products of n-cubed after `warm` untimed ones: the best single rate, the rate of all `reps`
+ * together (which, unlike the best, sees ranks that take turns on shared cores), and when
+ * noise is not NULL the spread() of their times. */
 static void sgemm_rates(const float *a, const float *b, float *c, int n, int warm, int reps,
-                        double *best, double *all) {
-    double flop = 2.0 * n * n * n, t1 = now();
+                        double *best, double *all, double *noise) {
+    double flop = 2.0 * n * n * n, t1 = now(), t[MAX_REPS] = {0};
     *best = 0;
     for (int rep = 0; rep < warm + reps; rep++) {
         double t0 = now();
         if (rep == warm) t1 = t0;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double rate = flop / (now() - t0);
-        if (rep >= warm && rate > *best) *best = rate;
+        double dt = now() - t0;
+        if (rep >= warm && rep - warm < MAX_REPS) t[rep - warm] = dt;
+        if (rep >= warm && flop / dt > *best) *best = flop / dt;
     }
     *all = flop * reps / (now() - t1);
+    if (noise) *noise = spread(t, reps < MAX_REPS ? reps : MAX_REPS);
 }
 
 static void sgemm_fill(float *a, float *b, size_t nn) {
@@ -103,7 +125,7 @@ double tr_topology_sgemm_rate(int n, int warm, int reps) {
     if (a && b && c) {
         sgemm_fill(a, b, nn);
         double all;
-        sgemm_rates(a, b, c, n, warm, reps, &rate, &all);
+        sgemm_rates(a, b, c, n, warm, reps, &rate, &all, NULL);
     }
     free(a);
     free(b);
@@ -111,14 +133,20 @@ double tr_topology_sgemm_rate(int n, int warm, int reps) {
     return rate;
 }
 
-/* Bytes read + written per second by COPY_REPS memcpy of COPY_BYTES. */
-static double copy_rate(char *src, char *dst) {
+/* Bytes read + written per second by COPY_REPS memcpy of COPY_BYTES; *noise: their spread(). */
+static double copy_rate(char *src, char *dst, double *noise) {
+    double t[COPY_REPS];
     memset(src, 1, COPY_BYTES); /* fault the pages in before timing */
     memset(dst, 0, COPY_BYTES);
-    double t0 = now();
-    for (int rep = 0; rep < COPY_REPS; rep++)
+    double t0 = now(), last = t0;
+    for (int rep = 0; rep < COPY_REPS; rep++) {
         memcpy(rep % 2 ? src : dst, rep % 2 ? dst : src, COPY_BYTES);
-    return 2.0 * (double)COPY_BYTES * COPY_REPS / (now() - t0);
+        double t1 = now();
+        t[rep] = t1 - last;
+        last = t1;
+    }
+    *noise = spread(t, COPY_REPS);
+    return 2.0 * (double)COPY_BYTES * COPY_REPS / (last - t0);
 }
 
 /* The node's cores: those online, or if fewer those its ranks may run on together (mpirun
@@ -267,14 +295,10 @@ static int scratch_init(tr_comm *w, const tr_topology_opts *o, int links, scratc
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The median time of `reps` all-reduces of n floats on g, after one warm-up: a rank
- * descheduled on shared cores delays a few of them, not the typical one. */
-static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *median) {
+ * descheduled on shared cores delays a few of them, not the typical one. *noise: the larger
+ * of itself and their spread. */
+static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *median, double *noise) {
     double t[MAX_REPS] = {0};
     int rc = tr_comm_all_reduce(g, buf, n, TR_COMM_F32);
     for (int i = 0; i < reps && !rc; i++) {
@@ -282,7 +306,8 @@ static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *media
         rc = tr_comm_all_reduce(g, buf, n, TR_COMM_F32);
         t[i] = now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    double v = spread(t, reps);
+    if (v > *noise) *noise = v;
     *median = t[reps / 2];
     return rc;
 }
@@ -290,10 +315,10 @@ static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *media
 /* The link as the planner models a collective, time = latency + bytes / bandwidth: the
  * latency is the time of an 8-byte all-reduce, the bandwidth the bus bandwidth (NCCL's for
  * all-reduce, 2(p-1)/p x bytes / time) of a BW_BYTES one less that latency. */
-static int time_link(tr_comm *g, float *buf, double *bw, double *lat) {
+static int time_link(tr_comm *g, float *buf, double *bw, double *lat, double *noise) {
     double p = tr_comm_size(g), t = 0;
-    int rc = median_time(g, buf, 2, LAT_REPS, lat);
-    if (!rc) rc = median_time(g, buf, BW_BYTES / sizeof(float), BW_REPS, &t);
+    int rc = median_time(g, buf, 2, LAT_REPS, lat, noise);
+    if (!rc) rc = median_time(g, buf, BW_BYTES / sizeof(float), BW_REPS, &t, noise);
     if (t > 2 * *lat) t -= *lat;
     *bw = t > 0 ? 2.0 * (p - 1) / p * (double)BW_BYTES / t : 0;
     return rc;
@@ -339,13 +364,13 @@ static int time_p2p(tr_comm *g, float *buf, double *bw) {
 /* Split w by color and time the link of this rank's subgroup when `timed` (every rank
  * calls it; the others join a group they leave idle). bw_lat: bandwidth, latency, p2p. */
 static int time_split(tr_comm *w, int color, int timed, const char *name, float *buf,
-                      double *bw_lat, char *err, size_t errlen) {
+                      double *bw_lat, double *noise, char *err, size_t errlen) {
     tr_comm *g;
     if (tr_comm_split(w, color, tr_comm_rank(w), name, &g, err, errlen)) return -1;
     int rc = 0;
     if (timed && tr_comm_size(g) > 1) {
-        rc = time_link(g, buf, &bw_lat[0], &bw_lat[1]);
-        if (!rc) rc = time_p2p(g, buf, &bw_lat[2]);
+        rc = time_link(g, buf, &bw_lat[0], &bw_lat[1], noise);
+        if (!rc) rc = time_p2p(g, buf, &bw_lat[2]); /* not the planner's: no noise */
     }
     tr_comm_free(g);
     if (rc) snprintf(err, errlen, "topology: timing the %s link failed", name);
@@ -362,18 +387,21 @@ static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int li
     if (o->cpu && o->peak_flops <= 0) {
         if (tr_comm_barrier(w)) goto fail; /* at once: ranks sharing cores slow each other */
         double best;
-        sgemm_rates(s->a, s->b, s->c, SGEMM_N, 1, SGEMM_REPS, &best, &f[F_FLOPS]);
+        sgemm_rates(s->a, s->b, s->c, SGEMM_N, 1, SGEMM_REPS, &best, &f[F_FLOPS], &f[F_NOISE]);
     }
     if (o->cpu) {
         if (tr_comm_barrier(w)) goto fail;
-        f[F_COPY] = copy_rate(s->src, s->dst);
+        double v;
+        f[F_COPY] = copy_rate(s->src, s->dst, &v);
+        if (v > f[F_NOISE]) f[F_NOISE] = v;
     }
     if (links && max_count(h) > 1 &&
-        time_split(w, node, 1, "intra", s->link, &f[F_INTRA_BW], err, errlen))
+        time_split(w, node, 1, "intra", s->link, &f[F_INTRA_BW], &f[F_NOISE], err, errlen))
         return -1;
     int leader = h->first[node] == rank;
     if (links && h->n_nodes > 1 &&
-        time_split(w, !leader, leader, "inter", s->link, &f[F_INTER_BW], err, errlen))
+        time_split(w, !leader, leader, "inter", s->link, &f[F_INTER_BW], &f[F_NOISE], err,
+                   errlen))
         return -1;
     return 0;
 fail:
@@ -392,7 +420,7 @@ static void slowest(const double *all, int size, const int *want, double *agg) {
         if (!want[r]) continue;
         for (int i = 0; i < F_N; i++) {
             double v = all[(size_t)r * F_N + i];
-            int lat = i == F_INTRA_LAT || i == F_INTER_LAT;
+            int lat = i == F_INTRA_LAT || i == F_INTER_LAT || i == F_NOISE;
             if (v > 0 && (agg[i] == 0 || (lat ? v > agg[i] : v < agg[i]))) agg[i] = v;
         }
     }
@@ -490,6 +518,10 @@ static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
         for (int j = 0; j < h->n_groups; j++)
             c->between[gi][j] = link;
     }
+    double noise = 0;
+    for (int r = 0; r < h->size; r++)
+        if (h->figs[(size_t)r * F_N + F_NOISE] > noise) noise = h->figs[(size_t)r * F_N + F_NOISE];
+    c->noise = fig(noise, o->cpu || o->measure_links ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED);
     name_hosts(h, &c->hosts);
     describe(h, c, o, c->source, sizeof c->source);
 }

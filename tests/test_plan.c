@@ -373,12 +373,72 @@ static void keeps_what_fits(tr_plan_result *res) {
                      "does not fit (%d)", tried);
 }
 
+/* ---- the tie: the cost model's 5%, widened to the probes' noise ------------------------- */
+
+/* The tie rule's machinery count, as parallel/plan.c orders it: model-parallel ranks, then
+ * the ZeRO stage. */
+static int machinery(const tr_plan *p) {
+    return 8 * p->l.tp * p->l.pp + p->l.zero;
+}
+
+/* A cluster whose probes varied: plans within that much of the best are a tie, the simplest
+ * wins; the band is 5% below it and 25% at most. The layout that wins the wider tie is one the
+ * 5% tie ranked below the best by more than 5%. */
+static void noise_widens_tie(tr_plan_result *res) {
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    double want[][2] = {{0, 0.05}, {0.02, 0.05}, {0.12, 0.12}, {0.9, 0.25}};
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        c.noise.v = want[i][0];
+        ok &= fabs(tr_plan_tie(&c) - want[i][1]) < 1e-12;
+    }
+    check(ok, "the tie: 5%% for noise 0 and 2%%, 12%% for 12%%, 25%% for 90%%");
+    tr_recipe r;
+    load(&r, "recipes_good/pp_gpt.lua", NULL, 0);
+    tr_plan_opts o = opts(TR_DTYPE_F32);
+    o.alternatives = 10;
+    char err[1024];
+    c.noise.v = 0;
+    tr_plan b0 = {0}, simpler = {0};
+    double rho = 0;
+    /* slower memory makes the sharded optimizer (ZeRO-1 and up) win by more: the first
+       bandwidth at which a simpler plan is 6-20% slower than the best */
+    for (double bw = 5e9; bw > 1e8 && rho == 0; bw /= 1.5) {
+        c.g[0].mem_bw.v = bw;
+        if (tr_plan_search(&r, &c, &o, res, err, sizeof err) || !res->fits) continue;
+        b0 = res->best;
+        for (int i = 0; i < res->n_alts; i++) {
+            const tr_plan *a = &res->alts[i];
+            double q = a->step_s / b0.step_s;
+            if (a->mem_bytes <= a->mem_cap && q > 1.06 && q < 1.2 &&
+                machinery(a) < machinery(&b0) && (rho == 0 || machinery(a) < machinery(&simpler)))
+                simpler = *a, rho = q;
+        }
+    }
+    char d0[200], d1[200] = "";
+    tr_plan_describe(&b0, d0, sizeof d0);
+    if (check(rho > 0, "noise 0: %s, with a simpler plan 6-20%% slower among its alternatives",
+              d0)) {
+        c.noise.v = rho - 1 + 0.01;
+        int rc = tr_plan_search(&r, &c, &o, res, err, sizeof err);
+        if (!rc) tr_plan_describe(&res->best, d1, sizeof d1);
+        check(!rc && res->fits && fabs(res->tie - c.noise.v) < 1e-12 &&
+                  machinery(&res->best) <= machinery(&simpler) &&
+                  res->best.step_s <= b0.step_s * (1 + res->tie) * 1.0001,
+              "noise %.0f%%: the tie is %.0f%% and the simpler plan (%.2fx) wins: %s", 
+              100 * c.noise.v, 100 * res->tie, rho, d1);
+    }
+    tr_recipe_free(&r);
+}
+
 int main(void) {
     tr_plan_result *res = calloc(1, sizeof(*res));
     memory_estimates();
     shown_plans_measured();
     fixed_and_nothing_fits(res);
     keeps_what_fits(res);
+    noise_widens_tie(res);
     cost_and_deadline(res);
     narayanan(res);
     planning_time(res);

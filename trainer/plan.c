@@ -167,6 +167,17 @@ static void nothing_fits(const tr_plan_result *res, const tr_cluster *c, FILE *f
             c->source, mem, cap, res->need);
 }
 
+/* The tie rule, with the figure that set it. */
+static void print_tie(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
+    fprintf(f, "ties: plans within %.0f%% of the best are a tie, the simplest wins (",
+            100 * res->tie);
+    if (c->noise.from == TR_ORIGIN_MEASURED)
+        fprintf(f, "the probes varied %.0f%%; the cost model's own margin is 5%%, at most 25%%)\n",
+                100 * c->noise.v);
+    else
+        fprintf(f, "the cost model's margin; no probe was timed)\n");
+}
+
 static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_cluster *c,
                        const plan_args *a, FILE *f) {
     const tr_plan *b = &res->best;
@@ -205,6 +216,7 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
         fprintf(f, "\n     step %.4g s, %s: %s\n", p->step_s, mem, p->why);
     }
     fprintf(f, "\nassumed: %s\n", res->assumed);
+    print_tie(res, c, f);
     fprintf(f, "to fix it in the recipe: parallel { dp = %d, tp = %d, pp = %d, zero = %d, "
                "sequence_parallel = %s, schedule = \"%s\", microbatches = %d",
             b->l.dp, b->l.tp, b->l.pp, b->l.zero, b->l.sequence_parallel ? "true" : "false",
@@ -303,6 +315,11 @@ static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) 
     json_cluster(c, f);
     fprintf(f, ", \"assumed\": ");
     tr_json_write_string(f, res->assumed);
+    fprintf(f, ",\n \"tie\": {\"band\": ");
+    tr_json_write_num(f, res->tie, -4);
+    fprintf(f, ", \"noise\": ");
+    tr_json_write_num(f, c->noise.v, -4);
+    fprintf(f, ", \"noise_origin\": \"%s\"}", tr_origin_name(c->noise.from));
     fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": ",
             res->evaluated, res->feasible);
     tr_json_write_num(f, res->seconds, -4);

@@ -117,8 +117,8 @@ int run_plan(run_ctx *x) {
     char d[256];
     tr_plan_describe(&x->plan, d, sizeof d);
     snprintf(x->plan_line[0], sizeof x->plan_line[0],
-             "plan: %s (chosen from %ld layouts in %.2f s for %s)", d, res->evaluated,
-             res->seconds, x->cluster.source);
+             "plan: %s (chosen from %ld layouts in %.2f s for %s; ties within %.0f%%)", d,
+             res->evaluated, res->seconds, x->cluster.source, 100 * res->tie);
     free(res);
     return 0;
 }
