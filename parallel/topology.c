@@ -549,3 +549,82 @@ int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *ou
     hosts_free(&h);
     return rc;
 }
+
+/* ---- the links between hosts, mid-run ------------------------------------------------------ */
+
+/* The one-way rate from the first rank of host a to that of host b: PROBE_BYTES less 8 over
+ * the difference of the median round trips of PROBE_BYTES and of 8 bytes. */
+enum { PROBE_REPS = 3, PROBE_ALL_PAIRS = 16 };
+#define PROBE_BYTES ((size_t)128 << 10)
+
+static int probe_pair(tr_comm *w, float *buf, int from, int to, double *rate) {
+    double small = 0, big = 0;
+    int rc = round_trip(w, buf, 2, from, to, PROBE_REPS, &small);
+    if (!rc) rc = round_trip(w, buf, PROBE_BYTES / sizeof(float), from, to, PROBE_REPS, &big);
+    if (tr_comm_rank(w) == from && big > small) *rate = (double)(PROBE_BYTES - 8) / (big - small);
+    return rc;
+}
+
+int tr_topology_host_rates(tr_comm *w, const int *host_of, int n_hosts, double *rate, char *err,
+                           size_t errlen) {
+    int size = tr_comm_size(w);
+    int *first = malloc((size_t)n_hosts * sizeof(int));
+    float *buf = calloc(PROBE_BYTES / sizeof(float), sizeof(float));
+    int rc = first && buf ? 0 : -1;
+    for (int h = 0; h < n_hosts && !rc; h++) {
+        first[h] = -1;
+        for (int r = 0; r < size && first[h] < 0; r++)
+            if (host_of[r] == h) first[h] = r;
+        if (first[h] < 0) rc = -1;
+    }
+    for (size_t i = 0; i < (size_t)n_hosts * (size_t)n_hosts; i++)
+        rate[i] = 0;
+    /* every ordered pair of a few hosts; of many, each host and the next, both ways */
+    for (int a = 0; a < n_hosts && !rc; a++)
+        for (int b = 0; b < n_hosts && !rc; b++) {
+            int near = b == (a + 1) % n_hosts || a == (b + 1) % n_hosts;
+            if (a == b || (n_hosts > PROBE_ALL_PAIRS && !near)) continue;
+            rc = probe_pair(w, buf, first[a], first[b], &rate[a * n_hosts + b]);
+        }
+    free(first);
+    free(buf);
+    if (!rc && tr_comm_all_reduce(w, rate, (size_t)n_hosts * (size_t)n_hosts, TR_COMM_F64)) rc = -1;
+    if (rc) snprintf(err, errlen, "topology: timing the links between hosts failed");
+    return rc;
+}
+
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int tr_topology_slow_host(const double *rate, int n_hosts, double *mine, double *others) {
+    int blamed = -1, n = n_hosts;
+    double *out = malloc((size_t)(3 * n * n + 1) * sizeof(double)), *in = out + n * n,
+           *without = in + n * n;
+    if (!out || n < 3) {
+        free(out);
+        return -1;
+    }
+    for (int h = 0; h < n; h++) {
+        int no = 0, ni = 0, nw = 0;
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < n; b++) {
+                double v = rate[a * n + b];
+                if (a == b || !(v > 0)) continue;
+                if (a == h)
+                    out[no++] = v;
+                else if (b == h)
+                    in[ni++] = v;
+                else
+                    without[nw++] = v;
+            }
+        if (!no || !ni || !nw) continue;
+        /* its slower direction: a link can be slow one way (what a host sends, say) */
+        double w = fmin(median_of(out, no), median_of(in, ni)), o = median_of(without, nw);
+        /* the slowest host whose own links run at less than half the others' */
+        if (w < 0.5 * o && (blamed < 0 || w < *mine)) blamed = h, *mine = w, *others = o;
+    }
+    free(out);
+    return blamed;
+}

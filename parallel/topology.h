@@ -58,6 +58,21 @@ typedef struct {
 int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *out, char *err,
                        size_t errlen);
 
+/* Mid-run: the one-way rate (bytes/s) from each host to each other, rate[a * n_hosts + b]
+ * from the first rank of host a to that of host b (0 on the diagonal, and between hosts that
+ * are not neighbours when there are more than 16: host h and h + 1, both ways, only), the
+ * same on every rank. host_of[r]: world rank r's host, 0..n_hosts-1, each host with a rank.
+ * Every rank calls it at the same point; a few round trips of 128 KiB per pair. 0, or -1 and
+ * one line in err. */
+int tr_topology_host_rates(tr_comm *w, const int *host_of, int n_hosts, double *rate, char *err,
+                           size_t errlen);
+
+/* Which host's link is slow, from tr_topology_host_rates' matrix: the host whose transfers
+ * one way (from it, or to it: the median of the slower) run at less than half the rate of
+ * those between the other hosts (median), the slowest such; *mine and *others get the two rates. -1 when none is, or with
+ * fewer than 3 hosts: two hosts share their one link, and which end is slow cannot be told. */
+int tr_topology_slow_host(const double *rate, int n_hosts, double *mine, double *others);
+
 /* The best rate (FLOP/s) of `reps` single-precision n x n x n products after `warm` untimed
  * ones: what BLAS reaches on this process's threads. 0 when out of memory. */
 double tr_topology_sgemm_rate(int n, int warm, int reps);

@@ -30,12 +30,16 @@ static uint64_t hash(const void *p, size_t n) {
     return h;
 }
 
-static void check_same(tr_comm *w, const tr_cluster *c, const char *what) {
-    uint64_t mine = hash(c, sizeof *c), *all = malloc((size_t)g_size * sizeof *all);
+static void check_bytes(tr_comm *w, const void *p, size_t n, const char *what) {
+    uint64_t mine = hash(p, n), *all = malloc((size_t)g_size * sizeof *all);
     CHECK(tr_comm_all_gather(w, &mine, all, 1, TR_COMM_I64) == 0, "%s: all_gather", what);
     for (int r = 0; r < g_size; r++)
-        CHECK(all[r] == mine, "%s: rank %d's cluster differs from this rank's", what, r);
+        CHECK(all[r] == mine, "%s: rank %d's differ from this rank's", what, r);
     free(all);
+}
+
+static void check_same(tr_comm *w, const tr_cluster *c, const char *what) {
+    check_bytes(w, c, sizeof *c, what);
 }
 
 static long devices(const tr_cluster *c) {
@@ -187,6 +191,43 @@ static void gpu_given(tr_comm *w) {
     CHECK(strstr(c.source, ", NVIDIA H100 80GB HBM3"), "source '%s'", c.source);
 }
 
+/* tr_topology_slow_host on made-up rates (MB/s): one host's links slow among 3 and 4 hosts,
+ * slowed one way only, none slow, and two hosts (their one link: no end can be named). */
+static void slow_host_rule(void) {
+    double mine = 0, others = 0;
+    double three[9] = {0, 10, 100, 10, 0, 10, 100, 10, 0}; /* host 1 at a tenth */
+    CHECK(tr_topology_slow_host(three, 3, &mine, &others) == 1 && mine == 10 && others == 100,
+          "3 hosts, host 1 slow: %g against %g", mine, others);
+    double out[9] = {0, 100, 100, 10, 0, 10, 100, 100, 0}; /* host 1 sends slowly */
+    int h = tr_topology_slow_host(out, 3, &mine, &others);
+    CHECK(h == 1, "3 hosts, host 1 slow one way: %d", h);
+    double even[9] = {0, 90, 100, 110, 0, 95, 100, 105, 0};
+    CHECK(tr_topology_slow_host(even, 3, &mine, &others) == -1, "3 even hosts: none");
+    double four[16] = {0, 100, 100, 5, 100, 0, 100, 5, 100, 100, 0, 5, 5, 5, 5, 0};
+    CHECK(tr_topology_slow_host(four, 4, &mine, &others) == 3, "4 hosts, host 3 slow");
+    double two[4] = {0, 1, 100, 0};
+    CHECK(tr_topology_slow_host(two, 2, &mine, &others) == -1, "2 hosts: no end named");
+}
+
+/* tr_topology_host_rates on the ranks as hosts of their own: every pair timed, the matrix
+ * the same on every rank. */
+static void host_rates(tr_comm *w) {
+    int of[64] = {0}, n = g_size < 64 ? g_size : 64;
+    static double rate[64 * 64];
+    char err[256] = "";
+    if (n != g_size) return;
+    for (int r = 0; r < n; r++)
+        of[r] = r;
+    int rc = tr_topology_host_rates(w, of, n, rate, err, sizeof err);
+    CHECK(!rc, "host_rates: %s", err);
+    int all = 1;
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+            all &= a == b ? rate[a * n + b] == 0 : rate[a * n + b] > 0;
+    CHECK(all, "every pair of %d hosts timed", n);
+    check_bytes(w, rate, (size_t)n * (size_t)n * sizeof(double), "host rates");
+}
+
 int main(int argc, char **argv) {
     tr_comm *w;
     char err[256];
@@ -199,6 +240,8 @@ int main(int argc, char **argv) {
     real_hosts(w);
     gpu_given(w);
     if (g_size > 1) one_per_node(w);
+    if (g_size > 1) host_rates(w);
+    if (g_rank == 0) slow_host_rule();
     if (g_size == 4) {
         two_by_two(w, 0);
         two_by_two(w, 1);

@@ -10,6 +10,7 @@
 
 #include "data/json.h"
 #include "trainer/report/ledger.h"
+#include "trainer/report/links.h"
 #include "trainer/trainer.h"
 
 #define HOST_LEN TR_HOST_LEN
@@ -64,11 +65,12 @@ struct tr_ledger {
     double *w_waited;         /* n x n: seconds rank i waited for rank j */
     int (*telemetry)(double out[3]);
     double *w_tele;           /* n x 3 sums of the samples, and n x 3 counts */
-    double *scratch;          /* 2n: rank 0's per-step arithmetic (no allocation a step) */
+    double *scratch;          /* 2n: per-step arithmetic (no allocation a step) */
     /* straggler watch */
     double *ring;             /* n x RING busy seconds */
     double *base;             /* n: each rank's median pace when first known */
     int *streak, *since, *alarmed, seen;
+    tr_links *links;          /* the network between hosts (links.h); NULL on one host */
 };
 
 /* ---- attempts.jsonl ------------------------------------------------------------------------ */
@@ -250,6 +252,7 @@ static void free_all(tr_ledger *L) {
     free(L->hosts), free(L->rec), free(L->win), free(L->tot), free(L->w_waited_on);
     free(L->tot_waited_on), free(L->w_waited), free(L->ring), free(L->base), free(L->streak);
     free(L->since), free(L->alarmed), free(L->w_tele), free(L->scratch);
+    tr_links_free(L->links);
     free(L);
 }
 
@@ -272,6 +275,7 @@ tr_ledger *tr_ledger_open(tr_comm *world, const tr_ledger_opts *o) {
     }
     const char(*dev)[DEVICE_LEN] = (const char(*)[DEVICE_LEN])o->devices;
     memcpy(L->hosts, o->hosts, (size_t)L->n * HOST_LEN);
+    if (L->n > 1) L->links = tr_links_open(world, (const char *)L->hosts, L->n, o->start_step);
     double attempt = L->rank == 0 && o->files ? open_files(L, o) : 1;
     tr_comm_broadcast(world, &attempt, 1, TR_COMM_F64, 0);
     L->attempt = (int)attempt;
@@ -355,6 +359,17 @@ static void split_waits(tr_ledger *L) {
         L->w_waited[(size_t)k * n + slow] += wait;
         L->w_waited_on[slow] += wait;
         L->tot_waited_on[slow] += wait;
+    }
+    for (int k = 0; k < n; k++) { /* a slow link named: the rest of the excess is its host's */
+        double excess, *r = L->rec + (size_t)k * REC;
+        int h = tr_links_blame(L->links, k, &excess);
+        if (h < 0) continue;
+        double wait = fmin(r[LED_COMM], excess);
+        r[LED_WAIT] += wait;
+        r[LED_COMM] -= wait;
+        L->w_waited[(size_t)k * n + h] += wait;
+        L->w_waited_on[h] += wait;
+        L->tot_waited_on[h] += wait;
     }
 }
 
@@ -495,7 +510,9 @@ void tr_ledger_gather(tr_ledger *L, int step, const double *extra, double *all_e
         if (all_extra) memcpy(all_extra + k * TR_LEDGER_EXTRA, r + REC_EXTRA,
                               TR_LEDGER_EXTRA * sizeof(double));
         if (compute_s) compute_s[k] = r[LED_COMPUTE];
+        L->scratch[k] = r[LED_COMM] + r[LED_WAIT];
     }
+    tr_links_step(L->links, L->scratch, step, L->rank == 0 ? L->f : NULL, L->attempt, L->tty);
     if (L->rank == 0) {
         if (L->w_first < 0) L->w_first = step, L->w_t0 = unix_now();
         split_waits(L);
