@@ -324,9 +324,10 @@ static int time_link(tr_comm *g, float *buf, double *bw, double *lat, double *no
     return rc;
 }
 
-/* The median time of `reps` round trips: n floats from `from` to `to`, 8 bytes back. */
+/* The median time of `reps` round trips: n floats from `from` to `to`, 8 bytes back; the
+ * fastest in *fastest when not NULL. */
 static int round_trip(tr_comm *g, float *buf, size_t n, int from, int to, int reps,
-                      double *median) {
+                      double *median, double *fastest) {
     double t[MAX_REPS] = {0};
     int me = tr_comm_rank(g), rc = 0;
     for (int i = 0; i <= reps && !rc; i++) { /* the first: a warm-up */
@@ -341,6 +342,7 @@ static int round_trip(tr_comm *g, float *buf, size_t n, int from, int to, int re
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
     *median = t[reps / 2];
+    if (fastest) *fastest = t[0];
     return rc;
 }
 
@@ -354,8 +356,8 @@ static int time_p2p(tr_comm *g, float *buf, double *bw) {
         int to = (k + 1) % p;
         if (p == 2 && k == 1) break; /* the one pair, once */
         double small = 0, big = 0;
-        rc = round_trip(g, buf, 2, k, to, BW_REPS, &small);
-        if (!rc) rc = round_trip(g, buf, BW_BYTES / sizeof(float), k, to, BW_REPS, &big);
+        rc = round_trip(g, buf, 2, k, to, BW_REPS, &small, NULL);
+        if (!rc) rc = round_trip(g, buf, BW_BYTES / sizeof(float), k, to, BW_REPS, &big, NULL);
         if (me == k && big > small) *bw = (double)(BW_BYTES - 8) / (big - small);
     }
     return rc;
@@ -553,15 +555,18 @@ int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *ou
 /* ---- the links between hosts, mid-run ------------------------------------------------------ */
 
 /* The one-way rate from the first rank of host a to that of host b: PROBE_BYTES less 8 over
- * the difference of the median round trips of PROBE_BYTES and of 8 bytes. */
+ * the difference of the fastest round trips of PROBE_BYTES and of 8 bytes (the fastest: mid-
+ * run, ranks that share cores are descheduled often); when that difference is lost in the
+ * noise (shared memory), PROBE_BYTES over the whole round trip, a lower bound. */
 enum { PROBE_REPS = 3, PROBE_ALL_PAIRS = 16 };
 #define PROBE_BYTES ((size_t)128 << 10)
 
 static int probe_pair(tr_comm *w, float *buf, int from, int to, double *rate) {
-    double small = 0, big = 0;
-    int rc = round_trip(w, buf, 2, from, to, PROBE_REPS, &small);
-    if (!rc) rc = round_trip(w, buf, PROBE_BYTES / sizeof(float), from, to, PROBE_REPS, &big);
-    if (tr_comm_rank(w) == from && big > small) *rate = (double)(PROBE_BYTES - 8) / (big - small);
+    double small = 0, big = 0, median;
+    int rc = round_trip(w, buf, 2, from, to, PROBE_REPS, &median, &small);
+    if (!rc) rc = round_trip(w, buf, PROBE_BYTES / sizeof(float), from, to, PROBE_REPS, &median, &big);
+    if (tr_comm_rank(w) == from && big > 0)
+        *rate = (double)(PROBE_BYTES - 8) / (big > small ? big - small : big);
     return rc;
 }
 
