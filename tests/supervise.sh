@@ -94,6 +94,8 @@ bad_case "a host file the command does not use" "no --hostfile, -hostfile or --m
     --hostfile "$tmp/hosts1" -- mpirun -np 2 "$T" run "$R"
 bad_case "a bad --restarts" "--restarts needs a non-negative integer" --restarts -1 -- "$T" run "$R"
 bad_case "a bad --backoff=" "--backoff needs seconds from 0 to 86400, got 'x'" --backoff=x -- "$T" run "$R"
+bad_case "a bad --grace" "--grace needs seconds from 0 to 86400, got 'x'" --grace x -- "$T" run "$R"
+bad_case "a bad --grace=" "--grace needs seconds from 0 to 86400, got '-1'" --grace=-1 -- "$T" run "$R"
 # a host line without slots= is as many slots as that host has cores to Open MPI, which the
 # supervisor cannot count: refused, not taken as 1
 printf 'hostA slots=2\nhostB\n' >"$tmp/noslots"
