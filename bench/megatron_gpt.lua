@@ -1,18 +1,23 @@
--- The GPT models of Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on
--- GPU Clusters", Table 1): vocabulary 51200, 2048 tokens, learned positions, LayerNorm, a GELU
--- MLP of 4 x the width, tied head. The knobs pick a row; tests/test_plan.c and
--- bench/planner.sh plan each on A100-80GB servers and compare with the published layout and
+-- A GPT as Megatron-LM and MosaicML's MPT build it: learned positions, LayerNorm, a GELU MLP
+-- of 4 x the width, a tied head; by default the models of Narayanan et al. 2021 ("Efficient
+-- Large-Scale Language Model Training on GPU Clusters", Table 1: vocabulary 51200, 2048
+-- tokens). The knobs pick a published run (tests/published_runs.tsv); tests/test_plan.c and
+-- bench/planner.sh plan each on its GPUs and compare with the published layout and
 -- throughput. Planned, not trained here (the data line only makes it a complete recipe).
 local k = knobs {
     layers = 24,
     width = 2304,
     heads = 24,
     batch = 512,        -- sequences per optimizer step
+    vocab = 51200,
+    seq = 2048,
+    micro = 0,          -- sequences per micro-batch; 0: "auto"
+    recompute = "full",
     steps = 1000,
 }
 
 model {
-    vocab = 51200, dim = k.width, seq_len = 2048,
+    vocab = k.vocab, dim = k.width, seq_len = k.seq,
     embedding {},
     positions {},
     stack { n = k.layers,
@@ -24,4 +29,5 @@ model {
 }
 
 data { text = "../data/corpora/tinyshakespeare.txt", tokenizer = "byte", val_fraction = 0.1 }
-train { batch_tokens = k.batch * 2048, steps = k.steps, recompute = "full" }
+train { batch_tokens = k.batch * k.seq, steps = k.steps, recompute = k.recompute,
+        micro_batch = k.micro > 0 and k.micro or "auto" }
