@@ -46,7 +46,7 @@ typedef struct {
     int alternatives;  /* how many runner-up plans to keep (at most TR_PLAN_MAX_ALTS) */
 } tr_plan_opts;
 
-#define TR_PLAN_MAX_ALTS 16
+#define TR_PLAN_MAX_ALTS 64
 
 typedef struct {
     /* the layout: the record run resolves and checkpoints keep (world, dp, tp, pp, ZeRO,

@@ -33,7 +33,7 @@ static const char *plan_help =
     "                     recipe's steps (may use fewer devices)\n"
     "  --deadline H       the cheapest plan that runs the recipe's steps within H hours\n"
     "                     (the cost objective: not with --objective time)\n"
-    "  --alternatives N   runners-up to show (default 5)\n"
+    "  --alternatives N   runners-up to show (default 5, at most 64)\n"
     "  --json             the chosen plan under the recipe's names, its predictions, the\n"
     "                     cluster (its groups; for this job its hosts with their ranks; the\n"
     "                     links with latency, bandwidth and whether measured) and the\n"

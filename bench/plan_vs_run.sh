@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# The planner against real runs: every layout of a few recipes, run here, its predicted step
+# time and memory beside the measured ones, the rank correlation, and where the planner's own
+# choice falls among the layouts measured.
+#
+# Configurations (the third argument, comma-separated; default host:2,host:4,box:1gbit,
+# box:100mbit):
+#   host:N     N ranks on this machine (shared memory);
+#   box:RATE   a cluster in a box of 2 hosts x 2 ranks (tests/cluster/cluster.sh: network
+#              namespaces, shared memory inside a host, TCP between them) whose links tc
+#              shapes to RATE; needs root (skipped, said, without it).
+# Recipes: bench/pp_gpt.lua (narrow and deep: 8 blocks of width 256) and bench/tp_gpt.lua
+# (wide: 2 blocks of width 768) on one host; bench/cluster_gpt.lua (4 blocks of width 256,
+# megabytes of gradients and activations a step) and bench/pp_gpt.lua on the box.
+# Layouts: every mesh dp x tp x pp of the world with ZeRO 0-3 where dp > 1, the rest (micro-
+# batch, schedule, recompute, sequence parallelism) left to the planner as a user would; then
+# parallel "auto", the planner's own choice. A layout the resolver refuses is said, not run.
+# Each layout runs `reps` times, the repetitions in separate passes over all layouts (so that
+# a change in the machine's load falls on all of them); a run's figure is the median step
+# after two of warm-up, a layout's the fastest of its runs, and its spread (slowest / fastest
+# run) is the noise of that layout; the table's noise is the median spread. A run that takes
+# longer than `limit` seconds is stopped and counts as that slow.
+# Printed for each configuration and recipe: layout | predicted | measured | spread |
+# measured / predicted | memory predicted and measured (the fullest rank); then Spearman's rank
+# correlation of predicted and measured step times, and the planner's choice: its layout, its
+# measured step against the fastest layout's, its place among them, and whether it is within
+# 10% of the fastest or within the noise. Figures, not pass/fail; ratios within one run of
+# this script (the machine is shared).
+#
+# Usage: bench/plan_vs_run.sh [steps] [reps] [configs] [limit]
+#   (defaults 5 2 host:2,host:4,box:1gbit,box:100mbit 90; needs build/trainer with MPI,
+#    mpirun; the box needs root and iproute2. About 40 minutes with the defaults.)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+steps="${1:-5}"
+reps="${2:-2}"
+configs="${3:-host:2,host:4,box:1gbit,box:100mbit}"
+limit="${4:-90}"
+T=$(realpath "${TRAINER:-build/trainer}")
+[[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 3 ] || { echo "bench: steps '$steps': 3 or more (2 are warm-up)"; exit 2; }
+[[ $reps =~ ^[0-9]+$ ]] && [ "$reps" -ge 1 ] || { echo "bench: reps '$reps': 1 or more"; exit 2; }
+[[ $limit =~ ^[0-9]+$ ]] && [ "$limit" -ge 10 ] || { echo "bench: limit '$limit': 10 seconds or more"; exit 2; }
+[ -x "$T" ] || { echo "bench: no trainer at $T (build it, or set TRAINER)"; exit 1; }
+command -v mpirun >/dev/null || { echo "bench: needs mpirun (apt-get install openmpi-bin)"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+tmp=$(mktemp -d)
+CL=$PWD/tests/cluster/cluster.sh
+boxes=()
+cleanup() {
+    for b in "${boxes[@]}"; do "$CL" down "$b" >/dev/null 2>&1; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+for conf in ${configs//,/ }; do
+    case $conf in
+    host:[0-9]*) prefix=() ;;
+    box:*)
+        rate=${conf#box:}
+        if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+            echo "== $conf: skipped (a cluster in a box needs root and iproute2)"
+            continue
+        fi
+        name=bpv$$${#boxes[@]}
+        boxes+=("$name")
+        "$CL" up "$name" --hosts 2 --slots 2 --rate "$rate" >"$tmp/up.log" 2>&1 ||
+            { echo "== $conf: cluster.sh up failed: $(tail -2 "$tmp/up.log")"; continue; }
+        prefix=("$CL" run "$name" --) ;;
+    *) echo "bench: configuration '$conf': host:N or box:RATE"; exit 2 ;;
+    esac
+    python3 - "$T" "$steps" "$reps" "$tmp" "$conf" "$limit" "${prefix[@]}" <<'PY'
+import json, os, statistics, subprocess, sys
+
+T, steps, reps, tmp, conf, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    sys.argv[4], sys.argv[5], int(sys.argv[6])
+prefix = sys.argv[7:]
+box = conf.startswith("box:")
+world = 4 if box else int(conf.split(":")[1])
+cores = os.cpu_count() or 1
+recipes = ["bench/cluster_gpt.lua", "bench/pp_gpt.lua"] if box else \
+          ["bench/pp_gpt.lua", "bench/tp_gpt.lua"]
+
+
+def layouts():  # (label, flags, key): every mesh with ZeRO 0-3 where dp > 1, then the planner's
+    for tp in (1, 2, 4):
+        for pp in (1, 2, 4):
+            if world % (tp * pp):
+                continue
+            dp = world // (tp * pp)
+            for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
+                yield ("dp %d x tp %d x pp %d, ZeRO-%d" % (dp, tp, pp, zero),
+                       ["--dp", str(dp), "--tp", str(tp), "--pp", str(pp), "--zero", str(zero)],
+                       (dp, tp, pp, zero))
+    yield "auto", [], None
+
+
+def run(recipe, flags, name):
+    """(predicted s, measured s, predicted bytes, measured bytes, plan line) or a string: why
+    there is none."""
+    out = os.path.join(tmp, name)
+    cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world), "timeout", str(limit),
+                    "mpirun", "-np", str(world), T, "run", recipe, "--set", "steps=%d" % steps,
+                    "--out", out, "--overwrite", "--timeout", str(limit)] + flags
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode == 124:
+        return "stopped after %d s" % limit
+    if r.returncode:
+        why = [l for l in r.stdout.splitlines() if "trainer" in l and ":" in l]
+        return "refused: " + (why[-1][:110] if why else "exit %d" % r.returncode)
+    rows = [json.loads(l) for l in open(out + "/metrics.jsonl")]
+    rows = [x for x in rows if "step" in x][2:]
+    plan = [l[6:] for l in r.stdout.splitlines() if l.startswith("plan: dp")]
+    if not rows:
+        return "no steps after the warm-up"
+    med = lambda k: statistics.median(x[k] for x in rows)
+    return (med("predicted_step_s"), med("step_s"), rows[-1]["predicted_memory_bytes"],
+            rows[-1]["memory_bytes"], plan[0].split(" (chosen")[0] if plan else "")
+
+
+def planned(recipe):
+    """(dp, tp, pp, zero) -> (predicted s, predicted bytes): one `trainer plan --json` on the
+    same ranks, so that every layout is priced with the same measured figures (each run
+    measures the machine again at its start, and its own prediction moves with that)."""
+    cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world), "mpirun", "-np",
+                    str(world), T, "plan", recipe, "--json", "--alternatives", "64"]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        d = json.loads(r.stdout)
+    except ValueError:
+        return {}, {}
+    got = {}
+    for p in [d["plan"]] + d["alternatives"]:
+        q = p["predicted"]
+        if q["memory_bytes"] > q["memory_capacity"]:
+            continue
+        key = (p["dp"], p["tp"], p["pp"], p["zero"])
+        if key not in got or q["step_s"] < got[key][0]:
+            got[key] = (q["step_s"], q["memory_bytes"])
+    return got, d.get("tie", {})
+
+
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    r = [0.0] * len(v)
+    i = 0
+    while i < len(order):  # ties share their mean rank
+        j = i
+        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2.0
+        i = j + 1
+    return r
+
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    den = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+    return num / den if den else float("nan")
+
+
+mib = lambda b: b / 2**20
+for recipe in recipes:
+    runs = {}  # label -> [results]
+    for rep in range(reps):  # interleaved: every layout once, then again
+        for label, flags, _ in layouts():
+            name = "%s_%s_%d" % (os.path.basename(recipe), label.replace(" ", "").replace(",", ""), rep)
+            runs.setdefault(label, []).append(run(recipe, flags, name))
+    price, tie = planned(recipe)
+    print("\n== %s, %s (%d ranks), %d steps a run, the fastest of %d runs; predicted by one "
+          "`trainer plan` (ties within %.0f%%)" % (conf, recipe, world, steps, reps,
+                                                  100 * tie.get("band", 0)))
+    print("%-30s %10s %10s %7s %7s %10s %10s" % ("layout", "predicted", "measured", "spread",
+          "meas/pred", "mem pred", "mem meas"))
+    pred, meas, spreads, table = [], [], [], {}
+    for label, _, key in layouts():
+        got = runs[label]
+        ok = [g for g in got if isinstance(g, tuple)]
+        stopped = [g for g in got if isinstance(g, str) and g.startswith("stopped")]
+        if not ok and not stopped:
+            print("%-30s %s" % (label, got[0]))
+            continue
+        if ok:
+            best = min(ok, key=lambda g: g[1])
+            spread = max(g[1] for g in ok) / best[1] if len(ok) > 1 else float("nan")
+            if len(ok) > 1:
+                spreads.append(spread)
+        else:  # every run stopped: as slow as the limit, predicted as the plan said
+            best, spread = (float("nan"), float(limit), 0, 0, ""), float("nan")
+        if key is not None:  # the plan's prices, when it priced this layout
+            p = price.get(key)
+            best = (p[0], best[1], p[1], best[3], best[4]) if p else \
+                (float("nan"), best[1], 0, best[3], best[4])
+        table[label] = best
+        if label == "auto":
+            continue
+        if best[0] != best[0]:
+            print("%-30s %10s %9.4fs %7.2f  (not among the plan's alternatives)" %
+                  (label, "-", best[1], spread))
+            continue
+        print("%-30s %9.4fs %9.4fs %7.2f %7.2f %9.1fM %9.1fM%s" %
+              (label, best[0], best[1], spread, best[1] / best[0] if best[0] == best[0] else 0,
+               mib(best[2]), mib(best[3]), "  (stopped)" if stopped and not ok else ""))
+        if best[0] == best[0]:
+            pred.append(best[0])
+            meas.append(best[1])
+    noise = statistics.median(spreads) if spreads else float("nan")
+    if len(pred) > 2:
+        print("Spearman's rank correlation of predicted and measured: %.3f over %d layouts; "
+              "the noise (median spread of a layout's runs): %.2fx" %
+              (spearman(pred, meas), len(pred), noise))
+    mem = [abs(t[2] / t[3] - 1) for l, t in table.items() if l != "auto" and t[2] > 0 and t[3] > 0]
+    if mem:
+        print("memory: predicted against measured, the largest error %.2f%% over %d layouts" %
+              (100 * max(mem), len(mem)))
+    auto = table.get("auto")
+    fastest = min(((l, t) for l, t in table.items() if l != "auto"), key=lambda lt: lt[1][1],
+                  default=None)
+    if auto and fastest:
+        place = 1 + sum(1 for l, t in table.items() if l != "auto" and t[1] < auto[1])
+        gap = auto[1] / fastest[1][1] - 1
+        verdict = "within 10%" if gap <= 0.10 else \
+            "within the noise" if gap <= noise - 1 else "NOT within 10% or the noise"
+        print("the planner's choice (parallel \"auto\"): %s\n  measured %.4fs, predicted by its run %.4fs; the fastest layout "
+              "%s measured %.4fs: %+.1f%% (%s), place %d of %d" %
+              (auto[4], auto[1], auto[0], fastest[0], fastest[1][1], 100 * gap, verdict, place,
+               len(table) - 1))
+PY
+done
