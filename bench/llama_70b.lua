@@ -1,6 +1,6 @@
 -- Llama 3 70B's shape: 80 blocks of width 8192, 64 heads with 8 kv heads, SwiGLU of 28672,
 -- rotary positions over 4096 tokens, untied head, vocabulary 128256; 4M tokens a step.
--- Planned, not trained here: tests/test_plan.c and bench/planner.sh time the planner on it
+-- Planned, not trained here: tests/test_plan.c times the planner on it
 -- for 1,024 and 16,384 GPUs.
 local k = knobs { recompute = "auto", steps = 1000 }
 

@@ -1,9 +1,8 @@
 -- A GPT as Megatron-LM and MosaicML's MPT build it: learned positions, LayerNorm, a GELU MLP
 -- of 4 x the width, a tied head; by default the models of Narayanan et al. 2021 ("Efficient
 -- Large-Scale Language Model Training on GPU Clusters", Table 1: vocabulary 51200, 2048
--- tokens). The knobs pick a published run (tests/published_runs.tsv); tests/test_plan.c and
--- bench/planner.sh plan each on its GPUs and compare with the published layout and
--- throughput. Planned, not trained here (the data line only makes it a complete recipe).
+-- tokens). The knobs pick a published run (tests/published_runs.tsv); tests/test_plan.c
+-- plans each on its GPUs and compares with the published throughput. Planned, not trained here (the data line only makes it a complete recipe).
 local k = knobs {
     layers = 24,
     width = 2304,

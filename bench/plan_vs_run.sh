@@ -20,6 +20,11 @@
 # after two of warm-up, a layout's the fastest of its runs, and its spread (slowest / fastest
 # run) is the noise of that layout; the table's noise is the median spread. A run that takes
 # longer than `limit` seconds is stopped and counts as that slow.
+# Predicted: one `trainer plan --json --alternatives 64` on the same ranks prices every layout
+# with the same measured figures (each run measures the machine again at its start, and its
+# own prediction moves with that); a row takes the plan's price of the layout the run resolved
+# (its micro-batch, schedule, recompute), or, marked *, the run's own price when the plan's
+# alternatives hold another variant of that mesh.
 # Printed for each configuration and recipe: layout | predicted | measured | spread |
 # measured / predicted | memory predicted and measured (the fullest rank); then Spearman's rank
 # correlation of predicted and measured step times, and the planner's choice: its layout, its
@@ -70,7 +75,7 @@ for conf in ${configs//,/ }; do
     *) echo "bench: configuration '$conf': host:N or box:RATE"; exit 2 ;;
     esac
     python3 - "$T" "$steps" "$reps" "$tmp" "$conf" "$limit" "${prefix[@]}" <<'PY'
-import json, os, statistics, subprocess, sys
+import json, os, re, statistics, subprocess, sys
 
 T, steps, reps, tmp, conf, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
     sys.argv[4], sys.argv[5], int(sys.argv[6])
@@ -95,9 +100,20 @@ def layouts():  # (label, flags, key): every mesh with ZeRO 0-3 where dp > 1, th
     yield "auto", [], None
 
 
+def resolved(out):
+    """The layout a run resolved, as its OUT/recipe.lua says, keyed like planned()'s."""
+    text = open(out + "/recipe.lua").read()
+    num = lambda k: int(re.search(r"\b%s = (\d+)" % k, text).group(1))
+    word = lambda k: re.search(r'\b%s = "([a-z0-9-]+)"' % k, text).group(1)
+    pipe = num("pp") > 1  # else no schedule: "auto" in the recipe
+    return (num("dp"), num("tp"), num("pp"), num("zero"), word("schedule") if pipe else None,
+            num("virtual_stages") if pipe else None, num("micro_batch"), word("recompute"),
+            re.search(r"\bsequence_parallel = (true|false)", text).group(1) == "true")
+
+
 def run(recipe, flags, name):
-    """(predicted s, measured s, predicted bytes, measured bytes, plan line) or a string: why
-    there is none."""
+    """(predicted s, measured s, predicted bytes, measured bytes, plan line, layout) or a
+    string: why there is none."""
     out = os.path.join(tmp, name)
     cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world), "timeout", str(limit),
                     "mpirun", "-np", str(world), T, "run", recipe, "--set", "steps=%d" % steps,
@@ -106,7 +122,8 @@ def run(recipe, flags, name):
     if r.returncode == 124:
         return "stopped after %d s" % limit
     if r.returncode:
-        why = [l for l in r.stdout.splitlines() if "trainer" in l and ":" in l]
+        lines = [l for l in r.stdout.splitlines() if l.strip()]
+        why = [l for l in lines if l.startswith(("trainer", "rank "))] or lines
         return "refused: " + (why[-1][:110] if why else "exit %d" % r.returncode)
     rows = [json.loads(l) for l in open(out + "/metrics.jsonl")]
     rows = [x for x in rows if "step" in x][2:]
@@ -115,13 +132,14 @@ def run(recipe, flags, name):
         return "no steps after the warm-up"
     med = lambda k: statistics.median(x[k] for x in rows)
     return (med("predicted_step_s"), med("step_s"), rows[-1]["predicted_memory_bytes"],
-            rows[-1]["memory_bytes"], plan[0].split(" (chosen")[0] if plan else "")
+            rows[-1]["memory_bytes"], plan[0].split(" (chosen")[0] if plan else "",
+            resolved(out))
 
 
 def planned(recipe):
-    """(dp, tp, pp, zero) -> (predicted s, predicted bytes): one `trainer plan --json` on the
-    same ranks, so that every layout is priced with the same measured figures (each run
-    measures the machine again at its start, and its own prediction moves with that)."""
+    """layout key (resolved()) -> (predicted s, predicted bytes): one `trainer plan --json`
+    on the same ranks, so that every layout is priced with the same measured figures (each
+    run measures the machine again at its start, and its own prediction moves with that)."""
     cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world), "mpirun", "-np",
                     str(world), T, "plan", recipe, "--json", "--alternatives", "64"]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -134,9 +152,11 @@ def planned(recipe):
         q = p["predicted"]
         if q["memory_bytes"] > q["memory_capacity"]:
             continue
-        key = (p["dp"], p["tp"], p["pp"], p["zero"])
-        if key not in got or q["step_s"] < got[key][0]:
-            got[key] = (q["step_s"], q["memory_bytes"])
+        pipe = p["pp"] > 1
+        key = (p["dp"], p["tp"], p["pp"], p["zero"], p["schedule"] if pipe else None,
+               p["virtual_stages"] if pipe else None, p["micro_batch"], p["recompute"],
+               p["sequence_parallel"])
+        got[key] = (q["step_s"], q["memory_bytes"])
     return got, d.get("tie", {})
 
 
@@ -173,7 +193,7 @@ for recipe in recipes:
     print("\n== %s, %s (%d ranks), %d steps a run, the fastest of %d runs; predicted by one "
           "`trainer plan` (ties within %.0f%%)" % (conf, recipe, world, steps, reps,
                                                   100 * tie.get("band", 0)))
-    print("%-30s %10s %10s %7s %7s %10s %10s" % ("layout", "predicted", "measured", "spread",
+    print("%-30s %11s %10s %7s %7s %10s %10s" % ("layout", "predicted", "measured", "spread",
           "meas/pred", "mem pred", "mem meas"))
     pred, meas, spreads, table = [], [], [], {}
     for label, _, key in layouts():
@@ -190,23 +210,23 @@ for recipe in recipes:
                 spreads.append(spread)
         else:  # every run stopped: as slow as the limit, predicted as the plan said
             best, spread = (float("nan"), float(limit), 0, 0, ""), float("nan")
-        if key is not None:  # the plan's prices, when it priced this layout
-            p = price.get(key)
-            best = (p[0], best[1], p[1], best[3], best[4]) if p else \
-                (float("nan"), best[1], 0, best[3], best[4])
+        own = False
+        if key is not None and len(best) > 5:  # the plan's price of the layout the run resolved
+            p = price.get(best[5])
+            own = p is None  # not among the plan's alternatives: the run's own price
+            if p:
+                best = (p[0], best[1], p[1], best[3], best[4], best[5])
         table[label] = best
         if label == "auto":
             continue
-        if best[0] != best[0]:
-            print("%-30s %10s %9.4fs %7.2f  (not among the plan's alternatives)" %
-                  (label, "-", best[1], spread))
-            continue
-        print("%-30s %9.4fs %9.4fs %7.2f %7.2f %9.1fM %9.1fM%s" %
-              (label, best[0], best[1], spread, best[1] / best[0] if best[0] == best[0] else 0,
+        print("%-30s %9.4fs%s %9.4fs %7.2f %7.2f %9.1fM %9.1fM%s" %
+              (label, best[0], "*" if own else " ", best[1], spread,
+               best[1] / best[0] if best[0] == best[0] else 0,
                mib(best[2]), mib(best[3]), "  (stopped)" if stopped and not ok else ""))
         if best[0] == best[0]:
             pred.append(best[0])
             meas.append(best[1])
+    print("(* predicted by the run itself: the plan priced another variant of that mesh)")
     noise = statistics.median(spreads) if spreads else float("nan")
     if len(pred) > 2:
         print("Spearman's rank correlation of predicted and measured: %.3f over %d layouts; "

@@ -310,7 +310,7 @@ double tr_plan_tie(const tr_cluster *c) {
 }
 
 /* Neither the cost model nor the probes tell plans within s->tie of each other apart
- * (bench/planner.sh, tr_plan_tie): among those, the simplest goes first (insertion sort of
+ * (bench/plan_vs_run.sh, tr_plan_tie): among those, the simplest goes first (insertion sort of
  * that head of the ranking). */
 static void prefer_simple(pl_search *s) {
     if (s->n_keep < 2) return;

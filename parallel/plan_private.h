@@ -15,7 +15,7 @@
 #define PL_OVERLAP 0.8          /* share of a backward's time a bucketed reduction can hide in
                                    on a GPU (its own streams and copy engines) */
 #define PL_CPU_OVERLAP 0.0      /* on the CPU backend: its collectives move data with the cores
-                                   the compute uses (bench/planner.sh: ZeRO-3's gathers cost
+                                   the compute uses (bench/plan_vs_run.sh: ZeRO-3's gathers cost
                                    their full time there) */
 #define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */

@@ -4,10 +4,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "data/json.h"
 #include "parallel/topology.h"
+#include "trainer/report/ledger.h"
 #include "trainer/trainer.h"
 
 #define RING 5 /* steps a pace is the median of */
@@ -106,10 +106,8 @@ static void say(const tr_links *k, const double *rate, double pace, double mine,
     }
     fflush(stdout);
     if (!events) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     fprintf(events, "{\"kind\": \"slow_link\", \"attempt\": %d, \"step\": %d, \"t\": %.3f, \"host\": ",
-            attempt, step + 1, (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+            attempt, step + 1, tr_ledger_unix_now());
     if (k->blamed >= 0)
         tr_json_write_string(events, host_name(k, k->blamed));
     else
