@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Layouts across hosts, measured beside the planner: on a cluster in a box of 2 hosts x 2
 # ranks (tests/cluster/cluster.sh; shared memory inside a host, TCP between them) whose links
-# are shaped to 1 Gbit/s and then to 100 Mbit/s, bench/cluster_gpt.lua (4 blocks of width 256,
-# 4096 tokens a step) runs as dp 4 (gradients across the hosts), dp 2 x tp 2 with tp inside
+# are shaped to 1 Gbit/s and then to 100 Mbit/s, bench/tp_gpt.lua at 4 blocks of width 256
+# (4096 tokens a step) runs as dp 4 (gradients across the hosts), dp 2 x tp 2 with tp inside
 # the hosts (mpirun's by-slot placement: ranks 0, 1 on the first host; the mesh puts tp
 # innermost), dp 2 x tp 2 with tp ACROSS the hosts (--map-by node: ranks 0, 2 on the first
 # host), tp 2 x pp 2 with the pipeline across the hosts (tp inside), and parallel "auto" (no
@@ -32,7 +32,11 @@ began=$(date +%s)
 tmp=$(mktemp -d)
 . tests/cluster/lib.sh # cluster_begin: up, and down (with $tmp) at the exit; rank_hosts
 cluster_begin bcl --hosts 2 --slots 2 --rate 1gbit || exit 1
-recipe=bench/cluster_gpt.lua
+# bench/tp_gpt.lua sized for the network to matter: 4 blocks of width 256 (MLP 1024), T 128,
+# 4096 tokens a step, so that both the gradients (3.3M parameters, 13 MB) and the
+# tensor-parallel activations (tokens x width per collective) are megabytes a step
+recipe=bench/tp_gpt.lua
+knobs=(--set width=256 --set heads=4 --set layers=4 --set batch_tokens=4096)
 
 med() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 median() { # metrics.jsonl key: the median after the first two (warm-up) steps
@@ -42,7 +46,7 @@ run() { # name map [flags...]: 4 ranks on the cluster, placed by mpirun's --map-
     local name=$1 map=$2
     shift 2
     "$CL" run "$cname" -- env OMP_NUM_THREADS=1 timeout 600 mpirun -np 4 --map-by "$map" \
-        "$T" run "$recipe" --set steps="$steps" --out "$tmp/$name" --overwrite --timeout 120 "$@" \
+        "$T" run "$recipe" "${knobs[@]}" --set steps="$steps" --out "$tmp/$name" --overwrite --timeout 120 "$@" \
         >"$tmp/$name.log" 2>&1
 }
 hosts_of() { # name: the host of each rank in rank order, by its short name (n0 n0 n1 n1)
@@ -52,7 +56,7 @@ layout_of() { # name: the layout the run resolved (the log's "plan:" line, up to
     sed -n 's/^plan: \(dp [0-9]* x tp [0-9]*\( x pp [0-9]*\)\{0,1\}\).*/\1/p' "$tmp/$1.log" | head -1
 }
 links() { # rate: the links the planner measures, as trainer plan --json reports them
-    "$CL" run "$cname" -- mpirun -np 4 "$T" plan "$recipe" --json 2>/dev/null | python3 -c '
+    "$CL" run "$cname" -- mpirun -np 4 "$T" plan "$recipe" "${knobs[@]}" --json 2>/dev/null | python3 -c '
 import json, sys
 r = sys.argv[1]
 shaped = float(r[:-4]) * {"m": 1e6, "g": 1e9}[r[-4]] / 8
@@ -149,7 +153,7 @@ for rate in 1gbit 100mbit; do
         "$CL" shape "$cname" "$cname-$h" "$rate" >/dev/null || { echo "bench: cannot shape $cname-$h to $rate"; exit 1; }
     done
     echo
-    echo "== links between the hosts at $rate ($recipe: 2 hosts x 2 ranks, $steps steps, 4096 tokens a step)"
+    echo "== links between the hosts at $rate ($recipe ${knobs[*]}: 2 hosts x 2 ranks, $steps steps, 4096 tokens a step)"
     links "$rate"
     for l in "${layouts[@]}"; do
         IFS='|' read -r name map label flags <<<"$l"

@@ -10,8 +10,9 @@
 #              namespaces, shared memory inside a host, TCP between them) whose links tc
 #              shapes to RATE; needs root (skipped, said, without it).
 # Recipes: bench/pp_gpt.lua (narrow and deep: 8 blocks of width 256) and bench/tp_gpt.lua
-# (wide: 2 blocks of width 768) on one host; bench/cluster_gpt.lua (4 blocks of width 256,
-# megabytes of gradients and activations a step) and bench/pp_gpt.lua on the box.
+# (wide: 2 blocks of width 768) on one host; on the box bench/cluster.sh's model (tp_gpt.lua
+# with 4 blocks of width 256 and 4096 tokens a step: megabytes of gradients and activations a
+# step) and bench/pp_gpt.lua.
 # Layouts: every mesh dp x tp x pp of the world with ZeRO 0-3 where dp > 1, the rest (micro-
 # batch, schedule, recompute, sequence parallelism) left to the planner as a user would; then
 # parallel "auto", the planner's own choice. A layout the resolver refuses is said, not run.
@@ -83,8 +84,11 @@ prefix = sys.argv[7:]
 box = conf.startswith("box:")
 world = 4 if box else int(conf.split(":")[1])
 cores = os.cpu_count() or 1
-recipes = ["bench/cluster_gpt.lua", "bench/pp_gpt.lua"] if box else \
-          ["bench/pp_gpt.lua", "bench/tp_gpt.lua"]
+# (name, the recipe and its knobs): the box's first is bench/cluster.sh's model
+CLUSTER_GPT = ("cluster_gpt", ["bench/tp_gpt.lua", "--set", "width=256", "--set", "heads=4",
+                               "--set", "layers=4", "--set", "batch_tokens=4096"])
+PP_GPT, TP_GPT = ("pp_gpt", ["bench/pp_gpt.lua"]), ("tp_gpt", ["bench/tp_gpt.lua"])
+recipes = [CLUSTER_GPT, PP_GPT] if box else [PP_GPT, TP_GPT]
 
 
 def layouts():  # (label, flags, key): every mesh with ZeRO 0-3 where dp > 1, then the planner's
@@ -116,7 +120,7 @@ def run(recipe, flags, name):
     string: why there is none."""
     out = os.path.join(tmp, name)
     cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world), "timeout", str(limit),
-                    "mpirun", "-np", str(world), T, "run", recipe, "--set", "steps=%d" % steps,
+                    "mpirun", "-np", str(world), T, "run"] + recipe + ["--set", "steps=%d" % steps,
                     "--out", out, "--overwrite", "--timeout", str(limit)] + flags
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode == 124:
@@ -141,7 +145,7 @@ def planned(recipe):
     on the same ranks, so that every layout is priced with the same measured figures (each
     run measures the machine again at its start, and its own prediction moves with that)."""
     cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world), "mpirun", "-np",
-                    str(world), T, "plan", recipe, "--json", "--alternatives", "64"]
+                    str(world), T, "plan"] + recipe + ["--json", "--alternatives", "64"]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         d = json.loads(r.stdout)
@@ -183,15 +187,15 @@ def spearman(a, b):
 
 
 mib = lambda b: b / 2**20
-for recipe in recipes:
+for rname, recipe in recipes:
     runs = {}  # label -> [results]
     for rep in range(reps):  # interleaved: every layout once, then again
         for label, flags, _ in layouts():
-            name = "%s_%s_%d" % (os.path.basename(recipe), label.replace(" ", "").replace(",", ""), rep)
+            name = "%s_%s_%d" % (rname, label.replace(" ", "").replace(",", ""), rep)
             runs.setdefault(label, []).append(run(recipe, flags, name))
     price, tie = planned(recipe)
     print("\n== %s, %s (%d ranks), %d steps a run, the fastest of %d runs; predicted by one "
-          "`trainer plan` (ties within %.0f%%)" % (conf, recipe, world, steps, reps,
+          "`trainer plan` (ties within %.0f%%)" % (conf, " ".join(recipe), world, steps, reps,
                                                   100 * tie.get("band", 0)))
     print("%-30s %11s %10s %7s %7s %10s %10s" % ("layout", "predicted", "measured", "spread",
           "meas/pred", "mem pred", "mem meas"))
