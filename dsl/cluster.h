@@ -100,6 +100,7 @@ typedef struct {
     short host_of[TR_CLUSTER_MAX_RANKS]; /* world rank -> its host's index in name */
 } tr_cluster_hosts;
 
+#define TR_CLUSTER_EFF 8 /* micro-batches of 1 to 128 sequences */
 typedef struct {
     char source[512]; /* "clusters/h100x8.yaml", "--gpus 64 --gpus-per-node 8 --gpu H100-80GB",
                          "detected: 1 node (host1), 2 ranks, CPU" */
@@ -114,6 +115,11 @@ typedef struct {
     tr_figure noise;        /* a detected job: how much its repeated probes varied on the
                                noisiest rank, (upper - lower quartile) / median of their times;
                                0 (assumed) for a cluster from a file or flags */
+    /* A detected CPU job planning a recipe: the share of the sgemm rate (g[].peak_flops) the
+       recipe's own model reaches in a forward and backward at micro-batches of 2^i
+       sequences, every op included (trainer/run/plan.c times a copy with one block on every
+       rank at once); 0 where not measured (the planner's assumed rates then) */
+    double model_eff[TR_CLUSTER_EFF];
 } tr_cluster;
 
 /* Every device of the cluster: the sum of nodes * per_node. */

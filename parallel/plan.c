@@ -410,6 +410,8 @@ static void assumed(const tr_cluster *c, char *buf, size_t n) {
     size_t used = 0;
     if (!c->cpu)
         used = (size_t)snprintf(buf, n, "matrix efficiency %.2f of peak", PL_GPU_EFFICIENCY);
+    else if (!(c->model_eff[0] > 0))
+        used = (size_t)snprintf(buf, n, "%.0f us per operation", 1e6 * PL_CPU_OP_COST);
     const tr_node_group *g = &c->g[0];
     struct {
         const char *name;

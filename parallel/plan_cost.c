@@ -121,6 +121,7 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     if (!isfinite(d->intra.bw.v)) d->intra = d->inter;
     if (!isfinite(d->inter.bw.v)) d->inter = d->intra;
     if (!isfinite(d->between.bw.v)) d->between = d->inter;
+    memcpy(d->eff, c->model_eff, sizeof d->eff);
     d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
     d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
     d->reserve = c->cpu ? 0 : PL_GPU_RESERVE;
@@ -235,8 +236,28 @@ static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     p->mem_exact = 0;
 }
 
+/* Of the device's rate, what the model reaches at micro-batches of `micro` sequences, as
+ * measured (dv->eff, between the two measured sizes around it on a log scale, or the
+ * nearest); 0 when nothing was. */
+double pl_model_eff(const pl_devices *dv, int micro) {
+    double x = log2(micro > 1 ? micro : 1);
+    int lo = -1, hi = -1;
+    for (int i = 0; i < TR_CLUSTER_EFF; i++) {
+        if (!(dv->eff[i] > 0)) continue;
+        if (i <= x) lo = i;
+        if (i >= x && hi < 0) hi = i;
+    }
+    if (lo < 0 && hi < 0) return 0;
+    if (lo < 0 || hi == lo) return dv->eff[hi < 0 ? lo : hi];
+    if (hi < 0) return dv->eff[lo];
+    return dv->eff[lo] + (dv->eff[hi] - dv->eff[lo]) * (x - lo) / (hi - lo);
+}
+
 /* Forward and backward seconds of one micro-batch on chunk blocks [a, b), with tp's
- * collectives, on one rank. */
+ * collectives, on one rank. Where the model's own rate was measured (pl_model_eff), that
+ * rate prices the whole forward and backward, its ops' overheads and element-wise passes
+ * included; otherwise the matrix products at the device's rate, plus PL_CPU/GPU_OP_COST per
+ * operation and the activations' passes through memory. */
 static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
                        double *compute, double *tp_s) {
     double tok = (double)p->l.micro_batch * m->T, tp = p->l.tp;
@@ -250,6 +271,8 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
     double mm = flops / dv->rate, fixed = ops * dv->op_cost;
     double elem = PL_ELEMENTWISE_PASSES * act * tok * m->a_scale / dv->mem_bw;
     double f = mm + fixed + elem / 3, bwd = 2 * (mm + fixed) + 2 * elem / 3;
+    double eff = pl_model_eff(dv, p->l.micro_batch);
+    if (eff > 0) f = mm / eff, bwd = 2 * mm / eff;
     double rec = p->l.recompute == TR_RECOMPUTE_FULL ? f
                  : p->l.recompute == TR_RECOMPUTE_SELECTIVE
                      ? elem / 6

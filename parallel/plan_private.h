@@ -50,6 +50,8 @@ void pl_model_free(pl_model *m);
  * its groups cross. */
 typedef struct {
     double rate;    /* slowest device's FLOP/s a matrix product reaches */
+    double eff[TR_CLUSTER_EFF]; /* the cluster's model_eff: of rate, what the recipe's model
+                                   reaches at micro-batches of 2^i sequences (0: unmeasured) */
     double peak;    /* its nominal peak (MFU's denominator) */
     double mem_bw;  /* slowest memory bandwidth */
     double mem_cap; /* smallest device memory */
@@ -64,6 +66,7 @@ typedef struct {
 } pl_devices;
 
 void pl_devices_of(const tr_cluster *c, long world, pl_devices *d);
+double pl_model_eff(const pl_devices *dv, int micro);
 
 /* One layout to price: the fields of tr_plan's first part. */
 void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p);

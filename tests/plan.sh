@@ -159,8 +159,13 @@ json "$tmp/job.json" "d['tie']['noise_origin'] == 'measured' and d['tie']['noise
     grep -q "^plan: dp.*; ties within [0-9]*%)$" "$tmp/auto.log" &&
     ok "the tie under mpirun: $(json "$tmp/job.json" "d['tie']")" ||
     bad "the tie under mpirun: $(json "$tmp/job.json" "d['tie']"); $(grep '^plan: dp' "$tmp/auto.log")"
+# the recipe's own model timed at micro-batches of 1, 2, 4, ... sequences on the CPU; a
+# cluster file (GPUs it cannot time) has none
+json "$tmp/job.json" "len(d['model_eff']) > 0 and '1' in d['model_eff'] and all(v > 0 for v in d['model_eff'].values())" >/dev/null &&
+    ok "the model's rate measured under mpirun: $(json "$tmp/job.json" "d['model_eff']")" ||
+    bad "the model's rate under mpirun: $(json "$tmp/job.json" "d.get('model_eff')")"
 "$T" plan bench/megatron_gpt.lua --cluster recipes/clusters/mixed_pool.yaml --json >"$tmp/c.json" 2>&1 &&
-    json "$tmp/c.json" "d['cluster']['nodes'] == [] and len(d['cluster']['groups']) > 1 and d['cluster']['links']['inter']['bw'] > 0 and d['tie'] == {'band': 0.05, 'noise': 0, 'noise_origin': 'assumed'}" >/dev/null &&
+    json "$tmp/c.json" "d['cluster']['nodes'] == [] and len(d['cluster']['groups']) > 1 and d['cluster']['links']['inter']['bw'] > 0 and d['tie'] == {'band': 0.05, 'noise': 0, 'noise_origin': 'assumed'} and d['model_eff'] == {}" >/dev/null &&
     ok "plan --json for a cluster file: its groups, no hosts" ||
     { bad "plan --json --cluster: the cluster object"; head -c 800 "$tmp/c.json"; }
 

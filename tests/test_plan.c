@@ -433,6 +433,42 @@ static void keeps_what_fits(tr_plan_result *res) {
                      "does not fit (%d)", tried);
 }
 
+/* ---- the model's measured rate (tr_cluster.model_eff) flows into the plan unchanged ------ */
+
+static void model_rate_measured(void) {
+    tr_recipe r;
+    load(&r, "recipes_good/pp_gpt.lua", NULL, 0);
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    tr_layout_flags f = {.dp = 1, .tp = 1, .pp = 2, .zero = 0, .schedule = TR_PP_1F1B,
+                         .sequence_parallel = -1, .micro_batch = 2};
+    tr_layout l;
+    char err[1024];
+    if (tr_layout_resolve(&l, &r, &f, 2, TR_DTYPE_F32, 0, err, sizeof err)) {
+        check(0, "pp_gpt at pp 2, micro-batch 2: %s", err);
+        tr_recipe_free(&r);
+        return;
+    }
+    tr_plan p[4];
+    tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[0]); /* unmeasured: the assumed costs */
+    c.model_eff[1] = 0.5; /* measured at micro-batches of 2 sequences */
+    tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[1]);
+    c.model_eff[1] = 0.25; /* half the rate */
+    tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[2]);
+    c.model_eff[1] = 0, c.model_eff[0] = 0.25, c.model_eff[2] = 0.75; /* 1 and 4 sequences */
+    tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[3]);
+    double ratio = p[2].compute_s / p[1].compute_s;
+    check(fabs(ratio - 2) < 1e-9 && p[0].compute_s > 0 && p[1].compute_s != p[0].compute_s,
+          "the model's measured rate prices the compute: at half the rate %.6f s against %.6f s "
+          "(x%.9f; the assumed costs gave %.6f s)",
+          p[2].compute_s, p[1].compute_s, ratio, p[0].compute_s);
+    check(fabs(p[3].compute_s / p[1].compute_s - 1) < 1e-9,
+          "between two measured micro-batches (1: 25%%, 4: 75%%) the rate at 2 is read halfway "
+          "on a log scale: %.6f s, as measured 50%% at 2 gives %.6f s",
+          p[3].compute_s, p[1].compute_s);
+    tr_recipe_free(&r);
+}
+
 /* ---- the tie: the cost model's 5%, widened to the probes' noise ------------------------- */
 
 /* The tie rule's machinery count, as parallel/plan.c orders it: model-parallel ranks, then
@@ -498,6 +534,7 @@ int main(void) {
     shown_plans_measured();
     fixed_and_nothing_fits(res);
     keeps_what_fits(res);
+    model_rate_measured();
     noise_widens_tie(res);
     cost_and_deadline(res);
     published(res);

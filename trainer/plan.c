@@ -144,7 +144,7 @@ static int this_job(const tr_options *o, const tr_recipe *r, tr_comm **world, tr
     const tr_backend *be = tr_choose_backend(o, r, &peak, desc, sizeof desc, err, errlen);
     if (!be) return -1;
     *cpu = be == tr_backend_cpu();
-    return tr_detect_cluster(*world, be, *cpu ? 0 : peak, c, err, errlen);
+    return tr_detect_cluster(*world, be, *cpu ? 0 : peak, r, c, err, errlen);
 }
 
 static const char *rec_name(int r) {
@@ -165,6 +165,19 @@ static void nothing_fits(const tr_plan_result *res, const tr_cluster *c, FILE *f
     fprintf(f, "trainer plan: nothing fits on %s: the least memory any layout needs is %s per "
                "device (%s here); %s\n",
             c->source, mem, cap, res->need);
+}
+
+/* The model's own rate, where it was measured (tr_cluster.model_eff). */
+static void print_model_eff(const tr_cluster *c, FILE *f) {
+    int any = 0;
+    for (int i = 0; i < TR_CLUSTER_EFF; i++) {
+        if (!(c->model_eff[i] > 0)) continue;
+        fprintf(f, "%s%d: %.0f%%", any ? ", " : "compute: the recipe's model reaches, of the sgemm "
+                                               "rate, at micro-batches of ",
+                1 << i, 100 * c->model_eff[i]);
+        any = 1;
+    }
+    if (any) fprintf(f, " (measured: one block forward and backward, on every rank at once)\n");
 }
 
 /* The tie rule, with the figure that set it. */
@@ -216,6 +229,7 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
         fprintf(f, "\n     step %.4g s, %s: %s\n", p->step_s, mem, p->why);
     }
     fprintf(f, "\nassumed: %s\n", res->assumed);
+    print_model_eff(c, f);
     print_tie(res, c, f);
     fprintf(f, "to fix it in the recipe: parallel { dp = %d, tp = %d, pp = %d, zero = %d, "
                "sequence_parallel = %s, schedule = \"%s\", microbatches = %d",
@@ -320,6 +334,13 @@ static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) 
     fprintf(f, ", \"noise\": ");
     tr_json_write_num(f, c->noise.v, -4);
     fprintf(f, ", \"noise_origin\": \"%s\"}", tr_origin_name(c->noise.from));
+    fprintf(f, ",\n \"model_eff\": {");
+    for (int i = 0, any = 0; i < TR_CLUSTER_EFF; i++)
+        if (c->model_eff[i] > 0) {
+            fprintf(f, "%s\"%d\": ", any++ ? ", " : "", 1 << i);
+            tr_json_write_num(f, c->model_eff[i], -4);
+        }
+    fprintf(f, "}");
     fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": ",
             res->evaluated, res->feasible);
     tr_json_write_num(f, res->seconds, -4);

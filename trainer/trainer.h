@@ -90,9 +90,10 @@ int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *ctx, const int 
 
 /* The cluster this job runs on (parallel/topology.h) for backend `be` of peak FLOP/s `peak`
  * (a GPU's; the CPU's sgemm is measured on every rank at once): every rank of `world` calls
- * it and gets the same. 0, or -1 with one line in err. */
-int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_cluster *out,
-                      char *err, size_t errlen);
+ * it and gets the same. On the CPU with recipe r (NULL: none), also how fast r's own model
+ * runs at each micro-batch (tr_cluster.model_eff). 0, or -1 with one line in err. */
+int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, const tr_recipe *r,
+                      tr_cluster *out, char *err, size_t errlen);
 
 /* This host's name as the run's records give it: TR_HOSTNAME when set (for launchers whose
  * host names are not meaningful, and tests that make one machine look like several), else

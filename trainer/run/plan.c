@@ -4,6 +4,7 @@
  * flags so that tr_layout_resolve makes the layout from it like from a layout given by hand;
  * and in any case the cost model's prediction of the layout that runs, which the run's
  * metrics set beside what it measures. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,87 @@ static void apply(run_ctx *x, const tr_plan *p) {
     x->r.train.recompute = p->l.recompute;
 }
 
-int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_cluster *out,
-                      char *err, size_t errlen) {
+/* The recipe's model with one block per stack: what the probe below times. */
+static tr_node *one_block(const tr_recipe *r, tr_model_desc *d) {
+    *d = r->model;
+    tr_node *kids = malloc((size_t)d->root.n_children * sizeof *kids);
+    if (!kids) return NULL;
+    for (int i = 0; i < d->root.n_children; i++) {
+        kids[i] = d->root.children[i];
+        if (kids[i].kind == TR_NODE_STACK) kids[i].repeat = 1;
+    }
+    d->root.children = kids;
+    return kids;
+}
+
+/* Seconds of the slowest rank's fastest of PROBE_REPS forwards and backwards of m over
+ * B sequences, after one untimed; every rank at once (ranks sharing cores see each other).
+ * -1 when a collective fails. */
+enum { PROBE_REPS = 2 };
+static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok) {
+    double best = HUGE_VAL;
+    if (tr_comm_barrier(w)) return -1;
+    for (int rep = 0; rep <= PROBE_REPS; rep++) {
+        double t0 = tr_now();
+        tr_model_zero_grad(m);
+        tr_model_forward(m, tok, tok, B, T, 1.0f);
+        tr_model_backward(m);
+        double dt = tr_now() - t0;
+        if (rep > 0 && dt < best) best = dt;
+    }
+    int n = tr_comm_size(w);
+    double *all = calloc((size_t)n, sizeof *all), worst = -1;
+    if (all && !tr_comm_all_gather(w, &best, all, 1, TR_COMM_F64))
+        for (int i = 0; i < n; i++)
+            worst = all[i] > worst ? all[i] : worst;
+    free(all);
+    return worst;
+}
+
+/* The CPU: the share of the measured sgemm rate the recipe's own model reaches at
+ * micro-batches of 1, 2, 4, ... sequences (c->model_eff), timed on a copy with one block
+ * per stack, so that the plan prices attention, norms, activations and each op's overhead as
+ * this machine runs them instead of assuming them. Sizes stop at the global batch, at
+ * TR_CLUSTER_EFF, or once one forward and backward would take over PROBE_BUDGET s at the
+ * sgemm rate. A rank that cannot build the copy (memory) leaves the figures unmeasured on
+ * every rank. */
+#define PROBE_BUDGET 0.1
+static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
+    tr_model_desc d;
+    tr_node *kids = one_block(r, &d);
+    int T = d.seq_len, ok = kids != NULL;
+    double rate = c->g[0].peak_flops.v, ftok = ok ? tr_cost_train_flops_per_token(&d, T) : 0;
+    for (int i = 1; i < c->n_groups; i++)
+        rate = c->g[i].peak_flops.v < rate ? c->g[i].peak_flops.v : rate;
+    long seqs = r->train.batch_tokens / T;
+    int rc = 0;
+    for (int i = 0; i < TR_CLUSTER_EFF && (1L << i) <= seqs && rate > 0; i++) {
+        int B = 1 << i;
+        if (ftok * B * T / rate > PROBE_BUDGET) break;
+        tr_model *m = NULL;
+        int *tok = malloc((size_t)B * (size_t)T * sizeof *tok);
+        char e[256];
+        int failed = !ok || !tok || tr_model_init(&m, &d, be, B, T, e, sizeof e);
+        if (tr_comm_all_reduce(w, &failed, 1, TR_COMM_I32)) rc = -1;
+        double t = -1;
+        if (!rc && !failed) {
+            for (long k = 0; k < (long)B * T; k++)
+                tok[k] = (int)(k % d.vocab);
+            tr_model_init_params(m, 1);
+            t = time_model(w, m, B, T, tok);
+            if (t < 0) rc = -1;
+        }
+        if (m) tr_model_free(m);
+        free(tok);
+        if (rc || failed) break;
+        c->model_eff[i] = ftok * B * T / (t * rate);
+    }
+    free(kids);
+    return rc;
+}
+
+int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, const tr_recipe *r,
+                      tr_cluster *out, char *err, size_t errlen) {
     int cpu = be == tr_backend_cpu();
     char name[128] = "cpu";
     if (!cpu) tr_backend_cuda_peak(be->dtype, name, sizeof name);
@@ -47,7 +127,13 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, tr_clus
                            .device_mem = known ? known->mem_bytes : 0,
                            .peak_flops = cpu ? 0 : peak,
                            .measure_links = cpu && tr_comm_size(world) > 1};
-    return tr_topology_detect(world, &to, out, err, errlen);
+    if (tr_topology_detect(world, &to, out, err, errlen)) return -1;
+    if (cpu && r && out->g[0].peak_flops.from == TR_ORIGIN_MEASURED &&
+        probe_model(world, be, r, out)) {
+        snprintf(err, errlen, "topology: a collective of the model's probe failed");
+        return -1;
+    }
+    return 0;
 }
 
 /* --resume with no layout flag, on as many processes as the run folder's last attempt: that
@@ -86,7 +172,8 @@ static void keep_layout(run_ctx *x) {
 
 int run_plan(run_ctx *x) {
     keep_layout(x);
-    if (tr_detect_cluster(x->world, x->be, x->peak * 1e9, &x->cluster, x->err, sizeof x->err)) {
+    if (tr_detect_cluster(x->world, x->be, x->peak * 1e9, &x->r, &x->cluster, x->err,
+                          sizeof x->err)) {
         snprintf(x->msg, sizeof x->msg, "trainer run: %s", x->err);
         return -1;
     }
