@@ -100,9 +100,25 @@ static int same_shape(const tr_plan *a, const tr_plan *b) {
            a->l.zero == b->l.zero && a->l.schedule == b->l.schedule;
 }
 
+static void drop(pl_search *s, int i) {
+    memmove(&s->keep[i], &s->keep[i + 1], (size_t)(s->n_keep - i - 1) * sizeof(tr_plan));
+    s->n_keep--;
+}
+
+/* With the list full, the kept plan a new one may replace: the worst-ranked that is not its
+ * shape's best (so that every shape keeps its best variant, and the alternatives can show
+ * each), else the worst. */
+static int victim(const pl_search *s) {
+    for (int i = s->n_keep - 1; i > 0; i--)
+        for (int j = 0; j < i; j++)
+            if (same_shape(&s->keep[j], &s->keep[i])) return i;
+    return s->n_keep - 1;
+}
+
 /* Keep p among the best KEEP, at most PER_SHAPE per shape (dp, tp, pp, ZeRO, schedule): the
  * estimate ranks the variants of a shape (micro-batch, recompute, sequence parallelism), and
- * when its favourite does not fit once measured, the next one that does is still here. */
+ * when its favourite does not fit once measured, the next one that does is still here. When
+ * the list is full, a shape's best variant gives way only to another shape's best. */
 static void keep(pl_search *s, const tr_plan *p) {
     double v = score(s, p);
     int same = 0, worst = -1; /* of p's shape: how many kept, the last (worst) of them */
@@ -110,17 +126,21 @@ static void keep(pl_search *s, const tr_plan *p) {
         if (same_shape(&s->keep[i], p)) same++, worst = i;
     if (same >= PER_SHAPE) {
         if (score(s, &s->keep[worst]) <= v) return;
-        memmove(&s->keep[worst], &s->keep[worst + 1],
-                (size_t)(s->n_keep - worst - 1) * sizeof(tr_plan));
-        s->n_keep--;
+        drop(s, worst);
+    } else if (s->n_keep == KEEP) {
+        if (same && score(s, &s->keep[KEEP - 1]) <= v) return; /* it would displace none */
+        int i = victim(s), best_of_shape = 1;
+        for (int j = 0; j < i && best_of_shape; j++)
+            best_of_shape = !same_shape(&s->keep[j], &s->keep[i]);
+        /* p, a new shape's best, displaces a best only if it ranks higher */
+        if ((same || best_of_shape) && score(s, &s->keep[i]) <= v) return;
+        drop(s, i);
     }
     int at = s->n_keep;
     while (at > 0 && score(s, &s->keep[at - 1]) > v) at--;
-    if (at >= KEEP) return;
-    int n = s->n_keep < KEEP ? s->n_keep : KEEP - 1;
-    memmove(&s->keep[at + 1], &s->keep[at], (size_t)(n - at) * sizeof(tr_plan));
+    memmove(&s->keep[at + 1], &s->keep[at], (size_t)(s->n_keep - at) * sizeof(tr_plan));
     s->keep[at] = *p;
-    if (s->n_keep < KEEP) s->n_keep++;
+    s->n_keep++;
 }
 
 static void consider(pl_search *s, const pl_devices *dv, tr_plan *p) {

@@ -433,6 +433,56 @@ static void keeps_what_fits(tr_plan_result *res) {
                      "does not fit (%d)", tried);
 }
 
+/* ---- every mesh among the alternatives: the search keeps each shape's best ------------- */
+
+static void every_mesh_kept(tr_plan_result *res) {
+    tr_recipe r;
+    load(&r, "../bench/pp_gpt.lua", NULL, 0); /* 8 blocks, 16 sequences: many pp variants */
+    tr_cluster c;
+    cpu_cluster(&c, 2); /* 2 nodes of 2, 100 Mbit/s between them (the cluster in a box) */
+    c.g[0].nodes = 2;
+    c.g[0].inter = (tr_link){{12.5e6, 0}, {100e-6, 0}, {0, 0}};
+    tr_plan_opts o = opts(TR_DTYPE_F32);
+    o.alternatives = TR_PLAN_MAX_ALTS;
+    o.all_devices = 1;
+    char err[1024];
+    int rc = tr_plan_search(&r, &c, &o, res, err, sizeof err), seen[5][5][5][4] = {{{{0}}}};
+    int n = 0, want = 0;
+    for (int i = -1; !rc && i < res->n_alts; i++) {
+        const tr_layout *l = i < 0 ? &res->best.l : &res->alts[i].l;
+        if (l->dp <= 4 && l->tp <= 4 && l->pp <= 4 && l->zero >= 0 && l->zero < 4)
+            n += !seen[l->dp][l->tp][l->pp][l->zero]++;
+    }
+    /* the meshes of 4 ranks the recipe allows (4 heads, 8 blocks), dp's at every ZeRO stage
+       that the resolver accepts; tp 4 would cross the nodes, which the planner leaves out
+       while another layout runs */
+    static const int mesh[][3] = {{4, 1, 1}, {2, 2, 1}, {2, 1, 2}, {1, 2, 2}, {1, 1, 4}};
+    char missing[256] = "";
+    int found = 0;
+    for (int k = 0; k < 5; k++)
+        for (int z = 0; z < (mesh[k][0] > 1 ? 4 : 1); z++) {
+            tr_layout_flags f = {.dp = mesh[k][0], .tp = mesh[k][1], .pp = mesh[k][2],
+                                 .zero = z, .schedule = -1, .sequence_parallel = -1};
+            tr_layout l;
+            char e[1024];
+            if (tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, e, sizeof e)) continue;
+            want++;
+            if (!rc && seen[mesh[k][0]][mesh[k][1]][mesh[k][2]][z]) {
+                found++;
+                continue;
+            }
+            size_t u = strlen(missing);
+            snprintf(missing + u, sizeof missing - u, " %dx%dx%d/Z%d", mesh[k][0], mesh[k][1],
+                     mesh[k][2], z);
+        }
+    check(!rc && found == want && want >= 10,
+          "4 ranks, --alternatives %d: every mesh and ZeRO stage the resolver accepts is shown "
+          "(%d of %d; %d plans shown; missing:%s)",
+          TR_PLAN_MAX_ALTS, found, want, res->n_alts + 1, rc ? err : missing[0] ? missing : " none");
+    (void)n;
+    tr_recipe_free(&r);
+}
+
 /* ---- the model's measured rate (tr_cluster.model_eff) flows into the plan unchanged ------ */
 
 static void model_rate_measured(void) {
@@ -535,6 +585,7 @@ int main(void) {
     fixed_and_nothing_fits(res);
     keeps_what_fits(res);
     model_rate_measured();
+    every_mesh_kept(res);
     noise_widens_tie(res);
     cost_and_deadline(res);
     published(res);
