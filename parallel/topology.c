@@ -346,19 +346,30 @@ static int round_trip(tr_comm *g, float *buf, size_t n, int from, int to, int re
     return rc;
 }
 
+/* The one-way rate from `from` to `to` (set on `from` only): `bytes` less 8 over the
+ * difference between round trips of `bytes` and of 8 bytes, each the median of `reps`, or
+ * the fastest when `fastest`. When that difference is lost in the noise: `bytes` over the
+ * whole round trip when `bound` (a lower bound), else the rate is left alone. */
+static int pair_rate(tr_comm *g, float *buf, size_t bytes, int from, int to, int reps,
+                     int fastest, int bound, double *rate) {
+    double small = 0, big = 0, s_fast = 0, b_fast = 0;
+    int rc = round_trip(g, buf, 2, from, to, reps, &small, &s_fast);
+    if (!rc) rc = round_trip(g, buf, bytes / sizeof(float), from, to, reps, &big, &b_fast);
+    if (fastest) small = s_fast, big = b_fast;
+    if (tr_comm_rank(g) == from && big > 0 && (big > small || bound))
+        *rate = (double)(bytes - 8) / (big > small ? big - small : big);
+    return rc;
+}
+
 /* The link's own rate, one direction, between each rank of g and the next in turn (at most
- * P2P_PAIRS of them): BW_BYTES less 8 bytes, over the difference of the two round trips. Each
- * sender keeps the slowest of its own; the others leave *bw 0. */
+ * P2P_PAIRS of them), from the median round trips of BW_BYTES. Each sender keeps its own;
+ * the others leave *bw 0. */
 static int time_p2p(tr_comm *g, float *buf, double *bw) {
     enum { P2P_PAIRS = 16 };
-    int p = tr_comm_size(g), me = tr_comm_rank(g), rc = 0;
+    int p = tr_comm_size(g), rc = 0;
     for (int k = 0; k < p && k < P2P_PAIRS && !rc; k++) {
-        int to = (k + 1) % p;
         if (p == 2 && k == 1) break; /* the one pair, once */
-        double small = 0, big = 0;
-        rc = round_trip(g, buf, 2, k, to, BW_REPS, &small, NULL);
-        if (!rc) rc = round_trip(g, buf, BW_BYTES / sizeof(float), k, to, BW_REPS, &big, NULL);
-        if (me == k && big > small) *bw = (double)(BW_BYTES - 8) / (big - small);
+        rc = pair_rate(g, buf, BW_BYTES, k, (k + 1) % p, BW_REPS, 0, 0, bw);
     }
     return rc;
 }
@@ -554,21 +565,12 @@ int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *ou
 
 /* ---- the links between hosts, mid-run ------------------------------------------------------ */
 
-/* The one-way rate from the first rank of host a to that of host b: PROBE_BYTES less 8 over
- * the difference of the fastest round trips of PROBE_BYTES and of 8 bytes (the fastest: mid-
- * run, ranks that share cores are descheduled often); when that difference is lost in the
- * noise (shared memory), PROBE_BYTES over the whole round trip, a lower bound. */
+/* The one-way rate from the first rank of host a to that of host b: pair_rate of
+ * PROBE_BYTES from the fastest round trips (mid-run, ranks that share cores are descheduled
+ * often), bounded by the whole round trip when the difference is lost in the noise (shared
+ * memory). */
 enum { PROBE_REPS = 3, PROBE_ALL_PAIRS = 16 };
 #define PROBE_BYTES ((size_t)128 << 10)
-
-static int probe_pair(tr_comm *w, float *buf, int from, int to, double *rate) {
-    double small = 0, big = 0, median;
-    int rc = round_trip(w, buf, 2, from, to, PROBE_REPS, &median, &small);
-    if (!rc) rc = round_trip(w, buf, PROBE_BYTES / sizeof(float), from, to, PROBE_REPS, &median, &big);
-    if (tr_comm_rank(w) == from && big > 0)
-        *rate = (double)(PROBE_BYTES - 8) / (big > small ? big - small : big);
-    return rc;
-}
 
 int tr_topology_host_rates(tr_comm *w, const int *host_of, int n_hosts, double *rate, char *err,
                            size_t errlen) {
@@ -589,7 +591,8 @@ int tr_topology_host_rates(tr_comm *w, const int *host_of, int n_hosts, double *
         for (int b = 0; b < n_hosts && !rc; b++) {
             int near = b == (a + 1) % n_hosts || a == (b + 1) % n_hosts;
             if (a == b || (n_hosts > PROBE_ALL_PAIRS && !near)) continue;
-            rc = probe_pair(w, buf, first[a], first[b], &rate[a * n_hosts + b]);
+            rc = pair_rate(w, buf, PROBE_BYTES, first[a], first[b], PROBE_REPS, 1, 1,
+                           &rate[a * n_hosts + b]);
         }
     free(first);
     free(buf);

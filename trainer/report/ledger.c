@@ -346,30 +346,28 @@ void tr_ledger_step_done(tr_ledger *L, int step) {
 
 /* Rank 0: each rank's communication time of the record split into waiting for the busiest
  * rank (up to the difference of their busy seconds) and exposed communication. */
+/* Rank k's communication time, up to `most`, moved to waiting for `on` (a rank, or a host
+ * whose link is slow: the tables are indexed alike). */
+static void charge_wait(tr_ledger *L, int k, int on, double most) {
+    double *r = L->rec + (size_t)k * REC, wait = fmin(r[LED_COMM], most);
+    r[LED_WAIT] += wait;
+    r[LED_COMM] -= wait;
+    L->w_waited[(size_t)k * L->n + on] += wait;
+    L->w_waited_on[on] += wait;
+    L->tot_waited_on[on] += wait;
+}
+
 static void split_waits(tr_ledger *L) {
     int n = L->n, slow = 0;
     for (int k = 1; k < n; k++)
         if (L->rec[(size_t)k * REC + REC_BUSY] > L->rec[(size_t)slow * REC + REC_BUSY]) slow = k;
     double bmax = L->rec[(size_t)slow * REC + REC_BUSY];
-    for (int k = 0; k < n; k++) {
-        double *r = L->rec + (size_t)k * REC;
-        double wait = fmin(r[LED_COMM], fmax(0.0, bmax - r[REC_BUSY]));
-        r[LED_WAIT] += wait;
-        r[LED_COMM] -= wait;
-        L->w_waited[(size_t)k * n + slow] += wait;
-        L->w_waited_on[slow] += wait;
-        L->tot_waited_on[slow] += wait;
-    }
+    for (int k = 0; k < n; k++)
+        charge_wait(L, k, slow, fmax(0.0, bmax - L->rec[(size_t)k * REC + REC_BUSY]));
     for (int k = 0; k < n; k++) { /* a slow link named: the rest of the excess is its host's */
-        double excess, *r = L->rec + (size_t)k * REC;
+        double excess;
         int h = tr_links_blame(L->links, k, &excess);
-        if (h < 0) continue;
-        double wait = fmin(r[LED_COMM], excess);
-        r[LED_WAIT] += wait;
-        r[LED_COMM] -= wait;
-        L->w_waited[(size_t)k * n + h] += wait;
-        L->w_waited_on[h] += wait;
-        L->tot_waited_on[h] += wait;
+        if (h >= 0) charge_wait(L, k, h, excess);
     }
 }
 
