@@ -221,13 +221,15 @@ static void search_world(pl_search *s, const tr_cluster *c, long world, int cros
     }
 }
 
-/* The world sizes to try: all the devices, or (objective cost, a deadline) also whole nodes
- * of a prefix of the cluster, and parts of the first node. */
+/* The world sizes to try: all the devices (a running job's, or dp fixed), or also whole
+ * nodes of a prefix of the cluster and parts of the first node: the cheapest plan may use
+ * fewer, and so may the fastest (where the links to the rest of a pool cost more than its
+ * devices give). */
 static int worlds(const tr_cluster *c, const tr_plan_opts *o, const pl_fixed *f, long *w,
                   int max) {
     long all = tr_cluster_devices(c);
     int n = 0;
-    if (o->all_devices || (o->objective == TR_PLAN_TIME && o->deadline_h <= 0) || f->dp > 0) {
+    if (o->all_devices || f->dp > 0) {
         w[n++] = all;
         return n;
     }
@@ -315,11 +317,14 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
 }
 
 /* Less machinery first: fewer model-parallel ranks, a lower ZeRO stage, no sequence
- * parallelism, less recompute, fewer virtual stages. */
+ * parallelism, less recompute, fewer virtual stages, fewer micro-batches (the largest
+ * micro-batch, which is also the resolver's own choice where memory allows it). */
 static int simpler(const tr_plan *a, const tr_plan *b) {
-    int ka[] = {a->l.tp * a->l.pp, a->l.zero, a->l.sequence_parallel, a->l.recompute, a->l.virtual_stages};
-    int kb[] = {b->l.tp * b->l.pp, b->l.zero, b->l.sequence_parallel, b->l.recompute, b->l.virtual_stages};
-    for (int i = 0; i < 5; i++)
+    int ka[] = {a->l.tp * a->l.pp, a->l.zero,           a->l.sequence_parallel,
+                a->l.recompute,    a->l.virtual_stages, a->l.microbatches};
+    int kb[] = {b->l.tp * b->l.pp, b->l.zero,           b->l.sequence_parallel,
+                b->l.recompute,    b->l.virtual_stages, b->l.microbatches};
+    for (int i = 0; i < 6; i++)
         if (ka[i] != kb[i]) return ka[i] < kb[i];
     return 0;
 }

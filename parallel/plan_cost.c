@@ -236,48 +236,60 @@ static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     p->mem_exact = 0;
 }
 
-/* Of the device's rate, what the model reaches at micro-batches of `micro` sequences, as
- * measured (dv->eff, between the two measured sizes around it on a log scale, or the
- * nearest); 0 when nothing was. */
-double pl_model_eff(const pl_devices *dv, int micro) {
-    double x = log2(micro > 1 ? micro : 1);
-    int lo = -1, hi = -1;
-    for (int i = 0; i < TR_CLUSTER_EFF; i++) {
-        if (!(dv->eff[i] > 0)) continue;
-        if (i <= x) lo = i;
-        if (i >= x && hi < 0) hi = i;
-    }
-    if (lo < 0 && hi < 0) return 0;
-    if (lo < 0 || hi == lo) return dv->eff[hi < 0 ? lo : hi];
-    if (hi < 0) return dv->eff[lo];
-    return dv->eff[lo] + (dv->eff[hi] - dv->eff[lo]) * (x - lo) / (hi - lo);
+/* The largest micro-batch (sequences) at which the model's own rate was measured, and that
+ * rate as a share of dv->rate; 0 when none was. */
+static int measured_at(const pl_devices *dv, double *eff) {
+    for (int i = TR_CLUSTER_EFF - 1; i >= 0; i--)
+        if (dv->eff[i] > 0) {
+            *eff = dv->eff[i];
+            return 1 << i;
+        }
+    return 0;
 }
 
-/* Forward and backward seconds of one micro-batch on chunk blocks [a, b), with tp's
- * collectives, on one rank. Where the model's own rate was measured (pl_model_eff), that
- * rate prices the whole forward and backward, its ops' overheads and element-wise passes
- * included; otherwise the matrix products at the device's rate, plus PL_CPU/GPU_OP_COST per
- * operation and the activations' passes through memory. */
-static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
-                       double *compute, double *tp_s) {
-    double tok = (double)p->l.micro_batch * m->T, tp = p->l.tp;
-    double flops = (m->pre_flops[b] - m->pre_flops[a]) * tok / tp, ops = 0, act = 0, resid = 0;
-    double sp = p->l.sequence_parallel ? tp : 1;
+/* The cost model's forward and backward of chunk blocks [a, b) over micro-batches of `tok`
+ * tokens: matrix products at the device's rate, PL_CPU/GPU_OP_COST per operation, the
+ * activations' passes through memory. */
+static void parts(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
+                  double tok, double *mm, double *fixed, double *elem) {
+    double tp = p->l.tp, sp = p->l.sequence_parallel ? tp : 1, ops = 0, act = 0;
     for (int i = a; i < b; i++) {
         ops += m->blk[i].matrix_ops;
         act += m->blk[i].act_split_bytes / tp + (m->blk[i].act_bytes - m->blk[i].act_split_bytes) / sp;
-        resid += m->blk[i].residuals;
     }
-    double mm = flops / dv->rate, fixed = ops * dv->op_cost;
-    double elem = PL_ELEMENTWISE_PASSES * act * tok * m->a_scale / dv->mem_bw;
+    *mm = (m->pre_flops[b] - m->pre_flops[a]) * tok / tp / dv->rate;
+    *fixed = ops * dv->op_cost;
+    *elem = PL_ELEMENTWISE_PASSES * act * tok * m->a_scale / dv->mem_bw;
+}
+
+/* Forward and backward seconds of one micro-batch on chunk blocks [a, b), with tp's
+ * collectives, on one rank: parts(). Where the model's own rate was measured (the CPU:
+ * tr_cluster.model_eff), the measurement sets the level: the cost model's figure times the
+ * ratio of measured to modelled at the largest measured micro-batch (its longest and least
+ * noisy timing). The level only: how the time moves with the micro-batch stays the model's,
+ * as the per-size measurements vary from run to run more than they differ on a small model,
+ * and a plan that followed them would not be the same twice. */
+static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
+                       double *compute, double *tp_s) {
+    double tok = (double)p->l.micro_batch * m->T, mm, fixed, elem, eff;
+    parts(m, dv, p, a, b, tok, &mm, &fixed, &elem);
     double f = mm + fixed + elem / 3, bwd = 2 * (mm + fixed) + 2 * elem / 3;
-    double eff = pl_model_eff(dv, p->l.micro_batch);
-    if (eff > 0) f = mm / eff, bwd = 2 * mm / eff;
+    int ref = measured_at(dv, &eff);
+    double k = 1;
+    if (ref) {
+        double rm, rf, re;
+        parts(m, dv, p, a, b, (double)ref * m->T, &rm, &rf, &re);
+        k = 3 * rm / eff / (3 * (rm + rf) + re);
+        f *= k, bwd *= k;
+    }
     double rec = p->l.recompute == TR_RECOMPUTE_FULL ? f
                  : p->l.recompute == TR_RECOMPUTE_SELECTIVE
-                     ? elem / 6
+                     ? k * elem / 6
                      : 0;
     *compute = f + bwd + rec;
+    double resid = 0;
+    for (int i = a; i < b; i++)
+        resid += m->blk[i].residuals;
     /* one all-reduce (or reduce-scatter + all-gather) of the stream per residual branch in
        the forward, one in the backward, and the vocabulary-parallel embedding and head */
     double S = tok * m->C * m->es;

@@ -66,7 +66,6 @@ typedef struct {
 } pl_devices;
 
 void pl_devices_of(const tr_cluster *c, long world, pl_devices *d);
-double pl_model_eff(const pl_devices *dv, int micro);
 
 /* One layout to price: the fields of tr_plan's first part. */
 void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p);

@@ -43,7 +43,7 @@ enum {
     F_INTER_BW,
     F_INTER_LAT,
     F_INTER_P2P,
-    F_NOISE, /* the largest spread() of the probes this rank timed for the planner */
+    F_NOISE, /* the largest tr_topology_spread() of the probes this rank timed for the planner */
     F_N
 };
 
@@ -79,12 +79,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* How far the figure a probe takes from n repeated timings t (their median, or their mean)
- * would move if it were measured again, relative to it: the median's standard error, about
- * 1.25 sigma / sqrt(n), with sigma estimated from the interquartile range (IQR / 1.35). Sorts
- * t. Two planners that measure the machine a minute apart see figures that far apart, and
- * parallel/plan.c widens its tie to the largest of them (tr_plan_tie). */
-static double spread(double *t, int n) {
+double tr_topology_spread(double *t, int n) {
     if (n < 2) return 0;
     qsort(t, (size_t)n, sizeof t[0], cmp_double);
     double iqr = t[(3 * n) / 4] - t[n / 4], med = t[n / 2];
@@ -93,7 +88,7 @@ static double spread(double *t, int n) {
 
 /* Products of n-cubed after `warm` untimed ones: the best single rate, the rate of all `reps`
  * together (which, unlike the best, sees ranks that take turns on shared cores), and when
- * noise is not NULL the spread() of their times. */
+ * noise is not NULL the tr_topology_spread() of their times. */
 static void sgemm_rates(const float *a, const float *b, float *c, int n, int warm, int reps,
                         double *best, double *all, double *noise) {
     double flop = 2.0 * n * n * n, t1 = now(), t[MAX_REPS] = {0};
@@ -107,7 +102,7 @@ static void sgemm_rates(const float *a, const float *b, float *c, int n, int war
         if (rep >= warm && flop / dt > *best) *best = flop / dt;
     }
     *all = flop * reps / (now() - t1);
-    if (noise) *noise = spread(t, reps < MAX_REPS ? reps : MAX_REPS);
+    if (noise) *noise = tr_topology_spread(t, reps < MAX_REPS ? reps : MAX_REPS);
 }
 
 static void sgemm_fill(float *a, float *b, size_t nn) {
@@ -133,7 +128,7 @@ double tr_topology_sgemm_rate(int n, int warm, int reps) {
     return rate;
 }
 
-/* Bytes read + written per second by COPY_REPS memcpy of COPY_BYTES; *noise: their spread(). */
+/* Bytes read + written per second by COPY_REPS memcpy of COPY_BYTES; *noise: their tr_topology_spread(). */
 static double copy_rate(char *src, char *dst, double *noise) {
     double t[COPY_REPS];
     memset(src, 1, COPY_BYTES); /* fault the pages in before timing */
@@ -145,7 +140,7 @@ static double copy_rate(char *src, char *dst, double *noise) {
         t[rep] = t1 - last;
         last = t1;
     }
-    *noise = spread(t, COPY_REPS);
+    *noise = tr_topology_spread(t, COPY_REPS);
     return 2.0 * (double)COPY_BYTES * COPY_REPS / (last - t0);
 }
 
@@ -306,7 +301,7 @@ static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *media
         rc = tr_comm_all_reduce(g, buf, n, TR_COMM_F32);
         t[i] = now() - t0;
     }
-    double v = spread(t, reps);
+    double v = tr_topology_spread(t, reps);
     if (v > *noise) *noise = v;
     *median = t[reps / 2];
     return rc;

@@ -58,6 +58,13 @@ typedef struct {
 int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *out, char *err,
                        size_t errlen);
 
+/* How far the figure a probe takes from n repeated timings t (their median, or their mean)
+ * would move if it were measured again, relative to it: the median's standard error, about
+ * 1.25 sigma / sqrt(n), with sigma estimated from the interquartile range (IQR / 1.35). Sorts
+ * t. Two planners that measure the machine a minute apart see figures that far apart, and
+ * parallel/plan.c widens its tie to the largest of them (tr_plan_tie, tr_cluster.noise). */
+double tr_topology_spread(double *t, int n);
+
 /* Mid-run: the one-way rate (bytes/s) from each host to each other, rate[a * n_hosts + b]
  * from the first rank of host a to that of host b (0 on the diagonal, and between hosts that
  * are not neighbours when there are more than 16: host h and h + 1, both ways, only), the

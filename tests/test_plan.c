@@ -505,16 +505,16 @@ static void model_rate_measured(void) {
     tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[1]);
     c.model_eff[1] = 0.25; /* half the rate */
     tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[2]);
-    c.model_eff[1] = 0, c.model_eff[0] = 0.25, c.model_eff[2] = 0.75; /* 1 and 4 sequences */
+    c.model_eff[0] = 0.9, c.model_eff[1] = 0.5; /* a smaller size measured too: not the level */
     tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[3]);
     double ratio = p[2].compute_s / p[1].compute_s;
     check(fabs(ratio - 2) < 1e-9 && p[0].compute_s > 0 && p[1].compute_s != p[0].compute_s,
-          "the model's measured rate prices the compute: at half the rate %.6f s against %.6f s "
-          "(x%.9f; the assumed costs gave %.6f s)",
+          "the model's measured rate sets the compute's level: at half the rate %.6f s against "
+          "%.6f s (x%.9f; the assumed costs gave %.6f s)",
           p[2].compute_s, p[1].compute_s, ratio, p[0].compute_s);
     check(fabs(p[3].compute_s / p[1].compute_s - 1) < 1e-9,
-          "between two measured micro-batches (1: 25%%, 4: 75%%) the rate at 2 is read halfway "
-          "on a log scale: %.6f s, as measured 50%% at 2 gives %.6f s",
+          "the level is the largest measured micro-batch's (2: 50%%), whatever smaller ones read "
+          "(1: 90%%): %.6f s, as 2 alone gives %.6f s",
           p[3].compute_s, p[1].compute_s);
     tr_recipe_free(&r);
 }

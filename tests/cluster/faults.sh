@@ -51,23 +51,32 @@ step_of() {
     grep -a "\"attempt\": $1," "$out/metrics.jsonl" 2>/dev/null | grep -o '^{"step": [0-9]*' |
         tail -1 | grep -o '[0-9]*$' || echo 0
 }
-# wait (at most $3 s) until attempt $1 has finished step $2
-wait_step() {
-    local t=0
-    while [ "$(step_of "$1")" -lt "$2" ]; do
+# wait (at most $1 s) until the command that follows succeeds
+wait_for() {
+    local t=0 most=$(($1 * 5))
+    shift
+    until "$@"; do
         sleep 0.2
         t=$((t + 1))
-        [ $t -le $(($3 * 5)) ] || return 1
+        [ $t -le $most ] || return 1
     done
 }
-# wait (at most $2 s) until the supervisor's log has $1 lines matching "attempt N ended"
-wait_ended() {
-    local t=0
-    while [ "$(grep -c "^supervise: attempt [0-9]* ended" "$tmp/sv.log")" -lt "$1" ]; do
-        sleep 0.2
-        t=$((t + 1))
-        [ $t -le $(($2 * 5)) ] || return 1
-    done
+# attempt $1 has finished step $2
+reached() { [ "$(step_of "$1")" -ge "$2" ]; }
+# the supervisor's log has $1 lines "attempt N ended"
+ended() { [ "$(grep -c "^supervise: attempt [0-9]* ended" "$tmp/sv.log")" -ge "$1" ]; }
+# once attempt $1 has finished step $2 (within $3 s), `cluster.sh $4` on n1 ($5 says what that
+# did): the job must end within $bound s of it
+fault_at() {
+    wait_for "$3" reached "$1" "$2" || { bad "attempt $1 did not reach step $2"; return; }
+    local t0
+    t0=$(date +%s)
+    "$C" "$4" "$name" "$n1" >/dev/null
+    if wait_for $bound ended "$1"; then
+        ok "$5 after step $(step_of "$1"): the job ended $(($(date +%s) - t0)) s later (bound $bound s)"
+    else
+        bad "$5: the job has not ended $bound s later"
+    fi
 }
 
 # rank 0 is made 100 ms slower each step (TR_FAULT_SLOW_RANK): a step of this tiny model takes
@@ -80,18 +89,8 @@ sv=$!
 
 # ---- 1. a link cut mid-run -----------------------------------------------------------------
 bound=$((TIMEOUT + GRACE + 15))
-if wait_step 1 12 90; then
-    t0=$(date +%s)
-    "$C" cut "$name" "$n1" >/dev/null
-    if wait_ended 1 $bound; then
-        ok "the link of $n1 cut after step $(step_of 1): the job ended $(($(date +%s) - t0)) s later (bound $bound s)"
-    else
-        bad "the link of $n1 cut: the job has not ended $bound s later"
-    fi
-    "$C" mend "$name" "$n1" >/dev/null
-else
-    bad "attempt 1 did not reach step 12"
-fi
+fault_at 1 12 90 cut "the link of $n1 cut"
+"$C" mend "$name" "$n1" >/dev/null 2>&1
 line=$(grep -a -m1 "^trainer: rank [01]: .*did not complete within $TIMEOUT s: ranks 2, 3 (host $n1) did not answer" "$tmp/sv.log")
 [ -n "$line" ] && ok "the ranks left name the host: $line" ||
     bad "no rank named host $n1: $(grep -a '^trainer: rank' "$tmp/sv.log" | head -2)"
@@ -100,17 +99,7 @@ grep -q "^supervise: a rank gave up on the job .* ending its process group (--gr
     echo "note: the launcher ended the job by itself"
 
 # ---- 2. the host dies ------------------------------------------------------------------------
-if wait_step 2 32 120; then
-    t0=$(date +%s)
-    "$C" kill "$name" "$n1" >/dev/null
-    if wait_ended 2 $bound; then
-        ok "$n1 killed after step $(step_of 2): the job ended $(($(date +%s) - t0)) s later (bound $bound s)"
-    else
-        bad "$n1 killed: the job has not ended $bound s later"
-    fi
-else
-    bad "attempt 2 did not reach step 32"
-fi
+fault_at 2 32 120 kill "$n1 killed"
 
 # ---- 3. the host dropped, the run finished on the host left ---------------------------------
 t=0

@@ -49,26 +49,30 @@ static tr_node *one_block(const tr_recipe *r, tr_model_desc *d) {
     return kids;
 }
 
-/* Seconds of the slowest rank's fastest of PROBE_REPS forwards and backwards of m over
+/* Seconds of the slowest rank's median of PROBE_REPS forwards and backwards of m over
  * B sequences, after one untimed; every rank at once (ranks sharing cores see each other).
+ * *noise: the larger of itself and the largest tr_topology_spread of the ranks' timings.
  * -1 when a collective fails. */
-enum { PROBE_REPS = 2 };
-static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok) {
-    double best = HUGE_VAL;
+enum { PROBE_REPS = 3 };
+static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, double *noise) {
+    double t[PROBE_REPS], mine[2];
     if (tr_comm_barrier(w)) return -1;
     for (int rep = 0; rep <= PROBE_REPS; rep++) {
         double t0 = tr_now();
         tr_model_zero_grad(m);
         tr_model_forward(m, tok, tok, B, T, 1.0f);
         tr_model_backward(m);
-        double dt = tr_now() - t0;
-        if (rep > 0 && dt < best) best = dt;
+        if (rep > 0) t[rep - 1] = tr_now() - t0;
     }
+    mine[1] = tr_topology_spread(t, PROBE_REPS); /* sorts t */
+    mine[0] = t[PROBE_REPS / 2];
     int n = tr_comm_size(w);
-    double *all = calloc((size_t)n, sizeof *all), worst = -1;
-    if (all && !tr_comm_all_gather(w, &best, all, 1, TR_COMM_F64))
-        for (int i = 0; i < n; i++)
-            worst = all[i] > worst ? all[i] : worst;
+    double *all = calloc(2 * (size_t)n, sizeof *all), worst = -1;
+    if (all && !tr_comm_all_gather(w, mine, all, 2, TR_COMM_F64))
+        for (int i = 0; i < n; i++) {
+            worst = all[2 * i] > worst ? all[2 * i] : worst;
+            *noise = all[2 * i + 1] > *noise ? all[2 * i + 1] : *noise;
+        }
     free(all);
     return worst;
 }
@@ -76,7 +80,8 @@ static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok) 
 /* The CPU: the share of the measured sgemm rate the recipe's own model reaches at
  * micro-batches of 1, 2, 4, ... sequences (c->model_eff), timed on a copy with one block
  * per stack, so that the plan prices attention, norms, activations and each op's overhead as
- * this machine runs them instead of assuming them. Sizes stop at the global batch, at
+ * this machine runs them instead of assuming them; the timings' spread joins the probes'
+ * noise (c->noise), which the plan's tie follows. Sizes stop at the global batch, at
  * TR_CLUSTER_EFF, or once one forward and backward would take over PROBE_BUDGET s at the
  * sgemm rate. A rank that cannot build the copy (memory) leaves the figures unmeasured on
  * every rank. */
@@ -103,7 +108,7 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
             for (long k = 0; k < (long)B * T; k++)
                 tok[k] = (int)(k % d.vocab);
             tr_model_init_params(m, 1);
-            t = time_model(w, m, B, T, tok);
+            t = time_model(w, m, B, T, tok, &c->noise.v);
             if (t < 0) rc = -1;
         }
         if (m) tr_model_free(m);
