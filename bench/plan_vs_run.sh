@@ -126,9 +126,10 @@ def run(recipe, flags, name):
     if r.returncode == 124:
         return "stopped after %d s" % limit
     if r.returncode:
-        lines = [l for l in r.stdout.splitlines() if l.strip()]
-        why = [l for l in lines if l.startswith(("trainer", "rank "))] or lines
-        return "refused: " + (why[-1][:110] if why else "exit %d" % r.returncode)
+        # ours: the first line that is not mpirun's banner (its lines of dashes and text)
+        lines = [l for l in r.stdout.splitlines() if l.strip() and not l.startswith("---")]
+        why = [l for l in lines if l.startswith(("trainer", "rank ")) or ".lua:" in l] or lines
+        return "refused: " + (why[0][:110] if why else "exit %d" % r.returncode)
     rows = [json.loads(l) for l in open(out + "/metrics.jsonl")]
     rows = [x for x in rows if "step" in x][2:]
     plan = [l[6:] for l in r.stdout.splitlines() if l.startswith("plan: dp")]
