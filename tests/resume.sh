@@ -8,7 +8,8 @@
 #  4. a recipe that changed in a way that matters is refused with the difference named; a
 #     harmless change is allowed and logged; retention keeps the newest K;
 #  5. --resume without layout flags keeps the layout the run folder's attempt resolved (here a
-#     --micro-batch the planner would not choose) instead of planning again: still bitwise.
+#     --micro-batch the planner would not choose) instead of planning again: still bitwise;
+#  6. on another number of processes it is planned anew, and the plan's line says why.
 # usage: tests/resume.sh path/to/trainer   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -124,5 +125,16 @@ if grep -q "^plan: the layout of .*m-b/recipe.lua, which --resume continues (not
     ok "--resume without flags keeps the attempt's micro-batch of 2: $(grep '^plan: the layout' "$tmp/m-b2.log" | sed "s#$tmp/##"), losses bitwise"
 else
     bad "--resume without flags did not keep the layout: $(grep -i 'resume\|^plan' "$tmp/m-b2.log" | head -3)"
+fi
+# 6. on another number of processes the layout is planned anew, and the log says why
+if command -v mpirun >/dev/null; then
+    timeout 300 mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$T" run "$R" --peak-gflops 100 \
+        --out "$tmp/m-b" --resume --steps 32 >"$tmp/m-b3.log" 2>&1 ||
+        bad "resume on 2 processes failed: $(tail -1 "$tmp/m-b3.log")"
+    grep -q "^plan: .*; planned anew: the run it resumes had dp 1 x tp 1 x pp 1 on 1 process, this one has 2)" \
+        "$tmp/m-b3.log" && ok "--resume on 2 processes plans anew and says why: $(grep '^plan: ' "$tmp/m-b3.log" | head -1 | sed 's/.*; planned anew/planned anew/')" ||
+        bad "--resume on 2 processes did not say it planned anew: $(grep '^plan' "$tmp/m-b3.log" | head -2)"
+else
+    echo "skip --resume on another number of processes: no mpirun"
 fi
 exit $fail

@@ -171,6 +171,12 @@ static void keep_layout(run_ctx *x) {
         }
         snprintf(x->plan_line[0], sizeof x->plan_line[0],
                  "plan: the layout of %.900s, which --resume continues (not planned again)", path);
+    } else if (p->dp > 0 && p->tp > 0 && p->pp > 0) {
+        int n = p->dp * p->tp * p->pp;
+        snprintf(x->replanned, sizeof x->replanned,
+                 "; planned anew: the run it resumes had dp %d x tp %d x pp %d on %d process%s, "
+                 "this one has %d",
+                 p->dp, p->tp, p->pp, n, n == 1 ? "" : "es", x->nranks);
     }
     tr_recipe_free(&s);
 }
@@ -209,8 +215,8 @@ int run_plan(run_ctx *x) {
     char d[256];
     tr_plan_describe(&x->plan, d, sizeof d);
     snprintf(x->plan_line[0], sizeof x->plan_line[0],
-             "plan: %s (chosen from %ld layouts in %.2f s for %s; ties within %.0f%%)", d,
-             res->evaluated, res->seconds, x->cluster.source, 100 * res->tie);
+             "plan: %s (chosen from %ld layouts in %.2f s for %s; ties within %.0f%%%s)", d,
+             res->evaluated, res->seconds, x->cluster.source, 100 * res->tie, x->replanned);
     free(res);
     return 0;
 }

@@ -72,6 +72,7 @@ typedef struct {
     double steps_s;      /* measured: seconds of the steps after each start's first */
     int steps_n;
     char plan_line[2][1024]; /* the plan and its prediction, for the banner */
+    char replanned[160];     /* --resume on another number of processes: why it was planned anew */
     double mem_most;         /* the fullest rank's bytes after the last step */
     const tr_backend *be;
     char device[512]; /* the backend, in words */
