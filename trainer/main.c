@@ -30,6 +30,9 @@ static void usage(FILE *f) {
             "                 text, folders or JSONL to token shards (GPT-2 BPE or bytes)\n"
             "  report RUN_DIR [--out FILE] [--json] [--cluster FILE] [--compare RUN_DIR]\n"
             "                 one HTML page (or JSON) of a run: curves, ranks, timeline, cost\n"
+            "  sweep RECIPE --out EXP [--grid NAME=V1,V2]... [--seeds N]\n"
+            "                 a grid of runs with seeds, one folder each, resumable; locally,\n"
+            "                 as a Slurm job array or through a launcher\n"
             "  supervise [--restarts N] [--backoff S] [--hostfile FILE] -- COMMAND...\n"
             "                 run a training command, relaunching it with --resume when it\n"
             "                 fails (dropping failing hosts, stopping on a repeated crash)\n"
@@ -152,10 +155,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "report")) return tr_cmd_report(argc, argv);
     if (!strcmp(cmd, "check")) return tr_cmd_check(argc, argv);
     if (!strcmp(cmd, "supervise")) return tr_cmd_supervise(argc, argv);
+    if (!strcmp(cmd, "sweep")) return tr_cmd_sweep(argc, argv);
     if (!is_run && !is_show) {
         fprintf(stderr,
                 "trainer: unknown command '%s' (commands: run, show, plan, check, tokenize, export, "
-                "sample, report, supervise; see "
+                "sample, report, sweep, supervise; see "
                 "trainer --help)\n",
                 cmd);
         return 2;

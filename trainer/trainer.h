@@ -49,6 +49,7 @@ int tr_cmd_tokenize(int argc, char **argv);
 int tr_cmd_sample(int argc, char **argv);
 int tr_cmd_check(int argc, char **argv);
 int tr_cmd_supervise(int argc, char **argv);
+int tr_cmd_sweep(int argc, char **argv);
 
 /* Load the recipe named by opts and apply the command-line overrides; prints the error. */
 int tr_load_recipe(tr_recipe *r, const tr_options *opts, const char *cmd);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "parallel/comm/base.h"
 
@@ -78,4 +79,30 @@ int tr_mkdirs(const char *path, char *err, size_t errlen) {
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
         return tr_errf(err, errlen, "'%s' exists and is not a folder", path);
     return 0;
+}
+
+int tr_atomic_open(tr_atomic *a, const char *path, char *err, size_t errlen) {
+    a->f = NULL;
+    if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path)
+        return tr_errf(err, errlen, "cannot write '%s': path too long", path);
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp%ld", path, (long)getpid());
+    a->f = fopen(a->tmp, "w");
+    return a->f ? 0 : tr_errf(err, errlen, "cannot write '%s': %s", a->tmp, strerror(errno));
+}
+
+int tr_atomic_commit(tr_atomic *a, char *err, size_t errlen) {
+    int e = ferror(a->f) ? (errno ? errno : EIO) : 0;
+    if (!e && (fflush(a->f) || fsync(fileno(a->f)))) e = errno ? errno : EIO;
+    if (fclose(a->f) && !e) e = errno ? errno : EIO;
+    a->f = NULL;
+    if (!e && rename(a->tmp, a->path)) e = errno ? errno : EIO;
+    if (!e) return 0;
+    unlink(a->tmp);
+    return tr_errf(err, errlen, "cannot write '%s': %s", a->path, strerror(e));
+}
+
+void tr_atomic_abandon(tr_atomic *a) {
+    if (a->f) fclose(a->f);
+    a->f = NULL;
+    unlink(a->tmp);
 }

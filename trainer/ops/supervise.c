@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "parallel/comm/base.h"
+#include "trainer/ops/spawn.h"
 #include "trainer/ops/supervise.h"
 
 static const char *help =
@@ -60,31 +61,6 @@ static const char *help =
     "A command that exits 0 succeeded only if it trained: a `trainer run` started in the\n"
     "run folder after the launch (attempts.jsonl) and the folder's records reach the\n"
     "recipe's last step; else the supervisor says what the folder shows and exits 1.\n";
-
-/* The signal that stops the supervisor (forwarded to the command's group), and that group. */
-static volatile sig_atomic_t g_signal, g_child;
-
-static void on_signal(int sig) {
-    g_signal = sig;
-    if (g_child > 0) kill(-(pid_t)g_child, sig);
-}
-
-static void install_handlers(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal; /* no SA_RESTART: waits and sleeps return early */
-    sigemptyset(&sa.sa_mask);
-    int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
-    for (int i = 0; i < 4; i++)
-        sigaction(sigs[i], &sa, NULL);
-}
-
-void sv_describe_status(int status, char *buf, size_t n) {
-    if (WIFSIGNALED(status))
-        snprintf(buf, n, "killed by %s (%d)", tr_signal_name(WTERMSIG(status)), WTERMSIG(status));
-    else
-        snprintf(buf, n, "exit status %d", WEXITSTATUS(status));
-}
 
 /* ---- the command line ------------------------------------------------------------------- */
 
@@ -221,80 +197,39 @@ static int add_resume(sv_run *s) {
  * has announced that it gives up on the job (sv_abort_announced) the launcher has --grace
  * seconds to end it; a launcher that cannot (mpirun waiting on a host it can no longer reach)
  * gets SIGTERM, its group SIGKILL 5 s later, so that a relaunch can follow. */
-static int watch(sv_run *s, pid_t pid, double t_launch) {
-    int status = 0, sent = 0;
-    double next_look = 0, t_abort = 0;
-    for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid) return status;
-        if (w < 0 && errno != EINTR) return -1;
-        double now = tr_ledger_unix_now();
-        if (!t_abort && now >= next_look) { /* counted from when seen here: the rank's clock
+/* While the command runs: once a rank announced that it gives up on the job, the launcher has
+ * --grace seconds to end it, then its process group gets SIGTERM, and SIGKILL 5 s later. */
+typedef struct {
+    sv_run *s;
+    double t_launch, next_look, t_abort;
+    int sent;
+} sv_watch;
+
+static void watch(void *ctx, pid_t pid) {
+    sv_watch *w = ctx;
+    double now = tr_ledger_unix_now();
+    if (!w->t_abort && now >= w->next_look) { /* counted from when seen here: the rank's clock
                                                  may be another host's */
-            if (sv_abort_announced(s, t_launch) > 0) t_abort = now;
-            next_look = now + 0.5;
-        }
-        if (t_abort && sent == 0 && now > t_abort + s->grace) {
-            printf("supervise: a rank gave up on the job %.0f s ago and the launcher has not "
-                   "ended it: ending its process group (--grace %g)\n",
-                   now - t_abort, s->grace);
-            fflush(stdout);
-            kill(-pid, SIGTERM);
-            sent = 1;
-        } else if (sent == 1 && now > t_abort + s->grace + 5) {
-            kill(-pid, SIGKILL);
-            sent = 2;
-        }
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        if (sv_abort_announced(w->s, w->t_launch) > 0) w->t_abort = now;
+        w->next_look = now + 0.5;
+    }
+    if (w->t_abort && w->sent == 0 && now > w->t_abort + w->s->grace) {
+        printf("supervise: a rank gave up on the job %.0f s ago and the launcher has not "
+               "ended it: ending its process group (--grace %g)\n",
+               now - w->t_abort, w->s->grace);
+        fflush(stdout);
+        kill(-pid, SIGTERM);
+        w->sent = 1;
+    } else if (w->sent == 1 && now > w->t_abort + w->s->grace + 5) {
+        kill(-pid, SIGKILL);
+        w->sent = 2;
     }
 }
 
-/* Run the command in a process group of its own (stdin from /dev/null: a launcher outside the
- * terminal's foreground group must not read it); its wait status, or -1 when it could not be
- * started. Signals to the supervisor reach the group. */
+/* The command's wait status, or -1 when it could not be started. */
 static int launch(sv_run *s, double t_launch) {
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGHUP);
-    sigaddset(&block, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &block, &old);
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setpgid(0, 0);
-        signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL), signal(SIGHUP, SIG_DFL);
-        signal(SIGUSR1, SIG_DFL);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        FILE *null = freopen("/dev/null", "r", stdin);
-        (void)null;
-        execvp(s->cmd[0], s->cmd);
-        fprintf(stderr, "trainer supervise: cannot run '%s': %s\n", s->cmd[0], strerror(errno));
-        _exit(127);
-    }
-    if (pid < 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        fprintf(stderr, "trainer supervise: cannot start the command: %s\n", strerror(errno));
-        return -1;
-    }
-    setpgid(pid, pid); /* also here: no signal may reach the group before it exists */
-    g_child = pid;
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    if (g_signal) kill(-pid, g_signal); /* arrived while blocked: it was not forwarded */
-    int status = watch(s, pid, t_launch);
-    g_child = 0;
-    return status;
-}
-
-/* Sleep, cut short by a signal to the supervisor. */
-static void backoff_sleep(double sec) {
-    double until = tr_now() + sec;
-    while (!g_signal) {
-        double left = until - tr_now();
-        if (left <= 0) break;
-        struct timespec ts = {(time_t)left, (long)((left - floor(left)) * 1e9)};
-        nanosleep(&ts, NULL);
-    }
+    sv_watch w = {.s = s, .t_launch = t_launch};
+    return tr_spawn(s->cmd, NULL, watch, &w, "trainer supervise");
 }
 
 /* ---- the loop ------------------------------------------------------------------------------ */
@@ -335,7 +270,7 @@ static int decide(sv_run *s, const sv_attempt *a, const sv_attempt *prev, char *
 /* One line on stdout for a failed attempt: what failed, where, at which step. */
 static void say_failure(const sv_attempt *a, int resume_step) {
     char st[64], who[160];
-    sv_describe_status(a->status, st, sizeof(st));
+    tr_spawn_describe(a->status, st, sizeof(st));
     if (a->rank >= 0)
         snprintf(who, sizeof(who), "rank %d on %s failed%s", a->rank,
                  a->host[0] ? a->host : "an unknown host",
@@ -354,7 +289,7 @@ static void say_failure(const sv_attempt *a, int resume_step) {
 /* The paragraph that ends a run the supervisor gave up on. */
 static void say_give_up(const sv_run *s, const sv_attempt *a, const char *why) {
     char st[64];
-    sv_describe_status(a->status, st, sizeof(st));
+    tr_spawn_describe(a->status, st, sizeof(st));
     printf("supervise: gave up after %d attempt(s) and %d relaunch(es): %s. The last attempt "
            "ended with %s after step %d of %d",
            s->launches, s->relaunches, why, st, a->last_step, s->steps);
@@ -413,10 +348,10 @@ static int supervise(sv_run *s) {
         int status = launch(s, t_launch);
         s->launches++;
         if (status < 0) return 1;
-        if (g_signal) {
-            printf("supervise: stopped by %s (passed on to the command)\n",
-                   tr_signal_name(g_signal));
-            return 128 + g_signal;
+        int sig = tr_spawn_signal();
+        if (sig) {
+            printf("supervise: stopped by %s (passed on to the command)\n", tr_signal_name(sig));
+            return 128 + sig;
         }
         if (status == 0) return trained(s, t_launch);
         sv_read_attempt(s, status, t_launch, &a);
@@ -446,8 +381,8 @@ static int supervise(sv_run *s) {
                s->restarts, wait, strncmp(action, "drop", 4) ? "" : ", after the ",
                strncmp(action, "drop", 4) ? "" : action);
         fflush(stdout);
-        backoff_sleep(wait);
-        if (g_signal) return 128 + g_signal;
+        tr_spawn_sleep(wait);
+        if (tr_spawn_signal()) return 128 + tr_spawn_signal();
         if (add_resume(s)) return 1;
         s->relaunches++;
         prev = a, have_prev = 1;
@@ -472,7 +407,7 @@ int tr_cmd_supervise(int argc, char **argv) {
                 "to add --resume to): %s\n",
                 s->cmd[0]);
     } else if (!find_out(s) && !sv_read_hostfile(s)) {
-        install_handlers();
+        tr_spawn_handlers();
         s->t0 = tr_now();
         rc = supervise(s);
     }

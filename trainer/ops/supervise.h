@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "trainer/ops/spawn.h"
 #include "trainer/report/ledger.h"
 #include "trainer/trainer.h"
 
@@ -50,7 +51,6 @@ typedef struct {
     double t0;     /* the supervisor's start (tr_now) */
 } sv_run;
 
-void sv_describe_status(int status, char *buf, size_t n);
 
 /* --hostfile: the hosts and their slots, and the command's arguments the supervisor edits when
  * it drops one (-1 with one line when the file or the command will not do). */

@@ -226,7 +226,7 @@ void sv_write_event(sv_run *s, const sv_attempt *a, int resume_step, double wait
     FILE *f = open_attempts(s);
     if (!f) return;
     char st[64];
-    sv_describe_status(a->status, st, sizeof(st));
+    tr_spawn_describe(a->status, st, sizeof(st));
     fprintf(f,
             "{\"event\": \"supervisor\", \"attempt\": %d, \"t\": %.3f, \"down_s\": ",
             a->attempt, now);

@@ -114,19 +114,19 @@ static void sec_curves(const tr_report *r, FILE *f) {
     int n = r->n_steps;
     const char *since = "time since the start";
     fputs("<section id=\"loss\"><h2>Loss</h2>\n", f);
-    tr_report_series a[2] = {{"loss", "training loss", "#1f77b4", n, 0, 0, step, loss},
-                             {"val_loss", "validation loss", "#d62728", n, 1, 0, step, val}};
+    tr_report_series a[2] = {{"loss", "training loss", "#1f77b4", n, 0, 0, step, loss, NULL, NULL},
+                             {"val_loss", "validation loss", "#d62728", n, 1, 0, step, val, NULL, NULL}};
     tr_report_chart(f, "loss and validation loss over steps", "step", TR_U_NUM, "nats per token",
                     TR_U_NUM, a, 2);
-    tr_report_series b[2] = {{"loss_time", "training loss", "#1f77b4", n, 0, 0, st, loss},
-                             {"val_loss_time", "validation loss", "#d62728", n, 1, 0, st, val}};
+    tr_report_series b[2] = {{"loss_time", "training loss", "#1f77b4", n, 0, 0, st, loss, NULL, NULL},
+                             {"val_loss_time", "validation loss", "#d62728", n, 1, 0, st, val, NULL, NULL}};
     tr_report_chart(f, "loss and validation loss over time", since, TR_U_S, "nats per token",
                     TR_U_NUM, b, 2);
     fputs("</section>\n<section id=\"throughput\"><h2>Throughput</h2>\n", f);
-    tr_report_series c[1] = {{"tokens_per_s", "tokens per second", "#2ca02c", n, 0, 0, st, tps}};
+    tr_report_series c[1] = {{"tokens_per_s", "tokens per second", "#2ca02c", n, 0, 0, st, tps, NULL, NULL}};
     tr_report_chart(f, "tokens per second over time", since, TR_U_S, "tokens per second", TR_U_TOKS,
                     c, 1);
-    tr_report_series d[1] = {{"mfu", "model FLOPs utilization", "#9467bd", n, 0, 0, st, mfu}};
+    tr_report_series d[1] = {{"mfu", "model FLOPs utilization", "#9467bd", n, 0, 0, st, mfu, NULL, NULL}};
     tr_report_chart(f, "MFU over time", since, TR_U_S, "MFU", TR_U_SHARE, d, 1);
     if (!r->have_time) note(f, "metrics.jsonl has no \"time\": time is the running sum of step_s");
     fputs("</section>\n", f);
@@ -322,12 +322,12 @@ static void sec_plan(const tr_report *r, FILE *f) {
     fputs("<section id=\"plan\"><h2>The plan against the run</h2>\n", f);
     /* the prediction wide and dashed underneath, the measurement on top: both show where
      * they agree */
-    tr_report_series a[2] = {{"predicted_step_s", "predicted", "#ff7f0e", n, 0, 1, step, ps},
-                             {"step_s", "measured", "#1f77b4", n, 0, 0, step, ss}};
+    tr_report_series a[2] = {{"predicted_step_s", "predicted", "#ff7f0e", n, 0, 1, step, ps, NULL, NULL},
+                             {"step_s", "measured", "#1f77b4", n, 0, 0, step, ss, NULL, NULL}};
     tr_report_chart(f, "step time: measured and predicted", "step", TR_U_NUM, "step time", TR_U_S,
                     a, 2);
-    tr_report_series b[2] = {{"predicted_memory_bytes", "predicted", "#ff7f0e", n, 0, 1, step, pm},
-                             {"memory_bytes", "measured", "#1f77b4", n, 0, 0, step, m}};
+    tr_report_series b[2] = {{"predicted_memory_bytes", "predicted", "#ff7f0e", n, 0, 1, step, pm, NULL, NULL},
+                             {"memory_bytes", "measured", "#1f77b4", n, 0, 0, step, m, NULL, NULL}};
     tr_report_chart(f, "memory of the fullest rank: measured and predicted", "step", TR_U_NUM,
                     "memory", TR_U_B, b, 2);
     fputs("<table><tr><th></th><th>measured</th><th>predicted</th></tr><tr><th>mean step time</th>",
@@ -581,7 +581,7 @@ static void sec_contribution(const tr_report *r, FILE *f) {
     fputs("</section>\n", f);
 }
 
-static const char *css =
+const char *const tr_report_css =
     "body{font:14px/1.4 sans-serif;margin:24px auto;max-width:980px;color:#222}"
     "h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;margin-top:28px}"
     "table{border-collapse:collapse;margin:8px 0;font-size:12px}"
@@ -602,7 +602,7 @@ void tr_report_write_html(const tr_report *r, FILE *f) {
           "<title>trainer report: ",
           f);
     esc(f, r->dir);
-    fprintf(f, "</title><style>%s</style></head><body>\n<h1>trainer report: ", css);
+    fprintf(f, "</title><style>%s</style></head><body>\n<h1>trainer report: ", tr_report_css);
     esc(f, r->dir);
     fputs("</h1>\n", f);
     sec_summary(r, f);

@@ -323,9 +323,8 @@ static int compose(const run_ctx *x, const char *hosts, int argc, char **argv, i
 
 static int write_file(const run_ctx *x, const char *hosts, int argc, char **argv) {
     const char *dir = x->r.train.out;
-    char path[TR_PATH_MAX + 32], tmp[TR_PATH_MAX + 48];
+    char path[TR_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/provenance.json", dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     char *text = NULL;
     size_t len = 0;
     if (compose(x, hosts, argc, argv, 1, &text, &len)) return run_cannot_write(path, ENOMEM);
@@ -336,15 +335,16 @@ static int write_file(const run_ctx *x, const char *hosts, int argc, char **argv
         if (compose(x, hosts, argc, argv, attempt, &text, &len))
             return run_cannot_write(path, ENOMEM);
     }
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        free(text);
-        return run_cannot_write(tmp, errno);
+    tr_atomic a;
+    char err[TR_PATH_MAX + 128];
+    int rc = tr_atomic_open(&a, path, err, sizeof err);
+    if (!rc) {
+        fwrite(text, 1, len, a.f);
+        rc = tr_atomic_commit(&a, err, sizeof err);
     }
-    fwrite(text, 1, len, f);
     free(text);
-    if (run_close_output(f, tmp)) return -1;
-    return rename(tmp, path) ? run_cannot_write(path, errno) : 0;
+    if (rc) fprintf(stderr, "trainer run: %s\n", err);
+    return rc;
 }
 
 int run_provenance(run_ctx *x, int argc, char **argv) {

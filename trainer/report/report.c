@@ -13,6 +13,7 @@
 
 #include "data/json.h"
 #include "parallel/comm/base.h"
+#include "trainer/report/experiment.h"
 #include "trainer/report/report.h"
 
 const char *const tr_report_file_names[TR_RF_FILES] = {"metrics.jsonl", "ledger.jsonl",
@@ -662,6 +663,7 @@ void tr_report_skipped_line(const tr_report *r, int k, char *buf, size_t len) {
 
 static const char *report_help =
     "usage: trainer report RUN_DIR [--out FILE] [--json] [--cluster FILE] [--compare RUN_DIR]\n"
+    "       trainer report --compare EXP [--out FILE] [--json | --csv]\n"
     "\n"
     "Read a run folder's records (metrics.jsonl, ledger.jsonl, attempts.jsonl, ranks.json,\n"
     "memory.json, provenance.json) and write one self-contained HTML page (inline SVG, no\n"
@@ -676,7 +678,15 @@ static const char *report_help =
     "                    groups in order and take their provider and price_per_hour from it;\n"
     "                    without it every rank costs 1 unit per hour\n"
     "  --compare DIR     what differs from DIR's provenance.json, and whether the two runs\n"
-    "                    are comparable\n";
+    "                    are comparable\n"
+    "\n"
+    "With an experiment folder (`trainer sweep --out EXP`; `trainer report EXP` is the same):\n"
+    "a table of its settings (the points that differ only in their seed) with the final and\n"
+    "best validation loss, the final training loss and the task accuracies (RUN/eval.json)\n"
+    "as mean ± standard deviation over the seeds that finished; what the points' provenance\n"
+    "says (\"differs in lr only\", \"same experiment, another seed\", or the fields that also\n"
+    "differ); on stdout, with the page (curves per setting with their seeds' range) in\n"
+    "EXP/report.html, or --json / --csv (every figure's mean, sd, min and max) instead.\n";
 
 static int write_out(const tr_report *r, const char *out, int json) {
     char def[1200];
@@ -701,9 +711,34 @@ static int write_out(const tr_report *r, const char *out, int json) {
     return 0;
 }
 
+/* An experiment folder (a sweep's): the table on stdout and the page in EXP/report.html, or
+ * the JSON or CSV (to --out, else stdout). */
+static int report_experiment(const char *dir, const char *out, int json, int csv) {
+    tr_ex e;
+    char err[1200], def[1200];
+    if (tr_ex_load(&e, dir, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    if (!out && !json && !csv) snprintf(def, sizeof def, "%s/report.html", dir), out = def;
+    tr_atomic a;
+    int rc = out ? tr_atomic_open(&a, out, err, sizeof err) : 0;
+    FILE *f = out ? a.f : stdout;
+    if (!rc) {
+        if (json) tr_ex_write_json(&e, f);
+        else if (csv) tr_ex_write_csv(&e, f);
+        else tr_ex_write_html(&e, f);
+        rc = out ? tr_atomic_commit(&a, err, sizeof err) : fflush(stdout);
+    }
+    if (rc) fprintf(stderr, "trainer report: %s\n", out ? err : "cannot write stdout");
+    else if (!json && !csv) tr_ex_write_text(&e, stdout), printf("report: %s\n", out);
+    tr_ex_free(&e);
+    return rc ? 1 : 0;
+}
+
 int tr_cmd_report(int argc, char **argv) {
     const char *dir = NULL, *out = NULL, *cluster = NULL, *other = NULL;
-    int json = 0;
+    int json = 0, csv = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = !strcmp(a, "--out")       ? &out
@@ -715,6 +750,8 @@ int tr_cmd_report(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--csv")) {
+            csv = 1;
         } else if (dst) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "trainer report: %s needs a value (see trainer report --help)\n",
@@ -731,6 +768,23 @@ int tr_cmd_report(int argc, char **argv) {
         } else {
             dir = a;
         }
+    }
+    const char *exp = dir && tr_ex_is_experiment(dir)                        ? dir
+                      : !dir && other && tr_ex_is_experiment(other) ? other
+                                                                              : NULL;
+    if (exp && json && csv) {
+        fprintf(stderr, "trainer report: --json or --csv, not both\n");
+        return 2;
+    }
+    if (exp && dir && other) {
+        fprintf(stderr, "trainer report: %s is an experiment folder: `trainer report --compare "
+                        "%s` tables its points (no second folder)\n", exp, exp);
+        return 2;
+    }
+    if (exp) return report_experiment(exp, out, json, csv);
+    if (csv) {
+        fprintf(stderr, "trainer report: --csv is for an experiment folder (a sweep's)\n");
+        return 2;
     }
     if (!dir) {
         fprintf(stderr, "trainer report: no run folder given (see trainer report --help)\n");

@@ -173,20 +173,36 @@ static void axes(FILE *f, const axis *x, const axis *y, const char *xl, const ch
 
 /* ---- series -------------------------------------------------------------------------------- */
 
+static void widen(double v, double *lo, double *hi) {
+    if (!isfinite(v)) return;
+    if (v < *lo) *lo = v;
+    if (v > *hi) *hi = v;
+}
+
 static void range(const tr_report_series *s, int ns, int yaxis, double *lo, double *hi) {
     *lo = INFINITY, *hi = -INFINITY;
     for (int k = 0; k < ns; k++)
         for (int i = 0; i < s[k].n; i++) {
-            double v = yaxis ? s[k].y[i] : s[k].x[i];
-            if (isfinite(s[k].x[i]) && isfinite(s[k].y[i])) {
-                if (v < *lo) *lo = v;
-                if (v > *hi) *hi = v;
-            }
+            if (!isfinite(s[k].x[i]) || !isfinite(s[k].y[i])) continue;
+            widen(yaxis ? s[k].y[i] : s[k].x[i], lo, hi);
+            if (yaxis && s[k].lo) widen(s[k].lo[i], lo, hi), widen(s[k].hi[i], lo, hi);
         }
     if (*hi <= *lo) { /* a flat series: in the middle */
         double d = *lo != 0 ? fabs(*lo) * 0.05 : 1;
         *lo -= d, *hi += d;
     }
+}
+
+/* The shaded band of a series from lo to hi: along hi, then back along lo. */
+static void band(FILE *f, const tr_report_series *s, const axis *x, const axis *y) {
+    fprintf(f, "<polygon fill=\"%s\" fill-opacity=\"0.18\" stroke=\"none\" points=\"", s->color);
+    for (int i = 0; i < s->n; i++)
+        if (isfinite(s->x[i]) && isfinite(s->lo[i]) && isfinite(s->hi[i]))
+            fprintf(f, "%.1f,%.1f ", px(x, s->x[i]), py(y, s->hi[i]));
+    for (int i = s->n - 1; i >= 0; i--)
+        if (isfinite(s->x[i]) && isfinite(s->lo[i]) && isfinite(s->hi[i]))
+            fprintf(f, "%.1f,%.1f ", px(x, s->x[i]), py(y, s->lo[i]));
+    fputs("\"/>", f);
 }
 
 /* One series: its finite points as a polyline (or circles), the values in data-x/data-y. */
@@ -200,6 +216,7 @@ static void plot_series(FILE *f, const tr_report_series *s, const axis *x, const
         if (isfinite(s->x[i]) && isfinite(s->y[i]))
             fprintf(f, "%s%.17g", first ? "" : " ", s->y[i]), first = 0;
     fprintf(f, "\">");
+    if (s->lo) band(f, s, x, y);
     if (!s->dots)
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s points=\"",
                 s->color, s->dashed ? "3.5" : "1.5",

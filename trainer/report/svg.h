@@ -14,17 +14,22 @@ void tr_report_human(tr_report_unit u, double v, char *buf, size_t n);
 void tr_report_esc(FILE *f, const char *s);
 
 /* One plotted series: `key` names it in data-series (the --json series it shows), `label` in
- * the legend; a dashed one is drawn wide and under the solid ones. */
+ * the legend; a dashed one is drawn wide and under the solid ones. With lo and hi (else
+ * NULL), a band from lo to hi is shaded under its line (the spread of several runs). */
 typedef struct {
     const char *key, *label, *color;
     int n, dots, dashed;
     const double *x, *y;
+    const double *lo, *hi;
 } tr_report_series;
 
 /* A figure: the caption, each axis's title and unit, the series (drawn in order, so what
  * must stay visible comes last), the legend; "no data" without a finite point. */
 void tr_report_chart(FILE *f, const char *title, const char *xl, tr_report_unit xu, const char *yl,
                      tr_report_unit yu, const tr_report_series *s, int ns);
+
+/* The page's style sheet (every page of the report's shares it). */
+extern const char *const tr_report_css;
 
 /* The chart's size and margins (the other figures of the page share them). */
 enum {

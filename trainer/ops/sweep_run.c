@@ -1,0 +1,264 @@
+/* Running a sweep's points (trainer/ops/sweep.h): each a `trainer run` child of this process
+ * (trainer/ops/spawn.h), here one after another or as the tasks of a Slurm job array, and how
+ * each ended, in EXP/status/NAME.json. A signal to the sweep reaches the running point, which
+ * saves a checkpoint and stops; the point stays unfinished and the next sweep resumes it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/json.h"
+#include "trainer/ops/spawn.h"
+#include "trainer/ops/sweep.h"
+
+#define SW_MAX_PREFIX 32
+/* EXP/SUB/NAME.EXT */
+#define SW_PATH_LEN (TR_PATH_MAX + SW_NAME_LEN + 32)
+
+/* ---- records -------------------------------------------------------------------------------- */
+
+static void path_of(const sw_spec *s, int k, const char *sub, const char *ext, char *buf,
+                    size_t n) {
+    char name[SW_NAME_LEN];
+    sw_point_name(s, k, name, sizeof name);
+    if (snprintf(buf, n, "%s/%s/%s%s", s->exp, sub, name, ext) >= (int)n) buf[0] = 0;
+}
+
+sw_state sw_point_state(const sw_spec *s, int k, char *why, size_t n) {
+    char path[SW_PATH_LEN], err[160];
+    path_of(s, k, "status", ".json", path, sizeof path);
+    if (why && n) why[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return SW_TODO;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = tr_read_all(f, 1u << 20, &text, &len);
+    fclose(f);
+    tr_json j;
+    if (rc || tr_json_parse(&j, text, len, err, sizeof err)) {
+        free(text);
+        return SW_TODO; /* written atomically: unreadable means not ours; run it again */
+    }
+    free(text);
+    const tr_json *st = tr_json_get(&j, "state"), *w = tr_json_get(&j, "why");
+    sw_state r = SW_TODO;
+    if (st && st->type == TR_JSON_STR) r = !strcmp(st->str, "done") ? SW_DONE
+                                           : !strcmp(st->str, "failed") ? SW_FAILED
+                                                                        : SW_TODO;
+    if (why && w && w->type == TR_JSON_STR) snprintf(why, n, "%s", w->str);
+    tr_json_free(&j);
+    return r;
+}
+
+static int write_status(const sw_spec *s, int k, sw_state st, const char *why, double sec) {
+    char path[SW_PATH_LEN], err[TR_PATH_MAX + 128], name[SW_NAME_LEN];
+    path_of(s, k, "status", ".json", path, sizeof path);
+    sw_point_name(s, k, name, sizeof name);
+    tr_atomic a;
+    if (tr_atomic_open(&a, path, err, sizeof err)) goto bad;
+    fputs("{\"point\": ", a.f);
+    tr_json_write_string(a.f, name);
+    fprintf(a.f, ", \"index\": %d, \"state\": \"%s\", \"why\": ", k,
+            st == SW_DONE ? "done" : "failed");
+    tr_json_write_string(a.f, why);
+    fputs(", \"seconds\": ", a.f);
+    tr_json_write_num(a.f, sec, 4);
+    fputs("}\n", a.f);
+    if (!tr_atomic_commit(&a, err, sizeof err)) return 0;
+bad:
+    fprintf(stderr, "trainer sweep: %s\n", err);
+    return -1;
+}
+
+/* The last line of the point's log that is not empty: why it failed, in its own words. */
+static void last_line(const char *log, char *buf, size_t n) {
+    buf[0] = 0;
+    FILE *f = fopen(log, "rb");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        size_t l = strcspn(line, "\r\n");
+        line[l] = 0;
+        if (l) snprintf(buf, n, "%s", line);
+    }
+    fclose(f);
+}
+
+/* ---- one point ------------------------------------------------------------------------------ */
+
+/* The launcher's words (split at spaces) into argv; their count. */
+static int split_prefix(const char *prefix, char *store, size_t cap, char **argv) {
+    int n = 0;
+    if (!prefix || !strcmp(prefix, "local") || !strcmp(prefix, "slurm")) return 0;
+    snprintf(store, cap, "%s", prefix);
+    for (char *save = NULL, *w = strtok_r(store, " \t", &save); w && n < SW_MAX_PREFIX;
+         w = strtok_r(NULL, " \t", &save))
+        argv[n++] = w;
+    return n;
+}
+
+static int self_path(char *buf, size_t n) {
+    ssize_t l = readlink("/proc/self/exe", buf, n - 1);
+    if (l <= 0) {
+        fprintf(stderr, "trainer sweep: cannot find this binary (/proc/self/exe): %s\n",
+                strerror(errno));
+        return -1;
+    }
+    buf[l] = 0;
+    return 0;
+}
+
+int sw_run_point(const sw_spec *s, int k, const char *prefix) {
+    char name[SW_NAME_LEN], dir[SW_PATH_LEN], log[SW_PATH_LEN], why[1200];
+    sw_point_name(s, k, name, sizeof name);
+    if (sw_point_state(s, k, NULL, 0) == SW_DONE) {
+        printf("sweep: point %d/%d %s: done earlier\n", k + 1, s->n_points, name);
+        return 0;
+    }
+    path_of(s, k, "points", "/attempts.jsonl", dir, sizeof dir);
+    int resume = access(dir, F_OK) == 0; /* an earlier attempt: continue it */
+    path_of(s, k, "logs", ".log", log, sizeof log);
+    char self[TR_PATH_MAX], pstore[512], store[4096];
+    if (self_path(self, sizeof self)) return -1;
+    char *argv[SW_MAX_PREFIX + SW_MAX_ARGS + 3 * SW_MAX_AXES + 8];
+    int np = split_prefix(prefix, pstore, sizeof pstore, argv);
+    sw_point_argv(s, k, self, resume, argv + np, store);
+    printf("sweep: point %d/%d %s: %s (log: %s)\n", k + 1, s->n_points, name,
+           resume ? "resuming" : "running", log);
+    fflush(stdout);
+    double t0 = tr_now();
+    int status = tr_spawn(argv, log, NULL, NULL, "trainer sweep");
+    double sec = tr_now() - t0;
+    int sig = tr_spawn_signal();
+    if (sig) {
+        printf("sweep: stopped by %s during point %s (passed on to it: a run saves a checkpoint "
+               "and stops); `trainer sweep %s` continues\n",
+               tr_signal_name(sig), name, s->exp);
+        return 128 + sig;
+    }
+    if (status == 0) {
+        printf("sweep: point %s: done in %.1f s\n", name, sec);
+        return write_status(s, k, SW_DONE, "", sec) ? -1 : 0;
+    }
+    char st[64], last[1024];
+    if (status < 0) snprintf(st, sizeof st, "not started");
+    else tr_spawn_describe(status, st, sizeof st);
+    last_line(log, last, sizeof last);
+    snprintf(why, sizeof why, "%s%s%s", st, last[0] ? ": " : "", last);
+    printf("sweep: point %s: failed (%s)\n", name, why);
+    return write_status(s, k, SW_FAILED, why, sec) ? -1 : 1;
+}
+
+/* ---- all of them ---------------------------------------------------------------------------- */
+
+int sw_summary(const sw_spec *s, FILE *f) {
+    int n[3] = {0, 0, 0};
+    char why[1200], name[SW_NAME_LEN];
+    static const char *const word[3] = {"unfinished", "done", "FAILED"};
+    for (int k = 0; k < s->n_points; k++) {
+        sw_state st = sw_point_state(s, k, why, sizeof why);
+        n[st]++;
+        sw_point_name(s, k, name, sizeof name);
+        fprintf(f, "  %4d  %-10s  %s%s%s\n", k, word[st], name, why[0] ? ": " : "", why);
+    }
+    fprintf(f, "sweep %s: %d point%s: %d done, %d failed, %d unfinished\n", s->exp, s->n_points,
+            s->n_points == 1 ? "" : "s", n[SW_DONE], n[SW_FAILED], n[SW_TODO]);
+    return n[SW_DONE] == s->n_points ? 0 : -1;
+}
+
+int sw_run_local(const sw_spec *s) {
+    tr_spawn_handlers();
+    for (int k = 0; k < s->n_points; k++) {
+        int rc = sw_run_point(s, k, s->launcher);
+        if (rc < 0) return 2;
+        if (rc >= 128) return rc;
+    }
+    return sw_summary(s, stdout) ? 1 : 0;
+}
+
+/* ---- Slurm ---------------------------------------------------------------------------------- */
+
+static void sh_quote(FILE *f, const char *s) {
+    fputc('\'', f);
+    for (; *s; s++) *s == '\'' ? fputs("'\\''", f) : fputc(*s, f);
+    fputc('\'', f);
+}
+
+/* The unfinished points as Slurm's array list ("0-3,7"); how many. */
+static int todo_list(const sw_spec *s, FILE *f) {
+    int n = 0;
+    for (int k = 0; k < s->n_points;) {
+        if (sw_point_state(s, k, NULL, 0) == SW_DONE) {
+            k++;
+            continue;
+        }
+        int j = k;
+        while (j + 1 < s->n_points && sw_point_state(s, j + 1, NULL, 0) != SW_DONE) j++;
+        fprintf(f, n ? ",%d" : "%d", k);
+        if (j > k) fprintf(f, "-%d", j);
+        n += j - k + 1;
+        k = j + 1;
+    }
+    return n;
+}
+
+static int write_script(const sw_spec *s, const char *path, int *n) {
+    char self[TR_PATH_MAX], err[TR_PATH_MAX + 128];
+    if (self_path(self, sizeof self)) return -1;
+    tr_atomic a;
+    if (tr_atomic_open(&a, path, err, sizeof err)) goto bad;
+    fputs("#!/bin/sh\n# a task of trainer sweep's job array: one point of the sweep\n", a.f);
+    fputs("#SBATCH --job-name=trainer-sweep\n#SBATCH --array=", a.f);
+    *n = todo_list(s, a.f);
+    fprintf(a.f, "\n#SBATCH --output=%s/logs/slurm-%%A_%%a.out\ncd ", s->exp);
+    sh_quote(a.f, s->cwd);
+    fputs(" || exit 1\nexec ", a.f);
+    sh_quote(a.f, self);
+    fputs(" sweep ", a.f);
+    sh_quote(a.f, s->exp);
+    fputs(" --point \"$SLURM_ARRAY_TASK_ID\"\n", a.f);
+    if (*n == 0) {
+        tr_atomic_abandon(&a);
+        return 0;
+    }
+    if (!tr_atomic_commit(&a, err, sizeof err)) return 0;
+bad:
+    fprintf(stderr, "trainer sweep: %s\n", err);
+    return -1;
+}
+
+int sw_run_slurm(const sw_spec *s, int wait) {
+    char script[TR_PATH_MAX + 32], log[TR_PATH_MAX + 32];
+    snprintf(script, sizeof script, "%s/sweep.sbatch", s->exp);
+    snprintf(log, sizeof log, "%s/logs/sbatch.log", s->exp);
+    int n = 0;
+    if (write_script(s, script, &n)) return 2;
+    if (n == 0) return sw_summary(s, stdout) ? 1 : 0;
+    char *argv[32 + 6];
+    int c = 0;
+    argv[c++] = "sbatch";
+    for (int i = 0; i < s->n_sbatch; i++) argv[c++] = s->sbatch[i];
+    argv[c++] = "--parsable";
+    if (wait) argv[c++] = "--wait";
+    argv[c++] = script;
+    argv[c] = NULL;
+    printf("sweep: submitting %d point%s as a Slurm job array (%s)%s\n", n, n == 1 ? "" : "s",
+           script, wait ? "; waiting for it" : "");
+    tr_spawn_handlers();
+    unlink(log);
+    int status = tr_spawn(argv, log, NULL, NULL, "trainer sweep");
+    char last[1024];
+    last_line(log, last, sizeof last);
+    if (tr_spawn_signal()) return 128 + tr_spawn_signal();
+    if (!wait) {
+        if (status != 0) {
+            fprintf(stderr, "trainer sweep: sbatch failed: %s\n", last);
+            return 2;
+        }
+        printf("sweep: job array %s submitted; `trainer sweep %s --list` shows the points\n",
+               last, s->exp);
+        return 0;
+    }
+    return sw_summary(s, stdout) ? 1 : 0; /* sbatch --wait fails when a task did */
+}
