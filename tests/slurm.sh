@@ -7,6 +7,7 @@
 # always stopped and the folder removed, whatever happens.
 # Needs the Debian packages slurmd slurmctld slurm-client munge (and libpmix-dev, which Slurm's
 # mpi/pmix plugin loads and libopenmpi-dev already brings); skipped (77) without them.
+# Then a `trainer sweep --launcher slurm` job array against the same sweep run locally.
 set -u
 . "$(dirname "$0")/lib.sh"
 T="$1"
@@ -122,6 +123,29 @@ elif e=$(cmp_run "$tmp/$name" "$tmp/single"); then
     echo "ok   $name: srun --mpi=pmix ran 2 MPI ranks, equal to the single process: $e"
 else
     echo "FAIL $name: differs from the single process: $e"; fail=1
+fi
+
+# a sweep as a Slurm job array: each task runs one point (`trainer sweep EXP --point K`); the
+# points equal those of the same sweep run here, one after another, bitwise
+S=tests/sweep/tiny.lua
+sweep=(--grid lr=3e-3,1e-2 --seeds 2 --set steps=8 --peak-gflops 10)
+bgwait timeout 300 "$T" sweep "$S" --out "$tmp/sweep-local" "${sweep[@]}" >"$tmp/sweep-local.log" 2>&1 ||
+    { echo "FAIL the local sweep exited $?"; tail -3 "$tmp/sweep-local.log"; fail=1; }
+bgwait timeout 300 "$T" sweep "$S" --out "$tmp/sweep-slurm" "${sweep[@]}" --launcher slurm --wait \
+    --sbatch --time=5 >"$tmp/sweep-slurm.log" 2>&1
+rc=$?
+same=0
+for d in "$tmp"/sweep-local/points/*/; do
+    name=$(basename "$d")
+    cmp -s <(losses "$d/metrics.jsonl") <(losses "$tmp/sweep-slurm/points/$name/metrics.jsonl") &&
+        same=$((same + 1))
+done
+if [ $rc -eq 0 ] && [ $same -eq 4 ] && grep -q "4 points: 4 done" "$tmp/sweep-slurm.log" &&
+    [ "$(ls "$tmp"/sweep-slurm/logs/slurm-*_*.out 2>/dev/null | wc -l)" -eq 4 ]; then
+    echo "ok   sweep --launcher slurm: a job array of 4 tasks, every point bitwise the local sweep's"
+else
+    echo "FAIL sweep --launcher slurm (exit $rc, $same of 4 points equal)"; tail -8 "$tmp/sweep-slurm.log"
+    cat "$tmp"/sweep-slurm/logs/slurm-*.out 2>/dev/null | tail -5; slurm_logs "$tmp"; fail=1
 fi
 
 [ $fail -eq 0 ] && echo "slurm: all passed" || echo "slurm: FAILED"

@@ -51,7 +51,8 @@ static const char *help =
     "                    repeatable\n"
     "  --wait            with slurm: wait until the job array has ended, then summarize\n"
     "  --point K         run point K (0-based, in sweep.json's order) only\n"
-    "  --list            print the points and their states; run nothing\n"
+    "  --list            print the points and their states; run nothing (with a recipe: make\n"
+    "                    the experiment folder, to run its points later)\n"
     "Every other flag is a `trainer run` flag that every point gets (--steps, --set,\n"
     "--micro-batch, ...); --out, --resume and --overwrite are the sweep's to decide.\n";
 
@@ -566,8 +567,6 @@ int tr_cmd_sweep(int argc, char **argv) {
     struct stat st;
     int is_exp = stat(f.first, &st) == 0 && S_ISDIR(st.st_mode);
     if (!is_exp && !f.out) rc = fail("--out EXP is needed with a recipe (see trainer sweep --help)");
-    else if (!is_exp && (f.point >= 0 || f.list))
-        rc = fail("--point and --list take an experiment folder, not a recipe");
     else rc = is_exp ? again(&f, s) : make(&f, s);
     if (!rc) rc = dispatch(&f, s);
     else rc = 2;

@@ -71,17 +71,34 @@ bad:
     return -1;
 }
 
-/* The last line of the point's log that is not empty: why it failed, in its own words. */
+/* A line of dashes: the rule around a launcher's paragraph (Open MPI frames its reports so). */
+static int is_rule(const char *l) {
+    if (strlen(l) < 8) return 0;
+    for (; *l; l++)
+        if (*l != '-' && *l != '=') return 0;
+    return 1;
+}
+
+/* Why a point failed, in its run's own words: the last line of its log that is not empty and
+ * not inside a launcher's framed paragraph ("mpirun detected that one or more processes
+ * exited ..."); else the last line there is. */
 static void last_line(const char *log, char *buf, size_t n) {
     buf[0] = 0;
     FILE *f = fopen(log, "rb");
     if (!f) return;
-    char line[1024];
+    char line[1024], any[1024] = "";
+    int framed = 0;
     while (fgets(line, sizeof line, f)) {
-        size_t l = strcspn(line, "\r\n");
-        line[l] = 0;
-        if (l) snprintf(buf, n, "%s", line);
+        line[strcspn(line, "\r\n")] = 0;
+        if (is_rule(line)) {
+            framed = !framed;
+            continue;
+        }
+        if (!line[0]) continue;
+        snprintf(any, sizeof any, "%s", line);
+        if (!framed) snprintf(buf, n, "%s", line);
     }
+    if (!buf[0]) snprintf(buf, n, "%s", any);
     fclose(f);
 }
 
