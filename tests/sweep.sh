@@ -100,7 +100,7 @@ grep -q "^lr=1e-2, layers=2 .*differs in lr, layers" "$tmp/a.txt" && ok "the tex
     bad "the text table lacks its last setting: $(head -5 "$tmp/a.txt")"
 
 # 2. stopped during its fourth point, then continued
-"$T" sweep "$R" --out "$tmp/b" "${grid[@]}" --set steps=400 --set ckpt=20 >"$tmp/b.log" 2>&1 &
+"$T" sweep "$R" --out "$tmp/b" "${grid[@]}" --set steps=200 --set ckpt=20 >"$tmp/b.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do
     [ -s "$tmp/b/points/lr-3e-3_layers-2_seed-12/metrics.jsonl" ] && break
@@ -119,7 +119,7 @@ after=$(for p in lr-3e-3_layers-1_seed-11 lr-3e-3_layers-1_seed-12 lr-3e-3_layer
     grep -q "point 4/8 lr-3e-3_layers-2_seed-12: resuming" "$tmp/b2.log" &&
     ok "continued: 3 points done earlier (records untouched), point 4 resumed, the rest ran" ||
     bad "the continued sweep: $(grep -c 'done earlier' "$tmp/b2.log") done earlier; $(grep 'point 4/8' "$tmp/b2.log")"
-"$T" sweep "$R" --out "$tmp/c" "${grid[@]}" --set steps=400 --set ckpt=20 >"$tmp/c.log" 2>&1 ||
+"$T" sweep "$R" --out "$tmp/c" "${grid[@]}" --set steps=200 --set ckpt=20 >"$tmp/c.log" 2>&1 ||
     bad "the uninterrupted reference sweep failed"
 same=0
 for d in "$tmp"/c/points/*/; do
