@@ -181,6 +181,22 @@ typedef struct {
     int overridden; /* set from the command line */
 } tr_knob;
 
+/* sweep { grid = { NAME = { V1, V2, ... }, ... }, seeds = N }: the experiment `trainer sweep`
+ * runs from this recipe (dsl/recipe_sections.c); every other command ignores it. The axes are in
+ * the order of their names (a Lua table keeps none); each value as its text (a number in the
+ * fewest digits that read back to the same double, true/false, a string as written). */
+#define TR_SWEEP_MAX_AXES 8
+#define TR_SWEEP_MAX_VALUES 64
+#define TR_SWEEP_VALUE_MAX 64
+typedef struct {
+    int line; /* where sweep { } is; 0: the recipe has none */
+    int n_axes;
+    char names[TR_SWEEP_MAX_AXES][TR_NAME_MAX];
+    int n_values[TR_SWEEP_MAX_AXES];
+    char values[TR_SWEEP_MAX_AXES][TR_SWEEP_MAX_VALUES][TR_SWEEP_VALUE_MAX];
+    int seeds; /* 0: not given (one run per combination) */
+} tr_sweep_desc;
+
 typedef struct {
     char path[TR_PATH_MAX]; /* the recipe file as given */
     tr_model_desc model;
@@ -190,6 +206,7 @@ typedef struct {
     tr_train_desc train;
     tr_parallel_desc parallel;
     char init_hf[TR_PATH_MAX]; /* `init = hf "DIR"`: start from a Hugging Face model directory; "" = none */
+    tr_sweep_desc sweep;
     int train_line, parallel_line; /* where train { } and parallel { } are (0: not declared),
                                       for the messages of later checks (the layout's) */
     int n_knobs;

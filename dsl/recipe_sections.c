@@ -1,5 +1,6 @@
 /* The recipe's sections: knobs { } (the tunable values and their --set overrides), data,
- * optimizer, schedule, train and parallel { }, and `init = hf "DIR"`. Each may appear once;
+ * optimizer, schedule, train and parallel { }, `init = hf "DIR"`, and sweep { } (the
+ * experiment `trainer sweep` runs, ignored by the other commands). Each may appear once;
  * its fields are read through the schema (recipe_schema.c). */
 #include <math.h>
 #include <stdio.h>
@@ -628,6 +629,101 @@ static int l_hf(lua_State *L) {
     return 1;
 }
 
+/* ---- sweep { } ---------------------------------------------------------------------------- */
+
+/* The value on top of the stack as text: a number in the fewest of 15 or 17 digits that read
+ * back to the same double (3e-3 is "0.003"), true/false, or the string. */
+static void sweep_value(lua_State *L, const char *axis, int k, char *buf, size_t n) {
+    int t = lua_type(L, -1);
+    if (t == LUA_TNUMBER) {
+        double v = lua_tonumber(L, -1);
+        snprintf(buf, n, "%.15g", v);
+        if (strtod(buf, NULL) != v) snprintf(buf, n, "%.17g", v);
+    } else if (t == LUA_TBOOLEAN) {
+        snprintf(buf, n, "%s", lua_toboolean(L, -1) ? "true" : "false");
+    } else if (t == LUA_TSTRING && lua_rawlen(L, -1) > 0 && lua_rawlen(L, -1) < n) {
+        snprintf(buf, n, "%s", lua_tostring(L, -1));
+    } else {
+        dsl_raise_at(L, 0, "sweep: grid.%s[%d] must be a number, a boolean or a string of 1 to "
+                           "%zu bytes",
+                     axis, k, n - 1);
+    }
+}
+
+/* grid.NAME = { V1, ... } (the value at the top of the stack) as axis a */
+static void sweep_axis(lua_State *L, tr_sweep_desc *w, int a, const char *name) {
+    if (lua_type(L, -1) != LUA_TTABLE || lua_rawlen(L, -1) < 1)
+        dsl_raise_at(L, 0, "sweep: grid.%s must be a list of values, as in %s = { 1, 2 }", name,
+                     name);
+    int n = (int)lua_rawlen(L, -1);
+    if (n > TR_SWEEP_MAX_VALUES)
+        dsl_raise_at(L, 0, "sweep: grid.%s has %d values; at most %d", name, n,
+                     TR_SWEEP_MAX_VALUES);
+    snprintf(w->names[a], sizeof w->names[a], "%s", name);
+    w->n_values[a] = n;
+    for (int k = 1; k <= n; k++) {
+        lua_rawgeti(L, -1, k);
+        sweep_value(L, name, k, w->values[a][k - 1], sizeof w->values[a][k - 1]);
+        lua_pop(L, 1);
+    }
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* grid = { ... } (field of argument 1), its axes in the order of their names */
+static void sweep_grid(lua_State *L, tr_sweep_desc *w) {
+    lua_getfield(L, 1, "grid");
+    if (lua_isnil(L, -1)) return (void)lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TTABLE)
+        dsl_raise_at(L, 0, "sweep: 'grid' must be a table of lists, as in grid = { lr = { 1e-3, "
+                           "3e-3 } }");
+    const char *names[TR_SWEEP_MAX_AXES];
+    int n = 0;
+    for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING || lua_rawlen(L, -2) >= TR_NAME_MAX)
+            dsl_raise_at(L, 0, "sweep: grid's keys are knob or train field names");
+        if (n == TR_SWEEP_MAX_AXES)
+            dsl_raise_at(L, 0, "sweep: grid has more than %d axes", TR_SWEEP_MAX_AXES);
+        names[n++] = lua_tostring(L, -2); /* the key stays in the table: the pointer lives */
+    }
+    qsort(names, (size_t)n, sizeof names[0], by_name);
+    for (int a = 0; a < n; a++) {
+        lua_getfield(L, -1, names[a]);
+        sweep_axis(L, w, a, names[a]);
+        lua_pop(L, 1);
+    }
+    w->n_axes = n;
+    lua_pop(L, 1);
+}
+
+int dsl_l_sweep(lua_State *L) {
+    recipe_ctx *c = dsl_ctx(L);
+    int line = section_start(L, &c->sweep_line, "sweep");
+    if (lua_gettop(L) != 1 || lua_type(L, 1) != LUA_TTABLE)
+        dsl_raise_at(L, line, "sweep: expects a table: sweep { grid = { lr = { 1e-3, 3e-3 } }, "
+                              "seeds = 3 }");
+    for (lua_pushnil(L); lua_next(L, 1); lua_pop(L, 1))
+        if (lua_type(L, -2) != LUA_TSTRING ||
+            (strcmp(lua_tostring(L, -2), "grid") && strcmp(lua_tostring(L, -2), "seeds")))
+            dsl_raise_at(L, line, "sweep: unknown field (fields: grid, seeds)");
+    tr_sweep_desc *w = &c->r.sweep;
+    sweep_grid(L, w);
+    lua_getfield(L, 1, "seeds");
+    if (!lua_isnil(L, -1)) {
+        int ok = 0;
+        lua_Integer s = lua_tointegerx(L, -1, &ok);
+        if (!ok || s < 1 || s > TR_SWEEP_MAX_VALUES)
+            dsl_raise_at(L, line, "sweep: seeds must be an integer from 1 to %d",
+                         TR_SWEEP_MAX_VALUES);
+        w->seeds = (int)s;
+    }
+    lua_pop(L, 1);
+    w->line = c->sweep_line = line;
+    return 0;
+}
+
 const luaL_Reg dsl_section_ctors[] = {{"knobs", l_knobs},
                                       {"data", l_data},
                                       {"optimizer", l_optimizer},
@@ -635,4 +731,5 @@ const luaL_Reg dsl_section_ctors[] = {{"knobs", l_knobs},
                                       {"train", l_train},
                                       {"parallel", l_parallel},
                                       {"hf", l_hf},
+                                      {"sweep", dsl_l_sweep},
                                       {NULL, NULL}};

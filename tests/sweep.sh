@@ -15,7 +15,8 @@
 #     train on 2 ranks and equal each other within float32 reordering (tests/lib.sh's cmp_run);
 #  5. bad input: an unknown knob, a bad value, --resume, an experiment folder holding another
 #     sweep, a recipe changed since the sweep, --point out of range: one line, exit 2, and
-#     nothing run.
+#     nothing run (a bad sweep { } block: tests/recipes_bad/bad_sweep_*.lua);
+#  6. the recipe's own sweep { } gives the axes and seeds; --grid replaces it.
 # usage: tests/sweep.sh path/to/trainer   (from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -189,5 +190,17 @@ cp "$R" "$tmp/changed.lua" && sed -i "s#\.\./\.\./data#$PWD/data#" "$tmp/changed
 "$T" sweep "$tmp/changed.lua" --out "$tmp/ch" --set steps=2 --peak-gflops 100 >/dev/null 2>&1 || bad "a one-point sweep failed"
 echo "-- a change" >>"$tmp/changed.lua"
 refused "a recipe changed since the sweep" "changed since the sweep" "$tmp/ch"
+
+# 6. the recipe's own sweep { } gives the axes (in the order of their names) and the seeds;
+# the command line's --grid replaces it
+sed "s#\.\./\.\./data#$PWD/data#" "$R" >"$tmp/own.lua"
+echo 'sweep { grid = { lr = { 3e-3, 1e-2 }, layers = { 2 } }, seeds = 2 }' >>"$tmp/own.lua"
+"$T" sweep "$tmp/own.lua" --out "$tmp/own" --list >"$tmp/own.log" 2>&1
+[ "$(grep -c ' unfinished  layers-2_lr-0.0[01]*3*_seed-1[12]$' "$tmp/own.log")" -eq 4 ] &&
+    grep -q "  1  unfinished  layers-2_lr-0.003_seed-12" "$tmp/own.log" &&
+    ok "the recipe's sweep { }: 4 points, axes by name, 3e-3 written 0.003" || bad "the recipe's sweep: $(cat "$tmp/own.log")"
+"$T" sweep "$tmp/own.lua" --out "$tmp/own2" --grid steps=2 --list >"$tmp/own2.log" 2>&1
+grep -q "replace the recipe's sweep { } (line 23)" "$tmp/own2.log" && grep -q "1 point: 0 done" "$tmp/own2.log" &&
+    ok "--grid replaces the recipe's sweep { }, and says so" || bad "--grid with sweep { }: $(cat "$tmp/own2.log")"
 
 exit $fail

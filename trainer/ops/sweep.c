@@ -41,6 +41,9 @@ static const char *help =
     "  --seeds N         N seeds per combination: the recipe's train.seed and the N - 1 after\n"
     "                    it, as --set train.seed=S (the seed sets the initialisation, the data\n"
     "                    order and the sample)\n"
+    "Without --grid and --seeds, the recipe's own sweep { grid = { NAME = { V1, V2 }, ... },\n"
+    "seeds = N } gives them (its axes in the order of their names); with either, the command\n"
+    "line replaces that block.\n"
     "  --launcher L      local (default): one point after another on this machine; slurm: one\n"
     "                    Slurm job array of the unfinished points (sbatch), each task running\n"
     "                    `trainer sweep EXP --point K`; any other text: a command put before\n"
@@ -375,26 +378,46 @@ static int parse(sw_flags *f, sw_spec *s, int argc, char **argv) {
 /* ---- checking and making the sweep ----------------------------------------------------------- */
 
 /* Point k's flags as `trainer run` reads them; a recipe it loads with them: 0, or -1 with
- * run's own line, naming the point. seed_out (may be NULL) gets the recipe's train.seed. */
-static int check_point(const sw_spec *s, int k, unsigned long long *seed_out) {
+ * run's own line, naming the point. out (may be NULL) gets that recipe. */
+static int check_point(const sw_spec *s, int k, tr_recipe *out) {
     char *argv[SW_MAX_ARGS + 3 * SW_MAX_AXES + 8], store[4096], msg[1024], name[SW_NAME_LEN];
     int argc = sw_point_argv(s, k, "trainer", 0, argv, store);
     sw_point_name(s, k, name, sizeof name);
     tr_options o;
     int rc = tr_parse_options_msg(&o, "run", argc, argv, 2, msg, sizeof msg);
     if (rc == 1) return fail("--help is not a flag to give every point");
-    if (rc) return fail("point %s: %s", name, msg);
-    tr_recipe r;
-    if (tr_load_recipe_msg(&r, &o, "run", msg, sizeof msg)) return fail("point %s: %s", name, msg);
-    if (seed_out) *seed_out = r.train.seed;
-    tr_recipe_free(&r);
+    if (rc) return s->n_axes ? fail("point %s: %s", name, msg) : fail("%s", msg);
+    tr_recipe *r = out ? out : malloc(sizeof *r);
+    if (!r) return fail("out of memory");
+    rc = tr_load_recipe_msg(r, &o, "run", msg, sizeof msg);
+    if (rc && s->n_axes) fail("point %s: %s", name, msg);
+    else if (rc) fail("%s", msg);
+    else if (!out) tr_recipe_free(r);
+    if (!out) free(r);
+    return rc ? -1 : 0;
+}
+
+/* The recipe's sweep { } as the axes and seeds, when the command line gives none. */
+static int recipe_axes(sw_spec *s, const tr_sweep_desc *w, int *seeds) {
+    if (!w->line) return 0;
+    if (s->n_axes || *seeds) {
+        printf("sweep: the command line's --grid and --seeds replace the recipe's sweep { } "
+               "(line %d)\n", w->line);
+        return 0;
+    }
+    for (int a = 0; a < w->n_axes; a++) {
+        sw_axis *x = &s->axes[a];
+        memset(x, 0, sizeof *x);
+        snprintf(x->name, sizeof x->name, "%s", w->names[a]);
+        snprintf(x->label, sizeof x->label, "%s", strcmp(x->name, "train.seed") ? x->name : "seed");
+        for (int v = 0; v < w->n_values[a]; v++) x->values[x->n++] = dup_str(w->values[a][v]);
+    }
+    s->n_axes = w->n_axes;
+    *seeds = w->seeds;
     return 0;
 }
 
-static int add_seeds(sw_spec *s, int seeds) {
-    unsigned long long base;
-    s->n_points = 1;
-    if (check_point(s, 0, &base)) return -1;
+static int add_seeds(sw_spec *s, int seeds, unsigned long long base) {
     if (s->n_axes == SW_MAX_AXES) return fail("more than %d axes with the seeds", SW_MAX_AXES);
     sw_axis *x = &s->axes[s->n_axes++];
     memset(x, 0, sizeof *x);
@@ -482,7 +505,17 @@ static int make(sw_flags *f, sw_spec *s) {
     if (abs_path(f->first, s->recipe, sizeof s->recipe)) return -1;
     if (!getcwd(s->cwd, sizeof s->cwd)) return fail("cannot read the current folder");
     snprintf(s->exp, sizeof s->exp, "%s", f->out);
-    if (f->seeds && add_seeds(s, f->seeds)) return -1;
+    /* the recipe with the common flags: its sweep { } and its seed */
+    tr_recipe *r = malloc(sizeof *r);
+    int n_axes = s->n_axes, rc = !r ? fail("out of memory") : 0;
+    s->n_axes = 0, s->n_points = 1;
+    if (!rc) rc = check_point(s, 0, r);
+    s->n_axes = n_axes;
+    unsigned long long base = rc ? 0 : r->train.seed;
+    if (!rc) rc = recipe_axes(s, &r->sweep, &f->seeds), tr_recipe_free(r);
+    free(r);
+    if (rc) return -1;
+    if (f->seeds && add_seeds(s, f->seeds, base)) return -1;
     if (check_points(s)) return -1;
     char err[TR_PATH_MAX + 128], path[TR_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/sweep.json", s->exp);
