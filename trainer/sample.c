@@ -31,13 +31,15 @@ static int pick(const float *logits, int V, float temperature, int top_k, uint64
         if (logits[v] > logits[best]) best = v;
     if (temperature <= 0) return best;
     int n = V;
-    for (int v = 0; v < V; v++) scratch[v] = (cand){logits[v], v};
+    for (int v = 0; v < V; v++)
+        scratch[v] = (cand){logits[v], v};
     if (top_k > 0 && top_k < V) {
         qsort(scratch, (size_t)V, sizeof(cand), by_logit_desc);
         n = top_k;
     }
     double sum = 0, mx = logits[best];
-    for (int i = 0; i < n; i++) sum += exp((scratch[i].logit - mx) / temperature);
+    for (int i = 0; i < n; i++)
+        sum += exp((scratch[i].logit - mx) / temperature);
     *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17; /* xorshift64 */
     double u = (double)(*rng >> 11) / 9007199254740992.0 * sum, acc = 0;
     for (int i = 0; i < n; i++) {
@@ -204,16 +206,40 @@ static int show_logits(tr_model *m, const tr_tokenizer *tok, const int *ids, int
     return rc;
 }
 
-static int number_arg(const char *flag, const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "trainer sample: %s needs a number in [%g, %g], got '%s'\n", flag, lo, hi,
-                s);
+/* ---- a checkpoint loaded for inference (sample, eval) ------------------------------------ */
+
+int tr_load_checkpoint(tr_loaded *L, const char *arg, const char *device, char *err,
+                       size_t errlen) {
+    memset(L, 0, sizeof(*L));
+    if (tr_ckpt_open_arg(arg, &L->ckpt, 0, stderr, err, errlen)) return -1;
+    char chunk[TR_PATH_MAX + 32], why[1024], desc[512];
+    snprintf(chunk, sizeof(chunk), "%s/manifest.yaml", L->ckpt.dir);
+    if (tr_recipe_load_string(&L->recipe, L->ckpt.recipe, chunk, ".", NULL, 0, why, sizeof(why))) {
+        snprintf(err, errlen, "the checkpoint's recipe: %s", why);
         return -1;
     }
-    *out = v;
-    return 0;
+    L->have_recipe = 1;
+    tr_options o;
+    memset(&o, 0, sizeof(o));
+    o.device = device;
+    double peak;
+    const tr_data_desc *d = &L->recipe.data;
+    L->be = tr_choose_backend(&o, &L->recipe, &peak, desc, sizeof(desc), err, errlen);
+    if (!L->be || tr_tokenizer_open(&L->tok, d->tokenizer, d->encoder, d->merges, err, errlen))
+        return -1;
+    if (tr_model_init(&L->model, &L->recipe.model, L->be, 1, L->recipe.model.seq_len, err,
+                      errlen))
+        return -1;
+    return tr_ckpt_apply(&L->ckpt, L->model, err, errlen);
+}
+
+void tr_loaded_free(tr_loaded *L) {
+    if (!L) return;
+    tr_model_free(L->model);
+    tr_tokenizer_free(L->tok);
+    if (L->have_recipe) tr_recipe_free(&L->recipe);
+    tr_ckpt_free(&L->ckpt);
+    memset(L, 0, sizeof(*L));
 }
 
 int tr_cmd_sample(int argc, char **argv) {
@@ -229,9 +255,8 @@ int tr_cmd_sample(int argc, char **argv) {
             return 0;
         }
         int known = !strcmp(a, "--prompt") || !strcmp(a, "--tokens") ||
-                    !strcmp(a, "--temperature") || !strcmp(a, "--top-k") ||
-                    !strcmp(a, "--seed") || !strcmp(a, "--device") || !strcmp(a, "--logits") ||
-                    !strcmp(a, "--logits-out");
+                    !strcmp(a, "--temperature") || !strcmp(a, "--top-k") || !strcmp(a, "--seed") ||
+                    !strcmp(a, "--device") || !strcmp(a, "--logits") || !strcmp(a, "--logits-out");
         if (known && i + 1 >= argc) {
             fprintf(stderr, "trainer sample: %s needs a value (see trainer sample --help)\n", a);
             return 2;
@@ -246,15 +271,15 @@ int tr_cmd_sample(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--tokens")) {
-            if (number_arg(a, argv[++i], 1, 1e7, &tokens)) return 2;
+            if (tr_number_arg("sample", a, argv[++i], 1, 1e7, &tokens)) return 2;
         } else if (!strcmp(a, "--temperature")) {
-            if (number_arg(a, argv[++i], 0, 100, &temperature)) return 2;
+            if (tr_number_arg("sample", a, argv[++i], 0, 100, &temperature)) return 2;
         } else if (!strcmp(a, "--top-k")) {
-            if (number_arg(a, argv[++i], 0, 1e9, &top_k)) return 2;
+            if (tr_number_arg("sample", a, argv[++i], 0, 1e9, &top_k)) return 2;
         } else if (!strcmp(a, "--seed")) {
-            if (number_arg(a, argv[++i], 0, 9e15, &seed)) return 2;
+            if (tr_number_arg("sample", a, argv[++i], 0, 9e15, &seed)) return 2;
         } else if (!strcmp(a, "--logits")) {
-            if (number_arg(a, argv[++i], 1, 1e6, &show)) return 2;
+            if (tr_number_arg("sample", a, argv[++i], 1, 1e6, &show)) return 2;
         } else if (!strcmp(a, "--logits-out")) {
             logits_out = argv[++i];
         } else if (a[0] == '-') {
@@ -271,40 +296,18 @@ int tr_cmd_sample(int argc, char **argv) {
         fprintf(stderr, "trainer sample: no checkpoint given (see trainer sample --help)\n");
         return 2;
     }
-    char err[1024], desc[512];
+    char err[1024];
     int status = 1;
-    tr_ckpt c;
-    if (tr_ckpt_open_arg(ckpt, &c, 0, stderr, err, sizeof(err))) {
+    tr_loaded L;
+    if (tr_load_checkpoint(&L, ckpt, o.device, err, sizeof(err))) {
         fprintf(stderr, "trainer sample: %s\n", err);
+        tr_loaded_free(&L);
         return 1;
     }
-    tr_recipe r;
-    char chunk[TR_PATH_MAX + 32];
-    snprintf(chunk, sizeof(chunk), "%s/manifest.yaml", c.dir);
-    if (tr_recipe_load_string(&r, c.recipe, chunk, ".", NULL, 0, err, sizeof(err))) {
-        fprintf(stderr, "trainer sample: the checkpoint's recipe: %s\n", err);
-        tr_ckpt_free(&c);
-        return 1;
-    }
-    tr_tokenizer *tok = NULL;
-    tr_model *m = NULL;
+    tr_model *m = L.model;
+    const tr_tokenizer *tok = L.tok;
+    const tr_recipe *rp = &L.recipe;
     int *ids = NULL, *out = NULL;
-    double peak;
-    const tr_backend *be = tr_choose_backend(&o, &r, &peak, desc, sizeof(desc), err, sizeof(err));
-    const tr_data_desc *d = &r.data;
-    if (!be) {
-        fprintf(stderr, "trainer sample: %s\n", err);
-        goto done;
-    }
-    if (tr_tokenizer_open(&tok, d->tokenizer, d->encoder, d->merges, err, sizeof(err))) {
-        fprintf(stderr, "trainer sample: %s\n", err);
-        goto done;
-    }
-    if (tr_model_init(&m, &r.model, be, 1, r.model.seq_len, err, sizeof(err)) ||
-        tr_ckpt_apply(&c, m, err, sizeof(err))) {
-        fprintf(stderr, "trainer sample: %s\n", err);
-        goto done;
-    }
     size_t plen = prompt ? strlen(prompt) : 0;
     ids = malloc((plen + 1) * sizeof(int));
     int n = prompt && plen ? (int)tr_tokenizer_encode(tok, prompt, plen, ids) : 0;
@@ -313,10 +316,11 @@ int tr_cmd_sample(int argc, char **argv) {
         n = ids[0] >= 0 ? 1 : (int)tr_tokenizer_encode(tok, "\n", 1, ids);
     }
     for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= r.model.vocab) {
-            fprintf(stderr, "trainer sample: the prompt's token %d is outside the model's "
-                            "vocabulary of %d\n",
-                    ids[i], r.model.vocab);
+        if (ids[i] < 0 || ids[i] >= rp->model.vocab) {
+            fprintf(stderr,
+                    "trainer sample: the prompt's token %d is outside the model's "
+                    "vocabulary of %d\n",
+                    ids[i], rp->model.vocab);
             goto done;
         }
     if (show > 0 || logits_out) {
@@ -329,8 +333,8 @@ int tr_cmd_sample(int argc, char **argv) {
         fprintf(stderr, "trainer sample: %s\n", err);
         goto done;
     }
-    fprintf(stderr, "sampled %d tokens from %s (step %ld) on the %s backend\n", (int)tokens, c.dir,
-            c.step, be->name);
+    fprintf(stderr, "sampled %d tokens from %s (step %ld) on the %s backend\n", (int)tokens,
+            L.ckpt.dir, L.ckpt.step, L.be->name);
     if (prompt) fputs(prompt, stdout);
     for (int i = 0; i < (int)tokens; i++) {
         size_t nb = 0;
@@ -342,9 +346,6 @@ int tr_cmd_sample(int argc, char **argv) {
 done:
     free(ids);
     free(out);
-    tr_model_free(m);
-    tr_tokenizer_free(tok);
-    tr_recipe_free(&r);
-    tr_ckpt_free(&c);
+    tr_loaded_free(&L);
     return status;
 }

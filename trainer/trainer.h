@@ -4,11 +4,13 @@
 
 #include <stddef.h>
 
+#include "data/tokenizer.h"
 #include "dsl/cluster.h"
 #include "dsl/recipe.h"
 #include "model/model.h"
 #include "parallel/comm/base.h"
 #include "parallel/layout.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 /* Options shared by the subcommands that read a recipe. */
 typedef struct {
@@ -88,6 +90,28 @@ typedef void (*tr_decode_fn)(void *ctx, tr_kv_cache *c, int token, int pos, floa
 int tr_sample_tokens_via(tr_model *m, tr_decode_fn decode, void *ctx, const int *prompt,
                          int n_prompt, int n_new, float temperature, int top_k,
                          unsigned long long seed, int *out, char *err, size_t errlen);
+
+/* A flag's number: s must be all of one, in [lo, hi]; else -1 after "trainer CMD: FLAG needs
+ * a number in [lo, hi], got 's'" on stderr. */
+int tr_number_arg(const char *cmd, const char *flag, const char *s, double lo, double hi,
+                  double *out);
+
+/* A checkpoint loaded for inference on one process (trainer sample, trainer eval): ARG is a
+ * step folder or a run folder (the checkpoint its `latest` names, tr_ckpt_open_arg), its
+ * recipe, the backend for `device` (auto|cpu|cuda, NULL = auto), the run's tokenizer and the
+ * model (micro-batches of 1 x seq_len) with the checkpoint's weights. -1 with one line in err
+ * (then tr_loaded_free what was made). tr_loaded_free on a zeroed or failed one is fine. */
+typedef struct {
+    tr_ckpt ckpt;
+    tr_recipe recipe;
+    int have_recipe;
+    const tr_backend *be;
+    tr_tokenizer *tok;
+    tr_model *model;
+} tr_loaded;
+int tr_load_checkpoint(tr_loaded *L, const char *arg, const char *device, char *err,
+                       size_t errlen);
+void tr_loaded_free(tr_loaded *L);
 
 /* The cluster this job runs on (parallel/topology.h) for backend `be` of peak FLOP/s `peak`
  * (a GPU's; the CPU's sgemm is measured on every rank at once): every rank of `world` calls

@@ -351,3 +351,16 @@ const char *tr_signal_name(int sig) {
         return "a signal";
     }
 }
+
+int tr_number_arg(const char *cmd, const char *flag, const char *s, double lo, double hi,
+                  double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "trainer %s: %s needs a number in [%g, %g], got '%s'\n", cmd, flag, lo,
+                hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
