@@ -24,6 +24,8 @@ static void usage(FILE *f) {
             "                 write a checkpoint as a Hugging Face model folder\n"
             "  sample CKPT [--prompt TEXT] [--tokens N]\n"
             "                 generate text from a checkpoint (KV cache)\n"
+            "  eval CKPT [--task FILE]... [--shards DIR] [--json]\n"
+            "                 validation loss and perplexity, multiple-choice tasks' accuracy\n"
             "  check RECIPE --a LAYOUT --b LAYOUT\n"
             "                 one step in two layouts, compared tensor by tensor\n"
             "  tokenize INPUT... --out DIR\n"
@@ -151,6 +153,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return tr_cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "export")) return tr_cmd_export(argc, argv);
     if (!strcmp(cmd, "sample")) return tr_cmd_sample(argc, argv);
+    if (!strcmp(cmd, "eval")) return tr_cmd_eval(argc, argv);
     if (!strcmp(cmd, "plan")) return tr_cmd_plan(argc, argv);
     if (!strcmp(cmd, "report")) return tr_cmd_report(argc, argv);
     if (!strcmp(cmd, "check")) return tr_cmd_check(argc, argv);
@@ -159,7 +162,7 @@ int main(int argc, char **argv) {
     if (!is_run && !is_show) {
         fprintf(stderr,
                 "trainer: unknown command '%s' (commands: run, show, plan, check, tokenize, export, "
-                "sample, report, sweep, supervise; see "
+                "sample, eval, report, sweep, supervise; see "
                 "trainer --help)\n",
                 cmd);
         return 2;

@@ -49,6 +49,7 @@ int tr_cmd_show(int argc, char **argv);
 int tr_cmd_plan(int argc, char **argv);
 int tr_cmd_tokenize(int argc, char **argv);
 int tr_cmd_sample(int argc, char **argv);
+int tr_cmd_eval(int argc, char **argv);
 int tr_cmd_check(int argc, char **argv);
 int tr_cmd_supervise(int argc, char **argv);
 int tr_cmd_sweep(int argc, char **argv);
