@@ -3,6 +3,7 @@
 #include "data/task.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,9 +53,11 @@ static int int_field(const tr_json *obj, const char *key, int *out, const where 
     char *end = NULL;
     double x = v->type == TR_JSON_NUM ? v->num : v->type == TR_JSON_STR ? strtod(v->str, &end) : 0;
     int ok = v->type == TR_JSON_NUM || (v->type == TR_JSON_STR && end != v->str && !*end);
-    if (!ok || x != (double)(long)x || x < -1e9 || x > 1e9)
-        return bad(w, "\"%s\" must be an integer, got %s", key,
-                   v->type == TR_JSON_STR ? "a string that is not one" : type_name(v->type));
+    if (!ok || !(x >= -1e9 && x <= 1e9) || x != floor(x)) /* in range before any cast */
+        return v->type == TR_JSON_NUM
+                   ? bad(w, "\"%s\" must be an integer, got %g", key, x)
+                   : bad(w, "\"%s\" must be an integer, got %s", key,
+                         v->type == TR_JSON_STR ? "a string that is not one" : type_name(v->type));
     *out = (int)x;
     return 0;
 }
