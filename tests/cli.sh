@@ -56,7 +56,8 @@ for c in cmds:
     if not re.search(r"^trainer %s " % c, usage, re.M):
         missing.append(c)
         continue
-    block = re.search(r"^trainer %s .*?(?=^trainer |^mpirun |\Z)" % c, usage, re.M | re.S).group(0)
+    # every usage line of the command (a command may have several forms: report, sweep)
+    block = "".join(re.findall(r"^trainer %s .*?(?=^trainer |^mpirun |\Z)" % c, usage, re.M | re.S))
     own = subprocess.run([T, c, "--help"], capture_output=True, text=True).stdout
     own = own.split("\n\n", 1)[0]
     for flag in sorted(set(re.findall(r"--[a-z][a-z-]*", own)) - {"--help"}):
