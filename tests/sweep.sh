@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # `trainer sweep` and `trainer report --compare EXP` on tests/sweep/tiny.lua:
-#  1. a grid of 2 learning rates x 2 depths x 2 seeds: every point's folder complete, the
-#     points' values as given, the verdicts ("baseline", "differs in lr only", "differs in lr,
-#     layers", "same experiment, another seed"), and the table's means and standard deviations
-#     equal to ones computed here from the runs' metrics.jsonl (Python's statistics module);
-#     --csv carries the same numbers;
+#  1. a grid of 2 learning rates x 2 depths x 2 seeds, each point evaluated on a task of 5
+#     multiple-choice examples (--eval-task): every point's folder complete, the points'
+#     values as given, the verdicts ("baseline", "differs in lr only", "differs in lr,
+#     layers", "same experiment, another seed"), and the table's means and standard
+#     deviations (losses, acc, acc_norm) equal to ones computed here from the runs'
+#     metrics.jsonl and eval.json (Python's statistics module); --csv carries the same;
 #  2. a sweep of 2 learning rates x 2 seeds stopped by SIGTERM during its third point, then
 #     `trainer sweep EXP`: it finishes, the points that were done are not run again (their
 #     records untouched), and every point's losses and final parameters are bitwise those of
 #     the uninterrupted sweep;
 #  3. a point that fails (tp 2 on one process) is recorded with its reason, the other point
 #     still runs, the exit status is 1, and a second sweep runs only the failed point again;
+#     a point whose evaluation fails is failed, and after the fix only the evaluation runs;
 #  4. a layout per point through a launcher (mpirun -np 2, --grid --zero=0,1; skipped
 #     without mpirun), the sweep made with --list and its points run with --point: both
 #     train on 2 ranks and equal each other within float32 reordering (tests/lib.sh's cmp_run);
@@ -27,9 +29,10 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 R=tests/sweep/tiny.lua
 grid=(--grid lr=3e-3,1e-2 --grid layers=1,2 --seeds 2 --peak-gflops 100)
+task=tests/sweep/choices.jsonl # 5 multiple-choice examples in the simple format
 
 # 1. the grid, uninterrupted
-"$T" sweep "$R" --out "$tmp/a" "${grid[@]}" >"$tmp/a.log" 2>&1
+"$T" sweep "$R" --out "$tmp/a" "${grid[@]}" --eval-task "$task" >"$tmp/a.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] && ok "a 2 x 2 x 2 sweep finished" || { bad "the sweep exited $rc"; tail -5 "$tmp/a.log"; }
 n=0
@@ -37,13 +40,14 @@ for d in "$tmp"/a/points/*/; do
     name=$(basename "$d")
     if [ -s "$d/provenance.json" ] && [ -s "$d/recipe.lua" ] &&
         tail -1 "$d/metrics.jsonl" | grep -q '"step": 24,' &&
-        grep -q '"state": "done"' "$tmp/a/status/$name.json" && [ -s "$tmp/a/logs/$name.log" ]; then
+        grep -q '"state": "done"' "$tmp/a/status/$name.json" && [ -s "$tmp/a/logs/$name.log" ] &&
+        grep -q '"name": "choices", "format": "simple", "n": 5' "$d/eval.json"; then
         n=$((n + 1))
     else
         bad "point $name is not complete"
     fi
 done
-[ "$n" -eq 8 ] && ok "8 point folders, each with its metrics to step 24, provenance, recipe, log, status" ||
+[ "$n" -eq 8 ] && ok "8 point folders, each with its metrics to step 24, provenance, recipe, log, status, eval.json" ||
     bad "$n complete points of 8"
 grep -q "lr = 1e-2\|lr = 0.01" "$tmp/a/points/lr-1e-2_layers-2_seed-12/recipe.lua" 2>/dev/null &&
     grep -q "seed = 12" "$tmp/a/points/lr-1e-2_layers-2_seed-12/recipe.lua" &&
@@ -65,7 +69,9 @@ def metrics(name):
     for r in rows: by[r["step"]] = r  # the last record of a step wins, as the report reads it
     steps = sorted(by)
     val = [by[s]["val_loss"] for s in steps if "val_loss" in by[s]]
-    return {"final_val_loss": val[-1], "best_val_loss": min(val), "final_loss": by[steps[-1]]["loss"]}
+    ev = json.load(open(f"{exp}/points/{name}/eval.json"))["tasks"][0]
+    return {"final_val_loss": val[-1], "best_val_loss": min(val), "final_loss": by[steps[-1]]["loss"],
+            "acc": ev["acc"], "acc_norm": ev["acc_norm"]}
 sweep = json.load(open(exp + "/sweep.json"))
 want = {}
 for p in sweep["points"]:
@@ -79,15 +85,17 @@ for s in rep["settings"]:
     key = (s["values"]["lr"], s["values"]["layers"])
     if s["verdict"] != verdicts[key]: errs.append(f"{key}: verdict {s['verdict']!r}")
     if s["seeds_verdict"] != "same experiment, another seed": errs.append(f"{key}: seeds {s['seeds_verdict']!r}")
-    for fig in ("final_val_loss", "best_val_loss", "final_loss"):
+    for fig in ("final_val_loss", "best_val_loss", "final_loss", "acc", "acc_norm"):
         xs = [m[fig] for m in want[key]]
         mean, sd = statistics.fmean(xs), statistics.stdev(xs)
-        got = s[fig]
-        # two double sums of the same two decimals: equal to a few ulps
+        got = s[fig] if fig in s else s["tasks"]["choices"][fig]
+        col = fig if fig in s else "choices_" + fig
+        # two double sums of the same two decimals: equal to a few ulps (an sd of two equal
+        # accuracies is 0 both ways)
         for what, a, b in (("mean", got["mean"], mean), ("sd", got["sd"], sd),
                            ("min", got["min"], min(xs)), ("max", got["max"], max(xs)),
-                           ("csv mean", float(csv_rows[key][fig + "_mean"]), mean),
-                           ("csv sd", float(csv_rows[key][fig + "_sd"]), sd)):
+                           ("csv mean", float(csv_rows[key][col + "_mean"]), mean),
+                           ("csv sd", float(csv_rows[key][col + "_sd"]), sd)):
             checked += 1
             if not math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15): errs.append(f"{key} {fig} {what}: {a} vs {b}")
         if got["n"] != 2: errs.append(f"{key} {fig}: n {got['n']}")
@@ -147,6 +155,20 @@ rc=$?
 "$T" sweep "$tmp/f" >"$tmp/f2.log" 2>&1
 [ $? -eq 1 ] && grep -q "point 2/2 tp-1: done earlier" "$tmp/f2.log" && grep -q "point 1/2 tp-2: running" "$tmp/f2.log" &&
     ok "sweeping it again runs only the failed point" || bad "the second sweep: $(head -3 "$tmp/f2.log")"
+
+# 3b. an evaluation that fails fails its point; once the task file is fixed, only the
+# evaluation runs again (the training is not repeated)
+printf '{"context": "a", "choices": ["b"], "answer": 3}\n' >"$tmp/bad_task.jsonl"
+"$T" sweep "$R" --out "$tmp/e" --set steps=4 --peak-gflops 100 --eval-task "$tmp/bad_task.jsonl" >"$tmp/e.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q '"state": "failed", "why": "eval: exit status 1: .*bad_task.jsonl:1: .*", "trained": true' "$tmp/e/status/run.json" &&
+    ok "a failed evaluation fails its point: $(grep -o '"why": "[^"]*"' "$tmp/e/status/run.json" | cut -c1-140)" ||
+    { bad "the failed evaluation (exit $rc)"; cat "$tmp/e/status/run.json"; tail -3 "$tmp/e.log"; }
+cp "$task" "$tmp/bad_task.jsonl"
+"$T" sweep "$tmp/e" >"$tmp/e2.log" 2>&1
+[ $? -eq 0 ] && grep -q "evaluating on 1 task" "$tmp/e2.log" && ! grep -q "running\|resuming" "$tmp/e2.log" &&
+    [ -s "$tmp/e/points/run/eval.json" ] && [ "$(grep -c '"step"' "$tmp/e/points/run/metrics.jsonl")" -eq 4 ] &&
+    ok "fixed, the sweep runs only the evaluation" || { bad "after the fix: $(cat "$tmp/e2.log")"; }
 
 # 4. a layout per point through a launcher: the sweep made with --list, its points run one by
 # one with --point (each dumping its final parameters for cmp_run)

@@ -59,28 +59,35 @@ void tr_spawn_sleep(double sec) {
 
 /* In the child: its own group, default signals, stdin from /dev/null (a launcher outside the
  * terminal's foreground group must not read it), the log; then the command. */
-static void child(char *const *argv, const char *log, const sigset_t *old, const char *who) {
+/* fd `to` from the file at path (appended to, or from its start): 0, or -1 said on stderr */
+static int redirect(const char *path, int append, int to, const char *who) {
+    int fd = open(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd < 0) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", who, path, strerror(errno));
+        return -1;
+    }
+    dup2(fd, to);
+    close(fd);
+    return 0;
+}
+
+static void child(char *const *argv, const char *out, const char *log, const sigset_t *old,
+                  const char *who) {
     setpgid(0, 0);
     signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL), signal(SIGHUP, SIG_DFL);
     signal(SIGUSR1, SIG_DFL);
     sigprocmask(SIG_SETMASK, old, NULL);
     int in = open("/dev/null", O_RDONLY);
     if (in >= 0) dup2(in, 0), close(in);
-    if (log) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd < 0) {
-            fprintf(stderr, "%s: cannot write %s: %s\n", who, log, strerror(errno));
-            _exit(127);
-        }
-        dup2(fd, 1), dup2(fd, 2), close(fd);
-    }
+    if (log && (redirect(log, 1, 2, who) || redirect(log, 1, 1, who))) _exit(127);
+    if (out && redirect(out, 0, 1, who)) _exit(127);
     execvp(argv[0], argv);
     fprintf(stderr, "%s: cannot run '%s': %s\n", who, argv[0], strerror(errno));
     _exit(127);
 }
 
-int tr_spawn(char *const *argv, const char *log, tr_spawn_poll poll, void *ctx,
-             const char *who) {
+int tr_spawn(char *const *argv, const char *out, const char *log, tr_spawn_poll poll,
+             void *ctx, const char *who) {
     sigset_t block, old;
     sigemptyset(&block);
     sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGHUP);
@@ -88,7 +95,7 @@ int tr_spawn(char *const *argv, const char *log, tr_spawn_poll poll, void *ctx,
     sigprocmask(SIG_BLOCK, &block, &old);
     fflush(NULL);
     pid_t pid = fork();
-    if (pid == 0) child(argv, log, &old, who);
+    if (pid == 0) child(argv, out, log, &old, who);
     if (pid < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         fprintf(stderr, "%s: cannot start the command: %s\n", who, strerror(errno));

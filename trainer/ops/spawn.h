@@ -17,10 +17,11 @@ int tr_spawn_signal(void);
 typedef void (*tr_spawn_poll)(void *ctx, pid_t pid);
 
 /* Run argv (NULL-terminated, found on PATH) with stdin from /dev/null, stdout and stderr
- * appended to `log` (NULL: this process's own); its wait status, or -1 when it could not be
- * started (said in one line on stderr, prefixed with `who`). */
-int tr_spawn(char *const *argv, const char *log, tr_spawn_poll poll, void *ctx,
-             const char *who);
+ * appended to `log` (NULL: this process's own; with `out`, stdout is written to that file
+ * instead, from its start); its wait status, or -1 when it could not be started (said in one
+ * line on stderr, prefixed with `who`). */
+int tr_spawn(char *const *argv, const char *out, const char *log, tr_spawn_poll poll,
+             void *ctx, const char *who);
 
 /* A wait status in words: "exit status 3", "killed by SIGKILL (9)". */
 void tr_spawn_describe(int status, char *buf, size_t n);

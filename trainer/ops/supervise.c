@@ -229,7 +229,7 @@ static void watch(void *ctx, pid_t pid) {
 /* The command's wait status, or -1 when it could not be started. */
 static int launch(sv_run *s, double t_launch) {
     sv_watch w = {.s = s, .t_launch = t_launch};
-    return tr_spawn(s->cmd, NULL, watch, &w, "trainer supervise");
+    return tr_spawn(s->cmd, NULL, NULL, watch, &w, "trainer supervise");
 }
 
 /* ---- the loop ------------------------------------------------------------------------------ */

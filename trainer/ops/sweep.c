@@ -18,7 +18,7 @@
 static const char *help =
     "usage: trainer sweep RECIPE --out EXP [--grid NAME=V1,V2,...]... [--seeds N]\n"
     "                     [--launcher local|slurm|COMMAND] [--task-launcher COMMAND]\n"
-    "                     [--sbatch OPTION]... [--wait] [run flags...]\n"
+    "                     [--sbatch OPTION]... [--wait] [--eval-task FILE]... [run flags...]\n"
     "       trainer sweep EXP [--point K | --list] [--launcher ...] [--wait]\n"
     "\n"
     "Run a grid of runs of RECIPE: every combination of the --grid values, each with each\n"
@@ -53,6 +53,11 @@ static const char *help =
     "  --sbatch OPTION   with slurm: one option for sbatch (--sbatch --partition=gpu);\n"
     "                    repeatable\n"
     "  --wait            with slurm: wait until the job array has ended, then summarize\n"
+    "  --eval-task FILE  when a point has trained, `trainer eval POINT --task FILE --json`\n"
+    "                    into EXP/points/NAME/eval.json (its last checkpoint: the recipe\n"
+    "                    must save one); `trainer report --compare EXP` tables the accuracies;\n"
+    "                    a point whose evaluation fails is failed, and only its evaluation is\n"
+    "                    run again; repeatable, up to 8\n"
     "  --point K         run point K (0-based, in sweep.json's order) only\n"
     "  --list            print the points and their states; run nothing (with a recipe: make\n"
     "                    the experiment folder, to run its points later)\n"
@@ -155,6 +160,8 @@ static void write_identity(const sw_spec *s, FILE *f) {
     tr_json_write_string(f, s->cwd);
     fputs(",\n  \"args\": ", f);
     write_strings(f, s->args, s->n_args);
+    fputs(",\n  \"eval_tasks\": ", f);
+    write_strings(f, s->eval_tasks, s->n_eval);
     fputs(",\n  \"axes\": [", f);
     for (int a = 0; a < s->n_axes; a++) {
         const sw_axis *x = &s->axes[a];
@@ -275,6 +282,7 @@ static int read_spec(const char *exp, sw_spec *s) {
          read_str(&j, "task_launcher", s->task_launcher, sizeof s->task_launcher) ||
          read_strings(tr_json_get(&j, "args"), s->args, SW_MAX_ARGS, &s->n_args) ||
          read_strings(tr_json_get(&j, "sbatch"), s->sbatch, 32, &s->n_sbatch) ||
+         read_strings(tr_json_get(&j, "eval_tasks"), s->eval_tasks, 8, &s->n_eval) ||
          read_axes(tr_json_get(&j, "axes"), s);
     tr_json_free(&j);
     return rc ? fail("%s: not a sweep this trainer wrote (a field is missing or wrong)", path)
@@ -282,6 +290,17 @@ static int read_spec(const char *exp, sw_spec *s) {
 }
 
 /* ---- the command line ----------------------------------------------------------------------- */
+
+/* p as an absolute path without links into out (n bytes): 0, or -1 with one line. */
+static int abs_path(const char *p, char *out, size_t n) {
+    char *r = realpath(p, NULL);
+    if (!r) return fail("%s: %s", p, strerror(errno));
+    int rc = strlen(r) < n ? 0 : fail("%s: the path is longer than %zu bytes", p, n - 1);
+    if (!rc) memcpy(out, r, strlen(r) + 1);
+    free(r);
+    return rc;
+}
+
 
 typedef struct {
     const char *first;    /* RECIPE or EXP */
@@ -328,10 +347,11 @@ static int parse_int_flag(const char *flag, const char *v, int min, int max, int
  * when it is a run flag, -1 on a mistake. */
 static int own_flag(sw_flags *f, sw_spec *s, int argc, char **argv, int *i) {
     const char *a = argv[*i];
-    static const char *const valued[] = {"--out", "--grid", "--seeds", "--launcher",
-                                         "--task-launcher", "--sbatch", "--point"};
+    static const char *const valued[] = {"--out",     "--grid",  "--seeds",
+                                         "--launcher", "--task-launcher", "--sbatch",
+                                         "--point",   "--eval-task"};
     int which = -1;
-    for (int k = 0; k < 7; k++)
+    for (int k = 0; k < 8; k++)
         if (!strcmp(a, valued[k])) which = k;
     if (!strcmp(a, "--list")) return f->list = 1;
     if (!strcmp(a, "--wait")) return f->wait = 1;
@@ -350,7 +370,14 @@ static int own_flag(sw_flags *f, sw_spec *s, int argc, char **argv, int *i) {
         if (s->n_sbatch == 32) return fail("more than 32 --sbatch options");
         s->sbatch[s->n_sbatch++] = dup_str(v);
         return f->has_sbatch = 1;
-    default: return parse_int_flag(a, v, 0, SW_MAX_POINTS - 1, &f->point) ? -1 : 1;
+    case 6: return parse_int_flag(a, v, 0, SW_MAX_POINTS - 1, &f->point) ? -1 : 1;
+    default:
+        if (s->n_eval == 8) return fail("more than 8 --eval-task files");
+        s->eval_tasks[s->n_eval] = malloc(TR_PATH_MAX);
+        if (!s->eval_tasks[s->n_eval] || abs_path(v, s->eval_tasks[s->n_eval], TR_PATH_MAX))
+            return -1;
+        s->n_eval++;
+        return 1;
     }
 }
 
@@ -490,12 +517,25 @@ static int keep_recipe(const sw_spec *s, int made) {
     return rc;
 }
 
-/* p as an absolute path without links into out (n bytes): 0, or -1 with one line. */
-static int abs_path(const char *p, char *out, size_t n) {
-    char *r = realpath(p, NULL);
-    if (!r) return fail("%s: %s", p, strerror(errno));
-    int rc = strlen(r) < n ? 0 : fail("%s: the path is longer than %zu bytes", p, n - 1);
-    if (!rc) memcpy(out, r, strlen(r) + 1);
+/* The recipe with the common flags: its sweep { } (the axes and seeds when the command line
+ * gives none), its seed (*base), and the checkpoint --eval-task needs. */
+static int from_recipe(sw_spec *s, sw_flags *f, unsigned long long *base) {
+    tr_recipe *r = malloc(sizeof *r);
+    if (!r) return fail("out of memory");
+    int n_axes = s->n_axes;
+    s->n_axes = 0, s->n_points = 1;
+    int rc = check_point(s, 0, r);
+    s->n_axes = n_axes;
+    if (rc) {
+        free(r);
+        return -1;
+    }
+    *base = r->train.seed;
+    if (s->n_eval && r->train.checkpoint_every <= 0)
+        rc = fail("--eval-task evaluates each point's last checkpoint, and the recipe saves none "
+                  "(checkpoint_every 0): add --set checkpoint_every=N");
+    if (!rc) rc = recipe_axes(s, &r->sweep, &f->seeds);
+    tr_recipe_free(r);
     free(r);
     return rc;
 }
@@ -505,16 +545,8 @@ static int make(sw_flags *f, sw_spec *s) {
     if (abs_path(f->first, s->recipe, sizeof s->recipe)) return -1;
     if (!getcwd(s->cwd, sizeof s->cwd)) return fail("cannot read the current folder");
     snprintf(s->exp, sizeof s->exp, "%s", f->out);
-    /* the recipe with the common flags: its sweep { } and its seed */
-    tr_recipe *r = malloc(sizeof *r);
-    int n_axes = s->n_axes, rc = !r ? fail("out of memory") : 0;
-    s->n_axes = 0, s->n_points = 1;
-    if (!rc) rc = check_point(s, 0, r);
-    s->n_axes = n_axes;
-    unsigned long long base = rc ? 0 : r->train.seed;
-    if (!rc) rc = recipe_axes(s, &r->sweep, &f->seeds), tr_recipe_free(r);
-    free(r);
-    if (rc) return -1;
+    unsigned long long base = 0;
+    if (from_recipe(s, f, &base)) return -1;
     if (f->seeds && add_seeds(s, f->seeds, base)) return -1;
     if (check_points(s)) return -1;
     char err[TR_PATH_MAX + 128], path[TR_PATH_MAX + 16];
@@ -551,7 +583,7 @@ static int folders(const sw_spec *s) {
 /* The sweep of f->first (an experiment folder) with the flags that may change between
  * sweeps of it; the others would make another experiment. */
 static int again(sw_flags *f, sw_spec *s) {
-    if (f->out || f->seeds || s->n_axes || s->n_args)
+    if (f->out || f->seeds || s->n_axes || s->n_args || s->n_eval)
         return fail("%s is an experiment folder: its sweep.json fixes the recipe, flags, grid "
                     "and seeds (only --launcher, --task-launcher, --sbatch, --wait, --point and "
                     "--list may be given with it)",

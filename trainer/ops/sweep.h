@@ -10,8 +10,11 @@
  *                      recipe that changed since)
  *   points/NAME/       each point's run folder, a normal `trainer run --out` folder
  *   logs/NAME.log      what the point's run printed
- *   status/NAME.json   how it ended: {"point", "state": "done" | "failed", "why", "seconds"},
- *                      written atomically when the run ends; a point without one is unfinished
+ *   status/NAME.json   how it ended: {"point", "state": "done" | "failed", "why", "trained",
+ *                      "seconds"}, written atomically when the run (and its evaluation)
+ *                      ends; a point without one is unfinished
+ *   points/NAME/eval.json  with --eval-task: `trainer eval --json` of the point's last
+ *                      checkpoint, which `trainer report --compare EXP` tables
  */
 #ifndef TR_SWEEP_H
 #define TR_SWEEP_H
@@ -47,6 +50,8 @@ typedef struct {
     sw_axis axes[SW_MAX_AXES];
     int n_axes;
     int n_points;
+    char *eval_tasks[8]; /* `trainer eval --task` files (absolute) for each point's end */
+    int n_eval;
 } sw_spec;
 
 /* Point k's values (one per axis) and its name, "lr-1e-3_seed-1338". */
@@ -61,8 +66,9 @@ int sw_point_argv(const sw_spec *s, int k, const char *self, int resume, char **
 
 /* sweep_run.c */
 typedef enum { SW_TODO = 0, SW_DONE, SW_FAILED } sw_state;
-/* Point k's state from its status file (why: the failed run's reason). */
-sw_state sw_point_state(const sw_spec *s, int k, char *why, size_t n);
+/* Point k's state from its status file (why: the failed run's reason; trained, may be NULL:
+ * whether its training finished, for a point whose evaluation failed). */
+sw_state sw_point_state(const sw_spec *s, int k, char *why, size_t n, int *trained);
 /* Run point k here (through the launcher prefix, if any): 0 done, 1 failed (recorded),
  * 128 + a signal that stopped the sweep (the point left unfinished), -1 a sweep error. */
 int sw_run_point(const sw_spec *s, int k, const char *prefix);

@@ -25,10 +25,11 @@ static void path_of(const sw_spec *s, int k, const char *sub, const char *ext, c
     if (snprintf(buf, n, "%s/%s/%s%s", s->exp, sub, name, ext) >= (int)n) buf[0] = 0;
 }
 
-sw_state sw_point_state(const sw_spec *s, int k, char *why, size_t n) {
+sw_state sw_point_state(const sw_spec *s, int k, char *why, size_t n, int *trained) {
     char path[SW_PATH_LEN], err[160];
     path_of(s, k, "status", ".json", path, sizeof path);
     if (why && n) why[0] = 0;
+    if (trained) *trained = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return SW_TODO;
     char *text = NULL;
@@ -47,11 +48,14 @@ sw_state sw_point_state(const sw_spec *s, int k, char *why, size_t n) {
                                            : !strcmp(st->str, "failed") ? SW_FAILED
                                                                         : SW_TODO;
     if (why && w && w->type == TR_JSON_STR) snprintf(why, n, "%s", w->str);
+    const tr_json *t = tr_json_get(&j, "trained");
+    if (trained) *trained = r == SW_DONE || (t && t->type == TR_JSON_BOOL && t->num != 0);
     tr_json_free(&j);
     return r;
 }
 
-static int write_status(const sw_spec *s, int k, sw_state st, const char *why, double sec) {
+static int write_status(const sw_spec *s, int k, sw_state st, int trained, const char *why,
+                        double sec) {
     char path[SW_PATH_LEN], err[TR_PATH_MAX + 128], name[SW_NAME_LEN];
     path_of(s, k, "status", ".json", path, sizeof path);
     sw_point_name(s, k, name, sizeof name);
@@ -62,7 +66,7 @@ static int write_status(const sw_spec *s, int k, sw_state st, const char *why, d
     fprintf(a.f, ", \"index\": %d, \"state\": \"%s\", \"why\": ", k,
             st == SW_DONE ? "done" : "failed");
     tr_json_write_string(a.f, why);
-    fputs(", \"seconds\": ", a.f);
+    fprintf(a.f, ", \"trained\": %s, \"seconds\": ", trained ? "true" : "false");
     tr_json_write_num(a.f, sec, 4);
     fputs("}\n", a.f);
     if (!tr_atomic_commit(&a, err, sizeof err)) return 0;
@@ -126,17 +130,13 @@ static int self_path(char *buf, size_t n) {
     return 0;
 }
 
-int sw_run_point(const sw_spec *s, int k, const char *prefix) {
-    char name[SW_NAME_LEN], dir[SW_PATH_LEN], log[SW_PATH_LEN], why[1200];
+/* The point's training run (through the launcher prefix): its wait status, or -1; resumed
+ * when its folder holds an earlier attempt. */
+static int train_point(const sw_spec *s, int k, const char *prefix, const char *log) {
+    char name[SW_NAME_LEN], dir[SW_PATH_LEN], self[TR_PATH_MAX], pstore[512], store[4096];
     sw_point_name(s, k, name, sizeof name);
-    if (sw_point_state(s, k, NULL, 0) == SW_DONE) {
-        printf("sweep: point %d/%d %s: done earlier\n", k + 1, s->n_points, name);
-        return 0;
-    }
     path_of(s, k, "points", "/attempts.jsonl", dir, sizeof dir);
     int resume = access(dir, F_OK) == 0; /* an earlier attempt: continue it */
-    path_of(s, k, "logs", ".log", log, sizeof log);
-    char self[TR_PATH_MAX], pstore[512], store[4096];
     if (self_path(self, sizeof self)) return -1;
     char *argv[SW_MAX_PREFIX + SW_MAX_ARGS + 3 * SW_MAX_AXES + 8];
     int np = split_prefix(prefix, pstore, sizeof pstore, argv);
@@ -144,27 +144,79 @@ int sw_run_point(const sw_spec *s, int k, const char *prefix) {
     printf("sweep: point %d/%d %s: %s (log: %s)\n", k + 1, s->n_points, name,
            resume ? "resuming" : "running", log);
     fflush(stdout);
-    double t0 = tr_now();
-    int status = tr_spawn(argv, log, NULL, NULL, "trainer sweep");
-    double sec = tr_now() - t0;
-    int sig = tr_spawn_signal();
-    if (sig) {
-        printf("sweep: stopped by %s during point %s (passed on to it: a run saves a checkpoint "
-               "and stops); `trainer sweep %s` continues\n",
-               tr_signal_name(sig), name, s->exp);
-        return 128 + sig;
-    }
-    if (status == 0) {
-        printf("sweep: point %s: done in %.1f s\n", name, sec);
-        return write_status(s, k, SW_DONE, "", sec) ? -1 : 0;
-    }
+    return tr_spawn(argv, NULL, log, NULL, NULL, "trainer sweep");
+}
+
+/* `trainer eval POINT --task ... --json` into POINT/eval.json (renamed there when it
+ * succeeded): its wait status, or -1. */
+static int eval_point(const sw_spec *s, int k, const char *log) {
+    char run[SW_PATH_LEN], out[SW_PATH_LEN + 16], tmp[SW_PATH_LEN + 32], self[TR_PATH_MAX];
+    path_of(s, k, "points", "", run, sizeof run);
+    snprintf(out, sizeof out, "%s/eval.json", run);
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", out, (long)getpid());
+    if (self_path(self, sizeof self)) return -1;
+    char *argv[2 * 8 + 8];
+    int c = 0;
+    argv[c++] = self, argv[c++] = "eval", argv[c++] = run;
+    for (int i = 0; i < s->n_eval; i++) argv[c++] = "--task", argv[c++] = s->eval_tasks[i];
+    argv[c++] = "--json", argv[c] = NULL;
+    int status = tr_spawn(argv, tmp, log, NULL, NULL, "trainer sweep");
+    if (status == 0 && rename(tmp, out)) status = -1;
+    if (status != 0) unlink(tmp);
+    return status;
+}
+
+/* Why a step of the point failed: its wait status and the last line of the log. */
+static void failure(int status, const char *log, const char *what, char *why, size_t n) {
     char st[64], last[1024];
     if (status < 0) snprintf(st, sizeof st, "not started");
     else tr_spawn_describe(status, st, sizeof st);
     last_line(log, last, sizeof last);
-    snprintf(why, sizeof why, "%s%s%s", st, last[0] ? ": " : "", last);
-    printf("sweep: point %s: failed (%s)\n", name, why);
-    return write_status(s, k, SW_FAILED, why, sec) ? -1 : 1;
+    snprintf(why, n, "%s%s%s%s", what, st, last[0] ? ": " : "", last);
+}
+
+static int stopped(const sw_spec *s, const char *name) {
+    int sig = tr_spawn_signal();
+    if (!sig) return 0;
+    printf("sweep: stopped by %s during point %s (passed on to it: a run saves a checkpoint "
+           "and stops); `trainer sweep %s` continues\n",
+           tr_signal_name(sig), name, s->exp);
+    return 128 + sig;
+}
+
+int sw_run_point(const sw_spec *s, int k, const char *prefix) {
+    char name[SW_NAME_LEN], log[SW_PATH_LEN], why[1200];
+    sw_point_name(s, k, name, sizeof name);
+    int trained = 0;
+    if (sw_point_state(s, k, NULL, 0, &trained) == SW_DONE) {
+        printf("sweep: point %d/%d %s: done earlier\n", k + 1, s->n_points, name);
+        return 0;
+    }
+    path_of(s, k, "logs", ".log", log, sizeof log);
+    double t0 = tr_now();
+    if (!trained) {
+        int status = train_point(s, k, prefix, log), sig = stopped(s, name);
+        if (sig) return sig;
+        if (status != 0) {
+            failure(status, log, "", why, sizeof why);
+            printf("sweep: point %s: failed (%s)\n", name, why);
+            return write_status(s, k, SW_FAILED, 0, why, tr_now() - t0) ? -1 : 1;
+        }
+    }
+    if (s->n_eval) {
+        printf("sweep: point %s: evaluating on %d task%s\n", name, s->n_eval,
+               s->n_eval == 1 ? "" : "s");
+        fflush(stdout);
+        int status = eval_point(s, k, log), sig = stopped(s, name);
+        if (sig) return sig;
+        if (status != 0) {
+            failure(status, log, "eval: ", why, sizeof why);
+            printf("sweep: point %s: failed (%s)\n", name, why);
+            return write_status(s, k, SW_FAILED, 1, why, tr_now() - t0) ? -1 : 1;
+        }
+    }
+    printf("sweep: point %s: done in %.1f s\n", name, tr_now() - t0);
+    return write_status(s, k, SW_DONE, 1, "", tr_now() - t0) ? -1 : 0;
 }
 
 /* ---- all of them ---------------------------------------------------------------------------- */
@@ -174,7 +226,7 @@ int sw_summary(const sw_spec *s, FILE *f) {
     char why[1200], name[SW_NAME_LEN];
     static const char *const word[3] = {"unfinished", "done", "FAILED"};
     for (int k = 0; k < s->n_points; k++) {
-        sw_state st = sw_point_state(s, k, why, sizeof why);
+        sw_state st = sw_point_state(s, k, why, sizeof why, NULL);
         n[st]++;
         sw_point_name(s, k, name, sizeof name);
         fprintf(f, "  %4d  %-10s  %s%s%s\n", k, word[st], name, why[0] ? ": " : "", why);
@@ -206,12 +258,12 @@ static void sh_quote(FILE *f, const char *s) {
 static int todo_list(const sw_spec *s, FILE *f) {
     int n = 0;
     for (int k = 0; k < s->n_points;) {
-        if (sw_point_state(s, k, NULL, 0) == SW_DONE) {
+        if (sw_point_state(s, k, NULL, 0, NULL) == SW_DONE) {
             k++;
             continue;
         }
         int j = k;
-        while (j + 1 < s->n_points && sw_point_state(s, j + 1, NULL, 0) != SW_DONE) j++;
+        while (j + 1 < s->n_points && sw_point_state(s, j + 1, NULL, 0, NULL) != SW_DONE) j++;
         fprintf(f, n ? ",%d" : "%d", k);
         if (j > k) fprintf(f, "-%d", j);
         n += j - k + 1;
@@ -264,7 +316,7 @@ int sw_run_slurm(const sw_spec *s, int wait) {
            script, wait ? "; waiting for it" : "");
     tr_spawn_handlers();
     unlink(log);
-    int status = tr_spawn(argv, log, NULL, NULL, "trainer sweep");
+    int status = tr_spawn(argv, NULL, log, NULL, NULL, "trainer sweep");
     char last[1024];
     last_line(log, last, sizeof last);
     if (tr_spawn_signal()) return 128 + tr_spawn_signal();
