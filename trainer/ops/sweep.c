@@ -603,7 +603,7 @@ static int again(sw_flags *f, sw_spec *s) {
 static int dispatch(const sw_flags *f, sw_spec *s) {
     if (f->launcher) snprintf(s->launcher, sizeof s->launcher, "%s", f->launcher);
     if (f->task_launcher) snprintf(s->task_launcher, sizeof s->task_launcher, "%s", f->task_launcher);
-    if (folders(s)) return 2;
+    if (folders(s) || sw_self_path(s)) return 2;
     if (f->list) return sw_summary(s, stdout) ? 1 : 0;
     int slurm = !strcmp(s->launcher, "slurm");
     if (f->point >= 0) {

@@ -52,6 +52,8 @@ typedef struct {
     int n_points;
     char *eval_tasks[8]; /* `trainer eval --task` files (absolute) for each point's end */
     int n_eval;
+    char self[TR_PATH_MAX]; /* this binary, found once when the sweep starts (a rebuild
+                               during the sweep replaces the file, not this path) */
 } sw_spec;
 
 /* Point k's values (one per axis) and its name, "lr-1e-3_seed-1338". */
@@ -65,6 +67,8 @@ int sw_point_argv(const sw_spec *s, int k, const char *self, int resume, char **
                   char *store);
 
 /* sweep_run.c */
+/* s->self from /proc/self/exe: 0, or -1 said on stderr. */
+int sw_self_path(sw_spec *s);
 typedef enum { SW_TODO = 0, SW_DONE, SW_FAILED } sw_state;
 /* Point k's state from its status file (why: the failed run's reason; trained, may be NULL:
  * whether its training finished, for a point whose evaluation failed). */

@@ -119,28 +119,27 @@ static int split_prefix(const char *prefix, char *store, size_t cap, char **argv
     return n;
 }
 
-static int self_path(char *buf, size_t n) {
-    ssize_t l = readlink("/proc/self/exe", buf, n - 1);
-    if (l <= 0) {
+int sw_self_path(sw_spec *s) {
+    ssize_t l = readlink("/proc/self/exe", s->self, sizeof s->self - 1);
+    if (l <= 0 || (size_t)l >= sizeof s->self - 1) {
         fprintf(stderr, "trainer sweep: cannot find this binary (/proc/self/exe): %s\n",
-                strerror(errno));
+                l < 0 ? strerror(errno) : "path too long");
         return -1;
     }
-    buf[l] = 0;
+    s->self[l] = 0;
     return 0;
 }
 
 /* The point's training run (through the launcher prefix): its wait status, or -1; resumed
  * when its folder holds an earlier attempt. */
 static int train_point(const sw_spec *s, int k, const char *prefix, const char *log) {
-    char name[SW_NAME_LEN], dir[SW_PATH_LEN], self[TR_PATH_MAX], pstore[512], store[4096];
+    char name[SW_NAME_LEN], dir[SW_PATH_LEN], pstore[512], store[4096];
     sw_point_name(s, k, name, sizeof name);
     path_of(s, k, "points", "/attempts.jsonl", dir, sizeof dir);
     int resume = access(dir, F_OK) == 0; /* an earlier attempt: continue it */
-    if (self_path(self, sizeof self)) return -1;
     char *argv[SW_MAX_PREFIX + SW_MAX_ARGS + 3 * SW_MAX_AXES + 8];
     int np = split_prefix(prefix, pstore, sizeof pstore, argv);
-    sw_point_argv(s, k, self, resume, argv + np, store);
+    sw_point_argv(s, k, s->self, resume, argv + np, store);
     printf("sweep: point %d/%d %s: %s (log: %s)\n", k + 1, s->n_points, name,
            resume ? "resuming" : "running", log);
     fflush(stdout);
@@ -150,14 +149,13 @@ static int train_point(const sw_spec *s, int k, const char *prefix, const char *
 /* `trainer eval POINT --task ... --json` into POINT/eval.json (renamed there when it
  * succeeded): its wait status, or -1. */
 static int eval_point(const sw_spec *s, int k, const char *log) {
-    char run[SW_PATH_LEN], out[SW_PATH_LEN + 16], tmp[SW_PATH_LEN + 32], self[TR_PATH_MAX];
+    char run[SW_PATH_LEN], out[SW_PATH_LEN + 16], tmp[SW_PATH_LEN + 32];
     path_of(s, k, "points", "", run, sizeof run);
     snprintf(out, sizeof out, "%s/eval.json", run);
     snprintf(tmp, sizeof tmp, "%s.tmp%ld", out, (long)getpid());
-    if (self_path(self, sizeof self)) return -1;
     char *argv[2 * 8 + 8];
     int c = 0;
-    argv[c++] = self, argv[c++] = "eval", argv[c++] = run;
+    argv[c++] = (char *)s->self, argv[c++] = "eval", argv[c++] = run;
     for (int i = 0; i < s->n_eval; i++) argv[c++] = "--task", argv[c++] = s->eval_tasks[i];
     argv[c++] = "--json", argv[c] = NULL;
     int status = tr_spawn(argv, tmp, log, NULL, NULL, "trainer sweep");
@@ -273,8 +271,7 @@ static int todo_list(const sw_spec *s, FILE *f) {
 }
 
 static int write_script(const sw_spec *s, const char *path, int *n) {
-    char self[TR_PATH_MAX], err[TR_PATH_MAX + 128];
-    if (self_path(self, sizeof self)) return -1;
+    char err[TR_PATH_MAX + 128];
     tr_atomic a;
     if (tr_atomic_open(&a, path, err, sizeof err)) goto bad;
     fputs("#!/bin/sh\n# a task of trainer sweep's job array: one point of the sweep\n", a.f);
@@ -283,7 +280,7 @@ static int write_script(const sw_spec *s, const char *path, int *n) {
     fprintf(a.f, "\n#SBATCH --output=%s/logs/slurm-%%A_%%a.out\ncd ", s->exp);
     sh_quote(a.f, s->cwd);
     fputs(" || exit 1\nexec ", a.f);
-    sh_quote(a.f, self);
+    sh_quote(a.f, s->self);
     fputs(" sweep ", a.f);
     sh_quote(a.f, s->exp);
     fputs(" --point \"$SLURM_ARRAY_TASK_ID\"\n", a.f);
