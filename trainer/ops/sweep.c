@@ -231,12 +231,24 @@ static char *dup_str(const char *s) {
 /* A JSON array of strings into v (at most max); -1 when it is not one. */
 static int read_strings(const tr_json *a, char **v, int max, int *n) {
     if (!a || a->type != TR_JSON_ARR || a->n > max) return -1;
-    for (int i = 0; i < a->n; i++) {
-        if (a->kids[i].type != TR_JSON_STR) return -1;
-        v[i] = dup_str(a->kids[i].str);
+    for (*n = 0; *n < a->n; ++*n) { /* counted as they are made: spec_free frees them */
+        if (a->kids[*n].type != TR_JSON_STR) return -1;
+        v[*n] = dup_str(a->kids[*n].str);
     }
-    *n = a->n;
     return 0;
+}
+
+static void free_strings(char **v, int *n) {
+    for (int i = 0; i < *n; i++) free(v[i]), v[i] = NULL;
+    *n = 0;
+}
+
+/* The strings s holds (flags, values, files); s itself is the caller's. */
+static void spec_free(sw_spec *s) {
+    free_strings(s->args, &s->n_args);
+    free_strings(s->sbatch, &s->n_sbatch);
+    free_strings(s->eval_tasks, &s->n_eval);
+    for (int a = 0; a < SW_MAX_AXES; a++) free_strings(s->axes[a].values, &s->axes[a].n);
 }
 
 static int read_str(const tr_json *o, const char *key, char *buf, size_t n) {
@@ -373,11 +385,8 @@ static int own_flag(sw_flags *f, sw_spec *s, int argc, char **argv, int *i) {
     case 6: return parse_int_flag(a, v, 0, SW_MAX_POINTS - 1, &f->point) ? -1 : 1;
     default:
         if (s->n_eval == 8) return fail("more than 8 --eval-task files");
-        s->eval_tasks[s->n_eval] = malloc(TR_PATH_MAX);
-        if (!s->eval_tasks[s->n_eval] || abs_path(v, s->eval_tasks[s->n_eval], TR_PATH_MAX))
-            return -1;
-        s->n_eval++;
-        return 1;
+        if (!(s->eval_tasks[s->n_eval] = malloc(TR_PATH_MAX))) return fail("out of memory");
+        return abs_path(v, s->eval_tasks[s->n_eval++], TR_PATH_MAX) ? -1 : 1;
     }
 }
 
@@ -553,11 +562,14 @@ static int make(sw_flags *f, sw_spec *s) {
     snprintf(path, sizeof path, "%s/sweep.json", s->exp);
     int made = access(path, F_OK) == 0;
     if (made) {
-        sw_spec old = {0};
-        if (read_spec(s->exp, &old)) return -1;
-        char *a = identity(s), *b = identity(&old);
+        sw_spec *old = calloc(1, sizeof *old);
+        if (!old) return fail("out of memory");
+        int bad = read_spec(s->exp, old);
+        char *a = bad ? NULL : identity(s), *b = bad ? NULL : identity(old);
         int same = a && b && !strcmp(a, b);
         free(a), free(b);
+        spec_free(old), free(old);
+        if (bad) return -1;
         if (!same)
             return fail("%s holds another sweep (its sweep.json has another recipe, flags or "
                         "axes): use another --out, or `trainer sweep %s` to continue that one",
@@ -588,13 +600,17 @@ static int again(sw_flags *f, sw_spec *s) {
                     "and seeds (only --launcher, --task-launcher, --sbatch, --wait, --point and "
                     "--list may be given with it)",
                     f->first);
-    int n_sbatch = s->n_sbatch;
+    int n_sbatch = s->n_sbatch; /* the command line's, kept over sweep.json's */
     char *sbatch[32];
     memcpy(sbatch, s->sbatch, sizeof sbatch);
+    s->n_sbatch = 0;
     char exp[TR_PATH_MAX];
-    if (abs_path(f->first, exp, sizeof exp)) return -1;
-    if (read_spec(exp, s)) return -1;
-    if (n_sbatch) memcpy(s->sbatch, sbatch, sizeof sbatch), s->n_sbatch = n_sbatch;
+    int rc = abs_path(f->first, exp, sizeof exp) || read_spec(exp, s);
+    if (n_sbatch) {
+        free_strings(s->sbatch, &s->n_sbatch);
+        memcpy(s->sbatch, sbatch, sizeof sbatch), s->n_sbatch = n_sbatch;
+    }
+    if (rc) return -1;
     if (chdir(s->cwd)) return fail("cannot enter %s, where the sweep was made: %s", s->cwd,
                                    strerror(errno));
     return keep_recipe(s, 1);
@@ -626,7 +642,7 @@ int tr_cmd_sweep(int argc, char **argv) {
     if (f.task_launcher) snprintf(s->task_launcher, sizeof s->task_launcher, "%s", f.task_launcher);
     if (rc > 0) fputs(help, stdout);
     if (rc) {
-        free(s);
+        spec_free(s), free(s);
         return rc > 0 ? 0 : 2;
     }
     struct stat st;
@@ -635,7 +651,6 @@ int tr_cmd_sweep(int argc, char **argv) {
     else rc = is_exp ? again(&f, s) : make(&f, s);
     if (!rc) rc = dispatch(&f, s);
     else rc = 2;
-    /* the strings are the process's until it exits */
-    free(s);
+    spec_free(s), free(s);
     return rc;
 }
