@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `trainer eval`: on a short run's checkpoint (byte-level, then GPT-2 BPE), the validation loss
+# `trainer eval`: on a short run's checkpoint (byte-level GPT and Llama shapes, then GPT-2 BPE), the validation loss
 # equals the one `trainer run` logged on the same windows and a Python reference computed from
 # `trainer sample --logits-out` on shards written here; the multiple-choice log-likelihoods,
 # acc and acc_norm on fixtures in both formats equal tests/eval_ref.py's (the same logits,
@@ -70,6 +70,9 @@ check() {
 
 run byte recipes/shakespeare_char.lua 64
 check byte byte 64
+# a Llama-shaped model (RMSNorm, rotary positions, grouped-query attention, SwiGLU)
+run llama recipes/llama_tiny.lua 64 --set hidden=64
+check llama byte 64
 
 # ---- --shards: a shard written here (3 windows of 64 + 1 byte tokens: the text of a play),
 # its loss from sample's logits in plain Python
