@@ -6,6 +6,8 @@
 #     layers", "same experiment, another seed"), and the table's means and standard
 #     deviations (losses, acc, acc_norm) equal to ones computed here from the runs'
 #     metrics.jsonl and eval.json (Python's statistics module); --csv carries the same;
+#     `trainer sweep EXP --out NEW`, run from another folder, reruns it from the experiment
+#     folder alone: the table (CSV) byte for byte the same;
 #  2. a sweep of 2 learning rates x 2 seeds stopped by SIGTERM during its third point, then
 #     `trainer sweep EXP`: it finishes, the points that were done are not run again (their
 #     records untouched), and every point's losses and final parameters are bitwise those of
@@ -109,6 +111,13 @@ esac
 grep -q "^lr=1e-2, layers=2 .*differs in lr, layers" "$tmp/a.txt" && ok "the text table: $(grep '^lr=1e-2, layers=2' "$tmp/a.txt" | tr -s ' ')" ||
     bad "the text table lacks its last setting: $(head -5 "$tmp/a.txt")"
 
+# 1b. a second person reruns it from the experiment folder alone, anew, from elsewhere
+(cd / && "$T" sweep "$tmp/a" --out "$tmp/a2" >"$tmp/a2.log" 2>&1) || bad "the rerun failed: $(tail -2 "$tmp/a2.log")"
+"$T" report --compare "$tmp/a2" --csv >"$tmp/a2.csv" 2>&1
+cmp -s "$tmp/a.csv" "$tmp/a2.csv" && [ "$(grep -c 'done in' "$tmp/a2.log")" -eq 8 ] &&
+    ok "sweep EXP --out NEW (from /): all 8 points run again, the table byte for byte the same" ||
+    bad "the rerun's table differs: $(diff "$tmp/a.csv" "$tmp/a2.csv" | head -3)"
+
 # 2. stopped during its third point, then continued
 grid2=(--grid lr=3e-3,1e-2 --seeds 2 --peak-gflops 100 --set steps=200 --set ckpt=20)
 "$T" sweep "$R" --out "$tmp/b" "${grid2[@]}" >"$tmp/b.log" 2>&1 &
@@ -207,6 +216,7 @@ refused "a bad value" "'x' is not a number" "$R" --out "$tmp/x2" --grid layers=1
 refused "--resume" "--resume: the sweep decides" "$R" --out "$tmp/x3" --resume
 refused "another sweep in EXP" "holds another sweep" "$R" --out "$tmp/a" --grid lr=1e-3
 refused "flags with an experiment folder" "is an experiment folder" "$tmp/a" --grid lr=1e-3
+refused "an experiment rerun into another experiment's folder" "holds another sweep" "$tmp/a" --out "$tmp/f"
 refused "--point out of range" "--point 8: the sweep has 8 points" "$tmp/a" --point 8
 refused "an empty grid value" "an empty value" "$R" --out "$tmp/x4" --grid lr=1e-3,
 cp "$R" "$tmp/changed.lua" && sed -i "s#\.\./\.\./data#$PWD/data#" "$tmp/changed.lua"

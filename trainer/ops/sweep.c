@@ -19,13 +19,14 @@ static const char *help =
     "usage: trainer sweep RECIPE --out EXP [--grid NAME=V1,V2,...]... [--seeds N]\n"
     "                     [--launcher local|slurm|COMMAND] [--task-launcher COMMAND]\n"
     "                     [--sbatch OPTION]... [--wait] [--eval-task FILE]... [run flags...]\n"
-    "       trainer sweep EXP [--point K | --list] [--launcher ...] [--wait]\n"
+    "       trainer sweep EXP [--out NEW] [--point K | --list] [--launcher ...] [--wait]\n"
     "\n"
     "Run a grid of runs of RECIPE: every combination of the --grid values, each with each\n"
     "seed, as a normal `trainer run` in EXP/points/NAME (its own metrics, checkpoints and\n"
     "provenance), its output in EXP/logs/NAME.log and how it ended in EXP/status/NAME.json.\n"
     "A point's NAME joins its values: lr-1e-3_width-128_seed-1337. EXP/sweep.json records\n"
-    "the sweep, so `trainer sweep EXP` runs it again from the folder alone: it runs only what\n"
+    "the sweep, so `trainer sweep EXP` runs it again from the folder alone (and `trainer\n"
+    "sweep EXP --out NEW` runs the same sweep anew in NEW): it runs only what\n"
     "is unfinished (a point that was cut short resumes from its checkpoint with --resume; a\n"
     "failed one is tried again), and nothing that is done. A point that fails is recorded and\n"
     "the others still run; the exit status is 1 when any failed. `trainer report --compare\n"
@@ -287,7 +288,7 @@ static int read_spec(const char *exp, sw_spec *s) {
     int rc = tr_json_parse(&j, text, len, err, sizeof err);
     free(text);
     if (rc) return fail("%s: %s", path, err);
-    snprintf(s->exp, sizeof s->exp, "%s", exp);
+    if (exp != s->exp) snprintf(s->exp, sizeof s->exp, "%s", exp);
     rc = read_str(&j, "recipe", s->recipe, sizeof s->recipe) ||
          read_str(&j, "cwd", s->cwd, sizeof s->cwd) ||
          read_str(&j, "launcher", s->launcher, sizeof s->launcher) ||
@@ -549,22 +550,17 @@ static int from_recipe(sw_spec *s, sw_flags *f, unsigned long long *base) {
     return rc;
 }
 
-/* A new sweep in f->out, or the same one again: 0 with s complete. */
-static int make(sw_flags *f, sw_spec *s) {
-    if (abs_path(f->first, s->recipe, sizeof s->recipe)) return -1;
-    if (!getcwd(s->cwd, sizeof s->cwd)) return fail("cannot read the current folder");
-    snprintf(s->exp, sizeof s->exp, "%s", f->out);
-    unsigned long long base = 0;
-    if (from_recipe(s, f, &base)) return -1;
-    if (f->seeds && add_seeds(s, f->seeds, base)) return -1;
-    if (check_points(s)) return -1;
+/* s's experiment in folder `out`: made, or (one made there before) the same sweep again; s->exp
+ * then out's absolute path (the points run from where the sweep was made, wherever it is
+ * continued from). */
+static int settle(sw_spec *s, const char *out) {
     char err[TR_PATH_MAX + 128], path[TR_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/sweep.json", s->exp);
+    snprintf(path, sizeof path, "%s/sweep.json", out);
     int made = access(path, F_OK) == 0;
     if (made) {
         sw_spec *old = calloc(1, sizeof *old);
         if (!old) return fail("out of memory");
-        int bad = read_spec(s->exp, old);
+        int bad = read_spec(out, old);
         char *a = bad ? NULL : identity(s), *b = bad ? NULL : identity(old);
         int same = a && b && !strcmp(a, b);
         free(a), free(b);
@@ -573,13 +569,22 @@ static int make(sw_flags *f, sw_spec *s) {
         if (!same)
             return fail("%s holds another sweep (its sweep.json has another recipe, flags or "
                         "axes): use another --out, or `trainer sweep %s` to continue that one",
-                        s->exp, s->exp);
-    } else if (tr_mkdirs(s->exp, err, sizeof err)) {
+                        out, out);
+    } else if (tr_mkdirs(out, err, sizeof err)) {
         return fail("%s", err);
     }
-    /* absolute: the points run from where the sweep was made, wherever it is continued from */
-    if (abs_path(f->out, s->exp, sizeof s->exp)) return -1;
+    if (abs_path(out, s->exp, sizeof s->exp)) return -1;
     return keep_recipe(s, made) || write_spec(s);
+}
+
+/* A new sweep in f->out, or the same one again: 0 with s complete. */
+static int make(sw_flags *f, sw_spec *s) {
+    if (abs_path(f->first, s->recipe, sizeof s->recipe)) return -1;
+    if (!getcwd(s->cwd, sizeof s->cwd)) return fail("cannot read the current folder");
+    unsigned long long base = 0;
+    if (from_recipe(s, f, &base)) return -1;
+    if (f->seeds && add_seeds(s, f->seeds, base)) return -1;
+    return check_points(s) || settle(s, f->out);
 }
 
 static int folders(const sw_spec *s) {
@@ -593,27 +598,29 @@ static int folders(const sw_spec *s) {
 }
 
 /* The sweep of f->first (an experiment folder) with the flags that may change between
- * sweeps of it; the others would make another experiment. */
+ * sweeps of it (the others would make another experiment); with --out NEW, the same sweep
+ * made again in NEW, from the experiment folder alone. */
 static int again(sw_flags *f, sw_spec *s) {
-    if (f->out || f->seeds || s->n_axes || s->n_args || s->n_eval)
+    if (f->seeds || s->n_axes || s->n_args || s->n_eval)
         return fail("%s is an experiment folder: its sweep.json fixes the recipe, flags, grid "
-                    "and seeds (only --launcher, --task-launcher, --sbatch, --wait, --point and "
-                    "--list may be given with it)",
+                    "and seeds (only --out, --launcher, --task-launcher, --sbatch, --wait, "
+                    "--point and --list may be given with it)",
                     f->first);
     int n_sbatch = s->n_sbatch; /* the command line's, kept over sweep.json's */
-    char *sbatch[32];
+    char *sbatch[32], out[TR_PATH_MAX] = "", err[TR_PATH_MAX + 128];
     memcpy(sbatch, s->sbatch, sizeof sbatch);
     s->n_sbatch = 0;
-    char exp[TR_PATH_MAX];
-    int rc = abs_path(f->first, exp, sizeof exp) || read_spec(exp, s);
+    int rc = abs_path(f->first, s->exp, sizeof s->exp) || read_spec(s->exp, s);
     if (n_sbatch) {
         free_strings(s->sbatch, &s->n_sbatch);
         memcpy(s->sbatch, sbatch, sizeof sbatch), s->n_sbatch = n_sbatch;
     }
-    if (rc) return -1;
+    if (rc || keep_recipe(s, 1)) return -1;
+    if (f->out && tr_mkdirs(f->out, err, sizeof err)) return fail("%s", err);
+    if (f->out && abs_path(f->out, out, sizeof out)) return -1;
     if (chdir(s->cwd)) return fail("cannot enter %s, where the sweep was made: %s", s->cwd,
                                    strerror(errno));
-    return keep_recipe(s, 1);
+    return out[0] ? settle(s, out) : 0;
 }
 
 static int dispatch(const sw_flags *f, sw_spec *s) {
