@@ -7,6 +7,7 @@
 #include "data/json.h"
 #include "trainer/report/experiment.h"
 #include "trainer/report/svg.h"
+#include "trainer/trainer.h"
 
 static const char *const fig_titles[TR_EX_FIGURES] = {"final val loss", "best val loss",
                                                       "final loss"};
@@ -20,11 +21,22 @@ static void mean_sd(const tr_ex_stat *s, int digits, char *buf, size_t n) {
 
 /* ---- text ------------------------------------------------------------------------------------ */
 
+/* "8 points in 4 settings: 8 done, 0 failed, 0 unfinished; 0:12:31 of training" */
+static void summary(const tr_ex *e, char *buf, size_t n) {
+    double h = 0;
+    for (int k = 0; k < e->n_points; k++)
+        if (isfinite(e->points[k].hours)) h += e->points[k].hours;
+    char t[32];
+    tr_fmt_hms(h * 3600, t, sizeof t);
+    snprintf(buf, n, "%d point%s in %d setting%s: %d done, %d failed, %d unfinished; %s of training",
+             e->n_points, e->n_points == 1 ? "" : "s", e->n_settings, e->n_settings == 1 ? "" : "s",
+             e->n_done, e->n_failed, e->n_points - e->n_done - e->n_failed, t);
+}
+
 void tr_ex_write_text(const tr_ex *e, FILE *f) {
-    fprintf(f, "experiment %s: %d point%s in %d setting%s: %d done, %d failed, %d unfinished\n",
-            e->dir, e->n_points, e->n_points == 1 ? "" : "s", e->n_settings,
-            e->n_settings == 1 ? "" : "s", e->n_done, e->n_failed,
-            e->n_points - e->n_done - e->n_failed);
+    char sum[256];
+    summary(e, sum, sizeof sum);
+    fprintf(f, "experiment %s: %s\n", e->dir, sum);
     fprintf(f, "%-28s %5s", "setting", "seeds");
     for (int k = 0; k < TR_EX_FIGURES; k++) fprintf(f, "  %-20s", fig_titles[k]);
     for (int t = 0; t < e->n_tasks; t++) fprintf(f, "  %-16.16s", e->tasks[t]);
@@ -243,7 +255,7 @@ static void html_curves(const tr_ex *e, FILE *f, int val) {
 
 static void html_points(const tr_ex *e, FILE *f) {
     fputs("<table><tr><th>point</th><th>state</th><th>last step</th><th>final val loss</th>"
-          "<th>final loss</th><th>why</th></tr>\n",
+          "<th>final loss</th><th>time</th><th>why</th></tr>\n",
           f);
     char b[32];
     for (int k = 0; k < e->n_points; k++) {
@@ -255,7 +267,12 @@ static void html_points(const tr_ex *e, FILE *f) {
             snprintf(b, sizeof b, isfinite(v) ? "%.4f" : "-", v);
             fprintf(f, "<td class=\"n\">%s</td>", b);
         }
-        fputs("<td>", f), tr_report_esc(f, p->why), fputs("</td></tr>\n", f);
+        if (isfinite(p->hours)) tr_fmt_hms(p->hours * 3600, b, sizeof b);
+        else snprintf(b, sizeof b, "-");
+        fprintf(f, "<td class=\"n\" data-key=\"hours\" data-value=\"");
+        tr_json_write_num(f, p->hours, 0);
+        fprintf(f, "\">%s</td><td>", b);
+        tr_report_esc(f, p->why), fputs("</td></tr>\n", f);
     }
     fputs("</table>\n", f);
 }
@@ -267,9 +284,9 @@ void tr_ex_write_html(const tr_ex *e, FILE *f) {
     tr_report_esc(f, e->dir);
     fprintf(f, "</title><style>%s</style></head><body>\n<h1>trainer experiment: ", tr_report_css);
     tr_report_esc(f, e->dir);
-    fprintf(f, "</h1>\n<p>%d points in %d settings: %d done, %d failed, %d unfinished</p>\n",
-            e->n_points, e->n_settings, e->n_done, e->n_failed,
-            e->n_points - e->n_done - e->n_failed);
+    char sum[256];
+    summary(e, sum, sizeof sum);
+    fprintf(f, "</h1>\n<p>%s</p>\n", sum);
     fputs("<section id=\"table\"><h2>Settings</h2>\n", f);
     html_table(e, f);
     fputs("</section>\n<section id=\"curves\"><h2>Curves</h2>\n", f);
