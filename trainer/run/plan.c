@@ -4,7 +4,6 @@
  * flags so that tr_layout_resolve makes the layout from it like from a layout given by hand;
  * and in any case the cost model's prediction of the layout that runs, which the run's
  * metrics set beside what it measures. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
