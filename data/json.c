@@ -3,9 +3,12 @@
  * lone surrogate is an error. Every error records a message and the byte offset. */
 #include "data/json.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "parallel/comm/base.h"
 
 #include "data/tokenizer_private.h"
 
@@ -461,4 +464,13 @@ void tr_json_write(FILE *f, const tr_json *v) {
         fputc(v->type == TR_JSON_OBJ ? '}' : ']', f);
         break;
     }
+}
+
+int tr_json_parse_file(tr_json *out, const char *path, char *err, size_t errlen) {
+    size_t len;
+    char *text = tr_read_file(path, 64u << 20, &len), jerr[160];
+    if (!text) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+    int rc = tr_json_parse(out, text, len, jerr, sizeof jerr);
+    free(text);
+    return rc ? tr_errf(err, errlen, "%s: %s", path, jerr) : 0;
 }

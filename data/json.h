@@ -46,6 +46,9 @@ typedef struct tr_json {
 
 /* Parse text[0..len) into *out; -1 with "JSON: <what> at byte <offset>" in err. */
 int tr_json_parse(tr_json *out, const char *text, size_t len, char *err, size_t errlen);
+/* The file at path (at most 64 MiB) parsed into *out: 0, or -1 with "PATH: cannot read: why"
+ * or "PATH: JSON: ..." in err. */
+int tr_json_parse_file(tr_json *out, const char *path, char *err, size_t errlen);
 const tr_json *tr_json_get(const tr_json *obj, const char *key);
 void tr_json_free(tr_json *j);
 

@@ -195,14 +195,10 @@ int tr_task_read(tr_task *t, const char *path, long max, char *err, size_t errle
     memset(t, 0, sizeof(*t));
     snprintf(t->path, sizeof(t->path), "%s", path);
     set_name(t, path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return tr_errf(err, errlen, "cannot read task '%s': %s", path, strerror(errno));
-    char *text = NULL;
     size_t len = 0;
-    int rc = tr_read_all(f, TASK_FILE_MAX, &text, &len), e = errno;
-    fclose(f);
-    if (rc) return tr_errf(err, errlen, "cannot read task '%s': %s", path, strerror(e));
-    rc = read_lines(t, text, len, max, err, errlen);
+    char *text = tr_read_file(path, TASK_FILE_MAX, &len);
+    if (!text) return tr_errf(err, errlen, "cannot read task '%s': %s", path, strerror(errno));
+    int rc = read_lines(t, text, len, max, err, errlen);
     free(text);
     return rc;
 }

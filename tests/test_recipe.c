@@ -743,7 +743,7 @@ static void test_errors(void)
         {"runtime error", "local x = 1\nattenton { heads = 2 }\n",
          "t.lua:2: unknown layer 'attenton' (layers: attention, embedding, layernorm, lm_head, "
          "mlp, positions, residual, rmsnorm, rope, stack; sections: data, hf, knobs, model, "
-         "optimizer, parallel, schedule, train)"},
+         "optimizer, parallel, schedule, sweep, train)"},
         {"error without position", "\nerror('plain', 0)\n", "t.lua:2: plain"},
         {"error with a table", "\n\nerror({})\n",
          "t.lua:3: recipe raised a table as an error (error() takes a message string)"},

@@ -106,3 +106,13 @@ void tr_atomic_abandon(tr_atomic *a) {
     a->f = NULL;
     unlink(a->tmp);
 }
+
+char *tr_read_file(const char *path, size_t max, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = NULL;
+    int rc = tr_read_all(f, max, &text, len), e = errno;
+    fclose(f);
+    errno = e;
+    return rc ? NULL : text;
+}

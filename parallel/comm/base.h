@@ -13,18 +13,6 @@
 #define TR_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define TR_PRINTF(a, b)
-/* A file that appears whole or not at all: tr_atomic_open opens a temporary beside `path`
- * (a->f, to write to); tr_atomic_commit flushes it to the disk and renames it over `path`,
- * tr_atomic_abandon removes it. Each 0, or -1 with err "cannot write 'PATH': why" (the
- * temporary removed). */
-typedef struct {
-    FILE *f;
-    char path[4096], tmp[4096 + 32];
-} tr_atomic;
-int tr_atomic_open(tr_atomic *a, const char *path, char *err, size_t errlen);
-int tr_atomic_commit(tr_atomic *a, char *err, size_t errlen);
-void tr_atomic_abandon(tr_atomic *a);
-
 #endif
 
 /* err (of errlen bytes; NULL or 0: nothing written) <- the formatted line, truncated to fit.
@@ -41,6 +29,9 @@ double tr_now(void);
  * hold NULs of their own; f stays open). 0, or -1 with errno: the read's, ENOMEM, or EFBIG
  * when there are more than max bytes (then no more than max + 1 were read). */
 int tr_read_all(FILE *f, size_t max, char **text, size_t *len);
+/* The same for the file at path: its bytes (malloc'd, NUL after *len of them), or NULL with
+ * errno (the open's, the read's, EFBIG over max bytes). */
+char *tr_read_file(const char *path, size_t max, size_t *len);
 
 /* path and every folder above it made (0755) as `mkdir -p` does, whatever its length: 0, or
  * -1 with err "cannot create folder 'FOLDER': why" or "'PATH' exists and is not a folder". */

@@ -359,13 +359,9 @@ int tr_hf_import(tr_model *m, const char *dir, int real_vocab, char *err, size_t
         return tr_errf(err, errlen, "init = hf \"%s\": %s", dir, why);
     char path[TR_PATH_MAX + 64];
     snprintf(path, sizeof(path), "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-    char *text;
     size_t len;
-    int unread = tr_read_all(f, SIZE_MAX, &text, &len), read_errno = errno;
-    fclose(f);
-    if (unread) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(read_errno));
+    char *text = tr_read_file(path, SIZE_MAX, &len);
+    if (!text) return tr_errf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
     tr_json cfg;
     char jerr[128];
     if (tr_json_parse(&cfg, text, len, jerr, sizeof(jerr))) {

@@ -211,15 +211,6 @@ static int write_spec(const sw_spec *s) {
     return tr_atomic_commit(&a, err, sizeof err) ? fail("%s", err) : 0;
 }
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *t = NULL;
-    int rc = tr_read_all(f, 64u << 20, &t, len);
-    fclose(f);
-    return rc ? NULL : t;
-}
-
 static char *dup_str(const char *s) {
     char *d = strdup(s);
     if (!d) {
@@ -279,15 +270,11 @@ static int read_axes(const tr_json *axes, sw_spec *s) {
 
 /* EXP/sweep.json into s; -1 with one line. */
 static int read_spec(const char *exp, sw_spec *s) {
-    char path[TR_PATH_MAX + 16], err[256];
+    char path[TR_PATH_MAX + 16], err[TR_PATH_MAX + 256];
     snprintf(path, sizeof path, "%s/sweep.json", exp);
-    size_t len;
-    char *text = read_text(path, &len);
-    if (!text) return fail("%s: cannot read: %s", path, strerror(errno));
     tr_json j;
-    int rc = tr_json_parse(&j, text, len, err, sizeof err);
-    free(text);
-    if (rc) return fail("%s: %s", path, err);
+    if (tr_json_parse_file(&j, path, err, sizeof err)) return fail("%s", err);
+    int rc;
     if (exp != s->exp) snprintf(s->exp, sizeof s->exp, "%s", exp);
     rc = read_str(&j, "recipe", s->recipe, sizeof s->recipe) ||
          read_str(&j, "cwd", s->cwd, sizeof s->cwd) ||
@@ -507,11 +494,11 @@ static int keep_recipe(const sw_spec *s, int made) {
     char path[TR_PATH_MAX + 16], err[TR_PATH_MAX + 128];
     snprintf(path, sizeof path, "%s/recipe.lua", s->exp);
     size_t n, m;
-    char *now = read_text(s->recipe, &n);
+    char *now = tr_read_file(s->recipe, 64u << 20, &n);
     if (!now) return fail("%s: cannot read: %s", s->recipe, strerror(errno));
     int rc = 0;
     if (made) {
-        char *then = read_text(path, &m);
+        char *then = tr_read_file(path, 64u << 20, &m);
         if (!then || m != n || memcmp(then, now, n))
             rc = fail("%s changed since the sweep in %s was made (its copy: %s); a sweep runs "
                       "one recipe: make another with a new --out",

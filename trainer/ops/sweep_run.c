@@ -26,22 +26,13 @@ static void path_of(const sw_spec *s, int k, const char *sub, const char *ext, c
 }
 
 sw_state sw_point_state(const sw_spec *s, int k, char *why, size_t n, int *trained) {
-    char path[SW_PATH_LEN], err[160];
+    char path[SW_PATH_LEN];
     path_of(s, k, "status", ".json", path, sizeof path);
     if (why && n) why[0] = 0;
     if (trained) *trained = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return SW_TODO;
-    char *text = NULL;
-    size_t len = 0;
-    int rc = tr_read_all(f, 1u << 20, &text, &len);
-    fclose(f);
     tr_json j;
-    if (rc || tr_json_parse(&j, text, len, err, sizeof err)) {
-        free(text);
-        return SW_TODO; /* written atomically: unreadable means not ours; run it again */
-    }
-    free(text);
+    if (tr_json_parse_file(&j, path, NULL, 0))
+        return SW_TODO; /* none yet; written atomically: unreadable means not ours */
     const tr_json *st = tr_json_get(&j, "state"), *w = tr_json_get(&j, "why");
     sw_state r = SW_TODO;
     if (st && st->type == TR_JSON_STR) r = !strcmp(st->str, "done") ? SW_DONE

@@ -16,25 +16,6 @@
 const char *const tr_ex_figure_keys[TR_EX_FIGURES] = {"final_val_loss", "best_val_loss",
                                                       "final_loss"};
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *t = NULL;
-    int rc = tr_read_all(f, 64u << 20, &t, len);
-    fclose(f);
-    return rc ? NULL : t;
-}
-
-/* A small JSON file parsed into j: 0, or -1 (missing or not JSON). */
-static int read_json(const char *path, tr_json *j) {
-    size_t len;
-    char *t = slurp(path, &len), err[160];
-    if (!t) return -1;
-    int rc = tr_json_parse(j, t, len, err, sizeof err);
-    free(t);
-    return rc;
-}
-
 static double json_num(const tr_json *o, const char *k) {
     const tr_json *v = o ? tr_json_get(o, k) : NULL;
     return v && v->type == TR_JSON_NUM ? v->num : NAN;
@@ -53,7 +34,7 @@ static void point_state(const tr_ex *e, tr_ex_point *p) {
     snprintf(path, sizeof path, "%s/status/%s.json", e->dir, p->name);
     tr_json j;
     snprintf(p->state, sizeof p->state, "unfinished");
-    if (read_json(path, &j)) return;
+    if (tr_json_parse_file(&j, path, NULL, 0)) return;
     const tr_json *st = tr_json_get(&j, "state"), *why = tr_json_get(&j, "why");
     if (st && st->type == TR_JSON_STR) snprintf(p->state, sizeof p->state, "%s", st->str);
     if (why && why->type == TR_JSON_STR) snprintf(p->why, sizeof p->why, "%s", why->str);
@@ -95,7 +76,7 @@ static void point_tasks(tr_ex *e, tr_ex_point *p, const char *run) {
     char path[1400];
     snprintf(path, sizeof path, "%s/eval.json", run);
     tr_json j;
-    if (read_json(path, &j)) return;
+    if (tr_json_parse_file(&j, path, NULL, 0)) return;
     const tr_json *ts = tr_json_get(&j, "tasks");
     for (int i = 0; ts && ts->type == TR_JSON_ARR && i < ts->n; i++) {
         const tr_json *name = tr_json_get(&ts->kids[i], "name");
@@ -128,7 +109,7 @@ static void load_point(tr_ex *e, tr_ex_point *p, const tr_json *jp) {
     point_tasks(e, p, run);
     char prov[1400];
     snprintf(prov, sizeof prov, "%s/provenance.json", run);
-    p->prov = slurp(prov, &p->prov_len);
+    p->prov = tr_read_file(prov, 64u << 20, &p->prov_len);
 }
 
 /* ---- settings ------------------------------------------------------------------------------- */
@@ -335,7 +316,7 @@ int tr_ex_load(tr_ex *e, const char *dir, char *err, size_t errlen) {
     char path[1100];
     snprintf(path, sizeof path, "%s/sweep.json", dir);
     tr_json j;
-    if (read_json(path, &j))
+    if (tr_json_parse_file(&j, path, NULL, 0))
         return tr_errf(err, errlen, "trainer report: %s: cannot read it as JSON", path);
     const tr_json *pts = tr_json_get(&j, "points");
     int rc = read_axes(e, tr_json_get(&j, "axes"));

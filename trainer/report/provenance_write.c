@@ -265,25 +265,12 @@ static void write_attempt(FILE *f, const run_ctx *x, int attempt) {
 
 /* ---- the file ----------------------------------------------------------------------------- */
 
-/* Reads and parses a small file: 0, or -1 (absent, unreadable or not JSON). */
-static int read_json(const char *path, tr_json *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    char *text, err[160];
-    size_t len;
-    int rc = tr_read_all(f, SIZE_MAX, &text, &len);
-    fclose(f);
-    if (rc) return -1;
-    rc = tr_json_parse(out, text, len, err, sizeof(err));
-    free(text);
-    return rc;
-}
-
 /* --resume: the attempt number after the previous record's, and that record kept as
  * provenance.K.json when it differs from `now` in more than the fields every attempt changes. */
 static int previous_attempt(const char *dir, const char *path, const char *now, size_t len) {
     tr_json old, cur;
-    if (read_json(path, &old)) return 2; /* written before provenance existed: say 2 */
+    if (tr_json_parse_file(&old, path, NULL, 0))
+        return 2; /* written before provenance existed: say 2 */
     const tr_json *a = tr_json_get(&old, "attempt");
     int k = a && a->type == TR_JSON_NUM && a->num >= 1 ? (int)a->num : 1;
     char err[160];

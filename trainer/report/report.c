@@ -31,15 +31,6 @@ static int grow(void **p, int *cap, int n, size_t size) {
     return 0;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf;
-    int rc = tr_read_all(f, SIZE_MAX, &buf, len);
-    fclose(f);
-    return rc ? NULL : buf;
-}
-
 /* ---- values out of a parsed line ------------------------------------------------------- */
 
 static double num(const tr_json *o, const char *k) {
@@ -130,7 +121,7 @@ static int read_jsonl(tr_report *r, int file, line_fn fn, char *err, size_t errl
     char path[1200];
     snprintf(path, sizeof(path), "%s/%s", r->dir, tr_report_file_names[file]);
     size_t len = 0;
-    char *text = slurp(path, &len);
+    char *text = tr_read_file(path, SIZE_MAX, &len);
     if (!text) {
         if (errno == ENOENT) return 1;
         snprintf(err, errlen, "trainer report: cannot read '%s': %s", path, strerror(errno));
@@ -432,7 +423,7 @@ static int read_json(const char *dir, const char *name, tr_json *j, char *err, s
     char path[1200], jerr[160];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     size_t len;
-    char *text = slurp(path, &len);
+    char *text = tr_read_file(path, SIZE_MAX, &len);
     if (!text) {
         if (errno == ENOENT) return 1;
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
