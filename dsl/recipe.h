@@ -197,6 +197,18 @@ typedef struct {
     int seeds; /* 0: not given (one run per combination) */
 } tr_sweep_desc;
 
+/* eval { tasks = { "FILE.jsonl", ... }, every = N, max_examples = N }: multiple-choice tasks
+ * (data/task.h) scored during training every N steps (default: train.eval_every) and at the
+ * last step, into metrics.jsonl; the files resolved against the recipe's folder. */
+#define TR_EVAL_MAX_TASKS 8
+typedef struct {
+    int line; /* where eval { } is; 0: the recipe has none */
+    int n_tasks;
+    char tasks[TR_EVAL_MAX_TASKS][TR_PATH_MAX];
+    int every;         /* 0: train.eval_every */
+    long max_examples; /* 0: every example of each file */
+} tr_eval_desc;
+
 typedef struct {
     char path[TR_PATH_MAX]; /* the recipe file as given */
     tr_model_desc model;
@@ -207,6 +219,7 @@ typedef struct {
     tr_parallel_desc parallel;
     char init_hf[TR_PATH_MAX]; /* `init = hf "DIR"`: start from a Hugging Face model directory; "" = none */
     tr_sweep_desc sweep;
+    tr_eval_desc eval;
     int train_line, parallel_line; /* where train { } and parallel { } are (0: not declared),
                                       for the messages of later checks (the layout's) */
     int n_knobs;

@@ -50,7 +50,7 @@ typedef struct {
     int mem_exceeded;
     long long instr;
     int knobs_line, model_line, data_line, optim_line, sched_line, train_line, parallel_line;
-    int sweep_line;
+    int sweep_line, eval_line;
     int min_lr_set;
     int done;       /* the chunk has finished: constructors refuse to run */
     int check_line; /* model-time check that failed: where, and what */
@@ -165,6 +165,7 @@ void dsl_copy_field(lua_State *L, char *dst, size_t cap, const char *ctor, const
 extern const luaL_Reg dsl_layer_ctors[];   /* model and its layers; NULL-terminated */
 extern const luaL_Reg dsl_section_ctors[]; /* knobs, data, ..., parallel, hf, sweep */
 int dsl_l_sweep(lua_State *L);             /* sweep { } (recipe_sections.c) */
+int dsl_l_eval(lua_State *L);              /* eval { } (recipe_sections.c) */
 /* "batch_tokens, checkpoint_every, ...": the fields of train { }, for messages. */
 const char *dsl_train_field_list(void);
 int dsl_layer_tostring(lua_State *L);      /* __tostring of a layer: "mlp (line 5)" */

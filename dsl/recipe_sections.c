@@ -1,6 +1,7 @@
 /* The recipe's sections: knobs { } (the tunable values and their --set overrides), data,
- * optimizer, schedule, train and parallel { }, `init = hf "DIR"`, and sweep { } (the
- * experiment `trainer sweep` runs, ignored by the other commands). Each may appear once;
+ * optimizer, schedule, train and parallel { }, `init = hf "DIR"`, eval { } (tasks scored
+ * during training), and sweep { } (the experiment `trainer sweep` runs, ignored by the
+ * other commands). Each may appear once;
  * its fields are read through the schema (recipe_schema.c). */
 #include <math.h>
 #include <stdio.h>
@@ -724,6 +725,39 @@ int dsl_l_sweep(lua_State *L) {
     return 0;
 }
 
+/* ---- eval { } ----------------------------------------------------------------------------- */
+
+static const field_spec eval_fields[] = {{"tasks", FK_TABLE, REQ, 0, 0, 0, 0, NULL},
+                                         INT_FIELD("every", OPT, 1),
+                                         LONG_FIELD("max_examples", OPT, 1)};
+
+int dsl_l_eval(lua_State *L) {
+    recipe_ctx *c = dsl_ctx(L);
+    int line = section_start(L, &c->eval_line, "eval");
+    field_val v[3];
+    dsl_read_fields(L, "eval", eval_fields, 3, v, NULL, NULL);
+    tr_eval_desc *e = &c->r.eval;
+    lua_getfield(L, 1, "tasks");
+    int n = (int)lua_rawlen(L, -1);
+    if (n < 1 || n > TR_EVAL_MAX_TASKS)
+        dsl_raise_at(L, line, "eval: 'tasks' must list 1 to %d task files, as in tasks = { "
+                              "\"hellaswag_val.jsonl\" }",
+                     TR_EVAL_MAX_TASKS);
+    for (int k = 1; k <= n; k++) {
+        lua_rawgeti(L, -1, k);
+        if (lua_type(L, -1) != LUA_TSTRING || lua_rawlen(L, -1) == 0)
+            dsl_raise_at(L, line, "eval: tasks[%d] must be a file name", k);
+        resolve_path(L, e->tasks[k - 1], sizeof e->tasks[0], lua_tostring(L, -1), "tasks");
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    e->n_tasks = n;
+    if (v[1].present) e->every = (int)v[1].i;
+    if (v[2].present) e->max_examples = (long)v[2].i;
+    e->line = c->eval_line = line;
+    return 0;
+}
+
 const luaL_Reg dsl_section_ctors[] = {{"knobs", l_knobs},
                                       {"data", l_data},
                                       {"optimizer", l_optimizer},
@@ -732,4 +766,5 @@ const luaL_Reg dsl_section_ctors[] = {{"knobs", l_knobs},
                                       {"parallel", l_parallel},
                                       {"hf", l_hf},
                                       {"sweep", dsl_l_sweep},
+                                      {"eval", dsl_l_eval},
                                       {NULL, NULL}};

@@ -263,6 +263,19 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {
         fputs("\n", f);
     }
 
+    const tr_eval_desc *e = &r->eval;
+    if (e->n_tasks) {
+        fputs("eval { tasks = {", f);
+        for (int i = 0; i < e->n_tasks; i++) {
+            fputs(i ? ", " : " ", f);
+            put_data_path(f, e->tasks[i]);
+        }
+        fputs(" }", f);
+        if (e->every) fprintf(f, ", every = %d", e->every);
+        if (e->max_examples) fprintf(f, ", max_examples = %ld", e->max_examples);
+        fputs(" }\n", f);
+    }
+
     put_parallel(f, &r->parallel);
     return ferror(f) ? -1 : 0;
 }

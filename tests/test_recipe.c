@@ -742,7 +742,7 @@ static void test_errors(void)
          "t.lua:3: '}' expected (to close '{' at line 1) near 'dim'"},
         {"runtime error", "local x = 1\nattenton { heads = 2 }\n",
          "t.lua:2: unknown layer 'attenton' (layers: attention, embedding, layernorm, lm_head, "
-         "mlp, positions, residual, rmsnorm, rope, stack; sections: data, hf, knobs, model, "
+         "mlp, positions, residual, rmsnorm, rope, stack; sections: data, eval, hf, knobs, model, "
          "optimizer, parallel, schedule, sweep, train)"},
         {"error without position", "\nerror('plain', 0)\n", "t.lua:2: plain"},
         {"error with a table", "\n\nerror({})\n",

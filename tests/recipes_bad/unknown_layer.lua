@@ -1,4 +1,4 @@
--- expect: unknown_layer.lua:7: unknown layer 'flashblock' (layers: attention, embedding, layernorm, lm_head, mlp, positions, residual, rmsnorm, rope, stack; sections: data, hf, knobs, model, optimizer, parallel, schedule, sweep, train)
+-- expect: unknown_layer.lua:7: unknown layer 'flashblock' (layers: attention, embedding, layernorm, lm_head, mlp, positions, residual, rmsnorm, rope, stack; sections: data, eval, hf, knobs, model, optimizer, parallel, schedule, sweep, train)
 -- (Lua said: attempt to call a nil value (global 'flashblock'))
 model {
   vocab = 256, dim = 32, seq_len = 16,

@@ -7,6 +7,8 @@
 #include <stdio.h>
 
 #include "data/loader.h"
+#include "data/task.h"
+#include "data/tokenizer.h"
 #include "parallel/comm/comm.h"
 #include "parallel/dp.h"
 #include "parallel/layout.h"
@@ -82,6 +84,11 @@ typedef struct {
     tr_loader *loader;
     int B, T;
     int *inputs, *targets; /* (B, T) */
+    /* eval { } (trainer/run/tasks.c): the tasks, their tokenizer, the last scores */
+    tr_task *tasks;
+    int n_tasks;
+    tr_tokenizer *task_tok;
+    tr_task_result task_res[TR_EVAL_MAX_TASKS];
     tr_dp *dp;
     tr_ckpt_writer *ckw;
     FILE *metrics; /* rank 0 */
@@ -230,6 +237,16 @@ int run_stop_save(run_ctx *x, int step, int saved);
  * be a pseudo-terminal of the launcher whose output goes to a file). -1 with one line in msg
  * for a bad TR_PROGRESS (trainer/run/train.c). */
 int run_progress_tty(const char *flag, char *msg, size_t len);
+
+/* trainer/run/tasks.c: eval { }'s tasks scored through the run's layout. run_tasks_open
+ * (setup; -1 with the line in x->msg) reads them; run_tasks_due says whether step (from 0)
+ * scores them; run_tasks_score (every rank; -1 said) into x->task_res; run_tasks_write adds
+ * `, "tasks": {NAME: {n, acc, acc_norm}}` to a metrics line. */
+int run_tasks_open(run_ctx *x);
+void run_tasks_free(run_ctx *x);
+int run_tasks_due(const run_ctx *x, int step, int last);
+int run_tasks_score(run_ctx *x);
+void run_tasks_write(const run_ctx *x, FILE *m);
 
 /* trainer/run/outputs.c. One line for an output file that could not be written (opened,
  * written or closed): -1. */

@@ -529,7 +529,8 @@ static int gather_ranks(run_ctx *x) {
 static int setup_run(run_ctx *x, int argc, char **argv) {
     /* TR_FAULT_*, TR_LEDGER, ...: may be set on some ranks only */
     if (setup_failed(x->world, run_env_settings(x), x->msg)) return -1;
-    if (setup_layout(x) || setup_data(x) || setup_model(x) || setup_outputs(x) || gather_ranks(x))
+    if (setup_layout(x) || setup_data(x) || setup_failed(x->world, run_tasks_open(x), x->msg) ||
+        setup_model(x) || setup_outputs(x) || gather_ranks(x))
         return -1;
     if (setup_failed(x->world, run_provenance(x, argc, argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
@@ -562,6 +563,7 @@ void run_free(run_ctx *x) {
     free(x->hosts);
     free(x->devices);
     run_guard_free(x);
+    run_tasks_free(x);
     for (int a = 0; x->mb_in && a < x->lay.accum; a++)
         free(x->mb_in[a]);
     for (int a = 0; x->mb_tg && a < x->lay.accum; a++)

@@ -379,7 +379,8 @@ static double dp_hidden(const run_ctx *x, double *exposed_s, double *span_s) {
 
 /* Rank 0's metrics.jsonl line; a file that cannot be written is said once and training goes
  * on (the ranks stay in step), the run then exits with 1. */
-static void write_metrics(run_ctx *x, int step, const step_result *res, int do_eval, double val) {
+static void write_metrics(run_ctx *x, int step, const step_result *res, int do_eval, double val,
+                          int tasks) {
     FILE *m = x->metrics;
     if (!m) return;
     /* JSON has no inf or nan: a skipped step's loss or norm, an unknown peak, are null
@@ -428,6 +429,7 @@ static void write_metrics(run_ctx *x, int step, const step_result *res, int do_e
         fprintf(m, ", \"val_loss\": ");
         tr_json_write_num(m, val, -6);
     }
+    if (tasks) run_tasks_write(x, m);
     /* the plan's prediction beside the measured step and the fullest process's memory */
     const struct {
         const char *key;
@@ -484,9 +486,10 @@ int run_progress_tty(const char *flag, char *msg, size_t len) {
 /* The progress line: the rates over its window, the steps since the last line that ended
  * (the first step of a start, which warms up, is a window of its own). On a terminal the line
  * is rewritten every step and ends each log step; else only log steps print it. */
-static void print_progress(run_ctx *x, int step, const step_result *res, int do_eval, double val) {
+static void print_progress(run_ctx *x, int step, const step_result *res, int do_eval, double val,
+                           int tasks) {
     int steps = x->r.train.steps, every = x->r.train.log_every, last = step + 1 == steps;
-    int first = step == x->start_step, ends = (step + 1) % every == 0 || last || do_eval;
+    int first = step == x->start_step, ends = (step + 1) % every == 0 || last || do_eval || tasks;
     if (!x->tty) ends |= first;
     if (!(x->tty || ends)) return;
     double n = step + 1 - x->win_step, dt = x->t_train - x->win_t;
@@ -497,6 +500,8 @@ static void print_progress(run_ctx *x, int step, const step_result *res, int do_
     printf("%sstep %*d/%d | loss %.4f | lr %.2e | %s | ETA %s", x->tty ? "\r\033[K" : "",
            (int)snprintf(NULL, 0, "%d", steps), step + 1, steps, res->loss, res->lr, rates, eta);
     if (do_eval) printf(" | val_loss %.4f", val);
+    for (int i = 0; tasks && i < x->n_tasks; i++)
+        printf(" | %s acc %.3f", x->tasks[i].name, x->task_res[i].acc);
     if (ends) printf("\n");
     if (ends || first) x->win_step = step + 1, x->win_t = x->t_train;
     fflush(stdout);
@@ -536,8 +541,13 @@ static int run_steps(run_ctx *x) {
             do_eval = isfinite(val); /* no validation data: nothing to report */
             tr_ledger_mark(x->ledger, LED_EVAL);
         }
-        write_metrics(x, step, &res, do_eval, val);
-        print_progress(x, step, &res, do_eval, val);
+        int tasks = run_tasks_due(x, step, last);
+        if (tasks) {
+            if (run_tasks_score(x)) return -1;
+            tr_ledger_mark(x->ledger, LED_EVAL);
+        }
+        write_metrics(x, step, &res, do_eval, val, tasks);
+        print_progress(x, step, &res, do_eval, val, tasks);
         tr_ledger_mark(x->ledger, LED_LOG);
         /* every rank saw the same stop_sig in this step's gather; the last step just ends */
         if (x->stop_sig && !last) return run_stop_save(x, step + 1, saved);
