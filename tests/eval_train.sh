@@ -4,8 +4,9 @@
 # and pp 2 (skipped without mpirun), the figures of the last step equal `trainer eval`'s on
 # that run's own last checkpoint (the same weights, scored on one process with the
 # checkpoint loader): acc and acc_norm exactly (unless two choices are closer than the
-# tolerance below), the mean log-likelihood of the answers within it. A missing task file
-# is one line naming the recipe's eval { }.
+# tolerance below), the mean log-likelihood of the answers within it. A sweep of the recipe
+# tables those figures (report --compare EXP). A missing task file is one line naming the
+# recipe's eval { }.
 # usage: tests/eval_train.sh path/to/trainer   (from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -70,6 +71,26 @@ if command -v mpirun >/dev/null; then
 else
     echo "skip the layouts: no mpirun"
 fi
+
+# a sweep of such a recipe: report --compare EXP tables eval { }'s last figures of each point
+"$T" sweep "$tmp/r.lua" --out "$tmp/exp" --seeds 2 --peak-gflops 100 >"$tmp/exp.log" 2>&1 ||
+    bad "the sweep failed: $(tail -1 "$tmp/exp.log")"
+"$T" report --compare "$tmp/exp" --json >"$tmp/exp.json" 2>&1
+if e=$(python3 - "$tmp/exp" <<'EOF'
+import json, statistics, sys
+exp = sys.argv[1]
+rep = json.load(open(exp + "/../exp.json"))
+last = []
+for p in json.load(open(exp + "/sweep.json"))["points"]:
+    rows = [json.loads(l) for l in open(f"{exp}/points/{p['name']}/metrics.jsonl")]
+    last.append([r for r in rows if "tasks" in r][-1]["tasks"]["choices"])
+got = rep["settings"][0]["tasks"]["choices"]
+for k in ("acc", "acc_norm"):
+    want = statistics.fmean(t[k] for t in last)
+    assert abs(got[k]["mean"] - want) <= 1e-15, (k, got[k], want)
+print(f"acc_norm {got['acc_norm']['mean']} = the mean of the points' last eval {{ }} figures")
+EOF
+); then ok "report --compare EXP: $e"; else bad "report --compare EXP: $e"; fi
 
 sed "s#$task#$tmp/missing.jsonl#" "$tmp/r.lua" >"$tmp/bad.lua"
 "$T" run "$tmp/bad.lua" --out "$tmp/bad" --peak-gflops 100 >"$tmp/bad.out" 2>"$tmp/bad.err"

@@ -3,6 +3,7 @@
  * the seeds, and the provenance of the points compared. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,19 +72,50 @@ static int task_index(tr_ex *e, const char *name) {
     return e->n_tasks++;
 }
 
-/* RUN/eval.json, as `trainer eval --json` writes it: {"tasks": [{"name", "acc", "acc_norm"}]}. */
+static void put_task(tr_ex *e, tr_ex_point *p, const char *name, const tr_json *o) {
+    int t = task_index(e, name);
+    if (t < 0) return;
+    p->task[t][0] = json_num(o, "acc");
+    p->task[t][1] = json_num(o, "acc_norm");
+}
+
+/* The tasks of the last line of RUN/metrics.jsonl that has them (eval { } during training:
+ * "tasks": {NAME: {acc, acc_norm, ...}}), when one has. */
+static void metrics_tasks(tr_ex *e, tr_ex_point *p, const char *run) {
+    char path[1400], err[160];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    size_t len, n = 0;
+    char *text = tr_read_file(path, SIZE_MAX, &len), *last = NULL;
+    for (char *l = text; l && l < text + len;) { /* each line, cut at its end */
+        char *end = memchr(l, '\n', (size_t)(text + len - l));
+        if (end) *end = '\0';
+        size_t ln = end ? (size_t)(end - l) : strlen(l);
+        if (strstr(l, "\"tasks\": {")) last = l, n = ln;
+        l += ln + 1;
+    }
+    tr_json j;
+    int found = last && !tr_json_parse(&j, last, n, err, sizeof err);
+    const tr_json *ts = found ? tr_json_get(&j, "tasks") : NULL;
+    for (int i = 0; ts && ts->type == TR_JSON_OBJ && i < ts->n; i++)
+        put_task(e, p, ts->kids[i].key, &ts->kids[i]);
+    if (found) tr_json_free(&j);
+    free(text);
+}
+
+/* RUN/eval.json, as `trainer eval --json` writes it ({"tasks": [{"name", "acc", "acc_norm"}]}),
+ * else the tasks eval { } scored at the run's last scoring step. */
 static void point_tasks(tr_ex *e, tr_ex_point *p, const char *run) {
     char path[1400];
     snprintf(path, sizeof path, "%s/eval.json", run);
     tr_json j;
-    if (tr_json_parse_file(&j, path, NULL, 0)) return;
+    if (tr_json_parse_file(&j, path, NULL, 0)) {
+        metrics_tasks(e, p, run);
+        return;
+    }
     const tr_json *ts = tr_json_get(&j, "tasks");
     for (int i = 0; ts && ts->type == TR_JSON_ARR && i < ts->n; i++) {
         const tr_json *name = tr_json_get(&ts->kids[i], "name");
-        int t = name && name->type == TR_JSON_STR ? task_index(e, name->str) : -1;
-        if (t < 0) continue;
-        p->task[t][0] = json_num(&ts->kids[i], "acc");
-        p->task[t][1] = json_num(&ts->kids[i], "acc_norm");
+        if (name && name->type == TR_JSON_STR) put_task(e, p, name->str, &ts->kids[i]);
     }
     tr_json_free(&j);
 }
