@@ -109,6 +109,21 @@ void sw_point_name(const sw_spec *s, int k, char *buf, size_t n) {
     }
 }
 
+/* Text appended to store (4096 bytes) at *used, cut to fit: where it starts. */
+TR_PRINTF(3, 4) static char *put(char *store, size_t *used, const char *fmt, ...) {
+    static char none[1];
+    if (*used >= 4096) return none;
+    char *p = store + *used;
+    size_t room = 4096 - *used;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(p, room, fmt, ap);
+    va_end(ap);
+    size_t len = n < 0 ? 0 : (size_t)n < room ? (size_t)n : room - 1;
+    *used += len + 1;
+    return p;
+}
+
 int sw_point_argv(const sw_spec *s, int k, const char *self, int resume, char **argv,
                   char *store) {
     int n = 0;
@@ -119,23 +134,20 @@ int sw_point_argv(const sw_spec *s, int k, const char *self, int resume, char **
     for (int i = 0; i < s->n_args; i++) argv[n++] = s->args[i];
     const char *v[SW_MAX_AXES];
     sw_point_values(s, k, v);
+    /* at most 8 x (63 + 1 + SW_VALUE_MAX + 1) bytes of axes and the folder: they fit */
     for (int a = 0; a < s->n_axes; a++) {
-        char *p = store + used;
         if (s->axes[a].flag) {
-            used += (size_t)snprintf(p, 4096 - used, "--%s", s->axes[a].name) + 1;
-            argv[n++] = p;
+            argv[n++] = put(store, &used, "--%s", s->axes[a].name);
             argv[n++] = (char *)v[a];
         } else {
-            used += (size_t)snprintf(p, 4096 - used, "%s=%s", s->axes[a].name, v[a]) + 1;
             argv[n++] = "--set";
-            argv[n++] = p;
+            argv[n++] = put(store, &used, "%s=%s", s->axes[a].name, v[a]);
         }
     }
     char name[SW_NAME_LEN];
     sw_point_name(s, k, name, sizeof name);
     argv[n++] = "--out";
-    argv[n++] = store + used;
-    used += (size_t)snprintf(store + used, 4096 - used, "%s/points/%s", s->exp, name) + 1;
+    argv[n++] = put(store, &used, "%s/points/%s", s->exp, name);
     if (resume) argv[n++] = "--resume";
     argv[n] = NULL;
     return n;
@@ -262,6 +274,8 @@ static int read_axes(const tr_json *axes, sw_spec *s) {
             flag->type != TR_JSON_BOOL ||
             read_strings(tr_json_get(o, "values"), x->values, SW_MAX_VALUES, &x->n) || x->n < 1)
             return -1;
+        for (int v = 0; v < x->n; v++)
+            if (!x->values[v][0] || strlen(x->values[v]) > SW_VALUE_MAX) return -1;
         x->flag = flag->num != 0;
         s->n_points *= x->n;
     }
@@ -325,6 +339,8 @@ static int parse_grid(const char *g, sw_axis *x) {
         const char *c = strchr(p, ',');
         size_t n = c ? (size_t)(c - p) : strlen(p);
         if (n == 0) return fail("--grid '%s': an empty value", g);
+        if (n > SW_VALUE_MAX)
+            return fail("--grid '%.40s...': a value of %zu bytes (at most %d)", g, n, SW_VALUE_MAX);
         if (x->n == SW_MAX_VALUES) return fail("--grid '%s': more than %d values", g, SW_MAX_VALUES);
         x->values[x->n] = dup_str(p);
         x->values[x->n++][n] = 0;

@@ -26,6 +26,7 @@
 #define SW_MAX_POINTS 4096
 #define SW_MAX_ARGS 128
 #define SW_NAME_LEN 200
+#define SW_VALUE_MAX 128 /* bytes of one value of an axis */
 
 /* One axis of the grid: a knob or train field given with --set NAME=VALUE, or a flag of
  * `trainer run` given as --NAME VALUE (a layout per point: --tp, --zero, ...). */
