@@ -5,8 +5,10 @@
 # that run's own last checkpoint (the same weights, scored on one process with the
 # checkpoint loader): acc and acc_norm exactly (unless two choices are closer than the
 # tolerance below), the mean log-likelihood of the answers within it. A sweep of the recipe
-# tables those figures (report --compare EXP). A missing task file is one line naming the
-# recipe's eval { }.
+# tables those figures (report --compare EXP). eval { } leaves the losses bitwise as they
+# were, and a run killed after step 12 and resumed ends with the same losses and task
+# figures, bitwise, on 1 process and dp 2 at ZeRO-3. A missing task file is one line naming
+# the recipe's eval { }.
 # usage: tests/eval_train.sh path/to/trainer   (from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -70,6 +72,46 @@ if command -v mpirun >/dev/null; then
     done
 else
     echo "skip the layouts: no mpirun"
+fi
+
+# eval { } observes and does not steer: the losses equal a run without it, bitwise; and a run
+# killed after step 12 (its checkpoint), past the scoring at step 8, resumes to the same
+# losses and the same task figures at steps 16 and 24, bitwise (1 process, dp 2 at ZeRO-3)
+same_as() { # A B: losses and task figures of every step, bitwise
+    python3 - "$1" "$2" <<'EOF'
+import json, sys
+def rows(p):
+    by = {}
+    for l in open(p):
+        r = json.loads(l)
+        if "step" in r: by[r["step"]] = (r["loss"], r.get("val_loss"), json.dumps(r.get("tasks"), sort_keys=True))
+    return by
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+sys.exit(0 if a == b and len(a) == 24 else 1)
+EOF
+}
+sed '$d' "$tmp/r.lua" >"$tmp/plain.lua"
+"$T" run "$tmp/plain.lua" --out "$tmp/plain" --peak-gflops 100 >/dev/null 2>&1 || bad "the run without eval { } failed"
+python3 -c 'import json,sys; [print(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "step" in l]' "$tmp/plain/metrics.jsonl" >"$tmp/plain.losses"
+python3 -c 'import json,sys; [print(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "step" in l]' "$tmp/one/metrics.jsonl" >"$tmp/one.losses"
+cmp -s "$tmp/plain.losses" "$tmp/one.losses" && ok "eval { } leaves the training bitwise as it was (24 losses)" ||
+    bad "eval { } changed the losses"
+(TR_FAULT_KILL_AFTER_STEP=12 "$T" run "$tmp/r.lua" --out "$tmp/k1" --peak-gflops 100 >/dev/null 2>&1; true) 2>/dev/null
+"$T" run "$tmp/r.lua" --out "$tmp/k1" --resume --peak-gflops 100 >"$tmp/k1.log" 2>&1 || bad "resume: $(tail -1 "$tmp/k1.log")"
+grep -q "resuming from .*step_00000012 (step 12" "$tmp/k1.log" && same_as "$tmp/k1/metrics.jsonl" "$tmp/one/metrics.jsonl" &&
+    ok "1 process: killed after step 12 and resumed: losses and task figures bitwise the uninterrupted run's" ||
+    bad "1 process: the resumed run differs"
+if command -v mpirun >/dev/null; then
+    lay=(--dp 2 --zero 3 --micro-batch 4)
+    (TR_FAULT_KILL_AFTER_STEP=12 timeout 300 mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 \
+        -x TR_FAULT_KILL_AFTER_STEP "$T" run "$tmp/r.lua" --out "$tmp/k2" --peak-gflops 100 "${lay[@]}" \
+        >/dev/null 2>&1; true) 2>/dev/null
+    timeout 300 mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$T" run "$tmp/r.lua" --out "$tmp/k2" \
+        --resume --peak-gflops 100 "${lay[@]}" >"$tmp/k2.log" 2>&1 || bad "dp 2: resume: $(grep -m1 trainer "$tmp/k2.log")"
+    grep -q "resuming from .*step_00000012 (step 12" "$tmp/k2.log" &&
+        same_as "$tmp/k2/metrics.jsonl" "$tmp/dp2_zero3/metrics.jsonl" &&
+        ok "dp 2 ZeRO-3: killed after step 12 and resumed: losses and task figures bitwise" ||
+        bad "dp 2 ZeRO-3: the resumed run differs"
 fi
 
 # a sweep of such a recipe: report --compare EXP tables eval { }'s last figures of each point
