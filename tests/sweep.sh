@@ -219,6 +219,12 @@ refused "flags with an experiment folder" "is an experiment folder" "$tmp/a" --g
 refused "an experiment rerun into another experiment's folder" "holds another sweep" "$tmp/a" --out "$tmp/f"
 refused "--point out of range" "--point 8: the sweep has 8 points" "$tmp/a" --point 8
 refused "an empty grid value" "an empty value" "$R" --out "$tmp/x4" --grid lr=1e-3,
+refused "a value over 128 bytes" "a value of 200 bytes (at most 128)" "$R" --out "$tmp/x5" --grid "lr=$(printf '1%.0s' $(seq 200))"
+cp -r "$tmp/f" "$tmp/damaged" && echo '{"sweep": 1, "recipe": 5}' >"$tmp/damaged/sweep.json"
+refused "a damaged sweep.json" "damaged/sweep.json: not a sweep this trainer wrote" "$tmp/damaged"
+"$T" report "$tmp/damaged" >/dev/null 2>"$tmp/x.err"
+[ $? -eq 1 ] && [ "$(wc -l <"$tmp/x.err")" -eq 1 ] && grep -q "sweep.json: not a sweep this trainer wrote" "$tmp/x.err" &&
+    ok "report on a damaged sweep.json: $(cat "$tmp/x.err")" || bad "report on a damaged sweep.json: $(cat "$tmp/x.err")"
 cp "$R" "$tmp/changed.lua" && sed -i "s#\.\./\.\./data#$PWD/data#" "$tmp/changed.lua"
 "$T" sweep "$tmp/changed.lua" --out "$tmp/ch" --set steps=2 --peak-gflops 100 >/dev/null 2>&1 || bad "a one-point sweep failed"
 echo "-- a change" >>"$tmp/changed.lua"
