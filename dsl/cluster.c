@@ -21,6 +21,8 @@ const char *tr_origin_name(tr_origin o) {
         return "given";
     case TR_ORIGIN_MEASURED:
         return "measured";
+    case TR_ORIGIN_PUBLISHED:
+        return "published";
     }
     return "?";
 }
@@ -33,26 +35,48 @@ const char *tr_origin_name(tr_origin o) {
  * (8 x 200 Gb/s HDR for the A100, 8 x 400 Gb/s NDR for the H100 / H200 / B200 / MI300X, less
  * the protocol's share), latencies the order of one step of a ring. Prices are assumed: a
  * typical on-demand price per device-hour in 2024-25; they vary by provider and month.
- * Sources: the vendors' datasheets (NVIDIA A100, H100, H200, DGX B200, L40S; AMD MI300X). */
+ * Sources: the vendors' datasheets (NVIDIA A100, H100, H200, DGX B200, L40S; AMD MI300X).
+ *
+ * efficiency: the share of peak_flops a training step's matrix products reach, fitted to the
+ * calibration set of tests/published_runs.tsv for the generations it has runs of (the median
+ * ratio of published to predicted throughput there; tests/test_plan.c prints the errors), and
+ * never to its validation set. The A100 (EFF_A100) from Narayanan et al. 2021 Table 1 (GPT
+ * models, 32-3072 A100-80GB); the H100 (EFF_H100) from Megatron-LM's README scaling table of
+ * July 2024 (GPT models, 48-6144 H100-80GB). A device of another generation takes the
+ * nearest one's figure, assumed: the H200 the H100's (the same chip, more memory), the B200,
+ * MI300X, L40S and H100 PCIe the H100's (newer, higher peaks are reached less fully). */
+#define EFF_A100 0.53
+#define EFF_H100 0.50
+#define SRC_A100 "Narayanan et al. 2021, A100"
+#define SRC_H100 "Megatron-LM 2024, H100"
 static const tr_device_info devices[] = {
     /* name, aliases,
-       mem_bytes, peak_flops, mem_bw, intra_bw, intra_lat, inter_bw, inter_lat, per_node, price */
+       mem_bytes, peak_flops, mem_bw, intra_bw, intra_lat, inter_bw, inter_lat, per_node, price,
+       efficiency, its source (NULL: assumed) */
     {"A100-40GB", "A100-SXM4-40GB,NVIDIA A100-SXM4-40GB", /* HBM2, NVLink 3, HDR */
-     40 * GiB, 312e12, 1.555e12, 230e9, 5e-6, 22e9, 10e-6, 8, 1.3},
+     40 * GiB, 312e12, 1.555e12, 230e9, 5e-6, 22e9, 10e-6, 8, 1.3,
+     EFF_A100, SRC_A100},
     {"A100-80GB", "A100-SXM4-80GB,NVIDIA A100-SXM4-80GB", /* HBM2e, NVLink 3, HDR */
-     80 * GiB, 312e12, 2.039e12, 230e9, 5e-6, 22e9, 10e-6, 8, 1.8},
+     80 * GiB, 312e12, 2.039e12, 230e9, 5e-6, 22e9, 10e-6, 8, 1.8,
+     EFF_A100, SRC_A100},
     {"H100-80GB", "H100,H100-SXM,H100-SXM5,NVIDIA H100 80GB HBM3", /* NVLink 4, NDR */
-     80 * GiB, 989e12, 3.35e12, 360e9, 5e-6, 45e9, 10e-6, 8, 2.5},
+     80 * GiB, 989e12, 3.35e12, 360e9, 5e-6, 45e9, 10e-6, 8, 2.5,
+     EFF_H100, SRC_H100},
     {"H100-PCIe", "H100-PCIE-80GB,NVIDIA H100 PCIe", /* HBM2e, PCIe 5, HDR */
-     80 * GiB, 756e12, 2.0e12, 25e9, 5e-6, 22e9, 10e-6, 8, 2.0},
+     80 * GiB, 756e12, 2.0e12, 25e9, 5e-6, 22e9, 10e-6, 8, 2.0,
+     EFF_H100, NULL},
     {"H200", "H200-141GB,H200-SXM,NVIDIA H200", /* HBM3e 141 GB, NVLink 4, NDR */
-     140 * GiB, 989e12, 4.8e12, 360e9, 5e-6, 45e9, 10e-6, 8, 3.5},
+     140 * GiB, 989e12, 4.8e12, 360e9, 5e-6, 45e9, 10e-6, 8, 3.5,
+     EFF_H100, NULL},
     {"B200", "B200-180GB,NVIDIA B200", /* HBM3e, NVLink 5, NDR */
-     180 * GiB, 2250e12, 8e12, 720e9, 5e-6, 45e9, 10e-6, 8, 5.5},
+     180 * GiB, 2250e12, 8e12, 720e9, 5e-6, 45e9, 10e-6, 8, 5.5,
+     EFF_H100, NULL},
     {"L40S", "NVIDIA L40S", /* GDDR6 48 GB, PCIe 4, no NVLink, Ethernet */
-     45 * GiB, 362e12, 0.864e12, 20e9, 5e-6, 3e9, 10e-6, 8, 1.0},
+     45 * GiB, 362e12, 0.864e12, 20e9, 5e-6, 3e9, 10e-6, 8, 1.0,
+     EFF_H100, NULL},
     {"MI300X", "AMD Instinct MI300X", /* HBM3 192 GB, Infinity Fabric, 400 Gb/s per device */
-     192 * GiB, 1307e12, 5.3e12, 300e9, 5e-6, 45e9, 10e-6, 8, 3.0},
+     192 * GiB, 1307e12, 5.3e12, 300e9, 5e-6, 45e9, 10e-6, 8, 3.0,
+     EFF_H100, NULL},
 };
 
 #define N_DEVICES ((int)(sizeof devices / sizeof devices[0]))
@@ -107,7 +131,7 @@ static void fill(tr_figure *f, double v, tr_origin from) {
  * memory and peak rate (cluster_yaml.c refuses it otherwise): those decide a plan. The links
  * are a PCIe server on 100 Gb/s Ethernet shared by 8 devices. */
 static const tr_device_info unknown_device = {
-    "", "", 0, 0, 1e12, 20e9, 5e-6, 1.5e9, 20e-6, TR_UNKNOWN_PER_NODE, 0,
+    "", "", 0, 0, 1e12, 20e9, 5e-6, 1.5e9, 20e-6, TR_UNKNOWN_PER_NODE, 0, EFF_H100, NULL,
 };
 
 void tr_group_fill(tr_node_group *g, const tr_device_info *d) {
@@ -122,6 +146,15 @@ void tr_group_fill(tr_node_group *g, const tr_device_info *d) {
     fill(&g->inter.lat, d->inter_lat, from);
     fill(&g->price_hour, d->price_hour, from);
     fill(&g->egress_per_gb, 0, TR_ORIGIN_ASSUMED); /* no provider's egress is in the table */
+    tr_group_fill_efficiency(g, d);
+}
+
+void tr_group_fill_efficiency(tr_node_group *g, const tr_device_info *d) {
+    if (!d) d = &unknown_device;
+    if (g->efficiency.from == TR_ORIGIN_GIVEN) return;
+    const char *src = d->efficiency_source;
+    fill(&g->efficiency, d->efficiency, src ? TR_ORIGIN_PUBLISHED : TR_ORIGIN_ASSUMED);
+    snprintf(g->efficiency_source, sizeof g->efficiency_source, "%s", src ? src : "");
 }
 
 void tr_cluster_fill_between(tr_cluster *c) {
@@ -267,6 +300,10 @@ static void put_group(FILE *f, const tr_node_group *g) {
     put_num(f, g->peak_flops.v, 1e12, 1);
     fputs("\n    memory_bandwidth_gb_s: ", f);
     put_num(f, g->mem_bw.v, 1e9, 1);
+    if (g->efficiency.v > 0) {
+        fputs("\n    matrix_efficiency: ", f);
+        put_num(f, g->efficiency.v, 1, 1);
+    }
     fputc('\n', f);
     put_link(f, "intra_node", &g->intra);
     put_link(f, "inter_node", &g->inter);

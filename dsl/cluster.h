@@ -25,10 +25,13 @@ typedef enum {
     TR_ORIGIN_ASSUMED = 0, /* a default: no file, flag, table or measurement gave it */
     TR_ORIGIN_TABLE,       /* the table of known devices */
     TR_ORIGIN_GIVEN,       /* the cluster file or a flag */
-    TR_ORIGIN_MEASURED     /* measured on this machine at start-up */
+    TR_ORIGIN_MEASURED,    /* measured on this machine at start-up */
+    TR_ORIGIN_PUBLISHED    /* fitted to published training runs on that device (the
+                              calibration set of tests/published_runs.tsv) */
 } tr_origin;
 
-const char *tr_origin_name(tr_origin o); /* "assumed", "table", "given", "measured" */
+/* "assumed", "table", "given", "measured", "published" */
+const char *tr_origin_name(tr_origin o);
 
 /* A known device type: the figures a name stands for. */
 typedef struct {
@@ -46,6 +49,9 @@ typedef struct {
     int per_node;        /* devices in its usual server */
     double price_hour;   /* a typical on-demand price per device-hour, USD (assumed: prices
                             vary by provider and month) */
+    double efficiency;   /* of peak_flops, what a training step's matrix products reach */
+    const char *efficiency_source; /* the published runs it was fitted to ("Megatron-LM
+                            2024, H100"), or NULL: assumed, another generation's figure */
 } tr_device_info;
 
 /* The table: A100-40GB, A100-80GB, H100-80GB, H200, B200, L40S and more. NULL when the name
@@ -78,6 +84,10 @@ typedef struct {
     int per_node;      /* devices (GPUs; on the CPU backend, ranks) per server */
     tr_figure mem_bytes;    /* per device */
     tr_figure peak_flops;   /* per device: the rate the planner's efficiencies multiply */
+    tr_figure efficiency;   /* a GPU's: of peak_flops, what a training step's matrix products
+                               reach (published for a device the calibration set has runs
+                               of, else assumed; a file may give it) */
+    char efficiency_source[64]; /* published: the runs it was fitted to */
     tr_figure mem_bw;       /* per device, bytes/s */
     tr_link intra;          /* between devices of one node */
     tr_link inter;          /* between nodes of this group */
@@ -121,6 +131,11 @@ typedef struct {
        rank at once); 0 where not measured (the planner's assumed rates then) */
     double model_eff[TR_CLUSTER_EFF];
 } tr_cluster;
+
+/* g's matrix efficiency from the device d's (NULL: an unknown device's, assumed), unless
+ * the cluster file gave it: published where d's was fitted to published runs, else assumed;
+ * g->efficiency_source names the runs. */
+void tr_group_fill_efficiency(tr_node_group *g, const tr_device_info *d);
 
 /* Every device of the cluster: the sum of nodes * per_node. */
 long tr_cluster_devices(const tr_cluster *c);

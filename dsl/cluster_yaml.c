@@ -20,6 +20,9 @@
  *       price_per_hour: 2.49     # USD per device-hour, >= 0; unknown device: 0, assumed
  *       egress_per_gb: 0.08      # USD per GB leaving the provider, >= 0; default 0, assumed
  *       cores: 96                # CPU cores per node, 0 to 1000000; default 0 (not known)
+ *       matrix_efficiency: 0.45  # of peak_tflops, what a training step's matrix products
+ *                                # reach, above 0 and at most 1; default: the device's
+ *                                # (published for the A100 and H100, else assumed)
  *   links:                       # optional, between groups; a pair not listed gets the
  *     - between: [h100, a100]    # slower group's inter_node link, assumed
  *       bandwidth_gb_s: 1.25     # required
@@ -310,13 +313,14 @@ enum {
     G_PRICE,
     G_EGRESS,
     G_CORES,
+    G_EFF,
     G_N
 };
 static const char *const group_keys[G_N] = {
     "name",       "device",     "nodes",          "per_node",
     "provider",   "memory_gib", "peak_tflops",    "memory_bandwidth_gb_s",
     "intra_node", "inter_node", "price_per_hour", "egress_per_gb",
-    "cores"};
+    "cores",      "matrix_efficiency"};
 
 static int group_field(const reader *r, int k, const yaml_node_t *v, const char *field,
                        tr_node_group *g) {
@@ -347,6 +351,12 @@ static int group_field(const reader *r, int k, const yaml_node_t *v, const char 
         return get_figure(r, v, field, 0, 1, 1, &g->egress_per_gb);
     case G_CORES:
         return get_count(r, v, field, 0, 1000000, &g->cores);
+    case G_EFF:
+        if (get_figure(r, v, field, 1, 1, 1, &g->efficiency)) return -1;
+        if (g->efficiency.v > 1)
+            return fail(r, line_of(v), field, "must be a share of the peak, at most 1, got %g",
+                        g->efficiency.v);
+        return 0;
     }
     return -1;
 }

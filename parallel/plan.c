@@ -3,9 +3,12 @@
  * then resolved like a layout written by hand (tr_layout_resolve) and their memory measured
  * exactly (tr_layout_memory). */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/comm/base.h"
 #include "parallel/plan_private.h"
 #include "parallel/schedule.h"
 
@@ -431,12 +434,38 @@ static void what_would(pl_search *s, const tr_cluster *c, tr_plan_result *out) {
         snprintf(out->need, sizeof out->need, "no layout of up to %ld devices fits", have * 4097);
 }
 
-static void assumed(const tr_cluster *c, char *buf, size_t n) {
+/* Append to buf (used of n) what fmt makes, ", "-separated, truncated. */
+TR_PRINTF(4, 5) static void add(char *buf, size_t n, size_t *used, const char *fmt, ...) {
+    if (*used >= n) return;
+    if (*used) *used += (size_t)snprintf(buf + *used, n - *used, ", ");
+    if (*used >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    *used += (size_t)vsnprintf(buf + *used, n - *used, fmt, ap);
+    va_end(ap);
+}
+
+/* Every figure the cost model uses and where it came from: measured, given, the table's,
+ * published (fitted to published runs of that device), or assumed. */
+static void figures(const tr_cluster *c, char *buf, size_t n) {
     size_t used = 0;
-    if (!c->cpu)
-        used = (size_t)snprintf(buf, n, "matrix efficiency %.2f of peak", PL_GPU_EFFICIENCY);
-    else if (!(c->model_eff[0] > 0))
-        used = (size_t)snprintf(buf, n, "%.0f us per operation", 1e6 * PL_CPU_OP_COST);
+    buf[0] = 0;
+    for (int i = 0; !c->cpu && i < c->n_groups; i++) {
+        const tr_node_group *g = &c->g[i];
+        int dup = 0;
+        for (int j = 0; j < i; j++)
+            dup |= !strcmp(c->g[j].device, g->device);
+        if (dup) continue;
+        tr_node_group own = *g;
+        if (!(own.efficiency.v > 0)) tr_group_fill_efficiency(&own, NULL);
+        add(buf, n, &used, "matrix efficiency%s%s %.2f of peak (%s%s%s)", c->n_groups > 1 ? " " : "",
+            c->n_groups > 1 ? g->device : "", own.efficiency.v, tr_origin_name(own.efficiency.from),
+            own.efficiency_source[0] ? ": " : "", own.efficiency_source);
+    }
+    if (c->cpu && !(c->model_eff[0] > 0))
+        add(buf, n, &used, "%.0f us per operation (assumed)", 1e6 * PL_CPU_OP_COST);
+    else if (c->cpu)
+        add(buf, n, &used, "the model's own rate (measured)");
     const tr_node_group *g = &c->g[0];
     struct {
         const char *name;
@@ -444,14 +473,11 @@ static void assumed(const tr_cluster *c, char *buf, size_t n) {
     } f[] = {{"peak", g->peak_flops.from},      {"memory", g->mem_bytes.from},
              {"memory bandwidth", g->mem_bw.from}, {"node links", g->intra.bw.from},
              {"network", g->inter.bw.from},     {"price", g->price_hour.from}};
-    for (int i = 0; i < 6 && used < n; i++)
-        if (f[i].o == TR_ORIGIN_ASSUMED || f[i].o == TR_ORIGIN_TABLE)
-            used += (size_t)snprintf(buf + used, n - used, "%s%s (%s)", used ? ", " : "",
-                                     f[i].name, tr_origin_name(f[i].o));
-    if (used < n)
-        snprintf(buf + used, n - used, "%scommunication hidden behind compute %.0f%%%s",
-                 used ? ", " : "", 100 * (c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP),
-                 c->cpu ? "" : ", runtime reserve 1.5 GiB per device");
+    for (int i = 0; i < 6; i++)
+        add(buf, n, &used, "%s (%s)", f[i].name, tr_origin_name(f[i].o));
+    add(buf, n, &used, "communication hidden behind compute %.0f%% (assumed)",
+        100 * (c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP));
+    if (!c->cpu) add(buf, n, &used, "runtime reserve 1.5 GiB per device (assumed)");
 }
 
 int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *o,
@@ -501,7 +527,7 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
         what_would(s, c, out);
     }
     out->deadline_met = o->deadline_h <= 0 || out->best.hours <= o->deadline_h;
-    assumed(c, out->assumed, sizeof out->assumed);
+    figures(c, out->figures, sizeof out->figures);
     pl_model_free(&s->m);
     for (int k = 0; k <= TR_MAX_CHUNKS; k++) free(s->cuts[k]);
     free(s);

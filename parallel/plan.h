@@ -81,7 +81,8 @@ typedef struct {
                            would) */
     int deadline_met;   /* with a deadline: whether best meets it */
     char need[300];     /* nothing fits: "needs 12 GPUs of 80 GB, or recompute = full on 8" */
-    char assumed[600];  /* which figures were assumed (not measured or given) */
+    char figures[800];  /* every figure the cost model used and its origin (measured, given,
+                           table, published or assumed) */
     double tie;         /* plans within this share of the best were a tie (tr_plan_tie) */
 } tr_plan_result;
 

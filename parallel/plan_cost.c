@@ -94,7 +94,9 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
         left -= use;
         if (first < 0) first = i;
         last = i;
-        double eff = c->cpu ? 1.0 : PL_GPU_EFFICIENCY;
+        tr_node_group own = *g; /* a group nobody filled: an unknown device's figure */
+        if (!c->cpu && !(own.efficiency.v > 0)) tr_group_fill_efficiency(&own, NULL);
+        double eff = c->cpu ? 1.0 : own.efficiency.v;
         double peak = g->peak_flops.v > 0 ? g->peak_flops.v : PL_UNKNOWN_PEAK;
         if (peak * eff < d->rate) {
             d->rate = peak * eff;

@@ -7,9 +7,9 @@
 #include "parallel/plan.h"
 
 /* Figures the cost model assumes (README "How plans are chosen" lists them). */
-#define PL_GPU_EFFICIENCY 0.53  /* of the dense bf16 peak a training step reaches in its matrix
-                                   products: calibrated on the A100 rows of Narayanan et al.
-                                   2021, assumed for the other devices */
+/* A GPU's matrix efficiency (the share of its dense bf16 peak a training step's matrix
+   products reach) is its group's, tr_node_group.efficiency: per device generation, fitted to
+   published runs (dsl/cluster.c). */
 #define PL_GPU_OP_COST 6e-6     /* s per kernel launch and tail, per matrix product */
 #define PL_CPU_OP_COST 20e-6    /* s per operation on the CPU backend (threads' fork and join) */
 #define PL_OVERLAP 0.8          /* share of a backward's time a bucketed reduction can hide in

@@ -41,6 +41,23 @@ FIELDS='all(k in d["plan"] for k in ("dp","tp","pp","zero","micro_batch","microb
 json "$tmp/p2.json" "$FIELDS and d['plan']['dp'] * d['plan']['tp'] * d['plan']['pp'] == 256 and d['plan']['tp'] <= 8 and d['plan']['predicted']['memory_exact'] and d['plan']['predicted']['memory_bytes'] <= d['plan']['predicted']['memory_capacity'] and all(a['why'] for a in d['alternatives'])" >/dev/null &&
     ok "70B on 256 H100s: --json has the recipe's names, dp x tp x pp = 256, tp within a node, measured memory, reasons" ||
     { bad "70B on 256 H100s --json"; head -c 600 "$tmp/p2.json"; cat "$tmp/p2.err"; }
+# every figure says where it came from: the H100's matrix efficiency is published (fitted to
+# Megatron-LM's runs), a cluster file's is given and prices the same layout slower at half
+json "$tmp/p2.json" "'matrix efficiency 0.50 of peak (published: Megatron-LM 2024, H100)' in d['figures'] and 'peak (table)' in d['figures'] and 'communication hidden behind compute 80% (assumed)' in d['figures']" >/dev/null &&
+    ok "70B on 256 H100s: the figures' origins: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["figures"][:70])' "$tmp/p2.json")..." ||
+    { bad "70B on 256 H100s: figures"; grep -o '"figures": "[^"]*"' "$tmp/p2.json"; }
+sed 's/device: H100-80GB/device: H100-80GB\n    matrix_efficiency: 0.25/' recipes/clusters/h100x8.yaml >"$tmp/eff.yaml"
+"$T" plan bench/megatron_gpt.lua --cluster recipes/clusters/h100x8.yaml --tp 2 --pp 1 --zero 1 --json >"$tmp/e1.json" 2>&1
+"$T" plan bench/megatron_gpt.lua --cluster "$tmp/eff.yaml" --tp 2 --pp 1 --zero 1 --json >"$tmp/e2.json" 2>&1
+python3 - "$tmp/e1.json" "$tmp/e2.json" <<'PY' && ok "a cluster file's matrix_efficiency 0.25: given; the same layout computes 1.8-2x as long as at the table's 0.50 (its matrix products at half the rate)" || bad "matrix_efficiency in a cluster file"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+pa, pb = a["plan"], b["plan"]
+same = all(pa[k] == pb[k] for k in ("dp", "tp", "pp", "zero", "micro_batch", "schedule"))
+ca, cb = pa["predicted"]["compute_s"], pb["predicted"]["compute_s"]
+print("     compute %.4g s at 0.50, %.4g s at 0.25 (x%.3f); %s" % (ca, cb, cb / ca, b["figures"][:60]))
+sys.exit(0 if same and "matrix efficiency 0.25 of peak (given)" in b["figures"] and 1.8 < cb / ca <= 2.0 else 1)
+PY
 # a price at the edge of a double: the cost is not finite, and --json says null (it wrote inf)
 sed 's/device: H100-80GB/device: H100-80GB\n    price_per_hour: 1e308/' recipes/clusters/h100x8.yaml >"$tmp/pricey.yaml"
 "$T" plan recipes/shakespeare_char.lua --cluster "$tmp/pricey.yaml" --json >"$tmp/pricey.json" 2>"$tmp/pricey.err" &&

@@ -78,6 +78,18 @@ static void test_from_gpus(void) {
               fig(c.between[0][0].bw, 45e9, TR_ORIGIN_TABLE) && tr_cluster_devices(&c) == 64 &&
               !strcmp(c.source, "--gpus 64 --gpus-per-node 8 --gpu H100-80GB"),
           "--gpus 64 --gpus-per-node 8 --gpu h100: 8 nodes of 8 H100-80GB, figures from the table");
+    check(fig(g->efficiency, 0.50, TR_ORIGIN_PUBLISHED) &&
+              !strcmp(g->efficiency_source, "Megatron-LM 2024, H100"),
+          "the H100's matrix efficiency %.2f, %s (%s)", g->efficiency.v,
+          tr_origin_name(g->efficiency.from), g->efficiency_source);
+    rc = tr_cluster_from_gpus(&c, 8, 8, "A100-40GB", err, sizeof err);
+    check(!rc && fig(c.g[0].efficiency, 0.53, TR_ORIGIN_PUBLISHED) &&
+              !strcmp(c.g[0].efficiency_source, "Narayanan et al. 2021, A100"),
+          "the A100's matrix efficiency %.2f, %s (%s)", c.g[0].efficiency.v,
+          tr_origin_name(c.g[0].efficiency.from), c.g[0].efficiency_source);
+    rc = tr_cluster_from_gpus(&c, 8, 8, "H200", err, sizeof err);
+    check(!rc && fig(c.g[0].efficiency, 0.50, TR_ORIGIN_ASSUMED) && !c.g[0].efficiency_source[0],
+          "the H200's: the H100's, assumed");
     rc = tr_cluster_from_gpus(&c, 4, 0, "A100-80GB", err, sizeof err);
     check(!rc && c.g[0].nodes == 1 && c.g[0].per_node == 4, "--gpus 4: one node of 4");
     rc = tr_cluster_from_gpus(&c, 24, 0, "B200", err, sizeof err);
@@ -176,6 +188,9 @@ static void test_defaults(const char *dir) {
               fig(c.between[0][1].bw, 1e9, TR_ORIGIN_ASSUMED) &&
               fig(c.between[1][0].lat, 10e-6, TR_ORIGIN_ASSUMED),
           "an unknown device: per_node 8, price 0 assumed; a pair not named: the slower link");
+    check(!rc && fig(f->efficiency, 0.50, TR_ORIGIN_ASSUMED) && !f->efficiency_source[0] &&
+              fig(c.g[1].efficiency, 0.50, TR_ORIGIN_ASSUMED),
+          "an unknown device and the L40S: the H100's matrix efficiency, assumed");
     if (rc) printf("     %s\n", err);
     snprintf(path, sizeof path, "%s/no_such.yaml", dir);
     rc = tr_cluster_load(&c, path, err, sizeof err);
@@ -201,7 +216,8 @@ static int same_cluster(const tr_cluster *a, const tr_cluster *b) {
              same_figure(x->mem_bw, y->mem_bw) && same_figure(x->intra.bw, y->intra.bw) &&
              same_figure(x->intra.lat, y->intra.lat) && same_figure(x->inter.bw, y->inter.bw) &&
              same_figure(x->inter.lat, y->inter.lat) && same_figure(x->price_hour, y->price_hour) &&
-             same_figure(x->egress_per_gb, y->egress_per_gb);
+             same_figure(x->egress_per_gb, y->egress_per_gb) &&
+             same_figure(x->efficiency, y->efficiency);
         for (int j = 0; ok && j < a->n_groups; j++)
             ok = same_figure(a->between[i][j].bw, b->between[i][j].bw) &&
                  same_figure(a->between[i][j].lat, b->between[i][j].lat);
@@ -236,6 +252,7 @@ static void test_round_trips(const char *dir) {
         &c, path,
         "groups:\n  - {name: a, device: \"odd \\\"one\\\\: x\", nodes: 3, per_node: 3,\n     "
         "provider: 'it''s #1', memory_gib: 0.333333333333333,\n     peak_tflops: 1e-9, "
+        "matrix_efficiency: 0.333333333333333, "
         "memory_bandwidth_gb_s: 1e6, cores: 7,\n     inter_node: {latency_ms: 0.1}}\n  - {name: b, "
         "device: H200, nodes: 1, egress_per_gb: 0.1}\n  - {name: c, device: l40s, nodes: "
         "100000}\nlinks:\n  - {between: [c, a], bandwidth_gb_s: 0.7, latency_us: 333}\n");

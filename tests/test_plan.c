@@ -236,7 +236,7 @@ static void cost_and_deadline(tr_plan_result *res) {
 
 /* A row of tests/published_runs.tsv (its header says what each field means). */
 typedef struct {
-    char set[16], source[32], name[32], device[32], recompute[16], metric[16];
+    char set[16], source[32], name[32], device[32], recompute[16], metric[16], head[8], comm[8];
     int gpus, layers, width, heads, vocab, seq, batch, micro, tp, pp, zero;
     double value;
 } pub_run;
@@ -249,10 +249,13 @@ static int read_runs(pub_run *runs, int max) {
     while (n < max && fgets(line, sizeof line, f)) {
         pub_run *p = &runs[n];
         if (line[0] == '#') continue;
-        if (sscanf(line, "%15s %31s %31s %31s %d %d %d %d %d %d %d %d %d %d %d %15s %15s %lf",
+        if (sscanf(line,
+                   "%15s %31s %31s %31s %d %d %d %d %d %d %d %d %d %d %d %15s %15s %lf %7s %7s",
                    p->set, p->source, p->name, p->device, &p->gpus, &p->layers, &p->width,
                    &p->heads, &p->vocab, &p->seq, &p->batch, &p->micro, &p->tp, &p->pp,
-                   &p->zero, p->recompute, p->metric, &p->value) == 18)
+                   &p->zero, p->recompute, p->metric, &p->value, p->head, p->comm) == 20 &&
+            (!strcmp(p->head, "tied") || !strcmp(p->head, "untied")) &&
+            (!strcmp(p->comm, "exposed") || !strcmp(p->comm, "hidden")))
             n++;
         else
             check(0, "published_runs.tsv: cannot read '%.60s'", line);
@@ -268,17 +271,28 @@ static double eq3_flops(const pub_run *p) {
     return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
-/* The run's figure as the planner predicts it for plan p. */
+/* Megatron-LM's model FLOPs per step (no recompute). */
+static double model_flops(const pub_run *p) {
+    double B = p->batch, s = p->seq, l = p->layers, h = p->width, V = p->vocab;
+    return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+}
+
+/* The run's figure as the planner predicts it for plan p: its step, less the communication
+ * the source hid behind compute (comm "hidden"). */
 static double predicted(const pub_run *r, const tr_plan *p) {
+    double step = p->step_s;
+    if (!strcmp(r->comm, "hidden")) step -= p->tp_s + p->pp_s + p->dp_s;
     if (!strcmp(r->metric, "tflops_eq3"))
-        return eq3_flops(r) / p->step_s / (double)p->l.world / 1e12;
-    return p->tokens_s / (double)p->l.world; /* tokens_s_gpu */
+        return eq3_flops(r) / step / (double)p->l.world / 1e12;
+    if (!strcmp(r->metric, "tflops_model"))
+        return model_flops(r) / step / (double)p->l.world / 1e12;
+    return r->batch * (double)r->seq / step / (double)p->l.world; /* tokens_s_gpu */
 }
 
 /* Plan run r on its GPUs: its published layout (own = 0) or the planner's (own = 1: the mesh,
  * ZeRO and micro-batch free, the recompute as published); its figure, 0 when no plan fits. */
 static double plan_run(tr_plan_result *res, const pub_run *r, int own, tr_plan *out) {
-    char sets[8][40];
+    char sets[9][40];
     snprintf(sets[0], 40, "layers=%d", r->layers);
     snprintf(sets[1], 40, "width=%d", r->width);
     snprintf(sets[2], 40, "heads=%d", r->heads);
@@ -287,11 +301,12 @@ static double plan_run(tr_plan_result *res, const pub_run *r, int own, tr_plan *
     snprintf(sets[5], 40, "seq=%d", r->seq);
     snprintf(sets[6], 40, "micro=%d", own ? 0 : r->micro);
     snprintf(sets[7], 40, "recompute=%s", r->recompute); /* eq. 3 counts its FLOPs */
-    const char *s[8];
-    for (int i = 0; i < 8; i++)
+    snprintf(sets[8], 40, "tied=%s", strcmp(r->head, "tied") ? "false" : "true");
+    const char *s[9];
+    for (int i = 0; i < 9; i++)
         s[i] = sets[i];
     tr_recipe rec;
-    load(&rec, "../bench/megatron_gpt.lua", s, 8);
+    load(&rec, "../bench/megatron_gpt.lua", s, 9);
     tr_plan_opts o = opts(TR_DTYPE_BF16);
     o.fixed.pad_vocab = 128;
     o.alternatives = 0;
@@ -322,7 +337,8 @@ static void published(tr_plan_result *res) {
         double err[64], bound = set ? VALIDATION_BOUND : 0.2;
         int m = 0;
         printf("     the %s set (%s):\n", name,
-               set ? "no constant was fitted to it" : "PL_GPU_EFFICIENCY was fitted to it");
+               set ? "no constant was fitted to it"
+                   : "each device's matrix efficiency was fitted to its rows");
         for (int i = 0; i < n; i++) {
             const pub_run *r = &runs[i];
             if (strcmp(r->set, name)) continue;

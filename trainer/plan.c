@@ -21,8 +21,8 @@ static const char *plan_help =
     "Choose how to lay out a run of RECIPE on a cluster: data, tensor and pipeline\n"
     "parallelism, ZeRO stage, micro-batch and count, schedule, sequence parallelism and\n"
     "recompute. Prints the chosen plan with its predicted memory per device, step time,\n"
-    "tokens/s, MFU and cost, the next plans with why each lost, and which figures were\n"
-    "assumed. Layout fields the recipe or the flags fix (--tp 2, --zero 1, ...) are kept.\n"
+    "tokens/s, MFU and cost, the next plans with why each lost, and where each figure came\n"
+    "from. Layout fields the recipe or the flags fix (--tp 2, --zero 1, ...) are kept.\n"
     "\n"
     "  --cluster FILE     a cluster file (YAML; examples in recipes/clusters/)\n"
     "  --gpus N           N devices of type --gpu, --gpus-per-node K per server (default:\n"
@@ -228,7 +228,7 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
         print_plan_line(p, f);
         fprintf(f, "\n     step %.4g s, %s: %s\n", p->step_s, mem, p->why);
     }
-    fprintf(f, "\nassumed: %s\n", res->assumed);
+    fprintf(f, "\nfigures: %s\n", res->figures);
     print_model_eff(c, f);
     print_tie(res, c, f);
     fprintf(f, "to fix it in the recipe: parallel { dp = %d, tp = %d, pp = %d, zero = %d, "
@@ -327,8 +327,8 @@ static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) 
     tr_json_write_string(f, res->need);
     fprintf(f, ", \"cluster\": ");
     json_cluster(c, f);
-    fprintf(f, ", \"assumed\": ");
-    tr_json_write_string(f, res->assumed);
+    fprintf(f, ", \"figures\": ");
+    tr_json_write_string(f, res->figures);
     fprintf(f, ",\n \"tie\": {\"band\": ");
     tr_json_write_num(f, res->tie, -4);
     fprintf(f, ", \"noise\": ");

@@ -132,6 +132,8 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, const t
                            .peak_flops = cpu ? 0 : peak,
                            .measure_links = cpu && tr_comm_size(world) > 1};
     if (tr_topology_detect(world, &to, out, err, errlen)) return -1;
+    for (int i = 0; !cpu && i < out->n_groups; i++) /* the table's, or assumed */
+        tr_group_fill_efficiency(&out->g[i], known);
     if (cpu && r && out->g[0].peak_flops.from == TR_ORIGIN_MEASURED &&
         probe_model(world, be, r, out)) {
         snprintf(err, errlen, "topology: a collective of the model's probe failed");
