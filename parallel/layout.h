@@ -126,5 +126,10 @@ void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r);
  * first, whose chunks end earliest. Two dynamic programs of O(k n^2) steps. 0, or -1 when out
  * of memory or k is out of range. */
 int tr_layout_partition(const double *cost, int n, int k, int *start);
+/* The same for chunks on devices of different speeds: chunk c's time is its cost over
+ * speed[c] (> 0; the pipeline rank that holds it: devices of two generations, or CPU hosts
+ * of different core counts), and the cut balances the times. -1 also for a speed <= 0. */
+int tr_layout_partition_speeds(const double *cost, int n, int k, const double *speed,
+                               int *start);
 
 #endif

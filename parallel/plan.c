@@ -88,6 +88,22 @@ static const int *cuts_for(pl_search *s, int K) {
     return s->cuts[K] = c;
 }
 
+/* On devices of different speeds: the stages of layout l cut by each pipeline rank's speed
+ * (its slowest device's rate), so that a faster stage holds more blocks; into l->chunk_start.
+ * One chunk per rank only: with virtual stages a rank's time is the sum of its chunks, which
+ * a cut that balances each chunk does not balance (those keep the even cut, priced at each
+ * rank's own rate). -1 when out of memory. */
+static int speed_cut(const pl_search *s, const pl_devices *dv, tr_layout *l, int K) {
+    double speed[TR_MAX_CHUNKS], *cost = malloc((size_t)s->m.n * sizeof(double));
+    if (!cost) return -1;
+    for (int i = 0; i < s->m.n; i++) cost[i] = s->m.blk[i].fwd_flops;
+    for (int c = 0; c < K; c++) speed[c] = pl_stage_rate(dv, l, c % l->pp) / dv->rate;
+    int rc = tr_layout_partition_speeds(cost, s->m.n, K, speed, l->chunk_start);
+    free(cost);
+    l->stages_given = 1; /* run keeps this cut (trainer/run/plan.c) */
+    return rc;
+}
+
 /* The objective's value: lower is better. */
 static double score(const pl_search *s, const tr_plan *p) {
     if (s->o->objective == TR_PLAN_COST || s->o->deadline_h > 0) {
@@ -180,6 +196,10 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
             p.l.schedule = k;
             p.l.virtual_stages = V;
             memcpy(p.l.chunk_start, cut, (size_t)(P * V + 1) * sizeof(int));
+            p.l.stages_given = P > 1 && s->r->parallel.n_stages == P * V;
+            if (dv->mixed && P > 1 && V == 1 && s->r->parallel.n_stages != P &&
+                speed_cut(s, dv, &p.l, P))
+                continue;
             for (int z = 0; z <= 3; z++) {
                 if (!ok(f->zero, z) || (z >= 1 && base.l.dp == 1 && f->zero < 0 && z > 0)) continue;
                 if (P > 1 && z >= 2 && (k >= TR_PP_INTERLEAVED || tied_head)) continue;
@@ -252,6 +272,10 @@ static int measure(const pl_search *s, const pl_devices *dv, tr_plan *p) {
     tr_recipe r = *s->r; /* a shallow copy: the layout reads it */
     r.train.recompute = p->l.recompute;
     r.parallel.n_stages = 0;
+    if (p->l.stages_given) { /* the recipe's cut, or one by the stages' speeds */
+        r.parallel.n_stages = p->l.pp * p->l.virtual_stages;
+        memcpy(r.parallel.stages, p->l.chunk_start, (size_t)r.parallel.n_stages * sizeof(int));
+    }
     tr_layout_flags f = tr_layout_pin(&p->l);
     f.pad_vocab = s->o->fixed.pad_vocab;
     tr_layout l;

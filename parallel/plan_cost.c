@@ -102,6 +102,9 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
             d->rate = peak * eff;
             d->peak = peak;
         }
+        d->g_rate[d->groups] = peak * eff;
+        d->g_end[d->groups] = world - left;
+        if (d->groups > 0 && d->g_rate[d->groups] != d->g_rate[0]) d->mixed = 1;
         d->mem_bw = mind(d->mem_bw, g->mem_bw.v > 0 ? g->mem_bw.v : PL_UNKNOWN_MEM_BW);
         /* a device of unknown memory (0): not checked (run then leaves the micro-batch to the
            resolver's memory rule) */
@@ -127,6 +130,18 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
     d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
     d->reserve = c->cpu ? 0 : PL_GPU_RESERVE;
+}
+
+double pl_stage_rate(const pl_devices *dv, const tr_layout *l, int p) {
+    if (!dv->mixed) return dv->rate;
+    double r = HUGE_VAL;
+    for (long d = 0; d < l->dp; d++) { /* the stage's tp blocks: groups are rank ranges */
+        long first = (d * l->pp + p) * l->tp, last = first + l->tp - 1;
+        for (int g = 0; g < dv->groups; g++)
+            if (first < dv->g_end[g] && last >= (g ? dv->g_end[g - 1] : 0))
+                r = mind(r, dv->g_rate[g]);
+    }
+    return isfinite(r) ? r : dv->rate;
 }
 
 /* ---- one layout --------------------------------------------------------------------------- */
@@ -253,13 +268,13 @@ static int measured_at(const pl_devices *dv, double *eff) {
  * tokens: matrix products at the device's rate, PL_CPU/GPU_OP_COST per operation, the
  * activations' passes through memory. */
 static void parts(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
-                  double tok, double *mm, double *fixed, double *elem) {
+                  double tok, double rate, double *mm, double *fixed, double *elem) {
     double tp = p->l.tp, sp = p->l.sequence_parallel ? tp : 1, ops = 0, act = 0;
     for (int i = a; i < b; i++) {
         ops += m->blk[i].matrix_ops;
         act += m->blk[i].act_split_bytes / tp + (m->blk[i].act_bytes - m->blk[i].act_split_bytes) / sp;
     }
-    *mm = (m->pre_flops[b] - m->pre_flops[a]) * tok / tp / dv->rate;
+    *mm = (m->pre_flops[b] - m->pre_flops[a]) * tok / tp / rate;
     *fixed = ops * dv->op_cost;
     *elem = PL_ELEMENTWISE_PASSES * act * tok * m->a_scale / dv->mem_bw;
 }
@@ -272,15 +287,15 @@ static void parts(const pl_model *m, const pl_devices *dv, const tr_plan *p, int
  * as the per-size measurements vary from run to run more than they differ on a small model,
  * and a plan that followed them would not be the same twice. */
 static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
-                       double *compute, double *tp_s) {
+                       double rate, double *compute, double *tp_s) {
     double tok = (double)p->l.micro_batch * m->T, mm, fixed, elem, eff;
-    parts(m, dv, p, a, b, tok, &mm, &fixed, &elem);
+    parts(m, dv, p, a, b, tok, rate, &mm, &fixed, &elem);
     double f = mm + fixed + elem / 3, bwd = 2 * (mm + fixed) + 2 * elem / 3;
     int ref = measured_at(dv, &eff);
     double k = 1;
     if (ref) {
         double rm, rf, re;
-        parts(m, dv, p, a, b, (double)ref * m->T, &rm, &rf, &re);
+        parts(m, dv, p, a, b, (double)ref * m->T, rate, &rm, &rf, &re);
         k = 3 * rm / eff / (3 * (rm + rf) + re);
         f *= k, bwd *= k;
     }
@@ -320,10 +335,10 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     double S = tok * m->C * m->es / (p->l.sequence_parallel ? p->l.tp : 1);
     double bwd_last = 0;
     for (int r = 0; r < p->l.pp; r++) {
-        double c = 0, t = 0, send = 0;
+        double c = 0, t = 0, send = 0, rate = pl_stage_rate(dv, &p->l, r);
         for (int k = r; k < K; k += p->l.pp) {
             double cc, tt;
-            chunk_time(m, dv, p, p->l.chunk_start[k], p->l.chunk_start[k + 1], &cc, &tt);
+            chunk_time(m, dv, p, p->l.chunk_start[k], p->l.chunk_start[k + 1], rate, &cc, &tt);
             c += cc;
             t += tt;
             if (k > 0) send += S / pl->bw.v + pl->lat.v;         /* receive forward, send back */

@@ -63,9 +63,16 @@ typedef struct {
     int groups;     /* groups the world spans */
     tr_link intra, inter, between; /* slowest of each kind among those used */
     double egress_per_byte; /* the dearest provider's (0: one provider) */
+    int mixed;      /* the groups used reach different rates: stages are sized by speed */
+    double g_rate[TR_CLUSTER_MAX_GROUPS]; /* each group's rate (peak x efficiency) */
+    long g_end[TR_CLUSTER_MAX_GROUPS];    /* the world rank after each group's last */
 } pl_devices;
 
 void pl_devices_of(const tr_cluster *c, long world, pl_devices *d);
+
+/* The rate of pipeline rank p's slowest device in layout l (world rank (d pp + p) tp + t):
+ * dv->rate unless the devices are mixed. */
+double pl_stage_rate(const pl_devices *dv, const tr_layout *l, int p);
 
 /* One layout to price: the fields of tr_plan's first part. */
 void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p);

@@ -23,11 +23,12 @@ static double by_squares(double prev, double seg, double cap) {
     return seg > cap ? HUGE_VAL : prev + seg * seg;
 }
 
-/* best[kk * (n + 1) + i]: the best value of the first i blocks in kk + 1 chunks. */
-static void program(const double *S, int n, int k, combine_fn f, double cap, double *best,
-                    int *cut) {
+/* best[kk * (n + 1) + i]: the best value of the first i blocks in kk + 1 chunks; chunk kk's
+ * time is its cost over speed[kk] (NULL: 1). */
+static void program(const double *S, int n, int k, const double *speed, combine_fn f, double cap,
+                    double *best, int *cut) {
     for (int i = 0; i <= n; i++) {
-        best[i] = i > 0 ? f(0, S[i], cap) : HUGE_VAL;
+        best[i] = i > 0 ? f(0, speed ? S[i] / speed[0] : S[i], cap) : HUGE_VAL;
         cut[i] = 0;
     }
     for (int kk = 1; kk < k; kk++) {
@@ -38,7 +39,8 @@ static void program(const double *S, int n, int k, combine_fn f, double cap, dou
             cur[i] = HUGE_VAL;
             cc[i] = 0;
             for (int j = kk; j < i; j++) { /* kk chunks of blocks [0, j), then [j, i) */
-                double v = f(prev[j], S[i] - S[j], cap);
+                double seg = speed ? (S[i] - S[j]) / speed[kk] : S[i] - S[j];
+                double v = f(prev[j], seg, cap);
                 if (v < cur[i]) {
                     cur[i] = v;
                     cc[i] = j;
@@ -49,7 +51,14 @@ static void program(const double *S, int n, int k, combine_fn f, double cap, dou
 }
 
 int tr_layout_partition(const double *cost, int n, int k, int *start) {
+    return tr_layout_partition_speeds(cost, n, k, NULL, start);
+}
+
+int tr_layout_partition_speeds(const double *cost, int n, int k, const double *speed,
+                               int *start) {
     if (k < 1 || k > n) return -1;
+    for (int c = 0; speed && c < k; c++)
+        if (!(speed[c] > 0)) return -1;
     size_t cells = (size_t)k * (size_t)(n + 1);
     double *S = malloc((size_t)(n + 1) * sizeof(double));
     double *best = malloc(cells * sizeof(double));
@@ -64,10 +73,11 @@ int tr_layout_partition(const double *cost, int n, int k, int *start) {
     for (int i = 0; i < n; i++)
         S[i + 1] = S[i] + cost[i];
     /* the cheapest most expensive chunk, then the most even cut under it: every chunk cost
-     * is the same S[i] - S[j] expression in both programs, so the cap compares exactly */
-    program(S, n, k, by_max, 0, best, cut);
+     * is the same (S[i] - S[j]) / speed expression in both programs, so the cap compares
+     * exactly */
+    program(S, n, k, speed, by_max, 0, best, cut);
     double cap = best[(size_t)(k - 1) * (size_t)(n + 1) + (size_t)n];
-    program(S, n, k, by_squares, cap, best, cut);
+    program(S, n, k, speed, by_squares, cap, best, cut);
     start[k] = n;
     for (int kk = k - 1, i = n; kk >= 0; kk--) {
         i = kk > 0 ? cut[(size_t)kk * (size_t)(n + 1) + (size_t)i] : 0;

@@ -351,6 +351,19 @@ static void test_partition(void) {
           start[1], start[2], start[3]);
     check(tr_layout_partition(even, 6, 7, start) == -1 && tr_layout_partition(even, 6, 0, start),
           "partition: more chunks than blocks, or none, is refused");
+    /* by speed: 8 equal blocks on a stage twice as fast as the next: 6 and 2 (times 3 and 2;
+       5 and 3 would reach the same most, 3, less evenly); equal speeds: the plain cut */
+    double eight[8] = {1, 1, 1, 1, 1, 1, 1, 1}, fast_slow[2] = {2, 1}, same[3] = {1, 1, 1};
+    int plain[4], rc2 = tr_layout_partition_speeds(eight, 8, 2, fast_slow, start);
+    check(!rc2 && start[0] == 0 && start[1] == 6 && start[2] == 8,
+          "partition by speed: 8 blocks on speeds 2 and 1: 6 | 2 (got %d | %d)", start[1],
+          8 - start[1]);
+    rc2 = tr_layout_partition_speeds(even, 6, 3, same, start) || tr_layout_partition(even, 6, 3, plain);
+    check(!rc2 && !memcmp(start, plain, sizeof plain),
+          "partition by speed: equal speeds cut as the plain partition");
+    double zero[2] = {1, 0};
+    check(tr_layout_partition_speeds(eight, 8, 2, zero, start) == -1,
+          "partition by speed: a speed of 0 is refused");
 }
 
 static void test_pipeline_resolve(void) {

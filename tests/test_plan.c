@@ -594,6 +594,53 @@ static void noise_widens_tie(tr_plan_result *res) {
     tr_recipe_free(&r);
 }
 
+/* Mixed devices: a pipeline over a node of H100s and one of A100s (about 3x slower at their
+ * published efficiencies) gives the H100 stage more blocks, and is priced at each stage's own
+ * rate: faster than the even cut of the same layout, whose A100 stage sets the pace. */
+static void mixed_devices(tr_plan_result *res) {
+    tr_cluster c;
+    char err[1024];
+    tr_recipe r;
+    FILE *f = fopen("mixed_devices.yaml", "w");
+    if (f) {
+        fputs("groups:\n  - {name: h100, device: H100-80GB, nodes: 1}\n"
+              "  - {name: a100, device: A100-80GB, nodes: 1}\n", f);
+        fclose(f);
+    }
+    int rc = tr_cluster_load(&c, "mixed_devices.yaml", err, sizeof err);
+    remove("mixed_devices.yaml");
+    if (!check(!rc, "mixed devices: the cluster loads (%s)", err)) return;
+    load(&r, "../bench/megatron_gpt.lua", NULL, 0);
+    tr_plan_opts o = opts(TR_DTYPE_BF16);
+    o.fixed.tp = 8, o.fixed.pp = 2, o.fixed.dp = 1, o.fixed.schedule = TR_PP_1F1B;
+    o.all_devices = 1;
+    rc = tr_plan_search(&r, &c, &o, res, err, sizeof err);
+    if (!check(!rc && res->fits, "mixed devices: a plan (%s)", rc ? err : "fits")) return;
+    tr_plan fast = res->best, even;
+    int n = fast.l.n_blocks, cut = fast.l.chunk_start[1];
+    check(fast.l.stages_given && cut > n / 2 + 2,
+          "mixed devices: H100 x 8 then A100 x 8, pp 2: the H100 stage holds %d of %d blocks", cut,
+          n);
+    tr_layout l = fast.l;
+    tr_plan_price(&r, &c, &l, TR_DTYPE_BF16, &fast);
+    double *cost = calloc((size_t)n, sizeof(double));
+    tr_cost *blocks = calloc((size_t)n, sizeof(tr_cost));
+    if (cost && blocks) {
+        tr_cost_blocks(&r.model, r.model.seq_len, blocks, n);
+        for (int i = 0; i < n; i++) cost[i] = blocks[i].fwd_flops;
+        tr_layout_partition(cost, n, 2, l.chunk_start);
+        tr_plan_price(&r, &c, &l, TR_DTYPE_BF16, &even);
+        check(fast.step_s < even.step_s && fast.compute_s < 0.75 * even.compute_s,
+              "mixed devices: cut by speed %.3f s a step (computing %.3f s), cut evenly (%d | %d "
+              "blocks) %.3f s (%.3f s)",
+              fast.step_s, fast.compute_s, l.chunk_start[1], n - l.chunk_start[1], even.step_s,
+              even.compute_s);
+    }
+    free(cost);
+    free(blocks);
+    tr_recipe_free(&r);
+}
+
 int main(void) {
     tr_plan_result *res = calloc(1, sizeof(*res));
     memory_estimates();
@@ -605,6 +652,7 @@ int main(void) {
     noise_widens_tie(res);
     cost_and_deadline(res);
     published(res);
+    mixed_devices(res);
     planning_time(res);
     free(res);
     printf("%s: %d ok, %d failed\n", n_fail ? "FAIL" : "PASS", n_ok, n_fail);

@@ -33,6 +33,11 @@ static void apply(run_ctx *x, const tr_plan *p) {
     }
     o->layout = f;
     x->r.train.recompute = p->l.recompute;
+    if (p->l.stages_given && x->r.parallel.n_stages == 0) { /* cut by the stages' speeds */
+        int K = p->l.pp * p->l.virtual_stages;
+        x->r.parallel.n_stages = K;
+        memcpy(x->r.parallel.stages, p->l.chunk_start, (size_t)K * sizeof(int));
+    }
 }
 
 /* The recipe's model with one block per stack: what the probe below times. */
