@@ -507,8 +507,58 @@ static void name_hosts(const hosts *h, tr_cluster_hosts *out) {
     for (int r = 0; r < h->size; r++) out->host_of[r] = (short)h->node[r];
 }
 
+/* A node's sgemm rate (its slowest rank's; 0: not measured) and the noise of its ranks'
+ * probes (the largest tr_topology_spread). */
+static double node_rate(const hosts *h, int k, double *noise) {
+    double v = 0;
+    *noise = 0;
+    for (int r = 0; r < h->size; r++) {
+        const double *f = &h->figs[(size_t)r * F_N];
+        if (h->node[r] != k) continue;
+        if (f[F_FLOPS] > 0 && (v == 0 || f[F_FLOPS] < v)) v = f[F_FLOPS];
+        if (f[F_NOISE] > *noise) *noise = f[F_NOISE];
+    }
+    return v;
+}
+
+int tr_topology_speed_groups(const double *rate, const double *noise, const int *count, int n,
+                             int *group) {
+    int groups = 0;
+    double first = 0, first_noise = 0;
+    for (int k = 0; k < n; k++) {
+        double v = rate[k];
+        double apart = v > 0 && first > 0 ? (v > first ? v / first : first / v) : 1;
+        double bar = 1 + 2 * (noise[k] > first_noise ? noise[k] : first_noise);
+        int fresh = k == 0 || count[k] != count[k - 1] || (apart >= TR_TOPOLOGY_SPEED_SPLIT && apart > bar);
+        if (fresh) groups++, first = v, first_noise = noise[k];
+        group[k] = groups - 1;
+    }
+    return groups;
+}
+
+/* The groups by counts and speeds (tr_topology_speed_groups); with more than
+ * TR_CLUSTER_MAX_GROUPS the grouping by counts alone stays (each group at its slowest node's
+ * rate). */
+static void split_by_speed(hosts *h) {
+    size_t n = (size_t)h->n_nodes;
+    int *g = malloc(n * sizeof(int));
+    double *rate = malloc(n * sizeof(double)), *noise = malloc(n * sizeof(double));
+    if (g && rate && noise) {
+        for (int k = 0; k < h->n_nodes; k++) rate[k] = node_rate(h, k, &noise[k]);
+        int groups = tr_topology_speed_groups(rate, noise, h->count, h->n_nodes, g);
+        if (groups <= TR_CLUSTER_MAX_GROUPS) {
+            memcpy(h->group, g, n * sizeof(int));
+            h->n_groups = groups;
+        }
+    }
+    free(g);
+    free(rate);
+    free(noise);
+}
+
 static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
     memset(c, 0, sizeof *c);
+    split_by_speed(h);
     c->cpu = o->cpu;
     c->n_groups = h->n_groups;
     int *want = h->want;

@@ -80,6 +80,19 @@ int tr_topology_host_rates(tr_comm *w, const int *host_of, int n_hosts, double *
  * fewer than 3 hosts: two hosts share their one link, and which end is slow cannot be told. */
 int tr_topology_slow_host(const double *rate, int n_hosts, double *mine, double *others);
 
+/* Nodes into groups (tr_cluster's): runs of nodes with equal rank counts (count[k]) and about
+ * the same speed (rate[k], its slowest rank's sgemm rate; 0: not measured), so that the
+ * planner sizes pipeline stages by each group's own rate (hosts of different cores or
+ * generations) instead of running every stage at the slowest one's pace. A node starts a new
+ * group when its rate and its group's first node's differ by TR_TOPOLOGY_SPEED_SPLIT times or
+ * more, and by more than twice the probes' noise (1 + 2 x the larger of the two nodes'
+ * noise[k], tr_topology_spread's): on a loaded machine, whose probes vary by several times,
+ * equal hosts stay one group and the plan the even one. group[k] = node k's group from 0;
+ * returns how many. */
+#define TR_TOPOLOGY_SPEED_SPLIT 1.5
+int tr_topology_speed_groups(const double *rate, const double *noise, const int *count, int n,
+                             int *group);
+
 /* The best rate (FLOP/s) of `reps` single-precision n x n x n products after `warm` untimed
  * ones: what BLAS reaches on this process's threads. 0 when out of memory. */
 double tr_topology_sgemm_rate(int n, int warm, int reps);

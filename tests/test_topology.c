@@ -209,6 +209,28 @@ static void slow_host_rule(void) {
     CHECK(tr_topology_slow_host(two, 2, &mine, &others) == -1, "2 hosts: no end named");
 }
 
+/* Nodes grouped by speed: half as fast starts a group when the probes are quiet, not when
+ * they varied by more than the difference; a count change always does; equal ones never. */
+static void speed_groups_rule(void) {
+    int g[4], c2[4] = {2, 2, 2, 2}, mixed_counts[4] = {2, 2, 1, 1};
+    double half[4] = {10, 10, 5, 5}, quiet[4] = {0.05, 0.05, 0.1, 0.1};
+    int n = tr_topology_speed_groups(half, quiet, c2, 4, g);
+    CHECK(n == 2 && g[0] == 0 && g[1] == 0 && g[2] == 1 && g[3] == 1,
+          "two hosts at half the rate of two others, probes within 10%%: 2 groups (%d)", n);
+    double loud[4] = {0.6, 0.6, 0.6, 0.6};
+    n = tr_topology_speed_groups(half, loud, c2, 4, g);
+    CHECK(n == 1, "the same with probes varying 60%%: one group, the even plan (%d)", n);
+    double near[4] = {10, 8, 11, 7};
+    n = tr_topology_speed_groups(near, quiet, c2, 4, g);
+    CHECK(n == 1, "rates within 1.5x of the first: one group (%d)", n);
+    double same[4] = {10, 10, 10, 10};
+    n = tr_topology_speed_groups(same, quiet, mixed_counts, 4, g);
+    CHECK(n == 2 && g[2] == 1, "2 ranks then 1 rank a node: 2 groups (%d)", n);
+    double faster[3] = {5, 5, 20}, q3[3] = {0, 0, 0};
+    n = tr_topology_speed_groups(faster, q3, c2, 3, g);
+    CHECK(n == 2 && g[2] == 1, "a host 4x faster than the first: its own group (%d)", n);
+}
+
 /* tr_topology_host_rates on the ranks as hosts of their own: every pair timed, the matrix
  * the same on every rank. */
 static void host_rates(tr_comm *w) {
@@ -242,6 +264,7 @@ int main(int argc, char **argv) {
     if (g_size > 1) one_per_node(w);
     if (g_size > 1) host_rates(w);
     if (g_rank == 0) slow_host_rule();
+    if (g_rank == 0) speed_groups_rule();
     if (g_size == 4) {
         two_by_two(w, 0);
         two_by_two(w, 1);

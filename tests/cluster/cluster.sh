@@ -26,6 +26,8 @@
 #       --hostfile "$D/hostfile" -- mpirun -np 4 --hostfile "$D/hostfile" ...`. Its exit status
 #       is COMMAND's; signals reach COMMAND itself (it replaces this script).
 #   cluster.sh shape NAME HOST RATE   changes HOST's link rate (both ways); `none` unshapes it
+#   cluster.sh cores NAME HOST LIST   the ranks mpirun starts on HOST from then on run on these
+#       cores only (taskset's list: 0, 0-1, 0,2; `all` lifts it): a host slower than the others
 #   cluster.sh cut NAME HOST          takes HOST's link down (the cable pulled at the switch)
 #   cluster.sh mend NAME HOST         brings it up again
 #   cluster.sh kill NAME HOST         kills every process of HOST (the host dies)
@@ -213,7 +215,9 @@ write_files() { # NAME HOSTS SLOTS
         echo "*) echo \"$me: cluster $name has no host '\${1-}'\" >&2; exit 255 ;;"
         echo 'esac'
         echo 'h=$1; shift'
-        echo 'exec nsenter --net="/run/netns/$n" unshare --uts sh -c '"'"'hostname "$0" && exec sh -c "$*"'"'"' "$h" "$@"'
+        echo "c=\$(cat \"$d/cores.\$h\" 2>/dev/null)"
+        echo 'set -- nsenter --net="/run/netns/$n" unshare --uts sh -c '"'"'hostname "$0" && exec sh -c "$*"'"'"' "$h" "$@"'
+        echo 'if [ -n "$c" ]; then exec taskset -c "$c" "$@"; else exec "$@"; fi'
     } >"$d/agent"
     chmod 755 "$d/agent"
     mkdir -p "$d/tmp"
@@ -319,9 +323,10 @@ cmd_run() { # NAME [--on HOST] -- COMMAND...
     on "$(ns "$name" "$s")" "$host" "$@"
 }
 
-cmd_host() { # shape|cut|mend|kill NAME HOST [RATE]
+cmd_host() { # shape|cut|mend|kill|cores NAME HOST [RATE|LIST]
     local what=$1 name=${2-} host=${3-} s
-    [ -n "$name" ] && [ -n "$host" ] || bad "$what: cluster.sh $what NAME HOST$([ "$what" = shape ] && echo " RATE")"
+    [ -n "$name" ] && [ -n "$host" ] ||
+        bad "$what: cluster.sh $what NAME HOST$([ "$what" = shape ] && echo " RATE")$([ "$what" = cores ] && echo " LIST")"
     need_root
     need_up "$name"
     s=$(short_of "$name" "$host") || exit 2
@@ -339,6 +344,18 @@ cmd_host() { # shape|cut|mend|kill NAME HOST [RATE]
         [ "$what" = mend ] && state=up
         ip -n "$(ns "$name" sw)" link set dev "$s" "$state" || die "$what: cannot set $host's link $state"
         echo "cluster $name: $host's link $state" ;;
+    cores)
+        local d
+        d=$(dir_of "$name")
+        [ -n "${4-}" ] || bad "cores: no list (cluster.sh cores NAME HOST LIST)"
+        if [ "$4" = all ]; then
+            rm -f "$d/cores.$host"
+        else
+            [[ $4 =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]] && taskset -c "$4" true 2>/dev/null ||
+                bad "cores: '$4' is not a list of this machine's cores (0, 0-1, 0,2)"
+            echo "$4" >"$d/cores.$host"
+        fi
+        echo "cluster $name: $host runs on cores $4" ;;
     kill)
         local pids
         pids=$(ip netns pids "$(ns "$name" "$s")" | tr '\n' ' ')
@@ -370,7 +387,7 @@ down)
 run)
     [ $# -ge 1 ] || bad "run: cluster.sh run NAME [--on HOST] -- COMMAND..."
     cmd_run "$@" ;;
-shape | cut | mend | kill) cmd_host "$cmd" "$@" ;;
+shape | cut | mend | kill | cores) cmd_host "$cmd" "$@" ;;
 dir) [ $# -eq 1 ] || bad "dir: cluster.sh dir NAME"; need_up "$1"; dir_of "$1" ;;
 list) cmd_list ;;
 -h | --help | help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
