@@ -33,6 +33,7 @@ typedef struct {
     int have_over[4];
     long evaluated, feasible;
     double tie;                   /* tr_plan_tie of the cluster */
+    int g0;                       /* the group the devices being searched start at */
 } pl_search;
 
 static int flag_or(int flag, int recipe) { return flag >= 0 ? flag : recipe; }
@@ -237,7 +238,8 @@ static void search_world(pl_search *s, const tr_cluster *c, long world, int cros
             for (long b = 1; b <= per; b++) {
                 if (per % b || !ok(f->micro, (int)b) || !ok(f->M, (int)(per / b))) continue;
                 tr_plan p = {.l = {.world = (int)world, .dp = (int)dp, .tp = tp, .pp = pp,
-                                   .micro_batch = (int)b, .microbatches = (int)(per / b)}};
+                                   .micro_batch = (int)b, .microbatches = (int)(per / b)},
+                             .group_first = s->g0};
                 inner(s, &dv, p);
             }
         }
@@ -247,7 +249,8 @@ static void search_world(pl_search *s, const tr_cluster *c, long world, int cros
 /* The world sizes to try: all the devices (a running job's, or dp fixed), or also whole
  * nodes of a prefix of the cluster and parts of the first node: the cheapest plan may use
  * fewer, and so may the fastest (where the links to the rest of a pool cost more than its
- * devices give). */
+ * devices give). The search runs this from every group on (the cluster from group g on:
+ * from_group), so a plan may use any run of consecutive groups, not only the first. */
 static int worlds(const tr_cluster *c, const tr_plan_opts *o, const pl_fixed *f, long *w,
                   int max) {
     long all = tr_cluster_devices(c);
@@ -261,6 +264,37 @@ static int worlds(const tr_cluster *c, const tr_plan_opts *o, const pl_fixed *f,
     for (long nodes = 1; nodes * per < all && n < max - 1; nodes *= 2) w[n++] = nodes * per;
     w[n++] = all;
     return n;
+}
+
+/* The cluster from group g0 on (the groups before it left out): the devices a plan with
+ * group_first g0 uses the first of. */
+static void from_group(const tr_cluster *c, int g0, tr_cluster *out) {
+    *out = *c;
+    if (g0 == 0) return;
+    out->n_groups = c->n_groups - g0;
+    memset(&out->hosts, 0, sizeof out->hosts);
+    for (int i = 0; i < out->n_groups; i++) {
+        out->g[i] = c->g[g0 + i];
+        for (int j = 0; j < out->n_groups; j++) out->between[i][j] = c->between[g0 + i][g0 + j];
+    }
+}
+
+/* Every world size from every first group (only group 0 for all the devices), within nodes
+ * and, when that leaves nothing, across them. */
+static void search_all(pl_search *s, const tr_cluster *c, const tr_plan_opts *o) {
+    tr_cluster *sub = malloc(sizeof *sub);
+    if (!sub) return;
+    int whole = o->all_devices || s->fx.dp > 0;
+    for (int cross = 0; cross <= 1 && !s->n_keep; cross++)
+        for (int g0 = 0; g0 < (whole ? 1 : c->n_groups); g0++) {
+            long w[64];
+            from_group(c, g0, sub);
+            s->g0 = g0;
+            int nw = worlds(sub, o, &s->fx, w, 64);
+            for (int i = 0; i < nw; i++) search_world(s, sub, w[i], cross);
+        }
+    s->g0 = 0;
+    free(sub);
 }
 
 /* ---- the exact check and the reasons ------------------------------------------------------ */
@@ -525,16 +559,15 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
         free(s);
         return -1;
     }
-    long w[64];
-    int nw = worlds(c, o, &s->fx, w, 64);
-    for (int i = 0; i < nw; i++) search_world(s, c, w[i], 0);
-    if (s->n_keep == 0) /* tp within a node leaves nothing: across nodes */
-        for (int i = 0; i < nw; i++) search_world(s, c, w[i], 1);
+    search_all(s, c, o);
     out->evaluated = s->evaluated;
     out->feasible = s->feasible;
     prefer_simple(s);
     pl_devices dv;
-    pl_devices_of(c, s->n_keep ? s->keep[0].l.world : tr_cluster_devices(c), &dv);
+    tr_cluster *sub = malloc(sizeof *sub);
+    if (sub) from_group(c, s->n_keep ? s->keep[0].group_first : 0, sub);
+    pl_devices_of(sub ? sub : c, s->n_keep ? s->keep[0].l.world : tr_cluster_devices(c), &dv);
+    free(sub);
     finish(s, &dv, out);
     if (!out->fits) {
         out->best = s->low_mem;

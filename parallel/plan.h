@@ -53,6 +53,8 @@ typedef struct {
        sequence parallelism, micro-batching, schedule, recompute, the pp x V chunks balanced
        by the planner); the planner sets the fields it chooses */
     tr_layout l;
+    int group_first;    /* the cluster's group its devices start at (l.world of them, through
+                           the groups from there on); 0 for a running job's plan */
     /* predictions */
     double mem_bytes;   /* the most any rank holds, with the runtime's reserve */
     double mem_cap;     /* what that rank's device has */

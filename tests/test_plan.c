@@ -638,6 +638,22 @@ static void mixed_devices(tr_plan_result *res) {
     }
     free(cost);
     free(blocks);
+    /* the cost objective searches from every group, not only prefixes of the cluster: a
+       pool whose second group is cheaper per FLOP runs on that group alone */
+    f = fopen("mixed_devices.yaml", "w");
+    if (f) {
+        fputs("groups:\n  - {name: h100, device: H100-80GB, nodes: 2, price_per_hour: 4}\n"
+              "  - {name: a100, device: A100-80GB, nodes: 4, price_per_hour: 0.5}\n", f);
+        fclose(f);
+    }
+    rc = tr_cluster_load(&c, "mixed_devices.yaml", err, sizeof err);
+    remove("mixed_devices.yaml");
+    o = opts(TR_DTYPE_BF16);
+    o.objective = TR_PLAN_COST;
+    if (!rc) rc = tr_plan_search(&r, &c, &o, res, err, sizeof err);
+    check(!rc && res->fits && res->best.group_first == 1 && res->best.l.world <= 32,
+          "cost objective: the cheaper A100 group alone (group %d, %d devices, $%.2f)",
+          res->best.group_first, res->best.l.world, res->best.cost);
     tr_recipe_free(&r);
 }
 

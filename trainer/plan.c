@@ -191,6 +191,19 @@ static void print_tie(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
         fprintf(f, "the cost model's margin; no probe was timed)\n");
 }
 
+/* The groups plan p's devices come from (the first l.world from group_first on): n of them,
+ * idx[i] the group, cnt[i] its devices used. */
+static int groups_used(const tr_cluster *c, const tr_plan *p, int *idx, long *cnt) {
+    long left = p->l.world;
+    int n = 0;
+    for (int g = p->group_first; g < c->n_groups && left > 0; g++) {
+        long have = (long)c->g[g].nodes * c->g[g].per_node, use = have < left ? have : left;
+        idx[n] = g, cnt[n++] = use;
+        left -= use;
+    }
+    return n;
+}
+
 static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_cluster *c,
                        const plan_args *a, FILE *f) {
     const tr_plan *b = &res->best;
@@ -205,7 +218,13 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
     tr_fmt_bytes(b->mem_bytes, mem, sizeof mem);
     tr_fmt_bytes(b->mem_cap, cap, sizeof cap);
     tr_fmt_count(b->tokens_s, toks, sizeof toks);
-    fprintf(f, "\n  devices     %d\n", b->l.world);
+    int idx[TR_CLUSTER_MAX_GROUPS];
+    long cnt[TR_CLUSTER_MAX_GROUPS];
+    int n = groups_used(c, b, idx, cnt);
+    fprintf(f, "\n  devices     %d", b->l.world);
+    for (int i = 0; i < n && (n > 1 || c->n_groups > 1); i++)
+        fprintf(f, "%s%s x %ld", i ? ", " : ": ", c->g[idx[i]].name, cnt[i]);
+    fputc('\n', f);
     fprintf(f, "  memory      %s of %s on the fullest device (%s)\n", mem, cap,
             b->mem_exact ? "the model's sizing pass, as run allocates" : "estimate");
     fprintf(f, "  step        %.4g s: compute %.3g, bubble %.3g, tp %.3g, pp %.3g, dp exposed "
@@ -239,7 +258,7 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
     fprintf(f, " } and train { recompute = \"%s\" }\n", rec_name(b->l.recompute));
 }
 
-static void json_plan(const tr_plan *p, FILE *f) {
+static void json_plan(const tr_plan *p, const tr_cluster *c, FILE *f) {
     fprintf(f, "{\"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, "
                "\"sequence_parallel\": %s, \"micro_batch\": %d, \"microbatches\": %d, "
                "\"schedule\": \"%s\", \"virtual_stages\": %d, \"recompute\": \"%s\", "
@@ -249,6 +268,15 @@ static void json_plan(const tr_plan *p, FILE *f) {
             p->l.virtual_stages, rec_name(p->l.recompute));
     for (int k = 0; k < p->l.pp * p->l.virtual_stages; k++)
         fprintf(f, "%s%d", k ? ", " : "", p->l.chunk_start[k]);
+    int idx[TR_CLUSTER_MAX_GROUPS];
+    long cnt[TR_CLUSTER_MAX_GROUPS];
+    int n = groups_used(c, p, idx, cnt);
+    fprintf(f, "], \"devices\": [");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s{\"group\": ", i ? ", " : "");
+        tr_json_write_string(f, c->g[idx[i]].name);
+        fprintf(f, ", \"count\": %ld}", cnt[i]);
+    }
     /* a price or a rate at the edge of a double (a huge price: cost inf) is null, never inf */
     const struct {
         const char *key;
@@ -322,7 +350,7 @@ static void json_cluster(const tr_cluster *c, FILE *f) {
 
 static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
     fprintf(f, "{\"fits\": %s, \"plan\": ", res->fits ? "true" : "false");
-    json_plan(&res->best, f);
+    json_plan(&res->best, c, f);
     fprintf(f, ",\n \"need\": ");
     tr_json_write_string(f, res->need);
     fprintf(f, ", \"cluster\": ");
@@ -347,7 +375,7 @@ static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) 
     fprintf(f, "},\n \"alternatives\": [");
     for (int i = 0; i < res->n_alts; i++) {
         fprintf(f, "%s\n  ", i ? "," : "");
-        json_plan(&res->alts[i], f);
+        json_plan(&res->alts[i], c, f);
     }
     fprintf(f, "]}\n");
 }
