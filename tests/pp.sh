@@ -7,7 +7,8 @@
 # float32 sums stays within on any CPU (tests/lib.sh); every rank allocates the memory the layout
 # predicted for it (ranks.json), and `trainer show` prints each stage's; the run reports each
 # stage's idle share beside the schedule's theory; checkpoints saved in one layout resume in
-# another (four pairs with pp); the sample drawn through the stages and the Hugging Face export
+# another (four pairs with pp), and `trainer show CHECKPOINT` names the pipeline that saved
+# them; the sample drawn through the stages and the Hugging Face export
 # equal one process's; bad layouts are refused in one line before training; a stage killed
 # mid-run ends the job instead of hanging its neighbour.
 # TR_TEST_QUICK=1 (the sanitizer build in CI, where every run is a few times slower): each
@@ -85,6 +86,22 @@ fi
 
 resume_pair gpt ckpt_tp2pp2dp2_to_1 8 "--dp 2 --tp 2 --pp 2 --micro-batch 2" 1 ""
 resume_pair gpt ckpt_pp4_to_tp2pp2 4 "--pp 4 --micro-batch 2" 4 "--tp 2 --pp 2 --micro-batch 2"
+
+# `trainer show CHECKPOINT` names the pipeline it was saved with: the pp 4 save's, and the
+# newest of the run that resumed it with tp 2 x pp 2 (its run folder: the newest checkpoint)
+show_ckpt() { # what folder pattern
+    local out
+    out=$("$T" show "$2" 2>&1)
+    if grep -qE "^pipeline +$3$" <<<"$out"; then
+        ok "show $1: $(grep "^pipeline" <<<"$out" | sed 's/  */ /g')"
+    else
+        bad "show $1: no line 'pipeline $3' in: $(grep -E "^(pipeline|saved|trainer)" <<<"$out")"
+    fi
+}
+blk="blocks 0(-[0-9]+)?( \| [0-9]+(-[0-9]+)?)"
+show_ckpt pp4_checkpoint "$tmp/ckpt_pp4_to_tp2pp2/checkpoints/step_00000005" \
+    "1f1b, pp 4 x 1 virtual stage, 8 micro-batches, stages: $blk{3}"
+show_ckpt tp2pp2_run "$tmp/ckpt_pp4_to_tp2pp2" "1f1b, pp 2 x 1 virtual stage, 8 micro-batches, stages: $blk{1}"
 if [ "$quick" != 1 ]; then
     resume_pair gpt ckpt_1_to_pp2_zbh1 1 "" 2 "--pp 2 --schedule zb-h1 --micro-batch 2"
     resume_pair llama ckpt_pp2_to_tp2 2 "--pp 2 --micro-batch 2" 2 "--tp 2"
