@@ -457,10 +457,12 @@ static void attention_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_
     if (split) copy_buf(m, ACT(m, op->dy[0]), gf, (size_t)N * (size_t)C);
     be->linear_backward(m->scratch1, split ? NULL : G(m, op->p[2]), split ? NULL : G(m, op->p[3]),
                         gf, ACT(m, op->s[1]), P(m, op->p[2]), N, H * hd, C);
-    tr_buf *dqkv = split ? ACT(m, op->dy[1]) : m->scratch2;
+    tr_buf *dqkv = m->scratch2;
     be->attention_backward(dqkv, m->scratch1, ACT(m, op->s[0]), ACT(m, op->s[1]), STAT(m, op->s[2]),
                            B, T, H, KV, hd);
     if (n->rope_theta > 0) be->rope_backward(dqkv, B, T, H, KV, hd, n->rope_theta);
+    /* kept for the weight part, over q, k, v once read (model.c: place_output_grads) */
+    if (split) copy_buf(m, ACT(m, op->dy[1]), dqkv, (size_t)N * (size_t)((H + 2 * KV) * hd));
     tp_linear_backward(m, next, split ? NULL : G(m, op->p[0]), split ? NULL : G(m, op->p[1]), dqkv,
                        m->sp_now ? m->xfull : ACT(m, op->in), P(m, op->p[0]), N, C,
                        (H + 2 * KV) * hd, xg);
@@ -484,7 +486,7 @@ static void mlp_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *n
     const int N = B * T, C = m->desc.dim, h = op->hid, swiglu = n->activation == TR_ACT_SWIGLU;
     tp_req xg = split ? (tp_req){0} : regather_input(m, op, N);
     const tr_buf *gf = full_grad(m, g, N);
-    tr_buf *dpre = split ? ACT(m, op->dy[1]) : m->scratch2;
+    tr_buf *dpre = m->scratch2;
     if (split) copy_buf(m, ACT(m, op->dy[0]), gf, (size_t)N * (size_t)C);
     mlp_activation(m, op, N);
     if (!swiglu && be->linear_backward_gelu && !split) { /* through the GELU in one call */
@@ -499,6 +501,8 @@ static void mlp_backward(tr_model *m, const op_t *op, const tr_buf *g, tr_buf *n
         else
             be->gelu_backward(dpre, m->scratch1, ACT(m, op->s[0]), (size_t)N * (size_t)h);
     }
+    /* kept for the weight part, over the pre-activation once read (place_output_grads) */
+    if (split) copy_buf(m, ACT(m, op->dy[1]), dpre, (size_t)N * (size_t)(swiglu ? 2 * h : h));
     tp_linear_backward(m, next, split ? NULL : G(m, op->p[0]), split ? NULL : G(m, op->p[1]), dpre,
                        m->sp_now ? m->xfull : ACT(m, op->in), P(m, op->p[0]), N, C,
                        swiglu ? 2 * h : h, xg);

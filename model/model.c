@@ -277,8 +277,41 @@ static size_t chunk_begin(builder *b, int c, size_t cur) {
     return cur;
 }
 
+/* Whether the split backward's weight part reads stream `t` of chunk ops [lo, n_ops): as the
+ * input of an attention or MLP op (their only reads of the stream in that part). */
+static int weights_read(const tr_model *m, int lo, size_t t) {
+    for (int j = lo; j < m->n_ops; j++)
+        if ((m->ops[j].kind == OP_ATTENTION || m->ops[j].kind == OP_MLP) && m->ops[j].in == t)
+            return 1;
+    return 0;
+}
+
+/* A split backward's output gradients (op->dy), kept from the input part for the weight part,
+ * for the attention and MLP ops of the chunk ending here. Each goes over a tensor of the op
+ * that only the input part reads, so that a micro-batch waiting for its weight part holds no
+ * more than one in its forward (ZB-H1 at 1F1B's activation memory): the product's input
+ * gradient (N, qkv or fc) over the op's q, k, v or pre-activation (s[0], same shape; not
+ * with selective recompute, whose MLP recomputes its activation from it in the weight part),
+ * the output product's (N, C) over the op's output stream when that has N rows (not with
+ * sequence parallelism), is not the chunk's output (it may still be on its way to the next
+ * stage) and is no weight part's input. What cannot go over a tensor gets its own room. */
+static void place_output_grads(builder *b, int lo, size_t out) {
+    tr_model *m = b->m;
+    for (int i = lo; i < m->n_ops && m->split; i++) {
+        op_t *op = &m->ops[i];
+        if (op->kind != OP_ATTENTION && op->kind != OP_MLP) continue;
+        int mlp = op->kind == OP_MLP, hd = mlp ? 0 : m->desc.dim / op->node->heads;
+        size_t wide = mlp ? (size_t)(op->node->activation == TR_ACT_SWIGLU ? 2 : 1) * op->hid
+                          : (size_t)(op->H + 2 * op->KV) * hd;
+        int over_out = b->Ns == b->N && op->out != out && !weights_read(m, i + 1, op->out);
+        op->dy[0] = over_out ? op->out : act_take(b, (size_t)m->desc.dim, 0);
+        op->dy[1] = mlp && m->recompute == TR_RECOMPUTE_SELECTIVE ? act_take(b, wide, 0) : op->s[0];
+    }
+}
+
 static void chunk_end(builder *b, size_t cur) {
     chunk_t *k = &b->m->chunks[b->chunk];
+    place_output_grads(b, k->lo, cur);
     k->hi = b->m->n_ops;
     k->out = cur;
     k->aend = b->cursor;
@@ -385,11 +418,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
         op->s[0] = act_take(b, (size_t)qkv, 0);
         op->s[1] = act_take(b, (size_t)q, 0);
         op->s[2] = stat_take(b, (size_t)op->H, 0); /* lse */
-        op->out = act_take(b, (size_t)C, 1);
-        if (m->split) { /* the products' output gradients, for the deferred weight part */
-            op->dy[0] = act_take(b, (size_t)C, 0);
-            op->dy[1] = act_take(b, (size_t)qkv, 0);
-        }
+        op->out = act_take(b, (size_t)C, 1); /* split backward: op->dy at the chunk's end */
         if (!b->skip && (size_t)qkv > m->width_scratch) m->width_scratch = (size_t)qkv;
         return op->out;
     }
@@ -405,11 +434,7 @@ static size_t flatten(builder *b, const tr_node *n, const char *prefix, size_t c
                 b->skip ? 0 : TRANSIENT | take(&(size_t){0}, &m->tact_floats, (size_t)h, b->N);
         else
             op->s[1] = act_take(b, (size_t)h, 0);
-        op->out = act_take(b, (size_t)C, 1);
-        if (m->split) {
-            op->dy[0] = act_take(b, (size_t)C, 0);
-            op->dy[1] = act_take(b, (size_t)fc, 0);
-        }
+        op->out = act_take(b, (size_t)C, 1); /* split backward: op->dy at the chunk's end */
         if (!b->skip && (size_t)fc > m->width_scratch) m->width_scratch = (size_t)fc;
         return op->out;
     }

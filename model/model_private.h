@@ -31,7 +31,9 @@ typedef struct {
     int chunk;      /* the pipeline chunk it belongs to */
     size_t dy[2];   /* split backward (ATTENTION, MLP): the output gradients of the layer's
                        two products, kept from the input part for the weight part: (N, C) of
-                       the output product, (N, qkv or fc) of the input product */
+                       the output product, (N, qkv or fc) of the input product; each over a
+                       tensor only the input part reads where one fits (model.c:
+                       place_output_grads) */
     char name[TR_PARAM_NAME_MAX]; /* its node in the model's tree: "stack.0.residual0.mlp" */
 } op_t;
 

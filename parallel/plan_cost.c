@@ -186,9 +186,13 @@ static double stage_act(const pl_model *m, const tr_plan *p, int a, int b) {
         per_tok = resid * 4.0 * m->C / sp + most / tp;
     else
         per_tok = (split - (p->l.recompute == TR_RECOMPUTE_SELECTIVE ? sel : 0)) / tp + stream / sp;
-    if (p->l.schedule == TR_PP_ZBH1 && p->l.pp > 1) /* the products' output gradients, kept for
-                                                   the deferred weight part */
-        per_tok += resid * 4.0 * m->C / sp + 0.5 * split / tp;
+    /* zb-h1's output gradients, kept for the deferred weight part, lie over tensors only the
+       input part reads (model.c: place_output_grads), but for the (N, C) ones with sequence
+       parallelism (the stream there has N / tp rows) and the MLPs' input-product ones with
+       selective recompute (as large as the activation it recomputes; exact for GELU) */
+    if (p->l.schedule == TR_PP_ZBH1 && p->l.pp > 1)
+        per_tok += (sp > 1 ? resid * 4.0 * m->C : 0) +
+                   (p->l.recompute == TR_RECOMPUTE_SELECTIVE ? sel / tp : 0);
     return per_tok * tok * m->a_scale;
 }
 
@@ -209,10 +213,9 @@ static double inflight(const tr_plan *p, int r) {
     if (P == 1) return 1;
     switch ((tr_pp_kind)p->l.schedule) {
     case TR_PP_GPIPE: return M;
-    case TR_PP_ZBH1: return mind(P, M);
     case TR_PP_INTERLEAVED: /* warm-up forwards over all V chunks, per chunk */
         return mind((double)M, ((V - 1.0) * P + 2.0 * (P - r - 1) + 1) / V + 1);
-    default: return mind(P - r, M);
+    default: return mind(P - r, M); /* 1f1b, and zb-h1 whose weight parts keep within it */
     }
 }
 
@@ -322,7 +325,7 @@ static double bubble_ratio(const tr_plan *p) {
     if (P <= 1) return 0;
     switch ((tr_pp_kind)p->l.schedule) {
     case TR_PP_INTERLEAVED: return (P - 1) / (V * M);
-    case TR_PP_ZBH1: return M >= P ? (P - 1) / (3 * M) : (P - 1) / M - 2 * (M - 1) / (3 * M);
+    case TR_PP_ZBH1: return 2 * (P - 1) / (3 * M); /* 1f1b's less the weight parts' third */
     default: return (P - 1) / M;
     }
 }

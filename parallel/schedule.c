@@ -116,16 +116,19 @@ static void gen_interleaved(tr_pp_schedule *s, int r) {
     s->max_inflight[r] = min_int(warm + 1, total);
 }
 
-/* ZB-H1 (Qi et al. 2023, sec. 2.1): 1F1B's warm-up, then forward and input gradient (B) in
- * turn, a weight gradient (W, oldest first) slipped in before a forward only when the forward
- * would hold more than 1F1B's P-r micro-batches; in the cool-down a W before each B, in the
- * time the rank would otherwise wait for that B's input gradient, and the W's left at the end.
- * Every rank may hold P micro-batches (min(P, M)): the peak of 1F1B, reached on its first
- * rank, as in the paper; the later ranks use the room to defer their W's into the cool-down,
- * which leaves (P-1) idle units instead of 1F1B's 3(P-1). (With 1F1B's P-r per rank the last
- * rank could defer nothing and the bubble would stay at 2(P-1).) */
+/* ZB-H1 (Qi et al. 2024, sec. 2.1): 1F1B's warm-up, then forward and input gradient (B) in
+ * turn, a weight gradient (W, oldest first) slipped in before a forward when the forward would
+ * hold more than 1F1B's P-r micro-batches (counted from forward to W); in the cool-down a W
+ * before each B, in the time the rank would otherwise wait for that B's input gradient, and
+ * the W's left at the end. Every rank holds what it holds in 1F1B, so that its activation
+ * memory is 1F1B's (the W's output gradients lie over activations only B read: model.c). The
+ * critical path is 1F1B's with the backward's two units one: the last rank runs F B W from
+ * its first forward (it may hold one micro-batch), its last B reaches rank 0 after P-1 more
+ * B's, and rank 0's last W ends the step: 2(P-1) idle units against 1F1B's 3(P-1). (Letting
+ * every rank hold P, 1F1B's first rank's count, takes the bubble to P-1 units but the later
+ * ranks' memory above 1F1B's.) */
 static void gen_zbh1(tr_pp_schedule *s, int r) {
-    int M = s->M, bound = min_int(s->P, M), warm = min_int(s->P - 1 - r, M);
+    int M = s->M, bound = min_int(s->P - r, M), warm = min_int(s->P - 1 - r, M);
     int w = 0; /* next micro-batch whose W is due (W's go in B order: oldest first) */
     for (int mb = 0; mb < warm; mb++)
         push(s, r, TR_ACT_FWD, mb, r);

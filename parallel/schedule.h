@@ -15,11 +15,12 @@
  *                bubble (P-1)/M
  *   interleaved  Megatron's interleaved 1F1B over V chunks per rank; bubble (P-1)/(V*M);
  *                needs M a multiple of P
- *   zb-h1        Qi et al. 2023 (ZB-H1): each backward split into the input gradient (B,
+ *   zb-h1        Qi et al. 2024 (ZB-H1): each backward split into the input gradient (B,
  *                on the critical path) and the weight gradient (W, deferred into the
- *                bubble), holding at most 1F1B's peak, min(P, M), on every rank (as in the
- *                paper: later ranks use that room to defer their W's); bubble (P-1)/(3M),
- *                a third of 1F1B's
+ *                cool-down's waits), holding on every rank no more than 1F1B's min(P-r, M)
+ *                (a micro-batch counts from its forward to its W: the output gradients W
+ *                keeps lie over activations only B read, model.c); bubble 2(P-1)/(3M), two
+ *                thirds of 1F1B's, also for M < P
  *
  * Bubbles above are ratios, idle time / compute time, for M >= P with a forward of one unit and
  * a backward of two (B and W one each). tr_pp_bubble returns the idle fraction of the step
@@ -67,7 +68,7 @@ const char *tr_pp_kind_name(tr_pp_kind k);
 int tr_pp_check(tr_pp_kind k, int P, int V, int M, char *err, size_t errlen);
 
 /* Generate the lists (after tr_pp_check passed), overwriting *s: 0, or -1 when out of memory.
- * max_inflight[r] is the most the rank's list holds: gpipe M, 1f1b min(P-r, M), zb-h1 min(P, M),
+ * max_inflight[r] is the most the rank's list holds: gpipe M, 1f1b and zb-h1 min(P-r, M),
  * interleaved its warm-up forwards + 1 (at most M*V). */
 int tr_pp_generate(tr_pp_schedule *s, tr_pp_kind k, int P, int V, int M);
 void tr_pp_free(tr_pp_schedule *s); /* NULL or a zeroed schedule: nothing to free */
@@ -75,8 +76,9 @@ void tr_pp_free(tr_pp_schedule *s); /* NULL or a zeroed schedule: nothing to fre
 /* The schedule's theoretical bubble, by simulation of its lists: 1 - (a rank's compute, 3*V*M
  * units) / (the step's makespan, the latest rank's finish) when a forward takes one unit and a
  * backward two (zb-h1: input and weight parts one each), communication free. The simulation
- * gives gpipe and 1f1b (P-1)/(M+P-1) (also for M < P), interleaved (P-1)/(V*M+P-1) and zb-h1
- * 2(P-1)/(3M+2(P-1)) (M >= P); tests/test_schedule.c checks these. -1 when the lists fail
+ * gives gpipe and 1f1b (P-1)/(M+P-1) (also for M < P), interleaved (P-1)/(V*M+P-1) (M >= P)
+ * and zb-h1 2(P-1)/(3M+2(P-1)) (also for M < P); tests/test_schedule.c checks these. -1 when
+ * the lists fail
  * tr_pp_simulate. */
 double tr_pp_bubble(const tr_pp_schedule *s);
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/schedule.h"
 #include "trainer/checkpoint/checkpoint.h"
 
 int ckl_fails, ckl_me, ckl_world;
@@ -93,6 +94,23 @@ int ckl_groups(ckl_part *pt, const ckl_layout *l) {
 }
 
 /* Rank `rank`'s model of l (groups already made: pt from ckl_groups). */
+int ckl_chunk_start(const tr_recipe *r, const ckl_layout *l, int c) {
+    return c * tr_cost_blocks(&r->model, 16, NULL, 0) / (l->pp * l->v);
+}
+
+tr_layout ckl_saved_layout(const tr_recipe *r, const ckl_layout *l) {
+    tr_layout s = {.dp = l->dp,
+                   .tp = l->tp,
+                   .pp = l->pp,
+                   .zero = l->zero,
+                   .schedule = l->v > 1 ? TR_PP_INTERLEAVED : TR_PP_1F1B,
+                   .virtual_stages = l->v,
+                   .microbatches = 2 * l->pp};
+    for (int c = 0; c <= l->pp * l->v; c++)
+        s.chunk_start[c] = ckl_chunk_start(r, l, c);
+    return s;
+}
+
 int ckl_build(ckl_part *pt, const tr_recipe *r, int mc, const ckl_layout *l, int rank) {
     char err[512];
     int t = rank % l->tp, p = rank / l->tp % l->pp, d = rank / (l->tp * l->pp);
@@ -108,11 +126,11 @@ int ckl_build(ckl_part *pt, const tr_recipe *r, int mc, const ckl_layout *l, int
                             .tp = l->tp,
                             .tp_rank = t,
                             .tp_comm = l->tp > 1 ? pt->tpc : NULL};
-    int nc = l->pp * l->v, blocks = tr_cost_blocks(&r->model, 16, NULL, 0);
+    int nc = l->pp * l->v;
     if (nc > 1) { /* pp_comm and tie_comm: only the gradient sums use them */
         o.n_chunks = nc;
         for (int c = 0; c <= nc; c++)
-            o.chunk_start[c] = c * blocks / nc;
+            o.chunk_start[c] = ckl_chunk_start(r, l, c);
         for (int c = 0; c < nc; c++) {
             o.held[c] = c % l->pp == p;
             o.slots[c] = 1;
@@ -239,7 +257,7 @@ void ckl_save_to(const tr_recipe *r, int mc, const ckl_layout *l, const char *ou
                           .world = lsize(l),
                           .ranges = k == skip ? none : ranges[k - lo],
                           .n_ranges = k == skip ? 0 : n_ranges,
-                          .layout = {.dp = l->dp, .tp = l->tp, .pp = l->pp, .zero = l->zero},
+                          .layout = ckl_saved_layout(r, l),
                           .timeout_s = 60,
                           .sync = 1};
         if (tr_ckpt_writer_init(&w[k - lo], pt->m, r, &o, err, sizeof(err)))

@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "parallel/comm/comm.h"
 #include "parallel/dp.h"
+#include "parallel/layout.h"
 
 typedef struct {
     const char *name, *recipe;
@@ -61,6 +62,10 @@ void ckl_matrix(const tr_recipe *r, int mc, const ckl_layout *ls, int nl);
 /* The pieces, for a test's own cases. */
 void ckl_layout_name(char *buf, size_t n, const ckl_layout *l);
 void ckl_dir(char *buf, size_t n, int mc, const ckl_layout *l); /* l's checkpoint folder */
+/* Where l's chunk c starts (an even cut of the blocks), and the layout its checkpoints record:
+ * that cut, run by interleaved (v > 1) or 1f1b over 2 x pp micro-batches. */
+int ckl_chunk_start(const tr_recipe *r, const ckl_layout *l, int c);
+tr_layout ckl_saved_layout(const tr_recipe *r, const ckl_layout *l);
 /* The groups of l over the world (every rank calls it); then rank's model of l. */
 int ckl_groups(ckl_part *pt, const ckl_layout *l);
 int ckl_build(ckl_part *pt, const tr_recipe *r, int mc, const ckl_layout *l, int rank);

@@ -7,9 +7,11 @@
 # float32 sums stays within on any CPU (tests/lib.sh); every rank allocates the memory the layout
 # predicted for it (ranks.json), and `trainer show` prints each stage's; the run reports each
 # stage's idle share beside the schedule's theory; checkpoints saved in one layout resume in
-# another (four pairs with pp); the sample drawn through the stages and the Hugging Face export
+# another (four pairs with pp), and `trainer show CHECKPOINT` names the pipeline that saved
+# them; the sample drawn through the stages and the Hugging Face export
 # equal one process's; bad layouts are refused in one line before training; a stage killed
 # mid-run ends the job instead of hanging its neighbour.
+# zb-h1 allocates 1f1b's activation memory on every rank (pp 2 x M 4, pp 4 x M 8).
 # TR_TEST_QUICK=1 (the sanitizer build in CI, where every run is a few times slower): each
 # layout with one schedule, every schedule at least once, two checkpoint pairs, one sample.
 set -u
@@ -83,8 +85,47 @@ check_layout llama_1x2x2_1f1b_sp llama 4 --tp 2 --pp 2 --sequence-parallel --sch
 check_layout llama_2x1x2_1f1b_z3 llama 4 --dp 2 --pp 2 --zero 3 --schedule 1f1b --micro-batch 2
 fi
 
+# ZB-H1 at 1F1B's activation memory: every rank allocates (ranks.json, what the run measured)
+# the activation bytes 1F1B's same rank does in the same layout, pp 2 x M 4 and pp 4 x M 8
+same_act() { # name-a name-b
+    python3 - "$tmp/$1/ranks.json" "$tmp/$2/ranks.json" <<'PY'
+import json, sys
+a, b = ([r["memory_bytes"][3] for r in sorted(json.load(open(f)), key=lambda r: r["rank"])]
+        for f in sys.argv[1:3])
+print("activation bytes by rank %s, 1f1b's %s" % ("/".join(map(str, a)), "/".join(map(str, b))))
+sys.exit(0 if a == b else 1)
+PY
+}
+for pm in "2 4" "4 8"; do
+    set -- $pm
+    for s in 1f1b zb-h1; do
+        check_layout "gpt_pp$1_M$2_$s" gpt "$1" --pp "$1" --microbatches "$2" --schedule "$s"
+    done
+    if e=$(same_act "gpt_pp$1_M$2_zb-h1" "gpt_pp$1_M$2_1f1b"); then
+        ok "zb-h1 pp $1 M $2 holds 1f1b's activation memory on every rank: $e"
+    else
+        bad "zb-h1 pp $1 M $2 holds more activation memory than 1f1b: $e"
+    fi
+done
+
 resume_pair gpt ckpt_tp2pp2dp2_to_1 8 "--dp 2 --tp 2 --pp 2 --micro-batch 2" 1 ""
 resume_pair gpt ckpt_pp4_to_tp2pp2 4 "--pp 4 --micro-batch 2" 4 "--tp 2 --pp 2 --micro-batch 2"
+
+# `trainer show CHECKPOINT` names the pipeline it was saved with (the schedule the run planned),
+# the pp 4 save's and the newest of the run that resumed it with tp 2 x pp 2 (its run folder)
+show_ckpt() { # what folder pattern
+    local out
+    out=$("$T" show "$2" 2>&1)
+    if grep -qE "^pipeline +$3$" <<<"$out"; then
+        ok "show $1: $(grep "^pipeline" <<<"$out" | sed 's/  */ /g')"
+    else
+        bad "show $1: no line 'pipeline $3' in: $(grep -E "^(pipeline|saved|trainer)" <<<"$out" | tr "\n" " ")"
+    fi
+}
+blk="blocks 0(-[0-9]+)?( [|] [0-9]+(-[0-9]+)?)" sched="(gpipe|1f1b|interleaved|zb-h1)"
+show_ckpt pp4_checkpoint "$tmp/ckpt_pp4_to_tp2pp2/checkpoints/step_00000005" \
+    "$sched, pp 4 x 1 virtual stage, 8 micro-batches, stages: $blk{3}"
+show_ckpt tp2pp2_run "$tmp/ckpt_pp4_to_tp2pp2" "$sched, pp 2 x 1 virtual stage, 8 micro-batches, stages: $blk{1}"
 if [ "$quick" != 1 ]; then
     resume_pair gpt ckpt_1_to_pp2_zbh1 1 "" 2 "--pp 2 --schedule zb-h1 --micro-batch 2"
     resume_pair llama ckpt_pp2_to_tp2 2 "--pp 2 --micro-batch 2" 2 "--tp 2"

@@ -146,8 +146,8 @@ static double run_one(tr_pp_kind k, int P, int V, int M) {
 }
 
 /* Every accepted (kind, P, V, M) in the ranges, and its bubble against the formulas: gpipe and
- * 1f1b (P-1)/(M+P-1) exactly (also M < P); for M >= P interleaved (P-1)/(V*M+P-1) and zb-h1
- * (P-1)/(3M+P-1), each below 1f1b's. */
+ * 1f1b (P-1)/(M+P-1) exactly (also M < P); zb-h1 2(P-1)/(3M+2(P-1)) (also M < P); for M >= P
+ * interleaved (P-1)/(V*M+P-1); the last two below 1f1b's. */
 static void test_all(void) {
     for (int k = 0; k < 4; k++) {
         int n_run = 0, fails = n_fail;
@@ -163,10 +163,10 @@ static void test_all(void) {
                               "%s pp %d M %d: bubble %.6f = (P-1)/"
                               "(M+P-1) = %.6f",
                               tr_pp_kind_name(k), P, M, b, b_1f1b);
-                    if (k < 2 || M < P || P < 2) continue;
+                    if (k < 2 || (M < P && k == TR_PP_INTERLEAVED) || P < 2) continue;
                     double want = k == TR_PP_INTERLEAVED
                                       ? (P - 1.0) / (V * M + P - 1.0)
-                                      : (P - 1.0) / (3.0 * M + P - 1.0);
+                                      : 2.0 * (P - 1.0) / (3.0 * M + 2.0 * (P - 1.0));
                     check(b < b_1f1b && fabs(b - want) < 1e-9, 1,
                           "%s pp %d V %d M %d: bubble "
                           "%.6f = %.6f, below 1f1b's %.6f",
@@ -272,10 +272,20 @@ static void test_slots(void) {
         if (k == TR_PP_INTERLEAVED) continue;
         tr_pp_generate(&s, k, 4, 1, 8);
         for (int c = 0; c < 4; c++)
-            ok &= tr_pp_chunk_slots(&s, c) == (k == TR_PP_GPIPE ? 8 : k == TR_PP_1F1B ? 4 - c : 4);
+            ok &= tr_pp_chunk_slots(&s, c) == (k == TR_PP_GPIPE ? 8 : 4 - c);
         tr_pp_free(&s);
     }
-    check(ok, 0, "slots at pp 4, M 8: gpipe 8 on every chunk, 1f1b 4 - rank, zb-h1 4");
+    check(ok, 0, "slots at pp 4, M 8: gpipe 8 on every chunk, 1f1b and zb-h1 4 - rank");
+    /* zb-h1 holds 1f1b's micro-batches on every rank: min(P - r, M), M < P too */
+    for (int P = 2; P <= 8; P++)
+        for (int M = 1; M <= 2 * P; M++) {
+            tr_pp_generate(&s, TR_PP_ZBH1, P, 1, M);
+            for (int r = 0; r < P; r++)
+                ok &= tr_pp_chunk_slots(&s, r) == (P - r < M ? P - r : M) &&
+                      s.max_inflight[r] == (P - r < M ? P - r : M);
+            tr_pp_free(&s);
+        }
+    check(ok, 0, "zb-h1 holds 1f1b's min(P - rank, M) on every rank, pp 2..8, M 1..2P");
     /* pp 2, V 2, M 4: rank 0 warms up with (2-0-1)*2 + (2-1)*2 = 4 forwards (mb 0, 1 on chunk
      * 0, then on chunk 2), and its fifth and sixth (mb 2, 3 on chunk 0) come before chunk 0's
      * first backward: 4 slots for chunk 0, 2 for chunk 2, 5 in all */

@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run RECIPE     train the model the recipe declares\n"
             "  show RECIPE    print the model tree: parameters, FLOPs and memory per layer\n"
+            "  show CKPT      a checkpoint's model tree, and the layout and pipeline that saved it\n"
             "  plan RECIPE [--cluster FILE | --gpus N --gpu NAME]\n"
             "                 choose the parallel layout for a cluster, with predictions\n"
             "  export CKPT --format hf --out DIR\n"
@@ -132,7 +133,11 @@ static const char *show_help =
     "T > 1, how each kind of tensor is split over the tensor-parallel ranks; with P > 1, the\n"
     "pipeline: each rank's chunks of blocks, their FLOPs, the schedule's bubble, and the\n"
     "memory of each pipeline rank. Runs no training; a bad recipe or layout is reported\n"
-    "exactly as `trainer run` would. The flags are those of `trainer run`.\n";
+    "exactly as `trainer run` would. The flags are those of `trainer run`.\n"
+    "\n"
+    "trainer show CKPT (a checkpoint folder, or a run folder: its newest checkpoint) prints the\n"
+    "saved recipe's model tree, the step, and the layout that saved it: dp x tp x pp, ZeRO and\n"
+    "the pipeline (schedule, virtual stages, micro-batches, each stage's blocks).\n";
 
 int main(int argc, char **argv) {
     if (argc < 2) {

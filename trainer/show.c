@@ -2,12 +2,15 @@
  * component, then the resolved layout of a run, its pipeline's chunks, the memory one of its
  * processes needs (tr_layout_memory, exactly what `run` predicts; one per pipeline rank), and
  * how tensor parallelism splits the tensors (the torch7 print(model) of this project).
- * Nothing is allocated for the model. */
+ * Nothing is allocated for the model. `trainer show CHECKPOINT`: the saved recipe's tree and
+ * the layout and pipeline the checkpoint was saved with. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "parallel/dp.h"
+#include "parallel/schedule.h"
 #include "trainer/trainer.h"
 
 static void describe(const tr_model_desc *d, const tr_node *n, char *buf, size_t len) {
@@ -226,6 +229,65 @@ static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_
     return l->tp > 1 ? print_splits(l, &r->model, err, errlen) : 0;
 }
 
+/* A checkpoint's pipeline in one line: "1f1b, pp 2 x 1 virtual stage, 8 micro-batches,
+ * stages: blocks 0-3 | 4-7"; with virtual stages each chunk in model order with its stage
+ * ("chunks: blocks 0-1 (stage 0) | 2-3 (stage 1) | ..."). An older trainer's checkpoint
+ * records neither schedule nor cut: said so. */
+static void print_ckpt_pipeline(const tr_ckpt *c) {
+    if (c->chunks <= 1) {
+        printf("pipeline         none (pp %d)\n", c->pp > 0 ? c->pp : 1);
+        return;
+    }
+    printf("pipeline         %s, pp %d x %d virtual stage%s",
+           c->schedule >= 0 ? tr_pp_kind_name((tr_pp_kind)c->schedule)
+                            : "schedule not recorded (an older trainer's checkpoint)",
+           c->pp, c->virtual_stages, c->virtual_stages == 1 ? "" : "s");
+    if (c->microbatches) printf(", %d micro-batches", c->microbatches);
+    if (!c->has_stages) {
+        printf(", stages not recorded\n");
+        return;
+    }
+    int v1 = c->virtual_stages == 1;
+    printf(", %s: blocks ", v1 ? "stages" : "chunks");
+    for (int k = 0; k < c->chunks; k++) {
+        int a = c->chunk_start[k], b = c->chunk_start[k + 1] - 1;
+        printf("%s%d", k ? " | " : "", a);
+        if (b > a) printf("-%d", b);
+        if (!v1) printf(" (stage %d)", k % c->pp);
+    }
+    printf("\n");
+}
+
+/* `trainer show CHECKPOINT` (a step folder, or a run folder: its newest good checkpoint): the
+ * model tree of the recipe saved in it, then its step and the layout that saved it (the
+ * manifest's parallel section). */
+static int show_checkpoint(const char *arg) {
+    tr_ckpt c;
+    tr_recipe r;
+    char err[1024];
+    if (tr_ckpt_open_arg(arg, &c, 0, stderr, err, sizeof(err))) {
+        fprintf(stderr, "trainer show: %s\n", err);
+        return 1;
+    }
+    if (tr_recipe_load_string(&r, c.recipe, "recipe.lua (saved in the checkpoint)", c.dir, NULL, 0,
+                              err, sizeof(err))) {
+        printf("model            the saved recipe does not load here: %s\n", err);
+    } else {
+        printf("%-60s %8s %11s %11s %11s\n", "recipe.lua (saved in the checkpoint)", "params",
+               "p+g+adam", "FLOPs/tok", "act/tok");
+        print_node(&r.model, &r.model.root, r.model.seq_len, "", "");
+        tr_recipe_free(&r);
+    }
+    printf("\ncheckpoint       %s: step %ld\n", c.dir, c.step);
+    if (c.world > 0)
+        printf("saved by         %d process%s: dp %d x tp %d x pp %d, ZeRO-%d%s\n", c.world,
+               c.world == 1 ? "" : "es", c.dp, c.tp, c.pp, c.zero,
+               c.sequence_parallel ? ", sequence parallel" : "");
+    print_ckpt_pipeline(&c);
+    tr_ckpt_free(&c);
+    return 0;
+}
+
 /* How many processes a mesh dimension has: the flag's, else the recipe's, else 1. */
 static int along(int flag, int recipe) {
     return flag > 0 ? flag : recipe > 0 ? recipe : 1;
@@ -235,6 +297,8 @@ int tr_cmd_show(int argc, char **argv) {
     tr_options o;
     int rc = tr_parse_options(&o, "show", argc, argv, 2);
     if (rc) return rc < 0 ? 2 : 0;
+    struct stat st;
+    if (o.recipe && !stat(o.recipe, &st) && S_ISDIR(st.st_mode)) return show_checkpoint(o.recipe);
     tr_recipe r;
     if (tr_load_recipe(&r, &o, "show")) return 1;
     const tr_model_desc *d = &r.model;

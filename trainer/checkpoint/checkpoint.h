@@ -200,8 +200,14 @@ typedef struct {
     char *recipe; /* the resolved recipe text */
     char recipe_sha256[65];
     /* the layout that saved it (the manifest's parallel section; 0 where not recorded): for
-     * messages, loading does not need it */
-    int world, dp, tp, pp, chunks;
+     * messages and `trainer show`, loading does not need it */
+    int world, dp, tp, pp, chunks, zero, sequence_parallel;
+    /* its pipeline (chunks > 1): the schedule (tr_pp_kind), chunks per stage, micro-batches per
+     * step, and chunk c = blocks [chunk_start[c], chunk_start[c + 1]) when has_stages. A
+     * checkpoint of an older trainer records none of them: schedule -1 and microbatches 0 (not
+     * known), virtual_stages chunks / pp, has_stages 0 (not known). */
+    int schedule, virtual_stages, microbatches, has_stages;
+    int chunk_start[TR_MAX_CHUNKS + 1];
     int n;
     tr_ckpt_tensor *t;
     int n_files;

@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "dsl/yaml.h"
+#include "parallel/schedule.h"
 
 /* ---- reading -----------------------------------------------------------------------------------
  */
@@ -284,15 +285,64 @@ static int read_header(tr_ckpt *c, yaml_document_t *doc, const char *path, char 
     return read_guard(c, doc, ymap_get(doc, root, "guard"), path, err, errlen);
 }
 
-/* The layout that saved the checkpoint (the parallel section; absent fields stay 0). */
-static void read_layout(tr_ckpt *c, yaml_document_t *doc) {
+/* The pipeline of the parallel section (chunks > 1): its schedule, virtual stages,
+ * micro-batches and chunk starts, each checked when present. A checkpoint of an older trainer
+ * has none: virtual_stages is then chunks / pp (what the counts say), the schedule -1 and
+ * microbatches 0 (not recorded), has_stages 0 (the cut is not known: a recipe's stages = { }
+ * may have placed it anywhere). */
+static int read_pipeline(tr_ckpt *c, yaml_document_t *doc, yaml_node_t *par, const char *path,
+                         char *err, size_t errlen) {
+    c->schedule = -1;
+    if (c->chunks <= 1) return 0;
+    const char *s = yscalar(ymap_get(doc, par, "schedule"));
+    const char *v = yscalar(ymap_get(doc, par, "virtual_stages"));
+    const char *mb = yscalar(ymap_get(doc, par, "microbatches"));
+    yaml_node_t *cs = ymap_get(doc, par, "chunk_start");
+    if (!s && !v && !mb && !cs) { /* an older trainer's checkpoint */
+        c->virtual_stages = c->pp > 0 && c->chunks % c->pp == 0 ? c->chunks / c->pp : 0;
+        return 0;
+    }
+    if ((c->schedule = tr_pp_kind_parse(s)) < 0)
+        return tr_errf(err, errlen,
+                       "%s: parallel.schedule is '%s', not gpipe, 1f1b, interleaved or zb-h1",
+                       path, s ? s : "");
+    if (yint(v, 1, TR_MAX_CHUNKS, &c->virtual_stages) || c->pp * c->virtual_stages != c->chunks)
+        return tr_errf(err, errlen,
+                       "%s: parallel.virtual_stages is '%s', but pp %d x virtual_stages must "
+                       "be chunks %d",
+                       path, v ? v : "", c->pp, c->chunks);
+    if (yint(mb, 1, INT_MAX, &c->microbatches))
+        return tr_errf(err, errlen, "%s: parallel.microbatches is '%s', not a count from 1",
+                       path, mb ? mb : "");
+    int ok = yseq_len(cs) == c->chunks + 1;
+    for (int k = 0; ok && k <= c->chunks; k++)
+        ok = !yint(yscalar(yseq_at(doc, cs, k)), k ? c->chunk_start[k - 1] + 1 : 0,
+                   k ? INT_MAX : 0, &c->chunk_start[k]);
+    if (!ok)
+        return tr_errf(err, errlen,
+                       "%s: parallel.chunk_start must list %d block numbers from 0, each above "
+                       "the one before",
+                       path, c->chunks + 1);
+    c->has_stages = 1;
+    return 0;
+}
+
+/* The layout that saved the checkpoint (the parallel section; absent counts stay 0). */
+static int read_layout(tr_ckpt *c, yaml_document_t *doc, const char *path, char *err,
+                       size_t errlen) {
     yaml_node_t *par = ymap_get(doc, yaml_document_get_root_node(doc), "parallel");
-    const char *keys[5] = {"world", "dp", "tp", "pp", "chunks"};
-    int *dst[5] = {&c->world, &c->dp, &c->tp, &c->pp, &c->chunks};
-    for (int k = 0; k < 5; k++) {
+    const char *keys[6] = {"world", "dp", "tp", "pp", "chunks", "zero"};
+    int *dst[6] = {&c->world, &c->dp, &c->tp, &c->pp, &c->chunks, &c->zero};
+    for (int k = 0; k < 6; k++) {
         const char *v = yscalar(ymap_get(doc, par, keys[k]));
         *dst[k] = v ? atoi(v) : 0;
     }
+    const char *sp = yscalar(ymap_get(doc, par, "sequence_parallel"));
+    c->sequence_parallel = sp && !strcmp(sp, "true");
+    if (c->chunks > TR_MAX_CHUNKS)
+        return tr_errf(err, errlen, "%s: parallel.chunks is %d, more than %d", path, c->chunks,
+                       TR_MAX_CHUNKS);
+    return read_pipeline(c, doc, par, path, err, errlen);
 }
 
 /* Whose part file entry fn held, for a message about it: "" with one writer. */
@@ -462,7 +512,7 @@ static int ckpt_read(tr_ckpt *c, const char *dir, int with_optimizer, int lazy, 
     if (load_manifest(path, &doc, err, errlen)) return -1;
     tensor_reader tr = {.c = c, .doc = &doc, .dir = dir, .path = path, .lazy = lazy};
     int rc = read_header(c, &doc, path, err, errlen);
-    if (!rc) read_layout(c, &doc);
+    if (!rc) rc = read_layout(c, &doc, path, err, errlen);
     if (!rc) rc = open_files(c, &doc, dir, path, &tr.fnames, err, errlen);
     yaml_node_t *tensors = ymap_get(&doc, yaml_document_get_root_node(&doc), "tensors");
     int nt = yseq_len(tensors);

@@ -4,6 +4,8 @@
  * with libyaml's emitter by rank 0 once every rank's block list is in. */
 #include "trainer/checkpoint/private.h"
 
+#include "parallel/schedule.h"
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,7 +376,8 @@ static void y_model(yout *y, const tr_model_desc *d, const tr_model *g) {
 }
 
 /* The layout the checkpoint was saved with (for people and tools: loading reads the blocks,
- * whatever the layout). */
+ * whatever the layout); with a pipeline also its schedule, virtual stages, micro-batches and
+ * the blocks each chunk starts at (`trainer show CHECKPOINT`). */
 static void y_parallel(yout *y, const tr_ckpt_opts *o, int n_chunks) {
     y_plain(y, "parallel");
     y_map(y, 1);
@@ -387,6 +390,17 @@ static void y_parallel(yout *y, const tr_ckpt_opts *o, int n_chunks) {
     y_key(y, "zero", "%d", o->layout.zero);
     y_plain(y, "sequence_parallel");
     y_plain(y, o->layout.sequence_parallel ? "true" : "false");
+    if (n_chunks > 1) { /* the pipeline (checked by the writer: pp x V = n_chunks) */
+        y_plain(y, "schedule");
+        y_plain(y, tr_pp_kind_name((tr_pp_kind)o->layout.schedule));
+        y_key(y, "virtual_stages", "%d", o->layout.virtual_stages);
+        y_key(y, "microbatches", "%d", o->layout.microbatches);
+        y_plain(y, "chunk_start"); /* chunk c = blocks [start[c], start[c + 1]) */
+        y_seq(y, 1, 1);
+        for (int c = 0; c <= n_chunks; c++)
+            y_fmt(y, "%d", o->layout.chunk_start[c]);
+        y_seq(y, 0, 1);
+    }
     y_map(y, 0);
 }
 

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "parallel/schedule.h"
 #include "trainer/trainer.h"
 
 /* ---- the writer ------------------------------------------------------------------------------ */
@@ -350,6 +351,24 @@ static int layout_opts(const tr_ckpt_opts *o, char *err, size_t errlen) {
     return 0;
 }
 
+/* A pipelined model's chunks must be the layout's (the manifest records the layout's
+ * schedule, virtual stages and chunk starts): pp x V chunks, cut in order. */
+static int layout_chunks(const tr_ckpt_opts *o, const tr_model *m, char *err, size_t errlen) {
+    const tr_layout *l = &o->layout;
+    int n = tr_model_num_chunks(m), ok = n == 1 || (l->virtual_stages >= 1 &&
+                                                    l->pp * l->virtual_stages == n &&
+                                                    (unsigned)l->schedule <= TR_PP_ZBH1 &&
+                                                    l->microbatches >= 1 && l->chunk_start[0] == 0);
+    for (int c = 0; ok && n > 1 && c < n; c++)
+        ok = l->chunk_start[c] < l->chunk_start[c + 1];
+    if (!ok)
+        return tr_errf(err, errlen,
+                       "checkpoints: the model's %d pipeline chunks are not the layout's (pp %d x "
+                       "virtual_stages %d, schedule %d, chunks cut in order: a bug in the layout)",
+                       n, l->pp, l->virtual_stages, l->schedule);
+    return 0;
+}
+
 /* The index of the tensor named `name` in g, looked for from `from` on (a stage lists its
  * tensors in the global order), then from the start; -1 when g has none of that name. */
 static int global_index(const tr_model *g, const char *name, int from) {
@@ -437,7 +456,9 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
     w->seed = recipe->train.seed;
     snprintf(w->out, sizeof(w->out), "%s", opts->out);
     snprintf(w->ckdir, sizeof(w->ckdir), "%s/checkpoints", opts->out);
-    if (layout_opts(&w->o, err, errlen) || tr_mkdirs(w->ckdir, err, errlen)) return init_failed(w);
+    if (layout_opts(&w->o, err, errlen) || layout_chunks(&w->o, m, err, errlen) ||
+        tr_mkdirs(w->ckdir, err, errlen))
+        return init_failed(w);
     /* leftovers of a save that was killed: never taken by a resume, removed here (by rank 0:
        the others may be writing into a new one once training runs) */
     DIR *d = w->o.rank == 0 ? opendir(w->ckdir) : NULL;
