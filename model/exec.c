@@ -632,6 +632,10 @@ size_t tr_model_stream_elems(const tr_model *m, int B, int T) {
     int N = B * T;
     return (size_t)(m->sp && N % m->tp == 0 ? N / m->tp : N) * (size_t)m->desc.dim;
 }
+tr_comm *tr_model_stream_replicas(const tr_model *m, int B, int T) {
+    int N = B * T;
+    return m->tp > 1 && m->tp_comm && !(m->sp && N % m->tp == 0) ? m->tp_comm : NULL;
+}
 tr_buf *tr_model_chunk_input(tr_model *m, int c, int slot) {
     use_slot(m, c, slot);
     return ACT(m, m->chunks[c].in);

@@ -375,6 +375,10 @@ int tr_model_chunk_held(const tr_model *m, int c);
 /* Elements of one stream tensor of B x T tokens on this rank (rows x C: N / tp rows with
  * sequence parallelism): what goes between stages. */
 size_t tr_model_stream_elems(const tr_model *m, int B, int T);
+/* The tensor-parallel group whose ranks hold the same whole stream of B x T tokens (tp > 1
+ * without sequence parallelism at this size), else NULL: the pipeline then sends each of them
+ * a 1/tp slice and gathers the slices on arrival. */
+tr_comm *tr_model_stream_replicas(const tr_model *m, int B, int T);
 /* Chunk c's input stream in a slot (c > 0: receive the previous chunk's output into it) and
  * its output stream after its forward (send it), the gradient of its output (receive it; the
  * last chunk's comes from its head) and, after its backward, of its input (send it). */

@@ -264,14 +264,54 @@ static void wait_on(tr_pipe *p, tr_comm_req **r, double *idle) {
     *r = NULL;
 }
 
+/* What of a stream of n elements goes between two stages: all of it, or, where every rank of
+ * a tensor-parallel group holds the same stream (tp without sequence parallelism), this
+ * rank's 1/tp slice, [*off, *off + len): each tp rank sends its slice to its peer of the next
+ * stage (the same tp rank), which all-gathers the slices over its group on arrival
+ * (gather_slices), so a stage boundary carries the stream once instead of tp times, as
+ * Megatron-LM's scatter-gather does. Returns the tp group, or NULL for the whole stream. */
+static tr_comm *slice_of(const tr_pipe *p, size_t n, int B, int T, size_t *off, size_t *len) {
+    tr_comm *g = tr_model_stream_replicas(p->m, B, T);
+    int k = g ? tr_comm_size(g) : 1;
+    if (k <= 1 || n % (size_t)k) g = NULL, k = 1;
+    *len = n / (size_t)k;
+    *off = g ? (size_t)tr_comm_rank(g) * *len : 0;
+    return g;
+}
+
+/* The buffer action j receives into: a forward's input, a backward's output gradient. */
+static tr_buf *recv_buf(tr_pipe *p, int j) {
+    const tr_pp_action *a = &p->a[j];
+    return a->op != TR_ACT_FWD ? tr_model_chunk_grad_output(p->m, a->chunk, p->slot[j])
+                               : tr_model_chunk_input(p->m, a->chunk, p->slot[j]);
+}
+
+/* A message of stream buf (n elements) to or from `peer`: its slice (slice_of). */
+static tr_comm_req *move(tr_pipe *p, int send, tr_buf *buf, size_t n, int B, int T, int peer,
+                         int tag) {
+    size_t off, len;
+    slice_of(p, n, B, T, &off, &len);
+    tr_buf *at = tr_buf_at(tr_model_backend(p->m), buf, off);
+    return send ? isend(p, at, len, peer, tag) : irecv(p, at, len, peer, tag);
+}
+
+/* After a sliced receive into buf: the tp group's slices all-gathered into the whole stream
+ * (in place; every rank of the group runs the same action here). */
+static void gather_slices(tr_pipe *p, tr_buf *buf, size_t n, int B, int T) {
+    size_t off, len;
+    tr_comm *g = slice_of(p, n, B, T, &off, &len);
+    if (!g) return;
+    tr_buf *mine = tr_buf_at(tr_model_backend(p->m), buf, off);
+    tr_comm_wait(tr_comm_start(g, TR_COMM_OP_ALL_GATHER, mine, buf, len,
+                               tr_model_comm_dtype(p->m), -1, 0, tr_model_comm_mem(p->m)));
+}
+
 /* Post the receive of action j: a forward's input, a backward's output gradient. */
 static void post_recv(tr_pipe *p, int j, int B, int T) {
     const tr_pp_action *a = &p->a[j];
     size_t n = tr_model_stream_elems(p->m, B, T);
     int grad = a->op != TR_ACT_FWD, from = a->chunk + (grad ? 1 : -1);
-    tr_buf *buf = grad ? tr_model_chunk_grad_output(p->m, a->chunk, p->slot[j])
-                       : tr_model_chunk_input(p->m, a->chunk, p->slot[j]);
-    p->rq[j] = irecv(p, buf, n, rank_of(p, from), tag_of(grad, a->chunk));
+    p->rq[j] = move(p, 0, recv_buf(p, j), n, B, T, rank_of(p, from), tag_of(grad, a->chunk));
 }
 
 /* The receives that may start once action i has run (i = -1: at the start of the step). */
@@ -288,15 +328,20 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
     size_t n = tr_model_stream_elems(p->m, B, T);
     const int *tok = c == 0 ? tokens[a->mb] : NULL;
     double loss = 0, t0;
-    wait_on(p, &p->rq[i], idle);
+    if (p->rq[i]) {
+        wait_on(p, &p->rq[i], idle);
+        t0 = tr_now();
+        gather_slices(p, recv_buf(p, i), n, B, T);
+        *idle += tr_now() - t0;
+    }
     if (a->op == TR_ACT_FWD) {
         wait_on(p, &p->send_act[at], idle); /* the slot's output is about to be rewritten */
         t0 = tr_now();
         tr_model_chunk_forward(p->m, c, k, tok, NULL, B, T);
         p->busy += tr_now() - t0;
         if (c < last)
-            p->send_act[at] =
-                isend(p, tr_model_chunk_output(p->m, c, k), n, rank_of(p, c + 1), tag_of(0, c + 1));
+            p->send_act[at] = move(p, 1, tr_model_chunk_output(p->m, c, k), n, B, T,
+                                   rank_of(p, c + 1), tag_of(0, c + 1));
         return 0;
     }
     tr_bwd_part part = a->op == TR_ACT_BWD      ? TR_BWD_ALL
@@ -309,8 +354,8 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
                                    part);
     p->busy += tr_now() - t0;
     if (part != TR_BWD_WEIGHT && c > 0)
-        p->send_grad[at] =
-            isend(p, tr_model_chunk_grad_input(p->m, c, k), n, rank_of(p, c - 1), tag_of(1, c - 1));
+        p->send_grad[at] = move(p, 1, tr_model_chunk_grad_input(p->m, c, k), n, B, T,
+                                rank_of(p, c - 1), tag_of(1, c - 1));
     if (part != TR_BWD_INPUT && p->hook) p->hook(p->hook_ctx);
     return loss;
 }

@@ -335,7 +335,12 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     double worst = 0, worst_c = 0, worst_tp = 0, worst_pp = 0, params = 0;
     double tok = (double)p->l.micro_batch * m->T;
     const tr_link *pl = link_of(dv, p->l.tp, p->l.pp);
-    double S = tok * m->C * m->es / (p->l.sequence_parallel ? p->l.tp : 1);
+    /* a boundary carries 1/tp of the stream per tp rank: its rows (sequence parallelism), or
+       its slice, all-gathered over the tp group on arrival (scatter-gather, pipeline.c) */
+    double full = tok * m->C * m->es, S = full / p->l.tp;
+    double gather = p->l.tp > 1 && !p->l.sequence_parallel
+                        ? 0.5 * t_allreduce(link_of(dv, 1, p->l.tp), full, p->l.tp)
+                        : 0;
     double bwd_last = 0;
     for (int r = 0; r < p->l.pp; r++) {
         double c = 0, t = 0, send = 0, rate = pl_stage_rate(dv, &p->l, r);
@@ -344,8 +349,8 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
             chunk_time(m, dv, p, p->l.chunk_start[k], p->l.chunk_start[k + 1], rate, &cc, &tt);
             c += cc;
             t += tt;
-            if (k > 0) send += S / pl->bw.v + pl->lat.v;         /* receive forward, send back */
-            if (k < K - 1) send += S / pl->bw.v + pl->lat.v;
+            if (k > 0) send += S / pl->bw.v + pl->lat.v + gather; /* receive forward, send back */
+            if (k < K - 1) send += S / pl->bw.v + pl->lat.v + gather;
         }
         if (c + t + send > worst) {
             worst = c + t + send;

@@ -17,7 +17,9 @@
 #  5. a rank far slower than --timeout: the others end the job naming it (the device
 #     watchdog alone: tests/gpu/test_comm_device --stuck-rank under tests/mpi/dead_rank.sh);
 #  6. pp=2 (zb-h1; sends and receives over NCCL, one channel each way per chunk boundary),
-#     and pp=2 x tp=2 on 4 ranks, fp32 on the device against the CPU's pp=2: within 1e-4;
+#     and pp=2 x tp=2 on 4 ranks (with and without sequence parallelism: the latter's sends
+#     carry 1/tp slices, all-gathered on arrival), fp32 on the device against the CPU's pp=2:
+#     within 1e-4;
 #     interleaved pp=2 x 2 virtual stages (a small 4-block model, 2 steps) against the CPU.
 # usage: tests/emu_parallel.sh path/to/trainer_emu   (run from the repository root)
 set -u
@@ -118,8 +120,13 @@ small=(--set layers=4 --set width=16 --set steps=2 --pp 2 --schedule interleaved
 run 2 cpu-pp-int --device cpu "${small[@]}" &&
     run 2 dev-pp-int --device cuda --precision fp32 "${small[@]}" &&
     same "pp=2 interleaved x 2 fp32 on the device vs the cpu" dev-pp-int cpu-pp-int 1e-4
-run 4 dev-pp-tp --pp 2 --tp 2 --device cuda --precision fp32 &&
+run 4 dev-pp-tp --pp 2 --tp 2 --sequence-parallel --device cuda --precision fp32 &&
     same "pp=2 x tp=2 fp32 on the device vs the cpu's pp=2" dev-pp-tp cpu-pp 1e-4
+# without sequence parallelism each tp rank sends its 1/tp slice over NCCL and the next stage
+# all-gathers the slices in place on the device (scatter-gather)
+run 4 dev-pp-tp-sg --pp 2 --tp 2 --no-sequence-parallel --device cuda --precision fp32 &&
+    same "pp=2 x tp=2 without sequence parallelism (sliced sends) on the device vs the cpu's pp=2" \
+        dev-pp-tp-sg cpu-pp 1e-4
 
 # 5. a rank far slower than --timeout is named
 start=$(date +%s)

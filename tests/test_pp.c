@@ -201,6 +201,31 @@ static void eval_decode(const variant *v, setup *s, int *tok, int *tgt, int T) {
     free(a), free(b);
 }
 
+/* What the stage boundaries carried per step (the pipe's bytes sent): each send of this
+ * rank's list (a forward's output to the next chunk, an input gradient to the previous one)
+ * moves the rank's stream (N x C floats; N / tp rows with sequence parallelism), or with tp
+ * and no sequence parallelism its 1/tp slice, the
+ * next stage gathering the slices (scatter-gather); the step's end adds its loss's all-reduce
+ * on the same group, a few doubles. */
+static void boundary_bytes(const variant *v, setup *s, int T) {
+    const tr_pp_schedule *sc = tr_pipe_schedule(s->pipe);
+    int r = tr_comm_rank(s->pp), K = sc->P * sc->V, sends = 0;
+    for (int i = 0; i < sc->n[r]; i++) {
+        const tr_pp_action *a = &sc->list[r][i];
+        sends += a->op == TR_ACT_FWD ? a->chunk < K - 1 : a->op != TR_ACT_BWD_W && a->chunk > 0;
+    }
+    int slices = v->tp > 1 && !v->sp ? v->tp : 1;
+    tr_pipe_stats st = tr_pipe_get_stats(s->pipe);
+    double stream = (double)tr_model_stream_elems(s->part, B, T); /* N / tp rows with sp */
+    double want = (double)sends * stream / slices * sizeof(float), got = st.bytes / st.steps;
+    char what[200];
+    snprintf(what, sizeof what,
+             "%s: %.0f bytes a step between stages (%d sends of 1/%d stream: %.0f, and the "
+             "loss's all-reduce)",
+             v->name, got, sends, slices, want);
+    check(got >= want && got - want < 64, what, fabs(got - want) / want, 64 / want);
+}
+
 static void run(tr_comm *world, const variant *v) {
     setup s;
     if (make(world, v, &s)) {
@@ -258,6 +283,7 @@ static void run(tr_comm *world, const variant *v) {
         double e = compare(s.one, s.part, 0, 1);
         check(e <= 1e-5, what, e, 1e-5);
     }
+    boundary_bytes(v, &s, T);
     eval_decode(v, &s, tok[0], tgt[0], T);
     for (int k = 0; k < M; k++)
         free(tok[k]), free(tgt[k]);
