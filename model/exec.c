@@ -526,6 +526,12 @@ static int deferred(const tr_model *m, const op_t *op) {
     return m->split && (op->kind == OP_ATTENTION || op->kind == OP_MLP);
 }
 
+int tr_model_grad_phase(const tr_model *m, int i) {
+    int r = m->ready_op[i];
+    if (r >= m->n_ops) return 0; /* read by no op: final at once */
+    return 2 * m->ops[r].chunk + deferred(m, &m->ops[r]);
+}
+
 /* The hooks around an op's gradients in a backward part: the pre-gradient hook before the
  * first write (after = 0), the gradient hook for the tensors this op completes (after = 1). */
 static void grad_hooks(tr_model *m, int i, int after) {
