@@ -298,8 +298,8 @@ static void pp_refused(const char *what, int blocks, const char *tied, const cha
 
 /* Resolving the pipeline model must succeed with this ZeRO stage and schedule, and predict
  * every rank's memory: layouts once refused, run since (issue 32). */
-static void pp_resolves(const char *what, const char *tied, const char *parallel,
-                        tr_layout_flags f, int world, int zero, tr_pp_kind kind) {
+static void pp_resolves(const char *what, const char *tied, const char *parallel, tr_layout_flags f,
+                        int world, int zero, tr_pp_kind kind) {
     tr_recipe r;
     if (load_pp(&r, 6, tied, parallel, "")) return;
     tr_layout l;

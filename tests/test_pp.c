@@ -92,6 +92,7 @@ typedef struct {
     const char *name, *recipe;
     int dp, tp, pp, V, zero, sp;
     tr_pp_kind kind;
+    int big; /* buckets of 4 MiB (each a whole run of tensors that complete together), not 1 KiB */
 } variant;
 
 typedef struct {
@@ -146,7 +147,7 @@ static int make(tr_comm *world, const variant *v, setup *s) {
     if (tr_model_init_opts(&s->one, &s->r.model, tr_backend_cpu(), &o1, err, sizeof(err)) ||
         tr_model_init_opts(&s->part, &s->r.model, tr_backend_cpu(), &ot, err, sizeof(err)) ||
         tr_dp_init(&s->d1, s->one, s->self, 0, 0, err, sizeof(err)) ||
-        tr_dp_init(&s->dt, s->part, s->dp, v->zero, 1024, err, sizeof(err)) ||
+        tr_dp_init(&s->dt, s->part, s->dp, v->zero, v->big ? 0 : 1024, err, sizeof(err)) ||
         tr_pipe_init(&s->pipe, s->part, s->pp, v->kind, v->V, M, err, sizeof(err))) {
         printf("FAIL %s: %s\n", v->name, err);
         return -1;
@@ -283,7 +284,7 @@ static void run(tr_comm *world, const variant *v) {
  * timeout, while it waited for them in its caller's agreement. */
 static void refused_init(tr_comm *world) {
     int W = tr_comm_size(world);
-    variant v = {"gpt pp refused", gpt, 1, 1, W, 1, 0, 0, TR_PP_1F1B};
+    variant v = {"gpt pp refused", gpt, 1, 1, W, 1, 0, 0, TR_PP_1F1B, 0};
     setup s;
     if (make(world, &v, &s)) {
         g_fail++;
@@ -331,7 +332,8 @@ int main(int argc, char **argv) {
                 char name[96];
                 snprintf(name, sizeof(name), "%s dp %d tp %d pp %d %s%s", shape ? "llama" : "gpt",
                          dp, tp, pp, names[k], tp > 1 && shape ? " sp" : "");
-                variant v = {name, shape ? llama : gpt, dp, tp, pp, V, 0, tp > 1 && shape, all[k]};
+                variant v = {name, shape ? llama : gpt, dp,     tp, pp, V,
+                             0,    tp > 1 && shape,     all[k], 0};
                 run(world, &v);
             }
     }
@@ -343,9 +345,14 @@ int main(int argc, char **argv) {
                 char name[96];
                 snprintf(name, sizeof(name), "%s dp 2 pp 2 %s zero %d", shape ? "llama" : "gpt",
                          names[k], zero);
-                variant v = {name, shape ? llama : gpt, 2, 1, 2,
-                             all[k] == TR_PP_INTERLEAVED ? 2 : 1, zero, 0, all[k]};
+                int V = all[k] == TR_PP_INTERLEAVED ? 2 : 1;
+                variant v = {name, shape ? llama : gpt, 2, 1, 2, V, zero, 0, all[k], 0};
                 run(world, &v);
+                if (zero == 2 + shape) { /* GPT at ZeRO-2, Llama at 3: the default buckets */
+                    v.big = 1;
+                    strncat(name, ", 4 MiB buckets", sizeof(name) - strlen(name) - 1);
+                    run(world, &v);
+                }
             }
     if (g_rank == 0)
         printf("%s: %d failure(s) on rank 0 (%d ranks)\n", g_fail ? "FAIL" : "PASS", g_fail, W);
