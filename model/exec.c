@@ -394,8 +394,10 @@ static float head_pass(tr_model *m, const op_t *head, const int *targets, int B,
     }
     if (want) tp_reduce_out(m, dx, m->gbuf[0], N, C);
     op_end(m, hi, +1);
-    /* a tied embedding: the head's part of its gradient is done; its backward adds the rest */
-    if (want && m->partial_hook && head->p[0] == m->embed_param)
+    /* a tied embedding: the head's part of its gradient is done; its backward adds the rest
+       (on this rank: a pipeline's last stage holds a copy, complete after the head's) */
+    if (want && m->partial_hook && head->p[0] == m->embed_param &&
+        !m->params[m->embed_param].pp_copy)
         m->partial_hook(m->partial_ctx, head->p[0]);
     be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0;

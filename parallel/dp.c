@@ -156,6 +156,7 @@ static void z2_place(void *ctx, int param) {
 #define IN_FLIGHT 2
 
 static void z2_start(tr_dp *d, bucket *b) {
+    assert(b->slot >= 0 && !d->ring[b->slot].req); /* placed, not reduced yet */
     ring_slot *s = &d->ring[b->slot];
     b->started = 1;
     if (!d->first_start) d->first_start = tr_now();
