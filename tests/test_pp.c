@@ -6,8 +6,9 @@
  * the gradient norm, every gradient this rank holds (its slice of the global tensor) and, after
  * three AdamW steps, the parameters must agree within 1e-5 relative; evaluation and KV-cache
  * decoding through the stages too. Every schedule, GPT (tied head) and Llama (untied,
- * grouped-query attention, SwiGLU) shapes, ZeRO 0-3 over dp with pp 2, tensor and sequence
- * parallelism inside the stages. */
+ * grouped-query attention, SwiGLU) shapes, ZeRO 0-3 over dp with pp 2 (every schedule and
+ * stage with both heads; ZeRO-2/3's gradients and ZeRO-3's parameters gathered from every
+ * rank's pieces), tensor and sequence parallelism inside the stages. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
