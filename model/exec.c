@@ -394,8 +394,10 @@ static float head_pass(tr_model *m, const op_t *head, const int *targets, int B,
     }
     if (want) tp_reduce_out(m, dx, m->gbuf[0], N, C);
     op_end(m, hi, +1);
-    /* a tied embedding: the head's part of its gradient is done; its backward adds the rest */
-    if (want && m->partial_hook && head->p[0] == m->embed_param)
+    /* a tied embedding: the head's part of its gradient is done; its backward adds the rest
+       (on this rank: a pipeline's last stage holds a copy, complete after the head's) */
+    if (want && m->partial_hook && head->p[0] == m->embed_param &&
+        !m->params[m->embed_param].pp_copy)
         m->partial_hook(m->partial_ctx, head->p[0]);
     be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
@@ -528,6 +530,12 @@ static void weights_backward(tr_model *m, const op_t *op, int B, int T) {
 /* Whether op's parameters get their gradients in the weight part of a split backward. */
 static int deferred(const tr_model *m, const op_t *op) {
     return m->split && (op->kind == OP_ATTENTION || op->kind == OP_MLP);
+}
+
+int tr_model_grad_phase(const tr_model *m, int i) {
+    int r = m->ready_op[i];
+    if (r >= m->n_ops) return 0; /* read by no op: final at once */
+    return 2 * m->ops[r].chunk + deferred(m, &m->ops[r]);
 }
 
 /* The hooks around an op's gradients in a backward part: the pre-gradient hook before the

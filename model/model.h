@@ -280,6 +280,11 @@ void tr_model_optim_range(const tr_model *m, size_t *lo, size_t *hi);
  * Tensors become ready in decreasing index order, except a tied embedding, ready last. */
 typedef void (*tr_grad_hook)(void *ctx, int param);
 void tr_model_set_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx);
+/* Which backward action makes tensor i's gradient final: 2 x the chunk of the op that does,
+ * + 1 when that comes in a split backward's weight part. Tensors of one phase complete in the
+ * same action of a pipeline's schedule; those of different phases, in actions between which
+ * other micro-batches' may run (parallel/dp.c cuts its buckets along them). */
+int tr_model_grad_phase(const tr_model *m, int i);
 /* external_grads: called before the first gradient write of tensor i in a forward (the head)
  * or backward, to place its gradient (tr_model_set_grad_addr; zeroed by the caller). */
 void tr_model_set_pre_grad_hook(tr_model *m, tr_grad_hook fn, void *ctx);

@@ -65,7 +65,7 @@ static void poll_buckets(tr_dp *d) {
         }
 }
 
-/* A new backward: every bucket waits for all its tensors again. */
+/* A new step: every bucket waits for all its tensors again. */
 static void reset_pending(tr_dp *d) {
     for (int i = 0; i < d->n_buckets; i++) {
         d->b[i].pending = d->b[i].hi_param - d->b[i].lo_param + 1;
@@ -156,6 +156,7 @@ static void z2_place(void *ctx, int param) {
 #define IN_FLIGHT 2
 
 static void z2_start(tr_dp *d, bucket *b) {
+    assert(b->slot >= 0 && !d->ring[b->slot].req); /* placed, not reduced yet */
     ring_slot *s = &d->ring[b->slot];
     b->started = 1;
     if (!d->first_start) d->first_start = tr_now();
@@ -185,12 +186,15 @@ static void z2_partial(void *ctx, int param) {
 }
 
 /* A tensor's gradient is final: its bucket starts when all of its tensors are. Every rank
- * runs the same backward, so buckets start in the same order everywhere. */
+ * runs the same backward, so buckets start in the same order everywhere. A bucket's tensors
+ * complete in one action of a pipeline's schedule (cut_buckets), so once they all have, the
+ * next ones to complete are of another micro-batch: it waits for all of them again. */
 static void on_grad_ready(void *ctx, int param) {
     tr_dp *d = ctx;
     if (!d->armed) return;
     bucket *b = &d->b[d->bucket_of[param]];
     if (--b->pending == 0) {
+        b->pending = b->hi_param - b->lo_param + 1;
         if (d->sh.grads)
             z2_start(d, b);
         else
@@ -202,10 +206,23 @@ static void on_grad_ready(void *ctx, int param) {
         poll_buckets(d);
 }
 
+/* Whether tensor i, below the open bucket whose highest tensor is hi, must start a new one.
+ * A bucket never mixes tensors that complete in different actions of a pipeline's schedule
+ * (tr_model_grad_phase: another chunk, or a split backward's other part), between which other
+ * micro-batches' backwards may run: so each bucket completes, and is reduced, within one
+ * action, for one micro-batch, whatever the schedule. And a tied embedding's pair of stages
+ * (tr_param.pp_tied) each keep it in a bucket of its own, cut into the same pieces on both:
+ * the sum over the pair (tp_sum_partial_grads) then meets piece with piece, whether a rank
+ * holds the whole gradient (ZeRO 0, 1) or its pieces (2, 3). */
+static int apart(const tr_model *m, int i, int hi) {
+    return i >= 0 && (tr_model_grad_phase(m, i) != tr_model_grad_phase(m, hi) ||
+                      tr_model_param(m, i)->pp_tied || tr_model_param(m, hi)->pp_tied);
+}
+
 /* Buckets of at least bucket_bytes (0: 4 MiB) in the storage dtype, from the last tensor
- * backwards, into b (room for one per tensor) and each tensor's bucket into bucket_of; each
- * bucket splits into `world` pieces (ZeRO-2, 3), whose elements are summed into *pieces.
- * Returns how many buckets. */
+ * backwards (cut earlier where apart() says), into b (room for one per tensor) and each
+ * tensor's bucket into bucket_of; each bucket splits into `world` pieces (ZeRO-2, 3), whose
+ * elements are summed into *pieces. Returns how many buckets. */
 static int cut_buckets(const tr_model *m, size_t bucket_bytes, int world, bucket *b,
                        int *bucket_of, size_t *pieces) {
     if (!bucket_bytes) bucket_bytes = (size_t)4 << 20;
@@ -221,7 +238,8 @@ static int cut_buckets(const tr_model *m, size_t bucket_bytes, int world, bucket
         }
         elems += p->extent;
         if (bucket_of) bucket_of[i] = n;
-        if (elems * tr_model_storage_bytes(m) >= bucket_bytes || i == 0) {
+        if (elems * tr_model_storage_bytes(m) >= bucket_bytes || i == 0 ||
+            apart(m, i - 1, hi_param)) {
             size_t piece = (hi_el - p->offset + W - 1) / W;
             b[n++] = (bucket){.lo_param = i, .hi_param = hi_param, .lo = p->offset, .hi = hi_el,
                               .slot = -1, .piece = piece, .state = *pieces};
@@ -357,12 +375,11 @@ void tr_dp_arm(tr_dp *d) {
     reset_pending(d);
 }
 
+/* Every bucket this backward wrote has started its reduction as it completed (on_grad_ready):
+ * a pipeline's backwards of one micro-batch (chunks, parts) interleave with others', so
+ * nothing here may assume that the whole model's gradient is complete. */
 void tr_dp_micro_end(tr_dp *d) {
-    if (!d->sh.grads) return;
     if (d->sh.params) dp_z3_release_all(d);
-    for (int i = 0; i < d->n_buckets; i++) /* every tensor completed: all started already */
-        if (!d->b[i].started) z2_start(d, &d->b[i]);
-    reset_pending(d); /* the next micro-step's backward */
 }
 
 static void dp_sync(tr_dp *d);
@@ -495,8 +512,13 @@ void tr_dp_sync_grads(tr_dp *d) {
 static void dp_sync(tr_dp *d) {
     if (d->sh.grads) {
         double t0 = tr_now();
+        /* a bucket written but not complete (a model whose tensors complete out of order):
+           reduced now, correctness first; every rank has the same ones */
+        for (int i = 0; i < d->n_buckets; i++)
+            if (d->b[i].slot >= 0 && !d->ring[d->b[i].slot].req) z2_start(d, &d->b[i]);
         for (int k = 0; k < RING; k++)
             if (d->ring[k].req) z2_finish(d, k);
+        reset_pending(d);
         double t1 = tr_now();
         d->st.steps++;
         d->st.exposed_s += t1 - t0;

@@ -70,7 +70,9 @@ void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memo
  * they complete. Earlier micro-batches accumulate locally, with no communication (ZeRO 0, 1;
  * ZeRO-2 and 3 reduce every micro-batch, since no full gradient is kept to accumulate into). */
 void tr_dp_arm(tr_dp *d);
-/* Call after every micro-batch's backward (ZeRO-2 bookkeeping; a no-op otherwise). */
+/* Call after every micro-batch's backward, or a pipeline's after every backward (or weight
+ * part) of a chunk: ZeRO-3 frees the parameters gathered for it; a no-op otherwise. Buckets
+ * are reduced as they complete, for each micro-batch of each chunk, in any schedule. */
 void tr_dp_micro_end(tr_dp *d);
 /* The global gradient norm (ZeRO-2: from every rank's pieces). */
 double tr_dp_grad_norm(tr_dp *d);

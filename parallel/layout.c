@@ -267,16 +267,6 @@ static int check_schedule(const tr_layout *l, const tr_recipe *r, const tr_layou
     return fail(err, errlen, r, r->parallel_line, "parallel: %s", why);
 }
 
-/* The first lm_head under n, or NULL. */
-static const tr_node *find_head(const tr_node *n) {
-    if (n->kind == TR_NODE_LM_HEAD) return n;
-    for (int i = 0; i < n->n_children; i++) {
-        const tr_node *h = find_head(&n->children[i]);
-        if (h) return h;
-    }
-    return NULL;
-}
-
 static int fits_blocks(const void *arg, int pp) { /* pp x V chunks of at least one block */
     const tr_layout *l = arg;
     return (long)pp * l->virtual_stages <= l->n_blocks;
@@ -287,13 +277,13 @@ static int fits_virtual(const void *arg, int v) { /* this pp x v chunks fit the 
 }
 
 /* The pipeline's shape against the model (pp x V chunks, one block at least each) and the
- * combinations the executor does not run (parallel/pipeline.c). Needs no world. */
+ * combinations the executor does not run (parallel/pipeline.c): every schedule runs with every
+ * ZeRO stage, a tied head or not (parallel/dp.c). Needs no world. */
 static int check_pipeline(const tr_layout *l, const tr_recipe *r, const tr_layout_flags *f,
                           char *err, size_t errlen) {
-    int V = l->virtual_stages, K = l->pp * V, zero = l->zero;
+    int V = l->virtual_stages, K = l->pp * V;
     int rec = f->pp <= 0 && f->virtual_stages <= 0, pl = rec ? r->parallel_line : 0;
     const char *where = rec ? "parallel: " : "";
-    const char *name = tr_pp_kind_name((tr_pp_kind)l->schedule);
     char would[160];
     if (V > 1 && l->pp == 1)
         return fail(err, errlen, r, pl, "%svirtual_stages %d needs pp 2 or more (pp is 1)", where,
@@ -312,21 +302,6 @@ static int check_pipeline(const tr_layout *l, const tr_recipe *r, const tr_layou
                           : values(would, sizeof would, 2, l->n_blocks, fits_virtual, l));
     }
     if (l->pp == 1) return 0;
-    if ((l->schedule == TR_PP_INTERLEAVED || l->schedule == TR_PP_ZBH1) &&
-        tr_zero_of(zero).grads) {
-        int here = rec && f->schedule < 0 && f->zero < 0;
-        return fail(err, errlen, r, here ? r->parallel_line : 0,
-                    "%sschedule %s runs with ZeRO 0 or 1, not ZeRO-%d; gpipe and 1f1b also run "
-                    "with ZeRO 2 and 3",
-                    here ? "parallel: " : "", name, zero);
-    }
-    const tr_node *head = find_head(&r->model.root);
-    if (head && head->tied && tr_zero_of(zero).grads)
-        return fail(err, errlen, r, head->line,
-                    "lm_head: a tied head with pp %d runs with ZeRO 0 or 1, not ZeRO-%d (the first "
-                    "and the last pipeline rank each hold the embedding): use zero 0 or 1, or "
-                    "lm_head { tied = false }",
-                    l->pp, zero);
     if (l->schedule == TR_PP_ZBH1 && l->recompute == TR_RECOMPUTE_FULL)
         return fail(err, errlen, r, r->train_line,
                     "train: recompute \"full\" does not go with schedule zb-h1, which keeps the "

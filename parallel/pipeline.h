@@ -34,7 +34,7 @@ int tr_pipe_init(tr_pipe **out, tr_model *m, tr_comm *pp, tr_pp_kind kind, int V
 void tr_pipe_free(tr_pipe *p);
 
 /* Called after each backward (or its weight part) of a micro-batch of a chunk, e.g. for
- * ZeRO-2's per-micro-batch reduction. */
+ * ZeRO-3 to free the parameters gathered for it. */
 void tr_pipe_set_backward_hook(tr_pipe *p, void (*fn)(void *ctx), void *ctx);
 
 /* With on = 1, the model's gradient hook is called only in each chunk's last backward of a

@@ -182,7 +182,6 @@ static void consider(pl_search *s, const pl_devices *dv, tr_plan *p) {
 static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
     const pl_fixed *f = &s->fx;
     int P = base.l.pp, M = base.l.microbatches;
-    int tied_head = s->m.tied;
     for (int k = 0; k < 4; k++) {
         if (!ok(f->schedule, k) || (P == 1 && k != TR_PP_1F1B)) continue;
         for (int V = 1; V <= 8; V++) {
@@ -203,7 +202,6 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
                 continue;
             for (int z = 0; z <= 3; z++) {
                 if (!ok(f->zero, z) || (z >= 1 && base.l.dp == 1 && f->zero < 0 && z > 0)) continue;
-                if (P > 1 && z >= 2 && (k >= TR_PP_INTERLEAVED || tied_head)) continue;
                 for (int sp = 0; sp <= 1; sp++) {
                     if (!ok(f->sp, sp) || (sp && (base.l.tp == 1 || (long)s->m.T % base.l.tp)))
                         continue;

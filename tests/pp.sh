@@ -2,16 +2,17 @@
 # Pipeline parallelism with real MPI processes (mpirun --oversubscribe): dp x tp x pp in 1x1x2,
 # 1x1x4, 2x1x2, 1x2x2 and 2x2x2, every schedule (gpipe, 1f1b, interleaved, zb-h1) for a GPT
 # shape (8 blocks, tied head) and the Llama shape (4 blocks, untied) in a few of them, ZeRO 1,
-# 2 and 3 over dp with pp 2. Every run's losses, gradient norms and final parameters (the
+# 2 and 3 over dp with pp 2 (ZeRO-2 with interleaved on dp 2 x tp 2 x pp 2 and ZeRO-3 with
+# zb-h1, both with the tied head). Every run's losses, gradient norms and final parameters (the
 # global tensors: TR_DUMP_PARAMS) equal the single process's within the limits a reordering of
 # float32 sums stays within on any CPU (tests/lib.sh); every rank allocates the memory the layout
 # predicted for it (ranks.json), and `trainer show` prints each stage's; the run reports each
 # stage's idle share beside the schedule's theory; checkpoints saved in one layout resume in
-# another (four pairs with pp), and `trainer show CHECKPOINT` names the pipeline that saved
-# them; the sample drawn through the stages and the Hugging Face export
-# equal one process's; bad layouts are refused in one line before training; a stage killed
-# mid-run ends the job instead of hanging its neighbour.
-# zb-h1 allocates 1f1b's activation memory on every rank (pp 2 x M 4, pp 4 x M 8).
+# another (five pairs with pp, one of them ZeRO-3 to ZeRO-2 with the tied head), and `trainer
+# show CHECKPOINT` names the pipeline that saved them; the sample drawn through the stages and
+# the Hugging Face export equal one process's; bad layouts are refused in one line before
+# training; a stage killed mid-run ends the job instead of hanging its neighbour; zb-h1
+# allocates 1f1b's activation memory on every rank (pp 2 x M 4, pp 4 x M 8).
 # TR_TEST_QUICK=1 (the sanitizer build in CI, where every run is a few times slower): each
 # layout with one schedule, every schedule at least once, two checkpoint pairs, one sample.
 set -u
@@ -80,9 +81,12 @@ check_layout gptu_2x1x2_1f1b_z1 gptu 4 --dp 2 --pp 2 --zero 1 --schedule 1f1b --
 check_layout gptu_2x1x2_gpipe_z2 gptu 4 --dp 2 --pp 2 --zero 2 --schedule gpipe --micro-batch 2
 check_layout llama_2x1x2_1f1b_z3 llama 4 --dp 2 --pp 2 --zero 3 --schedule 1f1b --micro-batch 2
 check_layout gpt_2x1x2_zb-h1_z1 gpt 4 --dp 2 --pp 2 --zero 1 --schedule zb-h1 --micro-batch 2
+check_layout gpt_2x2x2_interleaved_z2 gpt 8 --dp 2 --tp 2 --pp 2 --zero 2 --schedule interleaved --virtual-stages 2 --micro-batch 2
+check_layout gpt_2x1x2_zb-h1_z3 gpt 4 --dp 2 --pp 2 --zero 3 --schedule zb-h1 --micro-batch 2
 else
 check_layout llama_1x2x2_1f1b_sp llama 4 --tp 2 --pp 2 --sequence-parallel --schedule 1f1b --micro-batch 2
 check_layout llama_2x1x2_1f1b_z3 llama 4 --dp 2 --pp 2 --zero 3 --schedule 1f1b --micro-batch 2
+check_layout gpt_2x1x2_zb-h1_z3 gpt 4 --dp 2 --pp 2 --zero 3 --schedule zb-h1 --micro-batch 2
 fi
 
 # ZB-H1 at 1F1B's activation memory: every rank allocates (ranks.json, what the run measured)
@@ -129,6 +133,9 @@ show_ckpt tp2pp2_run "$tmp/ckpt_pp4_to_tp2pp2" "$sched, pp 2 x 1 virtual stage, 
 if [ "$quick" != 1 ]; then
     resume_pair gpt ckpt_1_to_pp2_zbh1 1 "" 2 "--pp 2 --schedule zb-h1 --micro-batch 2"
     resume_pair llama ckpt_pp2_to_tp2 2 "--pp 2 --micro-batch 2" 2 "--tp 2"
+    # the tied head's pieces at ZeRO-3 (zb-h1) resumed as ZeRO-2's (interleaved)
+    resume_pair gpt ckpt_z3zbh1_to_z2il 4 "--dp 2 --pp 2 --zero 3 --schedule zb-h1 --micro-batch 2" \
+        4 "--dp 2 --pp 2 --zero 2 --schedule interleaved --virtual-stages 2 --micro-batch 2"
 fi
 
 # the sample drawn through the stages with their KV caches, and the Hugging Face export of the

@@ -296,6 +296,22 @@ static void pp_refused(const char *what, int blocks, const char *tied, const cha
     tr_recipe_free(&r);
 }
 
+/* Resolving the pipeline model must succeed with this ZeRO stage and schedule, and predict
+ * every rank's memory: layouts once refused, run since (issue 32). */
+static void pp_resolves(const char *what, const char *tied, const char *parallel, tr_layout_flags f,
+                        int world, int zero, tr_pp_kind kind) {
+    tr_recipe r;
+    if (load_pp(&r, 6, tied, parallel, "")) return;
+    tr_layout l;
+    tr_memory mem;
+    int rc = tr_layout_resolve(&l, &r, &f, world, TR_DTYPE_F32, 0, err, sizeof(err));
+    for (int rank = 0; rank < world && !rc; rank++)
+        rc = tr_layout_memory(&l, &r.model, TR_DTYPE_F32, rank, &mem, err, sizeof(err));
+    check(!rc && l.zero == zero && l.schedule == (int)kind, "pipeline resolves: %s (%s)", what,
+          rc ? err : "");
+    tr_recipe_free(&r);
+}
+
 /* The most expensive chunk of a cut. */
 static double worst(const double *cost, int k, const int *start) {
     double w = 0;
@@ -491,21 +507,20 @@ static void test_pipeline_refusals(void) {
     pp_refused("tp x pp does not divide the world", 6, no, "parallel { pp = 2 }", "", f, 6,
                "tp 2 x pp 2 needs a multiple of 4 processes, but 6 started (mpirun -np 8)");
     f = no_flags();
-    pp_refused("interleaved with ZeRO-2", 6, no,
-               "parallel { pp = 2, schedule = 'interleaved', zero = 2 }", "", f, 2,
-               "pp.lua:9: parallel: schedule interleaved runs with ZeRO 0 or 1, not ZeRO-2; gpipe "
-               "and 1f1b also run with ZeRO 2 and 3");
+    /* every schedule runs with every ZeRO stage, tied head or not */
+    pp_resolves("interleaved with ZeRO-2", no,
+                "parallel { pp = 2, schedule = 'interleaved', zero = 2 }", f, 2, 2,
+                TR_PP_INTERLEAVED);
     f.schedule = TR_PP_ZBH1;
     f.zero = 3;
-    pp_refused("--schedule zb-h1 --zero 3", 6, no, "parallel { pp = 2 }", "", f, 2,
-               "schedule zb-h1 runs with ZeRO 0 or 1, not ZeRO-3; gpipe and 1f1b also run with "
-               "ZeRO 2 and 3");
+    pp_resolves("--schedule zb-h1 --zero 3, a tied head", "true", "parallel { pp = 2 }", f, 4, 3,
+                TR_PP_ZBH1);
     f = no_flags();
-    pp_refused("a tied head with pp 2 and ZeRO-2", 6, "true", "parallel { pp = 2, zero = 2 }", "",
-               f, 2,
-               "pp.lua:6: lm_head: a tied head with pp 2 runs with ZeRO 0 or 1, not ZeRO-2 (the "
-               "first and the last pipeline rank each hold the embedding): use zero 0 or 1, or "
-               "lm_head { tied = false }");
+    pp_resolves("a tied head with pp 2 and ZeRO-2", "true", "parallel { pp = 2, zero = 2 }", f, 2,
+                2, TR_PP_1F1B);
+    pp_resolves("a tied head, interleaved, ZeRO-3 on dp 2 x pp 2", "true",
+                "parallel { pp = 2, dp = 2, schedule = 'interleaved', zero = 3 }", f, 4, 3,
+                TR_PP_INTERLEAVED);
     pp_refused("zb-h1 with full recomputation", 6, no, "parallel { pp = 2, schedule = 'zb-h1' }",
                ", recompute = 'full'", f, 2,
                "pp.lua:8: train: recompute \"full\" does not go with schedule zb-h1, which keeps "

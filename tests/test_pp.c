@@ -6,8 +6,9 @@
  * the gradient norm, every gradient this rank holds (its slice of the global tensor) and, after
  * three AdamW steps, the parameters must agree within 1e-5 relative; evaluation and KV-cache
  * decoding through the stages too. Every schedule, GPT (tied head) and Llama (untied,
- * grouped-query attention, SwiGLU) shapes, ZeRO 0-3 over dp with pp 2, tensor and sequence
- * parallelism inside the stages. */
+ * grouped-query attention, SwiGLU) shapes, ZeRO 0-3 over dp with pp 2 (every schedule and
+ * stage with both heads; ZeRO-2/3's gradients and ZeRO-3's parameters gathered from every
+ * rank's pieces), tensor and sequence parallelism inside the stages. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +46,10 @@ enum { B = 2, M = 4 };
 
 /* This rank's tensors against the single process's tensors of the same names (the slice it
  * holds of each; a pipeline replica too): the largest |a - b| over a scale, per tensor (its
- * largest |b|, at least floor x the largest of all), as tests/test_tp.c. */
-static double compare(tr_model *one, tr_model *part, int grads, double floor) {
+ * largest |b|, at least floor x the largest of all), as tests/test_tp.c. held: this rank's
+ * values indexed like its slab (ZeRO-2/3: gathered from the dp group's pieces), or NULL to
+ * read the model's own. */
+static double compare(tr_model *one, tr_model *part, int grads, double floor, const float *held) {
     double top = 0, worst = 0;
     for (int i = 0; i < tr_model_num_params(one); i++) {
         const tr_param *q = tr_model_param(one, i);
@@ -62,7 +65,10 @@ static double compare(tr_model *one, tr_model *part, int grads, double floor) {
             if (!strcmp(tr_model_param(one, k)->name, p->name)) q = tr_model_param(one, k);
         if (!q) return 1e9;
         float *mine = malloc((p->numel + 1) * sizeof(float)), *all = malloc((q->numel + 1) * 4);
-        (grads ? tr_model_get_grad : tr_model_get_param)(part, i, mine);
+        if (held)
+            memcpy(mine, held + p->offset, p->numel * sizeof(float));
+        else
+            (grads ? tr_model_get_grad : tr_model_get_param)(part, i, mine);
         (grads ? tr_model_get_grad : tr_model_get_param)(one, (int)(q - tr_model_param(one, 0)),
                                                          all);
         double scale = floor * top, diff = 0;
@@ -87,6 +93,7 @@ typedef struct {
     const char *name, *recipe;
     int dp, tp, pp, V, zero, sp;
     tr_pp_kind kind;
+    int big; /* buckets of 4 MiB (each a whole run of tensors that complete together), not 1 KiB */
 } variant;
 
 typedef struct {
@@ -141,7 +148,7 @@ static int make(tr_comm *world, const variant *v, setup *s) {
     if (tr_model_init_opts(&s->one, &s->r.model, tr_backend_cpu(), &o1, err, sizeof(err)) ||
         tr_model_init_opts(&s->part, &s->r.model, tr_backend_cpu(), &ot, err, sizeof(err)) ||
         tr_dp_init(&s->d1, s->one, s->self, 0, 0, err, sizeof(err)) ||
-        tr_dp_init(&s->dt, s->part, s->dp, v->zero, 1024, err, sizeof(err)) ||
+        tr_dp_init(&s->dt, s->part, s->dp, v->zero, v->big ? 0 : 1024, err, sizeof(err)) ||
         tr_pipe_init(&s->pipe, s->part, s->pp, v->kind, v->V, M, err, sizeof(err))) {
         printf("FAIL %s: %s\n", v->name, err);
         return -1;
@@ -268,21 +275,28 @@ static void run(tr_comm *world, const variant *v) {
         snprintf(what, sizeof(what), "%s: step %d gradient norm", v->name, step);
         e = fabs(nt - n1) / n1;
         check(e <= 1e-5, what, e, 1e-5);
-        if (v->zero < 2) {
-            snprintf(what, sizeof(what), "%s: step %d gradients", v->name, step);
-            e = compare(s.one, s.part, 1, 1e-3);
-            check(e <= 1e-5, what, e, 1e-5);
+        /* ZeRO-2/3: every rank's pieces of the summed gradient, gathered over dp */
+        float *held = NULL;
+        if (v->zero >= 2) {
+            held = malloc(tr_model_slab_elements(s.part) * sizeof(float));
+            if (!held || tr_dp_gather_grads(s.dt, held)) exit(1);
         }
+        snprintf(what, sizeof(what), "%s: step %d gradients", v->name, step);
+        e = compare(s.one, s.part, 1, 1e-3, held);
+        check(e <= 1e-5, what, e, 1e-5);
+        free(held);
         tr_dp_step(s.d1, &opt);
         tr_dp_step(s.dt, &opt);
     }
     tr_dp_settle(s.d1); /* ZeRO-1/2: the other ranks' parts of the last update */
     tr_dp_settle(s.dt);
-    if (v->zero < 3) {
-        snprintf(what, sizeof(what), "%s: parameters after 3 AdamW steps", v->name);
-        double e = compare(s.one, s.part, 0, 1);
-        check(e <= 1e-5, what, e, 1e-5);
-    }
+    /* ZeRO-3: the master parameters of every rank's pieces, gathered over dp */
+    tr_dp_state st = {0};
+    if (v->zero == 3 && tr_dp_gather_state(s.dt, &st)) exit(1);
+    snprintf(what, sizeof(what), "%s: parameters after 3 AdamW steps", v->name);
+    double e = compare(s.one, s.part, 0, 1, st.p);
+    check(e <= 1e-5, what, e, 1e-5);
+    tr_dp_state_free(&st);
     boundary_bytes(v, &s, T);
     eval_decode(v, &s, tok[0], tgt[0], T);
     for (int k = 0; k < M; k++)
@@ -297,7 +311,7 @@ static void run(tr_comm *world, const variant *v) {
  * timeout, while it waited for them in its caller's agreement. */
 static void refused_init(tr_comm *world) {
     int W = tr_comm_size(world);
-    variant v = {"gpt pp refused", gpt, 1, 1, W, 1, 0, 0, TR_PP_1F1B};
+    variant v = {"gpt pp refused", gpt, 1, 1, W, 1, 0, 0, TR_PP_1F1B, 0};
     setup s;
     if (make(world, &v, &s)) {
         g_fail++;
@@ -345,21 +359,28 @@ int main(int argc, char **argv) {
                 char name[96];
                 snprintf(name, sizeof(name), "%s dp %d tp %d pp %d %s%s", shape ? "llama" : "gpt",
                          dp, tp, pp, names[k], tp > 1 && shape ? " sp" : "");
-                variant v = {name, shape ? llama : gpt, dp, tp, pp, V, 0, tp > 1 && shape, all[k]};
+                variant v = {name, shape ? llama : gpt, dp,     tp, pp, V,
+                             0,    tp > 1 && shape,     all[k], 0};
                 run(world, &v);
             }
     }
-    if (W == 4) { /* ZeRO over the dp group of a dp 2 x pp 2 layout */
-        const variant zs[] = {
-            {"gpt dp 2 pp 2 1f1b zero 1", gpt, 2, 1, 2, 1, 1, 0, TR_PP_1F1B},
-            {"gpt dp 2 pp 2 zb-h1 zero 1", gpt, 2, 1, 2, 1, 1, 0, TR_PP_ZBH1},
-            {"llama dp 2 pp 2 gpipe zero 2", llama, 2, 1, 2, 1, 2, 0, TR_PP_GPIPE},
-            {"llama dp 2 pp 2 1f1b zero 2", llama, 2, 1, 2, 1, 2, 0, TR_PP_1F1B},
-            {"llama dp 2 pp 2 1f1b zero 3", llama, 2, 1, 2, 1, 3, 0, TR_PP_1F1B},
-        };
-        for (size_t i = 0; i < sizeof(zs) / sizeof(zs[0]); i++)
-            run(world, &zs[i]);
-    }
+    /* ZeRO 1-3 over the dp group of a dp 2 x pp 2 layout (ZeRO-0: above), every schedule,
+       the tied head (GPT: its pair of stages sums the embedding's gradient) and the untied */
+    for (int zero = 1; zero <= 3 && W == 4; zero++)
+        for (int k = 0; k < 4; k++)
+            for (int shape = 0; shape < 2; shape++) {
+                char name[96];
+                snprintf(name, sizeof(name), "%s dp 2 pp 2 %s zero %d", shape ? "llama" : "gpt",
+                         names[k], zero);
+                int V = all[k] == TR_PP_INTERLEAVED ? 2 : 1;
+                variant v = {name, shape ? llama : gpt, 2, 1, 2, V, zero, 0, all[k], 0};
+                run(world, &v);
+                if (zero == 2 + shape) { /* GPT at ZeRO-2, Llama at 3: the default buckets */
+                    v.big = 1;
+                    strncat(name, ", 4 MiB buckets", sizeof(name) - strlen(name) - 1);
+                    run(world, &v);
+                }
+            }
     if (g_rank == 0)
         printf("%s: %d failure(s) on rank 0 (%d ranks)\n", g_fail ? "FAIL" : "PASS", g_fail, W);
     int bad = g_fail;

@@ -314,7 +314,8 @@ static int setup_data(run_ctx *x) {
     return 0;
 }
 
-/* ZeRO-2 and 3 reduce each micro-batch's gradients after its backward. */
+/* After each chunk's backward (or weight part): ZeRO-3 frees the parameters gathered for it
+ * (ZeRO-2 and 3 reduce each bucket as soon as its micro-batch completes it: parallel/dp.c). */
 static void micro_end(void *dp) {
     tr_dp_micro_end(dp);
 }
