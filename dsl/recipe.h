@@ -132,6 +132,8 @@ typedef struct {
     int z_norm_unused;    /* the recipe gave z_norm, which norm_ratio replaced (said at start) */
 } tr_guard_desc;
 
+#define TR_MAX_STAGES 256 /* pipeline chunks: pp x virtual_stages (= TR_MAX_CHUNKS, model.h) */
+
 typedef struct {
     long batch_tokens;  /* tokens per optimizer step (global) */
     int micro_batch;    /* sequences per forward/backward; 0 = auto */
@@ -146,14 +148,16 @@ typedef struct {
     int keep_checkpoints; /* newest checkpoints kept; older ones are deleted once a newer one is complete */
     tr_precision precision; /* "bf16" (default) | "fp32" */
     int recompute;          /* activation recomputation: 0 "none", 1 "selective", 2 "full",
-                               -1 "auto" (the planner's choice; without one "none") */
+                               -1 "auto" (the planner's choice; without one "none"); with a
+                               list, the most of its levels */
+    int n_stage_recompute;  /* recompute = { ... }: one level per pipeline rank (0: one for all) */
+    signed char stage_recompute[TR_MAX_STAGES];
     double peak_tflops;     /* the peak MFU divides by; 0 = the device table / measured sgemm */
     tr_guard_desc guard;
 } tr_train_desc;
 
 /* parallel { ... }: what the recipe asks of the layout; parallel/layout.h resolves it with the
  * command line's flags and the number of processes, and checks it. */
-#define TR_MAX_STAGES 256 /* pipeline chunks: pp x virtual_stages (= TR_MAX_CHUNKS, model.h) */
 
 typedef struct {
     int is_auto; /* "auto" (the default), or every field below left to "auto" */

@@ -107,7 +107,9 @@ typedef enum {
     FK_TABLE,
     FK_LIST_AUTO, /* "auto" or a list of integers >= lo (no gaps, no named fields, at most hi
                     items): checked here, copied by the constructor */
-    FK_TABLE_BOOL /* a table of fields (i = 1; read by the constructor) or a boolean (b) */
+    FK_TABLE_BOOL, /* a table of fields (i = 1; read by the constructor) or a boolean (b) */
+    FK_ENUM_LIST  /* one of choices (choice), or a list of them (i: its length, at most hi;
+                    checked here, copied by the constructor) */
 } field_kind;
 enum { LO_NONE = 0, LO_GE, LO_GT };
 enum { HI_NONE = 0, HI_LE, HI_LT };

@@ -26,6 +26,8 @@ static const char *kind_phrase(field_kind k) {
         return "a list of integers or \"auto\"";
     case FK_TABLE_BOOL:
         return "a table of fields or a boolean";
+    case FK_ENUM_LIST:
+        return "a name or a list of names";
     default:
         return "a value";
     }
@@ -108,8 +110,9 @@ static double read_float(lua_State *L, int idx, const char *ctor, const char *fi
     return v;
 }
 
-/* "auto" or { i1, i2, ... }: integers >= fs->lo, a plain list of 1 to fs->hi items. The count
- * goes to out->i; the constructor copies the items (lua_rawgeti) from its argument. */
+/* "auto" or { i1, i2, ... }: integers >= fs->lo (FK_ENUM_LIST: names of fs->choices), a plain
+ * list of 1 to fs->hi items. The count goes to out->i; the constructor copies the items
+ * (lua_rawgeti) from its argument. */
 static void read_list(lua_State *L, const char *ctor, const field_spec *fs, field_val *out) {
     int idx = lua_gettop(L), t = lua_type(L, idx);
     if (t == LUA_TSTRING && strcmp(lua_tostring(L, idx), "auto") == 0) {
@@ -131,17 +134,22 @@ static void read_list(lua_State *L, const char *ctor, const field_spec *fs, fiel
              lua_tointeger(L, -2) >= 1 && lua_tointeger(L, -2) <= len;
         lua_pop(L, 1);
     }
+    int names = fs->kind == FK_ENUM_LIST;
     if (!ok || count != len)
-        dsl_raise_at(L, 0,
-                     "%s: field '%s' must be a list of integers, as in %s = { 0, 6, 12, 18 }, "
-                     "without named fields or gaps",
-                     ctor, fs->name, fs->name);
+        dsl_raise_at(L, 0, "%s: field '%s' must be a list of %s, as in %s = { %s }, without named "
+                     "fields or gaps",
+                     ctor, fs->name, names ? "names" : "integers", fs->name,
+                     names ? "\"full\", \"none\"" : "0, 6, 12, 18");
     if (count == 0)
         dsl_raise_at(L, 0, "%s: field '%s' must not be empty (or \"auto\")", ctor, fs->name);
     if ((double)count > fs->hi)
         dsl_raise_at(L, 0, "%s: field '%s' has %lld entries; at most %.14g are supported", ctor,
                      fs->name, (long long)count, fs->hi);
     field_spec item = {fs->name, FK_INT, REQ, fs->lo_kind, fs->lo, HI_LE, INT_MAX, NULL};
+    const char *each[16] = {NULL}; /* a list's items: its choices but "auto" (the whole's) */
+    for (int k = 0, j = 0; names && fs->choices[k] && j < 15; k++)
+        if (strcmp(fs->choices[k], "auto")) each[j++] = fs->choices[k];
+    if (names) item = (field_spec){fs->name, FK_ENUM, REQ, 0, 0, 0, 0, each};
     char name[64];
     for (lua_Integer k = 1; k <= count; k++) {
         snprintf(name, sizeof name, "%s[%lld]", fs->name, (long long)k);
@@ -213,6 +221,13 @@ void dsl_read_value(lua_State *L, const char *ctor, const field_spec *fs, field_
             dsl_raise_at(L, 0, "%s: field '%s' must not contain a NUL byte", ctor, fs->name);
         return;
     }
+    case FK_ENUM_LIST:
+        if (t == LUA_TTABLE) {
+            read_list(L, ctor, fs, out);
+            return;
+        }
+        /* one name: */
+        /* fall through */
     case FK_ENUM:
     case FK_ENUM_AUTO: {
         if (fs->kind == FK_ENUM_AUTO && t == LUA_TSTRING &&

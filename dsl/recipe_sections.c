@@ -218,9 +218,28 @@ static const field_spec train_fields[] = {
     INT_FIELD("checkpoint_every", OPT, 0),
     INT_FIELD("keep_checkpoints", OPT, 1),
     {"precision", FK_ENUM, OPT, 0, 0, 0, 0, dsl_precision_names},
-    {"recompute", FK_ENUM, OPT, 0, 0, 0, 0, dsl_recompute_names},
+    {"recompute", FK_ENUM_LIST, OPT, 0, 0, HI_LE, TR_MAX_STAGES, dsl_recompute_names},
     {"peak_tflops", FK_NUM, OPT, LO_GE, 0, HI_NONE, 0, NULL},
     {"guard", FK_TABLE_BOOL, OPT, 0, 0, 0, 0, NULL}};
+
+/* train { recompute = { "full", "none", ... } }: one level per pipeline rank, in order (the
+ * schema checked that each is a level's name, not "auto"); the layout checks the count
+ * against pp. */
+static void read_stage_recompute(lua_State *L, tr_train_desc *t, int n) {
+    lua_getfield(L, 1, "recompute");
+    t->n_stage_recompute = n;
+    t->recompute = 0;
+    for (int k = 0; k < n; k++) {
+        lua_rawgeti(L, -1, k + 1);
+        const char *s = lua_tostring(L, -1);
+        int level = 0; /* a level's name: the schema checked it (not "auto") */
+        while (level < 2 && strcmp(dsl_recompute_names[level], s)) level++;
+        t->stage_recompute[k] = (signed char)level;
+        if (level > t->recompute) t->recompute = level;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
 
 static const field_spec guard_fields[] = {{"window", FK_INT, OPT, LO_GE, 2, HI_LE, 10000, NULL},
                                           {"z_loss", FK_NUM, OPT, LO_GT, 0, HI_NONE, 0, NULL},
@@ -329,7 +348,8 @@ static int l_train(lua_State *L) {
     t->keep_checkpoints = v[10].present ? (int)v[10].i : 3;
     t->precision = v[11].present ? (tr_precision)v[11].choice : TR_PRECISION_BF16;
     /* "auto" (the default, -1): the planner chooses, else "none" */
-    t->recompute = v[12].present && v[12].choice < 3 ? v[12].choice : -1;
+    t->recompute = v[12].present && !v[12].i && v[12].choice < 3 ? v[12].choice : -1;
+    if (v[12].present && v[12].i) read_stage_recompute(L, t, (int)v[12].i);
     t->peak_tflops = v[13].present ? v[13].n : 0;
     read_guard(L, &t->guard, &v[14]);
     c->train_line = line;

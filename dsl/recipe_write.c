@@ -244,9 +244,15 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {
             ", sample_tokens = %d, log_every = %d,\n        checkpoint_every = %d, "
             "keep_checkpoints = %d,",
             t->sample_tokens, t->log_every, t->checkpoint_every, t->keep_checkpoints);
-    fprintf(f, " precision = \"%s\", recompute = \"%s\", peak_tflops = %.17g,\n",
-            dsl_precision_names[t->precision],
-            dsl_recompute_names[t->recompute < 0 ? 3 : t->recompute], t->peak_tflops);
+    fprintf(f, " precision = \"%s\", recompute = ", dsl_precision_names[t->precision]);
+    if (t->n_stage_recompute) { /* one level per pipeline rank */
+        for (int k = 0; k < t->n_stage_recompute; k++)
+            fprintf(f, "%s\"%s\"", k ? ", " : "{ ", dsl_recompute_names[t->stage_recompute[k]]);
+        fputs(" }", f);
+    } else {
+        fprintf(f, "\"%s\"", dsl_recompute_names[t->recompute < 0 ? 3 : t->recompute]);
+    }
+    fprintf(f, ", peak_tflops = %.17g,\n", t->peak_tflops);
     const tr_guard_desc *g = &t->guard;
     if (g->on) {
         fprintf(f, "        guard = { window = %d, z_loss = ", g->window);

@@ -387,6 +387,24 @@ static int fit_stages(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
                : 0;
 }
 
+/* The recipe's recompute = { ... }: one level per pipeline rank, so as many as pp; the
+ * layout's own level is the most of them. */
+static int fit_recompute(tr_layout *l, const tr_recipe *r, char *err, size_t errlen) {
+    int n = r->train.n_stage_recompute;
+    if (!n) return 0;
+    if (n != l->pp)
+        return fail(err, errlen, r, r->train_line,
+                    "train: recompute gives %d level%s, one per pipeline rank, but pp is %d", n,
+                    n == 1 ? "" : "s", l->pp);
+    l->recompute = TR_RECOMPUTE_NONE;
+    for (int k = 0; k < n; k++) {
+        l->stage_recompute[k] = r->train.stage_recompute[k];
+        if (l->stage_recompute[k] > (int)l->recompute) l->recompute = l->stage_recompute[k];
+        l->recompute_per_stage |= l->stage_recompute[k] != l->stage_recompute[0];
+    }
+    return 0;
+}
+
 int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f, int world,
                       tr_dtype dtype, double budget, char *err, size_t errlen) {
     const tr_parallel_desc *p = &r->parallel;
@@ -414,6 +432,7 @@ int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
     if (check_layers(r, &r->model.root, l->tp, err, errlen)) return -1;
     if (check_pipeline(l, r, f, err, errlen)) return -1;
     if (fit_world(l, r, dp, world, !dp_flag && !tp_flag && !pp_flag, err, errlen)) return -1;
+    if (fit_recompute(l, r, err, errlen)) return -1;
     if (fit_stages(l, r, f, err, errlen)) return -1;
     if (fit_micro_batch(l, r, f, dtype, budget, err, errlen)) return -1;
     return check_schedule(l, r, f, err, errlen);
@@ -447,13 +466,35 @@ static void pipeline_opts(const tr_layout *l, int p, tr_model_opts *mo) {
     if (have) tr_pp_free(&s);
 }
 
+tr_recompute tr_layout_recompute_at(const tr_layout *l, int p) {
+    return l->recompute_per_stage && p >= 0 && p < l->pp ? (tr_recompute)l->stage_recompute[p]
+                                                         : l->recompute;
+}
+
+void tr_layout_recompute_name(const tr_layout *l, char *buf, size_t n) {
+    static const char *const names[] = {"none", "selective", "full"};
+    size_t used = 0;
+    buf[0] = 0;
+    for (int p = 0; p < (l->recompute_per_stage ? l->pp : 1) && used < n; p++) {
+        int k = tr_layout_recompute_at(l, l->recompute_per_stage ? p : -1);
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", p ? "/" : "",
+                                 names[k >= 0 && k <= 2 ? k : 0]);
+    }
+}
+
+void tr_layout_recompute_to_recipe(const tr_layout *l, tr_train_desc *t) {
+    t->recompute = (int)l->recompute;
+    t->n_stage_recompute = l->recompute_per_stage ? l->pp : 0;
+    for (int k = 0; k < t->n_stage_recompute; k++) t->stage_recompute[k] = l->stage_recompute[k];
+}
+
 tr_model_opts tr_layout_model_opts(const tr_layout *l, int rank) {
     tr_layout_coord c = tr_layout_coord_of(l, rank);
     tr_zero sh = tr_zero_of(l->zero);
     /* ZeRO over the dp group (parallel/dp.h): this process's shard is its dp coordinate */
     tr_model_opts mo = {.B = l->micro_batch,
                         .T = l->seq_len,
-                        .recompute = l->recompute,
+                        .recompute = tr_layout_recompute_at(l, c.p),
                         .shards = sh.optimizer && !sh.grads ? l->dp : 1, /* ZeRO-1 */
                         .shard = c.d,
                         .external_grads = sh.grads,
@@ -522,7 +563,7 @@ void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r) {
                             .bucket_kb = l->bucket_kb,
                             .schedule = -1};
     r->train.micro_batch = l->micro_batch;
-    r->train.recompute = (int)l->recompute;
+    tr_layout_recompute_to_recipe(l, &r->train);
     if (l->pp == 1) return; /* no pipeline: its fields stay "auto" */
     int K = l->pp * l->virtual_stages;
     p->schedule = l->schedule;

@@ -27,7 +27,10 @@ typedef struct {
     int bucket_kb;         /* gradient bucket (KiB): the recipe's, or 4096 */
     int pad_vocab;         /* vocabulary padding of the head's products (the flags'; 0: the
                               backend's) */
-    tr_recompute recompute;
+    tr_recompute recompute;  /* the most of any pipeline rank's */
+    int recompute_per_stage; /* the levels differ by pipeline rank (the recipe's list, or the
+                                planner's): stage_recompute[p] for p < pp */
+    signed char stage_recompute[TR_MAX_CHUNKS];
     /* pipeline parallelism (pp > 1; with pp 1 one chunk, the whole model) */
     int schedule;       /* tr_pp_kind (parallel/schedule.h) */
     int microbatches;   /* M: micro-batches per step through the pipeline (= accum) */
@@ -118,6 +121,13 @@ void tr_layout_describe_stages(const tr_layout *l, const tr_model_desc *d, FILE 
  * microbatches unless the micro-batch was "auto"), so that the saved recipe.lua names it and
  * loads again to the same layout. */
 void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r);
+
+/* Pipeline rank p's recompute level (the layout's own unless it differs by rank). */
+tr_recompute tr_layout_recompute_at(const tr_layout *l, int p);
+/* Its name: "full", or per pipeline rank "selective/none/none". */
+void tr_layout_recompute_name(const tr_layout *l, char *buf, size_t n);
+/* The layout's recompute into a recipe's train { }: one level, or one per pipeline rank. */
+void tr_layout_recompute_to_recipe(const tr_layout *l, tr_train_desc *t);
 
 /* Cut n blocks of the given costs (>= 0) into k contiguous non-empty chunks (1 <= k <= n):
  * start[c] = the first block of chunk c, start[k] = n. Exact: the most expensive chunk is as

@@ -177,6 +177,50 @@ static void consider(pl_search *s, const pl_devices *dv, tr_plan *p) {
     keep(s, p);
 }
 
+/* Each pipeline rank at the least recompute that fits its own memory (the first rank, which
+ * holds the most micro-batches in 1f1b, may recompute while the others need not), by the quick
+ * estimate within `room` of the device's memory, into p; 1 when the levels differ by rank. */
+static int least_levels(pl_search *s, const pl_devices *dv, tr_plan *p, double room) {
+    int top = p->l.schedule == TR_PP_ZBH1 ? 1 : 2; /* zb-h1 keeps every product's inputs */
+    p->l.recompute_per_stage = 1;
+    p->l.recompute = TR_RECOMPUTE_NONE;
+    for (int r = 0; r < p->l.pp; r++) {
+        int rc = 0;
+        p->l.stage_recompute[r] = 0;
+        while (rc < top && pl_stage_memory(&s->m, dv, p, r) > room * dv->mem_cap)
+            p->l.stage_recompute[r] = (signed char)++rc;
+        if (rc > (int)p->l.recompute) p->l.recompute = rc;
+    }
+    int differ = 0;
+    for (int r = 1; r < p->l.pp; r++) differ |= p->l.stage_recompute[r] != p->l.stage_recompute[0];
+    return differ;
+}
+
+/* Levels per pipeline rank, tried beside the uniform ones: the least that fit by the estimate,
+ * and the least that fit with 5% to spare (the estimate is within 4.3% of the exact sizing
+ * pass, which then keeps the one that truly fits). */
+static void least_per_stage(pl_search *s, const pl_devices *dv, const tr_plan *base) {
+    tr_plan p = *base, q = *base;
+    if (least_levels(s, dv, &p, 1.0)) consider(s, dv, &p);
+    if (least_levels(s, dv, &q, 0.95) &&
+        memcmp(p.l.stage_recompute, q.l.stage_recompute, (size_t)p.l.pp))
+        consider(s, dv, &q);
+}
+
+/* The recipe's recompute = { ... }, a level per pipeline rank, for a plan of as many ranks. */
+static void recipe_levels(pl_search *s, const pl_devices *dv, const tr_plan *base) {
+    tr_plan p = *base;
+    const tr_train_desc *t = &s->r->train;
+    p.l.recompute = (tr_recompute)t->recompute;
+    p.l.recompute_per_stage = 0;
+    for (int r = 0; r < p.l.pp; r++) {
+        p.l.stage_recompute[r] = t->stage_recompute[r];
+        p.l.recompute_per_stage |= t->stage_recompute[r] != t->stage_recompute[0];
+    }
+    if (p.l.schedule == TR_PP_ZBH1 && p.l.recompute == TR_RECOMPUTE_FULL) return;
+    consider(s, dv, &p);
+}
+
 /* Every schedule, virtual stages, ZeRO stage, sequence parallelism and recompute level for
  * one mesh and micro-batch. */
 static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
@@ -205,13 +249,18 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
                 for (int sp = 0; sp <= 1; sp++) {
                     if (!ok(f->sp, sp) || (sp && (base.l.tp == 1 || (long)s->m.T % base.l.tp)))
                         continue;
+                    p.l.zero = z;
+                    p.l.sequence_parallel = sp;
+                    if (s->r->train.n_stage_recompute) { /* the recipe's level per stage */
+                        if (P == s->r->train.n_stage_recompute) recipe_levels(s, dv, &p);
+                        continue;
+                    }
                     for (int rc = 0; rc <= 2; rc++) {
                         if (!ok(f->recompute, rc) || (k == TR_PP_ZBH1 && rc == 2)) continue;
-                        p.l.zero = z;
-                        p.l.sequence_parallel = sp;
                         p.l.recompute = rc;
                         consider(s, dv, &p);
                     }
+                    if (f->recompute < 0 && P > 1) least_per_stage(s, dv, &p);
                 }
             }
         }
@@ -302,7 +351,7 @@ static void search_all(pl_search *s, const tr_cluster *c, const tr_plan_opts *o)
  * -1 and the resolver's reason in p->why. */
 static int measure(const pl_search *s, const pl_devices *dv, tr_plan *p) {
     tr_recipe r = *s->r; /* a shallow copy: the layout reads it */
-    r.train.recompute = p->l.recompute;
+    tr_layout_recompute_to_recipe(&p->l, &r.train);
     r.parallel.n_stages = 0;
     if (p->l.stages_given) { /* the recipe's cut, or one by the stages' speeds */
         r.parallel.n_stages = p->l.pp * p->l.virtual_stages;
@@ -341,8 +390,9 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
     if (a->mem_bytes > a->mem_cap) {
         gb(a->mem_bytes, x, sizeof x);
         gb(a->mem_cap, y, sizeof y);
-        snprintf(a->why, sizeof a->why, "ZeRO-%d, recompute %s: %s > %s", a->l.zero,
-                 a->l.recompute == 2 ? "full" : a->l.recompute == 1 ? "selective" : "none", x, y);
+        char rec[96];
+        tr_layout_recompute_name(&a->l, rec, sizeof rec);
+        snprintf(a->why, sizeof a->why, "ZeRO-%d, recompute %s: %s > %s", a->l.zero, rec, x, y);
         return;
     }
     struct {
@@ -378,12 +428,19 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
 /* Less machinery first: fewer model-parallel ranks, a lower ZeRO stage, no sequence
  * parallelism, less recompute, fewer virtual stages, fewer micro-batches (the largest
  * micro-batch, which is also the resolver's own choice where memory allows it). */
+/* Recompute levels over the pipeline ranks: less is simpler (first rank only, before all). */
+static int levels(const tr_layout *l) {
+    int n = 0;
+    for (int r = 0; r < l->pp; r++) n += tr_layout_recompute_at(l, r);
+    return n;
+}
+
 static int simpler(const tr_plan *a, const tr_plan *b) {
-    int ka[] = {a->l.tp * a->l.pp, a->l.zero,           a->l.sequence_parallel,
-                a->l.recompute,    a->l.virtual_stages, a->l.microbatches};
-    int kb[] = {b->l.tp * b->l.pp, b->l.zero,           b->l.sequence_parallel,
-                b->l.recompute,    b->l.virtual_stages, b->l.microbatches};
-    for (int i = 0; i < 6; i++)
+    int ka[] = {a->l.tp * a->l.pp, a->l.zero,           a->l.sequence_parallel, a->l.recompute,
+                levels(&a->l),     a->l.virtual_stages, a->l.microbatches};
+    int kb[] = {b->l.tp * b->l.pp, b->l.zero,           b->l.sequence_parallel, b->l.recompute,
+                levels(&b->l),     b->l.virtual_stages, b->l.microbatches};
+    for (int i = 0; i < 7; i++)
         if (ka[i] != kb[i]) return ka[i] < kb[i];
     return 0;
 }
@@ -604,8 +661,8 @@ void tr_plan_price(const tr_recipe *r, const tr_cluster *c, const tr_layout *l, 
 }
 
 void tr_plan_describe(const tr_plan *p, char *buf, size_t len) {
-    static const char *const rec[] = {"none", "selective", "full"};
-    char pipe[96] = "";
+    char pipe[96] = "", rec[96];
+    tr_layout_recompute_name(&p->l, rec, sizeof rec);
     if (p->l.pp > 1)
         snprintf(pipe, sizeof pipe, " x pp %d, %s%s", p->l.pp,
                  tr_pp_kind_name((tr_pp_kind)p->l.schedule),
@@ -614,8 +671,7 @@ void tr_plan_describe(const tr_plan *p, char *buf, size_t len) {
         snprintf(pipe, sizeof pipe, " x pp %d, interleaved x %d", p->l.pp, p->l.virtual_stages);
     snprintf(buf, len, "dp %d x tp %d%s, %d micro-batch%s of %d, ZeRO-%d%s, recompute %s", p->l.dp,
              p->l.tp, pipe, p->l.microbatches, p->l.microbatches == 1 ? "" : "es", p->l.micro_batch,
-             p->l.zero, p->l.sequence_parallel ? ", sequence parallel" : "",
-             rec[p->l.recompute >= 0 && p->l.recompute <= 2 ? p->l.recompute : 0]);
+             p->l.zero, p->l.sequence_parallel ? ", sequence parallel" : "", rec);
 }
 
 int tr_plan_open(const tr_recipe *r, const tr_plan_opts *o) {

@@ -170,7 +170,7 @@ static double t_bucketed(const tr_link *l, double S, int p, double bucket) {
 
 /* The activations a micro-batch of B sequences leaves on a rank for its blocks [a, b), per
  * micro-batch in flight, in bytes. */
-static double stage_act(const pl_model *m, const tr_plan *p, int a, int b) {
+static double stage_act(const pl_model *m, const tr_plan *p, int a, int b, tr_recompute rc) {
     double split = 0, stream = 0, sel = 0, resid = 0, most = 0;
     for (int i = a; i < b; i++) {
         const tr_cost *k = &m->blk[i];
@@ -182,17 +182,17 @@ static double stage_act(const pl_model *m, const tr_plan *p, int a, int b) {
     }
     double tp = p->l.tp, sp = p->l.sequence_parallel ? tp : 1, tok = (double)p->l.micro_batch * m->T;
     double per_tok;
-    if (p->l.recompute == TR_RECOMPUTE_FULL) /* the stream between branches, one block again */
+    if (rc == TR_RECOMPUTE_FULL) /* the stream between branches, one block again */
         per_tok = resid * 4.0 * m->C / sp + most / tp;
     else
-        per_tok = (split - (p->l.recompute == TR_RECOMPUTE_SELECTIVE ? sel : 0)) / tp + stream / sp;
+        per_tok = (split - (rc == TR_RECOMPUTE_SELECTIVE ? sel : 0)) / tp + stream / sp;
     /* zb-h1's output gradients, kept for the deferred weight part, lie over tensors only the
        input part reads (model.c: place_output_grads), but for the (N, C) ones with sequence
        parallelism (the stream there has N / tp rows) and the MLPs' input-product ones with
        selective recompute (as large as the activation it recomputes; exact for GELU) */
     if (p->l.schedule == TR_PP_ZBH1 && p->l.pp > 1)
         per_tok += (sp > 1 ? resid * 4.0 * m->C : 0) +
-                   (p->l.recompute == TR_RECOMPUTE_SELECTIVE ? sel / tp : 0);
+                   (rc == TR_RECOMPUTE_SELECTIVE ? sel / tp : 0);
     return per_tok * tok * m->a_scale;
 }
 
@@ -235,22 +235,24 @@ static double scratch(const pl_model *m, const tr_plan *p, int head) {
     return s;
 }
 
+double pl_stage_memory(const pl_model *m, const pl_devices *dv, const tr_plan *p, int r) {
+    int K = p->l.pp * p->l.virtual_stages;
+    tr_recompute rc = tr_layout_recompute_at(&p->l, r);
+    double n = stage_params(m, p, r), dp = p->l.dp;
+    double pb = m->p_bytes * n, gb = m->g_bytes * n, ob = m->o_bytes * n;
+    tr_zero sh = tr_zero_of(p->l.zero);
+    if (sh.optimizer) ob /= dp;
+    if (sh.grads) gb /= dp; /* the pieces (the transient buckets: in the reserve) */
+    if (sh.params) pb /= dp;
+    double act = 0;
+    for (int c = r; c < K; c += p->l.pp)
+        act += inflight(p, r) * stage_act(m, p, p->l.chunk_start[c], p->l.chunk_start[c + 1], rc);
+    return pb + gb + ob + act + scratch(m, p, (K - 1) % p->l.pp == r) + dv->reserve;
+}
+
 static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     double worst = 0;
-    int K = p->l.pp * p->l.virtual_stages;
-    for (int r = 0; r < p->l.pp; r++) {
-        double n = stage_params(m, p, r), dp = p->l.dp;
-        double pb = m->p_bytes * n, gb = m->g_bytes * n, ob = m->o_bytes * n;
-        tr_zero sh = tr_zero_of(p->l.zero);
-        if (sh.optimizer) ob /= dp;
-        if (sh.grads) gb /= dp; /* the pieces (the transient buckets: in the reserve) */
-        if (sh.params) pb /= dp;
-        double act = 0;
-        for (int c = r; c < K; c += p->l.pp)
-            act += inflight(p, r) * stage_act(m, p, p->l.chunk_start[c], p->l.chunk_start[c + 1]);
-        double tot = pb + gb + ob + act + scratch(m, p, (K - 1) % p->l.pp == r) + dv->reserve;
-        worst = maxd(worst, tot);
-    }
+    for (int r = 0; r < p->l.pp; r++) worst = maxd(worst, pl_stage_memory(m, dv, p, r));
     p->mem_bytes = worst;
     p->mem_cap = dv->mem_cap;
     p->mem_exact = 0;
@@ -290,7 +292,7 @@ static void parts(const pl_model *m, const pl_devices *dv, const tr_plan *p, int
  * as the per-size measurements vary from run to run more than they differ on a small model,
  * and a plan that followed them would not be the same twice. */
 static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
-                       double rate, double *compute, double *tp_s) {
+                       double rate, tr_recompute rc, double *compute, double *tp_s) {
     double tok = (double)p->l.micro_batch * m->T, mm, fixed, elem, eff;
     parts(m, dv, p, a, b, tok, rate, &mm, &fixed, &elem);
     double f = mm + fixed + elem / 3, bwd = 2 * (mm + fixed) + 2 * elem / 3;
@@ -302,8 +304,8 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
         k = 3 * rm / eff / (3 * (rm + rf) + re);
         f *= k, bwd *= k;
     }
-    double rec = p->l.recompute == TR_RECOMPUTE_FULL ? f
-                 : p->l.recompute == TR_RECOMPUTE_SELECTIVE
+    double rec = rc == TR_RECOMPUTE_FULL        ? f
+                 : rc == TR_RECOMPUTE_SELECTIVE
                      ? k * elem / 6
                      : 0;
     *compute = f + bwd + rec;
@@ -315,7 +317,7 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
     double S = tok * m->C * m->es;
     const tr_link *l = link_of(dv, 1, p->l.tp);
     double n_coll = 2 * resid + (a == 0) + (b == m->n);
-    if (p->l.recompute == TR_RECOMPUTE_FULL) n_coll += resid;
+    if (rc == TR_RECOMPUTE_FULL) n_coll += resid;
     *tp_s = n_coll * t_allreduce(l, S, p->l.tp);
 }
 
@@ -346,7 +348,8 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
         double c = 0, t = 0, send = 0, rate = pl_stage_rate(dv, &p->l, r);
         for (int k = r; k < K; k += p->l.pp) {
             double cc, tt;
-            chunk_time(m, dv, p, p->l.chunk_start[k], p->l.chunk_start[k + 1], rate, &cc, &tt);
+            chunk_time(m, dv, p, p->l.chunk_start[k], p->l.chunk_start[k + 1], rate,
+                       tr_layout_recompute_at(&p->l, r), &cc, &tt);
             c += cc;
             t += tt;
             if (k > 0) send += S / pl->bw.v + pl->lat.v + gather; /* receive forward, send back */

@@ -74,6 +74,9 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d);
  * dv->rate unless the devices are mixed. */
 double pl_stage_rate(const pl_devices *dv, const tr_layout *l, int p);
 
+/* The memory pipeline rank r of plan p holds (the quick estimate, with the reserve). */
+double pl_stage_memory(const pl_model *m, const pl_devices *dv, const tr_plan *p, int r);
+
 /* One layout to price: the fields of tr_plan's first part. */
 void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p);
 

@@ -12,7 +12,8 @@
 # show CHECKPOINT` names the pipeline that saved them; the sample drawn through the stages and
 # the Hugging Face export equal one process's; bad layouts are refused in one line before
 # training; a stage killed mid-run ends the job instead of hanging its neighbour; zb-h1
-# allocates 1f1b's activation memory on every rank (pp 2 x M 4, pp 4 x M 8).
+# allocates 1f1b's activation memory on every rank (pp 2 x M 4, pp 4 x M 8); recompute by
+# stage (full on the first rank, none on the last) equals one process and shrinks rank 0 only.
 # TR_TEST_QUICK=1 (the sanitizer build in CI, where every run is a few times slower): each
 # layout with one schedule, every schedule at least once, two checkpoint pairs, one sample.
 set -u
@@ -111,6 +112,22 @@ for pm in "2 4" "4 8"; do
         bad "zb-h1 pp $1 M $2 holds more activation memory than 1f1b: $e"
     fi
 done
+
+# recompute by stage: the first rank (which holds the most micro-batches) recomputes, the last
+# does not; equal to one process, and only rank 0's activations shrink against recompute none
+check_layout gpt_pp2_M4_full_none gpt 2 --pp 2 --microbatches 4 --schedule 1f1b --set recompute=full/none
+if e=$(python3 - "$tmp/gpt_pp2_M4_full_none/ranks.json" "$tmp/gpt_pp2_M4_1f1b/ranks.json" <<'PY'
+import json, sys
+a, b = ([r["memory_bytes"][3] for r in sorted(json.load(open(f)), key=lambda r: r["rank"])]
+        for f in sys.argv[1:3])
+print("activation bytes by rank %s, at recompute none %s" % ("/".join(map(str, a)), "/".join(map(str, b))))
+sys.exit(0 if a[0] < b[0] and a[1] == b[1] else 1)
+PY
+); then
+    ok "recompute full/none at pp 2: rank 0 recomputes, rank 1 keeps its activations: $e"
+else
+    bad "recompute full/none at pp 2: $e"
+fi
 
 resume_pair gpt ckpt_tp2pp2dp2_to_1 8 "--dp 2 --tp 2 --pp 2 --micro-batch 2" 1 ""
 resume_pair gpt ckpt_pp4_to_tp2pp2 4 "--pp 4 --micro-batch 2" 4 "--tp 2 --pp 2 --micro-batch 2"

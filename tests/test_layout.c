@@ -497,6 +497,9 @@ static void test_pipeline_refusals(void) {
                "pp.lua:9: parallel: microbatches 8 and train.micro_batch 2 disagree: 8 "
                "micro-batches of 2 sequences are 16, but each data-parallel rank has 32 a step "
                "(batch_tokens 256 / seq_len 8 / dp 1); give one of them");
+    pp_refused("a recompute level per pipeline rank, 2 for pp 4", 6, no, "parallel { pp = 4 }",
+               ", recompute = { 'full', 'none' }", f, 4,
+               "pp.lua:8: train: recompute gives 2 levels, one per pipeline rank, but pp is 4");
     pp_refused("dp x tp x pp is not the world", 6, no, "parallel { dp = 2, pp = 2 }", "", f, 2,
                "pp.lua:9: parallel: dp 2 x tp 1 x pp 2 = 4 processes, but 2 started (mpirun -np "
                "4)");

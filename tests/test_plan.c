@@ -657,6 +657,55 @@ static void mixed_devices(tr_plan_result *res) {
     tr_recipe_free(&r);
 }
 
+/* Recompute per stage: in 1f1b the first pipeline rank holds the most micro-batches. With
+ * memory between what pp 2 needs at recompute none and what it needs with only its first
+ * rank recomputing, the plan recomputes on the first rank and not on the last (not "full"
+ * everywhere); the run's layout with that recipe list measures within the memory. */
+static void recompute_per_stage(tr_plan_result *res) {
+    const char *sets[] = {"micro=4"};
+    tr_recipe r;
+    load(&r, "recipes_good/pp_gpt.lua", sets, 1);
+    tr_layout_flags f = {.dp = 1, .tp = 1, .pp = 2, .zero = 0, .schedule = TR_PP_1F1B};
+    tr_layout none, mix;
+    char err[512];
+    r.train.recompute = TR_RECOMPUTE_NONE;
+    int rc = tr_layout_resolve(&none, &r, &f, 2, TR_DTYPE_F32, 1, err, sizeof err);
+    r.train.recompute = TR_RECOMPUTE_FULL;
+    r.train.n_stage_recompute = 2;
+    r.train.stage_recompute[0] = TR_RECOMPUTE_FULL, r.train.stage_recompute[1] = 0;
+    if (!rc) rc = tr_layout_resolve(&mix, &r, &f, 2, TR_DTYPE_F32, 1, err, sizeof err);
+    double a = rc ? -1 : measured(&r, &none, TR_DTYPE_F32), b = rc ? -1 : measured(&r, &mix, TR_DTYPE_F32);
+    if (!check(!rc && a > 0 && b > 0 && b < a && mix.recompute_per_stage &&
+                   tr_layout_model_opts(&mix, 0).recompute == TR_RECOMPUTE_FULL &&
+                   tr_layout_model_opts(&mix, 1).recompute == TR_RECOMPUTE_NONE,
+               "recompute { full, none } at pp 2: rank 0 full, rank 1 none, %.0f bytes against "
+               "%.0f at none (%s)",
+               b, a, rc ? err : "resolved")) {
+        tr_recipe_free(&r);
+        return;
+    }
+    r.train.n_stage_recompute = 0;
+    r.train.recompute = -1; /* the planner's */
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    c.g[0].mem_bytes.v = 0.5 * (a + b);
+    tr_plan_opts o = opts(TR_DTYPE_F32);
+    o.fixed = f;
+    o.fixed.micro_batch = 4;
+    o.all_devices = 1;
+    rc = tr_plan_search(&r, &c, &o, res, err, sizeof err);
+    const tr_layout *l = &res->best.l;
+    char rec[96] = "";
+    if (!rc) tr_layout_recompute_name(l, rec, sizeof rec);
+    check(!rc && res->fits && l->recompute_per_stage && l->stage_recompute[0] > 0 &&
+              l->stage_recompute[1] == 0 && res->best.mem_exact &&
+              res->best.mem_bytes <= c.g[0].mem_bytes.v,
+          "memory for pp 2 between recompute none and first-rank-only: recompute %s, %.0f of "
+          "%.0f bytes",
+          rec, res->best.mem_bytes, c.g[0].mem_bytes.v);
+    tr_recipe_free(&r);
+}
+
 int main(void) {
     tr_plan_result *res = calloc(1, sizeof(*res));
     memory_estimates();
@@ -669,6 +718,7 @@ int main(void) {
     cost_and_deadline(res);
     published(res);
     mixed_devices(res);
+    recompute_per_stage(res);
     planning_time(res);
     free(res);
     printf("%s: %d ok, %d failed\n", n_fail ? "FAIL" : "PASS", n_ok, n_fail);

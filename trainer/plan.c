@@ -255,7 +255,14 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
             b->l.dp, b->l.tp, b->l.pp, b->l.zero, b->l.sequence_parallel ? "true" : "false",
             tr_pp_kind_name((tr_pp_kind)b->l.schedule), b->l.microbatches);
     if (b->l.virtual_stages > 1) fprintf(f, ", virtual_stages = %d", b->l.virtual_stages);
-    fprintf(f, " } and train { recompute = \"%s\" }\n", rec_name(b->l.recompute));
+    if (b->l.recompute_per_stage) { /* a level per pipeline rank */
+        fprintf(f, " } and train { recompute = {");
+        for (int k = 0; k < b->l.pp; k++)
+            fprintf(f, "%s\"%s\"", k ? ", " : " ", rec_name(b->l.stage_recompute[k]));
+        fprintf(f, " } }\n");
+    } else {
+        fprintf(f, " } and train { recompute = \"%s\" }\n", rec_name(b->l.recompute));
+    }
 }
 
 static void json_plan(const tr_plan *p, const tr_cluster *c, FILE *f) {
@@ -268,6 +275,11 @@ static void json_plan(const tr_plan *p, const tr_cluster *c, FILE *f) {
             p->l.virtual_stages, rec_name(p->l.recompute));
     for (int k = 0; k < p->l.pp * p->l.virtual_stages; k++)
         fprintf(f, "%s%d", k ? ", " : "", p->l.chunk_start[k]);
+    if (p->l.recompute_per_stage) { /* "recompute" is the most of these */
+        fprintf(f, "], \"stage_recompute\": [");
+        for (int k = 0; k < p->l.pp; k++)
+            fprintf(f, "%s\"%s\"", k ? ", " : "", rec_name(p->l.stage_recompute[k]));
+    }
     int idx[TR_CLUSTER_MAX_GROUPS];
     long cnt[TR_CLUSTER_MAX_GROUPS];
     int n = groups_used(c, p, idx, cnt);

@@ -193,14 +193,14 @@ static int print_memory(const tr_layout *l, const tr_recipe *r, int rank, const 
  * figures `run` predicts; with pp > 1 one process of each pipeline rank, whose chunks
  * differ), one line of exact bytes for tools, and how tensor parallelism splits the tensors. */
 static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_t errlen) {
-    static const char *const recompute[] = {"none", "selective", "full"};
-    char desc[256];
+    char desc[256], rec[96];
+    tr_layout_recompute_name(l, rec, sizeof rec);
     tr_layout_describe(l, desc, sizeof(desc));
     printf("layout           %d process%s, %s\n", l->world, l->world == 1 ? "" : "es", desc);
     printf("micro-batch      %d x %d tokens%s, %d %s of %ld tokens; recompute %s\n", l->micro_batch,
            l->seq_len, l->micro_auto ? " (auto)" : "", l->accum,
            l->pp > 1 ? "micro-batch(es) per step" : "accumulation step(s)", r->train.batch_tokens,
-           recompute[l->recompute]);
+           rec);
     const tr_guard_desc *g = &r->train.guard;
     if (g->on)
         printf("guard            skip a step whose loss or gradient norm is not finite, or whose "

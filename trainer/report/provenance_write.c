@@ -136,7 +136,6 @@ static void write_libraries(FILE *f, const run_ctx *x) {
 }
 
 static void write_layout(FILE *f, const run_ctx *x) {
-    static const char *const recompute[] = {"none", "selective", "full"};
     const tr_layout *l = &x->lay;
     fprintf(f, "  \"layout\": {");
     kv_int(f, "dp", l->dp, 0);
@@ -148,7 +147,9 @@ static void write_layout(FILE *f, const run_ctx *x) {
     kv_int(f, "accumulation", l->accum, 0);
     kv_int(f, "bucket_kb", l->bucket_kb, 0);
     kv_int(f, "pad_vocab", l->pad_vocab, 0);
-    kv(f, "recompute", recompute[l->recompute], 0);
+    char rec[96]; /* per pipeline rank where the levels differ: "selective/none" */
+    tr_layout_recompute_name(l, rec, sizeof rec);
+    kv(f, "recompute", rec, 0);
     kv(f, "schedule", l->pp > 1 ? tr_pp_kind_name((tr_pp_kind)l->schedule) : NULL, 0);
     kv_int(f, "virtual_stages", l->virtual_stages, 0);
     fprintf(f, "\"stages\": ");

@@ -32,7 +32,7 @@ static void apply(run_ctx *x, const tr_plan *p) {
         f.micro_batch = o->layout.micro_batch;
     }
     o->layout = f;
-    x->r.train.recompute = p->l.recompute;
+    tr_layout_recompute_to_recipe(&p->l, &x->r.train);
     if (p->l.stages_given && x->r.parallel.n_stages == 0) { /* cut by the stages' speeds */
         int K = p->l.pp * p->l.virtual_stages;
         x->r.parallel.n_stages = K;
