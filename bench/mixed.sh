@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Hosts of different speed: a pipeline cut by each stage's speed against the even cut, on a
+# cluster in a box (tests/cluster/cluster.sh) of 2 hosts x 1 rank, one on core 0 alone and one
+# on core 1 beside a busy loop pinned there (a noisy neighbour: about half a core). Each run's
+# start-up probes see the second host slower, topology makes it a group of its own, and the
+# planner cuts bench/pp_gpt.lua's blocks by the two speeds (parallel { pp = 2 }, the rest
+# planned); the even cut is the same layout with stages = { 0, E } given, E the cut a uniform
+# cluster gets. The two run in turn, `reps` times each; a run's figure is its median step after
+# two of warm-up. Prints, for each: the groups the run detected, its cut, its predicted and
+# measured step; then the ratio of the two measured medians. Figures, not pass/fail: the
+# neighbour's share of core 1 and the machine's other load move them.
+#
+# Usage: bench/mixed.sh [steps] [reps]   (defaults 8 3; root, iproute2, mpirun, taskset;
+#   about 3 minutes)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+steps="${1:-8}"
+reps="${2:-3}"
+[[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 4 ] || { echo "bench: steps '$steps': 4 or more (2 are warm-up)"; exit 2; }
+[[ $reps =~ ^[0-9]+$ ]] && [ "$reps" -ge 1 ] || { echo "bench: reps '$reps': 1 or more"; exit 2; }
+T=$(realpath "${TRAINER:-build/trainer}")
+[ -x "$T" ] || { echo "bench: no trainer at $T (build it, or set TRAINER)"; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "bench: a cluster in a box needs root"; exit 1; }
+for c in mpirun taskset ip; do command -v $c >/dev/null || { echo "bench: needs $c"; exit 1; }; done
+[ "$(nproc)" -ge 2 ] || { echo "bench: needs 2 cores"; exit 1; }
+CL=$PWD/tests/cluster/cluster.sh
+name=bmx$$
+tmp=$(mktemp -d)
+busy=
+cleanup() {
+    [ -n "$busy" ] && kill "$busy" 2>/dev/null
+    "$CL" down "$name" >/dev/null 2>&1
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+"$CL" up "$name" --hosts 2 --slots 1 --rate 1gbit >"$tmp/up.log" 2>&1 ||
+    { echo "bench: cluster.sh up failed: $(tail -2 "$tmp/up.log")"; exit 1; }
+"$CL" cores "$name" "$name-n0" 0 >/dev/null && "$CL" cores "$name" "$name-n1" 1 >/dev/null || exit 1
+taskset -c 1 sh -c 'while :; do :; done' &
+busy=$!
+
+R=bench/pp_gpt.lua
+even=$("$T" plan $R --gpus 2 --gpu H100-80GB --pp 2 --schedule 1f1b --json |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["plan"]["stages"][1])') ||
+    { echo "bench: the even cut"; exit 1; }
+{ cat $R; echo 'parallel { pp = 2, schedule = "1f1b" }'; } >"bench/.mixed_speed.lua"
+{ cat $R; echo "parallel { pp = 2, schedule = \"1f1b\", stages = { 0, $even } }"; } >"bench/.mixed_even.lua"
+trap 'rm -f bench/.mixed_speed.lua bench/.mixed_even.lua; cleanup' EXIT
+
+run() { # KIND REP
+    local out=$tmp/$1.$2
+    "$CL" run "$name" -- mpirun -np 2 --bind-to none -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
+        "$T" run "bench/.mixed_$1.lua" --steps "$steps" --out "$out" >"$out.log" 2>&1 ||
+        { echo "bench: the $1 run failed: $(tail -2 "$out.log")"; return 1; }
+}
+for rep in $(seq 1 "$reps"); do run speed "$rep" && run even "$rep" || exit 1; done
+
+python3 - "$tmp" "$reps" "$even" <<'PY'
+import glob, json, re, statistics, sys
+tmp, reps, even = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+print("2 hosts x 1 rank: host n0 on core 0, host n1 on core 1 beside a busy loop; "
+      "bench/pp_gpt.lua, pp 2, 1f1b")
+print("%-6s %-3s %-44s %-8s %10s %10s" % ("cut", "rep", "groups detected", "stages",
+                                          "predicted", "measured"))
+med = {}
+for kind in ("speed", "even"):
+    got = []
+    for rep in range(1, reps + 1):
+        out = "%s/%s.%d" % (tmp, kind, rep)
+        log = open(out + ".log").read()
+        m = re.search(r"detected: [^;\n]*?\)", log)
+        rec = open(out + "/recipe.lua").read()
+        st = re.search(r"stages = \{([^}]*)\}", rec)
+        rows = [json.loads(l) for l in open(out + "/metrics.jsonl")][2:]
+        s = statistics.median(r["step_s"] for r in rows)
+        p = statistics.median(r["predicted_step_s"] for r in rows)
+        got.append(s)
+        print("%-6s %-3d %-44s %-8s %9.4fs %9.4fs" % (kind, rep, m.group(0)[10:54] if m else "?",
+                                                     st.group(1).replace(" ", "") if st else "even",
+                                                     p, s))
+    med[kind] = statistics.median(got)
+print("median measured step: cut by speed %.4f s, even cut (0,%s) %.4f s: %.2fx" %
+      (med["speed"], even, med["even"], med["even"] / med["speed"]))
+PY
