@@ -20,7 +20,12 @@
 #     and pp=2 x tp=2 on 4 ranks (with and without sequence parallelism: the latter's sends
 #     carry 1/tp slices, all-gathered on arrival), fp32 on the device against the CPU's pp=2:
 #     within 1e-4;
-#     interleaved pp=2 x 2 virtual stages (a small 4-block model, 2 steps) against the CPU.
+#     interleaved pp=2 x 2 virtual stages (a small 4-block model, 2 steps) against the CPU;
+#     pp=4 (the small model, 1 step) runs. Each of these pipelines makes, on every pp group,
+#     one NCCL communicator of two ranks per channel, 2 (pp x virtual stages - 1) of them, every
+#     rank its own in one NCCL group, and no communicator of the whole pp group (it runs no
+#     device collective): the emulated NCCL's log of what each process created
+#     (TR_EMU_NCCL_LOG) says so.
 # usage: tests/emu_parallel.sh path/to/trainer_emu   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -40,6 +45,22 @@ run() { # np out flags...: a short run of R on np ranks
         --peak-gflops 100 --out "$tmp/$out" "$@" >"$tmp/$out.log" 2>&1 ||
         { bad "$out: the run failed (exit $?)"; tail -5 "$tmp/$out.log"; return 1; }
     losses "$tmp/$out/metrics.jsonl" >"$tmp/$out.l"
+}
+# label log np groups P V alone: the communicators the emulated NCCL logged for a run on np
+# ranks with `groups` pp groups of P stages x V virtual stages: per rank one NCCL group of
+# channels, 2 (P V - 1) channels of two ranks per pp group in all, and `alone` communicators
+# made outside groups (those of the groups that run device collectives: tp)
+channels() {
+    local want=$(($4 * 2 * 2 * ($5 * $6 - 1))) got
+    got=$(awk -v np="$3" -v want="$want" -v alone="$7" '
+        /grouped=1/ { split($2, w, "="); split($4, k, "="); groups[w[2]]++; sum += k[2] }
+        /grouped=0/ { split($4, k, "="); lone += k[2] }
+        END {
+            ranks = 0; once = 1
+            for (r in groups) { ranks++; if (groups[r] != 1) once = 0 }
+            printf "%d ranks made their channels in one group each, %d channel ends (want %d), %d alone (want %d)", ranks, sum, want, lone + 0, alone
+            exit !(ranks == np && once && sum == want && lone + 0 == alone)
+        }' "$2" 2>&1) && ok "$1: $got" || bad "$1: ${got:-no log}"
 }
 same() { # label a b tol
     local r
@@ -111,16 +132,22 @@ run 2 dev-tp-nosp --tp 2 --no-sequence-parallel --device cuda --precision fp32 &
 
 # 6. pipelines: the default schedule (zb-h1), and with tensor parallelism inside each stage
 run 2 cpu-pp --pp 2 --device cpu &&
-    run 2 dev-pp --pp 2 --device cuda --precision fp32 &&
+    TR_EMU_NCCL_LOG=$tmp/dev-pp.nccl run 2 dev-pp --pp 2 --device cuda --precision fp32 &&
+    channels "pp=2 communicators" "$tmp/dev-pp.nccl" 2 1 2 1 0 &&
     same "pp=2 fp32 on the device vs the cpu" dev-pp cpu-pp 1e-4 &&
     { grep -q "^device collectives: pp nccl$" "$tmp/dev-pp.log" &&
         ok "pp=2 on the device: its sends and receives over NCCL" ||
         bad "pp=2 on the device: $(grep "^device collectives" "$tmp/dev-pp.log")"; }
 small=(--set layers=4 --set width=16 --set steps=2 --pp 2 --schedule interleaved --virtual-stages 2)
 run 2 cpu-pp-int --device cpu "${small[@]}" &&
-    run 2 dev-pp-int --device cuda --precision fp32 "${small[@]}" &&
+    TR_EMU_NCCL_LOG=$tmp/dev-pp-int.nccl run 2 dev-pp-int --device cuda --precision fp32 "${small[@]}" &&
+    channels "pp=2 x 2 virtual stages communicators" "$tmp/dev-pp-int.nccl" 2 1 2 2 0 &&
     same "pp=2 interleaved x 2 fp32 on the device vs the cpu" dev-pp-int cpu-pp-int 1e-4
-run 4 dev-pp-tp --pp 2 --tp 2 --sequence-parallel --device cuda --precision fp32 &&
+TR_EMU_NCCL_LOG=$tmp/dev-pp4.nccl run 4 dev-pp4 --device cuda --precision fp32 \
+    --set layers=4 --set width=16 --set steps=1 --pp 4 &&
+    channels "pp=4 communicators" "$tmp/dev-pp4.nccl" 4 1 4 1 0
+TR_EMU_NCCL_LOG=$tmp/dev-pp-tp.nccl run 4 dev-pp-tp --pp 2 --tp 2 --sequence-parallel --device cuda --precision fp32 &&
+    channels "pp=2 x tp=2 communicators (the tp groups' own made alone)" "$tmp/dev-pp-tp.nccl" 4 2 2 1 4 &&
     same "pp=2 x tp=2 fp32 on the device vs the cpu's pp=2" dev-pp-tp cpu-pp 1e-4
 # without sequence parallelism each tp rank sends its 1/tp slice over NCCL and the next stage
 # all-gathers the slices in place on the device (scatter-gather)

@@ -151,9 +151,9 @@ typedef struct {
     int sender, receiver, tag; /* ranks of the group */
 } tr_comm_channel;
 /* Open the channels in `list` for sends and receives on memory `mem`. Every rank of c calls it
- * with the same list, at the same point of its sequence of operations on c; each opens, in
- * the list's order, the channels it is one end of, so that the pairwise (blocking) setups of
- * NCCL's communicators cannot wait on each other in a cycle. Decides the group's device
+ * with the same list, at the same point of its sequence of operations on c; each opens the
+ * channels it is one end of, all at once: on NCCL one exchange of their ids over c, then one
+ * NCCL group that sets up their communicators concurrently. Decides the group's device
  * transport if no device operation did yet. Nothing to open on host memory, on the staged
  * transport, in a group of one or in a build without NCCL; a channel opened before is kept.
  * -1 with a message for a list naming a rank outside c, or a rank sending to itself. */

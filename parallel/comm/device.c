@@ -5,14 +5,24 @@
  * Each group gets, at its first device operation, a stream of its own and a transport agreed
  * by all its ranks:
  *  - NCCL: one communicator per group (its unique id broadcast over the group's MPI
- *    communicator). An operation waits on an event recorded on the compute stream, runs on the
- *    group's stream, and records its completion event, on which tr_comm_wait makes the compute
- *    stream wait: the host never blocks, and the compute stream goes on with work that does
- *    not need the result (a gradient bucket reduces while the backward continues). Sends and
- *    receives run the same way on their channel's communicator of two ranks and stream
- *    (opened by tr_comm_open_channels), not the group's: NCCL matches them by posting order,
- *    not by tag, and runs a communicator's operations in stream order, so on one stream a
- *    receive posted ahead (the pipeline's) would hold back the sends queued behind it.
+ *    communicator), made at the group's first collective: a group that only sends and
+ *    receives (the pipeline's) never makes it. An operation waits on an event recorded on the
+ *    compute stream, runs on the group's stream, and records its completion event, on which
+ *    tr_comm_wait makes the compute stream wait: the host never blocks, and the compute stream
+ *    goes on with work that does not need the result (a gradient bucket reduces while the
+ *    backward continues). Sends and receives run the same way on their channel's communicator
+ *    of two ranks and stream (opened by tr_comm_open_channels), not the group's: NCCL matches
+ *    them by posting order, not by tag, and runs a communicator's operations in order (whatever
+ *    streams they are given), so on a shared one a receive posted ahead (the pipeline's) would
+ *    hold back every message queued behind it, and take the data of another channel's message
+ *    that came first. That rules out one communicator per pair of ranks too, and children of
+ *    ncclCommSplit sharing their parent's resources (splitShare), which share its order. The
+ *    channels of one tr_comm_open_channels are instead created together, by ncclCommInitRank
+ *    in one NCCL group, which sets them up concurrently. Not by ncclCommSplit: a split is a
+ *    collective of the whole group (a child without shared resources costs what a communicator
+ *    of its own does), and NCCL runs the splits of one group call as concurrent jobs on the
+ *    parent's one bootstrap ring (src/group.cc, src/init.cc: commGetSplitInfo), which it does
+ *    not document as safe: one after another, 2 (P V - 1) of them for a pipeline of P x V.
  *  - staged: for ranks that share a GPU (NCCL refuses two ranks on one device), builds
  *    without NCCL, or TR_COMM_DEVICE=staged: the device buffer is copied to pinned host memory
  *    and the host operation runs over MPI; its wait copies the result back. The host waits for
@@ -238,7 +248,7 @@ static void group_times(void *gv, double *span_s, double *exposed_s) {
 static void abort_all(void) {
 #ifdef TR_HAVE_NCCL
     for (dgroup *g = d.groups; g; g = g->next) {
-        if (g->nc) ncclCommAbort(g->nc);
+        if (g->nc) ncclCommAbort(g->nc); /* NULL: no collective yet */
         for (int i = 0; i < g->n_chans; i++)
             ncclCommAbort(g->chans[i]->nc);
     }
@@ -353,14 +363,6 @@ static dgroup *group_of(tr_comm *c, const tr_comm_desc *o) {
     if (g->transport == T_NCCL) {
 #ifdef TR_HAVE_NCCL
         CUDA_OR_FAIL(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), c, o);
-        ncclUniqueId id;
-        memset(&id, 0, sizeof id);
-        ncclResult_t rc = tr_comm_rank(c) == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
-        if (rc != ncclSuccess) fail(c, o, "ncclGetUniqueId", ncclGetErrorString(rc));
-        if (tr_comm_broadcast(c, &id, sizeof id, TR_COMM_BYTE, 0))
-            fail(c, o, "broadcasting the NCCL id", "the broadcast failed");
-        rc = ncclCommInitRank(&g->nc, tr_comm_size(c), id, tr_comm_rank(c));
-        if (rc != ncclSuccess) fail(c, o, "ncclCommInitRank", ncclGetErrorString(rc));
         pthread_mutex_lock(&d.mu);
         g->next = d.groups;
         d.groups = g;
@@ -371,6 +373,32 @@ static dgroup *group_of(tr_comm *c, const tr_comm_desc *o) {
     return g;
 }
 
+#ifdef TR_HAVE_NCCL
+/* The group's communicator, made at its first collective (every rank of the group starts its
+ * collectives in the same order, so all reach this one together): its unique id broadcast
+ * over the group's MPI communicator. For dp and tp that is their first device operation, as
+ * before; the pipeline's group runs none. (A group that opened channels and later starts a
+ * collective makes it then, maybe while a receive of its channels is in flight: NCCL's setup
+ * must then not wait for the device, which the emulator cannot tell.) */
+static ncclComm_t group_comm(dgroup *g, const tr_comm_desc *o) {
+    if (g->nc) return g->nc;
+    tr_comm *c = g->c;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    ncclResult_t rc = tr_comm_rank(c) == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
+    if (rc != ncclSuccess) fail(c, o, "ncclGetUniqueId", ncclGetErrorString(rc));
+    if (tr_comm_broadcast(c, &id, sizeof id, TR_COMM_BYTE, 0))
+        fail(c, o, "broadcasting the NCCL id", "the broadcast failed");
+    ncclComm_t nc = NULL;
+    rc = ncclCommInitRank(&nc, tr_comm_size(c), id, tr_comm_rank(c));
+    if (rc != ncclSuccess) fail(c, o, "ncclCommInitRank", ncclGetErrorString(rc));
+    pthread_mutex_lock(&d.mu); /* the watchdog's abort reads it */
+    g->nc = nc;
+    pthread_mutex_unlock(&d.mu);
+    return nc;
+}
+#endif
+
 static channel *channel_of(const dgroup *g, int sender, int receiver, int tag) {
     for (int i = 0; i < g->n_chans; i++) {
         channel *ch = g->chans[i];
@@ -379,47 +407,76 @@ static channel *channel_of(const dgroup *g, int sender, int receiver, int tag) {
     return NULL;
 }
 
-/* tr_comm_open_channels: every rank of c walks the same list in order and sets up the
- * channels it is one end of (the sender makes the NCCL id and sends it over the group's MPI
- * communicator; then both join the communicator of two), so that two ranks never wait in
- * opposite setups of a pair. */
+#ifdef TR_HAVE_NCCL
+/* Is list[i] a channel of this rank that is neither open nor earlier in the list? (The same
+ * answer on both its ends.) */
+static int to_open(const dgroup *g, const tr_comm_channel *list, int i, int me) {
+    const tr_comm_channel *l = &list[i];
+    if ((l->sender != me && l->receiver != me) || channel_of(g, l->sender, l->receiver, l->tag))
+        return 0;
+    for (int j = 0; j < i; j++)
+        if (list[j].sender == l->sender && list[j].receiver == l->receiver && list[j].tag == l->tag)
+            return 0;
+    return 1;
+}
+
+/* A channel (not yet in the group's list) on communicator id, as rank 0 when sending. */
+static channel *channel_start(tr_comm *c, const tr_comm_channel *l, ncclUniqueId id, int me) {
+    int sending = l->sender == me;
+    tr_comm_desc o = {sending ? TR_COMM_OP_SEND : TR_COMM_OP_RECV, 0, TR_COMM_BYTE,
+                      sending ? l->receiver : l->sender, l->tag};
+    channel *ch = calloc(1, sizeof *ch);
+    if (!ch) fail(c, &o, "opening its channel", "out of memory");
+    ch->sender = l->sender;
+    ch->receiver = l->receiver;
+    ch->tag = l->tag;
+    CUDA_OR_FAIL(cudaStreamCreateWithFlags(&ch->stream, cudaStreamNonBlocking), c, &o);
+    ncclResult_t rc = ncclCommInitRank(&ch->nc, 2, id, sending ? 0 : 1);
+    if (rc != ncclSuccess) fail(c, &o, "ncclCommInitRank of its channel", ncclGetErrorString(rc));
+    return ch;
+}
+#endif
+
+/* tr_comm_open_channels: the channels of the list that this rank is one end of and has not
+ * opened are created together. Each sender makes the NCCL ids of its new channels, one
+ * all_gather over the group's MPI communicator gives every rank all of them (row r: rank r's,
+ * at the channels' places in the list, which every rank has the same), and one NCCL group
+ * creates this rank's communicators, which NCCL sets up concurrently: in any order on each
+ * rank, instead of a chain of blocking setups of pairs, one after another across the group. */
 static void open_channels(tr_comm *c, const tr_comm_channel *list, int n) {
     tr_comm_desc o = {TR_COMM_OP_SEND, 0, TR_COMM_BYTE, -1, 0};
     dgroup *g = group_of(c, &o);
     if (g->transport != T_NCCL) return;
 #ifdef TR_HAVE_NCCL
-    int me = tr_comm_rank(c);
+    int me = tr_comm_rank(c), p = tr_comm_size(c), n_new = 0;
+    ncclUniqueId *mine = calloc((size_t)n, sizeof *mine), *all = calloc((size_t)n * p, sizeof *all);
+    channel **made = calloc((size_t)n, sizeof *made);
+    if (!mine || !all || !made) fail(c, &o, "opening its channels", "out of memory");
     for (int i = 0; i < n; i++) {
-        const tr_comm_channel *l = &list[i];
-        int sending = l->sender == me;
-        if ((!sending && l->receiver != me) || channel_of(g, l->sender, l->receiver, l->tag))
-            continue;
-        o.op = sending ? TR_COMM_OP_SEND : TR_COMM_OP_RECV;
-        o.peer = sending ? l->receiver : l->sender;
-        o.tag = l->tag;
-        channel *ch = calloc(1, sizeof *ch);
-        if (!ch) fail(c, &o, "opening its channel", "out of memory");
-        ch->sender = l->sender;
-        ch->receiver = l->receiver;
-        ch->tag = l->tag;
-        ncclUniqueId id;
-        memset(&id, 0, sizeof id);
-        ncclResult_t rc = sending ? ncclGetUniqueId(&id) : ncclSuccess;
-        if (rc != ncclSuccess) fail(c, &o, "ncclGetUniqueId", ncclGetErrorString(rc));
-        if (sending ? tr_comm_send(c, &id, sizeof id, TR_COMM_BYTE, o.peer, o.tag)
-                    : tr_comm_recv(c, &id, sizeof id, TR_COMM_BYTE, o.peer, o.tag))
-            fail(c, &o, "sending its channel's NCCL id", "MPI failed");
-        CUDA_OR_FAIL(cudaStreamCreateWithFlags(&ch->stream, cudaStreamNonBlocking), c, &o);
-        rc = ncclCommInitRank(&ch->nc, 2, id, sending ? 0 : 1);
-        if (rc != ncclSuccess)
-            fail(c, &o, "ncclCommInitRank of its channel", ncclGetErrorString(rc));
-        pthread_mutex_lock(&d.mu); /* the watchdog's abort reads the list */
-        channel **grown = realloc(g->chans, (size_t)(g->n_chans + 1) * sizeof *grown);
-        if (!grown) fail(c, &o, "opening its channel", "out of memory");
-        grown[g->n_chans++] = ch;
-        g->chans = grown;
-        pthread_mutex_unlock(&d.mu);
+        ncclResult_t rc = list[i].sender == me && to_open(g, list, i, me)
+                              ? ncclGetUniqueId(&mine[i])
+                              : ncclSuccess;
+        if (rc != ncclSuccess) fail(c, &o, "ncclGetUniqueId of a channel", ncclGetErrorString(rc));
     }
+    if (tr_comm_all_gather(c, mine, all, (size_t)n * sizeof *mine, TR_COMM_BYTE))
+        fail(c, &o, "exchanging its channels' NCCL ids", "the all_gather failed");
+    ncclResult_t rc = ncclGroupStart();
+    for (int i = 0; i < n && rc == ncclSuccess; i++)
+        if (to_open(g, list, i, me))
+            made[n_new++] = channel_start(c, &list[i], all[(size_t)list[i].sender * n + i], me);
+    if (rc == ncclSuccess) rc = ncclGroupEnd();
+    if (rc != ncclSuccess)
+        fail(c, &o, "creating its channels' communicators (one NCCL group)",
+             ncclGetErrorString(rc));
+    pthread_mutex_lock(&d.mu); /* the watchdog's abort reads the list */
+    channel **grown =
+        n_new ? realloc(g->chans, (size_t)(g->n_chans + n_new) * sizeof *grown) : g->chans;
+    if (n_new && !grown) fail(c, &o, "opening its channels", "out of memory");
+    g->chans = grown;
+    for (int i = 0; i < n_new; i++)
+        g->chans[g->n_chans++] = made[i];
+    pthread_mutex_unlock(&d.mu);
+    free(mine), free(all), free(made);
 #else
     (void)list, (void)n;
 #endif
@@ -461,7 +518,7 @@ static void group_free(void *gv) {
     pthread_mutex_unlock(&d.mu);
     if (nccl) {
 #ifdef TR_HAVE_NCCL
-        ncclCommDestroy(g->nc);
+        if (g->nc) ncclCommDestroy(g->nc);
         for (int i = 0; i < g->n_chans; i++)
             ncclCommDestroy(g->chans[i]->nc);
 #endif
@@ -502,7 +559,7 @@ static void start_nccl(dreq *r, const void *send, void *recv) {
     const tr_comm_desc *o = &r->o;
     ncclDataType_t t = nccl_type(o->t);
     cudaStream_t s = r->ch ? r->ch->stream : g->stream;
-    ncclComm_t nc = r->ch ? r->ch->nc : g->nc;
+    ncclComm_t nc = r->ch ? r->ch->nc : group_comm(g, o);
     after_compute(g, s, o); /* a receive too: its buffer may still be read before it */
     r->start = event_take(g->c, o);
     CUDA_OR_FAIL(cudaEventRecord(r->start, s), g->c, o);

@@ -8,7 +8,10 @@
  * channel). Either stays pending on its stream (emu_async.h) until MPI says it is done; streams
  * and events order it like any device work. Sends and receives between two ranks of one
  * communicator match in the order each rank calls them (one MPI tag: MPI's messages do not
- * overtake), as NCCL's do, which has no tags.
+ * overtake), as NCCL's do, which has no tags. ncclCommInitRank inside a group creates its
+ * communicator at ncclGroupEnd, with the group's others (and never with operations: NCCL does
+ * not merge the two), so that a process may create several whose members reach them in any
+ * order; emu_nccl.h counts what was created, and how.
  *
  * Needs MPI initialized by the program, with MPI_THREAD_MULTIPLE when another thread queries
  * events (progress tests MPI requests on whichever thread asks). MPI_COMM_WORLD itself carries
@@ -23,13 +26,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <vector>
 
 #include "emu_async.h"
+#include "emu_nccl.h"
 
 #define COMM_MAGIC 0x6c63636eu /* "nccl" */
 #define ID_MAGIC "EMUNCCL1"
@@ -560,6 +566,88 @@ static ncclResult_t enqueue(call c, ncclDataType_t t, ncclRedOp_t op, int reduce
     return submit(c);
 }
 
+/* ---- communicator creation: alone, or several in one group ---------------------------------- */
+
+/* one ncclCommInitRank, checked */
+struct init_call {
+    ncclComm_t *comm;
+    int nranks;
+    id_fields id;
+    int rank;
+};
+static thread_local std::vector<init_call> *group_inits;
+
+/* The rendezvous at the id's creator, then the members' MPI communicator. Blocking. */
+static ncclResult_t init_comm(const init_call &ic) {
+    const char *fn = "ncclCommInitRank";
+    hello mine = {ic.nranks, ic.rank, 0, {0}};
+    MPI_Comm_rank(MPI_COMM_WORLD, &mine.world);
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess)
+        return fail(ncclUnhandledCudaError, "%s: cudaGetDeviceProperties failed", fn);
+    memcpy(mine.uuid, p.uuid.bytes, sizeof(mine.uuid));
+    int tag = init_tag(ic.id);
+    std::vector<int> worlds;
+    verdict v;
+    ncclResult_t r = mine.world == ic.id.root
+                         ? rendezvous_root(mine, tag, &worlds, &v)
+                         : rendezvous_member(mine, ic.id.root, tag, &worlds, &v);
+    if (r != ncclSuccess) return r;
+    if (v.status != ncclSuccess) return fail((ncclResult_t)v.status, "%s", v.msg);
+    if ((int)worlds.size() != ic.nranks)
+        return fail(ncclInvalidArgument, "%s: nranks %d here, %zu at the root", fn, ic.nranks,
+                    worlds.size());
+    MPI_Comm mc;
+    if ((r = make_mpi_comm(worlds, tag, &mc)) != ncclSuccess) return r;
+    ncclComm *c = new ncclComm();
+    c->magic = COMM_MAGIC;
+    c->rank = ic.rank;
+    c->nranks = ic.nranks;
+    c->aborted = 0;
+    c->mc = mc;
+    c->async_error = ncclSuccess;
+    c->next_aborted = NULL;
+    *ic.comm = c;
+    return ncclSuccess;
+}
+
+/* What this process created so far (emu_nccl.h), and TR_EMU_NCCL_LOG: a file that gets one
+ * line per creation, "nccl-init world=W grouped=G comms=N" (N communicators made alone, G = 0,
+ * or together by one ncclGroupEnd, G = 1), appended by every process of the job. */
+static std::atomic<int> n_alone{0}, n_grouped{0}, n_groups{0};
+static void census_note(int comms, int grouped) {
+    (grouped ? n_grouped : n_alone) += comms;
+    if (grouped) n_groups++;
+    const char *path = getenv("TR_EMU_NCCL_LOG");
+    if (!path || !*path) return;
+    int world = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    char line[96];
+    int len = snprintf(line, sizeof(line), "nccl-init world=%d grouped=%d comms=%d\n", world,
+                       grouped, comms);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0) return;
+    if (write(fd, line, (size_t)len) != len) { /* a test reading the log finds it short */
+    }
+    close(fd);
+}
+
+/* A group's communicators, made together. NCCL sets them up concurrently, so that a group may
+ * hold them in any order on each rank; here each is made blocking, in the order of their ids
+ * (creator's world rank, then its counter), the same on every process: the smallest one not
+ * yet made has every member at it, so no two processes wait on each other in a cycle. */
+static ncclResult_t init_group(std::vector<init_call> &inits) {
+    std::sort(inits.begin(), inits.end(), [](const init_call &a, const init_call &b) {
+        return a.id.root != b.id.root ? a.id.root < b.id.root : a.id.counter < b.id.counter;
+    });
+    int made = 0;
+    ncclResult_t r = ncclSuccess;
+    for (const init_call &ic : inits)
+        if (r == ncclSuccess && (r = init_comm(ic)) == ncclSuccess) made++;
+    census_note(made, 1);
+    return r;
+}
+
 extern "C" {
 
 ncclResult_t ncclGetVersion(int *version) {
@@ -610,7 +698,9 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     return ncclSuccess;
 }
 
-/* Blocking: a rendezvous over MPI_COMM_WORLD at the id's creator, which must be a member. */
+/* Blocking outside a group: a rendezvous over MPI_COMM_WORLD at the id's creator, which must
+ * be a member. Inside a group, only checked here: the communicator is made at the outermost
+ * ncclGroupEnd (*comm is NULL until then), with the group's others (init_group). */
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
     const char *fn = "ncclCommInitRank";
     ncclResult_t r = need_mpi(fn);
@@ -629,34 +719,15 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return fail(ncclInvalidArgument, "%s: rank %d of nranks %d (need 0 <= rank < nranks)", fn,
                     rank, nranks);
-    hello mine = {nranks, rank, 0, {0}};
-    MPI_Comm_rank(MPI_COMM_WORLD, &mine.world);
-    cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess)
-        return fail(ncclUnhandledCudaError, "%s: cudaGetDeviceProperties failed", fn);
-    memcpy(mine.uuid, p.uuid.bytes, sizeof(mine.uuid));
-    int tag = init_tag(f);
-    std::vector<int> worlds;
-    verdict v;
-    r = mine.world == f.root ? rendezvous_root(mine, tag, &worlds, &v)
-                             : rendezvous_member(mine, f.root, tag, &worlds, &v);
-    if (r != ncclSuccess) return r;
-    if (v.status != ncclSuccess) return fail((ncclResult_t)v.status, "%s", v.msg);
-    if ((int)worlds.size() != nranks)
-        return fail(ncclInvalidArgument, "%s: nranks %d here, %zu at the root", fn, nranks,
-                    worlds.size());
-    MPI_Comm mc;
-    if ((r = make_mpi_comm(worlds, tag, &mc)) != ncclSuccess) return r;
-    ncclComm *c = new ncclComm();
-    c->magic = COMM_MAGIC;
-    c->rank = rank;
-    c->nranks = nranks;
-    c->aborted = 0;
-    c->mc = mc;
-    c->async_error = ncclSuccess;
-    c->next_aborted = NULL;
-    *comm = c;
-    return ncclSuccess;
+    init_call c = {comm, nranks, f, rank};
+    if (group_depth) {
+        if (!group_inits) group_inits = new std::vector<init_call>();
+        group_inits->push_back(c);
+        return ncclSuccess;
+    }
+    r = init_comm(c);
+    if (r == ncclSuccess) census_note(1, 0);
+    return r;
 }
 
 /* every pending operation of comm completes (blocking) */
@@ -760,6 +831,12 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t t, int peer, 
     return enqueue({RECV, NULL, recvbuff, count, {}, peer, comm, s}, t, ncclSum, 0);
 }
 
+void emu_nccl_census(int *alone, int *grouped, int *groups) {
+    *alone = n_alone;
+    *grouped = n_grouped;
+    *groups = n_groups;
+}
+
 ncclResult_t ncclGroupStart(void) {
     if (!group_depth++) group_error = ncclSuccess;
     return ncclSuccess;
@@ -774,7 +851,17 @@ ncclResult_t ncclGroupEnd(void) {
     if (group_calls) calls.swap(*group_calls);
     delete group_calls;
     group_calls = NULL;
-    ncclResult_t r = calls.empty() ? ncclSuccess : run(calls);
+    std::vector<init_call> inits;
+    if (group_inits) inits.swap(*group_inits);
+    delete group_inits;
+    group_inits = NULL;
+    /* NCCL's group calls: "calls to ncclCommInitRank() cannot be merged with others" */
+    if (!inits.empty() && !calls.empty())
+        return fail(ncclInvalidUsage,
+                    "ncclGroupEnd: a group both creates communicators (%zu ncclCommInitRank) and "
+                    "runs operations (%zu): NCCL does not merge them",
+                    inits.size(), calls.size());
+    ncclResult_t r = !inits.empty() ? init_group(inits) : calls.empty() ? ncclSuccess : run(calls);
     return group_error != ncclSuccess ? group_error : r;
 }
 

@@ -1,6 +1,7 @@
 /* Test of the CUDA emulator's streams and events (emu_runtime.cc) and of its NCCL over MPI
  * (emu_nccl.cc), under mpirun -np 2 and -np 3: every collective's values (in and out of place,
- * 1 and 100000 elements), sub-communicators, grouped send/recv rings, the ordering of streams
+ * 1 and 100000 elements), sub-communicators, communicators created in one group, grouped
+ * send/recv rings, the ordering of streams
  * and events around pending operations, abort, and the errors NCCL reports. Rank 0 prints one
  * "ok ..." line per check; any failure makes every rank exit 1. */
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <nccl.h>
 
 #include "emu_async.h"
+#include "emu_nccl.h"
 #include "emu.h" /* last: its macros (threadIdx, min, max) are for the kernel below */
 
 static int g_rank, g_size;
@@ -811,6 +813,67 @@ static void test_errors(ncclComm_t c, cudaStream_t s) {
 }
 
 /* every process a GPU of its own: UUIDs and PCI bus ids differ between ranks */
+/* ---- communicators created in one group ------------------------------------------------------ */
+
+/* A communicator of two for each ordered pair (i, j) of ranks, its id made by i (as the
+ * device transport's channels): every rank creates its 2 (size - 1) in one group, first those
+ * it made the ids of. Made one after another in that order they would wait on each other in a
+ * cycle (rank 0 at (0, 1) for rank 1, rank 1 at (1, 0) for rank 0); in a group they are made
+ * together. Each then sums over its two ranks; the census counts them as grouped, in one group.
+ * A group that would both create a communicator and run an operation is refused. */
+static void test_grouped_init(ncclComm_t world, cudaStream_t s) {
+    int alone0, grouped0, groups0;
+    emu_nccl_census(&alone0, &grouped0, &groups0);
+    std::vector<ncclUniqueId> mine((size_t)g_size), all((size_t)g_size * g_size);
+    for (int j = 0; j < g_size; j++)
+        if (j != g_rank) NCK(ncclGetUniqueId(&mine[(size_t)j]));
+    MPI_Allgather(mine.data(), (int)(g_size * sizeof(ncclUniqueId)), MPI_BYTE, all.data(),
+                  (int)(g_size * sizeof(ncclUniqueId)), MPI_BYTE, g_ctl);
+    std::vector<ncclComm_t> pair((size_t)g_size * g_size, (ncclComm_t)NULL); /* [i * size + j] */
+    NCK(ncclGroupStart());
+    for (int pass = 0; pass < 2; pass++) /* mine first, then the others' */
+        for (int k = 1; k < g_size; k++) {
+            int peer = (g_rank + k) % g_size, i = pass ? peer : g_rank, j = pass ? g_rank : peer;
+            size_t at = (size_t)i * g_size + j;
+            NCK(ncclCommInitRank(&pair[at], 2, all[at], pass));
+            EXPECT(pair[at] == NULL, "a communicator made in a group is there before ncclGroupEnd");
+        }
+    NCK(ncclGroupEnd());
+    float *p = (float *)dev_alloc(4);
+    for (int i = 0; i < g_size; i++) /* the same order on every rank */
+        for (int j = 0; j < g_size; j++) {
+            ncclComm_t c = pair[(size_t)i * g_size + j];
+            if (i == j || (g_rank != i && g_rank != j)) continue;
+            float v = (float)(g_rank + 1), h = 0;
+            CK(cudaMemcpy(p, &v, 4, cudaMemcpyHostToDevice));
+            NCK(ncclAllReduce(p, p, 1, ncclFloat32, ncclSum, c, s));
+            CK(cudaMemcpyAsync(&h, p, 4, cudaMemcpyDeviceToHost, s));
+            CK(cudaStreamSynchronize(s));
+            EXPECT(h == (float)(i + j + 2), "communicator (%d, %d): sum %g, want %d", i, j, h,
+                   i + j + 2);
+            NCK(ncclCommDestroy(c));
+        }
+    int alone, grouped, groups;
+    emu_nccl_census(&alone, &grouped, &groups);
+    EXPECT(alone == alone0 && grouped - grouped0 == 2 * (g_size - 1) && groups - groups0 == 1,
+           "census: %d alone, %d grouped in %d groups; want %d alone, %d grouped in 1 group",
+           alone - alone0, grouped - grouped0, groups - groups0, 0, 2 * (g_size - 1));
+    /* creation and an operation in one group: refused, neither runs */
+    ncclUniqueId id;
+    NCK(ncclGetUniqueId(&id));
+    ncclComm_t solo = NULL;
+    NCK(ncclGroupStart());
+    NCK(ncclCommInitRank(&solo, 1, id, 0));
+    NCK(ncclAllReduce(p, p, 1, ncclFloat32, ncclSum, world, s));
+    expect_error(ncclGroupEnd(), ncclInvalidUsage, "ncclCommInitRank",
+                 "a group creating a communicator and running an operation");
+    EXPECT(solo == NULL, "the refused group created its communicator");
+    CK(cudaFree(p));
+    done("%d communicators of two created in one group, in an order that blocking creation "
+         "deadlocks on; a group mixing creation and operations refused",
+         2 * (g_size - 1));
+}
+
 static void test_identity(void) {
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
@@ -869,6 +932,7 @@ int main(int argc, char **argv) {
     test_ring(c, s);
     test_ordering(c, s);
     test_errors(c, s);
+    test_grouped_init(c, s);
     test_abort(s);
     NCK(ncclCommDestroy(c));
     CK(cudaStreamDestroy(s));
