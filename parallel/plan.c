@@ -445,6 +445,10 @@ static int simpler(const tr_plan *a, const tr_plan *b) {
     return 0;
 }
 
+double tr_plan_overlap(const tr_cluster *c) {
+    return c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
+}
+
 double tr_plan_tie(const tr_cluster *c) {
     double v = c->noise.v > PL_TIE ? c->noise.v : PL_TIE;
     return v < PL_TIE_MAX ? v : PL_TIE_MAX;

@@ -94,6 +94,10 @@ typedef struct {
  * should not follow them), at most PL_TIE_MAX (25%). */
 double tr_plan_tie(const tr_cluster *c);
 
+/* The share of the data-parallel reduction the cost model assumes hidden behind the backward
+ * on this cluster's backend (assumed; each run prints what it measured beside it). */
+double tr_plan_overlap(const tr_cluster *c);
+
 /* Plan `r` for cluster `c`: 0 and *out, or -1 and one line in err (a recipe whose fixed
  * fields cannot run on this cluster says which and why, in tr_layout_resolve's words). */
 int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *o,

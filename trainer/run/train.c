@@ -606,11 +606,11 @@ static void print_parallel_stats(const run_ctx *x) {
         double exposed, span, hidden = dp_hidden(x, &exposed, &span), unused[2];
         int dev = tr_comm_device_time(x->dpc, &unused[0], &unused[1]); /* whose figures */
         printf("data parallel: %ld bucket %s over %ld steps; %.0f%% of the %s hidden behind "
-               "%s (%.3g s exposed of %.3g s%s)\n",
+               "%s (%.3g s exposed of %.3g s%s; the planner assumes %.0f%%)\n",
                ds.buckets, sh.grads ? "reduce-scatters" : "all-reduces", ds.steps,
                100.0 * hidden, dev ? "group's communication" : "gradient communication",
                dev ? "compute" : "the backward", exposed, span,
-               dev ? " in flight, timed on the GPU" : "");
+               dev ? " in flight, timed on the GPU" : "", 100.0 * tr_plan_overlap(&x->cluster));
         if (sh.params)
             printf("ZeRO-3: %ld bucket all-gathers of parameters before the ops that read them; "
                    "waited %.3g s for them (the rest overlapped the previous op)\n",
