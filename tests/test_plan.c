@@ -20,8 +20,12 @@
 
 
 static void load(tr_recipe *r, const char *path, const char *const *sets, int n) {
-    tr_knob_set ks[8] = {{{0}, {0}}};
+    tr_knob_set ks[16] = {{{0}, {0}}};
     char err[1024];
+    if (n > 16) {
+        printf("FAIL load %s: %d knob settings, at most 16\n", path, n);
+        exit(1);
+    }
     for (int i = 0; i < n; i++) {
         const char *eq = strchr(sets[i], '=');
         snprintf(ks[i].name, sizeof ks[i].name, "%.*s", (int)(eq - sets[i]), sets[i]);
