@@ -170,7 +170,10 @@ static void keep_layout(run_ctx *x) {
         f->sequence_parallel = p->sequence_parallel > 0 ? 1 : -1;
         f->schedule = p->schedule, f->virtual_stages = p->virtual_stages;
         f->microbatches = p->microbatches, f->micro_batch = s.train.micro_batch;
-        x->r.train.recompute = s.train.recompute;
+        x->r.train.recompute = s.train.recompute; /* and its level per stage, if any */
+        x->r.train.n_stage_recompute = s.train.n_stage_recompute;
+        memcpy(x->r.train.stage_recompute, s.train.stage_recompute,
+               sizeof s.train.stage_recompute);
         if (x->r.parallel.n_stages == 0 && p->n_stages > 0) {
             x->r.parallel.n_stages = p->n_stages;
             memcpy(x->r.parallel.stages, p->stages, sizeof p->stages);
