@@ -50,7 +50,7 @@ trap 'rm -f bench/.mixed_speed.lua bench/.mixed_even.lua; cleanup' EXIT
 
 run() { # KIND REP
     local out=$tmp/$1.$2
-    "$CL" run "$name" -- mpirun -np 2 --bind-to none -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
+    "$CL" run "$name" -- mpirun -np 2 --bind-to none -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 -x TR_SPEED_GROUPS=1 \
         "$T" run "bench/.mixed_$1.lua" --steps "$steps" --out "$out" >"$out.log" 2>&1 ||
         { echo "bench: the $1 run failed: $(tail -2 "$out.log")"; return 1; }
 }

@@ -558,7 +558,10 @@ static void split_by_speed(hosts *h) {
 
 static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
     memset(c, 0, sizeof *c);
-    split_by_speed(h);
+    /* off unless asked: under load (ctest -j2 on 2 cores) equal hosts' rates differed 1.5x with
+       quiet probes, and a split by speed changed a plan that should not change */
+    const char *split = getenv("TR_SPEED_GROUPS");
+    if (split && !strcmp(split, "1")) split_by_speed(h);
     c->cpu = o->cpu;
     c->n_groups = h->n_groups;
     int *want = h->want;
