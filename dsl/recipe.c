@@ -27,6 +27,10 @@ const char *tr_node_kind_name(tr_node_kind k) {
     return (k >= 0 && k < TR_NODE_KIND_COUNT) ? dsl_kind_names[k] : "?";
 }
 
+const char *tr_recompute_name(int level) {
+    return dsl_recompute_names[level >= 0 && level <= 2 ? level : 3];
+}
+
 /* What is only known once the whole recipe ran: missing sections and cross-section values. */
 static int finish(recipe_ctx *c, char *err, size_t errlen) {
     tr_recipe *r = &c->r;

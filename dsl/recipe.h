@@ -261,5 +261,8 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f);
 void tr_recipe_free(tr_recipe *r);
 
 const char *tr_node_kind_name(tr_node_kind k);
+/* A recompute level's name as a recipe writes it: 0 "none", 1 "selective", 2 "full",
+ * anything else "auto". */
+const char *tr_recompute_name(int level);
 
 #endif

@@ -247,10 +247,10 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {
     fprintf(f, " precision = \"%s\", recompute = ", dsl_precision_names[t->precision]);
     if (t->n_stage_recompute) { /* one level per pipeline rank */
         for (int k = 0; k < t->n_stage_recompute; k++)
-            fprintf(f, "%s\"%s\"", k ? ", " : "{ ", dsl_recompute_names[t->stage_recompute[k]]);
+            fprintf(f, "%s\"%s\"", k ? ", " : "{ ", tr_recompute_name(t->stage_recompute[k]));
         fputs(" }", f);
     } else {
-        fprintf(f, "\"%s\"", dsl_recompute_names[t->recompute < 0 ? 3 : t->recompute]);
+        fprintf(f, "\"%s\"", tr_recompute_name(t->recompute));
     }
     fprintf(f, ", peak_tflops = %.17g,\n", t->peak_tflops);
     const tr_guard_desc *g = &t->guard;

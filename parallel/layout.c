@@ -472,13 +472,12 @@ tr_recompute tr_layout_recompute_at(const tr_layout *l, int p) {
 }
 
 void tr_layout_recompute_name(const tr_layout *l, char *buf, size_t n) {
-    static const char *const names[] = {"none", "selective", "full"};
     size_t used = 0;
     buf[0] = 0;
     for (int p = 0; p < (l->recompute_per_stage ? l->pp : 1) && used < n; p++) {
         int k = tr_layout_recompute_at(l, l->recompute_per_stage ? p : -1);
         used += (size_t)snprintf(buf + used, n - used, "%s%s", p ? "/" : "",
-                                 names[k >= 0 && k <= 2 ? k : 0]);
+                                 tr_recompute_name(k));
     }
 }
 

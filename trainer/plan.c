@@ -147,10 +147,6 @@ static int this_job(const tr_options *o, const tr_recipe *r, tr_comm **world, tr
     return tr_detect_cluster(*world, be, *cpu ? 0 : peak, r, c, err, errlen);
 }
 
-static const char *rec_name(int r) {
-    return r == 2 ? "full" : r == 1 ? "selective" : "none";
-}
-
 static void print_plan_line(const tr_plan *p, FILE *f) {
     char d[200];
     tr_plan_describe(p, d, sizeof d);
@@ -258,10 +254,10 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
     if (b->l.recompute_per_stage) { /* a level per pipeline rank */
         fprintf(f, " } and train { recompute = {");
         for (int k = 0; k < b->l.pp; k++)
-            fprintf(f, "%s\"%s\"", k ? ", " : " ", rec_name(b->l.stage_recompute[k]));
+            fprintf(f, "%s\"%s\"", k ? ", " : " ", tr_recompute_name(b->l.stage_recompute[k]));
         fprintf(f, " } }\n");
     } else {
-        fprintf(f, " } and train { recompute = \"%s\" }\n", rec_name(b->l.recompute));
+        fprintf(f, " } and train { recompute = \"%s\" }\n", tr_recompute_name(b->l.recompute));
     }
 }
 
@@ -272,13 +268,13 @@ static void json_plan(const tr_plan *p, const tr_cluster *c, FILE *f) {
                "\"stages\": [",
             p->l.world, p->l.dp, p->l.tp, p->l.pp, p->l.zero, p->l.sequence_parallel ? "true" : "false",
             p->l.micro_batch, p->l.microbatches, tr_pp_kind_name((tr_pp_kind)p->l.schedule),
-            p->l.virtual_stages, rec_name(p->l.recompute));
+            p->l.virtual_stages, tr_recompute_name(p->l.recompute));
     for (int k = 0; k < p->l.pp * p->l.virtual_stages; k++)
         fprintf(f, "%s%d", k ? ", " : "", p->l.chunk_start[k]);
     if (p->l.recompute_per_stage) { /* "recompute" is the most of these */
         fprintf(f, "], \"stage_recompute\": [");
         for (int k = 0; k < p->l.pp; k++)
-            fprintf(f, "%s\"%s\"", k ? ", " : "", rec_name(p->l.stage_recompute[k]));
+            fprintf(f, "%s\"%s\"", k ? ", " : "", tr_recompute_name(p->l.stage_recompute[k]));
     }
     int idx[TR_CLUSTER_MAX_GROUPS];
     long cnt[TR_CLUSTER_MAX_GROUPS];
