@@ -31,6 +31,7 @@ struct tr_pipe {
     tr_comm_req **send_act, **send_grad; /* per chunk x slot: the send reading that buffer */
     void (*hook)(void *);
     void *hook_ctx;
+    tr_trace *trace; /* --trace: the spans of each action and wait (NULL: none) */
     unsigned char *final; /* per action: its chunk's last backward (part) of the step */
     int gate;             /* gradient hooks in final actions only (tr_pipe_final_hooks) */
     tr_pipe_stats st;
@@ -255,13 +256,31 @@ void tr_pipe_set_backward_hook(tr_pipe *p, void (*fn)(void *ctx), void *ctx) {
     p->hook_ctx = ctx;
 }
 
+void tr_pipe_set_trace(tr_pipe *p, tr_trace *t) {
+    p->trace = t;
+}
+
 /* ---- one step -------------------------------------------------------------------------- */
 
-/* Wait for a request (NULL: none), counted as time waiting on a neighbour. */
-static void wait_on(tr_pipe *p, tr_comm_req **r, double *idle) {
+/* Wait for a request (NULL: none), counted as time waiting on a neighbour; traced as a span
+ * of `kind` for action a (NULL: of none). */
+static void wait_on(tr_pipe *p, tr_comm_req **r, double *idle, tr_span_kind kind,
+                    const tr_pp_action *a) {
     if (!*r) return;
+    double t0 = tr_now();
     *idle += tr_comm_wait(*r);
     *r = NULL;
+    tr_trace_span(p->trace, kind, t0, tr_now(), a ? a->mb : -1, a ? a->chunk : -1);
+}
+
+/* Compute of action a since t0: the rank's busy time, and its span. */
+static void busy_since(tr_pipe *p, double t0, const tr_pp_action *a) {
+    double t1 = tr_now();
+    p->busy += t1 - t0;
+    static const tr_span_kind kind[] = {[TR_ACT_FWD] = TR_SPAN_FWD, [TR_ACT_BWD] = TR_SPAN_BWD,
+                                        [TR_ACT_BWD_IN] = TR_SPAN_BWD_IN,
+                                        [TR_ACT_BWD_W] = TR_SPAN_BWD_W};
+    tr_trace_span(p->trace, kind[a->op], t0, t1, a->mb, a->chunk);
 }
 
 /* What of a stream of n elements goes between two stages: all of it, or, where every rank of
@@ -296,14 +315,15 @@ static tr_comm_req *move(tr_pipe *p, int send, tr_buf *buf, size_t n, int B, int
 }
 
 /* After a sliced receive into buf: the tp group's slices all-gathered into the whole stream
- * (in place; every rank of the group runs the same action here). */
-static void gather_slices(tr_pipe *p, tr_buf *buf, size_t n, int B, int T) {
+ * (in place; every rank of the group runs the same action here). 1 when there were slices. */
+static int gather_slices(tr_pipe *p, tr_buf *buf, size_t n, int B, int T) {
     size_t off, len;
     tr_comm *g = slice_of(p, n, B, T, &off, &len);
-    if (!g) return;
+    if (!g) return 0;
     tr_buf *mine = tr_buf_at(tr_model_backend(p->m), buf, off);
     tr_comm_wait(tr_comm_start(g, TR_COMM_OP_ALL_GATHER, mine, buf, len,
                                tr_model_comm_dtype(p->m), -1, 0, tr_model_comm_mem(p->m)));
+    return 1;
 }
 
 /* Post the receive of action j: a forward's input, a backward's output gradient. */
@@ -329,16 +349,18 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
     const int *tok = c == 0 ? tokens[a->mb] : NULL;
     double loss = 0, t0;
     if (p->rq[i]) {
-        wait_on(p, &p->rq[i], idle);
+        wait_on(p, &p->rq[i], idle, TR_SPAN_WAIT_IN, a);
         t0 = tr_now();
-        gather_slices(p, recv_buf(p, i), n, B, T);
+        if (gather_slices(p, recv_buf(p, i), n, B, T))
+            tr_trace_span(p->trace, TR_SPAN_GATHER, t0, tr_now(), a->mb, a->chunk);
         *idle += tr_now() - t0;
     }
     if (a->op == TR_ACT_FWD) {
-        wait_on(p, &p->send_act[at], idle); /* the slot's output is about to be rewritten */
+        /* the slot's output is about to be rewritten */
+        wait_on(p, &p->send_act[at], idle, TR_SPAN_WAIT_OUT, a);
         t0 = tr_now();
         tr_model_chunk_forward(p->m, c, k, tok, NULL, B, T);
-        p->busy += tr_now() - t0;
+        busy_since(p, t0, a);
         if (c < last)
             p->send_act[at] = move(p, 1, tr_model_chunk_output(p->m, c, k), n, B, T,
                                    rank_of(p, c + 1), tag_of(0, c + 1));
@@ -347,12 +369,12 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
     tr_bwd_part part = a->op == TR_ACT_BWD      ? TR_BWD_ALL
                        : a->op == TR_ACT_BWD_IN ? TR_BWD_INPUT
                                                 : TR_BWD_WEIGHT;
-    if (part != TR_BWD_WEIGHT) wait_on(p, &p->send_grad[at], idle);
+    if (part != TR_BWD_WEIGHT) wait_on(p, &p->send_grad[at], idle, TR_SPAN_WAIT_OUT, a);
     if (p->gate) tr_model_hold_grad_hooks(p->m, !p->final[i]);
     t0 = tr_now();
     loss = tr_model_chunk_backward(p->m, c, k, tok, c == last ? targets[a->mb] : NULL, B, T, scale,
                                    part);
-    p->busy += tr_now() - t0;
+    busy_since(p, t0, a);
     if (part != TR_BWD_WEIGHT && c > 0)
         p->send_grad[at] = move(p, 1, tr_model_chunk_grad_input(p->m, c, k), n, B, T,
                                 rank_of(p, c - 1), tag_of(1, c - 1));
@@ -370,13 +392,15 @@ double tr_pipe_step(tr_pipe *p, const int *const *tokens, const int *const *targ
         post_after(p, i, B, T);
     }
     for (int k = 0; k < p->nch * p->maxs; k++) {
-        wait_on(p, &p->send_act[k], &idle);
-        wait_on(p, &p->send_grad[k], &idle);
+        wait_on(p, &p->send_act[k], &idle, TR_SPAN_WAIT_OUT, NULL);
+        wait_on(p, &p->send_grad[k], &idle, TR_SPAN_WAIT_OUT, NULL);
     }
     tr_model_hold_grad_hooks(p->m, 0);
     /* the loss is the last stage's; its sum also ends the step together on every stage, so
        that what each one did not compute of the span is its bubble */
+    double e0 = tr_now();
     tr_comm_all_reduce(p->c, &loss, 1, TR_COMM_F64);
+    tr_trace_span(p->trace, TR_SPAN_STEP_END, e0, tr_now(), -1, -1);
     double span = tr_now() - t0;
     p->last_idle = span > 0 ? 1.0 - p->busy / span : 0;
     p->last_idle_s = span > p->busy ? span - p->busy : 0;

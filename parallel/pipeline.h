@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "parallel/comm/comm.h"
 #include "parallel/schedule.h"
+#include "parallel/trace.h"
 
 typedef struct tr_pipe tr_pipe;
 
@@ -36,6 +37,9 @@ void tr_pipe_free(tr_pipe *p);
 /* Called after each backward (or its weight part) of a micro-batch of a chunk, e.g. for
  * ZeRO-3 to free the parameters gathered for it. */
 void tr_pipe_set_backward_hook(tr_pipe *p, void (*fn)(void *ctx), void *ctx);
+
+/* Record each action's compute and each wait in t (trace.h; NULL: stop). */
+void tr_pipe_set_trace(tr_pipe *p, tr_trace *t);
 
 /* With on = 1, the model's gradient hook is called only in each chunk's last backward of a
  * step (for a split backward: its last input part and its last weight part), when its

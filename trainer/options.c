@@ -101,6 +101,9 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
                         o->progress);
                 return -1;
             }
+        } else if (!strcmp(a, "--trace")) {
+            if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 1, &o->trace))
+                return -1;
         } else if (!strcmp(a, "--timeout")) {
             if (need_value(cmd, a, i, argc)) return -1;
             char *end;

@@ -60,6 +60,7 @@ typedef struct {
     tr_comm *tiec;            /* pipeline: the first and last stages (a tied embedding) */
     tr_comm *mpc;             /* the ranks holding one copy of the model (tp x pp) */
     tr_pipe *pipe;            /* pipeline parallelism (pp > 1), else NULL */
+    tr_trace *trace;          /* --trace: the steps' timeline, else NULL */
     int **mb_in, **mb_tg;     /* pipeline: a step's micro-batches, (B, T) each */
     int rank, nranks;         /* in the world */
     tr_recipe r;              /* with the layout written back once it is resolved */

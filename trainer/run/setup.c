@@ -435,6 +435,18 @@ int run_open_checkpoints(run_ctx *x, int check_shared) {
 
 /* The output files, the checkpoint writer when the recipe saves checkpoints, the batch buffers
  * and the tests' fault variables. */
+/* --trace N: the N steps after this start's first (which warms up), or the first alone. */
+static int setup_trace(run_ctx *x) {
+    if (x->o.trace <= 0) return 0;
+    int left = x->r.train.steps - x->start_step, first = x->start_step + (left > 1);
+    char path[TR_PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/trace.json", x->r.train.out);
+    x->trace = tr_trace_new(x->world, first, x->o.trace, path, x->err, sizeof(x->err));
+    if (x->trace && x->pipe) tr_pipe_set_trace(x->pipe, x->trace);
+    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
+    return setup_failed(x->world, !x->trace, x->msg);
+}
+
 static int setup_outputs(run_ctx *x) {
     const tr_recipe *r = &x->r;
     /* only now that every rank's setup succeeded: a refused run leaves the earlier one whole */
@@ -442,6 +454,7 @@ static int setup_outputs(run_ctx *x) {
         return -1;
     if (setup_failed(x->world, x->rank == 0 && open_outputs(x), "")) return -1;
     if (r->train.checkpoint_every > 0 && run_open_checkpoints(x, 0)) return -1;
+    if (setup_trace(x)) return -1;
     x->inputs = malloc((size_t)x->B * x->T * sizeof(int));
     x->targets = malloc((size_t)x->B * x->T * sizeof(int));
     x->all_steps = malloc((size_t)x->nranks * TR_LEDGER_EXTRA * sizeof(double));
@@ -572,6 +585,7 @@ void run_free(run_ctx *x) {
     free(x->mb_in);
     free(x->mb_tg);
     tr_pipe_free(x->pipe);
+    tr_trace_free(x->trace);
     tr_dp_free(x->dp); /* before the model: it unhooks itself from it */
     tr_model_free(x->model);
     tr_loader_free(x->loader);

@@ -300,10 +300,12 @@ static int train_step(run_ctx *x, int step, step_result *res) {
         }
         run_guard_targets(x, step, tg, (long)x->B * x->T, a == accum - 1); /* tests */
         if (x->pipe) continue; /* the schedule runs them all below */
+        double m0 = tr_now();
         loss += tr_model_forward(x->model, x->inputs, x->targets, x->B, x->T, scale);
         if (a == accum - 1) tr_dp_arm(x->dp); /* reduce buckets during the last backward */
         tr_model_backward(x->model);
         tr_dp_micro_end(x->dp);
+        tr_trace_span(x->trace, TR_SPAN_MODEL, m0, tr_now(), a, -1);
     }
     /* a pipeline: ZeRO 0 and 1 reduce each bucket during the chunks' last backwards (the
        executor calls the gradient hook in those only); ZeRO 2 and 3 every micro-batch */
@@ -316,7 +318,9 @@ static int train_step(run_ctx *x, int step, step_result *res) {
         while (nanosleep(&ts, &ts) && errno == EINTR) {
         }
     }
+    double g0 = tr_now();
     tr_dp_sync_grads(x->dp);
+    tr_trace_span(x->trace, TR_SPAN_GRADS, g0, tr_now(), -1, -1);
     int dumped = run_dump_step(x);
     if (dumped < 0) return -1;
     if (dumped) x->out_failed = 1;
@@ -326,12 +330,14 @@ static int train_step(run_ctx *x, int step, step_result *res) {
        is every stage's): every rank comes to the same verdict */
     res->skipped = run_guard_judge(x, step, res->loss, res->norm);
     if (res->skipped < 0) return -1;
-    double fence = 0;
+    double fence = 0, u0 = tr_now();
     if (res->skipped)
         tr_dp_drop_grads(x->dp); /* the parameters and AdamW state stay as they were */
     else
         fence = update(x, res);
     res->dt = tr_now() - t0;
+    tr_trace_span(x->trace, TR_SPAN_UPDATE, u0, t0 + res->dt, -1, -1);
+    tr_trace_span(x->trace, TR_SPAN_STEP, t0, t0 + res->dt, -1, -1);
     x->t_train += res->dt;
     if (step > x->start_step) { /* the first step of a start warms up: not the plan's */
         x->steps_s += res->dt;
@@ -507,6 +513,20 @@ static void print_progress(run_ctx *x, int step, const step_result *res, int do_
     fflush(stdout);
 }
 
+/* --trace: the window's spans to rank 0, which writes OUT/trace.json and names it. A file
+ * that cannot be written fails the run's outputs (exit 1), not its training. */
+static int end_trace(run_ctx *x) {
+    if (!x->trace) return 0;
+    if (tr_trace_end(x->trace, x->err, sizeof(x->err))) {
+        fprintf(stderr, "trainer run: %s\n", x->err);
+        x->out_failed = 1;
+    } else if (x->rank == 0) {
+        printf("trace: %s/trace.json (open it in ui.perfetto.dev; bench/pp_bubble.py reads it)\n",
+               x->r.train.out);
+    }
+    return 0;
+}
+
 /* The steps from start_step: each trained, then saved, evaluated and logged as the recipe
  * says, until the last or a requested stop. 0 when all were trained, -1 when one failed
  * (said), else the stop's exit status (trainer/run/stop.c). */
@@ -516,6 +536,7 @@ static int run_steps(run_ctx *x) {
     x->win_step = x->start_step;
     for (int step = x->start_step; step < t->steps; step++) {
         fault_kill(x, step);
+        tr_trace_step(x->trace, step);
         step_result res;
         if (train_step(x, step, &res)) return -1;
         tr_ledger_step_done(x->ledger, step + 1);
@@ -550,10 +571,10 @@ static int run_steps(run_ctx *x) {
         print_progress(x, step, &res, do_eval, val, tasks);
         tr_ledger_mark(x->ledger, LED_LOG);
         /* every rank saw the same stop_sig in this step's gather; the last step just ends */
-        if (x->stop_sig && !last) return run_stop_save(x, step + 1, saved);
+        if (x->stop_sig && !last) return end_trace(x), run_stop_save(x, step + 1, saved);
     }
     fault_kill(x, t->steps); /* after the last step's save, before the end of the run */
-    return 0;
+    return end_trace(x);
 }
 
 /* ---- the end of the run --------------------------------------------------------------- */
