@@ -51,6 +51,10 @@ typedef struct {
 
 struct tr_loader {
     int rank, world, B, T, vocab;
+    /* uneven shares (tr_loader_set_share): this rank's micro-batches of a step's share_total,
+       from share_first, share_n of them (0: rank and world's slices); the producer's call
+       within the step */
+    int share_first, share_n, share_total, prod_j;
     unsigned long long seed;
     tr_shard *shards;
     int n_shards;
@@ -259,20 +263,26 @@ static int copy_window(const tr_loader *l, const span *sp, long start, int *in, 
     return -1;
 }
 
-/* Produce the micro-batch of this rank at position *p and advance *p past the global batch. */
+/* Produce the micro-batch of this rank at position *p and advance *p past the global batch.
+ * With shares, a step is one global batch of B x share_total windows: each of this rank's
+ * share_n calls walks it from the step's start for its own B windows, and only the last one
+ * moves *p past it. */
 static int produce(tr_loader *l, tr_loader_pos *p, int *in, int *tg, char *msg, size_t msglen)
 {
-    long G = (long)l->B * l->world, lo = (long)l->rank * l->B;
+    int shared = l->share_n > 0, last = !shared || l->prod_j == l->share_n - 1;
+    long G = shared ? (long)l->B * l->share_total : (long)l->B * l->world;
+    long lo = (long)(shared ? l->share_first + l->prod_j : l->rank) * l->B;
+    tr_loader_pos walk = *p;
     for (long g = 0; g < G; g++) {
         int s = 0;
         if (l->n_src > 1) {
-            double u = (double)(splitmix64(&p->rng) >> 11) * (1.0 / 9007199254740992.0);
+            double u = (double)(splitmix64(&walk.rng) >> 11) * (1.0 / 9007199254740992.0);
             while (s < l->n_src - 1 && u >= l->src[s].cum)
                 s++;
         }
         const span *sp;
         long start;
-        if (next_window(l, s, &p->src[s], &sp, &start)) {
+        if (next_window(l, s, &walk.src[s], &sp, &start)) {
             snprintf(msg, msglen, "data: out of memory");
             return -1;
         }
@@ -282,7 +292,11 @@ static int produce(tr_loader *l, tr_loader_pos *p, int *in, int *tg, char *msg, 
                 return -1;
         }
     }
-    p->batches++;
+    walk.batches++;
+    if (shared)
+        l->prod_j = last ? 0 : l->prod_j + 1;
+    if (last)
+        *p = walk;
     return 0;
 }
 
@@ -316,6 +330,7 @@ static int start_prefetch(tr_loader *l)
     l->stop = l->halted = 0;
     l->head = l->filled = 0;
     l->prod = l->pos;
+    l->prod_j = 0; /* a position is always a step's start */
     if (pthread_create(&l->thread, NULL, prefetch_main, l))
         return -1;
     l->running = 1;
@@ -719,6 +734,22 @@ int tr_loader_set_pos(tr_loader *l, tr_loader_pos pos, char *err, size_t errlen)
     }
     stop_prefetch(l);
     l->pos = pos;
+    if (start_prefetch(l)) {
+        snprintf(err, errlen, "data: cannot start the prefetch thread");
+        return -1;
+    }
+    return 0;
+}
+
+int tr_loader_set_share(tr_loader *l, int first, int count, int total, char *err, size_t errlen)
+{
+    if (first < 0 || count < 1 || total < first + count) {
+        snprintf(err, errlen, "data: bad share (micro-batches %d..%d of %d)", first,
+                 first + count - 1, total);
+        return -1;
+    }
+    stop_prefetch(l);
+    l->share_first = first, l->share_n = count, l->share_total = total;
     if (start_prefetch(l)) {
         snprintf(err, errlen, "data: cannot start the prefetch thread");
         return -1;

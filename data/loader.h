@@ -71,6 +71,13 @@ tr_loader_pos tr_loader_get_pos(const tr_loader *l);
 /* Continue from pos (from tr_loader_get_pos of a loader over the same data and seed). */
 int tr_loader_set_pos(tr_loader *l, tr_loader_pos pos, char *err, size_t errlen);
 
+/* Uneven data-parallel shares (parallel/layout.h: dp_shares): a step is one global batch of
+ * B x total windows, of which this rank's `count` calls of a step read micro-batches first ..
+ * first + count - 1 (B windows each), instead of rank/world's slices of each call's global
+ * batch; the position moves past the step at its last call, so it is always a step's start
+ * between steps (checkpoints, the guard's skips). 0, or -1 with err. */
+int tr_loader_set_share(tr_loader *l, int first, int count, int total, char *err, size_t errlen);
+
 void tr_loader_free(tr_loader *l);
 
 #endif

@@ -133,6 +133,7 @@ typedef struct {
 } tr_guard_desc;
 
 #define TR_MAX_STAGES 256 /* pipeline chunks: pp x virtual_stages (= TR_MAX_CHUNKS, model.h) */
+#define TR_MAX_DP_SHARES 64 /* data-parallel replicas a dp_shares list may name */
 
 typedef struct {
     long batch_tokens;  /* tokens per optimizer step (global) */
@@ -172,6 +173,9 @@ typedef struct {
     int n_stages;       /* entries of stages = { ... }; 0 = auto (balanced by FLOPs) */
     int stages[TR_MAX_STAGES]; /* the block each of the pp x virtual_stages chunks starts at,
                                   in model order (as written: checked by the layout) */
+    int n_dp_shares;           /* entries of dp_shares = { ... }; 0 = auto (even) */
+    int dp_shares[TR_MAX_DP_SHARES]; /* micro-batches of each dp replica per step (faster
+                                  replicas more: checked by the layout) */
 } tr_parallel_desc;
 
 typedef enum { TR_KNOB_NUMBER = 0, TR_KNOB_STRING, TR_KNOB_BOOL } tr_knob_type;

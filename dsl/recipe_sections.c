@@ -367,7 +367,8 @@ static const field_spec parallel_fields[] = {
     {"schedule", FK_ENUM_AUTO, OPT, 0, 0, 0, 0, dsl_pp_schedule_names},
     {"microbatches", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
     {"virtual_stages", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, TR_MAX_STAGES, NULL},
-    {"stages", FK_LIST_AUTO, OPT, LO_GE, 0, HI_LE, TR_MAX_STAGES, NULL}};
+    {"stages", FK_LIST_AUTO, OPT, LO_GE, 0, HI_LE, TR_MAX_STAGES, NULL},
+    {"dp_shares", FK_LIST_AUTO, OPT, LO_GE, 1, HI_LE, TR_MAX_DP_SHARES, NULL}};
 enum {
     P_DP,
     P_TP,
@@ -379,8 +380,21 @@ enum {
     P_MICROBATCHES,
     P_VIRTUAL,
     P_STAGES,
+    P_SHARES,
     P_COUNT
 };
+
+/* The n integers of the list field `name` of the table at index 1 into out; returns n. */
+static int int_list(lua_State *L, const char *name, int n, int *out) {
+    lua_getfield(L, 1, name);
+    for (int k = 0; k < n; k++) {
+        lua_rawgeti(L, -1, k + 1);
+        out[k] = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return n;
+}
 
 /* The fields of parallel { ... } that are not "auto" into p. */
 static void parallel_values(lua_State *L, tr_parallel_desc *p, const field_val *v) {
@@ -394,21 +408,17 @@ static void parallel_values(lua_State *L, tr_parallel_desc *p, const field_val *
     if (v[P_MICROBATCHES].present && !v[P_MICROBATCHES].is_auto)
         p->microbatches = (int)v[P_MICROBATCHES].i;
     if (v[P_VIRTUAL].present && !v[P_VIRTUAL].is_auto) p->virtual_stages = (int)v[P_VIRTUAL].i;
-    if (v[P_STAGES].present && !v[P_STAGES].is_auto) { /* checked by the schema: integers >= 0 */
-        lua_getfield(L, 1, "stages");
-        p->n_stages = (int)v[P_STAGES].i;
-        for (int k = 0; k < p->n_stages; k++) {
-            lua_rawgeti(L, -1, k + 1);
-            p->stages[k] = (int)lua_tointeger(L, -1);
-            lua_pop(L, 1);
-        }
-        lua_pop(L, 1);
-    }
+    /* checked by the schema: integers >= 0 (stages), >= 1 (dp_shares) */
+    if (v[P_STAGES].present && !v[P_STAGES].is_auto)
+        p->n_stages = int_list(L, "stages", (int)v[P_STAGES].i, p->stages);
+    if (v[P_SHARES].present && !v[P_SHARES].is_auto)
+        p->n_dp_shares = int_list(L, "dp_shares", (int)v[P_SHARES].i, p->dp_shares);
 }
 
 /* parallel "auto" or parallel { dp, tp, pp, zero, sequence_parallel, bucket_kb, schedule,
- * microbatches, virtual_stages, stages }, each field also "auto" (or absent): -1 (bucket_kb,
- * microbatches, virtual_stages 0, stages none), left to the layout (parallel/layout.h). */
+ * microbatches, virtual_stages, stages, dp_shares }, each field also "auto" (or absent): -1
+ * (bucket_kb, microbatches, virtual_stages 0, stages and dp_shares none), left to the layout
+ * (parallel/layout.h). */
 static int l_parallel(lua_State *L) {
     recipe_ctx *c = dsl_ctx(L);
     int line = section_start(L, &c->parallel_line, "parallel");
@@ -438,7 +448,8 @@ static int l_parallel(lua_State *L) {
         /* everything left to "auto" is the same layout as parallel "auto" */
         p->is_auto = p->dp < 0 && p->tp < 0 && p->pp < 0 && p->zero < 0 &&
                      p->sequence_parallel < 0 && p->bucket_kb == 0 && p->schedule < 0 &&
-                     p->microbatches == 0 && p->virtual_stages == 0 && p->n_stages == 0;
+                     p->microbatches == 0 && p->virtual_stages == 0 && p->n_stages == 0 &&
+                     p->n_dp_shares == 0;
     }
     c->parallel_line = line;
     c->r.parallel_line = line;

@@ -114,6 +114,18 @@ static void put_data_path(FILE *f, const char *text) {
     put_string(f, abs);
 }
 
+/* ", name = { a, b, ... }", or ", name = \"auto\"" for an empty list */
+static void put_list_auto(FILE *f, const char *name, const int *v, int n) {
+    if (n <= 0) {
+        fprintf(f, ", %s = \"auto\"", name);
+        return;
+    }
+    fprintf(f, ", %s = {", name);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%d", i ? ", " : " ", v[i]);
+    fputs(" }", f);
+}
+
 static void put_int_auto(FILE *f, const char *sep, const char *name, int v, int is_set) {
     if (is_set)
         fprintf(f, "%s%s = %d", sep, name, v);
@@ -140,14 +152,9 @@ static void put_parallel(FILE *f, const tr_parallel_desc *p) {
             sched < 0 ? "auto" : dsl_pp_schedule_names[sched]);
     put_int_auto(f, ", ", "microbatches", p->microbatches, p->microbatches > 0);
     put_int_auto(f, ", ", "virtual_stages", p->virtual_stages, p->virtual_stages > 0);
-    if (p->n_stages > 0) {
-        fputs(", stages = {", f);
-        for (int i = 0; i < p->n_stages; i++)
-            fprintf(f, "%s%d", i ? ", " : " ", p->stages[i]);
-        fputs(" } }\n", f);
-    } else {
-        fputs(", stages = \"auto\" }\n", f);
-    }
+    put_list_auto(f, "stages", p->stages, p->n_stages);
+    put_list_auto(f, "dp_shares", p->dp_shares, p->n_dp_shares);
+    fputs(" }\n", f);
 }
 
 int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {

@@ -203,6 +203,70 @@ static int auto_micro_batch(tr_layout *l, const tr_recipe *r, long per, tr_dtype
     return fail(err, errlen, r, 0, "%s: no micro-batch fits", r->path); /* per >= 1: unreached */
 }
 
+/* parallel { dp_shares = { a, b, ... } }: replica d runs dp_shares[d] micro-batches a step,
+ * the step's sequences cut into their sum (so the global batch stays the recipe's, and a
+ * faster replica can take more); the micro-batch follows (a given one must agree). Uneven
+ * shares need ZeRO 0 or 1 (ZeRO-2 and 3 reduce every micro-batch, so the replicas' counts
+ * must match) and pp 1 (a pipeline's micro-batches are its schedule's). */
+static int fit_shares(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f, char *err,
+                      size_t errlen) {
+    const tr_parallel_desc *p = &r->parallel;
+    long seqs = r->train.batch_tokens / r->model.seq_len, sum = 0;
+    int pl = r->parallel_line, most = 0;
+    if (p->n_dp_shares != l->dp)
+        return fail(err, errlen, r, pl,
+                    "parallel: dp_shares gives %d share%s, one per data-parallel replica, but dp "
+                    "is %d",
+                    p->n_dp_shares, p->n_dp_shares == 1 ? "" : "s", l->dp);
+    for (int d = 0; d < l->dp; d++) {
+        sum += p->dp_shares[d];
+        if (p->dp_shares[d] > most) most = p->dp_shares[d];
+        l->shares_uneven |= p->dp_shares[d] != p->dp_shares[0];
+    }
+    if (seqs % sum)
+        return fail(err, errlen, r, pl,
+                    "parallel: dp_shares sum to %ld micro-batches, which do not divide the %ld "
+                    "sequences of a step (batch_tokens %ld / seq_len %d)",
+                    sum, seqs, r->train.batch_tokens, r->model.seq_len);
+    int micro = f->micro_batch > 0 ? f->micro_batch : r->train.micro_batch;
+    if (micro > 0 && micro != seqs / sum)
+        return fail(err, errlen, r, f->micro_batch > 0 ? 0 : r->train_line,
+                    "%s %d disagrees with parallel: dp_shares, whose %ld micro-batches cut the "
+                    "%ld sequences of a step into %ld each; give one of them",
+                    f->micro_batch > 0 ? "--micro-batch" : "train: micro_batch", micro, sum, seqs,
+                    seqs / sum);
+    if (l->shares_uneven && (l->zero >= 2 || l->pp > 1))
+        return fail(err, errlen, r, pl,
+                    "parallel: uneven dp_shares run with %s (%s), not %s %d",
+                    l->pp > 1 ? "pp 1" : "ZeRO 0 or 1",
+                    l->pp > 1 ? "a pipeline's micro-batches are its schedule's"
+                              : "ZeRO-2 and 3 reduce every micro-batch, so the replicas' counts "
+                                "must match",
+                    l->pp > 1 ? "pp" : "ZeRO", l->pp > 1 ? l->pp : l->zero);
+    l->micro_batch = (int)(seqs / sum);
+    l->accum = l->microbatches = most;
+    memcpy(l->dp_shares, p->dp_shares, (size_t)l->dp * sizeof(int));
+    return 0;
+}
+
+int tr_layout_accum_of(const tr_layout *l, int d) {
+    return l->shares_uneven && d >= 0 && d < l->dp ? l->dp_shares[d] : l->accum;
+}
+
+void tr_layout_shares_name(const tr_layout *l, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int d = 0; d < l->dp && used < n; d++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%d", d ? "/" : "",
+                                 tr_layout_accum_of(l, d));
+}
+
+int tr_layout_step_micro_batches(const tr_layout *l) {
+    int sum = 0;
+    for (int d = 0; d < l->dp; d++) sum += tr_layout_accum_of(l, d);
+    return sum;
+}
+
 /* The micro-batching: the sequences each data-parallel rank gets per step, in micro-batches of
  * micro_batch sequences (given: it must divide them) or in `microbatches` micro-batches
  * (given: it must divide them too, and sets the micro-batch); "auto": auto_micro_batch. A
@@ -210,6 +274,7 @@ static int auto_micro_batch(tr_layout *l, const tr_recipe *r, long per, tr_dtype
  * microbatches. */
 static int fit_micro_batch(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f,
                            tr_dtype dtype, double budget, char *err, size_t errlen) {
+    if (r->parallel.n_dp_shares > 0) return fit_shares(l, r, f, err, errlen);
     long seqs = r->train.batch_tokens / r->model.seq_len;
     int tl = r->train_line, pl = r->parallel_line;
     char would[160];
@@ -546,9 +611,14 @@ void tr_layout_describe(const tr_layout *l, char *buf, size_t len) {
     int n = snprintf(buf, len, "dp %d x tp %d%s: %s%s%s, ZeRO-%d, micro-batch %d%s", l->dp, l->tp,
                      pp, kind, pipe, l->sequence_parallel ? ", sequence parallel" : "", l->zero,
                      l->micro_batch, l->micro_auto ? " (auto)" : "");
-    if (l->pp == 1 && n >= 0 && (size_t)n < len) /* with pp > 1: the micro-batches above */
+    char shares[4 * TR_MAX_DP_SHARES];
+    tr_layout_shares_name(l, shares, sizeof shares);
+    if (l->shares_uneven && n >= 0 && (size_t)n < len) {
+        snprintf(buf + n, len - (size_t)n, ", micro-batches %s by dp replica", shares);
+    } else if (l->pp == 1 && n >= 0 && (size_t)n < len) { /* with pp > 1: the micro-batches above */
         snprintf(buf + n, len - (size_t)n, ", %d accumulation step%s", l->accum,
                  l->accum == 1 ? "" : "s");
+    }
 }
 
 void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r) {
@@ -563,6 +633,10 @@ void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r) {
                             .schedule = -1};
     r->train.micro_batch = l->micro_batch;
     tr_layout_recompute_to_recipe(l, &r->train);
+    if (l->shares_uneven) {
+        p->n_dp_shares = l->dp;
+        memcpy(p->dp_shares, l->dp_shares, (size_t)l->dp * sizeof(int));
+    }
     if (l->pp == 1) return; /* no pipeline: its fields stay "auto" */
     int K = l->pp * l->virtual_stages;
     p->schedule = l->schedule;

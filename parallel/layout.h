@@ -22,7 +22,11 @@ typedef struct {
                               rows, all-gather / reduce-scatter instead of all-reduce */
     int seq_len;           /* T: tokens per sequence (the model's seq_len) */
     int micro_batch;       /* sequences per forward/backward on each data-parallel rank */
-    int accum;             /* micro-batches per optimizer step */
+    int accum;             /* micro-batches per optimizer step (uneven dp_shares: the most a
+                              replica runs; tr_layout_accum_of gives each one's) */
+    int shares_uneven;     /* dp replicas run different numbers of micro-batches a step:
+                              dp_shares[d] (the recipe's or the planner's, by their speeds) */
+    int dp_shares[TR_MAX_DP_SHARES];
     int micro_auto;        /* micro_batch was "auto" (resolved by memory) */
     int bucket_kb;         /* gradient bucket (KiB): the recipe's, or 4096 */
     int pad_vocab;         /* vocabulary padding of the head's products (the flags'; 0: the
@@ -125,6 +129,13 @@ void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r);
 /* Pipeline rank p's recompute level (the layout's own unless it differs by rank). */
 tr_recompute tr_layout_recompute_at(const tr_layout *l, int p);
 /* Its name: "full", or per pipeline rank "selective/none/none". */
+/* Micro-batches data-parallel replica d runs per step (accum, or its dp_shares entry), and
+ * those of a whole step, summed over the replicas (dp x accum when even). */
+int tr_layout_accum_of(const tr_layout *l, int d);
+int tr_layout_step_micro_batches(const tr_layout *l);
+/* Each replica's micro-batches a step, "3/1" (dp entries; truncated to n). */
+void tr_layout_shares_name(const tr_layout *l, char *buf, size_t n);
+
 void tr_layout_recompute_name(const tr_layout *l, char *buf, size_t n);
 /* The layout's recompute into a recipe's train { }: one level, or one per pipeline rank. */
 void tr_layout_recompute_to_recipe(const tr_layout *l, tr_train_desc *t);

@@ -105,6 +105,36 @@ static int speed_cut(const pl_search *s, const pl_devices *dv, tr_layout *l, int
     return rc;
 }
 
+/* On devices of different speeds without a pipeline: each data-parallel replica's
+ * micro-batches of the step by its speed (its slowest device's rate), at least one each, their
+ * sum the step's: each next one to the replica that would finish it soonest, which makes the
+ * slowest replica's time (micro-batches / rate) the least it can be; or the recipe's
+ * dp_shares. 1 when they are uneven (the plan to consider beside the even one). */
+static int speed_shares(const pl_search *s, const pl_devices *dv, tr_layout *l) {
+    const tr_parallel_desc *rp = &s->r->parallel;
+    int A = l->dp * l->microbatches, given = rp->n_dp_shares == l->dp;
+    if (l->pp > 1 || l->zero >= 2 || l->dp < 2 || l->dp > TR_MAX_DP_SHARES ||
+        (!given && (!dv->mixed || A < l->dp)))
+        return 0;
+    double rate[TR_MAX_DP_SHARES];
+    for (int d = 0; d < l->dp; d++) {
+        rate[d] = pl_replica_rate(dv, l, d);
+        l->dp_shares[d] = given ? rp->dp_shares[d] : 1;
+    }
+    for (int left = given ? 0 : A - l->dp; left > 0; left--) {
+        int k = 0;
+        for (int d = 1; d < l->dp; d++)
+            if ((l->dp_shares[d] + 1) / rate[d] < (l->dp_shares[k] + 1) / rate[k]) k = d;
+        l->dp_shares[k]++;
+    }
+    l->shares_uneven = 0;
+    for (int d = 1; d < l->dp; d++) l->shares_uneven |= l->dp_shares[d] != l->dp_shares[0];
+    if (l->shares_uneven)
+        for (int d = 0; d < l->dp; d++)
+            if (l->dp_shares[d] > l->accum) l->accum = l->microbatches = l->dp_shares[d];
+    return l->shares_uneven;
+}
+
 /* The objective's value: lower is better. */
 static double score(const pl_search *s, const tr_plan *p) {
     if (s->o->objective == TR_PLAN_COST || s->o->deadline_h > 0) {
@@ -258,7 +288,11 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
                     for (int rc = 0; rc <= 2; rc++) {
                         if (!ok(f->recompute, rc) || (k == TR_PP_ZBH1 && rc == 2)) continue;
                         p.l.recompute = rc;
-                        consider(s, dv, &p);
+                        tr_plan q = p; /* and with each replica's share by its speed */
+                        int uneven = speed_shares(s, dv, &q.l);
+                        if (!uneven || s->r->parallel.n_dp_shares != p.l.dp)
+                            consider(s, dv, &p);
+                        if (uneven) consider(s, dv, &q);
                     }
                     if (f->recompute < 0 && P > 1) least_per_stage(s, dv, &p);
                 }
@@ -357,6 +391,8 @@ static int measure(const pl_search *s, const pl_devices *dv, tr_plan *p) {
         r.parallel.n_stages = p->l.pp * p->l.virtual_stages;
         memcpy(r.parallel.stages, p->l.chunk_start, (size_t)r.parallel.n_stages * sizeof(int));
     }
+    r.parallel.n_dp_shares = p->l.shares_uneven ? p->l.dp : 0; /* the plan's, or even */
+    memcpy(r.parallel.dp_shares, p->l.dp_shares, sizeof p->l.dp_shares);
     tr_layout_flags f = tr_layout_pin(&p->l);
     f.pad_vocab = s->o->fixed.pad_vocab;
     tr_layout l;
@@ -673,9 +709,16 @@ void tr_plan_describe(const tr_plan *p, char *buf, size_t len) {
                  p->l.virtual_stages > 1 ? " (interleaved chunks)" : "");
     if (p->l.pp > 1 && p->l.virtual_stages > 1)
         snprintf(pipe, sizeof pipe, " x pp %d, interleaved x %d", p->l.pp, p->l.virtual_stages);
-    snprintf(buf, len, "dp %d x tp %d%s, %d micro-batch%s of %d, ZeRO-%d%s, recompute %s", p->l.dp,
-             p->l.tp, pipe, p->l.microbatches, p->l.microbatches == 1 ? "" : "es", p->l.micro_batch,
-             p->l.zero, p->l.sequence_parallel ? ", sequence parallel" : "", rec);
+    char micro[64 + 4 * TR_MAX_DP_SHARES], shares[4 * TR_MAX_DP_SHARES];
+    tr_layout_shares_name(&p->l, shares, sizeof shares);
+    if (p->l.shares_uneven)
+        snprintf(micro, sizeof micro, "micro-batches %s by dp replica", shares);
+    else
+        snprintf(micro, sizeof micro, "%d micro-batch%s", p->l.microbatches,
+                 p->l.microbatches == 1 ? "" : "es");
+    snprintf(buf, len, "dp %d x tp %d%s, %s of %d, ZeRO-%d%s, recompute %s", p->l.dp, p->l.tp,
+             pipe, micro, p->l.micro_batch, p->l.zero,
+             p->l.sequence_parallel ? ", sequence parallel" : "", rec);
 }
 
 int tr_plan_open(const tr_recipe *r, const tr_plan_opts *o) {

@@ -144,6 +144,16 @@ double pl_stage_rate(const pl_devices *dv, const tr_layout *l, int p) {
     return isfinite(r) ? r : dv->rate;
 }
 
+double pl_replica_rate(const pl_devices *dv, const tr_layout *l, int d) {
+    if (!dv->mixed) return dv->rate;
+    double r = HUGE_VAL;
+    long first = (long)d * l->pp * l->tp, last = first + (long)l->pp * l->tp - 1;
+    for (int g = 0; g < dv->groups; g++)
+        if (first < dv->g_end[g] && last >= (g ? dv->g_end[g - 1] : 0))
+            r = mind(r, dv->g_rate[g]);
+    return isfinite(r) ? r : dv->rate;
+}
+
 /* ---- one layout --------------------------------------------------------------------------- */
 
 /* The link a group of `size` ranks, `stride` apart, crosses: inside a node when they all sit
@@ -365,6 +375,14 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
         }
     }
     double M = p->l.microbatches;
+    if (p->l.shares_uneven) /* pp 1: the replica whose share takes longest at its own rate */
+        for (int d = 0, a0 = p->l.chunk_start[0], a1 = p->l.chunk_start[1]; d < p->l.dp; d++) {
+            double cc, tt, a = tr_layout_accum_of(&p->l, d);
+            chunk_time(m, dv, p, a0, a1, pl_replica_rate(dv, &p->l, d), p->l.recompute, &cc,
+                       &tt);
+            if (d == 0 || a * (cc + tt) > M * worst)
+                worst = cc + tt, worst_c = cc, worst_tp = tt, M = a, bwd_last = cc * 2.0 / 3.0;
+        }
     p->compute_s = M * worst_c;
     p->tp_s = M * worst_tp;
     p->pp_s = M * worst_pp;

@@ -73,6 +73,8 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d);
 /* The rate of pipeline rank p's slowest device in layout l (world rank (d pp + p) tp + t):
  * dv->rate unless the devices are mixed. */
 double pl_stage_rate(const pl_devices *dv, const tr_layout *l, int p);
+/* The rate of data-parallel replica d's slowest device (its pp x tp ranks). */
+double pl_replica_rate(const pl_devices *dv, const tr_layout *l, int d);
 
 /* The memory pipeline rank r of plan p holds (the quick estimate, with the reserve). */
 double pl_stage_memory(const pl_model *m, const pl_devices *dv, const tr_plan *p, int r);

@@ -251,6 +251,11 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
             b->l.dp, b->l.tp, b->l.pp, b->l.zero, b->l.sequence_parallel ? "true" : "false",
             tr_pp_kind_name((tr_pp_kind)b->l.schedule), b->l.microbatches);
     if (b->l.virtual_stages > 1) fprintf(f, ", virtual_stages = %d", b->l.virtual_stages);
+    if (b->l.shares_uneven) { /* each replica's micro-batches by its speed */
+        fprintf(f, ", dp_shares = {");
+        for (int d = 0; d < b->l.dp; d++) fprintf(f, "%s%d", d ? ", " : " ", b->l.dp_shares[d]);
+        fprintf(f, " }");
+    }
     if (b->l.recompute_per_stage) { /* a level per pipeline rank */
         fprintf(f, " } and train { recompute = {");
         for (int k = 0; k < b->l.pp; k++)
@@ -271,6 +276,9 @@ static void json_plan(const tr_plan *p, const tr_cluster *c, FILE *f) {
             p->l.virtual_stages, tr_recompute_name(p->l.recompute));
     for (int k = 0; k < p->l.pp * p->l.virtual_stages; k++)
         fprintf(f, "%s%d", k ? ", " : "", p->l.chunk_start[k]);
+    fprintf(f, "], \"dp_shares\": [");
+    for (int d = 0; d < p->l.dp && d < TR_MAX_DP_SHARES; d++) /* each replica's micro-batches */
+        fprintf(f, "%s%d", d ? ", " : "", p->l.shares_uneven ? p->l.dp_shares[d] : p->l.microbatches);
     if (p->l.recompute_per_stage) { /* "recompute" is the most of these */
         fprintf(f, "], \"stage_recompute\": [");
         for (int k = 0; k < p->l.pp; k++)

@@ -199,7 +199,10 @@ static int print_layout(const tr_layout *l, const tr_recipe *r, char *err, size_
     printf("layout           %d process%s, %s\n", l->world, l->world == 1 ? "" : "es", desc);
     printf("micro-batch      %d x %d tokens%s, %d %s of %ld tokens; recompute %s\n", l->micro_batch,
            l->seq_len, l->micro_auto ? " (auto)" : "", l->accum,
-           l->pp > 1 ? "micro-batch(es) per step" : "accumulation step(s)", r->train.batch_tokens,
+           l->pp > 1            ? "micro-batch(es) per step"
+           : l->shares_uneven ? "accumulation step(s) at most (dp_shares)"
+                              : "accumulation step(s)",
+           r->train.batch_tokens,
            rec);
     const tr_guard_desc *g = &r->train.guard;
     if (g->on)

@@ -145,6 +145,11 @@ static void write_layout(FILE *f, const run_ctx *x) {
     kv_int(f, "sequence_parallel", l->sequence_parallel, 0);
     kv_int(f, "micro_batch", l->micro_batch, 0);
     kv_int(f, "accumulation", l->accum, 0);
+    if (l->shares_uneven) { /* micro-batches of each dp replica */
+        fputs("\"dp_shares\": [", f);
+        for (int d = 0; d < l->dp; d++) fprintf(f, "%s%d", d ? ", " : "", l->dp_shares[d]);
+        fputs("], ", f);
+    }
     kv_int(f, "bucket_kb", l->bucket_kb, 0);
     kv_int(f, "pad_vocab", l->pad_vocab, 0);
     char rec[96]; /* per pipeline rank where the levels differ: "selective/none" */

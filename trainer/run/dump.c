@@ -164,6 +164,12 @@ void run_dump_free(run_ctx *x) {
 int run_dump_arm(run_ctx *x) {
     const char *dir = getenv("TR_DUMP_TENSORS"), *name = getenv("TR_FAULT_PERTURB");
     if ((!dir || !*dir) && (!name || !*name)) return 0;
+    if (x->lay.shares_uneven) { /* the same on every rank: all stop */
+        if (x->rank == 0)
+            fprintf(stderr, "trainer run: TR_DUMP_TENSORS and TR_FAULT_PERTURB need even "
+                            "dp_shares (each replica's taps are gathered by micro-batch)\n");
+        return -1;
+    }
     int n_ops = tr_model_num_ops(x->model);
     run_dump *d = x->dump = calloc(1, sizeof(*d));
     if (d) {

@@ -33,6 +33,10 @@ static void apply(run_ctx *x, const tr_plan *p) {
     }
     o->layout = f;
     tr_layout_recompute_to_recipe(&p->l, &x->r.train);
+    if (p->l.shares_uneven && x->r.parallel.n_dp_shares == 0) { /* shares by the replicas' speeds */
+        x->r.parallel.n_dp_shares = p->l.dp;
+        memcpy(x->r.parallel.dp_shares, p->l.dp_shares, (size_t)p->l.dp * sizeof(int));
+    }
     if (p->l.stages_given && x->r.parallel.n_stages == 0) { /* cut by the stages' speeds */
         int K = p->l.pp * p->l.virtual_stages;
         x->r.parallel.n_stages = K;
@@ -177,6 +181,10 @@ static void keep_layout(run_ctx *x) {
         if (x->r.parallel.n_stages == 0 && p->n_stages > 0) {
             x->r.parallel.n_stages = p->n_stages;
             memcpy(x->r.parallel.stages, p->stages, sizeof p->stages);
+        }
+        if (x->r.parallel.n_dp_shares == 0 && p->n_dp_shares > 0) {
+            x->r.parallel.n_dp_shares = p->n_dp_shares;
+            memcpy(x->r.parallel.dp_shares, p->dp_shares, sizeof p->dp_shares);
         }
         snprintf(x->plan_line[0], sizeof x->plan_line[0],
                  "plan: the layout of %.900s, which --resume continues (not planned again)", path);

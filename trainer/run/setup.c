@@ -301,8 +301,13 @@ static int setup_data(run_ctx *x) {
                    r->data.text, r->data.tokenizer == TR_TOKENIZER_GPT2 ? "gpt2" : "byte", dir,
                    tr_now() - t0);
     }
-    bad = tr_loader_open(&x->loader, &r->data, r->model.vocab, tr_comm_rank(x->dpc),
-                         tr_comm_size(x->dpc), x->B, x->T, r->train.seed, x->err, sizeof(x->err));
+    int d = tr_comm_rank(x->dpc), first = 0;
+    bad = tr_loader_open(&x->loader, &r->data, r->model.vocab, d, tr_comm_size(x->dpc), x->B,
+                         x->T, r->train.seed, x->err, sizeof(x->err));
+    for (int k = 0; k < d; k++) first += tr_layout_accum_of(&x->lay, k);
+    if (!bad && x->lay.shares_uneven) /* this replica's micro-batches of each step's */
+        bad = tr_loader_set_share(x->loader, first, tr_layout_accum_of(&x->lay, d),
+                                  tr_layout_step_micro_batches(&x->lay), x->err, sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
     if (setup_failed(x->world, bad, x->msg)) return -1;
     char fp[65];
@@ -548,7 +553,7 @@ static int setup_run(run_ctx *x, int argc, char **argv) {
         return -1;
     if (setup_failed(x->world, run_provenance(x, argc, argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
-    x->tokens_step = (long)x->B * x->T * x->lay.accum * x->lay.dp;
+    x->tokens_step = (long)x->B * x->T * tr_layout_step_micro_batches(&x->lay);
     x->tty = run_progress_tty(x->o.progress, x->msg, sizeof(x->msg));
     if (setup_failed(x->world, x->tty < 0, x->msg)) return -1;
     x->best_val = INFINITY;

@@ -267,7 +267,7 @@ static double update(run_ctx *x, const step_result *res) {
 }
 
 /* One optimizer step: the micro-batches' forward and backward (the loss of each scaled to its
- * share of the global batch, 1 / (accumulation x dp)), the gradients summed over the dp group
+ * share of the global batch, 1 / the step's micro-batches over the dp replicas), the gradients summed over the dp group
  * during the last backward, then the guard's verdict (trainer/run/guard.c) and, unless it skips
  * the step, clipping and AdamW. -1 on bad data or when the guard stops the run (said). */
 /* Seconds the GPU's compute stream has stood waiting for NCCL operations so far, over the
@@ -284,10 +284,12 @@ static double device_exposed(const run_ctx *x) {
 
 static int train_step(run_ctx *x, int step, step_result *res) {
     const tr_recipe *r = &x->r;
-    int accum = x->lay.accum, ndp = x->lay.dp;
+    /* this replica's micro-batches (uneven dp_shares: its own), of the step's total */
+    int accum = tr_layout_accum_of(&x->lay, tr_comm_rank(x->dpc));
+    int total = tr_layout_step_micro_batches(&x->lay);
     double t0 = tr_now(), c0 = tr_comm_wait_seconds(), w0 = tr_loader_wait_seconds(x->loader);
     double e0 = x->be->device_memory ? device_exposed(x) : 0;
-    float scale = 1.0f / (float)(accum * ndp) * run_guard_fault(x, step);
+    float scale = 1.0f / (float)total * run_guard_fault(x, step);
     res->lr = lr_at(r, step);
     tr_model_zero_grad(x->model);
     if (step == x->start_step && run_dump_arm(x)) return -1; /* TR_DUMP_TENSORS, tests */
@@ -324,7 +326,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     int dumped = run_dump_step(x);
     if (dumped < 0) return -1;
     if (dumped) x->out_failed = 1;
-    res->loss = tr_dp_sum(x->dp, loss / accum) / ndp;
+    res->loss = tr_dp_sum(x->dp, loss) / total;
     res->norm = tr_dp_grad_norm(x->dp);
     /* both are reduced over every rank (dp sum; the norm over dp, tp and pp; a pipeline's loss
        is every stage's): every rank comes to the same verdict */
