@@ -62,8 +62,23 @@ static int cd_state; /* 0 untried, 1 ready, -1 failed (cd_why) */
 
 /* Unique ids of the graphs' tensors: the ones with memory (variant pack), then virtual ones. */
 enum {
-    U_Q = 1, U_K, U_KT, U_V, U_VT, U_O, U_STATS, U_SCALE, U_NINF, U_DO, U_DQ, U_DK, U_DV, U_DSUM,
-    U_DKF, U_DVF, U_VIRT = 100
+    U_Q = 1,
+    U_K,
+    U_KT,
+    U_V,
+    U_VT,
+    U_O,
+    U_STATS,
+    U_SCALE,
+    U_NINF,
+    U_DO,
+    U_DQ,
+    U_DK,
+    U_DV,
+    U_DSUM,
+    U_DKF,
+    U_DVF,
+    U_VIRT = 100
 };
 
 /* ---- building descriptors: the first failure is kept in cd_why, later calls are no-ops ---- */
@@ -99,7 +114,8 @@ static void fin(builder *b, cudnnBackendDescriptor_t d, const char *what) {
     if (!b->bad) ck(b, cudnnBackendFinalize(d), what);
 }
 static void release(builder *b) {
-    for (int i = b->n - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(b->d[i]);
+    for (int i = b->n - 1; i >= 0; i--)
+        cudnnBackendDestroyDescriptor(b->d[i]);
     b->n = 0;
 }
 
@@ -160,7 +176,8 @@ static cudnnBackendDescriptor_t matmul(builder *b, cudnnBackendDescriptor_t a,
     fin(b, mm, "matmul finalize");
     cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "matmul a");
-    set(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bm, "matmul b");
+    set(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bm,
+        "matmul b");
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "matmul c");
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm,
         "matmul desc");
@@ -232,7 +249,7 @@ static cudnnBackendDescriptor_t scores(builder *b, cudnnBackendDescriptor_t *ops
     cudnnBackendDescriptor_t col = tensor(b, 0, CUDNN_DATA_INT32, B, H, T, T, HTT, TT, T, 1, 0);
     cudnnBackendDescriptor_t keep = tensor(b, 0, CUDNN_DATA_BOOLEAN, B, H, T, T, HTT, TT, T, 1, 0);
     cudnnBackendDescriptor_t s3 = tensor(b, 0, CUDNN_DATA_FLOAT, B, H, T, T, HTT, TT, T, 1, 0);
-    ops[(*n)++] = matmul(b, q, kt, s);                                     /* (B,H,T,T) */
+    ops[(*n)++] = matmul(b, q, kt, s); /* (B,H,T,T) */
     ops[(*n)++] = pointwise(b, CUDNN_POINTWISE_MUL, s, scale, NULL, s2, 0);
     ops[(*n)++] = pointwise(b, CUDNN_POINTWISE_GEN_INDEX, s2, NULL, NULL, row, 2);
     ops[(*n)++] = pointwise(b, CUDNN_POINTWISE_GEN_INDEX, s2, NULL, NULL, col, 3);
@@ -282,7 +299,8 @@ static int build(cd_plan *p) {
         int gqa = KV != H;
         cudnnBackendDescriptor_t k = tensor(b, U_K, BF, B, KV, T, hd, TS, hd, S, 1, 0);
         cudnnBackendDescriptor_t vt = tensor(b, U_VT, BF, B, KV, hd, T, TS, hd, 1, S, 0);
-        cudnnBackendDescriptor_t dout = tensor(b, U_DO, BF, B, H, T, hd, (int64_t)T * Hd, hd, Hd, 1, 0);
+        cudnnBackendDescriptor_t dout =
+            tensor(b, U_DO, BF, B, H, T, hd, (int64_t)T * Hd, hd, Hd, 1, 0);
         cudnnBackendDescriptor_t dq = tensor(b, U_DQ, BF, B, H, T, hd, TS, hd, S, 1, 0);
         cudnnBackendDescriptor_t dk = tensor(b, U_DK, BF, B, KV, T, hd, TS, hd, S, 1, 0);
         cudnnBackendDescriptor_t dv = tensor(b, U_DV, BF, B, KV, T, hd, TS, hd, S, 1, 0);
@@ -303,9 +321,9 @@ static int build(cd_plan *p) {
         cudnnBackendDescriptor_t dst = tensor(b, 0, F, B, H, T, T, HTT, TT, 1, T, 0);
         ops[n++] = pointwise(b, CUDNN_POINTWISE_SUB, s3, stats, NULL, sub, 0);
         ops[n++] = pointwise(b, CUDNN_POINTWISE_EXP, sub, NULL, NULL, pr, 0); /* P */
-        ops[n++] = reshape(b, pr, prt);                                        /* P^T */
-        ops[n++] = matmul(b, prt, dout, dvf);                                  /* dV = P^T dO */
-        ops[n++] = matmul(b, dout, vt, dp);                                    /* dP = dO V^T */
+        ops[n++] = reshape(b, pr, prt);                                       /* P^T */
+        ops[n++] = matmul(b, prt, dout, dvf);                                 /* dV = P^T dO */
+        ops[n++] = matmul(b, dout, vt, dp);                                   /* dP = dO V^T */
         ops[n++] = pointwise(b, CUDNN_POINTWISE_MUL, dout, o, NULL, doo, 0);
         ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_ADD, doo, dsum); /* D = rowsum(dO * O) */
         ops[n++] = pointwise(b, CUDNN_POINTWISE_SUB, dp, dsum, NULL, ds1, 0);
@@ -313,7 +331,7 @@ static int build(cd_plan *p) {
         ops[n++] = pointwise(b, CUDNN_POINTWISE_MUL, ds2, scale, NULL, ds, 0); /* dS */
         ops[n++] = matmul(b, ds, k, dq);                                       /* dQ = dS K */
         ops[n++] = reshape(b, ds, dst);
-        ops[n++] = matmul(b, dst, q, dkf);                                     /* dK = dS^T Q */
+        ops[n++] = matmul(b, dst, q, dkf); /* dK = dS^T Q */
         if (gqa) {
             ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_ADD, dkf, dk);
             ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_ADD, dvf, dv);
@@ -322,8 +340,10 @@ static int build(cd_plan *p) {
         if (gqa) extra += 2 * up256(sizeof(float) * (size_t)B * HTd);
     }
     cudnnBackendDescriptor_t graph = make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, ops, "graph ops");
-    set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cd_handle, "graph handle");
+    set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, ops,
+        "graph ops");
+    set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cd_handle,
+        "graph handle");
     fin(b, graph, "operation graph finalize");
     cudnnBackendDescriptor_t heur = make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
@@ -335,28 +355,34 @@ static int build(cd_plan *p) {
     enum { NCFG = 8 };
     cudnnBackendDescriptor_t cfg[NCFG];
     int64_t ncfg = 0;
-    for (int i = 0; i < NCFG; i++) cfg[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    for (int i = 0; i < NCFG; i++)
+        cfg[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
     if (!b->bad)
-        ck(b, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, NCFG, &ncfg, cfg),
+        ck(b,
+           cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, NCFG, &ncfg, cfg),
            "heuristics results");
     if (!b->bad && ncfg == 0)
         ck(b, CUDNN_STATUS_NOT_SUPPORTED, "heuristics: no engine for the attention graph");
     p->plan = NULL;
     for (int64_t i = 0; i < ncfg && i < NCFG && !b->bad && !p->plan; i++) {
         cudnnBackendDescriptor_t plan = make(b, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        set(b, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &cd_handle, "plan handle");
+        set(b, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &cd_handle,
+            "plan handle");
         set(b, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
             &cfg[i], "plan engine config");
         if (b->bad) break;
         cudnnStatus_t s = cudnnBackendFinalize(plan);
-        if (s == CUDNN_STATUS_SUCCESS) p->plan = plan;
-        else if (i + 1 == ncfg || i + 1 == NCFG) ck(b, s, "execution plan finalize (every engine)");
+        if (s == CUDNN_STATUS_SUCCESS)
+            p->plan = plan;
+        else if (i + 1 == ncfg || i + 1 == NCFG)
+            ck(b, s, "execution plan finalize (every engine)");
     }
     int64_t ws = 0;
     if (!b->bad)
-        ck(b, cudnnBackendGetAttribute(p->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                       CUDNN_TYPE_INT64, 1, NULL, &ws),
+        ck(b,
+           cudnnBackendGetAttribute(p->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                    CUDNN_TYPE_INT64, 1, NULL, &ws),
            "plan workspace size");
     if (b->bad) {
         release(b);
@@ -366,7 +392,7 @@ static int build(cd_plan *p) {
     p->ws = up256((size_t)ws);
     p->off_dsum = p->ws;
     p->off_dkf = p->off_dsum + up256(sizeof(float) * (size_t)B * HT); /* D: (B,H,T) */
-    p->off_dvf = p->off_dkf + up256(sizeof(float) * (size_t)B * HTd);   /* (B,H,T,hd) */
+    p->off_dvf = p->off_dkf + up256(sizeof(float) * (size_t)B * HTd); /* (B,H,T,hd) */
     p->all = p->ws + extra;
     return 0;
 }
@@ -411,7 +437,8 @@ static int execute(cd_plan *p, int n, const int64_t *uids, void *const *ptrs, vo
     set(&vb, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids, "variant uids");
     set(&vb, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs,
         "variant pointers");
-    set(&vb, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "variant workspace");
+    set(&vb, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws,
+        "variant workspace");
     fin(&vb, vp, "variant pack finalize");
     if (!vb.bad) ck(&vb, cudnnBackendExecute(cd_handle, p->plan, vp), "cudnnBackendExecute");
     release(&vb);
@@ -456,10 +483,11 @@ extern "C" int tr_cuda_attention_cudnn_backward(tr_buf *dqkv, const tr_buf *dout
     __nv_bfloat16 *x = (__nv_bfloat16 *)qkv, *d = (__nv_bfloat16 *)dqkv;
     char *ws = (char *)workspace(p->all);
     size_t ko = (size_t)H * hd, vo = (size_t)(H + KV) * hd;
-    int64_t uids[] = {U_Q, U_KT, U_K, U_VT, U_O, U_DO, U_STATS, U_SCALE, U_NINF,
-                      U_DQ, U_DK, U_DV, U_DSUM, U_DKF, U_DVF};
-    void *ptrs[] = {x, x + ko, x + ko, x + vo, (void *)out, (void *)dout, (void *)lse, &scale,
-                    &ninf, d, d + ko, d + vo, ws + p->off_dsum, ws + p->off_dkf, ws + p->off_dvf};
+    int64_t uids[] = {U_Q,    U_KT, U_K,  U_VT, U_O,    U_DO,  U_STATS, U_SCALE,
+                      U_NINF, U_DQ, U_DK, U_DV, U_DSUM, U_DKF, U_DVF};
+    void *ptrs[] = {
+        x,     x + ko, x + ko, x + vo, (void *)out,      (void *)dout,    (void *)lse,    &scale,
+        &ninf, d,      d + ko, d + vo, ws + p->off_dsum, ws + p->off_dkf, ws + p->off_dvf};
     return execute(p, KV != H ? 15 : 13, uids, ptrs, ws);
 }
 
@@ -478,7 +506,8 @@ static float host_bf(uint16_t h) {
 static double rel_err(const void *a, const void *b, size_t n, int bf) {
     size_t es = bf ? 2 : 4;
     char *ha = (char *)malloc(n * es), *hb = (char *)malloc(n * es);
-    if (!ha || !hb) tr_cuda_fail("malloc (attention auto check)", "out of memory", __FILE__, __LINE__);
+    if (!ha || !hb)
+        tr_cuda_fail("malloc (attention auto check)", "out of memory", __FILE__, __LINE__);
     CK(cudaMemcpyAsync(ha, a, n * es, cudaMemcpyDeviceToHost, tr_cuda_stream));
     CK(cudaMemcpyAsync(hb, b, n * es, cudaMemcpyDeviceToHost, tr_cuda_stream));
     CK(cudaStreamSynchronize(tr_cuda_stream));
@@ -497,9 +526,7 @@ static double rel_err(const void *a, const void *b, size_t n, int bf) {
 }
 
 static int deciding = -1; /* while auto measures: 0 ours, 1 cuDNN */
-static struct {
-    int B, T, H, KV, hd, use;
-} chosen[16];
+static struct { int B, T, H, KV, hd, use; } chosen[16];
 static int n_chosen;
 
 /* Both implementations on this shape, on the run's own qkv: one warm-up forward + backward
@@ -547,12 +574,15 @@ static int decide(const tr_buf *qkv, int B, int T, int H, int KV, int hd) {
     const double tol = 1.0 / 64;
     double eo = rel_err(out[use], out[!use], no, 1), el = rel_err(lse[use], lse[!use], nl, 0),
            ed = rel_err(dq[use], dq[!use], nq, 1);
-    fprintf(stderr, "attention auto (%s): ours %.3f ms, cuDNN %.3f ms per forward + backward: "
-            "keeps %s\n", shape, ms[0], ms[1], use ? "cuDNN" : "ours");
+    fprintf(stderr,
+            "attention auto (%s): ours %.3f ms, cuDNN %.3f ms per forward + backward: "
+            "keeps %s\n",
+            shape, ms[0], ms[1], use ? "cuDNN" : "ours");
     if (eo > tol || el > tol || ed > tol || eo != eo || el != el || ed != ed)
-        fprintf(stderr, "attention auto (%s): WARNING ours and cuDNN differ beyond bf16's "
-                "tolerance %.2g: out %.3g, lse %.3g, dqkv %.3g (relative L2)\n", shape, tol, eo,
-                el, ed);
+        fprintf(stderr,
+                "attention auto (%s): WARNING ours and cuDNN differ beyond bf16's "
+                "tolerance %.2g: out %.3g, lse %.3g, dqkv %.3g (relative L2)\n",
+                shape, tol, eo, el, ed);
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     for (int i = 0; i < 2; i++) {
@@ -569,15 +599,13 @@ extern "C" int tr_cuda_attention_use_cudnn(int bf, const tr_buf *qkv, int B, int
     if (deciding >= 0) return deciding;
     tr_attention_impl a = tr_backend_attention();
     if (a != TR_ATTENTION_AUTO) return a == TR_ATTENTION_CUDNN;
-    for (int i = 0; i < n_chosen; i++)
+    for (int i = 0; i < n_chosen && i < 16; i++)
         if (chosen[i].B == B && chosen[i].T == T && chosen[i].H == H && chosen[i].KV == KV &&
             chosen[i].hd == hd)
             return chosen[i].use;
     int use = decide(qkv, B, T, H, KV, hd);
-    if (n_chosen < 16) {
-        chosen[n_chosen].B = B, chosen[n_chosen].T = T, chosen[n_chosen].H = H;
-        chosen[n_chosen].KV = KV, chosen[n_chosen].hd = hd, chosen[n_chosen].use = use;
-        n_chosen++;
-    }
+    int i = n_chosen++ % 16; /* past 16 shapes the oldest choice is measured again */
+    chosen[i].B = B, chosen[i].T = T, chosen[i].H = H;
+    chosen[i].KV = KV, chosen[i].hd = hd, chosen[i].use = use;
     return use;
 }

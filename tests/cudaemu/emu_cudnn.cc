@@ -92,11 +92,16 @@ Desc *live(cudnnBackendDescriptor_t d) {
 
 const char *op_name(const Desc *o) {
     switch (o->type) {
-    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: return "pointwise";
-    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: return "matmul";
-    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: return "reduction";
-    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR: return "reshape";
-    default: return "?";
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR:
+        return "pointwise";
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR:
+        return "matmul";
+    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
+        return "reduction";
+    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
+        return "reshape";
+    default:
+        return "?";
     }
 }
 
@@ -109,22 +114,30 @@ bool is_op(const Desc *d) {
 
 int64_t numel(const Desc *t) {
     int64_t n = 1;
-    for (int i = 0; i < t->nd; i++) n *= t->dim[i];
+    for (int i = 0; i < t->nd; i++)
+        n *= t->dim[i];
     return n;
 }
 /* one past the largest element offset */
 int64_t span(const Desc *t) {
     int64_t s = 1;
-    for (int i = 0; i < t->nd; i++) s += (t->dim[i] - 1) * t->str[i];
+    for (int i = 0; i < t->nd; i++)
+        s += (t->dim[i] - 1) * t->str[i];
     return s;
 }
 size_t dt_size(int64_t dt) {
     switch (dt) {
-    case CUDNN_DATA_BFLOAT16: return 2;
-    case CUDNN_DATA_FLOAT: case CUDNN_DATA_INT32: return 4;
-    case CUDNN_DATA_INT64: return 8;
-    case CUDNN_DATA_BOOLEAN: return 1;
-    default: return 0;
+    case CUDNN_DATA_BFLOAT16:
+        return 2;
+    case CUDNN_DATA_FLOAT:
+    case CUDNN_DATA_INT32:
+        return 4;
+    case CUDNN_DATA_INT64:
+        return 8;
+    case CUDNN_DATA_BOOLEAN:
+        return 1;
+    default:
+        return 0;
     }
 }
 
@@ -166,10 +179,10 @@ cudnnStatus_t set_desc_ref(const char *fn, Desc **dst, cudnnBackendAttributeType
     return CUDNN_STATUS_SUCCESS;
 }
 
-#define TRY(e)                                                                                   \
-    do {                                                                                         \
-        cudnnStatus_t s_ = (e);                                                                  \
-        if (s_ != CUDNN_STATUS_SUCCESS) return s_;                                               \
+#define TRY(e)                                                                                     \
+    do {                                                                                           \
+        cudnnStatus_t s_ = (e);                                                                    \
+        if (s_ != CUDNN_STATUS_SUCCESS) return s_;                                                 \
     } while (0)
 
 cudnnStatus_t set_attr(Desc *d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t ty,
@@ -210,7 +223,8 @@ cudnnStatus_t set_attr(Desc *d, cudnnBackendAttributeName_t a, cudnnBackendAttri
             TRY(want(fn, ty, CUDNN_TYPE_BOOLEAN, n, 1, 1, v));
             d->byval = *static_cast<const bool *>(v);
             return CUDNN_STATUS_SUCCESS;
-        default: break;
+        default:
+            break;
         }
     } else if (T == CUDNN_BACKEND_POINTWISE_DESCRIPTOR) {
         switch (a) {
@@ -226,7 +240,8 @@ cudnnStatus_t set_attr(Desc *d, cudnnBackendAttributeName_t a, cudnnBackendAttri
             TRY(want(fn, ty, CUDNN_TYPE_INT64, n, 1, 1, v));
             d->axis = *i64;
             return CUDNN_STATUS_SUCCESS;
-        default: break;
+        default:
+            break;
         }
     } else if (T == CUDNN_BACKEND_MATMUL_DESCRIPTOR) {
         if (a == CUDNN_ATTR_MATMUL_COMP_TYPE) {
@@ -257,7 +272,8 @@ cudnnStatus_t set_attr(Desc *d, cudnnBackendAttributeName_t a, cudnnBackendAttri
             return set_desc_ref(fn, &d->y, ty, n, v, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
         case CUDNN_ATTR_OPERATION_POINTWISE_TDESC:
             return set_desc_ref(fn, &d->t, ty, n, v, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-        default: break;
+        default:
+            break;
         }
     } else if (T == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) {
         switch (a) {
@@ -269,7 +285,8 @@ cudnnStatus_t set_attr(Desc *d, cudnnBackendAttributeName_t a, cudnnBackendAttri
             return set_desc_ref(fn, &d->y, ty, n, v, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
         case CUDNN_ATTR_OPERATION_MATMUL_DESC:
             return set_desc_ref(fn, &d->op, ty, n, v, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-        default: break;
+        default:
+            break;
         }
     } else if (T == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR) {
         switch (a) {
@@ -279,7 +296,8 @@ cudnnStatus_t set_attr(Desc *d, cudnnBackendAttributeName_t a, cudnnBackendAttri
             return set_desc_ref(fn, &d->y, ty, n, v, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
         case CUDNN_ATTR_OPERATION_REDUCTION_DESC:
             return set_desc_ref(fn, &d->op, ty, n, v, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-        default: break;
+        default:
+            break;
         }
     } else if (T == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR) {
         if (a == CUDNN_ATTR_OPERATION_RESHAPE_XDESC)
@@ -346,7 +364,8 @@ cudnnStatus_t set_attr(Desc *d, cudnnBackendAttributeName_t a, cudnnBackendAttri
             TRY(want(fn, ty, CUDNN_TYPE_VOID_PTR, n, 1, 256, v));
             const void *const *p = static_cast<const void *const *>(v);
             d->ptrs.assign(n, nullptr);
-            for (int64_t i = 0; i < n; i++) d->ptrs[i] = const_cast<void *>(p[i]);
+            for (int64_t i = 0; i < n; i++)
+                d->ptrs[i] = const_cast<void *>(p[i]);
             return CUDNN_STATUS_SUCCESS;
         }
         if (a == CUDNN_ATTR_VARIANT_PACK_WORKSPACE) {
@@ -365,8 +384,10 @@ cudnnStatus_t set_attr(Desc *d, cudnnBackendAttributeName_t a, cudnnBackendAttri
 cudnnStatus_t fin_tensor(Desc *d) {
     const char *fn = "cudnnBackendFinalize(tensor)";
     if (d->dtype < 0 || !d->nd || !d->has_str || d->uid < 0 || d->align <= 0) {
-        complain(fn, "uid %lld: data type, dimensions, strides, unique id and byte alignment "
-                     "must all be set", (long long)d->uid);
+        complain(fn,
+                 "uid %lld: data type, dimensions, strides, unique id and byte alignment "
+                 "must all be set",
+                 (long long)d->uid);
         return CUDNN_STATUS_BAD_PARAM;
     }
     if (!dt_size(d->dtype)) {
@@ -411,8 +432,7 @@ cudnnStatus_t fin_tensor(Desc *d) {
 bool bcast(const Desc *x, const Desc *y, int upto, bool divide) {
     if (x->nd != y->nd) return false;
     for (int i = 0; i < upto; i++)
-        if (x->dim[i] != y->dim[i] && x->dim[i] != 1 &&
-            !(divide && y->dim[i] % x->dim[i] == 0))
+        if (x->dim[i] != y->dim[i] && x->dim[i] != 1 && !(divide && y->dim[i] % x->dim[i] == 0))
             return false;
     return true;
 }
@@ -431,9 +451,14 @@ cudnnStatus_t fin_op(Desc *d) {
             return CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE;
         }
         switch (d->mode) {
-        case CUDNN_POINTWISE_ADD: case CUDNN_POINTWISE_SUB: case CUDNN_POINTWISE_MUL:
-        case CUDNN_POINTWISE_DIV: case CUDNN_POINTWISE_EXP: case CUDNN_POINTWISE_LOG:
-        case CUDNN_POINTWISE_CMP_GE: case CUDNN_POINTWISE_BINARY_SELECT:
+        case CUDNN_POINTWISE_ADD:
+        case CUDNN_POINTWISE_SUB:
+        case CUDNN_POINTWISE_MUL:
+        case CUDNN_POINTWISE_DIV:
+        case CUDNN_POINTWISE_EXP:
+        case CUDNN_POINTWISE_LOG:
+        case CUDNN_POINTWISE_CMP_GE:
+        case CUDNN_POINTWISE_BINARY_SELECT:
             return CUDNN_STATUS_SUCCESS;
         case CUDNN_POINTWISE_GEN_INDEX:
             if (d->axis < 0) {
@@ -442,7 +467,8 @@ cudnnStatus_t fin_op(Desc *d) {
             }
             return CUDNN_STATUS_SUCCESS;
         default:
-            complain("cudnnBackendFinalize(pointwise)", "mode %lld not emulated", (long long)d->mode);
+            complain("cudnnBackendFinalize(pointwise)", "mode %lld not emulated",
+                     (long long)d->mode);
             return CUDNN_STATUS_NOT_SUPPORTED;
         }
     case CUDNN_BACKEND_MATMUL_DESCRIPTOR:
@@ -454,8 +480,10 @@ cudnnStatus_t fin_op(Desc *d) {
     case CUDNN_BACKEND_REDUCTION_DESCRIPTOR:
         if ((d->mode != CUDNN_REDUCE_TENSOR_ADD && d->mode != CUDNN_REDUCE_TENSOR_MAX) ||
             d->prec != CUDNN_DATA_FLOAT) {
-            complain("cudnnBackendFinalize(reduction)", "operator %lld / compute type %lld not "
-                     "emulated (ADD or MAX in FLOAT)", (long long)d->mode, (long long)d->prec);
+            complain("cudnnBackendFinalize(reduction)",
+                     "operator %lld / compute type %lld not "
+                     "emulated (ADD or MAX in FLOAT)",
+                     (long long)d->mode, (long long)d->prec);
             return CUDNN_STATUS_NOT_SUPPORTED;
         }
         return CUDNN_STATUS_SUCCESS;
@@ -468,7 +496,8 @@ cudnnStatus_t fin_op(Desc *d) {
         bool binary = m == CUDNN_POINTWISE_ADD || m == CUDNN_POINTWISE_SUB ||
                       m == CUDNN_POINTWISE_MUL || m == CUDNN_POINTWISE_DIV ||
                       m == CUDNN_POINTWISE_CMP_GE || m == CUDNN_POINTWISE_BINARY_SELECT;
-        if (binary != (d->b != nullptr) || (m == CUDNN_POINTWISE_BINARY_SELECT) != (d->t != nullptr)) {
+        if (binary != (d->b != nullptr) ||
+            (m == CUDNN_POINTWISE_BINARY_SELECT) != (d->t != nullptr)) {
             complain(fn, "pointwise mode %lld: wrong inputs (BDESC %s, TDESC %s)", (long long)m,
                      d->b ? "set" : "unset", d->t ? "set" : "unset");
             return CUDNN_STATUS_BAD_PARAM;
@@ -479,9 +508,9 @@ cudnnStatus_t fin_op(Desc *d) {
                      (long long)m, (long long)d->y->uid);
             return CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH;
         }
-        if (m == CUDNN_POINTWISE_GEN_INDEX && (d->op->axis >= d->y->nd ||
-                                                (d->y->dtype != CUDNN_DATA_INT32 &&
-                                                 d->y->dtype != CUDNN_DATA_INT64))) {
+        if (m == CUDNN_POINTWISE_GEN_INDEX &&
+            (d->op->axis >= d->y->nd ||
+             (d->y->dtype != CUDNN_DATA_INT32 && d->y->dtype != CUDNN_DATA_INT64))) {
             complain(fn, "GEN_INDEX: axis %lld of %lld dims, output must be INT32/INT64",
                      (long long)d->op->axis, (long long)d->y->nd);
             return CUDNN_STATUS_BAD_PARAM;
@@ -532,7 +561,8 @@ cudnnStatus_t fin_op(Desc *d) {
             return CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH;
         }
         return CUDNN_STATUS_SUCCESS;
-    default: return CUDNN_STATUS_SUCCESS;
+    default:
+        return CUDNN_STATUS_SUCCESS;
     }
 }
 
@@ -575,10 +605,11 @@ Pattern recognise(const std::vector<Desc *> &ops, std::string *why) {
     int mask = n("pw", CUDNN_POINTWISE_GEN_INDEX) == 2 && n("pw", CUDNN_POINTWISE_CMP_GE) == 1 &&
                n("pw", CUDNN_POINTWISE_BINARY_SELECT) == 1;
     size_t total = ops.size();
-    if (mm == 2 && mask && n("pw", CUDNN_POINTWISE_MUL) == 1 && n("red", CUDNN_REDUCE_TENSOR_MAX) == 1 &&
-        n("pw", CUDNN_POINTWISE_SUB) == 1 && n("pw", CUDNN_POINTWISE_EXP) == 1 &&
-        n("red", CUDNN_REDUCE_TENSOR_ADD) == 1 && n("pw", CUDNN_POINTWISE_LOG) == 1 &&
-        n("pw", CUDNN_POINTWISE_ADD) == 1 && n("pw", CUDNN_POINTWISE_DIV) == 1 && total == 14)
+    if (mm == 2 && mask && n("pw", CUDNN_POINTWISE_MUL) == 1 &&
+        n("red", CUDNN_REDUCE_TENSOR_MAX) == 1 && n("pw", CUDNN_POINTWISE_SUB) == 1 &&
+        n("pw", CUDNN_POINTWISE_EXP) == 1 && n("red", CUDNN_REDUCE_TENSOR_ADD) == 1 &&
+        n("pw", CUDNN_POINTWISE_LOG) == 1 && n("pw", CUDNN_POINTWISE_ADD) == 1 &&
+        n("pw", CUDNN_POINTWISE_DIV) == 1 && total == 14)
         return PAT_SDPA_FWD;
     int red = n("red", CUDNN_REDUCE_TENSOR_ADD);
     if (mm == 5 && mask && rs == 2 && n("pw", CUDNN_POINTWISE_MUL) == 4 &&
@@ -586,7 +617,8 @@ Pattern recognise(const std::vector<Desc *> &ops, std::string *why) {
         (red == 1 || red == 3) && total == (size_t)(18 + red))
         return PAT_SDPA_BWD;
     *why = "the ops are not the fused attention forward or backward pattern:";
-    for (auto &e : m) *why += " " + e.first + "x" + std::to_string(e.second);
+    for (auto &e : m)
+        *why += " " + e.first + "x" + std::to_string(e.second);
     return PAT_NONE;
 }
 
@@ -636,13 +668,15 @@ cudnnStatus_t fin_graph(Desc *g) {
     std::map<const Desc *, int> state;
     std::vector<Desc *> pending(g->ops.begin(), g->ops.end());
     std::map<int64_t, bool> ready;
-    for (auto &e : tens) ready[e.first] = !producer.count(e.first);
+    for (auto &e : tens)
+        ready[e.first] = !producer.count(e.first);
     while (!pending.empty()) {
         bool moved = false;
         for (size_t i = 0; i < pending.size(); i++) {
             io(pending[i], &in, &out);
             bool ok = true;
-            for (const Desc *t : in) ok = ok && ready[t->uid];
+            for (const Desc *t : in)
+                ok = ok && ready[t->uid];
             if (!ok) continue;
             ready[out->uid] = true;
             g->order.push_back(pending[i]);
@@ -669,8 +703,9 @@ cudnnStatus_t fin_graph(Desc *g) {
         if (t->dtype == CUDNN_DATA_BFLOAT16) {
             int u = t->nd == 4 ? (t->str[3] == 1 ? 3 : t->str[2] == 1 ? 2 : -1) : -1;
             if (u < 0 || t->dim[u] % 8 || t->dim[u] > 256) {
-                complain(fn, "uid %lld: bf16 tensors must be 4-d with unit stride in one of the "
-                             "last two dims, the head size, a multiple of 8 up to 256",
+                complain(fn,
+                         "uid %lld: bf16 tensors must be 4-d with unit stride in one of the "
+                         "last two dims, the head size, a multiple of 8 up to 256",
                          (long long)e.first);
                 return CUDNN_STATUS_NOT_SUPPORTED_LAYOUT;
             }
@@ -718,11 +753,16 @@ struct Store {
     float get(int64_t off) const {
         if (t->virt) return own[off];
         switch (t->dtype) {
-        case CUDNN_DATA_BFLOAT16: return bf2f(static_cast<const uint16_t *>(p)[off]);
-        case CUDNN_DATA_FLOAT: return static_cast<const float *>(p)[off];
-        case CUDNN_DATA_INT32: return (float)static_cast<const int32_t *>(p)[off];
-        case CUDNN_DATA_INT64: return (float)static_cast<const int64_t *>(p)[off];
-        default: return static_cast<const uint8_t *>(p)[off] ? 1.0f : 0.0f;
+        case CUDNN_DATA_BFLOAT16:
+            return bf2f(static_cast<const uint16_t *>(p)[off]);
+        case CUDNN_DATA_FLOAT:
+            return static_cast<const float *>(p)[off];
+        case CUDNN_DATA_INT32:
+            return (float)static_cast<const int32_t *>(p)[off];
+        case CUDNN_DATA_INT64:
+            return (float)static_cast<const int64_t *>(p)[off];
+        default:
+            return static_cast<const uint8_t *>(p)[off] ? 1.0f : 0.0f;
         }
     }
     void set(int64_t off, float v) {
@@ -731,11 +771,21 @@ struct Store {
             return;
         }
         switch (t->dtype) {
-        case CUDNN_DATA_BFLOAT16: static_cast<uint16_t *>(p)[off] = f2bf(v); break;
-        case CUDNN_DATA_FLOAT: static_cast<float *>(p)[off] = v; break;
-        case CUDNN_DATA_INT32: static_cast<int32_t *>(p)[off] = (int32_t)v; break;
-        case CUDNN_DATA_INT64: static_cast<int64_t *>(p)[off] = (int64_t)v; break;
-        default: static_cast<uint8_t *>(p)[off] = v != 0.0f; break;
+        case CUDNN_DATA_BFLOAT16:
+            static_cast<uint16_t *>(p)[off] = f2bf(v);
+            break;
+        case CUDNN_DATA_FLOAT:
+            static_cast<float *>(p)[off] = v;
+            break;
+        case CUDNN_DATA_INT32:
+            static_cast<int32_t *>(p)[off] = (int32_t)v;
+            break;
+        case CUDNN_DATA_INT64:
+            static_cast<int64_t *>(p)[off] = (int64_t)v;
+            break;
+        default:
+            static_cast<uint8_t *>(p)[off] = v != 0.0f;
+            break;
         }
     }
 };
@@ -744,14 +794,17 @@ struct Store {
 int64_t off_bcast(const Desc *x, const Desc *y, const int64_t *idx, int upto) {
     int64_t o = 0;
     for (int i = 0; i < upto; i++) {
-        int64_t j = x->dim[i] == y->dim[i] ? idx[i] : x->dim[i] == 1 ? 0 : idx[i] / (y->dim[i] / x->dim[i]);
+        int64_t j = x->dim[i] == y->dim[i] ? idx[i]
+                    : x->dim[i] == 1       ? 0
+                                           : idx[i] / (y->dim[i] / x->dim[i]);
         o += j * x->str[i];
     }
     return o;
 }
 int64_t off(const Desc *t, const int64_t *idx) {
     int64_t o = 0;
-    for (int i = 0; i < t->nd; i++) o += idx[i] * t->str[i];
+    for (int i = 0; i < t->nd; i++)
+        o += idx[i] * t->str[i];
     return o;
 }
 /* next index of dims d (n of them) in row-major order; false after the last */
@@ -773,18 +826,37 @@ void run_op(const Desc *o, std::map<int64_t, Store> &st) {
         const Store *Bs = o->b ? &st[o->b->uid] : nullptr, *Ts = o->t ? &st[o->t->uid] : nullptr;
         int64_t m = o->op->mode;
         do {
-            float x = X.get(off_bcast(o->x, y, idx, n)), b = Bs ? Bs->get(off_bcast(o->b, y, idx, n)) : 0;
+            float x = X.get(off_bcast(o->x, y, idx, n)),
+                  b = Bs ? Bs->get(off_bcast(o->b, y, idx, n)) : 0;
             float v;
             switch (m) {
-            case CUDNN_POINTWISE_ADD: v = x + b; break;
-            case CUDNN_POINTWISE_SUB: v = x - b; break;
-            case CUDNN_POINTWISE_MUL: v = x * b; break;
-            case CUDNN_POINTWISE_DIV: v = x / b; break;
-            case CUDNN_POINTWISE_EXP: v = expf(x); break;
-            case CUDNN_POINTWISE_LOG: v = logf(x); break;
-            case CUDNN_POINTWISE_CMP_GE: v = x >= b ? 1.0f : 0.0f; break;
-            case CUDNN_POINTWISE_GEN_INDEX: v = (float)idx[o->op->axis]; break;
-            default: v = Ts->get(off_bcast(o->t, y, idx, n)) != 0.0f ? x : b; break;
+            case CUDNN_POINTWISE_ADD:
+                v = x + b;
+                break;
+            case CUDNN_POINTWISE_SUB:
+                v = x - b;
+                break;
+            case CUDNN_POINTWISE_MUL:
+                v = x * b;
+                break;
+            case CUDNN_POINTWISE_DIV:
+                v = x / b;
+                break;
+            case CUDNN_POINTWISE_EXP:
+                v = expf(x);
+                break;
+            case CUDNN_POINTWISE_LOG:
+                v = logf(x);
+                break;
+            case CUDNN_POINTWISE_CMP_GE:
+                v = x >= b ? 1.0f : 0.0f;
+                break;
+            case CUDNN_POINTWISE_GEN_INDEX:
+                v = (float)idx[o->op->axis];
+                break;
+            default:
+                v = Ts->get(off_bcast(o->t, y, idx, n)) != 0.0f ? x : b;
+                break;
             }
             Y.set(off(y, idx), v);
         } while (next(idx, y->dim, n));
@@ -814,7 +886,8 @@ void run_op(const Desc *o, std::map<int64_t, Store> &st) {
             float acc = mx ? -INFINITY : 0.0f;
             do {
                 int64_t xi[8];
-                for (int i = 0; i < n; i++) xi[i] = lo[i] + j[i];
+                for (int i = 0; i < n; i++)
+                    xi[i] = lo[i] + j[i];
                 float v = X.get(off(x, xi));
                 acc = mx ? std::max(acc, v) : acc + v;
             } while (next(j, cnt, n));
@@ -847,15 +920,22 @@ int64_t workspace_for(const Desc *g) {
 
 extern "C" {
 
-size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
+size_t cudnnGetVersion(void) {
+    return CUDNN_VERSION;
+}
 
 const char *cudnnGetErrorString(cudnnStatus_t s) {
     switch (s) {
-    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
-    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
-    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
-    case CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN: return "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN";
-    default: return "CUDNN_STATUS (emulated, see the emulator's message)";
+    case CUDNN_STATUS_SUCCESS:
+        return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_BAD_PARAM:
+        return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_NOT_SUPPORTED:
+        return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN:
+        return "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN";
+    default:
+        return "CUDNN_STATUS (emulated, see the emulator's message)";
     }
 }
 
@@ -881,15 +961,21 @@ cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t,
                                            cudnnBackendDescriptor_t *d) {
     if (!d) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
     switch (t) {
-    case CUDNN_BACKEND_TENSOR_DESCRIPTOR: case CUDNN_BACKEND_POINTWISE_DESCRIPTOR:
-    case CUDNN_BACKEND_MATMUL_DESCRIPTOR: case CUDNN_BACKEND_REDUCTION_DESCRIPTOR:
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR:
+    case CUDNN_BACKEND_POINTWISE_DESCRIPTOR:
+    case CUDNN_BACKEND_MATMUL_DESCRIPTOR:
+    case CUDNN_BACKEND_REDUCTION_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
-    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR: case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
-    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
-    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
-    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: break;
+    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
+    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR:
+    case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
+    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR:
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
+    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR:
+        break;
     default:
         complain("cudnnBackendCreateDescriptor", "descriptor type %d not emulated", (int)t);
         return CUDNN_STATUS_NOT_SUPPORTED;
@@ -928,8 +1014,12 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
     if (p->fin) return CUDNN_STATUS_BAD_PARAM;
     cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
     switch (p->type) {
-    case CUDNN_BACKEND_TENSOR_DESCRIPTOR: s = fin_tensor(p); break;
-    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: s = fin_graph(p); break;
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR:
+        s = fin_tensor(p);
+        break;
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
+        s = fin_graph(p);
+        break;
     case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR:
         if (!p->graph || p->heur_mode < 0) {
             complain("cudnnBackendFinalize(heuristics)", "OPERATION_GRAPH and MODE must be set");
@@ -939,7 +1029,7 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
     case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
         if (!p->graph || p->gidx != 0) {
             complain("cudnnBackendFinalize(engine)", "OPERATION_GRAPH and GLOBAL_INDEX 0 (the one "
-                     "emulated engine) must be set");
+                                                     "emulated engine) must be set");
             s = CUDNN_STATUS_BAD_PARAM;
         }
         break;
@@ -967,7 +1057,9 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
             s = CUDNN_STATUS_BAD_PARAM;
         }
         break;
-    default: s = fin_op(p); break;
+    default:
+        s = fin_op(p);
+        break;
     }
     if (s == CUDNN_STATUS_SUCCESS) p->fin = true;
     return s;
@@ -1004,7 +1096,8 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d,
     }
     if ((p->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR &&
          a == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) ||
-        (p->type == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR && a == CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE)) {
+        (p->type == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR &&
+         a == CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE)) {
         if (ty != CUDNN_TYPE_INT64 || req < 1 || !out) return CUDNN_STATUS_BAD_PARAM;
         *static_cast<int64_t *>(out) = p->ws;
         if (count) *count = 1;
@@ -1101,7 +1194,8 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
         }
         memset(vp->wsptr, 0xA5, (size_t)pl->ws); /* the engine's scratch: all of it is written */
     }
-    for (const Desc *o : g->order) run_op(o, st);
+    for (const Desc *o : g->order)
+        run_op(o, st);
     return CUDNN_STATUS_SUCCESS;
 }
 

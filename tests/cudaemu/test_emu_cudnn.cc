@@ -52,7 +52,8 @@ D tensor(int64_t uid, cudnnDataType_t dt, const int64_t dim[4], const int64_t st
     if (uid) cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
     cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
     cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
-    if (byval) cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval);
+    if (byval)
+        cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval);
     cudnnStatus_t s = cudnnBackendFinalize(t);
     if (st) *st = s;
     return t;
@@ -68,7 +69,8 @@ D pw(cudnnPointwiseMode_t m, D x, D b, D t, D y, int64_t axis = -1) {
     cudnnDataType_t f = CUDNN_DATA_FLOAT;
     cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &m);
     cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f);
-    if (axis >= 0) cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    if (axis >= 0)
+        cudnnBackendSetAttribute(p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
     cudnnBackendFinalize(p);
     D o = mk(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     setd(o, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, p);
@@ -96,7 +98,8 @@ D mm(D a, D b, D c, cudnnStatus_t *st = nullptr) {
 D red(cudnnReduceTensorOp_t op, D x, D y) {
     D r = mk(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
     cudnnDataType_t f = CUDNN_DATA_FLOAT;
-    cudnnBackendSetAttribute(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &op);
+    cudnnBackendSetAttribute(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+                             1, &op);
     cudnnBackendSetAttribute(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
     cudnnBackendFinalize(r);
     D o = mk(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
@@ -152,7 +155,8 @@ void descriptors(void) {
     D conv = nullptr;
     expect(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv),
            CUDNN_STATUS_NOT_SUPPORTED, "descriptor type not emulated -> NOT_SUPPORTED");
-    int64_t da[4] = {1, 2, 4, 8}, sa[4] = {64, 32, 8, 1}, db[4] = {1, 2, 7, 4}, sb[4] = {56, 28, 4, 1};
+    int64_t da[4] = {1, 2, 4, 8}, sa[4] = {64, 32, 8, 1}, db[4] = {1, 2, 7, 4},
+            sb[4] = {56, 28, 4, 1};
     int64_t dc[4] = {1, 2, 4, 4}, sc[4] = {32, 16, 4, 1};
     D A = tensor(3, CUDNN_DATA_BFLOAT16, da, sa, false, false, nullptr);
     D B = tensor(4, CUDNN_DATA_BFLOAT16, db, sb, false, false, nullptr);
@@ -233,15 +237,19 @@ void forward(void) {
     float scale = 1.0f / sqrtf((float)d), ninf = -INFINITY;
     auto run = [&](int nu, const int64_t *uids, void **ptrs, void *wsp) {
         D vp = mk(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-        cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, nu, uids);
-        cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, nu, ptrs);
-        cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wsp);
+        cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, nu,
+                                 uids);
+        cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, nu,
+                                 ptrs);
+        cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+                                 &wsp);
         cudnnStatus_t s1 = cudnnBackendFinalize(vp);
         return s1 ? s1 : cudnnBackendExecute(h, plan, vp);
     };
     int64_t uids[7] = {1, 2, 3, 4, 5, 6, 7};
-    void *ptrs[7] = {qkv.data(), qkv.data() + H * d, qkv.data() + (H + KV) * d, o.data(),
-                     stats.data(), &scale, &ninf};
+    void *ptrs[7] = {qkv.data(), qkv.data() + H * d, qkv.data() + (H + KV) * d,
+                     o.data(),   stats.data(),       &scale,
+                     &ninf};
     expect(run(6, uids, ptrs, work.data()), CUDNN_STATUS_BAD_PARAM, "execute: a uid missing");
     expect(run(7, uids, ptrs, nullptr), CUDNN_STATUS_BAD_PARAM, "execute: NULL workspace");
     void *mis[7] = {ptrs[0], ptrs[1], ptrs[2], o2.data() + 1, ptrs[4], ptrs[5], ptrs[6]};
@@ -259,11 +267,13 @@ void forward(void) {
             for (int j = 0; j <= i; j++) {
                 double a = 0;
                 for (int x = 0; x < d; x++)
-                    a += (double)bf2f(qkv[i * S + hh * d + x]) * bf2f(qkv[j * S + (H + g2) * d + x]);
+                    a +=
+                        (double)bf2f(qkv[i * S + hh * d + x]) * bf2f(qkv[j * S + (H + g2) * d + x]);
                 sc[j] = a / sqrt((double)d);
                 m = fmax(m, sc[j]);
             }
-            for (int j = 0; j <= i; j++) z += exp(sc[j] - m);
+            for (int j = 0; j <= i; j++)
+                z += exp(sc[j] - m);
             worst_l = fmax(worst_l, fabs(stats[hh * T + i] - (m + log(z))));
             for (int x = 0; x < d; x++) {
                 double a = 0;
@@ -286,7 +296,8 @@ void forward(void) {
 int main() {
     descriptors();
     forward();
-    for (auto it = g_all.rbegin(); it != g_all.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
+    for (auto it = g_all.rbegin(); it != g_all.rend(); ++it)
+        cudnnBackendDestroyDescriptor(*it);
     printf("%s: %d of %d checks failed\n", g_failed ? "FAIL" : "PASS", g_failed, g_checks);
     return g_failed ? 1 : 0;
 }
