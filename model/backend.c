@@ -5,22 +5,30 @@
 
 #include "parallel/comm/env.h"
 
-static int simple_attention; /* TR_CUDA_ATTENTION=simple */
+static tr_attention_impl attention; /* TR_CUDA_ATTENTION */
 
 int tr_backend_env(char *err, size_t errlen) {
-    static const char *const kernels[] = {"tc", "simple", NULL};
+    static const char *const kernels[] = {"tc", "simple", "cudnn", "auto", NULL};
     int k = 0;
     if (tr_env_word("TR_CUDA_ATTENTION", kernels, &k, err, errlen) < 0) return -1;
-    simple_attention = k == 1;
+    attention = (tr_attention_impl)k;
     return 0;
 }
 
 void tr_backend_set_simple_attention(int on) {
-    simple_attention = on != 0;
+    attention = on ? TR_ATTENTION_SIMPLE : TR_ATTENTION_TC;
 }
 
 int tr_backend_simple_attention(void) {
-    return simple_attention;
+    return attention == TR_ATTENTION_SIMPLE;
+}
+
+void tr_backend_set_attention(tr_attention_impl a) {
+    attention = a;
+}
+
+tr_attention_impl tr_backend_attention(void) {
+    return attention;
 }
 
 size_t tr_dtype_size(tr_dtype t) {

@@ -204,13 +204,23 @@ const tr_backend *tr_backend_cuda(tr_dtype dtype, char *why, size_t whylen);
 
 /* The backends' settings from the environment, read and checked once, at start, by
  * tr_backend_env (the trainer calls it before it chooses a backend, whichever it chooses):
- * TR_CUDA_ATTENTION=tc|simple, the CUDA backend's attention kernels (tensor-core where they
- * apply, the default; or the CUDA-core ones always). 0, or -1 with one line in err.
- * tr_backend_set_simple_attention makes the same choice from a program (the kernel tests
- * switch with it); tr_backend_simple_attention reads it. */
+ * TR_CUDA_ATTENTION=tc|simple|cudnn|auto, the CUDA backend's attention (ours: tensor-core
+ * kernels where they apply, the default; or the CUDA-core ones always; cuDNN's fused attention
+ * for bf16, model/cuda/cuda_attention_cudnn.cu; or auto: both timed on the run's shapes at the
+ * first step, the faster kept, their outputs compared). 0, or -1 with one line in err.
+ * tr_backend_set_attention / tr_backend_set_simple_attention make the same choice from a program
+ * (the kernel tests switch with them); tr_backend_attention / _simple_attention read it. */
+typedef enum {
+    TR_ATTENTION_TC,
+    TR_ATTENTION_SIMPLE,
+    TR_ATTENTION_CUDNN,
+    TR_ATTENTION_AUTO
+} tr_attention_impl;
 int tr_backend_env(char *err, size_t errlen);
 void tr_backend_set_simple_attention(int on);
 int tr_backend_simple_attention(void);
+void tr_backend_set_attention(tr_attention_impl a);
+tr_attention_impl tr_backend_attention(void);
 
 /* The CUDA backend's stream (a cudaStream_t) once it is initialised, else NULL: what device
  * collectives order themselves against (tr_comm_device_init). */

@@ -10,7 +10,7 @@
 #     1e-4 of the device run's;
 #  4. greedy sampling from that checkpoint gives the same text on the device as on the CPU;
 #  5. a device without a known peak rate reports no MFU (it printed "MFU inf%" before);
-#  6. the tensor-core attention inside training, and recompute (below);
+#  6. the tensor-core attention inside training (and cuDNN's), and recompute (below);
 #  7. no device allocation once training has started;
 #  8. a bad TR_CUDA_ATTENTION is refused;
 #  9. the planner's memory prediction is what the device arena holds (fp32 runs).
@@ -111,6 +111,17 @@ attention() { # check 6
         bad "hd 64, CUDA-core attention vs cpu: $r (tol 2e-2)"
     cmp -s "$tmp/hd64-tc.l" "$tmp/hd64-simple.l" && bad "hd 64: the tc and simple runs are bitwise equal (same kernels?)" ||
         ok "hd 64: the two attention kernels gave different bits, as they should"
+    #    and on cuDNN's attention (the emulated cuDNN, tests/cudaemu/emu_cudnn.cc) where this
+    #    build has it: TR_CUDA_ATTENTION=cudnn within bf16 tolerance of ours
+    if TR_CUDA_ATTENTION=cudnn hd64 --device cuda --out "$tmp/hd64-cudnn" >"$tmp/h.log" 2>&1; then
+        losses "$tmp/hd64-cudnn/metrics.jsonl" >"$tmp/hd64-cudnn.l"
+        r=$(compare "$tmp/hd64-cudnn.l" "$tmp/hd64-tc.l" 2e-2) && ok "hd 64, cuDNN attention vs ours: $r (tol 2e-2)" ||
+            bad "hd 64, cuDNN attention vs ours: $r (tol 2e-2)"
+    elif grep -q "no cuDNN" "$tmp/h.log"; then
+        echo "     (no cuDNN in this build: cuDNN attention not checked)"
+    else
+        bad "hd64 cudnn run failed"; cat "$tmp/h.log"
+    fi
 
     #    Recompute must not change the device's losses by a bit: "full" in bf16 (its repeated
     #    forwards run the same kernels on the same inputs), "selective" in fp32 (in bf16 it gives
@@ -169,7 +180,7 @@ allocations() { # checks 7, 5 and 8
         --eval-every 0 --peak-gflops 100 --device cuda --out "$tmp/bogus" >/dev/null 2>"$tmp/bogus.err"
     rc=$?
     [ $rc -ne 0 ] && [ "$(grep -c . "$tmp/bogus.err")" -eq 1 ] &&
-        grep -qx "trainer run: TR_CUDA_ATTENTION must be tc or simple, got 'simpel'" "$tmp/bogus.err" &&
+        grep -qx "trainer run: TR_CUDA_ATTENTION must be tc, simple, cudnn or auto, got 'simpel'" "$tmp/bogus.err" &&
         ok "TR_CUDA_ATTENTION=simpel: exit $rc, $(cat "$tmp/bogus.err")" ||
         { bad "TR_CUDA_ATTENTION=simpel: exit $rc, stderr:"; cat "$tmp/bogus.err"; }
 }

@@ -248,6 +248,10 @@ extern "C" void tr_cuda_attention_forward(int bf, tr_buf *out, float *lse, const
                                           int B, int T, int H, int KV, int hd) {
     check_shape(H, KV, hd);
     if (B * T == 0) return;
+    if (tr_cuda_attention_use_cudnn(bf, qkv, B, T, H, KV, hd)) { /* cuda_attention_cudnn.cu */
+        if (tr_cuda_attention_cudnn_forward(out, lse, qkv, B, T, H, KV, hd) == 0) return;
+        tr_cuda_fail("cuDNN attention forward", tr_cuda_attention_cudnn_error(), __FILE__, __LINE__);
+    }
     if (tr_cuda_attention_tc_usable(bf, hd, out, qkv, qkv, qkv)) {
         tr_cuda_attention_tc_forward(out, lse, qkv, B, T, H, KV, hd);
         return;
@@ -263,6 +267,12 @@ extern "C" void tr_cuda_attention_backward(int bf, tr_buf *dqkv, const tr_buf *d
                                            int B, int T, int H, int KV, int hd) {
     check_shape(H, KV, hd);
     if (B * T == 0) return;
+    if (tr_cuda_attention_use_cudnn(bf, qkv, B, T, H, KV, hd)) {
+        if (tr_cuda_attention_cudnn_backward(dqkv, dout, qkv, out, lse, B, T, H, KV, hd) == 0)
+            return;
+        tr_cuda_fail("cuDNN attention backward", tr_cuda_attention_cudnn_error(), __FILE__,
+                     __LINE__);
+    }
     float scale = 1.0f / sqrtf((float)hd);
     size_t rows = (size_t)B * T * H;
     float *D = (float *)tr_cuda_scratch(SCR_ATTN, sizeof(float) * rows);

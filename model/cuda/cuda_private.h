@@ -32,7 +32,7 @@ extern cudaStream_t tr_cuda_stream;
 
 /* Backend-private device scratch, one slot per user so that no two live uses overlap. Grows
  * (freeing the old block, which synchronizes the device) and never shrinks. */
-enum { SCR_REDUCE, SCR_EMBED, SCR_ROPE, SCR_ATTN, SCR_SUMSQ, SCR_COUNT };
+enum { SCR_REDUCE, SCR_EMBED, SCR_ROPE, SCR_ATTN, SCR_SUMSQ, SCR_CUDNN, SCR_COUNT };
 void *tr_cuda_scratch(int slot, size_t bytes);
 
 /* Threads per block for the simple kernels, and a grid large enough to cover n items with
@@ -222,6 +222,19 @@ void tr_cuda_attention_forward(int bf, tr_buf *out, float *lse, const tr_buf *qk
 void tr_cuda_attention_backward(int bf, tr_buf *dqkv, const tr_buf *dout, const tr_buf *qkv,
                                 const tr_buf *out, const float *lse, int B, int T, int H, int KV,
                                 int hd);
+/* cuda_attention_cudnn.cu: the same op on cuDNN's fused attention (bf16). 0, or -1 with the
+ * reason in tr_cuda_attention_cudnn_error(); _workspace: the device bytes it needs at a shape
+ * (0 when cuDNN cannot run it); _use_cudnn: TR_CUDA_ATTENTION's choice for this shape (auto
+ * decides here, once per shape, by timing both) */
+int tr_cuda_attention_cudnn_available(void);
+const char *tr_cuda_attention_cudnn_error(void);
+size_t tr_cuda_attention_cudnn_workspace(int B, int T, int H, int KV, int hd);
+int tr_cuda_attention_cudnn_forward(tr_buf *out, float *lse, const tr_buf *qkv, int B, int T,
+                                    int H, int KV, int hd);
+int tr_cuda_attention_cudnn_backward(tr_buf *dqkv, const tr_buf *dout, const tr_buf *qkv,
+                                     const tr_buf *out, const float *lse, int B, int T, int H,
+                                     int KV, int hd);
+int tr_cuda_attention_use_cudnn(int bf, const tr_buf *qkv, int B, int T, int H, int KV, int hd);
 }
 
 #endif

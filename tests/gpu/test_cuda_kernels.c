@@ -383,7 +383,7 @@ static void t_fusions(int N, int C, int H) {
     for (size_t i = 0; i < sizeof(hbufs) / sizeof(hbufs[0]); i++) free(hbufs[i]);
 }
 
-static const char *attn_kind = ""; /* "" or " tc": which kernels the names describe */
+static const char *attn_kind = ""; /* "", " tc", " cudnn": which kernels the names describe */
 
 static void t_attention(int B, int T, int H, int KV, int hd) {
     char nm[128];
@@ -769,6 +769,30 @@ static void run_all(tr_dtype dt) {
     t_optim(300000);
 }
 
+/* The attention op on cuDNN (model/cuda/cuda_attention_cudnn.cu, bf16 only) against the CPU
+ * on the shapes above that cuDNN takes (head sizes multiples of 8): GQA, ragged T, hd 8 to
+ * 128; then TR_CUDA_ATTENTION=auto, which times ours and cuDNN's and keeps one. */
+static void run_cudnn(void) {
+    char why[256];
+    gpu = tr_backend_cuda(TR_DTYPE_BF16, why, sizeof(why));
+    bf = 1;
+    tol = 1e-2;
+    printf("== %s, attention on cuDNN\n", gpu->name);
+    tr_backend_set_attention(TR_ATTENTION_CUDNN);
+    attn_kind = " cudnn";
+    t_attention(2, 16, 4, 4, 8);
+    t_attention(2, 77, 4, 2, 24);
+    t_attention(1, 130, 2, 2, 64);
+    t_attention(1, 65, 2, 1, 128);
+    t_attention(2, 64, 4, 2, 64);
+    tr_backend_set_attention(TR_ATTENTION_AUTO);
+    attn_kind = " auto";
+    t_attention(1, 48, 4, 2, 32);
+    t_attention(1, 48, 4, 2, 32); /* the shape's choice is kept: no second measurement */
+    tr_backend_set_attention(TR_ATTENTION_TC);
+    attn_kind = "";
+}
+
 int main(void) {
     char why[256];
     if (!tr_backend_cuda(TR_DTYPE_BF16, why, sizeof(why))) {
@@ -778,8 +802,10 @@ int main(void) {
     cpu = tr_backend_cpu();
     const char *q = getenv("TR_TEST_QUICK");
     quick = q && strcmp(q, "1") == 0;
-    run_all(TR_DTYPE_F32);
-    run_all(TR_DTYPE_BF16);
+    if (getenv("TR_TEST_CUDNN")) /* test_cudnn_attention_emu: that implementation only */
+        run_cudnn();
+    else
+        run_all(TR_DTYPE_F32), run_all(TR_DTYPE_BF16);
     printf("%s: %d of %d checks failed\n", n_fail ? "FAIL" : "PASS", n_fail, n_check);
     return n_fail ? 1 : 0;
 }

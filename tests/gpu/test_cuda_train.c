@@ -10,7 +10,9 @@
  * TR_TEST_QUICK=1 (the sanitizer build, where the emulator is slowest) skips the second runs
  * of the determinism check, which the plain build makes, and trains QUICK_STEPS steps: every
  * step launches the same kernels on the same shapes, so the sanitizers see in a few steps all
- * that 50 would show them; the plain build compares the 50-step curves. */
+ * that 50 would show them; the plain build compares the 50-step curves.
+ * TR_TEST_CUDNN=1 (test_cuda_train_emu_cudnn) also trains the bf16 models with attention on
+ * cuDNN (TR_CUDA_ATTENTION=cudnn) and compares that curve with ours: 2e-2, as bf16 vs CPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +120,13 @@ static void curves(const char *model, const char *text, const tr_backend *f32,
     train(b16, text, g16, steps);
     compare_curves(model, "cuda-fp32 vs cpu", g32, cpu, 1e-4);
     compare_curves(model, "cuda-bf16 vs cpu", g16, cpu, 2e-2);
+    if (getenv("TR_TEST_CUDNN")) { /* test_cuda_train_emu_cudnn: bf16 on cuDNN's attention */
+        float gc[STEPS];
+        tr_backend_set_attention(TR_ATTENTION_CUDNN);
+        train(b16, text, gc, steps);
+        tr_backend_set_attention(TR_ATTENTION_TC);
+        compare_curves(model, "bf16 cudnn vs ours", gc, g16, 2e-2);
+    }
     if (steps == STEPS) {
         size_t n = REPEAT_STEPS * sizeof(float);
         train(f32, text, g32b, REPEAT_STEPS);
