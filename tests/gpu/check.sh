@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one GPU check: build for Hopper (sm_90a) in build-gpu/, run every GPU test (the ctest
-# label gpu, each binary once; test_comm_device also on a NCCL communicator of one, under
+# label gpu, each binary once, and the kernels and training again on cuDNN's attention; test_comm_device also on a NCCL communicator of one, under
 # mpirun with 2 ranks sharing a GPU (staged transport) and with one rank per GPU when there are
 # several (NCCL)), train dp=2, tp=2 and pp=2 in fp32 on the GPU against the CPU (as
 # tests/emu_parallel.sh does on the emulator), run the GPU benchmarks (bench/gpu.sh,
@@ -198,6 +198,14 @@ if [ $BUILD_OK = 1 ]; then
     for t in test_cuda_kernels test_cuda_train test_comm_device; do
         run_test "$t" 300 "$T/$t"
     done
+    # cuDNN's fused attention (a build with cuDNN): the op against the CPU, then training with
+    # it against ours, as test_cudnn_attention_emu and test_cuda_train_emu_cudnn do emulated
+    if grep -q "^TR_CUDNN_LIB:FILEPATH=/" "$BUILD/CMakeCache.txt" 2>/dev/null; then
+        run_test test_cudnn_attention "$(lim 120)" TR_TEST_CUDNN=1 "$T/test_cuda_kernels"
+        run_test test_cuda_train_cudnn "$(lim 180)" TR_TEST_CUDNN=1 "$T/test_cuda_train"
+    else
+        for t in test_cudnn_attention test_cuda_train_cudnn; do skip_test "$t" "built without cuDNN"; done
+    fi
     if [ "$GPU" = none ]; then
         for t in nccl1 np2_shared npN; do skip_test "test_comm_device_$t" "no GPU"; done
     else
