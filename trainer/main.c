@@ -101,7 +101,7 @@ static const char *run_help =
     "  --pp P            pipeline ranks, instead of parallel.pp (default: planned); the blocks\n"
     "                    (the repeats of its stacks) are cut into P x V chunks, balanced by\n"
     "                    FLOPs unless parallel.stages says where each starts\n"
-    "  --schedule S      the pipeline's schedule: gpipe, 1f1b, interleaved or zb-h1 (planned),\n"
+    "  --schedule S      the pipeline's schedule: gpipe, 1f1b, interleaved, zb-h1 or zb-v (planned),\n"
     "                    instead of parallel.schedule\n"
     "  --microbatches M  micro-batches per step on each data-parallel rank (sets the micro-\n"
     "                    batch: the step's sequences / (dp x M)), instead of\n"
