@@ -50,6 +50,8 @@ int tr_pp_check(tr_pp_kind k, int P, int V, int M, char *err, size_t errlen) {
     else if (k == TR_PP_ZBV && V != 2)
         snprintf(err, errlen,
                  "schedule \"zb-v\" needs virtual_stages 2 (its two chunks per rank), not %d", V);
+    else if (k == TR_PP_ZBV && P < 2)
+        snprintf(err, errlen, "schedule \"zb-v\" needs pp 2 or more, not %d", P);
     else if (k == TR_PP_ZBV && M < P)
         snprintf(err, errlen, "zb-v needs microbatches at least pp %d, not %d", P, M);
     else if (V > 1 && k != TR_PP_INTERLEAVED && k != TR_PP_ZBV)
@@ -183,7 +185,7 @@ static void zbv_caps(int P, int M, int r, int *cap_first, int *cap_second) {
     /* the first chunk's micro-batches live from its forward down and up the V to its backward;
        the second chunk's only from r ranks below the turn and back */
     *cap_first = min_int(P, M);
-    *cap_second = min_int(P - 1, M);
+    *cap_second = min_int(P > 1 ? P - 1 : 1, M);
     (void)r;
 }
 
@@ -203,8 +205,10 @@ static int gen_zbv(tr_pp_schedule *s) {
         tf[i] = tb[i] = -1;
     for (int r = 0; r < P; r++)
         zbv_caps(P, M, r, &cap[r], &cap[C - 1 - r]);
-    int left = 3 * M * C;
-    for (int t = 0; left > 0; t++) {
+    int left = 3 * M * C, t = 0;
+    /* every unit some rank runs something (a cap never blocks every rank: a rank at its cap
+       has a weight part or an input part due), so 3*M*C units at most; more is a bug */
+    for (; left > 0 && t <= 3 * M * C; t++) {
         for (int r = 0; r < P; r++) {
             int ch[2] = {C - 1 - r, r}; /* the second chunk first */
             int bb = -1, bb_ready = 0, fb = -1;
@@ -249,7 +253,7 @@ static int gen_zbv(tr_pp_schedule *s) {
     for (int r = 0; r < P; r++)
         s->max_inflight[r] = most[r];
     free(tf), free(tb), free(wq);
-    return 0;
+    return left > 0 ? -1 : 0;
 }
 
 int tr_pp_generate(tr_pp_schedule *s, tr_pp_kind k, int P, int V, int M) {

@@ -87,7 +87,7 @@ check_layout gpt_2x1x2_zb-h1_z1 gpt 4 --dp 2 --pp 2 --zero 1 --schedule zb-h1 --
 check_layout gpt_2x2x2_interleaved_z2 gpt 8 --dp 2 --tp 2 --pp 2 --zero 2 --schedule interleaved --virtual-stages 2 --micro-batch 2
 check_layout gpt_2x1x2_zb-h1_z3 gpt 4 --dp 2 --pp 2 --zero 3 --schedule zb-h1 --micro-batch 2
 # zb-v (the first and last chunk on rank 0): untied too, every ZeRO stage, and dp x tp x pp
-zbv=("gptu_1x1x2 gptu 2 --pp 2" "gptu_1x1x4 gptu 4 --pp 4" "llama_1x1x4 llama 4 --pp 4"
+zbv=("gptu_1x1x2 gptu 2 --pp 2" "gptu_1x1x4 gptu 4 --pp 4" "llama_1x1x2 llama 2 --pp 2"
      "gpt_2x1x2_z1 gpt 4 --dp 2 --pp 2 --zero 1" "gptu_2x1x2_z2 gptu 4 --dp 2 --pp 2 --zero 2"
      "gpt_2x1x2_z3 gpt 4 --dp 2 --pp 2 --zero 3" "gptu_2x1x2_z3 gptu 4 --dp 2 --pp 2 --zero 3"
      "gpt_2x2x2_z2 gpt 8 --dp 2 --tp 2 --pp 2 --zero 2")
