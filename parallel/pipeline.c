@@ -2,8 +2,12 @@
  * slot its micro-batch uses in its chunk (the lowest free one at its forward, freed by its
  * backward, or by the weight part of a split one), and each receive the action after which
  * its buffer is free: a forward's input once the slot's previous micro-batch is done with it,
- * a backward's output gradient once its own forward ran. Receives are posted as soon as that
- * action has run; sends start when their data is ready and are completed before the buffer is
+ * a backward's output gradient once its own forward ran (zb-v: gradients in pools of their
+ * own, tr_pp_grad_bufs, smaller than the slots: once the input part of the micro-batch the
+ * buffer held before ran, so a rank keeps one buffer each way instead of one per slot; at the
+ * V's turn, where one rank holds chunks c and c + 1, nothing is sent: the forward copies c's
+ * output into c + 1's input, and c + 1's input part writes its gradient straight into c's
+ * buffer, which the model shares). Receives are posted as soon as that action has run; sends start when their data is ready and are completed before the buffer is
  * written again. Messages carry (direction, receiving chunk) as their tag: each (sender, tag)
  * is one channel of comm.h, opened at init on every rank, whose messages match in the order
  * they are posted (NCCL has no tags). That order is the micro-batches': every chunk runs its
