@@ -444,8 +444,7 @@ static int check_complete(const tr_pp_schedule *s, const pair_state *st, char *e
                      : split && !p->n_w ? TR_ACT_BWD_W
                                         : -1;
             if (op >= 0) {
-                snprintf(err, errlen, "rank %d has no %s of (mb %d, chunk %d)",
-                         tr_pp_rank_of(s, c),
+                snprintf(err, errlen, "rank %d has no %s of (mb %d, chunk %d)", tr_pp_rank_of(s, c),
                          op_name(op), mb, c);
                 return -1;
             }

@@ -1,12 +1,12 @@
 /* Pipeline schedules: for P pipeline ranks, V model chunks per rank (virtual stages) and M
  * micro-batches, the plain list of actions each rank runs in order during one optimizer step.
  * Chunk c (0 .. P*V-1, in model order) lives on rank tr_pp_rank_of(c): c % P, but for zb-v's
- * V (chunks c and 2P-1-c on rank c); "chunk" in an action is that global index. The list implies the communication: a forward of chunk c > 0 receives its
- * input from chunk c-1's rank, a forward of chunk c < P*V-1 sends its output to chunk c+1's
- * rank, and the backward (full, or input part) mirrors it. A schedule is generated once,
- * tested on its own (tests/test_schedule.c simulates every rank's list: no deadlock, every
- * forward before its backward, never more activations held than promised) and only read by
- * the executor (parallel/pipeline.c).
+ * V (chunks c and 2P-1-c on rank c); "chunk" in an action is that global index. The list implies
+ * the communication: a forward of chunk c > 0 receives its input from chunk c-1's rank, a forward
+ * of chunk c < P*V-1 sends its output to chunk c+1's rank, and the backward (full, or input part)
+ * mirrors it. A schedule is generated once, tested on its own (tests/test_schedule.c simulates
+ * every rank's list: no deadlock, every forward before its backward, never more activations held
+ * than promised) and only read by the executor (parallel/pipeline.c).
  *
  *   gpipe        every forward, then every backward, both oldest micro-batch first (M
  *                micro-batches of activations held); bubble (P-1)/M

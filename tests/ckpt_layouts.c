@@ -35,7 +35,9 @@ void ckl_layout_name(char *buf, size_t n, const ckl_layout *l) {
     char pp[32] = "";
     if (l->pp > 1 || l->v > 1)
         snprintf(pp, sizeof(pp), " x pp %d%s", l->pp,
-                 l->zbv ? " (zb-v)" : l->v > 1 ? " (2 chunks each)" : "");
+                 l->zbv     ? " (zb-v)"
+                 : l->v > 1 ? " (2 chunks each)"
+                            : "");
     if (lsize(l) == 1 && l->v == 1)
         snprintf(buf, n, "one process");
     else
@@ -46,8 +48,8 @@ void ckl_dir(char *buf, size_t n, int mc, const ckl_layout *l) {
     if (l->bare)
         snprintf(buf, n, "%s/%s_single", ckl_root, g_cases[mc].name);
     else
-        snprintf(buf, n, "%s/%s_dp%d_pp%d_v%d%s_tp%d_z%d", ckl_root, g_cases[mc].name, l->dp,
-                 l->pp, l->v, l->zbv ? "zbv" : "", l->tp, l->zero);
+        snprintf(buf, n, "%s/%s_dp%d_pp%d_v%d%s_tp%d_z%d", ckl_root, g_cases[mc].name, l->dp, l->pp,
+                 l->v, l->zbv ? "zbv" : "", l->tp, l->zero);
 }
 
 void ckl_unbuild(ckl_part *pt) {
@@ -104,7 +106,9 @@ tr_layout ckl_saved_layout(const tr_recipe *r, const ckl_layout *l) {
                    .tp = l->tp,
                    .pp = l->pp,
                    .zero = l->zero,
-                   .schedule = l->zbv ? TR_PP_ZBV : l->v > 1 ? TR_PP_INTERLEAVED : TR_PP_1F1B,
+                   .schedule = l->zbv     ? TR_PP_ZBV
+                               : l->v > 1 ? TR_PP_INTERLEAVED
+                                          : TR_PP_1F1B,
                    .virtual_stages = l->v,
                    .microbatches = 2 * l->pp};
     for (int c = 0; c <= l->pp * l->v; c++)

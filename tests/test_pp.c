@@ -211,10 +211,9 @@ static void eval_decode(const variant *v, setup *s, int *tok, int *tgt, int T) {
 
 /* What the stage boundaries carried per step (the pipe's bytes sent): each send of this
  * rank's list (a forward's output to the next chunk, an input gradient to the previous one)
- * to another rank moves the rank's stream (N x C floats; N / tp rows with sequence parallelism), or with tp
- * and no sequence parallelism its 1/tp slice, the
- * next stage gathering the slices (scatter-gather); the step's end adds its loss's all-reduce
- * on the same group, a few doubles. */
+ * to another rank moves the rank's stream (N x C floats; N / tp rows with sequence parallelism), or
+ * with tp and no sequence parallelism its 1/tp slice, the next stage gathering the slices
+ * (scatter-gather); the step's end adds its loss's all-reduce on the same group, a few doubles. */
 static void boundary_bytes(const variant *v, setup *s, int T) {
     const tr_pp_schedule *sc = tr_pipe_schedule(s->pipe);
     int r = tr_comm_rank(s->pp), K = sc->P * sc->V, sends = 0;

@@ -174,9 +174,9 @@ static void test_all(void) {
                               tr_pp_kind_name(k), P, M, b, b_1f1b);
                     if (k == TR_PP_ZBV) {
                         int below = P >= 3 || M < 2 * P, bound = below || M == 2 * P;
-                        check(!bound || (b <= b_1f1b + 1e-9 && (!below || b < b_1f1b - 1e-9)),
-                              1, "zb-v pp %d M %d: bubble %.6f at most 1f1b's %.6f%s", P, M, b,
-                              b_1f1b, below ? " and below it" : "");
+                        check(!bound || (b <= b_1f1b + 1e-9 && (!below || b < b_1f1b - 1e-9)), 1,
+                              "zb-v pp %d M %d: bubble %.6f at most 1f1b's %.6f%s", P, M, b, b_1f1b,
+                              below ? " and below it" : "");
                         continue;
                     }
                     if (k < 2 || (M < P && k == TR_PP_INTERLEAVED) || P < 2) continue;
@@ -331,8 +331,7 @@ static void test_zbv(void) {
                 ok &= tr_pp_rank_of(&s, c) == (c < P ? c : 2 * P - 1 - c);
             for (int r = 0; r < P; r++)
                 ok &= s.max_inflight[r] <= 2 * P - 1 &&
-                      tr_pp_chunk_slots(&s, r) + tr_pp_chunk_slots(&s, 2 * P - 1 - r) <=
-                          2 * P - 1;
+                      tr_pp_chunk_slots(&s, r) + tr_pp_chunk_slots(&s, 2 * P - 1 - r) <= 2 * P - 1;
             for (int c = 0; c < 2 * P; c++) {
                 int nr, ns, tr, ts;
                 tr_pp_grad_bufs(&s, c, &nr, &ns);
