@@ -551,8 +551,8 @@ static void arena_layout(tr_model *m) {
         a += (size_t)k->slots * (k->aend - k->abase);
         s += (size_t)k->slots * (k->send - k->sbase);
         k->gslot = g;
-        k->gshared = m->pipelined && c > 0 && m->chunks[c - 1].held &&
-                     k->nsend == m->chunks[c - 1].nrecv;
+        k->gshared =
+            m->pipelined && c > 0 && m->chunks[c - 1].held && k->nsend == m->chunks[c - 1].nrecv;
         if (m->pipelined) g += k->nrecv + k->nsend;
     }
     m->act_floats = a;
@@ -682,9 +682,8 @@ static tr_memory memory_of(const tr_model *m) {
                   align16(N) * F + 2 * N * sizeof(int);
     if (m->sp) mem.scratch += 2 * align16(N * C) * es; /* xfull, gfull */
     for (int c = 0; c < m->n_chunks; c++)              /* pipeline: the gradients between stages */
-        for (int j = 0; m->chunks[c].held && j < (m->pipelined ? m->chunks[c].nrecv +
-                                                                      m->chunks[c].nsend
-                                                                : 0);
+        for (int j = 0;
+             m->chunks[c].held && j < (m->pipelined ? m->chunks[c].nrecv + m->chunks[c].nsend : 0);
              j++)
             if (gio_needed(m, c, j)) mem.activations += align16(Ns * C) * es;
     if (m->tp > 1) /* vgather, xstats, ltokens */

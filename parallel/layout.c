@@ -425,10 +425,10 @@ int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
     /* with pp 1 there is no schedule to run: 1f1b, so that every pp-1 layout is the same */
     l->schedule = l->pp > 1 ? pick(f->schedule, p->schedule, TR_PP_1F1B, &unused) : TR_PP_1F1B;
     /* V "auto": 2 for the interleaved schedule (which needs 2 or more) and zb-v (its V), else 1 */
-    l->virtual_stages = pick(f->virtual_stages > 0 ? f->virtual_stages : -1,
-                             p->virtual_stages > 0 ? p->virtual_stages : -1,
-                             l->schedule == TR_PP_INTERLEAVED || l->schedule == TR_PP_ZBV ? 2 : 1,
-                             &unused);
+    l->virtual_stages =
+        pick(f->virtual_stages > 0 ? f->virtual_stages : -1,
+             p->virtual_stages > 0 ? p->virtual_stages : -1,
+             l->schedule == TR_PP_INTERLEAVED || l->schedule == TR_PP_ZBV ? 2 : 1, &unused);
     l->n_blocks = tr_cost_blocks(&r->model, r->model.seq_len, NULL, 0);
     if (world < 1) return fail(err, errlen, r, 0, "%d processes", world);
     if (check_settings(l, r, f, zero_flag, err, errlen)) return -1;

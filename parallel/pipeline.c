@@ -7,13 +7,14 @@
  * buffer held before ran, so a rank keeps one buffer each way instead of one per slot; at the
  * V's turn, where one rank holds chunks c and c + 1, nothing is sent: the forward copies c's
  * output into c + 1's input, and c + 1's input part writes its gradient straight into c's
- * buffer, which the model shares). Receives are posted as soon as that action has run; sends start when their data is ready and are completed before the buffer is
- * written again. Messages carry (direction, receiving chunk) as their tag: each (sender, tag)
- * is one channel of comm.h, opened at init on every rank, whose messages match in the order
- * they are posted (NCCL has no tags). That order is the micro-batches': every chunk runs its
- * forwards, and its backwards' input parts, oldest micro-batch first (checked at init), so the
- * sender sends them in that order, and the receiver posts a channel's receives in it too: no
- * receive's post point comes before the previous receive's of its channel. */
+ * buffer, which the model shares). Receives are posted as soon as that action has run; sends start
+ * when their data is ready and are completed before the buffer is written again. Messages carry
+ * (direction, receiving chunk) as their tag: each (sender, tag) is one channel of comm.h, opened at
+ * init on every rank, whose messages match in the order they are posted (NCCL has no tags). That
+ * order is the micro-batches': every chunk runs its forwards, and its backwards' input parts,
+ * oldest micro-batch first (checked at init), so the sender sends them in that order, and the
+ * receiver posts a channel's receives in it too: no receive's post point comes before the previous
+ * receive's of its channel. */
 #include "parallel/pipeline.h"
 
 #include <stdio.h>
@@ -234,7 +235,8 @@ static int build(tr_pipe *p, tr_pp_kind kind, int V, int M, char *err, size_t er
     p->send_act = calloc(ns, sizeof(tr_comm_req *));
     p->send_grad = calloc(ng, sizeof(tr_comm_req *));
     p->final = calloc(na, 1);
-    if (!p->slot || !p->gr || !p->gs || !p->post_after || !p->rq || !p->send_act || !p->send_grad || !p->final) {
+    if (!p->slot || !p->gr || !p->gs || !p->post_after || !p->rq || !p->send_act || !p->send_grad ||
+        !p->final) {
         snprintf(err, errlen, "pipeline: out of memory");
         return -1;
     }

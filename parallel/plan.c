@@ -99,8 +99,8 @@ static int speed_cut(const pl_search *s, const pl_devices *dv, tr_layout *l, int
     if (!cost) return -1;
     for (int i = 0; i < s->m.n; i++) cost[i] = s->m.blk[i].fwd_flops;
     for (int c = 0; c < K; c++)
-        speed[c] = pl_stage_rate(dv, l, tr_pp_rank_of_kind((tr_pp_kind)l->schedule, l->pp, c)) /
-                   dv->rate;
+        speed[c] =
+            pl_stage_rate(dv, l, tr_pp_rank_of_kind((tr_pp_kind)l->schedule, l->pp, c)) / dv->rate;
     int rc = tr_layout_partition_speeds(cost, s->m.n, K, speed, l->chunk_start);
     free(cost);
     l->stages_given = 1; /* run keeps this cut (trainer/run/plan.c) */
@@ -236,8 +236,8 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
         if (!ok(f->schedule, k) || (P == 1 && k != TR_PP_1F1B)) continue;
         for (int V = 1; V <= 8; V++) {
             if (!ok(f->V, V) || (V > 1 && k != TR_PP_INTERLEAVED && k != TR_PP_ZBV) ||
-                (k == TR_PP_ZBV && V != 2) ||
-                (k == TR_PP_INTERLEAVED && V < 2) || P * V > s->m.n || P * V > TR_MAX_CHUNKS)
+                (k == TR_PP_ZBV && V != 2) || (k == TR_PP_INTERLEAVED && V < 2) || P * V > s->m.n ||
+                P * V > TR_MAX_CHUNKS)
                 continue;
             char why[8];
             if (P > 1 && tr_pp_check((tr_pp_kind)k, P, V, M, why, sizeof why)) continue;

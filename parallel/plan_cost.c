@@ -219,7 +219,8 @@ static double inflight(const tr_plan *p, int r, int c) {
     int P = p->l.pp, M = p->l.microbatches, V = p->l.virtual_stages;
     if (P == 1) return 1;
     switch ((tr_pp_kind)p->l.schedule) {
-    case TR_PP_ZBV: return mind(c < P ? P : P - 1, M);
+    case TR_PP_ZBV:
+        return mind(c < P ? P : P - 1, M);
     case TR_PP_GPIPE: return M;
     case TR_PP_INTERLEAVED: /* warm-up forwards over all V chunks, per chunk */
         return mind((double)M, ((V - 1.0) * P + 2.0 * (P - r - 1) + 1) / V + 1);
@@ -355,7 +356,8 @@ static double bubble_ratio(const tr_plan *p) {
     switch ((tr_pp_kind)p->l.schedule) {
     case TR_PP_INTERLEAVED: return (P - 1) / (V * M);
     case TR_PP_ZBH1: return 2 * (P - 1) / (3 * M); /* 1f1b's less the weight parts' third */
-    case TR_PP_ZBV: return zbv_ratio((int)P, (int)M);
+    case TR_PP_ZBV:
+        return zbv_ratio((int)P, (int)M);
     default: return (P - 1) / M;
     }
 }

@@ -180,11 +180,10 @@ int main(int argc, char **argv) {
     /* one process, pp 2, pp 2 with 2 chunks a stage, tp 2, pp 2 in zb-v's V (the first and
        last chunk on stage 0); with 4 ranks also pp 4, tp 2 x pp 2 and dp 2 x pp 2 (ZeRO-1 and
        ZeRO-2: the ranges of tr_dp) */
-    static const ckl_layout ls[] = {{1, 1, 1, 0, 1, 0, 0}, {1, 2, 1, 0, 1, 0, 0},
-                                    {1, 2, 1, 0, 2, 0, 0}, {1, 1, 2, 0, 1, 0, 0},
-                                    {1, 2, 1, 0, 2, 0, 1}, {1, 4, 1, 0, 1, 0, 0},
-                                    {1, 2, 2, 0, 1, 0, 0}, {2, 2, 1, 1, 1, 0, 0},
-                                    {2, 2, 1, 2, 1, 0, 0}};
+    static const ckl_layout ls[] = {
+        {1, 1, 1, 0, 1, 0, 0}, {1, 2, 1, 0, 1, 0, 0}, {1, 2, 1, 0, 2, 0, 0},
+        {1, 1, 2, 0, 1, 0, 0}, {1, 2, 1, 0, 2, 0, 1}, {1, 4, 1, 0, 1, 0, 0},
+        {1, 2, 2, 0, 1, 0, 0}, {2, 2, 1, 1, 1, 0, 0}, {2, 2, 1, 2, 1, 0, 0}};
     int nl = ckl_world == 4 ? 9 : 5;
     for (int mc = 0; mc < N_CASES; mc++) {
         tr_recipe r;
