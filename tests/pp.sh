@@ -194,6 +194,8 @@ samples=(gpt llama)
 for model in "${samples[@]}"; do
     sample_export "${model}_pp2_sample" 2 "$model" --pp 2 --micro-batch 2
 done
+# zb-v's V: rank 0 decodes the first chunk and the last, the turn passes the row on rank 1
+[ "$quick" = 1 ] || sample_export gpt_pp2_zbv_sample 2 gpt --pp 2 --schedule zb-v --micro-batch 2
 
 # bad layouts: one line of ours, a non-zero exit, before training
 layout_refused bad_world 2 "4 processes, but 2 started" --pp 4
