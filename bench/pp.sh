@@ -54,9 +54,9 @@ printf "%-30s %9s %9s %9s %9s %12s\n" "layout" "tok/s" "vs 1 proc" "bubble" "the
 configs=()
 for P in 2 4; do
     for M in 4 8; do
-        for s in gpipe 1f1b interleaved zb-h1; do
+        for s in gpipe 1f1b interleaved zb-h1 zb-v; do
             v=""
-            [ "$s" = interleaved ] && v=" --virtual-stages 2"
+            [ "$s" = interleaved ] && v=" --virtual-stages 2" # zb-v: 2, its V, by default
             configs+=("pp${P}_M${M}_$s:$P:--pp $P --microbatches $M --schedule $s$v")
         done
     done

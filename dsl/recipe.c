@@ -21,7 +21,7 @@ const char *const dsl_decay_names[] = {"cosine", "linear", "constant", "wsd", NU
 const char *const dsl_precision_names[] = {"bf16", "fp32", NULL};
 const char *const dsl_recompute_names[] = {"none", "selective", "full", "auto", NULL};
 /* in the order of tr_pp_kind (parallel/schedule.h) */
-const char *const dsl_pp_schedule_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", NULL};
+const char *const dsl_pp_schedule_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", NULL};
 
 const char *tr_node_kind_name(tr_node_kind k) {
     return (k >= 0 && k < TR_NODE_KIND_COUNT) ? dsl_kind_names[k] : "?";

@@ -167,7 +167,7 @@ typedef struct {
     int bucket_kb;        /* gradient communication bucket, KiB; 0 = auto (4096) */
     /* pipeline parallelism (pp > 1) */
     int schedule;       /* -1 = auto (1f1b); else tr_pp_kind (parallel/schedule.h): 0 "gpipe",
-                           1 "1f1b", 2 "interleaved", 3 "zb-h1" */
+                           1 "1f1b", 2 "interleaved", 3 "zb-h1", 4 "zb-v" */
     int microbatches;   /* micro-batches per optimizer step on each dp rank; 0 = auto */
     int virtual_stages; /* chunks per pipeline rank; 0 = auto (1) */
     int n_stages;       /* entries of stages = { ... }; 0 = auto (balanced by FLOPs) */

@@ -653,10 +653,10 @@ tr_buf *tr_model_chunk_output(tr_model *m, int c, int slot) {
     return ACT(m, m->chunks[c].out);
 }
 tr_buf *tr_model_chunk_grad_output(tr_model *m, int c, int slot) {
-    return m->gio[m->chunks[c].gslot + 2 * slot];
+    return m->gio[m->chunks[c].gslot + slot];
 }
 tr_buf *tr_model_chunk_grad_input(tr_model *m, int c, int slot) {
-    return m->gio[m->chunks[c].gslot + 2 * slot + 1];
+    return m->gio[m->chunks[c].gslot + m->chunks[c].nrecv + slot];
 }
 void tr_model_hold_grad_hooks(tr_model *m, int hold) {
     m->hooks_held = hold;
@@ -685,6 +685,17 @@ float tr_model_chunk_forward(tr_model *m, int c, int slot, const int *tokens, co
 
 float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens, const int *targets,
                               int B, int T, float grad_scale, tr_bwd_part part) {
+    return tr_model_chunk_backward_bufs(m, c, slot, slot, slot, tokens, targets, B, T, grad_scale,
+                                        part);
+}
+
+void tr_model_copy_stream(tr_model *m, tr_buf *dst, const tr_buf *src, size_t n) {
+    copy_buf(m, dst, src, n);
+}
+
+float tr_model_chunk_backward_bufs(tr_model *m, int c, int slot, int grecv, int gsend,
+                                   const int *tokens, const int *targets, int B, int T,
+                                   float grad_scale, tr_bwd_part part) {
     const chunk_t *k = &m->chunks[c];
     begin_or_die(m, tokens, B, T, "a chunk's backward");
     use_slot(m, c, slot);
@@ -695,11 +706,11 @@ float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens, c
         double b0 = tr_comm_bytes_sent(m->tp_comm);
         if (head) loss = head_pass(m, head, targets, B, T, grad_scale);
         m->tps.bytes += tr_comm_bytes_sent(m->tp_comm) - b0;
-        g = head ? m->gbuf[0] : tr_model_chunk_grad_output(m, c, slot);
+        g = head ? m->gbuf[0] : tr_model_chunk_grad_output(m, c, grecv);
     }
     g = backward_range(m, k->lo, k->hi, g, part, B, T);
     if (g && c > 0) /* the gradient of the chunk's input, for the previous chunk */
-        copy_buf(m, tr_model_chunk_grad_input(m, c, slot), g, tr_model_stream_elems(m, B, T));
+        copy_buf(m, tr_model_chunk_grad_input(m, c, gsend), g, tr_model_stream_elems(m, B, T));
     return loss;
 }
 

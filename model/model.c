@@ -269,6 +269,8 @@ static size_t chunk_begin(builder *b, int c, size_t cur) {
     k->lo = m->n_ops;
     k->held = m->pipelined ? b->o->held[c] != 0 : 1;
     k->slots = m->pipelined && b->o->slots[c] > 1 ? b->o->slots[c] : 1;
+    k->nrecv = m->pipelined && b->o->grad_recv[c] > 0 ? b->o->grad_recv[c] : k->slots;
+    k->nsend = m->pipelined && b->o->grad_send[c] > 0 ? b->o->grad_send[c] : k->slots;
     b->skip = !k->held;
     k->abase = b->cursor;
     k->sbase = b->stat_cursor;
@@ -549,16 +551,21 @@ static void arena_layout(tr_model *m) {
         a += (size_t)k->slots * (k->aend - k->abase);
         s += (size_t)k->slots * (k->send - k->sbase);
         k->gslot = g;
-        if (m->pipelined) g += 2 * k->slots;
+        k->gshared =
+            m->pipelined && c > 0 && m->chunks[c - 1].held && k->nsend == m->chunks[c - 1].nrecv;
+        if (m->pipelined) g += k->nrecv + k->nsend;
     }
     m->act_floats = a;
     m->stat_floats = s;
     m->n_gio = g;
 }
 
-/* Whether gradient buffer j (gin: even, gout: odd) of chunk c is needed. */
+/* Whether gradient buffer j of chunk c (receive ones first, then send ones) needs memory of
+ * its own: the receive ones but the last chunk's (its head seeds the gradient), the send ones
+ * but the first chunk's and those shared with the chunk before (chunk_t.gshared). */
 static int gio_needed(const tr_model *m, int c, int j) {
-    return j % 2 == 0 ? c + 1 < m->n_chunks : c > 0;
+    const chunk_t *k = &m->chunks[c];
+    return j < k->nrecv ? c + 1 < m->n_chunks : c > 0 && !k->gshared;
 }
 
 static int build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o, char *err,
@@ -675,7 +682,9 @@ static tr_memory memory_of(const tr_model *m) {
                   align16(N) * F + 2 * N * sizeof(int);
     if (m->sp) mem.scratch += 2 * align16(N * C) * es; /* xfull, gfull */
     for (int c = 0; c < m->n_chunks; c++)              /* pipeline: the gradients between stages */
-        for (int j = 0; m->chunks[c].held && j < (m->pipelined ? 2 * m->chunks[c].slots : 0); j++)
+        for (int j = 0;
+             m->chunks[c].held && j < (m->pipelined ? m->chunks[c].nrecv + m->chunks[c].nsend : 0);
+             j++)
             if (gio_needed(m, c, j)) mem.activations += align16(Ns * C) * es;
     if (m->tp > 1) /* vgather, xstats, ltokens */
         mem.scratch += (size_t)m->Vp * F + ((size_t)m->tp + 1) * m->head_rows * 3 * F +
@@ -806,9 +815,14 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
         ok = (m->xfull = be->alloc(align16(N * C) * es)) && (m->gfull = be->alloc(align16(N * C) * es));
     if (ok && m->n_gio) ok = (m->gio = calloc((size_t)m->n_gio, sizeof(tr_buf *))) != NULL;
     for (int c = 0; ok && c < m->n_chunks; c++)
-        for (int j = 0; ok && m->chunks[c].held && j < 2 * m->chunks[c].slots; j++)
+        for (int j = 0; ok && m->chunks[c].held && j < m->chunks[c].nrecv + m->chunks[c].nsend;
+             j++) {
+            const chunk_t *k = &m->chunks[c];
             if (gio_needed(m, c, j))
-                ok = (m->gio[m->chunks[c].gslot + j] = be->alloc(align16(Ns * C) * es)) != NULL;
+                ok = (m->gio[k->gslot + j] = be->alloc(align16(Ns * C) * es)) != NULL;
+            else if (j >= k->nrecv && k->gshared) /* chunk c - 1's receive buffer */
+                m->gio[k->gslot + j] = m->gio[m->chunks[c - 1].gslot + j - k->nrecv];
+        }
     if (ok && m->tp > 1)
         ok = (m->vgather = be->alloc((size_t)m->Vp * F)) &&
              (m->xstats = be->alloc(((size_t)m->tp + 1) * m->head_rows * 3 * F)) &&
@@ -857,8 +871,9 @@ void tr_model_free(tr_model *m) {
             for (int i = 0; i < 2 * (m->max_depth + 1); i++)
                 be->free(m->gbuf[i]);
     }
-    for (int i = 0; be && m->gio && i < m->n_gio; i++)
-        be->free(m->gio[i]);
+    for (int c = 0; be && m->gio && c < m->n_chunks; c++) /* a shared buffer once */
+        for (int j = 0; m->chunks[c].held && j < m->chunks[c].nrecv + m->chunks[c].nsend; j++)
+            if (gio_needed(m, c, j)) be->free(m->gio[m->chunks[c].gslot + j]);
     free(m->gio);
     free(m->chunks);
     free(m->gbuf);

@@ -158,6 +158,11 @@ typedef struct {
     int chunk_start[TR_MAX_CHUNKS + 1];
     unsigned char held[TR_MAX_CHUNKS];
     int slots[TR_MAX_CHUNKS];
+    /* Gradient buffers of a held chunk between stages (0: slots[c], one per slot): grad_recv
+     * for its output's gradient (received), grad_send for its input's (sent). Where chunk c
+     * and chunk c + 1 are both held (zb-v's turn), chunk c + 1's send buffers are chunk c's
+     * receive buffers (grad_send[c + 1] = grad_recv[c]): nothing goes between them. */
+    int grad_recv[TR_MAX_CHUNKS], grad_send[TR_MAX_CHUNKS];
     int split_backward;
     /* pp_comm: the pipeline ranks of this process's dp and tp coordinates (the gradient norm
      * sums over them); tie_comm: the first and last of them, when the head is tied to the
@@ -391,6 +396,10 @@ tr_buf *tr_model_chunk_input(tr_model *m, int c, int slot);
 tr_buf *tr_model_chunk_output(tr_model *m, int c, int slot);
 tr_buf *tr_model_chunk_grad_output(tr_model *m, int c, int slot);
 tr_buf *tr_model_chunk_grad_input(tr_model *m, int c, int slot);
+/* The gradient buffers above are by slot, or with grad_recv / grad_send given, by buffer j
+ * of the chunk's pools (tr_model_chunk_backward_bufs). Copy a stream of n elements (a chunk's
+ * output into the next chunk's input when one rank holds both). */
+void tr_model_copy_stream(tr_model *m, tr_buf *dst, const tr_buf *src, size_t n);
 /* Forward of chunk c over B x T tokens (tokens: read by the chunk holding the embedding) into
  * the slot. The chunk holding the head: with targets (evaluation) returns the mean loss; in
  * training it stops before the head, whose loss and gradient the backward computes. */
@@ -403,6 +412,11 @@ float tr_model_chunk_forward(tr_model *m, int c, int slot, const int *tokens, co
 typedef enum { TR_BWD_ALL = 0, TR_BWD_INPUT, TR_BWD_WEIGHT } tr_bwd_part;
 float tr_model_chunk_backward(tr_model *m, int c, int slot, const int *tokens, const int *targets,
                               int B, int T, float grad_scale, tr_bwd_part part);
+/* The same, reading the output's gradient from receive buffer grecv and writing the input's
+ * into send buffer gsend (tr_model_chunk_backward: both the slot). */
+float tr_model_chunk_backward_bufs(tr_model *m, int c, int slot, int grecv, int gsend,
+                                   const int *tokens, const int *targets, int B, int T,
+                                   float grad_scale, tr_bwd_part part);
 /* Incremental decoding of chunk c (tr_model_decode, one chunk): the chunk holding the
  * embedding reads `token`, the others their input (slot 0); the chunk holding the head writes
  * the logits, the others leave their output in slot 0. */

@@ -42,7 +42,8 @@ typedef struct {
  * `slots` copies of it from aoff (soff), one per micro-batch in flight. in: the stream entering
  * it (for chunk > 0 a buffer of its own, which the previous chunk's output is received into);
  * out: the stream leaving it. gin / gout: per slot, the gradient of the output (received, or
- * from the head) and of the input (to send), Ns x C each, from gslot. */
+ * from the head) and of the input (to send), Ns x C each, from gslot (or pools of their own
+ * size: tr_model_opts.grad_recv / grad_send). */
 typedef struct {
     int lo, hi;
     int held, slots;
@@ -50,6 +51,8 @@ typedef struct {
     size_t abase, aend, sbase, send;
     size_t aoff, soff;
     int gslot;
+    int nrecv, nsend; /* gradient buffers: receive ones from gslot, then send ones */
+    int gshared;      /* its send buffers are chunk - 1's receive ones (both held) */
 } chunk_t;
 
 /* Offsets with this bit set live in the transient arenas, which the recompute levels reuse:

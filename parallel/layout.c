@@ -367,11 +367,13 @@ static int check_pipeline(const tr_layout *l, const tr_recipe *r, const tr_layou
                           : values(would, sizeof would, 2, l->n_blocks, fits_virtual, l));
     }
     if (l->pp == 1) return 0;
-    if (l->schedule == TR_PP_ZBH1 && l->recompute == TR_RECOMPUTE_FULL)
+    if ((l->schedule == TR_PP_ZBH1 || l->schedule == TR_PP_ZBV) &&
+        l->recompute == TR_RECOMPUTE_FULL)
         return fail(err, errlen, r, r->train_line,
-                    "train: recompute \"full\" does not go with schedule zb-h1, which keeps the "
+                    "train: recompute \"full\" does not go with schedule %s, which keeps the "
                     "inputs of every product for its deferred weight gradients: use recompute "
-                    "\"none\" or \"selective\"");
+                    "\"none\" or \"selective\"",
+                    tr_pp_kind_name((tr_pp_kind)l->schedule));
     return 0;
 }
 
@@ -487,10 +489,11 @@ int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
     l->sequence_parallel = f->sequence_parallel ? f->sequence_parallel > 0 : p->sequence_parallel > 0;
     /* with pp 1 there is no schedule to run: 1f1b, so that every pp-1 layout is the same */
     l->schedule = l->pp > 1 ? pick(f->schedule, p->schedule, TR_PP_1F1B, &unused) : TR_PP_1F1B;
-    /* V "auto": 2 for the interleaved schedule (which needs 2 or more), else 1 */
-    l->virtual_stages = pick(f->virtual_stages > 0 ? f->virtual_stages : -1,
-                             p->virtual_stages > 0 ? p->virtual_stages : -1,
-                             l->schedule == TR_PP_INTERLEAVED ? 2 : 1, &unused);
+    /* V "auto": 2 for the interleaved schedule (which needs 2 or more) and zb-v (its V), else 1 */
+    l->virtual_stages =
+        pick(f->virtual_stages > 0 ? f->virtual_stages : -1,
+             p->virtual_stages > 0 ? p->virtual_stages : -1,
+             l->schedule == TR_PP_INTERLEAVED || l->schedule == TR_PP_ZBV ? 2 : 1, &unused);
     l->n_blocks = tr_cost_blocks(&r->model, r->model.seq_len, NULL, 0);
     if (world < 1) return fail(err, errlen, r, 0, "%d processes", world);
     if (check_settings(l, r, f, zero_flag, err, errlen)) return -1;
@@ -522,12 +525,13 @@ static void pipeline_opts(const tr_layout *l, int p, tr_model_opts *mo) {
     mo->n_chunks = K;
     memcpy(mo->chunk_start, l->chunk_start, (size_t)(K + 1) * sizeof(int));
     for (int c = 0; c < K; c++) {
-        mo->held[c] = c % l->pp == p;
+        mo->held[c] = tr_pp_rank_of_kind(k, l->pp, c) == p;
         /* a schedule that cannot run here (refused by the layout) keeps every micro-batch */
         mo->slots[c] = !mo->held[c] ? 1 : have ? tr_pp_chunk_slots(&s, c) : l->microbatches;
         if (mo->slots[c] < 1) mo->slots[c] = 1;
+        if (have) tr_pp_grad_bufs(&s, c, &mo->grad_recv[c], &mo->grad_send[c]);
     }
-    mo->split_backward = k == TR_PP_ZBH1;
+    mo->split_backward = k == TR_PP_ZBH1 || k == TR_PP_ZBV;
     if (have) tr_pp_free(&s);
 }
 

@@ -2,14 +2,19 @@
  * slot its micro-batch uses in its chunk (the lowest free one at its forward, freed by its
  * backward, or by the weight part of a split one), and each receive the action after which
  * its buffer is free: a forward's input once the slot's previous micro-batch is done with it,
- * a backward's output gradient once its own forward ran. Receives are posted as soon as that
- * action has run; sends start when their data is ready and are completed before the buffer is
- * written again. Messages carry (direction, receiving chunk) as their tag: each (sender, tag)
- * is one channel of comm.h, opened at init on every rank, whose messages match in the order
- * they are posted (NCCL has no tags). That order is the micro-batches': every chunk runs its
- * forwards, and its backwards' input parts, oldest micro-batch first (checked at init), so the
- * sender sends them in that order, and the receiver posts a channel's receives in it too: no
- * receive's post point comes before the previous receive's of its channel. */
+ * a backward's output gradient once its own forward ran (zb-v: gradients in pools of their
+ * own, tr_pp_grad_bufs, smaller than the slots: once the input part of the micro-batch the
+ * buffer held before ran, so a rank keeps one buffer each way instead of one per slot; at the
+ * V's turn, where one rank holds chunks c and c + 1, nothing is sent: the forward copies c's
+ * output into c + 1's input, and c + 1's input part writes its gradient straight into c's
+ * buffer, which the model shares). Receives are posted as soon as that action has run; sends start
+ * when their data is ready and are completed before the buffer is written again. Messages carry
+ * (direction, receiving chunk) as their tag: each (sender, tag) is one channel of comm.h, opened at
+ * init on every rank, whose messages match in the order they are posted (NCCL has no tags). That
+ * order is the micro-batches': every chunk runs its forwards, and its backwards' input parts,
+ * oldest micro-batch first (checked at init), so the sender sends them in that order, and the
+ * receiver posts a channel's receives in it too: no receive's post point comes before the previous
+ * receive's of its channel. */
 #include "parallel/pipeline.h"
 
 #include <stdio.h>
@@ -25,6 +30,10 @@ struct tr_pipe {
     const tr_pp_action *a; /* this rank's list */
     int n;
     int *slot;        /* per action: the slot of its micro-batch in its chunk */
+    int *gr, *gs;     /* per backward: its gradient buffers, received and sent (tr_pp_grad_bufs:
+                         zb-v's pools, else the slot's); per forward at zb-v's turn gr is the
+                         previous chunk's slot its input is copied from (-1: received) */
+    int maxg;         /* most gradient buffers of a chunk (send_grad's stride) */
     int *post_after;  /* per action: its receive may be posted after this action (-1: at
                          the start), -2: it receives nothing */
     tr_comm_req **rq; /* per action: its receive in flight */
@@ -41,7 +50,12 @@ struct tr_pipe {
 };
 
 static int rank_of(const tr_pipe *p, int chunk) {
-    return chunk % p->P;
+    return tr_pp_rank_of_kind(p->s.kind, p->P, chunk);
+}
+
+/* Whether chunk c's neighbour at c + d is on this rank too (zb-v's turn: nothing is sent). */
+static int local(const tr_pipe *p, int c, int d) {
+    return c + d >= 0 && c + d < p->nch && rank_of(p, c + d) == rank_of(p, c);
 }
 
 /* The channel into `chunk` (forward activations, or gradients when grad = 1). */
@@ -65,11 +79,12 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
     int *busy = calloc((size_t)(p->nch * p->maxs), sizeof(int));
     int *freed_at = malloc((size_t)(p->nch * p->maxs) * sizeof(int));
     int *fwd_at = malloc((size_t)(p->nch * p->s.M) * sizeof(int)); /* (chunk, mb) */
+    int *bin_at = malloc((size_t)(p->nch * p->s.M) * sizeof(int)); /* input parts: (chunk, mb) */
     /* per (direction, chunk): the last micro-batch run, and its receive's post point */
     int *last_mb = malloc((size_t)(2 * p->nch) * sizeof(int));
     int *last_post = malloc((size_t)(2 * p->nch) * sizeof(int));
-    if (!busy || !freed_at || !fwd_at || !last_mb || !last_post) {
-        free(busy), free(freed_at), free(fwd_at), free(last_mb), free(last_post);
+    if (!busy || !freed_at || !fwd_at || !bin_at || !last_mb || !last_post) {
+        free(busy), free(freed_at), free(fwd_at), free(bin_at), free(last_mb), free(last_post);
         snprintf(err, errlen, "pipeline: out of memory");
         return -1;
     }
@@ -116,12 +131,19 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
             b[k] = 1;
             p->slot[i] = k;
             fwd_at[c * p->s.M + a->mb] = i;
-            if (c > 0) p->post_after[i] = freed_at[c * p->maxs + k];
+            p->gr[i] = local(p, c, -1) ? p->slot[fwd_at[(c - 1) * p->s.M + a->mb]] : -1;
+            if (c > 0 && p->gr[i] < 0) p->post_after[i] = freed_at[c * p->maxs + k];
             continue;
         }
-        int f = fwd_at[c * p->s.M + a->mb];
+        int f = fwd_at[c * p->s.M + a->mb], nr, ns;
         p->slot[i] = p->slot[f];
-        if (a->op != TR_ACT_BWD_W && c < last) p->post_after[i] = f;
+        tr_pp_grad_bufs(&p->s, c, &nr, &ns);
+        p->gr[i] = nr ? a->mb % nr : p->slot[i];
+        p->gs[i] = ns ? a->mb % ns : p->slot[i];
+        if (a->op != TR_ACT_BWD_W) bin_at[c * p->s.M + a->mb] = i;
+        if (a->op != TR_ACT_BWD_W && c < last && !local(p, c, 1))
+            /* zb-v: when the buffer is free, after the input part that used it before */
+            p->post_after[i] = !nr ? f : a->mb < nr ? -1 : bin_at[c * p->s.M + a->mb - nr];
         if (a->op != TR_ACT_BWD_IN) { /* the micro-batch is done with the slot */
             b[p->slot[i]] = 0;
             freed_at[c * p->maxs + p->slot[i]] = i;
@@ -136,7 +158,7 @@ static int assign_slots(tr_pipe *p, char *err, size_t errlen) {
         if (p->post_after[i] < *lp) p->post_after[i] = *lp;
         *lp = p->post_after[i];
     }
-    free(busy), free(freed_at), free(fwd_at), free(last_mb), free(last_post);
+    free(busy), free(freed_at), free(fwd_at), free(bin_at), free(last_mb), free(last_post);
     /* each chunk's last backward of each kind (whole, input part, weight part) */
     for (int i = p->n - 1; i >= 0 && !rc; i--) {
         const tr_pp_action *a = &p->a[i];
@@ -198,14 +220,24 @@ static int build(tr_pipe *p, tr_pp_kind kind, int V, int M, char *err, size_t er
     p->n = p->s.n[p->p];
     for (int c = 0; c < p->nch; c++)
         if (tr_pp_chunk_slots(&p->s, c) > p->maxs) p->maxs = tr_pp_chunk_slots(&p->s, c);
+    p->maxg = p->maxs;
+    for (int c = 0; c < p->nch; c++) {
+        int nr, ns;
+        tr_pp_grad_bufs(&p->s, c, &nr, &ns);
+        if (ns > p->maxg) p->maxg = ns;
+    }
     size_t na = (size_t)(p->n ? p->n : 1), ns = (size_t)(p->nch * (p->maxs ? p->maxs : 1));
+    size_t ng = (size_t)(p->nch * (p->maxg ? p->maxg : 1));
     p->slot = calloc(na, sizeof(int));
+    p->gr = calloc(na, sizeof(int));
+    p->gs = calloc(na, sizeof(int));
     p->post_after = calloc(na, sizeof(int));
     p->rq = calloc(na, sizeof(tr_comm_req *));
     p->send_act = calloc(ns, sizeof(tr_comm_req *));
-    p->send_grad = calloc(ns, sizeof(tr_comm_req *));
+    p->send_grad = calloc(ng, sizeof(tr_comm_req *));
     p->final = calloc(na, 1);
-    if (!p->slot || !p->post_after || !p->rq || !p->send_act || !p->send_grad || !p->final) {
+    if (!p->slot || !p->gr || !p->gs || !p->post_after || !p->rq || !p->send_act || !p->send_grad ||
+        !p->final) {
         snprintf(err, errlen, "pipeline: out of memory");
         return -1;
     }
@@ -239,6 +271,8 @@ void tr_pipe_free(tr_pipe *p) {
     if (!p) return;
     tr_pp_free(&p->s);
     free(p->slot);
+    free(p->gr);
+    free(p->gs);
     free(p->post_after);
     free(p->rq);
     free(p->send_act);
@@ -301,7 +335,7 @@ static tr_comm *slice_of(const tr_pipe *p, size_t n, int B, int T, size_t *off, 
 /* The buffer action j receives into: a forward's input, a backward's output gradient. */
 static tr_buf *recv_buf(tr_pipe *p, int j) {
     const tr_pp_action *a = &p->a[j];
-    return a->op != TR_ACT_FWD ? tr_model_chunk_grad_output(p->m, a->chunk, p->slot[j])
+    return a->op != TR_ACT_FWD ? tr_model_chunk_grad_output(p->m, a->chunk, p->gr[j])
                                : tr_model_chunk_input(p->m, a->chunk, p->slot[j]);
 }
 
@@ -345,6 +379,7 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
                          int B, int T, float scale, double *idle) {
     const tr_pp_action *a = &p->a[i];
     int c = a->chunk, k = p->slot[i], last = p->nch - 1, at = c * p->maxs + k;
+    int gat = c * p->maxg + p->gs[i]; /* the send buffer of a backward */
     size_t n = tr_model_stream_elems(p->m, B, T);
     const int *tok = c == 0 ? tokens[a->mb] : NULL;
     double loss = 0, t0;
@@ -359,9 +394,12 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
         /* the slot's output is about to be rewritten */
         wait_on(p, &p->send_act[at], idle, TR_SPAN_WAIT_OUT, a);
         t0 = tr_now();
+        if (p->gr[i] >= 0) /* zb-v's turn: the previous chunk's output, on this rank */
+            tr_model_copy_stream(p->m, tr_model_chunk_input(p->m, c, k),
+                                 tr_model_chunk_output(p->m, c - 1, p->gr[i]), n);
         tr_model_chunk_forward(p->m, c, k, tok, NULL, B, T);
         busy_since(p, t0, a);
-        if (c < last)
+        if (c < last && !local(p, c, 1))
             p->send_act[at] = move(p, 1, tr_model_chunk_output(p->m, c, k), n, B, T,
                                    rank_of(p, c + 1), tag_of(0, c + 1));
         return 0;
@@ -369,15 +407,16 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
     tr_bwd_part part = a->op == TR_ACT_BWD      ? TR_BWD_ALL
                        : a->op == TR_ACT_BWD_IN ? TR_BWD_INPUT
                                                 : TR_BWD_WEIGHT;
-    if (part != TR_BWD_WEIGHT) wait_on(p, &p->send_grad[at], idle, TR_SPAN_WAIT_OUT, a);
+    if (part != TR_BWD_WEIGHT) wait_on(p, &p->send_grad[gat], idle, TR_SPAN_WAIT_OUT, a);
     if (p->gate) tr_model_hold_grad_hooks(p->m, !p->final[i]);
     t0 = tr_now();
-    loss = tr_model_chunk_backward(p->m, c, k, tok, c == last ? targets[a->mb] : NULL, B, T, scale,
-                                   part);
+    loss = tr_model_chunk_backward_bufs(p->m, c, k, p->gr[i], p->gs[i], tok,
+                                        c == last ? targets[a->mb] : NULL, B, T, scale, part);
     busy_since(p, t0, a);
-    if (part != TR_BWD_WEIGHT && c > 0)
-        p->send_grad[at] = move(p, 1, tr_model_chunk_grad_input(p->m, c, k), n, B, T,
-                                rank_of(p, c - 1), tag_of(1, c - 1));
+    /* at zb-v's turn the input's gradient is already in the previous chunk's buffer */
+    if (part != TR_BWD_WEIGHT && c > 0 && !local(p, c, -1))
+        p->send_grad[gat] = move(p, 1, tr_model_chunk_grad_input(p->m, c, p->gs[i]), n, B, T,
+                                 rank_of(p, c - 1), tag_of(1, c - 1));
     if (part != TR_BWD_INPUT && p->hook) p->hook(p->hook_ctx);
     return loss;
 }
@@ -391,10 +430,10 @@ double tr_pipe_step(tr_pipe *p, const int *const *tokens, const int *const *targ
         loss += run_action(p, i, tokens, targets, B, T, grad_scale, &idle);
         post_after(p, i, B, T);
     }
-    for (int k = 0; k < p->nch * p->maxs; k++) {
+    for (int k = 0; k < p->nch * p->maxs; k++)
         wait_on(p, &p->send_act[k], &idle, TR_SPAN_WAIT_OUT, NULL);
+    for (int k = 0; k < p->nch * p->maxg; k++)
         wait_on(p, &p->send_grad[k], &idle, TR_SPAN_WAIT_OUT, NULL);
-    }
     tr_model_hold_grad_hooks(p->m, 0);
     /* the loss is the last stage's; its sum also ends the step together on every stage, so
        that what each one did not compute of the span is its bubble */
@@ -421,14 +460,17 @@ double tr_pipe_eval(tr_pipe *p, const int *tokens, const int *targets, int B, in
     tr_comm_req *sent = NULL;
     for (int c = 0; c < p->nch; c++) { /* each stage its chunks, in model order */
         if (!tr_model_chunk_held(p->m, c)) continue;
-        if (c > 0)
+        if (local(p, c, -1))
+            tr_model_copy_stream(p->m, tr_model_chunk_input(p->m, c, 0),
+                                 tr_model_chunk_output(p->m, c - 1, 0), n);
+        else if (c > 0)
             tr_comm_wait(
                 irecv(p, tr_model_chunk_input(p->m, c, 0), n, rank_of(p, c - 1), tag_of(0, c)));
         tr_comm_wait(sent); /* slot 0's output, sent from the chunk before */
         sent = NULL;
         loss += tr_model_chunk_forward(p->m, c, 0, c == 0 ? tokens : NULL,
                                        c == p->nch - 1 ? targets : NULL, B, T);
-        if (c < p->nch - 1)
+        if (c < p->nch - 1 && !local(p, c, 1))
             sent =
                 isend(p, tr_model_chunk_output(p->m, c, 0), n, rank_of(p, c + 1), tag_of(0, c + 1));
     }
@@ -441,11 +483,14 @@ void tr_pipe_decode(tr_pipe *p, tr_kv_cache *cache, int token, int pos, float *l
     size_t C = (size_t)tr_model_desc_of(p->m)->dim;
     for (int c = 0; c < p->nch; c++) {
         if (!tr_model_chunk_held(p->m, c)) continue;
-        if (c > 0)
+        if (local(p, c, -1))
+            tr_model_copy_stream(p->m, tr_model_chunk_input(p->m, c, 0),
+                                 tr_model_chunk_output(p->m, c - 1, 0), C);
+        else if (c > 0)
             tr_comm_wait(
                 irecv(p, tr_model_chunk_input(p->m, c, 0), C, rank_of(p, c - 1), tag_of(0, c)));
         tr_model_decode_chunk(p->m, cache, c, token, pos, logits);
-        if (c < p->nch - 1) /* one row: its receiver is waiting for it */
+        if (c < p->nch - 1 && !local(p, c, 1)) /* one row: its receiver is waiting for it */
             tr_comm_wait(isend(p, tr_model_chunk_output(p->m, c, 0), C, rank_of(p, c + 1),
                                tag_of(0, c + 1)));
     }

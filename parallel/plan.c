@@ -98,7 +98,9 @@ static int speed_cut(const pl_search *s, const pl_devices *dv, tr_layout *l, int
     double speed[TR_MAX_CHUNKS], *cost = malloc((size_t)s->m.n * sizeof(double));
     if (!cost) return -1;
     for (int i = 0; i < s->m.n; i++) cost[i] = s->m.blk[i].fwd_flops;
-    for (int c = 0; c < K; c++) speed[c] = pl_stage_rate(dv, l, c % l->pp) / dv->rate;
+    for (int c = 0; c < K; c++)
+        speed[c] =
+            pl_stage_rate(dv, l, tr_pp_rank_of_kind((tr_pp_kind)l->schedule, l->pp, c)) / dv->rate;
     int rc = tr_layout_partition_speeds(cost, s->m.n, K, speed, l->chunk_start);
     free(cost);
     l->stages_given = 1; /* run keeps this cut (trainer/run/plan.c) */
@@ -211,7 +213,9 @@ static void consider(pl_search *s, const pl_devices *dv, tr_plan *p) {
  * holds the most micro-batches in 1f1b, may recompute while the others need not), by the quick
  * estimate within `room` of the device's memory, into p; 1 when the levels differ by rank. */
 static int least_levels(pl_search *s, const pl_devices *dv, tr_plan *p, double room) {
-    int top = p->l.schedule == TR_PP_ZBH1 ? 1 : 2; /* zb-h1 keeps every product's inputs */
+    int top = p->l.schedule == TR_PP_ZBH1 || p->l.schedule == TR_PP_ZBV
+                  ? 1
+                  : 2; /* zb-h1 and zb-v keep every product's inputs */
     p->l.recompute_per_stage = 1;
     p->l.recompute = TR_RECOMPUTE_NONE;
     for (int r = 0; r < p->l.pp; r++) {
@@ -247,7 +251,9 @@ static void recipe_levels(pl_search *s, const pl_devices *dv, const tr_plan *bas
         p.l.stage_recompute[r] = t->stage_recompute[r];
         p.l.recompute_per_stage |= t->stage_recompute[r] != t->stage_recompute[0];
     }
-    if (p.l.schedule == TR_PP_ZBH1 && p.l.recompute == TR_RECOMPUTE_FULL) return;
+    if ((p.l.schedule == TR_PP_ZBH1 || p.l.schedule == TR_PP_ZBV) &&
+        p.l.recompute == TR_RECOMPUTE_FULL)
+        return;
     consider(s, dv, &p);
 }
 
@@ -256,11 +262,12 @@ static void recipe_levels(pl_search *s, const pl_devices *dv, const tr_plan *bas
 static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
     const pl_fixed *f = &s->fx;
     int P = base.l.pp, M = base.l.microbatches;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         if (!ok(f->schedule, k) || (P == 1 && k != TR_PP_1F1B)) continue;
         for (int V = 1; V <= 8; V++) {
-            if (!ok(f->V, V) || (V > 1 && k != TR_PP_INTERLEAVED) ||
-                (k == TR_PP_INTERLEAVED && V < 2) || P * V > s->m.n || P * V > TR_MAX_CHUNKS)
+            if (!ok(f->V, V) || (V > 1 && k != TR_PP_INTERLEAVED && k != TR_PP_ZBV) ||
+                (k == TR_PP_ZBV && V != 2) || (k == TR_PP_INTERLEAVED && V < 2) || P * V > s->m.n ||
+                P * V > TR_MAX_CHUNKS)
                 continue;
             char why[8];
             if (P > 1 && tr_pp_check((tr_pp_kind)k, P, V, M, why, sizeof why)) continue;
@@ -286,7 +293,9 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
                         continue;
                     }
                     for (int rc = 0; rc <= 2; rc++) {
-                        if (!ok(f->recompute, rc) || (k == TR_PP_ZBH1 && rc == 2)) continue;
+                        if (!ok(f->recompute, rc) ||
+                            ((k == TR_PP_ZBH1 || k == TR_PP_ZBV) && rc == 2))
+                            continue;
                         p.l.recompute = rc;
                         tr_plan q = p; /* and with each replica's share by its speed */
                         int uneven = speed_shares(s, dv, &q.l);
@@ -707,8 +716,10 @@ void tr_plan_describe(const tr_plan *p, char *buf, size_t len) {
         snprintf(pipe, sizeof pipe, " x pp %d, %s%s", p->l.pp,
                  tr_pp_kind_name((tr_pp_kind)p->l.schedule),
                  p->l.virtual_stages > 1 ? " (interleaved chunks)" : "");
-    if (p->l.pp > 1 && p->l.virtual_stages > 1)
+    if (p->l.pp > 1 && p->l.virtual_stages > 1 && p->l.schedule == TR_PP_INTERLEAVED)
         snprintf(pipe, sizeof pipe, " x pp %d, interleaved x %d", p->l.pp, p->l.virtual_stages);
+    else if (p->l.pp > 1 && p->l.schedule == TR_PP_ZBV) /* its V: 2 chunks per rank, always */
+        snprintf(pipe, sizeof pipe, " x pp %d, zb-v", p->l.pp);
     char micro[64 + 4 * TR_MAX_DP_SHARES], shares[4 * TR_MAX_DP_SHARES];
     tr_layout_shares_name(&p->l, shares, sizeof shares);
     if (p->l.shares_uneven)

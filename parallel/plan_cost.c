@@ -200,28 +200,37 @@ static double stage_act(const pl_model *m, const tr_plan *p, int a, int b, tr_re
        input part reads (model.c: place_output_grads), but for the (N, C) ones with sequence
        parallelism (the stream there has N / tp rows) and the MLPs' input-product ones with
        selective recompute (as large as the activation it recomputes; exact for GELU) */
-    if (p->l.schedule == TR_PP_ZBH1 && p->l.pp > 1)
+    if ((p->l.schedule == TR_PP_ZBH1 || p->l.schedule == TR_PP_ZBV) && p->l.pp > 1)
         per_tok += (sp > 1 ? resid * 4.0 * m->C : 0) +
                    (rc == TR_RECOMPUTE_SELECTIVE ? sel / tp : 0);
     return per_tok * tok * m->a_scale;
+}
+
+/* The pipeline rank that holds chunk c (schedule.h: c % pp, or zb-v's V). */
+static int rank_of(const tr_plan *p, int c) {
+    return tr_pp_rank_of_kind((tr_pp_kind)p->l.schedule, p->l.pp, c);
 }
 
 /* Parameters held by pipeline rank `r` (its chunks), per tensor-parallel rank. */
 static double stage_params(const pl_model *m, const tr_plan *p, int r) {
     double n = 0;
     int K = p->l.pp * p->l.virtual_stages;
-    for (int c = r; c < K; c += p->l.pp)
-        for (int i = p->l.chunk_start[c]; i < p->l.chunk_start[c + 1]; i++)
+    for (int c = 0; c < K; c++)
+        for (int i = p->l.chunk_start[c]; i < p->l.chunk_start[c + 1] && rank_of(p, c) == r; i++)
             n += m->blk[i].matrix_params / p->l.tp + (m->blk[i].params - m->blk[i].matrix_params);
-    if (m->tied && p->l.pp > 1 && r == (K - 1) % p->l.pp) n += m->V * m->C / p->l.tp; /* the copy */
+    if (m->tied && p->l.pp > 1 && r == rank_of(p, K - 1) && r != rank_of(p, 0))
+        n += m->V * m->C / p->l.tp; /* the copy (none where one rank holds both ends: zb-v) */
     return n;
 }
 
-/* Micro-batches of each of rank r's chunks in flight at once. */
-static double inflight(const tr_plan *p, int r) {
+/* Micro-batches of each of rank r's chunks in flight at once (chunk c: zb-v's caps differ by
+ * chunk, schedule.c: P on the first, P-1 on the second). */
+static double inflight(const tr_plan *p, int r, int c) {
     int P = p->l.pp, M = p->l.microbatches, V = p->l.virtual_stages;
     if (P == 1) return 1;
     switch ((tr_pp_kind)p->l.schedule) {
+    case TR_PP_ZBV:
+        return mind(c < P ? P : P - 1, M);
     case TR_PP_GPIPE: return M;
     case TR_PP_INTERLEAVED: /* warm-up forwards over all V chunks, per chunk */
         return mind((double)M, ((V - 1.0) * P + 2.0 * (P - r - 1) + 1) / V + 1);
@@ -255,9 +264,11 @@ double pl_stage_memory(const pl_model *m, const pl_devices *dv, const tr_plan *p
     if (sh.grads) gb /= dp; /* the pieces (the transient buckets: in the reserve) */
     if (sh.params) pb /= dp;
     double act = 0;
-    for (int c = r; c < K; c += p->l.pp)
-        act += inflight(p, r) * stage_act(m, p, p->l.chunk_start[c], p->l.chunk_start[c + 1], rc);
-    return pb + gb + ob + act + scratch(m, p, (K - 1) % p->l.pp == r) + dv->reserve;
+    for (int c = 0; c < K; c++)
+        if (rank_of(p, c) == r)
+            act += inflight(p, r, c) *
+                   stage_act(m, p, p->l.chunk_start[c], p->l.chunk_start[c + 1], rc);
+    return pb + gb + ob + act + scratch(m, p, rank_of(p, K - 1) == r) + dv->reserve;
 }
 
 static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
@@ -331,6 +342,23 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
     *tp_s = n_coll * t_allreduce(l, S, p->l.tp);
 }
 
+/* zb-v's bubble ratio by simulation of its lists (no closed form: schedule.c), the last
+ * (pp, M) asked kept. */
+static double zbv_ratio(int P, int M) {
+    static int last_P, last_M;
+    static double last;
+    if (P == last_P && M == last_M) return last;
+    tr_pp_schedule s;
+    double f = -1;
+    if (!tr_pp_generate(&s, TR_PP_ZBV, P, 2, M)) {
+        f = tr_pp_bubble(&s);
+        tr_pp_free(&s);
+    }
+    last_P = P, last_M = M;
+    last = f >= 0 && f < 1 ? f / (1 - f) : (P - 1.0) / M; /* 1f1b's if it cannot run */
+    return last;
+}
+
 /* The pipeline's bubble as a share of the compute (tr_pp_bubble's ratios). */
 static double bubble_ratio(const tr_plan *p) {
     double P = p->l.pp, M = p->l.microbatches, V = p->l.virtual_stages;
@@ -338,6 +366,8 @@ static double bubble_ratio(const tr_plan *p) {
     switch ((tr_pp_kind)p->l.schedule) {
     case TR_PP_INTERLEAVED: return (P - 1) / (V * M);
     case TR_PP_ZBH1: return 2 * (P - 1) / (3 * M); /* 1f1b's less the weight parts' third */
+    case TR_PP_ZBV:
+        return zbv_ratio((int)P, (int)M);
     default: return (P - 1) / M;
     }
 }
@@ -356,14 +386,16 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     double bwd_last = 0;
     for (int r = 0; r < p->l.pp; r++) {
         double c = 0, t = 0, send = 0, rate = pl_stage_rate(dv, &p->l, r);
-        for (int k = r; k < K; k += p->l.pp) {
+        for (int k = 0; k < K; k++) {
+            if (rank_of(p, k) != r) continue;
             double cc, tt;
             chunk_time(m, dv, p, p->l.chunk_start[k], p->l.chunk_start[k + 1], rate,
                        tr_layout_recompute_at(&p->l, r), &cc, &tt);
             c += cc;
             t += tt;
-            if (k > 0) send += S / pl->bw.v + pl->lat.v + gather; /* receive forward, send back */
-            if (k < K - 1) send += S / pl->bw.v + pl->lat.v + gather;
+            /* receive forward, send back (nothing at zb-v's turn, where one rank holds both) */
+            if (k > 0 && rank_of(p, k - 1) != r) send += S / pl->bw.v + pl->lat.v + gather;
+            if (k < K - 1 && rank_of(p, k + 1) != r) send += S / pl->bw.v + pl->lat.v + gather;
         }
         if (c + t + send > worst) {
             worst = c + t + send;

@@ -10,29 +10,51 @@
 
 #define TR_PP_MAX_CHUNKS 256
 
-static const char *const kind_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+static const char *const kind_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
 
 int tr_pp_kind_parse(const char *s) {
-    for (int k = 0; s && k < 4; k++)
+    for (int k = 0; s && k < 5; k++)
         if (!strcmp(s, kind_names[k])) return k;
     return -1;
 }
 
 const char *tr_pp_kind_name(tr_pp_kind k) {
-    return (unsigned)k < 4 ? kind_names[k] : "?";
+    return (unsigned)k < 5 ? kind_names[k] : "?";
+}
+
+int tr_pp_rank_of(const tr_pp_schedule *s, int chunk) {
+    return tr_pp_rank_of_kind(s->kind, s->P, chunk);
+}
+
+int tr_pp_rank_of_kind(tr_pp_kind k, int P, int chunk) {
+    if (P < 1) return 0;
+    if (k == TR_PP_ZBV) return chunk < P ? chunk : 2 * P - 1 - chunk; /* the V */
+    return chunk % P;
+}
+
+/* Whether the backward runs in two parts (input gradient, then weight gradient). */
+static int split_kind(tr_pp_kind k) {
+    return k == TR_PP_ZBH1 || k == TR_PP_ZBV;
 }
 
 int tr_pp_check(tr_pp_kind k, int P, int V, int M, char *err, size_t errlen) {
-    if ((unsigned)k >= 4)
-        snprintf(err, errlen, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved or zb-h1)",
-                 (int)k);
+    if ((unsigned)k >= 5)
+        snprintf(err, errlen,
+                 "unknown pipeline schedule %d (gpipe, 1f1b, interleaved, zb-h1 or zb-v)", (int)k);
     else if (P < 1 || P > TR_PP_MAX_RANKS)
         snprintf(err, errlen, "pp %d: pipeline ranks must be 1 to %d", P, TR_PP_MAX_RANKS);
     else if (M < 1)
         snprintf(err, errlen, "microbatches %d: a step needs at least 1", M);
     else if (V < 1)
         snprintf(err, errlen, "virtual_stages %d: must be at least 1", V);
-    else if (V > 1 && k != TR_PP_INTERLEAVED)
+    else if (k == TR_PP_ZBV && V != 2)
+        snprintf(err, errlen,
+                 "schedule \"zb-v\" needs virtual_stages 2 (its two chunks per rank), not %d", V);
+    else if (k == TR_PP_ZBV && P < 2)
+        snprintf(err, errlen, "schedule \"zb-v\" needs pp 2 or more, not %d", P);
+    else if (k == TR_PP_ZBV && M < P)
+        snprintf(err, errlen, "zb-v needs microbatches at least pp %d, not %d", P, M);
+    else if (V > 1 && k != TR_PP_INTERLEAVED && k != TR_PP_ZBV)
         snprintf(err, errlen, "virtual_stages %d needs schedule \"interleaved\"", V);
     else if (k == TR_PP_INTERLEAVED && V < 2)
         snprintf(err, errlen,
@@ -147,13 +169,112 @@ static void gen_zbh1(tr_pp_schedule *s, int r) {
     s->max_inflight[r] = bound;
 }
 
+/* ZB-V (Qi et al. 2024, sec. 6): chunk r and chunk 2P-1-r on rank r, so that a micro-batch
+ * goes down the ranks and back up, and the backward split as in zb-h1. The lists come from a
+ * greedy run in unit time (forward, input gradient and weight gradient one unit each, free
+ * transfers), the paper's heuristic: a rank that is free runs the oldest input gradient that
+ * is ready, else the next forward whose input is there and whose chunk holds fewer than its
+ * cap of micro-batches (the second chunk first: it is nearer the loss), else its oldest weight
+ * gradient left, else waits. The caps (zbv_caps) keep each rank's activations at or under
+ * 1F1B's first rank's: a chunk holds half a stage, 1F1B's rank 0 P stages, so 2P chunks'
+ * micro-batches would match its blocks, but each of the second chunk's also keeps its own
+ * input stream (and on rank 0 the final norm), and the gradient buffers count too: 2P-1.
+ * With 2P (P on each chunk) the greedy reaches (P-1)/(6M+P-1), the paper's near-zero
+ * bubble; at 2P-1 it gives less than 1F1B's for M >= P, e.g. pp 4 M 8 9.4% against 27%. */
+static void zbv_caps(int P, int M, int r, int *cap_first, int *cap_second) {
+    /* the first chunk's micro-batches live from its forward down and up the V to its backward;
+       the second chunk's only from r ranks below the turn and back */
+    *cap_first = min_int(P, M);
+    *cap_second = min_int(P > 1 ? P - 1 : 1, M);
+    (void)r;
+}
+
+static int gen_zbv(tr_pp_schedule *s) {
+    int P = s->P, M = s->M, C = 2 * P;
+    /* end times of each part of (mb, chunk), -1 not run */
+    int *tf = malloc((size_t)(M * C) * sizeof(int)), *tb = malloc((size_t)(M * C) * sizeof(int));
+    int nf[TR_PP_MAX_CHUNKS] = {0}, nb[TR_PP_MAX_CHUNKS] = {0}, held[TR_PP_MAX_CHUNKS] = {0};
+    int cap[TR_PP_MAX_CHUNKS];
+    int *wq = malloc((size_t)(P * C * M) * sizeof(int)); /* per rank: pending W's, (mb, chunk) */
+    int wh[TR_PP_MAX_RANKS] = {0}, wt[TR_PP_MAX_RANKS] = {0}, most[TR_PP_MAX_RANKS] = {0};
+    if (!tf || !tb || !wq) {
+        free(tf), free(tb), free(wq);
+        return -1;
+    }
+    for (int i = 0; i < M * C; i++)
+        tf[i] = tb[i] = -1;
+    for (int r = 0; r < P; r++)
+        zbv_caps(P, M, r, &cap[r], &cap[C - 1 - r]);
+    int left = 3 * M * C, t = 0;
+    /* every unit some rank runs something (a cap never blocks every rank: a rank at its cap
+       has a weight part or an input part due), so 3*M*C units at most; more is a bug */
+    for (; left > 0 && t <= 3 * M * C; t++) {
+        for (int r = 0; r < P; r++) {
+            int ch[2] = {C - 1 - r, r}; /* the second chunk first */
+            int bb = -1, bb_ready = 0, fb = -1;
+            for (int k = 0; k < 2; k++) { /* the input gradient ready longest */
+                int c = ch[k], mb = nb[c];
+                if (mb >= M || tf[mb * C + c] < 0 || tf[mb * C + c] > t) continue;
+                int ready = c == C - 1 ? tf[mb * C + c] : tb[mb * C + c + 1];
+                if (ready < 0 || ready > t) continue;
+                if (bb < 0 || ready < bb_ready) bb = c, bb_ready = ready;
+            }
+            for (int k = 0; k < 2 && fb < 0; k++) {
+                int c = ch[k], mb = nf[c];
+                if (mb >= M || held[c] >= cap[c]) continue;
+                if (c > 0 && (tf[mb * C + c - 1] < 0 || tf[mb * C + c - 1] > t)) continue;
+                fb = c;
+            }
+            if (bb >= 0) {
+                int mb = nb[bb]++;
+                tb[mb * C + bb] = t + 1;
+                push(s, r, TR_ACT_BWD_IN, mb, bb);
+                wq[(r * C * M) + wt[r]++] = mb * C + bb;
+                left--;
+                continue;
+            }
+            if (fb >= 0) {
+                int mb = nf[fb]++;
+                tf[mb * C + fb] = t + 1;
+                push(s, r, TR_ACT_FWD, mb, fb);
+                held[fb]++;
+                if (held[C - 1 - r] + held[r] > most[r]) most[r] = held[C - 1 - r] + held[r];
+                left--;
+                continue;
+            }
+            if (wh[r] < wt[r]) { /* a W can run only after its B: it is in the queue */
+                int x = wq[r * C * M + wh[r]++];
+                push(s, r, TR_ACT_BWD_W, x / C, x % C);
+                held[x % C]--;
+                left--;
+            }
+        }
+    }
+    for (int r = 0; r < P; r++)
+        s->max_inflight[r] = most[r];
+    free(tf), free(tb), free(wq);
+    return left > 0 ? -1 : 0;
+}
+
 int tr_pp_generate(tr_pp_schedule *s, tr_pp_kind k, int P, int V, int M) {
     memset(s, 0, sizeof(*s));
     s->kind = k;
     s->P = P;
     s->V = V;
     s->M = M;
-    int per_rank = V * M * (k == TR_PP_ZBH1 ? 3 : 2);
+    int per_rank = V * M * (split_kind(k) ? 3 : 2);
+    if (k == TR_PP_ZBV) {
+        for (int r = 0; r < P; r++)
+            if (!(s->list[r] = malloc((size_t)per_rank * sizeof(tr_pp_action)))) {
+                tr_pp_free(s);
+                return -1;
+            }
+        if (gen_zbv(s)) {
+            tr_pp_free(s);
+            return -1;
+        }
+        return 0;
+    }
     for (int r = 0; r < P; r++) {
         s->list[r] = malloc((size_t)per_rank * sizeof(tr_pp_action));
         if (!s->list[r]) {
@@ -172,6 +293,8 @@ int tr_pp_generate(tr_pp_schedule *s, tr_pp_kind k, int P, int V, int M) {
             break;
         case TR_PP_ZBH1:
             gen_zbh1(s, r);
+            break;
+        case TR_PP_ZBV:
             break;
         }
     }
@@ -195,7 +318,7 @@ static int releases(int op) {
 
 int tr_pp_chunk_slots(const tr_pp_schedule *s, int chunk) {
     if (s->P < 1 || chunk < 0 || chunk >= s->P * s->V) return 0;
-    int r = chunk % s->P, held = 0, most = 0;
+    int r = tr_pp_rank_of(s, chunk), held = 0, most = 0;
     for (int i = 0; i < s->n[r]; i++) {
         const tr_pp_action *a = &s->list[r][i];
         if (a->chunk != chunk) continue;
@@ -203,6 +326,27 @@ int tr_pp_chunk_slots(const tr_pp_schedule *s, int chunk) {
         if (releases(a->op)) held--;
     }
     return most;
+}
+
+/* The most input gradients of chunk c + 1 run before chunk c's of the same micro-batch, both
+ * on rank r (zb-v's turn): the buffers between them. */
+static int turn_bufs(const tr_pp_schedule *s, int r, int c) {
+    int ahead = 0, most = 1;
+    for (int i = 0; i < s->n[r]; i++) {
+        const tr_pp_action *a = &s->list[r][i];
+        if (a->op != TR_ACT_BWD_IN) continue;
+        if (a->chunk == c + 1 && ++ahead > most) most = ahead;
+        if (a->chunk == c) ahead--;
+    }
+    return most;
+}
+
+void tr_pp_grad_bufs(const tr_pp_schedule *s, int chunk, int *recv, int *send) {
+    *recv = *send = 0;
+    if (s->kind != TR_PP_ZBV || chunk < 0 || chunk >= s->P * s->V) return;
+    int r = tr_pp_rank_of(s, chunk), C = s->P * s->V;
+    *recv = chunk + 1 < C && tr_pp_rank_of(s, chunk + 1) == r ? turn_bufs(s, r, chunk) : 1;
+    *send = chunk > 0 && tr_pp_rank_of(s, chunk - 1) == r ? turn_bufs(s, r, chunk - 1) : 1;
 }
 
 /* ---- simulation ------------------------------------------------------------------------ */
@@ -243,7 +387,7 @@ static pair_state *pair_of(const tr_pp_schedule *s, pair_state *st, const tr_pp_
 static int check_action(const tr_pp_schedule *s, pair_state *st, int r, int i, int *held, char *err,
                         size_t errlen) {
     const tr_pp_action *a = &s->list[r][i];
-    int split = s->kind == TR_PP_ZBH1, op = a->op;
+    int split = split_kind(s->kind), op = a->op;
     int op_ok = op == TR_ACT_FWD || op == (split ? TR_ACT_BWD_IN : TR_ACT_BWD) ||
                 (split && op == TR_ACT_BWD_W);
     const char *what = NULL;
@@ -259,9 +403,9 @@ static int check_action(const tr_pp_schedule *s, pair_state *st, int r, int i, i
                  r, i, op_name(op), a->mb, a->chunk, s->M, s->P * s->V);
         return -1;
     }
-    if (a->chunk % s->P != r) {
+    if (tr_pp_rank_of(s, a->chunk) != r) {
         snprintf(err, errlen, "rank %d, action %d: %s of (mb %d, chunk %d) belongs to rank %d", r,
-                 i, op_name(op), a->mb, a->chunk, a->chunk % s->P);
+                 i, op_name(op), a->mb, a->chunk, tr_pp_rank_of(s, a->chunk));
         return -1;
     }
     pair_state *p = pair_of(s, st, a);
@@ -291,7 +435,7 @@ static int check_action(const tr_pp_schedule *s, pair_state *st, int r, int i, i
 
 /* Every (micro-batch, chunk) has its forward and its backward (or both backward parts). */
 static int check_complete(const tr_pp_schedule *s, const pair_state *st, char *err, size_t errlen) {
-    int C = s->P * s->V, split = s->kind == TR_PP_ZBH1;
+    int C = s->P * s->V, split = split_kind(s->kind);
     for (int mb = 0; mb < s->M; mb++)
         for (int c = 0; c < C; c++) {
             const pair_state *p = &st[(size_t)mb * (size_t)C + (size_t)c];
@@ -300,7 +444,7 @@ static int check_complete(const tr_pp_schedule *s, const pair_state *st, char *e
                      : split && !p->n_w ? TR_ACT_BWD_W
                                         : -1;
             if (op >= 0) {
-                snprintf(err, errlen, "rank %d has no %s of (mb %d, chunk %d)", c % s->P,
+                snprintf(err, errlen, "rank %d has no %s of (mb %d, chunk %d)", tr_pp_rank_of(s, c),
                          op_name(op), mb, c);
                 return -1;
             }
@@ -324,7 +468,7 @@ static int check_lists(const tr_pp_schedule *s, pair_state *st, char *err, size_
 static int can_start(const tr_pp_schedule *s, pair_state *st, const tr_pp_action *a,
                      double *ready_at, tr_pp_action *dep) {
     const pair_state *p = pair_of(s, st, a);
-    int C = s->P * s->V, in_op = s->kind == TR_PP_ZBH1 ? TR_ACT_BWD_IN : TR_ACT_BWD;
+    int C = s->P * s->V, in_op = split_kind(s->kind) ? TR_ACT_BWD_IN : TR_ACT_BWD;
     double t = 0;
     if (a->op == TR_ACT_FWD && a->chunk > 0) {
         *dep = (tr_pp_action){.op = TR_ACT_FWD, .mb = a->mb, .chunk = a->chunk - 1};
@@ -334,6 +478,25 @@ static int can_start(const tr_pp_schedule *s, pair_state *st, const tr_pp_action
         t = pair_of(s, st, dep)->t_in;
     }
     if (t < 0) return 0;
+    /* zb-v: an input part that overwrites its send buffer waits until the micro-batch sent
+       from it before is received: that receive is posted after the receiving chunk's input
+       part of the micro-batch its receive buffer held before (tr_pp_grad_bufs) */
+    if (s->kind == TR_PP_ZBV && a->op == TR_ACT_BWD_IN && a->chunk > 0 &&
+        tr_pp_rank_of(s, a->chunk - 1) != tr_pp_rank_of(s, a->chunk)) {
+        int gr, gs, unused;
+        tr_pp_grad_bufs(s, a->chunk, &unused, &gs);
+        tr_pp_grad_bufs(s, a->chunk - 1, &gr, &unused);
+        int mb = a->mb - gs - gr;
+        if (mb >= 0) {
+            tr_pp_action d = {.op = TR_ACT_BWD_IN, .mb = mb, .chunk = a->chunk - 1};
+            double tr = pair_of(s, st, &d)->t_in;
+            if (tr < 0) {
+                *dep = d;
+                return 0;
+            }
+            if (tr > t) t = tr;
+        }
+    }
     /* the same rank's earlier part: done, but it may finish later than the other chunk's */
     double own = a->op == TR_ACT_FWD ? 0 : a->op == TR_ACT_BWD_W ? p->t_in : p->t_fwd;
     *ready_at = t > own ? t : own;
@@ -355,7 +518,7 @@ static void describe_deadlock(const tr_pp_schedule *s, pair_state *st, const int
                                 "%s rank %d (action %d, %s of mb %d chunk %d) waits for the %s "
                                 "of (mb %d, chunk %d) on rank %d",
                                 sep, r, pos[r], op_name(a->op), a->mb, a->chunk, op_name(dep.op),
-                                dep.mb, dep.chunk, dep.chunk % s->P);
+                                dep.mb, dep.chunk, tr_pp_rank_of(s, dep.chunk));
         sep = ";";
     }
 }

@@ -1,12 +1,12 @@
 /* Pipeline schedules: for P pipeline ranks, V model chunks per rank (virtual stages) and M
  * micro-batches, the plain list of actions each rank runs in order during one optimizer step.
- * Chunk c (0 .. P*V-1, in model order) lives on rank c % P; "chunk" in an action is that
- * global index. The list implies the communication: a forward of chunk c > 0 receives its
- * input from chunk c-1's rank, a forward of chunk c < P*V-1 sends its output to chunk c+1's
- * rank, and the backward (full, or input part) mirrors it. A schedule is generated once,
- * tested on its own (tests/test_schedule.c simulates every rank's list: no deadlock, every
- * forward before its backward, never more activations held than promised) and only read by
- * the executor (parallel/pipeline.c).
+ * Chunk c (0 .. P*V-1, in model order) lives on rank tr_pp_rank_of(c): c % P, but for zb-v's
+ * V (chunks c and 2P-1-c on rank c); "chunk" in an action is that global index. The list implies
+ * the communication: a forward of chunk c > 0 receives its input from chunk c-1's rank, a forward
+ * of chunk c < P*V-1 sends its output to chunk c+1's rank, and the backward (full, or input part)
+ * mirrors it. A schedule is generated once, tested on its own (tests/test_schedule.c simulates
+ * every rank's list: no deadlock, every forward before its backward, never more activations held
+ * than promised) and only read by the executor (parallel/pipeline.c).
  *
  *   gpipe        every forward, then every backward, both oldest micro-batch first (M
  *                micro-batches of activations held); bubble (P-1)/M
@@ -21,6 +21,14 @@
  *                (a micro-batch counts from its forward to its W: the output gradients W
  *                keeps lie over activations only B read, model.c); bubble 2(P-1)/(3M), two
  *                thirds of 1F1B's, also for M < P
+ *   zb-v         Qi et al. 2024 (ZB-V): V = 2 chunks per rank in a V, chunk r and chunk
+ *                2P-1-r on rank r (the first and the last chunk on rank 0), the backward split
+ *                as zb-h1's; lists from the paper's greedy in unit time, each rank holding at
+ *                most 2P-1 half-stage chunks' micro-batches (1F1B's rank 0 holds P whole
+ *                stages: 2P halves), so that no rank holds more than 1F1B's rank 0; bubble
+ *                by simulation only: at most 1F1B's, e.g. pp 4 M 8 9.4% as an idle fraction
+ *                (1F1B 27%, ZB-H1 20%; with 2P halves it would be (P-1)/(6M+P-1)); needs
+ *                M >= P
  *
  * Bubbles above are ratios, idle time / compute time, for M >= P with a forward of one unit and
  * a backward of two (B and W one each). tr_pp_bubble returns the idle fraction of the step
@@ -32,7 +40,7 @@
 
 #define TR_PP_MAX_RANKS 64
 
-typedef enum { TR_PP_GPIPE = 0, TR_PP_1F1B, TR_PP_INTERLEAVED, TR_PP_ZBH1 } tr_pp_kind;
+typedef enum { TR_PP_GPIPE = 0, TR_PP_1F1B, TR_PP_INTERLEAVED, TR_PP_ZBH1, TR_PP_ZBV } tr_pp_kind;
 
 typedef enum {
     TR_ACT_FWD = 0, /* forward of (micro-batch, chunk) */
@@ -44,7 +52,7 @@ typedef enum {
 typedef struct {
     unsigned char op; /* tr_pp_op */
     int mb;           /* micro-batch 0 .. M-1 */
-    int chunk;        /* global chunk 0 .. P*V-1 (on rank chunk % P) */
+    int chunk;        /* global chunk 0 .. P*V-1 (on rank tr_pp_rank_of(chunk)) */
 } tr_pp_action;
 
 typedef struct {
@@ -57,9 +65,14 @@ typedef struct {
     int max_inflight[TR_PP_MAX_RANKS];
 } tr_pp_schedule;
 
-/* "gpipe", "1f1b", "interleaved", "zb-h1" -> kind; -1 when unknown. */
+/* "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v" -> kind; -1 when unknown. */
 int tr_pp_kind_parse(const char *s);
 const char *tr_pp_kind_name(tr_pp_kind k);
+
+/* The pipeline rank that holds global chunk c: c % P, or for zb-v c < P ? c : 2P-1-c. Every
+ * place that maps chunks to ranks asks here (the layout, the executor, the planner). */
+int tr_pp_rank_of(const tr_pp_schedule *s, int chunk);
+int tr_pp_rank_of_kind(tr_pp_kind k, int P, int chunk);
 
 /* Whether this schedule can run P ranks x V chunks x M micro-batches: 0, or -1 with one line
  * in err saying what would work ("interleaved needs microbatches a multiple of pp 4 (4, 8,
@@ -89,6 +102,20 @@ double tr_pp_bubble(const tr_pp_schedule *s);
  * split backward, the others only the whole one), an action missing or repeated, more in
  * flight than max_inflight). Tests and tr_pp_bubble. */
 int tr_pp_simulate(const tr_pp_schedule *s, double *makespan, char *err, size_t errlen);
+
+/* zb-v: the gradient buffers chunk c keeps between stages, in pools of their own instead of
+ * one per activation slot. *recv for the gradient of its output: 1 when it comes from
+ * another rank (the executor posts the receive of a micro-batch's gradient after the input
+ * part of the one before, when the buffer is free), or at the V's turn, where one rank holds
+ * chunks c and c + 1, the most micro-batches between the input part of c + 1 and that of c
+ * (nothing is sent there: chunk c + 1 writes into chunk c's buffer). *send for the gradient of
+ * its input: 1 (the send of the one before is complete first), or at the turn chunk c - 1's
+ * *recv. Every buffer is taken round robin, micro-batch mb in buffer mb % count. Other
+ * schedules: 0 and 0 (a buffer of each per slot, the receive posted after the forward). The
+ * simulation (tr_pp_simulate) makes each input part that would overwrite a buffer whose send
+ * is not yet received wait for that receive's post, so a schedule that passes it cannot
+ * deadlock on these buffers. */
+void tr_pp_grad_bufs(const tr_pp_schedule *s, int chunk, int *recv, int *send);
 
 /* The most micro-batches of global chunk c in flight at once on its rank (forward ran, backward
  * (zb-h1: weight part) not yet): how many sets of activations the executor keeps for it. */

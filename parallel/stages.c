@@ -175,12 +175,15 @@ void tr_layout_describe_stages(const tr_layout *l, const tr_model_desc *d, FILE 
                 "communication free)\n",
                 100 * bubble);
     for (int p = 0; p < l->pp; p++) {
-        for (int c = p; c < K; c += l->pp) {
+        int first = 1;
+        for (int c = 0; c < K; c++) {
+            if (tr_pp_rank_of_kind((tr_pp_kind)l->schedule, l->pp, c) != p) continue;
             double f = 0;
             for (int i = l->chunk_start[c]; i < l->chunk_start[c + 1]; i++)
                 f += blocks[i].fwd_flops;
             char rank[32] = "", label[256], fl[32];
-            if (c == p) snprintf(rank, sizeof(rank), "rank p%d", p);
+            if (first) snprintf(rank, sizeof(rank), "rank p%d", p);
+            first = 0;
             chunk_label(d, l->chunk_start[c], l->chunk_start[c + 1], label, sizeof(label));
             fmt_count(f, fl, sizeof(fl));
             fprintf(out, "  %-10s chunk %-3d %-40s %8s FLOPs/token %5.1f%%\n", rank, c, label, fl,

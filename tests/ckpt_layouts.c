@@ -34,7 +34,10 @@ static int lsize(const ckl_layout *l) {
 void ckl_layout_name(char *buf, size_t n, const ckl_layout *l) {
     char pp[32] = "";
     if (l->pp > 1 || l->v > 1)
-        snprintf(pp, sizeof(pp), " x pp %d%s", l->pp, l->v > 1 ? " (2 chunks each)" : "");
+        snprintf(pp, sizeof(pp), " x pp %d%s", l->pp,
+                 l->zbv     ? " (zb-v)"
+                 : l->v > 1 ? " (2 chunks each)"
+                            : "");
     if (lsize(l) == 1 && l->v == 1)
         snprintf(buf, n, "one process");
     else
@@ -45,8 +48,8 @@ void ckl_dir(char *buf, size_t n, int mc, const ckl_layout *l) {
     if (l->bare)
         snprintf(buf, n, "%s/%s_single", ckl_root, g_cases[mc].name);
     else
-        snprintf(buf, n, "%s/%s_dp%d_pp%d_v%d_tp%d_z%d", ckl_root, g_cases[mc].name, l->dp, l->pp,
-                 l->v, l->tp, l->zero);
+        snprintf(buf, n, "%s/%s_dp%d_pp%d_v%d%s_tp%d_z%d", ckl_root, g_cases[mc].name, l->dp, l->pp,
+                 l->v, l->zbv ? "zbv" : "", l->tp, l->zero);
 }
 
 void ckl_unbuild(ckl_part *pt) {
@@ -103,7 +106,9 @@ tr_layout ckl_saved_layout(const tr_recipe *r, const ckl_layout *l) {
                    .tp = l->tp,
                    .pp = l->pp,
                    .zero = l->zero,
-                   .schedule = l->v > 1 ? TR_PP_INTERLEAVED : TR_PP_1F1B,
+                   .schedule = l->zbv     ? TR_PP_ZBV
+                               : l->v > 1 ? TR_PP_INTERLEAVED
+                                          : TR_PP_1F1B,
                    .virtual_stages = l->v,
                    .microbatches = 2 * l->pp};
     for (int c = 0; c <= l->pp * l->v; c++)
@@ -132,7 +137,7 @@ int ckl_build(ckl_part *pt, const tr_recipe *r, int mc, const ckl_layout *l, int
         for (int c = 0; c <= nc; c++)
             o.chunk_start[c] = ckl_chunk_start(r, l, c);
         for (int c = 0; c < nc; c++) {
-            o.held[c] = c % l->pp == p;
+            o.held[c] = tr_pp_rank_of_kind(l->zbv ? TR_PP_ZBV : TR_PP_1F1B, l->pp, c) == p;
             o.slots[c] = 1;
         }
     }

@@ -24,9 +24,10 @@ typedef struct {
 
 /* v: chunks per stage (virtual stages; stage p holds chunks p, p + pp, ...). bare: one process
  * as the trainer builds it without parallelism (no padded vocabulary, no data-parallel
- * runtime); only dp = pp = tp = v = 1, zero 0. */
+ * runtime); only dp = pp = tp = v = 1, zero 0. zbv: with v 2, zb-v's V (stage p holds chunks
+ * p and 2 pp - 1 - p). */
 typedef struct {
-    int dp, pp, tp, zero, v, bare;
+    int dp, pp, tp, zero, v, bare, zbv;
 } ckl_layout;
 
 /* One rank's part of a layout: its model, data-parallel runtime and groups. */

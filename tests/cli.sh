@@ -170,7 +170,7 @@ expect 1 "unknown knob (knobs: batch_tokens, heads, layers, lr, seq, steps, widt
 expect 1 "knob 'layers'" -- show recipes/shakespeare_char.lua --set layers=many
 expect 1 "micro-batch 5 does not divide" -- show recipes/shakespeare_char.lua --micro-batch 5
 # pipeline flags: a schedule name the flag does not know, a pipeline that needs more processes
-expect 2 "trainer show: --schedule must be gpipe, 1f1b, interleaved or zb-h1, got 'fast'" -- \
+expect 2 "trainer show: --schedule must be gpipe, 1f1b, interleaved, zb-h1 or zb-v, got 'fast'" -- \
     show recipes/shakespeare_char.lua --pp 2 --schedule fast
 expect 2 "--microbatches needs a positive integer, got '0'" -- show recipes/shakespeare_char.lua --microbatches 0
 expect 1 "trainer run: dp 1 x tp 1 x pp 2 = 2 processes, but 1 started (mpirun -np 2)" -- \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pipeline parallelism with real MPI processes (mpirun --oversubscribe): dp x tp x pp in 1x1x2,
-# 1x1x4, 2x1x2, 1x2x2 and 2x2x2, every schedule (gpipe, 1f1b, interleaved, zb-h1) for a GPT
+# 1x1x4, 2x1x2, 1x2x2 and 2x2x2, every schedule (gpipe, 1f1b, interleaved, zb-h1, zb-v) for a GPT
 # shape (8 blocks, tied head) and the Llama shape (4 blocks, untied) in a few of them, ZeRO 1,
 # 2 and 3 over dp with pp 2 (ZeRO-2 with interleaved on dp 2 x tp 2 x pp 2 and ZeRO-3 with
 # zb-h1, both with the tied head). Every run's losses, gradient norms and final parameters (the
@@ -12,7 +12,9 @@
 # show CHECKPOINT` names the pipeline that saved them; the sample drawn through the stages and
 # the Hugging Face export equal one process's; bad layouts are refused in one line before
 # training; a stage killed mid-run ends the job instead of hanging its neighbour; zb-h1
-# allocates 1f1b's activation memory on every rank (pp 2 x M 4, pp 4 x M 8); recompute by
+# allocates 1f1b's activation memory on every rank (pp 2 x M 4, pp 4 x M 8), zb-v peaks at or
+# under it (and runs untied, at every ZeRO stage, dp 2 x tp 2 x pp 2 at ZeRO-2, and resumes
+# to and from other layouts); recompute by
 # stage (full on the first rank, none on the last) equals one process and shrinks rank 0 only.
 # TR_TEST_QUICK=1 (the sanitizer build in CI, where every run is a few times slower): each
 # layout with one schedule, every schedule at least once, two checkpoint pairs, one sample.
@@ -64,7 +66,7 @@ for l in "${layouts[@]}"; do
     shift 2
     i=$((i + 1))
     k=0
-    for s in gpipe 1f1b interleaved zb-h1; do
+    for s in gpipe 1f1b interleaved zb-h1 zb-v; do
         k=$((k + 1))
         [ "$quick" = 1 ] && [ $(((i + k) % 4)) -ne 0 ] && continue
         extra=()
@@ -84,6 +86,17 @@ check_layout llama_2x1x2_1f1b_z3 llama 4 --dp 2 --pp 2 --zero 3 --schedule 1f1b 
 check_layout gpt_2x1x2_zb-h1_z1 gpt 4 --dp 2 --pp 2 --zero 1 --schedule zb-h1 --micro-batch 2
 check_layout gpt_2x2x2_interleaved_z2 gpt 8 --dp 2 --tp 2 --pp 2 --zero 2 --schedule interleaved --virtual-stages 2 --micro-batch 2
 check_layout gpt_2x1x2_zb-h1_z3 gpt 4 --dp 2 --pp 2 --zero 3 --schedule zb-h1 --micro-batch 2
+# zb-v (the first and last chunk on rank 0): untied too, every ZeRO stage, and dp x tp x pp
+zbv=("gptu_1x1x2 gptu 2 --pp 2" "gptu_1x1x4 gptu 4 --pp 4" "llama_1x1x2 llama 2 --pp 2"
+     "gpt_2x1x2_z1 gpt 4 --dp 2 --pp 2 --zero 1" "gptu_2x1x2_z2 gptu 4 --dp 2 --pp 2 --zero 2"
+     "gpt_2x1x2_z3 gpt 4 --dp 2 --pp 2 --zero 3" "gptu_2x1x2_z3 gptu 4 --dp 2 --pp 2 --zero 3"
+     "gpt_2x2x2_z2 gpt 8 --dp 2 --tp 2 --pp 2 --zero 2")
+for z in "${zbv[@]}"; do
+    set -- $z
+    name=$1 model=$2 np=$3
+    shift 3
+    check_layout "zbv_$name" "$model" "$np" "$@" --schedule zb-v --micro-batch 2
+done
 else
 check_layout llama_1x2x2_1f1b_sp llama 4 --tp 2 --pp 2 --sequence-parallel --schedule 1f1b --micro-batch 2
 check_layout llama_2x1x2_1f1b_z3 llama 4 --dp 2 --pp 2 --zero 3 --schedule 1f1b --micro-batch 2
@@ -101,15 +114,31 @@ print("activation bytes by rank %s, 1f1b's %s" % ("/".join(map(str, a)), "/".joi
 sys.exit(0 if a == b else 1)
 PY
 }
+# ZB-V's peak (the largest rank's activation bytes, as allocated) at most 1F1B's peak
+peak_le() { # name-a name-b
+    python3 - "$tmp/$1/ranks.json" "$tmp/$2/ranks.json" <<'PY'
+import json, sys
+a, b = ([r["memory_bytes"][3] for r in sorted(json.load(open(f)), key=lambda r: r["rank"])]
+        for f in sys.argv[1:3])
+print("activation bytes by rank %s (peak %d), 1f1b's %s (peak %d)"
+      % ("/".join(map(str, a)), max(a), "/".join(map(str, b)), max(b)))
+sys.exit(0 if max(a) <= max(b) else 1)
+PY
+}
 for pm in "2 4" "4 8"; do
     set -- $pm
-    for s in 1f1b zb-h1; do
+    for s in 1f1b zb-h1 zb-v; do
         check_layout "gpt_pp$1_M$2_$s" gpt "$1" --pp "$1" --microbatches "$2" --schedule "$s"
     done
     if e=$(same_act "gpt_pp$1_M$2_zb-h1" "gpt_pp$1_M$2_1f1b"); then
         ok "zb-h1 pp $1 M $2 holds 1f1b's activation memory on every rank: $e"
     else
         bad "zb-h1 pp $1 M $2 holds more activation memory than 1f1b: $e"
+    fi
+    if e=$(peak_le "gpt_pp$1_M$2_zb-v" "gpt_pp$1_M$2_1f1b"); then
+        ok "zb-v pp $1 M $2 peaks at or under 1f1b's activation memory: $e"
+    else
+        bad "zb-v pp $1 M $2 peaks above 1f1b's activation memory: $e"
     fi
 done
 
@@ -143,12 +172,15 @@ show_ckpt() { # what folder pattern
         bad "show $1: no line 'pipeline $3' in: $(grep -E "^(pipeline|saved|trainer)" <<<"$out" | tr "\n" " ")"
     fi
 }
-blk="blocks 0(-[0-9]+)?( [|] [0-9]+(-[0-9]+)?)" sched="(gpipe|1f1b|interleaved|zb-h1)"
+blk="blocks 0(-[0-9]+)?( [|] [0-9]+(-[0-9]+)?)" sched="(gpipe|1f1b|interleaved|zb-h1|zb-v)"
 show_ckpt pp4_checkpoint "$tmp/ckpt_pp4_to_tp2pp2/checkpoints/step_00000005" \
     "$sched, pp 4 x 1 virtual stage, 8 micro-batches, stages: $blk{3}"
 show_ckpt tp2pp2_run "$tmp/ckpt_pp4_to_tp2pp2" "$sched, pp 2 x 1 virtual stage, 8 micro-batches, stages: $blk{1}"
 if [ "$quick" != 1 ]; then
     resume_pair gpt ckpt_1_to_pp2_zbh1 1 "" 2 "--pp 2 --schedule zb-h1 --micro-batch 2"
+    # zb-v's V (the first and last chunk on rank 0) saved, resumed as 1f1b, and the other way
+    resume_pair gpt ckpt_zbv_to_pp4 2 "--pp 2 --schedule zb-v --micro-batch 2" 4 "--pp 4 --micro-batch 2"
+    resume_pair gptu ckpt_pp2_to_zbv 2 "--pp 2 --micro-batch 2" 4 "--pp 4 --schedule zb-v --micro-batch 2"
     resume_pair llama ckpt_pp2_to_tp2 2 "--pp 2 --micro-batch 2" 2 "--tp 2"
     # the tied head's pieces at ZeRO-3 (zb-h1) resumed as ZeRO-2's (interleaved)
     resume_pair gpt ckpt_z3zbh1_to_z2il 4 "--dp 2 --pp 2 --zero 3 --schedule zb-h1 --micro-batch 2" \
@@ -162,11 +194,15 @@ samples=(gpt llama)
 for model in "${samples[@]}"; do
     sample_export "${model}_pp2_sample" 2 "$model" --pp 2 --micro-batch 2
 done
+# zb-v's V: rank 0 decodes the first chunk and the last, the turn passes the row on rank 1
+[ "$quick" = 1 ] || sample_export gpt_pp2_zbv_sample 2 gpt --pp 2 --schedule zb-v --micro-batch 2
 
 # bad layouts: one line of ours, a non-zero exit, before training
 layout_refused bad_world 2 "4 processes, but 2 started" --pp 4
 layout_refused bad_blocks 2 "the model has 8 blocks (virtual_stages 2, 3 or 4 would)" --pp 2 --virtual-stages 8 --schedule interleaved
 layout_refused bad_interleaved 4 "interleaved needs microbatches a multiple of pp 4" --pp 4 --schedule interleaved --microbatches 2
+layout_refused bad_zbv_v 2 "schedule \"zb-v\" needs virtual_stages 2 (its two chunks per rank), not 3" --pp 2 --schedule zb-v --virtual-stages 3
+layout_refused bad_zbv_m 4 "zb-v needs microbatches at least pp 4, not 2" --pp 4 --schedule zb-v --microbatches 2
 
 # a stage killed mid-run: its neighbour, waiting for its activations or gradients, exits
 # within the timeout with a line naming a rank (no hang)

@@ -43,7 +43,7 @@ static const ckl_case cases[] = {{"gpt", gpt, 64}, {"llama", llama, 32}};
 /* pp 2, stage 1 writing nothing: rank 0 refuses the save in one line naming a tensor of the
  * stage, and publishes nothing. */
 static void missing_stage_save(const tr_recipe *r) {
-    static const ckl_layout pp2 = {1, 2, 1, 0, 1, 0};
+    static const ckl_layout pp2 = {1, 2, 1, 0, 1, 0, 0};
     char out[600], err[1024];
     snprintf(out, sizeof(out), "%s/gpt_stage_missing", ckl_root);
     ckl_save_to(r, 0, &pp2, out, 1, err, sizeof(err));
@@ -62,7 +62,7 @@ static void missing_stage_save(const tr_recipe *r) {
 /* Rank 0: pp 2's checkpoint without stage 1's file is refused in one line naming the file
  * and the stage. */
 static void missing_stage_load(void) {
-    static const ckl_layout pp2 = {1, 2, 1, 0, 1, 0};
+    static const ckl_layout pp2 = {1, 2, 1, 0, 1, 0, 0};
     char dir[600], f[700], g[720], err[1024];
     ckl_dir(dir, sizeof(dir), 0, &pp2);
     snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/checkpoints/step_00000001");
@@ -129,7 +129,7 @@ static void put_back(const char *path, char *orig) {
  * older trainer, without those fields, still loads (schedule and cut not known, virtual
  * stages from the counts); a damaged cut is refused in one line. */
 static void pipeline_fields(const tr_recipe *r) {
-    static const ckl_layout v2 = {1, 2, 1, 0, 2, 0};
+    static const ckl_layout v2 = {1, 2, 1, 0, 2, 0, 0};
     char dir[600], man[700], err[1024];
     ckl_dir(dir, sizeof(dir), 0, &v2);
     snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/checkpoints/step_00000001");
@@ -177,12 +177,14 @@ static void pipeline_fields(const tr_recipe *r) {
 int main(int argc, char **argv) {
     int rc = ckl_start(&argc, &argv, "test_ckpt_pp", cases, 1);
     if (rc) return rc;
-    /* one process, pp 2, pp 2 with 2 chunks a stage, tp 2; with 4 ranks also pp 4,
-       tp 2 x pp 2 and dp 2 x pp 2 (ZeRO-1 and ZeRO-2: the ranges of tr_dp) */
-    static const ckl_layout ls[] = {{1, 1, 1, 0, 1, 0}, {1, 2, 1, 0, 1, 0}, {1, 2, 1, 0, 2, 0},
-                                    {1, 1, 2, 0, 1, 0}, {1, 4, 1, 0, 1, 0}, {1, 2, 2, 0, 1, 0},
-                                    {2, 2, 1, 1, 1, 0}, {2, 2, 1, 2, 1, 0}};
-    int nl = ckl_world == 4 ? 8 : 4;
+    /* one process, pp 2, pp 2 with 2 chunks a stage, tp 2, pp 2 in zb-v's V (the first and
+       last chunk on stage 0); with 4 ranks also pp 4, tp 2 x pp 2 and dp 2 x pp 2 (ZeRO-1 and
+       ZeRO-2: the ranges of tr_dp) */
+    static const ckl_layout ls[] = {
+        {1, 1, 1, 0, 1, 0, 0}, {1, 2, 1, 0, 1, 0, 0}, {1, 2, 1, 0, 2, 0, 0},
+        {1, 1, 2, 0, 1, 0, 0}, {1, 2, 1, 0, 2, 0, 1}, {1, 4, 1, 0, 1, 0, 0},
+        {1, 2, 2, 0, 1, 0, 0}, {2, 2, 1, 1, 1, 0, 0}, {2, 2, 1, 2, 1, 0, 0}};
+    int nl = ckl_world == 4 ? 9 : 5;
     for (int mc = 0; mc < N_CASES; mc++) {
         tr_recipe r;
         if (ckl_recipe(mc, &r)) continue;

@@ -73,14 +73,14 @@ int main(int argc, char **argv) {
     int rc = ckl_start(&argc, &argv, "test_ckpt_tp", cases, 0);
     if (rc) return rc;
     /* the single process (the reference) first */
-    static const ckl_layout two[] = {{1, 1, 1, 0, 1, 1},
-                                     {2, 1, 1, 0, 1, 0},
-                                     {1, 1, 2, 0, 1, 0},
-                                     {2, 1, 1, 3, 1, 0},
-                                     {1, 1, 2, 2, 1, 0}};
-    static const ckl_layout four[] = {{1, 1, 1, 0, 1, 1}, {4, 1, 1, 0, 1, 0}, {2, 1, 2, 0, 1, 0},
-                                      {1, 1, 4, 0, 1, 0}, {2, 1, 2, 1, 1, 0}, {2, 1, 2, 3, 1, 0},
-                                      {4, 1, 1, 2, 1, 0}};
+    static const ckl_layout two[] = {{1, 1, 1, 0, 1, 1, 0},
+                                     {2, 1, 1, 0, 1, 0, 0},
+                                     {1, 1, 2, 0, 1, 0, 0},
+                                     {2, 1, 1, 3, 1, 0, 0},
+                                     {1, 1, 2, 2, 1, 0, 0}};
+    static const ckl_layout four[] = {
+        {1, 1, 1, 0, 1, 1, 0}, {4, 1, 1, 0, 1, 0, 0}, {2, 1, 2, 0, 1, 0, 0}, {1, 1, 4, 0, 1, 0, 0},
+        {2, 1, 2, 1, 1, 0, 0}, {2, 1, 2, 3, 1, 0, 0}, {4, 1, 1, 2, 1, 0, 0}};
     const ckl_layout *ls = ckl_world == 2 ? two : four;
     int nl = ckl_world == 2 ? 5 : 7;
     for (int mc = 0; mc < N_CASES; mc++) {

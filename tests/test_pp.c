@@ -117,13 +117,14 @@ static tr_model_opts part_opts(const variant *v, const setup *s, int T, int bloc
     o.tp = v->tp, o.tp_rank = tr_comm_rank(s->tp), o.tp_comm = s->tp, o.sequence_parallel = v->sp;
     o.shards = v->zero == 1 ? v->dp : 1, o.shard = tr_comm_rank(s->dp);
     o.external_grads = v->zero >= 2, o.external_params = v->zero == 3;
-    o.n_chunks = nc, o.split_backward = v->kind == TR_PP_ZBH1;
+    o.n_chunks = nc, o.split_backward = v->kind == TR_PP_ZBH1 || v->kind == TR_PP_ZBV;
     o.pp_comm = s->pp, o.tie_comm = s->tie;
     for (int c = 0; c <= nc; c++)
         o.chunk_start[c] = c * blocks / nc;
     for (int c = 0; c < nc; c++) {
-        o.held[c] = c % v->pp == p;
+        o.held[c] = tr_pp_rank_of(&sc, c) == p;
         o.slots[c] = o.held[c] ? tr_pp_chunk_slots(&sc, c) : 1;
+        tr_pp_grad_bufs(&sc, c, &o.grad_recv[c], &o.grad_send[c]);
     }
     tr_pp_free(&sc);
     return o;
@@ -210,16 +211,17 @@ static void eval_decode(const variant *v, setup *s, int *tok, int *tgt, int T) {
 
 /* What the stage boundaries carried per step (the pipe's bytes sent): each send of this
  * rank's list (a forward's output to the next chunk, an input gradient to the previous one)
- * moves the rank's stream (N x C floats; N / tp rows with sequence parallelism), or with tp
- * and no sequence parallelism its 1/tp slice, the
- * next stage gathering the slices (scatter-gather); the step's end adds its loss's all-reduce
- * on the same group, a few doubles. */
+ * to another rank moves the rank's stream (N x C floats; N / tp rows with sequence parallelism), or
+ * with tp and no sequence parallelism its 1/tp slice, the next stage gathering the slices
+ * (scatter-gather); the step's end adds its loss's all-reduce on the same group, a few doubles. */
 static void boundary_bytes(const variant *v, setup *s, int T) {
     const tr_pp_schedule *sc = tr_pipe_schedule(s->pipe);
     int r = tr_comm_rank(s->pp), K = sc->P * sc->V, sends = 0;
     for (int i = 0; i < sc->n[r]; i++) {
         const tr_pp_action *a = &sc->list[r][i];
-        sends += a->op == TR_ACT_FWD ? a->chunk < K - 1 : a->op != TR_ACT_BWD_W && a->chunk > 0;
+        int to = a->op == TR_ACT_FWD ? a->chunk + 1 : a->op != TR_ACT_BWD_W ? a->chunk - 1 : -1;
+        /* nothing goes where one rank holds both chunks (zb-v's turn) */
+        sends += to >= 0 && to < K && tr_pp_rank_of(sc, to) != r;
     }
     int slices = v->tp > 1 && !v->sp ? v->tp : 1;
     tr_pipe_stats st = tr_pipe_get_stats(s->pipe);
@@ -345,16 +347,16 @@ int main(int argc, char **argv) {
         return 77;
     }
     refused_init(world);
-    const tr_pp_kind all[] = {TR_PP_GPIPE, TR_PP_1F1B, TR_PP_INTERLEAVED, TR_PP_ZBH1};
-    const char *names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+    const tr_pp_kind all[] = {TR_PP_GPIPE, TR_PP_1F1B, TR_PP_INTERLEAVED, TR_PP_ZBH1, TR_PP_ZBV};
+    const char *names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
     /* (dp, tp, pp) layouts of this world, every schedule, both shapes */
     const int layouts[][3] = {{1, 1, 2}, {1, 1, 4}, {2, 1, 2}, {1, 2, 2}};
     for (size_t l = 0; l < 4; l++) {
         int dp = layouts[l][0], tp = layouts[l][1], pp = layouts[l][2];
         if (dp * tp * pp != W) continue;
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 5; k++)
             for (int shape = 0; shape < 2; shape++) {
-                int V = all[k] == TR_PP_INTERLEAVED ? 2 : 1;
+                int V = all[k] == TR_PP_INTERLEAVED || all[k] == TR_PP_ZBV ? 2 : 1;
                 if (pp * V > (shape ? 4 : 8)) continue; /* more chunks than blocks */
                 char name[96];
                 snprintf(name, sizeof(name), "%s dp %d tp %d pp %d %s%s", shape ? "llama" : "gpt",
@@ -367,12 +369,12 @@ int main(int argc, char **argv) {
     /* ZeRO 1-3 over the dp group of a dp 2 x pp 2 layout (ZeRO-0: above), every schedule,
        the tied head (GPT: its pair of stages sums the embedding's gradient) and the untied */
     for (int zero = 1; zero <= 3 && W == 4; zero++)
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 5; k++)
             for (int shape = 0; shape < 2; shape++) {
                 char name[96];
                 snprintf(name, sizeof(name), "%s dp 2 pp 2 %s zero %d", shape ? "llama" : "gpt",
                          names[k], zero);
-                int V = all[k] == TR_PP_INTERLEAVED ? 2 : 1;
+                int V = all[k] == TR_PP_INTERLEAVED || all[k] == TR_PP_ZBV ? 2 : 1;
                 variant v = {name, shape ? llama : gpt, 2, 1, 2, V, zero, 0, all[k], 0};
                 run(world, &v);
                 if (zero == 2 + shape) { /* GPT at ZeRO-2, Llama at 3: the default buckets */

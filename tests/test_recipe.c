@@ -500,11 +500,11 @@ static void test_parallel_fields(void)
          "p.lua:4: parallel: unknown field 'dpp' (fields: bucket_kb, dp, dp_shares, microbatches, pp, "
          "schedule, sequence_parallel, stages, tp, virtual_stages, zero)"},
         {"schedule unknown", "schedule = 'fast'",
-         "p.lua:4: parallel: field 'schedule' must be one of gpipe, 1f1b, interleaved, zb-h1 or "
-         "\"auto\", got 'fast'"},
+         "p.lua:4: parallel: field 'schedule' must be one of gpipe, 1f1b, interleaved, zb-h1, "
+         "zb-v or \"auto\", got 'fast'"},
         {"schedule a number", "schedule = 1",
-         "p.lua:4: parallel: field 'schedule' must be one of gpipe, 1f1b, interleaved, zb-h1 or "
-         "\"auto\", got number"},
+         "p.lua:4: parallel: field 'schedule' must be one of gpipe, 1f1b, interleaved, zb-h1, "
+         "zb-v or \"auto\", got number"},
         {"microbatches 0", "microbatches = 0",
          "p.lua:4: parallel: field 'microbatches' must be >= 1, got 0"},
         {"virtual_stages 0", "virtual_stages = 0",

@@ -35,8 +35,8 @@ check(int cond, int quiet, const char *fmt, ...) {
 }
 
 static void test_names(void) {
-    const char *names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-    for (int k = 0; k < 4; k++)
+    const char *names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
+    for (int k = 0; k < 5; k++)
         check(tr_pp_kind_parse(names[k]) == k && !strcmp(tr_pp_kind_name(k), names[k]), 0,
               "name %s parses and prints back", names[k]);
     check(tr_pp_kind_parse("zb-h2") == -1 && tr_pp_kind_parse("") == -1, 0,
@@ -56,6 +56,12 @@ static void test_refusals(void) {
             "interleaved needs microbatches a multiple of pp 4 (4, 8, ...), not 6");
     refused(TR_PP_1F1B, 4, 2, 8, "virtual_stages 2 needs schedule \"interleaved\"");
     refused(TR_PP_ZBH1, 2, 3, 8, "virtual_stages 3 needs schedule \"interleaved\"");
+    refused(TR_PP_ZBV, 2, 3, 8,
+            "schedule \"zb-v\" needs virtual_stages 2 (its two chunks per rank), not 3");
+    refused(TR_PP_ZBV, 2, 1, 8,
+            "schedule \"zb-v\" needs virtual_stages 2 (its two chunks per rank), not 1");
+    refused(TR_PP_ZBV, 4, 2, 3, "zb-v needs microbatches at least pp 4, not 3");
+    refused(TR_PP_ZBV, 1, 2, 3, "schedule \"zb-v\" needs pp 2 or more, not 1");
     refused(TR_PP_INTERLEAVED, 4, 1, 8,
             "schedule \"interleaved\" needs virtual_stages 2 or more (or schedule \"1f1b\")");
     refused(TR_PP_INTERLEAVED, 64, 8, 64,
@@ -86,7 +92,7 @@ static int lists_keep_order(const tr_pp_schedule *s) {
                 ok = *p == 2, *p = 3, held--;
             else
                 ok = *p == 1, *p = 2, held -= a->op == TR_ACT_BWD;
-            ok = ok && a->chunk % s->P == r && held <= s->max_inflight[r];
+            ok = ok && tr_pp_rank_of(s, a->chunk) == r && held <= s->max_inflight[r];
         }
     }
     free(seen);
@@ -125,7 +131,7 @@ static double run_one(tr_pp_kind k, int P, int V, int M) {
     int slots_ok = 1;
     for (int c = 0; c < P * V; c++) {
         int n = tr_pp_chunk_slots(&s, c);
-        slots_ok &= n >= 1 && n <= s.max_inflight[c % P];
+        slots_ok &= n >= 1 && n <= s.max_inflight[tr_pp_rank_of(&s, c)];
     }
     int ok = check(rc == 0, 1, "%s pp %d V %d M %d simulates (%s)", tr_pp_kind_name(k), P, V, M,
                    rc ? err : "") &&
@@ -147,9 +153,12 @@ static double run_one(tr_pp_kind k, int P, int V, int M) {
 
 /* Every accepted (kind, P, V, M) in the ranges, and its bubble against the formulas: gpipe and
  * 1f1b (P-1)/(M+P-1) exactly (also M < P); zb-h1 2(P-1)/(3M+2(P-1)) (also M < P); for M >= P
- * interleaved (P-1)/(V*M+P-1); the last two below 1f1b's. */
+ * interleaved (P-1)/(V*M+P-1); the last two below 1f1b's. zb-v (M >= P, V 2): its lists are
+ * a greedy's at 2P-1 half-stage chunks held (schedule.c), with no closed form to check them
+ * against: below 1f1b's from pp 3, and at pp 2 below it for M < 2P, equal at M = 2P; above it
+ * at pp 2 from M = 2P+1 (3 halves per rank cannot keep both ranks busy: about 9% idle). */
 static void test_all(void) {
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         int n_run = 0, fails = n_fail;
         for (int P = 1; P <= 8; P++)
             for (int V = 1; V <= 4; V++)
@@ -163,6 +172,13 @@ static void test_all(void) {
                               "%s pp %d M %d: bubble %.6f = (P-1)/"
                               "(M+P-1) = %.6f",
                               tr_pp_kind_name(k), P, M, b, b_1f1b);
+                    if (k == TR_PP_ZBV) {
+                        int below = P >= 3 || M < 2 * P, bound = below || M == 2 * P;
+                        check(!bound || (b <= b_1f1b + 1e-9 && (!below || b < b_1f1b - 1e-9)), 1,
+                              "zb-v pp %d M %d: bubble %.6f at most 1f1b's %.6f%s", P, M, b, b_1f1b,
+                              below ? " and below it" : "");
+                        continue;
+                    }
                     if (k < 2 || (M < P && k == TR_PP_INTERLEAVED) || P < 2) continue;
                     double want = k == TR_PP_INTERLEAVED
                                       ? (P - 1.0) / (V * M + P - 1.0)
@@ -182,9 +198,9 @@ static void test_all(void) {
 static void print_table(void) {
     printf("bubble (idle fraction of the step, unit costs):\n");
     printf("  schedule      pp  M=4     M=8\n");
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         for (int P = 2; P <= 4; P += 2) {
-            int V = k == TR_PP_INTERLEAVED ? 2 : 1;
+            int V = k == TR_PP_INTERLEAVED || k == TR_PP_ZBV ? 2 : 1;
             printf("  %-11s%s %2d", tr_pp_kind_name(k), V > 1 ? "/2" : "  ", P);
             for (int M = 4; M <= 8; M += 4) {
                 tr_pp_schedule s;
@@ -299,8 +315,44 @@ static void test_slots(void) {
     tr_pp_free(&s);
 }
 
+/* ZB-V's V: chunk r and 2P-1-r on rank r; every rank holds at most 2P-1 half-stage chunks'
+ * micro-batches (1F1B's rank 0: P stages, 2P halves); gradient buffers: one each way between
+ * ranks, at the turn (chunks P-1 and P on rank P-1) a pool shared by the two chunks. */
+static void test_zbv(void) {
+    int ok = 1, bufs = 1;
+    for (int P = 2; P <= 8; P++)
+        for (int M = P; M <= 4 * P; M++) {
+            tr_pp_schedule s;
+            if (tr_pp_generate(&s, TR_PP_ZBV, P, 2, M)) {
+                ok = 0;
+                continue;
+            }
+            for (int c = 0; c < 2 * P; c++)
+                ok &= tr_pp_rank_of(&s, c) == (c < P ? c : 2 * P - 1 - c);
+            for (int r = 0; r < P; r++)
+                ok &= s.max_inflight[r] <= 2 * P - 1 &&
+                      tr_pp_chunk_slots(&s, r) + tr_pp_chunk_slots(&s, 2 * P - 1 - r) <= 2 * P - 1;
+            for (int c = 0; c < 2 * P; c++) {
+                int nr, ns, tr, ts;
+                tr_pp_grad_bufs(&s, c, &nr, &ns);
+                tr_pp_grad_bufs(&s, c == P ? P - 1 : c, &tr, &ts);
+                bufs &= c == P - 1 ? nr >= 1 : c == P ? ns == tr : nr == 1 && (c == 0 || ns == 1);
+            }
+            tr_pp_free(&s);
+        }
+    check(ok, 0, "zb-v: chunks in a V, at most 2P-1 half-stage micro-batches per rank, pp 2..8");
+    check(bufs, 0, "zb-v: one gradient buffer each way between ranks, a shared pool at the turn");
+    tr_pp_schedule s;
+    tr_pp_generate(&s, TR_PP_1F1B, 2, 1, 4);
+    int nr, ns;
+    tr_pp_grad_bufs(&s, 0, &nr, &ns);
+    check(nr == 0 && ns == 0, 0, "1f1b: gradient buffers by slot (0, 0), got %d, %d", nr, ns);
+    tr_pp_free(&s);
+}
+
 int main(void) {
     test_names();
+    test_zbv();
     test_refusals();
     test_broken();
     test_slots();

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `trainer run --trace N` (parallel/trace.h) with real MPI processes: a pipeline of 2 stages x 4
-# micro-batches with each schedule, and 2 data-parallel ranks, each traced for 2 steps after
+# micro-batches with each schedule (zb-v's chunks in its V), and 2 data-parallel ranks, each traced for 2 steps after
 # the first. The trace is Chrome's trace format, rank 0 writes it for every rank, and it is the
 # run's: in each traced step each rank ran exactly its schedule's actions (every micro-batch's
 # forward and backward, or input and weight parts, of each chunk it holds, each action once
@@ -25,7 +25,8 @@ ev = [e for e in d["traceEvents"] if e["ph"] == "X"]
 steps = sorted({e["args"]["step"] for e in ev})
 assert steps == [1, 2], "traced steps %s, not [1, 2]" % steps
 assert d["otherData"]["ranks"] == P
-split = sched == "zb-h1"
+split = sched in ("zb-h1", "zb-v")
+rank_of = lambda c: c % P if sched != "zb-v" else (c if c < P else 2 * P - 1 - c)
 for s in steps:
     seen = {}
     for r in range(P):
@@ -47,7 +48,7 @@ for s in steps:
     chunks = {c for (_, _, c) in seen}
     assert chunks == set(range(P * V)), "chunks %s" % chunks
     for (n, mb, c), r in seen.items():
-        assert r == c % P, "chunk %d ran on rank %d" % (c, r)
+        assert r == rank_of(c), "chunk %d ran on rank %d" % (c, r)
 a = json.loads(subprocess.check_output([sys.executable, "bench/pp_bubble.py", out + "/trace.json",
                                         "--json"]))
 log = open(out + ".log").read()
@@ -59,7 +60,7 @@ print("%d spans; theory %.1f%% as the run printed; measured %.1f%%" % (len(ev), 
 PY
 }
 
-for cfg in "gpipe 1" "1f1b 1" "interleaved 2" "zb-h1 1"; do
+for cfg in "gpipe 1" "1f1b 1" "interleaved 2" "zb-h1 1" "zb-v 2"; do
     read -r s v <<<"$cfg"
     name="pp2_$s"
     layout_run "$name" 2 gpt --steps 4 --pp 2 --microbatches 4 --schedule "$s" \

@@ -127,10 +127,11 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             if (need_value(cmd, a, i, argc)) return -1;
             o->layout.schedule = tr_pp_kind_parse(argv[++i]);
             if (o->layout.schedule < 0) {
-                fprintf(perr(),
-                        "trainer %s: --schedule must be gpipe, 1f1b, interleaved or zb-h1, got "
-                        "'%s'\n",
-                        cmd, argv[i]);
+                fprintf(
+                    perr(),
+                    "trainer %s: --schedule must be gpipe, 1f1b, interleaved, zb-h1 or zb-v, got "
+                    "'%s'\n",
+                    cmd, argv[i]);
                 return -1;
             }
         } else if (!strcmp(a, "--sequence-parallel")) {

@@ -1,4 +1,4 @@
--- expect: pp_schedule_unknown.lua:15: parallel: field 'schedule' must be one of gpipe, 1f1b, interleaved, zb-h1 or "auto", got '1f2b'
+-- expect: pp_schedule_unknown.lua:15: parallel: field 'schedule' must be one of gpipe, 1f1b, interleaved, zb-h1, zb-v or "auto", got '1f2b'
 -- a schedule name the DSL does not know
 model {
   vocab = 256, dim = 32, seq_len = 16,

@@ -304,7 +304,7 @@ static int read_pipeline(tr_ckpt *c, yaml_document_t *doc, yaml_node_t *par, con
     }
     if ((c->schedule = tr_pp_kind_parse(s)) < 0)
         return tr_errf(err, errlen,
-                       "%s: parallel.schedule is '%s', not gpipe, 1f1b, interleaved or zb-h1",
+                       "%s: parallel.schedule is '%s', not gpipe, 1f1b, interleaved, zb-h1 or zb-v",
                        path, s ? s : "");
     if (yint(v, 1, TR_MAX_CHUNKS, &c->virtual_stages) || c->pp * c->virtual_stages != c->chunks)
         return tr_errf(err, errlen,

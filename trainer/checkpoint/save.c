@@ -357,7 +357,7 @@ static int layout_chunks(const tr_ckpt_opts *o, const tr_model *m, char *err, si
     const tr_layout *l = &o->layout;
     int n = tr_model_num_chunks(m), ok = n == 1 || (l->virtual_stages >= 1 &&
                                                     l->pp * l->virtual_stages == n &&
-                                                    (unsigned)l->schedule <= TR_PP_ZBH1 &&
+                                                    (unsigned)l->schedule <= TR_PP_ZBV &&
                                                     l->microbatches >= 1 && l->chunk_start[0] == 0);
     for (int c = 0; ok && n > 1 && c < n; c++)
         ok = l->chunk_start[c] < l->chunk_start[c + 1];

@@ -34,7 +34,8 @@ static const char *check_help =
     "  LAYOUT        comma-separated: a device (cpu, the default, or cuda), a precision (fp32,\n"
     "                the CPU's and the default; bf16, CUDA's default), dp=D, tp=T, pp=P,\n"
     "                zero=S (0-3), sp (sequence parallelism, with tp > 1), schedule=NAME\n"
-    "                (gpipe, 1f1b, interleaved, zb-h1); e.g. cpu,dp=2,zero=3 or cuda,bf16,tp=2\n"
+    "                (gpipe, 1f1b, interleaved, zb-h1, zb-v); e.g. cpu,dp=2,zero=3 or\n"
+    "                cuda,bf16,tp=2\n"
     "  --tol X       the largest relative difference that agrees (default 1e-5 when both\n"
     "                sides are fp32, 2e-2 otherwise)\n"
     "  --set N=V     a knob of the recipe, for both runs (repeatable)\n"
@@ -110,10 +111,11 @@ static int layout_item(check_layout *l, const char *flag, char *it, unsigned *se
         return 0;
     default:
         if ((l->schedule = tr_pp_kind_parse(v)) >= 0) return 0;
-        fprintf(stderr,
-                "trainer check: %s '%s': schedule must be gpipe, 1f1b, interleaved or zb-h1, got "
-                "'%s'\n",
-                flag, l->text, v);
+        fprintf(
+            stderr,
+            "trainer check: %s '%s': schedule must be gpipe, 1f1b, interleaved, zb-h1 or zb-v, got "
+            "'%s'\n",
+            flag, l->text, v);
         return -1;
     }
 }

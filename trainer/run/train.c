@@ -673,7 +673,10 @@ static void print_pipeline(const run_ctx *x, double idle) {
     tr_pipe_stats ps = tr_pipe_get_stats(x->pipe);
     if (x->rank == 0) {
         printf("pipeline %s, %d stages x %d micro-batches%s: idle share of the step by stage",
-               tr_pp_kind_name(s->kind), P, s->M, s->V > 1 ? " (interleaved)" : "");
+               tr_pp_kind_name(s->kind), P, s->M,
+               s->kind == TR_PP_INTERLEAVED ? " (interleaved)"
+               : s->V > 1                   ? " (in a V)"
+                                            : "");
         for (int p = 0; p < P; p++) {
             tr_layout_coord c = {.d = 0, .p = p, .t = 0};
             int rank = (c.d * P + c.p) * x->lay.tp + c.t;
