@@ -494,9 +494,15 @@ static void print_banner(const run_ctx *x) {
     tr_fmt_bytes((double)m->grads, b2, sizeof(b2));
     tr_fmt_bytes((double)m->optimizer, b3, sizeof(b3));
     tr_fmt_bytes((double)(m->activations + m->scratch), b4, sizeof(b4));
+    char b5[48] = "";
+    if (x->be->device_memory) { /* the kernels' workspaces (model/workspace.c) */
+        tr_fmt_bytes((double)m->workspace, b5 + 2, sizeof(b5) - 2);
+        memcpy(b5, ", ", 2);
+        strncat(b5, " of device workspaces", sizeof(b5) - strlen(b5) - 1);
+    }
     printf("memory per process (predicted): parameters %s, gradients %s, optimizer state %s, "
-           "activations and scratch %s%s\n",
-           b1, b2, b3, b4, tr_zero_of(x->lay.zero).grads ? ", plus ZeRO's bucket buffers" : "");
+           "activations and scratch %s%s%s\n",
+           b1, b2, b3, b4, b5, tr_zero_of(x->lay.zero).grads ? ", plus ZeRO's bucket buffers" : "");
 }
 
 /* Every rank's host name and device (without the notes after ';'), gathered once for the run's

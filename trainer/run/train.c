@@ -507,6 +507,37 @@ static void print_progress(run_ctx *x, int step, const step_result *res, int do_
     fflush(stdout);
 }
 
+/* After the first step: the device memory this process holds (every byte of the run, none is
+ * allocated later) beside what the layout predicted for it, the fullest rank's on rank 0. */
+static void print_device_memory(run_ctx *x) {
+    const tr_memory *p = &x->predicted;
+    size_t now = 0;
+    tr_backend_cuda_memory(&now, NULL);
+    double mine[2] = {(double)(p->params + p->grads + p->optimizer + p->activations + p->scratch +
+                               p->workspace),
+                      (double)now},
+           *all = malloc((size_t)x->nranks * sizeof(mine));
+    if (!all) return;
+    tr_comm_all_gather(x->world, mine, all, 2, TR_COMM_F64);
+    int most = 0, differ = -1;
+    for (int k = 0; k < x->nranks; k++) {
+        if (all[2 * k + 1] > all[2 * most + 1]) most = k;
+        if (differ < 0 && all[2 * k] != all[2 * k + 1]) differ = k;
+    }
+    if (x->rank == 0) {
+        char a[32], b[32];
+        tr_fmt_bytes(all[2 * most], a, sizeof a);
+        tr_fmt_bytes(all[2 * most + 1], b, sizeof b);
+        printf("device memory: predicted %s, allocated %s (%.0f and %.0f bytes%s%s)\n", a, b,
+               all[2 * most], all[2 * most + 1], x->nranks > 1 ? ", the fullest rank" : "",
+               differ < 0 ? ", equal on every rank" : "");
+        if (differ >= 0)
+            printf("device memory: rank %d predicted %.0f bytes, allocated %.0f\n", differ,
+                   all[2 * differ], all[2 * differ + 1]);
+    }
+    free(all);
+}
+
 /* The steps from start_step: each trained, then saved, evaluated and logged as the recipe
  * says, until the last or a requested stop. 0 when all were trained, -1 when one failed
  * (said), else the stop's exit status (trainer/run/stop.c). */
@@ -519,6 +550,10 @@ static int run_steps(run_ctx *x) {
         step_result res;
         if (train_step(x, step, &res)) return -1;
         tr_ledger_step_done(x->ledger, step + 1);
+        if (x->be->device_memory) { /* every device byte is held from now on */
+            if (step == x->start_step) print_device_memory(x);
+            tr_backend_cuda_step_done(step + 1 - x->start_step);
+        }
         if (x->guard.bad >= t->guard.max_bad) { /* back to a checkpoint, past these batches */
             int to;
             if (run_guard_rollback(x, step, &to)) return -1;
@@ -553,6 +588,7 @@ static int run_steps(run_ctx *x) {
         if (x->stop_sig && !last) return run_stop_save(x, step + 1, saved);
     }
     fault_kill(x, t->steps); /* after the last step's save, before the end of the run */
+    if (x->be->device_memory) tr_backend_cuda_step_done(0); /* sampling's caches may follow */
     return 0;
 }
 
