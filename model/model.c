@@ -683,6 +683,7 @@ static tr_memory memory_of(const tr_model *m) {
     tr_workspace ws;
     tr_workspace_of(m, &ws);
     mem.workspace = tr_workspace_bytes(&ws);
+    mem.buffers = 0;
     return mem;
 }
 

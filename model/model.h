@@ -112,6 +112,9 @@ typedef struct {
     /* a device backend's workspaces besides (tr_workspace_of): held on a GPU only, so not in
        the CPU's figures */
     size_t workspace;
+    /* ZeRO-2 and 3's bucket buffers, sized and allocated at the start by the data-parallel
+       layer (parallel/dp.c); 0 for a model alone */
+    size_t buffers;
 } tr_memory;
 
 /* Activation recomputation: trade FLOPs for activation memory.

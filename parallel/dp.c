@@ -39,9 +39,7 @@ tr_buf *dp_pool_take(tr_dp *d, size_t n, int zero) {
 
 /* n: the size it was taken with (the in-use counters already exclude it) */
 void dp_pool_give(tr_dp *d, tr_buf *p, size_t n) {
-    size_t held = d->ring_bytes + d->pbuf_bytes + d->pool_bytes + n * d->es;
-    if (p && d->n_pool < (int)(sizeof(d->pool) / sizeof(d->pool[0])) &&
-        held <= d->ring_high + d->pbuf_high) {
+    if (p && d->n_pool < (int)(sizeof(d->pool) / sizeof(d->pool[0]))) {
         d->pool[d->n_pool].p = p;
         d->pool[d->n_pool++].n = n;
         d->pool_bytes += n * d->es;
@@ -98,9 +96,7 @@ static void z2_finish(tr_dp *d, int k) {
     tr_buf *acc = tr_buf_at(d->be, d->sgrad, b->state);
     d->be->add(acc, acc, s->recv, b->piece); /* after the wait, on the compute stream */
     d->ring_bytes -= ((size_t)d->world + 1) * b->piece * d->es;
-    dp_pool_give(d, s->buf, (size_t)d->world * b->piece);
-    dp_pool_give(d, s->recv, b->piece);
-    s->buf = s->recv = NULL;
+    s->buf = s->recv = NULL; /* the slot's own buffers: kept for its next bucket */
     b->slot = -1;
     s->bucket = -1;
     d->last_done = tr_now();
@@ -138,15 +134,9 @@ static void z2_place(void *ctx, int param) {
     ring_slot *s = &d->ring[k];
     s->bucket = d->bucket_of[param];
     b->slot = k;
-    s->buf = dp_pool_take(d, (size_t)d->world * b->piece, 1);
-    s->recv = dp_pool_take(d, b->piece, 0);
-    if (!s->buf || !s->recv) {
-        fprintf(stderr, "trainer: ZeRO-2: out of memory for a gradient bucket of %zu elements "
-                "on the %s backend\n", (size_t)d->world * b->piece, d->be->name);
-        abort();
-    }
+    s->buf = s->gbuf, s->recv = s->grecv; /* allocated at the start, for the largest piece */
+    d->be->zero(s->buf, (size_t)d->world * b->piece * d->es);
     d->ring_bytes += ((size_t)d->world + 1) * b->piece * d->es;
-    if (d->ring_bytes > d->ring_high) d->ring_high = d->ring_bytes;
     for (int i = b->lo_param; i <= b->hi_param; i++)
         tr_model_set_grad_addr(d->m, i,
                                tr_buf_at(d->be, s->buf, tr_model_param(d->m, i)->offset - b->lo));
@@ -250,17 +240,39 @@ static int cut_buckets(const tr_model *m, size_t bucket_bytes, int world, bucket
     return n;
 }
 
+/* ZeRO-2 and 3's bucket buffers, sized once from the cut: tr_dp_measure predicts them and
+ * tr_dp_init allocates them, before the first step (no device allocation follows it). The
+ * ring's RING slots, each a bucket's gradient (world x the largest piece) and its reduced
+ * piece; ZeRO-2's refresh buffer of every bucket that does not split exactly into pieces
+ * (all in flight at once after the update), placed at b[k].roff; ZeRO-3's GATHERS gathered
+ * buckets of the largest size. Elements: the ring's, the refresh's and the gathers'. */
+static void plan_buffers(bucket *b, int n, int world, tr_zero sh, size_t out[3]) {
+    size_t maxp = 0, W = (size_t)world;
+    out[0] = out[1] = out[2] = 0;
+    if (!sh.grads) return;
+    for (int k = 0; k < n; k++) {
+        if (b[k].piece > maxp) maxp = b[k].piece;
+        b[k].roff = out[1];
+        if (!sh.params && world > 1 && W * b[k].piece != b[k].hi - b[k].lo)
+            out[1] += W * b[k].piece;
+    }
+    out[0] = RING * (W + 1) * maxp;
+    if (sh.params) out[2] = GATHERS * W * maxp;
+}
+
 void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memory *mem) {
-    size_t pieces = 0;
+    size_t pieces = 0, buf[3] = {0, 0, 0};
     if (tr_zero_of(zero).grads) { /* the optimizer state (and parameters) of its pieces */
         int np = tr_model_num_params(m);
         bucket *b = calloc((size_t)(np ? np : 1), sizeof(bucket));
-        if (b) cut_buckets(m, bucket_bytes, size, b, NULL, &pieces);
+        if (b) plan_buffers(b, cut_buckets(m, bucket_bytes, size, b, NULL, &pieces), size,
+                            tr_zero_of(zero), buf);
         free(b);
         tr_model_alloc_optim(m, pieces); /* a planned model records the sizes only */
     }
     *mem = tr_model_memory(m);
     mem->grads += pieces * tr_model_storage_bytes(m); /* the summed gradient of the pieces */
+    mem->buffers = (buf[0] + buf[1] + buf[2]) * tr_model_storage_bytes(m);
 }
 
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_bytes, char *err,
@@ -306,10 +318,25 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         for (int k = 0; k < d->n_buckets; k++)
             if (d->b[k].piece > maxp) maxp = d->b[k].piece;
         d->ring_elems = (size_t)d->world * maxp;
+        size_t buf[3];
+        plan_buffers(d->b, d->n_buckets, d->world, sh, buf);
         int ok = (d->sgrad = be->alloc((d->sgrad_elems ? d->sgrad_elems : 1) * d->es)) &&
                  (d->pieces = calloc((size_t)d->n_buckets, sizeof(tr_piece))) &&
                  tr_model_alloc_optim(m, d->sgrad_elems) == 0;
-        for (int k = 0; k < RING; k++) d->ring[k].bucket = -1;
+        for (int k = 0; k < RING; k++) {
+            d->ring[k].bucket = -1;
+            ok = ok && (d->ring[k].gbuf = be->alloc(d->ring_elems * d->es)) &&
+                 (d->ring[k].grecv = be->alloc(maxp * d->es));
+        }
+        if (ok && buf[1]) ok = (d->rbuf = be->alloc(buf[1] * d->es)) != NULL;
+        for (int k = 0; ok && k < (buf[2] ? GATHERS : 0); k++) {
+            ok = (d->pool[k].p = be->alloc(d->ring_elems * d->es)) != NULL;
+            d->pool[k].n = d->ring_elems;
+            d->n_pool += ok;
+        }
+        d->ring_high = buf[0] * d->es; /* what is held: the ring, the parameter buffers */
+        d->pbuf_high = (buf[1] + buf[2]) * d->es;
+        d->pool_bytes = buf[2] * d->es;
         if (!ok) {
             snprintf(err, errlen, "ZeRO-2: out of memory for the gradient buffers");
             tr_dp_free(d);
@@ -348,10 +375,11 @@ void tr_dp_free(tr_dp *d) {
     tr_model_set_partial_hook(d->m, NULL, NULL);
     dp_params_free(d);
     for (int k = 0; k < RING; k++) {
-        d->be->free(d->ring[k].buf);
-        d->be->free(d->ring[k].recv);
+        d->be->free(d->ring[k].gbuf);
+        d->be->free(d->ring[k].grecv);
     }
     for (int k = 0; k < d->n_pool; k++) d->be->free(d->pool[k].p);
+    d->be->free(d->rbuf);
     d->be->free(d->sgrad);
     free(d->pieces);
     free(d->bucket_of);

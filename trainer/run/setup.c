@@ -500,9 +500,14 @@ static void print_banner(const run_ctx *x) {
         memcpy(b5, ", ", 2);
         strncat(b5, " of device workspaces", sizeof(b5) - strlen(b5) - 1);
     }
+    char b6[48] = "";
+    if (m->buffers) {
+        memcpy(b6, ", ZeRO's bucket buffers ", 25);
+        tr_fmt_bytes((double)m->buffers, b6 + 24, sizeof(b6) - 24);
+    }
     printf("memory per process (predicted): parameters %s, gradients %s, optimizer state %s, "
            "activations and scratch %s%s%s\n",
-           b1, b2, b3, b4, b5, tr_zero_of(x->lay.zero).grads ? ", plus ZeRO's bucket buffers" : "");
+           b1, b2, b3, b4, b5, b6);
 }
 
 /* Every rank's host name and device (without the notes after ';'), gathered once for the run's

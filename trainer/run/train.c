@@ -514,7 +514,7 @@ static void print_device_memory(run_ctx *x) {
     size_t now = 0;
     tr_backend_cuda_memory(&now, NULL);
     double mine[2] = {(double)(p->params + p->grads + p->optimizer + p->activations + p->scratch +
-                               p->workspace),
+                               p->workspace + p->buffers),
                       (double)now},
            *all = malloc((size_t)x->nranks * sizeof(mine));
     if (!all) return;
