@@ -617,10 +617,12 @@ static void write_memory_json(run_ctx *x) {
             "\"micro_batch\": %d, \"zero\": %d, \"params\": %zu, \"param_buffers\": %zu, "
             "\"grads\": %zu, \"grad_buffers\": %zu, \"optimizer\": %zu, \"activations\": %zu, "
             "\"scratch\": %zu,\n \"predicted\": {\"params\": %zu, \"grads\": %zu, "
-            "\"optimizer\": %zu, \"activations\": %zu, \"scratch\": %zu}}\n",
+            "\"optimizer\": %zu, \"activations\": %zu, \"scratch\": %zu, \"buffers\": %zu, "
+            "\"workspace\": %zu}}\n",
             x->nranks, x->lay.dp, x->lay.tp, x->lay.pp, x->lay.sequence_parallel ? "true" : "false",
             x->lay.micro_batch, x->lay.zero, m.params, pbuf, m.grads, gbuf, m.optimizer,
-            m.activations, m.scratch, p.params, p.grads, p.optimizer, p.activations, p.scratch);
+            m.activations, m.scratch, p.params, p.grads, p.optimizer, p.activations, p.scratch,
+            p.buffers, p.workspace);
     if (run_close_output(f, path)) x->out_failed = 1;
 }
 
