@@ -107,19 +107,45 @@ static void z2_poll(tr_dp *d) {
         if (d->ring[k].req && tr_comm_test(d->ring[k].req)) z2_finish(d, k);
 }
 
-static int z2_acquire(tr_dp *d) {
+/* A free ring slot for a bucket of `piece`: the smallest that holds it (the slots are sized
+ * at the start for the RING largest pieces: plan_buffers), finishing the oldest reductions
+ * until one is. When every slot left is too small and none is in flight, a free one grows
+ * (device memory the plan did not count: the run's line shows it). */
+static int z2_acquire(tr_dp *d, size_t piece) {
     for (;;) {
-        int oldest = -1;
+        int best = -1, any = -1, oldest = -1;
         for (int k = 0; k < RING; k++) {
-            if (d->ring[k].bucket < 0) return k;
-            if (d->ring[k].req && (oldest < 0 || d->ring[k].seq < d->ring[oldest].seq)) oldest = k;
+            ring_slot *s = &d->ring[k];
+            if (s->bucket < 0) {
+                any = k;
+                if (s->cap >= piece && (best < 0 || s->cap < d->ring[best].cap)) best = k;
+            } else if (s->req && (oldest < 0 || s->seq < d->ring[oldest].seq)) {
+                oldest = k;
+            }
         }
-        if (oldest < 0) { /* every slot holds a bucket still being computed: cannot happen */
+        if (best >= 0) return best;
+        if (oldest >= 0) {
+            z2_finish(d, oldest);
+            continue;
+        }
+        if (any < 0) { /* every slot holds a bucket still being computed: cannot happen */
             fprintf(stderr, "trainer: ZeRO-2: more than %d gradient buckets open at once\n",
                     RING);
             abort();
         }
-        z2_finish(d, oldest);
+        ring_slot *s = &d->ring[any];
+        d->be->free(s->gbuf);
+        d->be->free(s->grecv);
+        s->gbuf = d->be->alloc((size_t)d->world * piece * d->es);
+        s->grecv = d->be->alloc(piece * d->es);
+        if (!s->gbuf || !s->grecv) {
+            fprintf(stderr, "trainer: ZeRO-2: out of memory for a gradient bucket of %zu "
+                    "elements on the %s backend\n", (size_t)d->world * piece, d->be->name);
+            abort();
+        }
+        d->ring_high += (piece - s->cap) * ((size_t)d->world + 1) * d->es;
+        s->cap = piece;
+        return any;
     }
 }
 
@@ -130,7 +156,7 @@ static void z2_place(void *ctx, int param) {
         if (!d->ring[b->slot].req) return; /* placed in this micro-step already */
         z2_finish(d, b->slot); /* last micro-step's reduction of it: finish, then start anew */
     }
-    int k = z2_acquire(d);
+    int k = z2_acquire(d, b->piece);
     ring_slot *s = &d->ring[k];
     s->bucket = d->bucket_of[param];
     b->slot = k;
@@ -240,24 +266,41 @@ static int cut_buckets(const tr_model *m, size_t bucket_bytes, int world, bucket
     return n;
 }
 
+_Static_assert(GATHERS <= RING, "the gathers take the ring's sizes (plan_buffers)");
+
+static int by_size_down(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 /* ZeRO-2 and 3's bucket buffers, sized once from the cut: tr_dp_measure predicts them and
  * tr_dp_init allocates them, before the first step (no device allocation follows it). The
- * ring's RING slots, each a bucket's gradient (world x the largest piece) and its reduced
- * piece; ZeRO-2's refresh buffer of every bucket that does not split exactly into pieces
- * (all in flight at once after the update), placed at b[k].roff; ZeRO-3's GATHERS gathered
- * buckets of the largest size. Elements: the ring's, the refresh's and the gathers'. */
-static void plan_buffers(bucket *b, int n, int world, tr_zero sh, size_t out[3]) {
-    size_t maxp = 0, W = (size_t)world;
+ * ring's RING slots, slot k sized for the k-th largest piece (cap[k]): its bucket's gradient
+ * (world x cap) and its reduced piece; ZeRO-2's refresh buffer of every bucket that does not
+ * split exactly into pieces (all in flight at once after the update), placed at b[k].roff;
+ * ZeRO-3's gathered buckets, the GATHERS largest. Elements: the ring's, the refresh's and the
+ * gathers'. A model whose largest tensor is one huge bucket (an embedding) holds it once. */
+static void plan_buffers(bucket *b, int n, int world, tr_zero sh, size_t out[3],
+                         size_t cap[RING]) {
+    size_t W = (size_t)world;
     out[0] = out[1] = out[2] = 0;
-    if (!sh.grads) return;
+    for (int k = 0; k < RING; k++) cap[k] = 0;
+    if (!sh.grads || n <= 0) return;
+    size_t *p = malloc((size_t)n * sizeof(size_t));
+    if (!p) return;
     for (int k = 0; k < n; k++) {
-        if (b[k].piece > maxp) maxp = b[k].piece;
+        p[k] = b[k].piece;
         b[k].roff = out[1];
         if (!sh.params && world > 1 && W * b[k].piece != b[k].hi - b[k].lo)
             out[1] += W * b[k].piece;
     }
-    out[0] = RING * (W + 1) * maxp;
-    if (sh.params) out[2] = GATHERS * W * maxp;
+    qsort(p, (size_t)n, sizeof(size_t), by_size_down);
+    for (int k = 0; k < RING && k < n; k++) {
+        cap[k] = p[k];
+        out[0] += (W + 1) * p[k];
+    }
+    for (int k = 0; sh.params && k < GATHERS && k < n; k++) out[2] += W * p[k];
+    free(p);
 }
 
 void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memory *mem) {
@@ -265,8 +308,9 @@ void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memo
     if (tr_zero_of(zero).grads) { /* the optimizer state (and parameters) of its pieces */
         int np = tr_model_num_params(m);
         bucket *b = calloc((size_t)(np ? np : 1), sizeof(bucket));
+        size_t cap[RING];
         if (b) plan_buffers(b, cut_buckets(m, bucket_bytes, size, b, NULL, &pieces), size,
-                            tr_zero_of(zero), buf);
+                            tr_zero_of(zero), buf, cap);
         free(b);
         tr_model_alloc_optim(m, pieces); /* a planned model records the sizes only */
     }
@@ -318,20 +362,24 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         for (int k = 0; k < d->n_buckets; k++)
             if (d->b[k].piece > maxp) maxp = d->b[k].piece;
         d->ring_elems = (size_t)d->world * maxp;
-        size_t buf[3];
-        plan_buffers(d->b, d->n_buckets, d->world, sh, buf);
+        size_t buf[3], cap[RING];
+        plan_buffers(d->b, d->n_buckets, d->world, sh, buf, cap);
         int ok = (d->sgrad = be->alloc((d->sgrad_elems ? d->sgrad_elems : 1) * d->es)) &&
                  (d->pieces = calloc((size_t)d->n_buckets, sizeof(tr_piece))) &&
                  tr_model_alloc_optim(m, d->sgrad_elems) == 0;
         for (int k = 0; k < RING; k++) {
-            d->ring[k].bucket = -1;
-            ok = ok && (d->ring[k].gbuf = be->alloc(d->ring_elems * d->es)) &&
-                 (d->ring[k].grecv = be->alloc(maxp * d->es));
+            ring_slot *r = &d->ring[k];
+            r->bucket = -1;
+            r->cap = cap[k];
+            if (ok && cap[k])
+                ok = (r->gbuf = be->alloc((size_t)d->world * cap[k] * d->es)) &&
+                     (r->grecv = be->alloc(cap[k] * d->es));
         }
         if (ok && buf[1]) ok = (d->rbuf = be->alloc(buf[1] * d->es)) != NULL;
-        for (int k = 0; ok && k < (buf[2] ? GATHERS : 0); k++) {
-            ok = (d->pool[k].p = be->alloc(d->ring_elems * d->es)) != NULL;
-            d->pool[k].n = d->ring_elems;
+        for (int k = 0; ok && sh.params && k < GATHERS && cap[k]; k++) { /* GATHERS <= RING */
+            size_t n = (size_t)d->world * cap[k];
+            ok = (d->pool[k].p = be->alloc(n * d->es)) != NULL;
+            d->pool[k].n = n;
             d->n_pool += ok;
         }
         d->ring_high = buf[0] * d->es; /* what is held: the ring, the parameter buffers */

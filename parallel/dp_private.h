@@ -31,15 +31,16 @@ typedef struct {
 typedef struct {
     tr_buf *buf;  /* (world * piece) elements of its bucket, while held (= gbuf) */
     tr_buf *recv; /* this rank's reduced piece (= grecv) */
-    tr_buf *gbuf, *grecv; /* the slot's buffers, allocated at the start for the largest piece */
+    tr_buf *gbuf, *grecv; /* the slot's buffers, allocated at the start: world x cap, cap */
+    size_t cap;           /* the piece it holds at most (0: no buffers) */
     int bucket;  /* the bucket it holds, -1 = free */
     tr_comm_req *req;
     long seq;    /* when its reduction started, to finish the oldest first */
 } ring_slot;
 #define RING 8 /* buckets open at once: an op's tensors, the held embedding, in flight */
-#define GATHERS 8 /* ZeRO-3's gathered buckets allocated at the start: an op's (at most 4)
-                     and the next op's, prefetched (full recompute's forward holds more: those
-                     are allocated when first needed, in the first step) */
+#define GATHERS 8 /* ZeRO-3's gathered buckets allocated at the start, the largest ones: an
+                     op's (at most 4) and the next op's, prefetched (full recompute's forward
+                     holds more: those are allocated when first needed, in the first step) */
 
 struct tr_dp {
     tr_model *m;
@@ -82,7 +83,7 @@ struct tr_dp {
     struct {
         tr_buf *p;
         size_t n; /* elements */
-    } pool[GATHERS];
+    } pool[2 * GATHERS];
     int n_pool;
     size_t pool_bytes;
 };

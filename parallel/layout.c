@@ -524,7 +524,7 @@ int tr_layout_memory_most(const tr_layout *l, const tr_model_desc *d, tr_dtype d
         tr_memory m;
         if (tr_layout_memory(l, d, dtype, p * l->tp, &m, err, errlen)) return -1;
         double t = (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch +
-                            (device ? m.workspace : 0));
+                            (device ? m.workspace + m.buffers : 0));
         if (t > *bytes) *bytes = t;
     }
     return 0;

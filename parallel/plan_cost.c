@@ -283,7 +283,7 @@ double pl_stage_memory(const pl_model *m, const pl_devices *dv, const tr_plan *p
     double pb = m->p_bytes * n, gb = m->g_bytes * n, ob = m->o_bytes * n;
     tr_zero sh = tr_zero_of(p->l.zero);
     if (sh.optimizer) ob /= dp;
-    if (sh.grads) gb /= dp; /* the pieces (the transient buckets: in the reserve) */
+    if (sh.grads) gb /= dp; /* the pieces (the bucket buffers: the exact pass's) */
     if (sh.params) pb /= dp;
     double act = 0;
     for (int c = r; c < K; c += p->l.pp)

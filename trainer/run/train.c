@@ -241,9 +241,16 @@ static void fault_kill(run_ctx *x, int step) {
     raise(SIGKILL); /* as if killed after the step that saved */
 }
 
-/* The bytes this rank holds as the layout predicts them: its arena and ZeRO's gradient pieces
- * (not ZeRO-2/3's transient bucket buffers, whose high-water marks memory.json gives). */
+/* The bytes this rank holds as the layout predicts them: on a GPU every byte the backend
+ * allocated (the arenas, the workspaces, ZeRO's bucket buffers: all sized before the first
+ * step); elsewhere its arena and ZeRO's gradient pieces (not ZeRO-2/3's bucket buffers, which
+ * memory.json gives). */
 static double rank_memory(const run_ctx *x) {
+    if (x->be->device_memory) {
+        size_t now = 0;
+        tr_backend_cuda_memory(&now, NULL);
+        return (double)now;
+    }
     tr_memory m = tr_model_memory(x->model);
     return (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch +
                     tr_dp_grad_bytes(x->dp) - tr_dp_grad_buffer_bytes(x->dp));
