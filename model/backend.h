@@ -38,6 +38,35 @@ typedef struct {
  * does not run on with it, so it is known without a GPU or a CUDA build. */
 #define TR_CUDA_PAD_VOCAB 128
 
+/* A device backend's workspaces (the CUDA backend's; a CPU needs none), in bytes, sized by
+ * one function from the model's shapes (tr_workspace_of, model/workspace.c): the plan's memory
+ * estimate adds them up (tr_memory.workspace) and the backend allocates them once, at the
+ * model's start (tr_backend.reserve), so that the two agree byte for byte. */
+enum {
+    TR_WS_CUBLASLT,     /* cuBLASLt's workspace: TR_WS_CUBLASLT_BYTES */
+    TR_WS_REDUCE,       /* column sums (bias, norm weight gradients): 2 x row chunks x width */
+    TR_WS_EMBED,        /* the embedding backward's token permutation: 3N + 1 ints */
+    TR_WS_ROPE,         /* rotary position table: T x head_dim / 2 float pairs */
+    TR_WS_ATTN,         /* attention backward's row terms: N x heads floats */
+    TR_WS_SUMSQ,        /* the gradient norm's partial sums */
+    TR_WS_ADAMW_SEGS,   /* adamw_multi's table of stretches */
+    TR_WS_ADAMW_BLOCKS, /* and of its blocks */
+    TR_WS_EMPTY,        /* the one block every empty buffer points at: TR_WS_EMPTY_BYTES */
+    TR_WS_COUNT
+};
+typedef struct {
+    size_t bytes[TR_WS_COUNT];
+} tr_workspace;
+/* The constants the CUDA kernels and this sizing share (model/cuda/ uses these names). */
+#define TR_WS_CUBLASLT_BYTES ((size_t)32 << 20) /* what cuBLASLt asks for on Hopper */
+#define TR_WS_COLSUM_ROWS 256                   /* rows per partial column sum */
+#define TR_WS_SUMSQ_BLOCKS 1024                 /* blocks of the sum of squares */
+#define TR_WS_ADAMW_CHUNK ((size_t)256 * 8 * 4) /* elements per adamw_multi block */
+#define TR_WS_ADAMW_SEG_BYTES 64                /* one stretch in the device table, at most */
+#define TR_WS_ADAMW_BLOCK_BYTES 8               /* one block */
+#define TR_WS_EMPTY_BYTES 256                   /* cudaMalloc's alignment */
+size_t tr_workspace_bytes(const tr_workspace *w);
+
 typedef struct tr_backend {
     const char *name;
     tr_dtype dtype; /* storage dtype of every tr_buf */
@@ -177,6 +206,9 @@ typedef struct tr_backend {
      * as adamw on each. */
     void (*adamw_multi)(const tr_adamw_seg *s, int n, float lr, float beta1, float beta2,
                         float eps, float bc1, float bc2, float gscale);
+    /* Optional (device backends): allocate the workspaces w, each slot grown to at least its
+     * size; 0, or -1 when the device is out of memory. */
+    int (*reserve)(const tr_workspace *w);
 } tr_backend;
 
 /* Bytes of one storage element. */
@@ -225,6 +257,12 @@ tr_attention_impl tr_backend_attention(void);
 /* The CUDA backend's stream (a cudaStream_t) once it is initialised, else NULL: what device
  * collectives order themselves against (tr_comm_device_init). */
 void *tr_backend_cuda_stream(void);
+
+/* The device memory the CUDA backend holds now and at most (bytes; 0 without CUDA). After
+ * training step `step` (1, 2, ...; 0: training is over) no more may be allocated until
+ * step_done(0): on the CUDA emulator a cudaMalloc then fails the run (tests/cudaemu). */
+void tr_backend_cuda_memory(size_t *now, size_t *peak);
+void tr_backend_cuda_step_done(int step);
 
 /* The current GPU's name and its peak dense rate in FLOP/s for `dtype` from a table of known
  * devices (H100/H200 SXM bf16: 989e12, A100: 312e12, ...); 0 when the device is unknown. */

@@ -673,8 +673,8 @@ static tr_memory memory_of(const tr_model *m) {
     mem.params = (m->external_params ? m->piece_elems : m->n_pad) * (es == F ? es : es + F);
     mem.grads = m->external_grads ? 0 : m->n_pad * es; /* ZeRO-2: the caller's buffers */
     mem.optimizer = 2 * (m->opt_hi - m->opt_lo) * F;
-    mem.activations =
-        (m->act_floats + m->tact_floats) * es + (m->stat_floats + m->tstat_floats) * F;
+    mem.activations = (m->act_floats + (m->tact_floats ? m->tact_floats : 16)) * es +
+                      (m->stat_floats + (m->tstat_floats ? m->tstat_floats : 16)) * F;
     size_t Ns = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream */
     mem.scratch = (2 * align16(m->width_scratch * N) + logits_elems(m) +
                    2 * (size_t)(m->max_depth + 1) * align16(Ns * C)) *
@@ -689,6 +689,10 @@ static tr_memory memory_of(const tr_model *m) {
     if (m->tp > 1) /* vgather, xstats, ltokens */
         mem.scratch += (size_t)m->Vp * F + ((size_t)m->tp + 1) * m->head_rows * 3 * F +
                        N * sizeof(int);
+    tr_workspace ws;
+    tr_workspace_of(m, &ws);
+    mem.workspace = tr_workspace_bytes(&ws);
+    mem.buffers = 0;
     return mem;
 }
 
@@ -828,6 +832,9 @@ int tr_model_init_opts(tr_model **out, const tr_model_desc *desc, const tr_backe
              (m->xstats = be->alloc(((size_t)m->tp + 1) * m->head_rows * 3 * F)) &&
              (m->ltokens = be->alloc(N * sizeof(int))) &&
              (m->host_ltokens = malloc(N * sizeof(int)));
+    tr_workspace ws; /* the device's workspaces: held from the start, as the plan counts them */
+    tr_workspace_of(m, &ws);
+    if (ok && be->reserve) ok = be->reserve(&ws) == 0;
     if (!ok) {
         tr_memory mem = memory_of(m);
         snprintf(err, errlen, "model: cannot allocate %.2f GiB on the %s backend",

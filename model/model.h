@@ -109,6 +109,12 @@ size_t tr_param_global_index(const tr_param *p, size_t i);
 
 typedef struct {
     size_t params, grads, optimizer, activations, scratch; /* bytes */
+    /* a device backend's workspaces besides (tr_workspace_of): held on a GPU only, so not in
+       the CPU's figures */
+    size_t workspace;
+    /* ZeRO-2 and 3's bucket buffers, sized and allocated at the start by the data-parallel
+       layer (parallel/dp.c); 0 for a model alone */
+    size_t buffers;
 } tr_memory;
 
 /* Activation recomputation: trade FLOPs for activation memory.
@@ -188,6 +194,9 @@ int tr_model_measure(const tr_model_desc *desc, tr_dtype dtype, const tr_model_o
 int tr_model_plan(tr_model **out, const tr_model_desc *desc, tr_dtype dtype,
                   const tr_model_opts *opts, char *err, size_t errlen);
 tr_memory tr_model_memory(const tr_model *m);
+/* The device workspaces the model's kernels need (model/workspace.c): what a device backend
+ * reserves at the model's start and tr_memory.workspace adds up. */
+void tr_workspace_of(const tr_model *m, tr_workspace *w);
 
 int tr_model_num_params(const tr_model *m); /* parameter tensors */
 const tr_param *tr_model_param(const tr_model *m, int i);

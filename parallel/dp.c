@@ -39,9 +39,7 @@ tr_buf *dp_pool_take(tr_dp *d, size_t n, int zero) {
 
 /* n: the size it was taken with (the in-use counters already exclude it) */
 void dp_pool_give(tr_dp *d, tr_buf *p, size_t n) {
-    size_t held = d->ring_bytes + d->pbuf_bytes + d->pool_bytes + n * d->es;
-    if (p && d->n_pool < (int)(sizeof(d->pool) / sizeof(d->pool[0])) &&
-        held <= d->ring_high + d->pbuf_high) {
+    if (p && d->n_pool < (int)(sizeof(d->pool) / sizeof(d->pool[0]))) {
         d->pool[d->n_pool].p = p;
         d->pool[d->n_pool++].n = n;
         d->pool_bytes += n * d->es;
@@ -98,9 +96,7 @@ static void z2_finish(tr_dp *d, int k) {
     tr_buf *acc = tr_buf_at(d->be, d->sgrad, b->state);
     d->be->add(acc, acc, s->recv, b->piece); /* after the wait, on the compute stream */
     d->ring_bytes -= ((size_t)d->world + 1) * b->piece * d->es;
-    dp_pool_give(d, s->buf, (size_t)d->world * b->piece);
-    dp_pool_give(d, s->recv, b->piece);
-    s->buf = s->recv = NULL;
+    s->buf = s->recv = NULL; /* the slot's own buffers: kept for its next bucket */
     b->slot = -1;
     s->bucket = -1;
     d->last_done = tr_now();
@@ -111,19 +107,45 @@ static void z2_poll(tr_dp *d) {
         if (d->ring[k].req && tr_comm_test(d->ring[k].req)) z2_finish(d, k);
 }
 
-static int z2_acquire(tr_dp *d) {
+/* A free ring slot for a bucket of `piece`: the smallest that holds it (the slots are sized
+ * at the start for the RING largest pieces: plan_buffers), finishing the oldest reductions
+ * until one is. When every slot left is too small and none is in flight, a free one grows
+ * (device memory the plan did not count: the run's line shows it). */
+static int z2_acquire(tr_dp *d, size_t piece) {
     for (;;) {
-        int oldest = -1;
+        int best = -1, any = -1, oldest = -1;
         for (int k = 0; k < RING; k++) {
-            if (d->ring[k].bucket < 0) return k;
-            if (d->ring[k].req && (oldest < 0 || d->ring[k].seq < d->ring[oldest].seq)) oldest = k;
+            ring_slot *s = &d->ring[k];
+            if (s->bucket < 0) {
+                any = k;
+                if (s->cap >= piece && (best < 0 || s->cap < d->ring[best].cap)) best = k;
+            } else if (s->req && (oldest < 0 || s->seq < d->ring[oldest].seq)) {
+                oldest = k;
+            }
         }
-        if (oldest < 0) { /* every slot holds a bucket still being computed: cannot happen */
+        if (best >= 0) return best;
+        if (oldest >= 0) {
+            z2_finish(d, oldest);
+            continue;
+        }
+        if (any < 0) { /* every slot holds a bucket still being computed: cannot happen */
             fprintf(stderr, "trainer: ZeRO-2: more than %d gradient buckets open at once\n",
                     RING);
             abort();
         }
-        z2_finish(d, oldest);
+        ring_slot *s = &d->ring[any];
+        d->be->free(s->gbuf);
+        d->be->free(s->grecv);
+        s->gbuf = d->be->alloc((size_t)d->world * piece * d->es);
+        s->grecv = d->be->alloc(piece * d->es);
+        if (!s->gbuf || !s->grecv) {
+            fprintf(stderr, "trainer: ZeRO-2: out of memory for a gradient bucket of %zu "
+                    "elements on the %s backend\n", (size_t)d->world * piece, d->be->name);
+            abort();
+        }
+        d->ring_high += (piece - s->cap) * ((size_t)d->world + 1) * d->es;
+        s->cap = piece;
+        return any;
     }
 }
 
@@ -134,19 +156,13 @@ static void z2_place(void *ctx, int param) {
         if (!d->ring[b->slot].req) return; /* placed in this micro-step already */
         z2_finish(d, b->slot); /* last micro-step's reduction of it: finish, then start anew */
     }
-    int k = z2_acquire(d);
+    int k = z2_acquire(d, b->piece);
     ring_slot *s = &d->ring[k];
     s->bucket = d->bucket_of[param];
     b->slot = k;
-    s->buf = dp_pool_take(d, (size_t)d->world * b->piece, 1);
-    s->recv = dp_pool_take(d, b->piece, 0);
-    if (!s->buf || !s->recv) {
-        fprintf(stderr, "trainer: ZeRO-2: out of memory for a gradient bucket of %zu elements "
-                "on the %s backend\n", (size_t)d->world * b->piece, d->be->name);
-        abort();
-    }
+    s->buf = s->gbuf, s->recv = s->grecv; /* allocated at the start, for the largest piece */
+    d->be->zero(s->buf, (size_t)d->world * b->piece * d->es);
     d->ring_bytes += ((size_t)d->world + 1) * b->piece * d->es;
-    if (d->ring_bytes > d->ring_high) d->ring_high = d->ring_bytes;
     for (int i = b->lo_param; i <= b->hi_param; i++)
         tr_model_set_grad_addr(d->m, i,
                                tr_buf_at(d->be, s->buf, tr_model_param(d->m, i)->offset - b->lo));
@@ -250,17 +266,57 @@ static int cut_buckets(const tr_model *m, size_t bucket_bytes, int world, bucket
     return n;
 }
 
+_Static_assert(GATHERS <= RING, "the gathers take the ring's sizes (plan_buffers)");
+
+static int by_size_down(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* ZeRO-2 and 3's bucket buffers, sized once from the cut: tr_dp_measure predicts them and
+ * tr_dp_init allocates them, before the first step (no device allocation follows it). The
+ * ring's RING slots, slot k sized for the k-th largest piece (cap[k]): its bucket's gradient
+ * (world x cap) and its reduced piece; ZeRO-2's refresh buffer of every bucket that does not
+ * split exactly into pieces (all in flight at once after the update), placed at b[k].roff;
+ * ZeRO-3's gathered buckets, the GATHERS largest. Elements: the ring's, the refresh's and the
+ * gathers'. A model whose largest tensor is one huge bucket (an embedding) holds it once. */
+static void plan_buffers(bucket *b, int n, int world, tr_zero sh, size_t out[3],
+                         size_t cap[RING]) {
+    size_t W = (size_t)world;
+    out[0] = out[1] = out[2] = 0;
+    for (int k = 0; k < RING; k++) cap[k] = 0;
+    if (!sh.grads || n <= 0) return;
+    size_t *p = malloc((size_t)n * sizeof(size_t));
+    if (!p) return;
+    for (int k = 0; k < n; k++) {
+        p[k] = b[k].piece;
+        b[k].roff = out[1];
+        if (!sh.params && world > 1 && W * b[k].piece != b[k].hi - b[k].lo)
+            out[1] += W * b[k].piece;
+    }
+    qsort(p, (size_t)n, sizeof(size_t), by_size_down);
+    for (int k = 0; k < RING && k < n; k++) {
+        cap[k] = p[k];
+        out[0] += (W + 1) * p[k];
+    }
+    for (int k = 0; sh.params && k < GATHERS && k < n; k++) out[2] += W * p[k];
+    free(p);
+}
+
 void tr_dp_measure(tr_model *m, int zero, int size, size_t bucket_bytes, tr_memory *mem) {
-    size_t pieces = 0;
+    size_t pieces = 0, buf[3] = {0, 0, 0};
     if (tr_zero_of(zero).grads) { /* the optimizer state (and parameters) of its pieces */
         int np = tr_model_num_params(m);
         bucket *b = calloc((size_t)(np ? np : 1), sizeof(bucket));
-        if (b) cut_buckets(m, bucket_bytes, size, b, NULL, &pieces);
+        size_t cap[RING];
+        if (b) plan_buffers(b, cut_buckets(m, bucket_bytes, size, b, NULL, &pieces), size,
+                            tr_zero_of(zero), buf, cap);
         free(b);
         tr_model_alloc_optim(m, pieces); /* a planned model records the sizes only */
     }
     *mem = tr_model_memory(m);
     mem->grads += pieces * tr_model_storage_bytes(m); /* the summed gradient of the pieces */
+    mem->buffers = (buf[0] + buf[1] + buf[2]) * tr_model_storage_bytes(m);
 }
 
 int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_bytes, char *err,
@@ -306,10 +362,29 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
         for (int k = 0; k < d->n_buckets; k++)
             if (d->b[k].piece > maxp) maxp = d->b[k].piece;
         d->ring_elems = (size_t)d->world * maxp;
+        size_t buf[3], cap[RING];
+        plan_buffers(d->b, d->n_buckets, d->world, sh, buf, cap);
         int ok = (d->sgrad = be->alloc((d->sgrad_elems ? d->sgrad_elems : 1) * d->es)) &&
                  (d->pieces = calloc((size_t)d->n_buckets, sizeof(tr_piece))) &&
                  tr_model_alloc_optim(m, d->sgrad_elems) == 0;
-        for (int k = 0; k < RING; k++) d->ring[k].bucket = -1;
+        for (int k = 0; k < RING; k++) {
+            ring_slot *r = &d->ring[k];
+            r->bucket = -1;
+            r->cap = cap[k];
+            if (ok && cap[k])
+                ok = (r->gbuf = be->alloc((size_t)d->world * cap[k] * d->es)) &&
+                     (r->grecv = be->alloc(cap[k] * d->es));
+        }
+        if (ok && buf[1]) ok = (d->rbuf = be->alloc(buf[1] * d->es)) != NULL;
+        for (int k = 0; ok && sh.params && k < GATHERS && cap[k]; k++) { /* GATHERS <= RING */
+            size_t n = (size_t)d->world * cap[k];
+            ok = (d->pool[k].p = be->alloc(n * d->es)) != NULL;
+            d->pool[k].n = n;
+            d->n_pool += ok;
+        }
+        d->ring_high = buf[0] * d->es; /* what is held: the ring, the parameter buffers */
+        d->pbuf_high = (buf[1] + buf[2]) * d->es;
+        d->pool_bytes = buf[2] * d->es;
         if (!ok) {
             snprintf(err, errlen, "ZeRO-2: out of memory for the gradient buffers");
             tr_dp_free(d);
@@ -348,10 +423,11 @@ void tr_dp_free(tr_dp *d) {
     tr_model_set_partial_hook(d->m, NULL, NULL);
     dp_params_free(d);
     for (int k = 0; k < RING; k++) {
-        d->be->free(d->ring[k].buf);
-        d->be->free(d->ring[k].recv);
+        d->be->free(d->ring[k].gbuf);
+        d->be->free(d->ring[k].grecv);
     }
     for (int k = 0; k < d->n_pool; k++) d->be->free(d->pool[k].p);
+    d->be->free(d->rbuf);
     d->be->free(d->sgrad);
     free(d->pieces);
     free(d->bucket_of);

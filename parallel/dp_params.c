@@ -118,15 +118,9 @@ void dp_refresh_start(tr_dp *d) {
             size_t len = b->hi - b->lo, n = (size_t)d->world * b->piece, at,
                    cnt = dp_piece(d, b, &at), mine = at - b->lo;
             tr_buf *whole = tr_buf_at(be, slab, b->lo);
-            if (n != len) {
-                b->full = dp_pool_take(d, n, 0);
-                if (!b->full) {
-                    fprintf(stderr, "trainer: ZeRO-2: out of memory gathering %zu parameters on "
-                            "the %s backend\n", n, be->name);
-                    abort();
-                }
+            if (n != len) { /* its buffer, allocated at the start (dp.c: plan_buffers) */
+                b->full = tr_buf_at(be, d->rbuf, b->roff);
                 d->pbuf_bytes += n * d->es;
-                if (d->pbuf_bytes > d->pbuf_high) d->pbuf_high = d->pbuf_bytes;
                 be->copy(tr_buf_at(be, b->full, mine), tr_buf_at(be, whole, mine), cnt * d->es);
                 if (cnt < b->piece) /* the clipped piece's tail: sent, never read */
                     be->zero(tr_buf_at(be, b->full, mine + cnt), (b->piece - cnt) * d->es);
@@ -152,7 +146,6 @@ static void refresh_wait(tr_dp *d, int k, int by_op) {
         d->be->copy(tr_buf_at(d->be, tr_model_param_slab(d->m), b->lo), b->full,
                     (b->hi - b->lo) * d->es);
         d->pbuf_bytes -= n * d->es;
-        dp_pool_give(d, b->full, n);
         b->full = NULL;
     }
     d->st.gather_s += tr_now() - t0;

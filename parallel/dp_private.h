@@ -23,18 +23,24 @@ typedef struct {
        the bucket does not split exactly into pieces (dp_params.c) */
     tr_buf *full;
     tr_comm_req *preq; /* the gather in flight, NULL when complete or none */
+    size_t roff;       /* ZeRO-2: its refresh buffer's place in tr_dp.rbuf (elements) */
     int nreq;          /* ZeRO-1, 2: its refresh's operations in flight (at rreq[k * world]) */
 } bucket;
 
 /* ZeRO-2's ring: gradient buffers for the buckets being computed or reduced. */
 typedef struct {
-    tr_buf *buf;  /* (world * piece) elements of its bucket, allocated while held */
-    tr_buf *recv; /* this rank's reduced piece */
+    tr_buf *buf;  /* (world * piece) elements of its bucket, while held (= gbuf) */
+    tr_buf *recv; /* this rank's reduced piece (= grecv) */
+    tr_buf *gbuf, *grecv; /* the slot's buffers, allocated at the start: world x cap, cap */
+    size_t cap;           /* the piece it holds at most (0: no buffers) */
     int bucket;  /* the bucket it holds, -1 = free */
     tr_comm_req *req;
     long seq;    /* when its reduction started, to finish the oldest first */
 } ring_slot;
 #define RING 8 /* buckets open at once: an op's tensors, the held embedding, in flight */
+#define GATHERS 8 /* ZeRO-3's gathered buckets allocated at the start, the largest ones: an
+                     op's (at most 4) and the next op's, prefetched (full recompute's forward
+                     holds more: those are allocated when first needed, in the first step) */
 
 struct tr_dp {
     tr_model *m;
@@ -70,13 +76,14 @@ struct tr_dp {
                            rnext -1 when none is */
     int sync_refresh; /* tr_dp_set_sync_refresh */
     size_t pbuf_bytes, pbuf_high; /* gathered parameter buffers now and their high-water mark */
+    tr_buf *rbuf; /* ZeRO-2: the refresh buffers of the buckets that need one (bucket.roff) */
     int hold;                     /* keep gathered buckets (tr_dp_hold_params) */
     /* freed bucket buffers kept for reuse (fresh memory every micro-step costs page faults and
        the kernel's zeroing), only while what is held stays within the peaks measured so far */
     struct {
         tr_buf *p;
         size_t n; /* elements */
-    } pool[8];
+    } pool[2 * GATHERS];
     int n_pool;
     size_t pool_bytes;
 };

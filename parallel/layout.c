@@ -585,13 +585,14 @@ int tr_layout_memory(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype,
     return 0;
 }
 
-int tr_layout_memory_most(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype,
+int tr_layout_memory_most(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype, int device,
                           double *bytes, char *err, size_t errlen) {
     *bytes = 0;
     for (int p = 0; p < l->pp; p++) { /* (d 0, p, t 0) of each pipeline rank */
         tr_memory m;
         if (tr_layout_memory(l, d, dtype, p * l->tp, &m, err, errlen)) return -1;
-        double t = (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch);
+        double t = (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch +
+                            (device ? m.workspace + m.buffers : 0));
         if (t > *bytes) *bytes = t;
     }
     return 0;

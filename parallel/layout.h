@@ -103,8 +103,9 @@ int tr_layout_memory(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype,
                      tr_memory *mem, char *err, size_t errlen);
 
 /* The fullest process's bytes at this layout (tr_layout_memory's kinds summed, the most over
- * the pipeline ranks: the others repeat one of them): 0, or -1 with err. */
-int tr_layout_memory_most(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype,
+ * the pipeline ranks: the others repeat one of them), with the device workspaces and ZeRO's
+ * bucket buffers when `device` (a GPU's: every byte it allocates): 0, or -1 with err. */
+int tr_layout_memory_most(const tr_layout *l, const tr_model_desc *d, tr_dtype dtype, int device,
                           double *bytes, char *err, size_t errlen);
 
 /* One line, without the process count (the caller knows how they were started):

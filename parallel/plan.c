@@ -411,7 +411,8 @@ static int measure(const pl_search *s, const pl_devices *dv, tr_plan *p) {
         return -1;
     }
     double worst;
-    if (tr_layout_memory_most(&l, &r.model, s->o->dtype, &worst, err, sizeof err)) {
+    if (tr_layout_memory_most(&l, &r.model, s->o->dtype, dv->reserve > 0, &worst, err,
+                              sizeof err)) {
         snprintf(p->why, sizeof p->why, "refused: %.300s", err);
         return -1;
     }
@@ -639,7 +640,13 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
         add(buf, n, &used, "%s (%s)", f[i].name, tr_origin_name(f[i].o));
     add(buf, n, &used, "communication hidden behind compute %.0f%% (assumed)",
         100 * (c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP));
-    if (!c->cpu) add(buf, n, &used, "runtime reserve 1.5 GiB per device (assumed)");
+    if (!c->cpu) {
+        const char *from;
+        char rb[32];
+        gb(pl_runtime_reserve(g->device, &from), rb, sizeof rb);
+        add(buf, n, &used, "runtime reserve %s per device: CUDA context and NCCL's buffers (%s)",
+            rb, from);
+    }
 }
 
 int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *o,

@@ -129,7 +129,48 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     memcpy(d->eff, c->model_eff, sizeof d->eff);
     d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
     d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
-    d->reserve = c->cpu ? 0 : PL_GPU_RESERVE;
+    d->reserve = 0;
+    for (int i = first; !c->cpu && i >= 0 && i <= last; i++) /* the largest of those used */
+        d->reserve = fmax(d->reserve, pl_runtime_reserve(c->g[i].device, NULL));
+}
+
+/* The runtime's own device memory, per device family.
+ * CUDA context: 287 MB, what PyTorch measured for its context with lazy module loading
+ * (pytorch/pytorch#86509; lazy loading is CUDA's default on Linux since 12.2, per the CUDA
+ * programming guide): published, for one program on one device; ours loads fewer kernels.
+ * NCCL: each channel of a communicator holds, per connection, the receive buffers of its three
+ * protocols, at NCCL's defaults (its source, src/init.cc and src/include/device.h): Simple
+ * NCCL_BUFFSIZE 4 MiB (1 MiB on Arm hosts), LL 8 lines x 512 threads x 8 steps x 16 B =
+ * 512 KiB, LL128 120 x 640 x 8 steps x 8 B = 4.7 MiB; two connections per channel (the ring's
+ * and the tree's). The channels NCCL opens depend on the topology it finds: the counts below
+ * are assumed (NVLink/NVSwitch machines up to NCCL's 32 of older releases; PCIe ones few).
+ * One communicator: tp and pp groups each add about as much again. */
+#define PL_CONTEXT_BYTES 287047680.0
+#define PL_NCCL_CONN_BYTES (4194304.0 + 524288.0 + 4915200.0)
+static const struct {
+    const char *family; /* a prefix of tr_device_info's name */
+    int channels;       /* NCCL channels of a communicator (assumed) */
+    double simple;      /* the Simple protocol's buffer (NCCL_BUFFSIZE default) */
+} reserves[] = {
+    {"A100", 32, 4194304.0}, {"H100-PCIe", 8, 4194304.0}, {"H100", 32, 4194304.0},
+    {"H200", 32, 4194304.0}, {"B200", 32, 4194304.0},     {"L40S", 8, 4194304.0},
+    {"MI300X", 32, 4194304.0}, /* RCCL: taken as NCCL's (assumed) */
+};
+
+double pl_runtime_reserve(const char *device, const char **origin) {
+    int ch = 32; /* an unknown device: as the NVLink machines (assumed) */
+    double simple = 4194304.0;
+    const tr_device_info *info = tr_device_find(device);
+    for (size_t i = 0; info && i < sizeof reserves / sizeof reserves[0]; i++)
+        if (!strncmp(info->name, reserves[i].family, strlen(reserves[i].family))) {
+            ch = reserves[i].channels, simple = reserves[i].simple;
+            break;
+        }
+    if (origin)
+        *origin = info ? "table: context published, NCCL's buffer sizes from its source, its "
+                         "channel count assumed"
+                       : "assumed";
+    return PL_CONTEXT_BYTES + 2.0 * ch * (PL_NCCL_CONN_BYTES - 4194304.0 + simple);
 }
 
 double pl_stage_rate(const pl_devices *dv, const tr_layout *l, int p) {
@@ -261,14 +302,15 @@ double pl_stage_memory(const pl_model *m, const pl_devices *dv, const tr_plan *p
     double pb = m->p_bytes * n, gb = m->g_bytes * n, ob = m->o_bytes * n;
     tr_zero sh = tr_zero_of(p->l.zero);
     if (sh.optimizer) ob /= dp;
-    if (sh.grads) gb /= dp; /* the pieces (the transient buckets: in the reserve) */
+    if (sh.grads) gb /= dp; /* the pieces (the bucket buffers: the exact pass's) */
     if (sh.params) pb /= dp;
     double act = 0;
     for (int c = 0; c < K; c++)
         if (rank_of(p, c) == r)
             act += inflight(p, r, c) *
                    stage_act(m, p, p->l.chunk_start[c], p->l.chunk_start[c + 1], rc);
-    return pb + gb + ob + act + scratch(m, p, rank_of(p, K - 1) == r) + dv->reserve;
+    double ws = dv->reserve > 0 ? (double)TR_WS_CUBLASLT_BYTES : 0; /* the workspaces' most */
+    return pb + gb + ob + act + scratch(m, p, rank_of(p, K - 1) == r) + ws + dv->reserve;
 }
 
 static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {

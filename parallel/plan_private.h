@@ -21,7 +21,6 @@
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */
 #define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */
 #define PL_TIE_MAX 0.25         /* ... widened to the probes' noise, up to this (tr_plan_tie) */
-#define PL_GPU_RESERVE (1.5 * 1073741824.0) /* CUDA context, cuBLASLt workspace, NCCL buffers */
 #define PL_ELEMENTWISE_PASSES 4.0 /* activation bytes moved per kept byte, forward + backward */
 
 /* The model as the cost model reads it: per block (tr_cost_blocks), prefix sums, and the
@@ -69,6 +68,12 @@ typedef struct {
 } pl_devices;
 
 void pl_devices_of(const tr_cluster *c, long world, pl_devices *d);
+
+/* The device memory the runtime takes on one GPU of this kind (tr_device_info's name, or an
+ * unknown one), outside what the trainer allocates: the CUDA context and NCCL's buffers of one
+ * communicator (the kernels' workspaces, cuBLASLt's included, are the plan's own:
+ * model/workspace.c). *origin: how the figure was found, for the plan's sources line. */
+double pl_runtime_reserve(const char *device, const char **origin);
 
 /* The rate of pipeline rank p's slowest device in layout l (world rank (d pp + p) tp + t):
  * dv->rate unless the devices are mixed. */

@@ -122,17 +122,21 @@ for np in 2 4; do
 done
 
 # ZeRO-2 keeps 1/N of the gradient (the reduced pieces) plus bucket buffers bounded by the
-# bucket size, not the model's (what each process allocated; 8 blocks to make that visible)
+# bucket size, not the model's (what each process allocated; 8 blocks to make that visible):
+# the ring's buffers, sized at the start for the largest bucket (parallel/dp.c: plan_buffers),
+# are the same for a model of twice the blocks
 gr() { mem "$1" "$2"; }
 for np in 2 4; do
     run "mem_z0_np$np" "$np" 0 0 --set layers=8 --set steps=3 &&
-        run "mem_z2_np$np" "$np" 2 0 --set layers=8 --set steps=3 --set bucket=16 || continue
+        run "mem_z2_np$np" "$np" 2 0 --set layers=8 --set steps=3 --set bucket=16 &&
+        run "mem_z2_np${np}_16" "$np" 2 0 --set layers=16 --set steps=3 --set bucket=16 || continue
     g0=$(gr "mem_z0_np$np" grads) g2=$(gr "mem_z2_np$np" grads) b2=$(gr "mem_z2_np$np" grad_buffers)
+    b16=$(gr "mem_z2_np${np}_16" grad_buffers)
     kept=$((g2 - b2))
-    if [ $((kept * np)) -ge "$g0" ] && [ $((kept * np)) -le $((g0 + 4096 * np)) ] && [ $((b2 * 2)) -lt "$g0" ]; then
-        echo "ok   ZeRO-2 on $np ranks: gradient pieces $kept bytes per rank = 1/$np of ZeRO-0's $g0 (up to padding), bucket buffers $b2 (high-water)"
+    if [ $((kept * np)) -ge "$g0" ] && [ $((kept * np)) -le $((g0 + 4096 * np)) ] && [ "$b2" -gt 0 ] && [ "$b16" = "$b2" ]; then
+        echo "ok   ZeRO-2 on $np ranks: gradient pieces $kept bytes per rank = 1/$np of ZeRO-0's $g0 (up to padding), bucket buffers $b2 (sized at the start; with 16 blocks $b16)"
     else
-        echo "FAIL ZeRO-2 on $np ranks: pieces $kept, buffers $b2, ZeRO-0 gradients $g0"; fail=1
+        echo "FAIL ZeRO-2 on $np ranks: pieces $kept, buffers $b2 (with 16 blocks $b16), ZeRO-0 gradients $g0"; fail=1
     fi
 done
 
@@ -143,7 +147,7 @@ for np in 2 4; do
     p0=$(gr "mem_z0_np$np" params) p3=$(gr "mem_z3_np$np" params) b3=$(gr "mem_z3_np$np" param_buffers)
     kept=$((p3 - b3))
     if [ $((kept * np)) -ge "$p0" ] && [ $((kept * np)) -le $((p0 + 4096 * np)) ] && [ "$b3" -gt 0 ] && [ $((b3 * 2)) -lt "$p0" ]; then
-        echo "ok   ZeRO-3 on $np ranks: parameter pieces $kept bytes per rank = 1/$np of ZeRO-0's $p0 (up to padding), gathered buckets $b3 (high-water)"
+        echo "ok   ZeRO-3 on $np ranks: parameter pieces $kept bytes per rank = 1/$np of ZeRO-0's $p0 (up to padding), gathered buckets $b3 (sized at the start)"
     else
         echo "FAIL ZeRO-3 on $np ranks: pieces $kept, gathered $b3, ZeRO-0 parameters $p0"; fail=1
     fi

@@ -26,6 +26,8 @@
 #     rank its own in one NCCL group, and no communicator of the whole pp group (it runs no
 #     device collective): the emulated NCCL's log of what each process created
 #     (TR_EMU_NCCL_LOG) says so.
+#  7. every one of those device runs allocates what its layout predicted, byte for byte, and
+#     nothing after its first step.
 # usage: tests/emu_parallel.sh path/to/trainer_emu   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -154,6 +156,20 @@ TR_EMU_NCCL_LOG=$tmp/dev-pp-tp.nccl run 4 dev-pp-tp --pp 2 --tp 2 --sequence-par
 run 4 dev-pp-tp-sg --pp 2 --tp 2 --no-sequence-parallel --device cuda --precision fp32 &&
     same "pp=2 x tp=2 without sequence parallelism (sliced sends) on the device vs the cpu's pp=2" \
         dev-pp-tp-sg cpu-pp 1e-4
+
+# 7. every device byte in the plan: each device run above said after its first step
+#    "device memory: predicted X, allocated X", equal on every rank (parallel/dp.c sizes
+#    ZeRO's bucket buffers at the start; the emulator fails any cudaMalloc after step 1)
+for log in "$tmp"/dev-*.log; do
+    name=$(basename "$log" .log)
+    line=$(grep -m1 "^device memory: predicted" "$log")
+    if [ -n "$line" ] && [ -z "${line##*equal on every rank*}" ]; then
+        ok "$name: $line"
+    else
+        bad "$name: ${line:-no device memory line}"
+        grep -m3 "device memory\|cuda emulator" "$log"
+    fi
+done
 
 # 5. a rank far slower than --timeout is named
 start=$(date +%s)

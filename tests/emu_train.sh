@@ -11,7 +11,7 @@
 #  4. greedy sampling from that checkpoint gives the same text on the device as on the CPU;
 #  5. a device without a known peak rate reports no MFU (it printed "MFU inf%" before);
 #  6. the tensor-core attention inside training (and cuDNN's), and recompute (below);
-#  7. no device allocation once training has started;
+#  7. no device allocation once training has started, and every device byte predicted;
 #  8. a bad TR_CUDA_ATTENTION is refused;
 #  9. the planner's memory prediction is what the device arena holds (fp32 runs).
 # usage: tests/emu_train.sh path/to/trainer_emu   (run from the repository root)
@@ -164,6 +164,18 @@ allocations() { # checks 7, 5 and 8
              "$(((h5 - h2) / 3)) host-to-device and $(((d5 - d2) / 3)) device-to-host copies"
     else
         bad "cudaMalloc calls: '$m2' for 2 steps, '$m5' for 5 (the device memory must be sized before training)"
+    fi
+    #    and every device byte is in the plan: the run's line "device memory: predicted X,
+    #    allocated X" with equal byte counts, which are what the emulator's cudaMalloc gave
+    #    (a cudaMalloc after step 1 would have failed the run: tests/cudaemu/emu_runtime.cc)
+    local pb ab eb
+    read -r pb ab <<<"$(sed -n 's/^device memory: predicted .*(\([0-9]*\) and \([0-9]*\) bytes.*/\1 \2/p' "$tmp/stats5.log")"
+    eb=$(sed -n 's/^cuda emulator stats: .* cudaMalloc (\([0-9]*\) bytes).*/\1/p' "$tmp/stats5.log")
+    if [ -n "$pb" ] && [ "$pb" = "$ab" ] && [ "$ab" = "$eb" ]; then
+        ok "device memory: predicted $pb bytes, allocated $ab, the emulator's cudaMalloc $eb"
+    else
+        bad "device memory: predicted '$pb' bytes, allocated '$ab', the emulator's cudaMalloc '$eb'"
+        grep "memory" "$tmp/stats5.log"
     fi
     # 5. a GPU missing from the peak table (the emulator is one): no MFU, rather than "inf" (the
     #    2-step run of 7, which gives no --peak-gflops)

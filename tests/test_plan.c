@@ -73,7 +73,7 @@ static void cpu_cluster(tr_cluster *c, int n) {
 static double measured(const tr_recipe *r, const tr_layout *l, tr_dtype dt) {
     double most;
     char err[512];
-    return tr_layout_memory_most(l, &r->model, dt, &most, err, sizeof err) ? -1 : most;
+    return tr_layout_memory_most(l, &r->model, dt, 0, &most, err, sizeof err) ? -1 : most;
 }
 
 /* Every layout the parallel tests run, priced by the estimate and measured exactly: the

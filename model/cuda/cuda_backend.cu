@@ -22,6 +22,62 @@ void tr_cuda_fail(const char *what, const char *err, const char *file, int line)
     abort();
 }
 
+/* ---- device memory held --------------------------------------------------------------- */
+
+/* the live allocations (a few dozen: the model's arenas, the data-parallel buffers, the
+   workspace), so that a free knows its size */
+static struct {
+    void *p;
+    size_t n;
+} *held;
+static size_t n_held, cap_held, held_bytes, held_peak;
+
+cudaError_t tr_cuda_malloc(void **p, size_t bytes) {
+    if (n_held == cap_held) {
+        size_t cap = cap_held ? 2 * cap_held : 64;
+        void *q = realloc(held, cap * sizeof(*held));
+        if (!q) return cudaErrorMemoryAllocation;
+        held = (decltype(held))q;
+        cap_held = cap;
+    }
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) return e;
+    held[n_held].p = *p, held[n_held++].n = bytes;
+    held_bytes += bytes;
+    if (held_bytes > held_peak) held_peak = held_bytes;
+    return cudaSuccess;
+}
+
+cudaError_t tr_cuda_free(void *p) {
+    if (!p) return cudaSuccess;
+    for (size_t i = 0; i < n_held; i++)
+        if (held[i].p == p) {
+            held_bytes -= held[i].n;
+            held[i] = held[--n_held];
+            break;
+        }
+    return cudaFree(p);
+}
+
+extern "C" void tr_backend_cuda_memory(size_t *now, size_t *peak) {
+    if (now) *now = held_bytes;
+    if (peak) *peak = held_peak;
+}
+
+extern "C" void tr_backend_cuda_step_done(int step) {
+#ifdef TR_CUDA_EMU
+    /* the emulator's own count is the check of this one: every cudaMalloc comes through here */
+    emu_mem_stats st;
+    emu_mem_counts(&st);
+    if (st.live != held_bytes)
+        tr_cuda_fail("device memory accounting", "the emulator holds other bytes than counted",
+                     __FILE__, __LINE__);
+    emu_mem_step(step);
+#else
+    (void)step;
+#endif
+}
+
 /* ---- scratch --------------------------------------------------------------------------- */
 
 static void *scr[SCR_COUNT];
@@ -29,21 +85,59 @@ static size_t scr_cap[SCR_COUNT];
 
 void *tr_cuda_scratch(int slot, size_t bytes) {
     if (bytes <= scr_cap[slot]) return scr[slot];
+    /* beyond the plan's (cu_reserve): sampling's decode attention after training, or a
+       program without a model (the kernel tests); the emulator refuses it inside training */
     size_t cap = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB */
-    CK(cudaFree(scr[slot])); /* synchronizes the device: no kernel still reads the old block */
+    CK(tr_cuda_free(scr[slot])); /* synchronizes the device: no kernel still reads the old block */
     scr[slot] = NULL;
     scr_cap[slot] = 0;
-    CK(cudaMalloc(&scr[slot], cap));
+    CK(tr_cuda_malloc(&scr[slot], cap));
     scr_cap[slot] = cap;
     return scr[slot];
+}
+
+/* What every zero-byte buffer is (a ZeRO-2/3 rank's slab-wide optimizer state, for one): one
+ * block allocated with the workspaces, never freed, so that an empty buffer costs no
+ * cudaMalloc of its own and is still a distinct non-NULL device address. */
+static void *empty_block;
+
+/* The plan's workspaces (model/workspace.c), allocated at the model's start: the scratch
+ * slots here, the optimizer's tables (cuda_ops.cu); cuBLASLt's was allocated with its handle. */
+static int cu_reserve(const tr_workspace *w) {
+    static const int slot[SCR_COUNT] = {TR_WS_REDUCE, TR_WS_EMBED, TR_WS_ROPE, TR_WS_ATTN,
+                                        TR_WS_SUMSQ};
+    if (!empty_block && tr_cuda_malloc(&empty_block, w->bytes[TR_WS_EMPTY]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        empty_block = NULL;
+        return -1;
+    }
+    for (int k = 0; k < SCR_COUNT; k++) {
+        size_t n = w->bytes[slot[k]];
+        if (n <= scr_cap[k]) continue;
+        CK(tr_cuda_free(scr[k]));
+        scr[k] = NULL;
+        scr_cap[k] = 0;
+        if (tr_cuda_malloc(&scr[k], n) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return -1;
+        }
+        scr_cap[k] = n;
+    }
+    return tr_cuda_adamw_reserve(w->bytes[TR_WS_ADAMW_SEGS], w->bytes[TR_WS_ADAMW_BLOCKS]);
 }
 
 /* ---- memory ---------------------------------------------------------------------------- */
 
 static void *cu_alloc(size_t bytes) {
     void *p = NULL;
-    if (bytes == 0) bytes = 256;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    if (bytes == 0) {
+        if (!empty_block && tr_cuda_malloc(&empty_block, TR_WS_EMPTY_BYTES) != cudaSuccess) {
+            (void)cudaGetLastError(); /* before any model's reserve: the kernel tests */
+            empty_block = NULL;
+        }
+        return empty_block;
+    }
+    if (tr_cuda_malloc(&p, bytes) != cudaSuccess) {
         (void)cudaGetLastError(); /* out of memory is reported as NULL, not sticky */
         return NULL;
     }
@@ -51,7 +145,7 @@ static void *cu_alloc(size_t bytes) {
     return p;
 }
 static void cu_free(void *p) {
-    if (p) CK(cudaFree(p));
+    if (p && p != empty_block) CK(tr_cuda_free(p));
 }
 /* Host memory may be reused as soon as these return, so each one waits for its copy. */
 static void cu_upload(void *dst, const void *src, size_t bytes) {
@@ -240,7 +334,7 @@ static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, 
         (t).residual_norm_forward = P##_residual_norm_forward;                                    \
         (t).linear_gelu_forward = P##_linear_gelu_forward;                                        \
         (t).linear_backward_gelu = P##_linear_backward_gelu;                                      \
-        (t).adamw_multi = P##_adamw_multi;                                                        \
+        (t).adamw_multi = P##_adamw_multi, (t).reserve = cu_reserve;                              \
     } while (0)
 
 static tr_backend bf16_table, f32_table;

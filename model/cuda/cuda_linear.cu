@@ -8,7 +8,7 @@
 
 #include "model/cuda/cuda_private.h"
 
-#define WORKSPACE_BYTES ((size_t)32 << 20) /* what cuBLASLt asks for on Hopper */
+#define WORKSPACE_BYTES TR_WS_CUBLASLT_BYTES /* backend.h: the workspace plan counts it */
 #define PLANS 128
 
 static cublasLtHandle_t lt;
@@ -58,7 +58,7 @@ extern "C" int tr_cuda_linear_init(char *why, size_t whylen) {
         lt = NULL;
         return -1;
     }
-    cudaError_t e = cudaMalloc(&workspace, WORKSPACE_BYTES);
+    cudaError_t e = tr_cuda_malloc(&workspace, WORKSPACE_BYTES);
     if (e != cudaSuccess) {
         snprintf(why, whylen, "cannot allocate the cuBLASLt workspace: %s", cudaGetErrorString(e));
         cublasLtDestroy(lt);

@@ -11,7 +11,7 @@
 
 /* Rows per partial-sum chunk of the column sums (dbias, norm weight grads): fixed, so the
  * order of every sum depends only on N. */
-#define COLSUM_ROWS 256
+#define COLSUM_ROWS TR_WS_COLSUM_ROWS
 
 /* ---- column sums: per-chunk partials, then a fixed-order reduce ------------------------- */
 
@@ -841,7 +841,7 @@ extern "C" void tr_cuda_xent_finish(int bf, tr_buf *logits, float *losses, const
 
 /* ---- optimizer helpers ----------------------------------------------------------------- */
 
-#define SUMSQ_BLOCKS 1024
+#define SUMSQ_BLOCKS TR_WS_SUMSQ_BLOCKS
 
 /* block partials in double over a grid that depends only on n, then one block sums them */
 static __global__ void sumsq_k(double *part, const void *x, size_t n, int bf, int vec) {
@@ -936,7 +936,7 @@ typedef struct {
     int seg;
     unsigned chunk;
 } ms_blk;
-#define MS_CHUNK ((size_t)TPB * 8 * 4)
+#define MS_CHUNK ((size_t)TPB * 8 * 4) /* TR_WS_ADAMW_CHUNK */
 
 static __global__ void adamw_multi_k(const ms_seg *segs, const ms_blk *blks, float lr, float beta1,
                                      float beta2, float eps, float ib1, float ib2, float gscale,
@@ -951,9 +951,42 @@ static __global__ void adamw_multi_k(const ms_seg *segs, const ms_blk *blks, flo
                gscale, bf, s.vec, copy);
 }
 
+static_assert(sizeof(ms_seg) <= TR_WS_ADAMW_SEG_BYTES && sizeof(ms_blk) <= TR_WS_ADAMW_BLOCK_BYTES,
+              "the workspace plan (model/workspace.c) sizes the tables with these");
+static_assert(MS_CHUNK == TR_WS_ADAMW_CHUNK, "the workspace plan's block size");
+
 static ms_seg *ms_host, *ms_dev;
 static ms_blk *mb_host, *mb_dev;
 static int ms_n, ms_cap, mb_n, mb_cap;
+
+int tr_cuda_adamw_reserve(size_t seg_bytes, size_t block_bytes) {
+    int ns = (int)(seg_bytes / TR_WS_ADAMW_SEG_BYTES), nb = (int)(block_bytes / TR_WS_ADAMW_BLOCK_BYTES);
+    if (ns > ms_cap) { /* the device table at the plan's size, the host one as large */
+        ms_seg *h = (ms_seg *)calloc((size_t)ns, sizeof(ms_seg));
+        void *d = NULL;
+        if (!h || tr_cuda_malloc(&d, seg_bytes) != cudaSuccess) {
+            free(h);
+            (void)cudaGetLastError();
+            return -1;
+        }
+        free(ms_host);
+        if (ms_dev) CK(tr_cuda_free(ms_dev));
+        ms_host = h, ms_dev = (ms_seg *)d, ms_cap = ns, ms_n = 0;
+    }
+    if (nb > mb_cap) {
+        ms_blk *h = (ms_blk *)malloc((size_t)nb * sizeof(ms_blk));
+        void *d = NULL;
+        if (!h || tr_cuda_malloc(&d, block_bytes) != cudaSuccess) {
+            free(h);
+            (void)cudaGetLastError();
+            return -1;
+        }
+        free(mb_host);
+        if (mb_dev) CK(tr_cuda_free(mb_dev));
+        mb_host = h, mb_dev = (ms_blk *)d, mb_cap = nb, ms_n = 0;
+    }
+    return 0;
+}
 
 extern "C" void tr_cuda_adamw_multi(int bf, const tr_adamw_seg *sg, int ns, float lr, float beta1,
                                     float beta2, float eps, float bc1, float bc2, float gscale) {
@@ -961,10 +994,10 @@ extern "C" void tr_cuda_adamw_multi(int bf, const tr_adamw_seg *sg, int ns, floa
     int same = ns == ms_n;
     if (ns > ms_cap) { /* grow the host and device tables */
         free(ms_host);
-        if (ms_dev) CK(cudaFree(ms_dev));
+        if (ms_dev) CK(tr_cuda_free(ms_dev));
         ms_cap = ns;
         ms_host = (ms_seg *)calloc((size_t)ms_cap, sizeof(ms_seg));
-        CK(cudaMalloc((void **)&ms_dev, (size_t)ms_cap * sizeof(ms_seg)));
+        CK(tr_cuda_malloc((void **)&ms_dev, (size_t)ms_cap * sizeof(ms_seg)));
         if (!ms_host) tr_cuda_fail("adamw_multi", "out of host memory", __FILE__, __LINE__);
         same = 0;
     }
@@ -982,10 +1015,10 @@ extern "C" void tr_cuda_adamw_multi(int bf, const tr_adamw_seg *sg, int ns, floa
     if (!same) { /* new stretches: the block table again, both uploaded */
         if (blocks > (size_t)mb_cap) {
             free(mb_host);
-            if (mb_dev) CK(cudaFree(mb_dev));
+            if (mb_dev) CK(tr_cuda_free(mb_dev));
             mb_cap = (int)blocks;
             mb_host = (ms_blk *)malloc((size_t)mb_cap * sizeof(ms_blk));
-            CK(cudaMalloc((void **)&mb_dev, (size_t)mb_cap * sizeof(ms_blk)));
+            CK(tr_cuda_malloc((void **)&mb_dev, (size_t)mb_cap * sizeof(ms_blk)));
             if (!mb_host) tr_cuda_fail("adamw_multi", "out of host memory", __FILE__, __LINE__);
         }
         mb_n = 0;

@@ -30,10 +30,18 @@ void tr_cuda_fail(const char *what, const char *err, const char *file, int line)
 /* The single stream every operation is ordered on (created in tr_backend_cuda). */
 extern cudaStream_t tr_cuda_stream;
 
+/* Every device allocation of the backend: cudaMalloc and cudaFree, with the bytes held
+ * counted (tr_backend_cuda_memory) so that the run can show them beside the plan's figure. */
+cudaError_t tr_cuda_malloc(void **p, size_t bytes);
+cudaError_t tr_cuda_free(void *p);
+
 /* Backend-private device scratch, one slot per user so that no two live uses overlap. Grows
  * (freeing the old block, which synchronizes the device) and never shrinks. */
 enum { SCR_REDUCE, SCR_EMBED, SCR_ROPE, SCR_ATTN, SCR_SUMSQ, SCR_CUDNN, SCR_COUNT };
 void *tr_cuda_scratch(int slot, size_t bytes);
+/* adamw_multi's device tables grown to at least these bytes (cuda_ops.cu): 0, or -1 when the
+ * device is out of memory */
+int tr_cuda_adamw_reserve(size_t seg_bytes, size_t block_bytes);
 
 /* Threads per block for the simple kernels, and a grid large enough to cover n items with
  * grid-stride loops (capped; the loops do the rest). */

@@ -31,3 +31,12 @@ int tr_backend_cuda_telemetry(tr_gpu_telemetry *t) {
     t->power_w = t->sm_mhz = t->temp_c = NAN;
     return -1;
 }
+
+void tr_backend_cuda_memory(size_t *now, size_t *peak) {
+    if (now) *now = 0;
+    if (peak) *peak = 0;
+}
+
+void tr_backend_cuda_step_done(int step) {
+    (void)step;
+}

@@ -128,6 +128,17 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 template <class T> static inline T min(T a, T b) { return b < a ? b : a; }
 template <class T> static inline T max(T a, T b) { return a < b ? b : a; }
 
+/* ---- device memory accounting (emu_runtime.cc) --------------------------------------------
+ * cudaMalloc's calls and bytes so far, cudaFree's calls, and the bytes held now and at most. */
+typedef struct {
+    unsigned long mallocs, frees;
+    unsigned long long bytes, live, peak;
+} emu_mem_stats;
+extern "C" void emu_mem_counts(emu_mem_stats *s);
+/* Training step `step` (1, 2, ...) is done: from then on a cudaMalloc aborts with one line
+ * naming its size and the step. 0 allows them again (training is over: sampling's caches). */
+extern "C" void emu_mem_step(int step);
+
 /* ---- launches ---------------------------------------------------------------------------- */
 void *emu_dyn_smem(void);
 void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem,

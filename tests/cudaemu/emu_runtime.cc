@@ -902,7 +902,26 @@ cudaError_t cudaFuncSetAttribute(const void *fn, cudaFuncAttribute a, int v) {
     return cudaSuccess;
 }
 
+/* Device memory is planned (issue 33): the trainer allocates every device byte before its
+ * first optimizer step ends and tells so (emu_mem_step, through tr_backend_cuda_step_done);
+ * a cudaMalloc after that fails the run with one line naming its size and the step. */
+static struct {
+    int step;                     /* the last training step reported done; 0: none yet */
+    unsigned long long live, peak; /* bytes held by cudaMalloc now, and at most */
+} mem;
+
+void emu_mem_step(int step) { mem.step = step; }
+
+void emu_mem_counts(emu_mem_stats *s) {
+    s->mallocs = stats.mallocs, s->frees = stats.frees;
+    s->bytes = stats.malloc_bytes, s->live = mem.live, s->peak = mem.peak;
+}
+
 cudaError_t cudaMalloc(void **p, size_t n) {
+    if (mem.step > 0)
+        die("cudaMalloc of %zu bytes after training step %d: every device byte must be allocated "
+            "before the first optimizer step ends (%llu bytes were, in %lu calls)",
+            n, mem.step, stats.malloc_bytes, stats.mallocs);
     /* 256-byte aligned like cudaMalloc, and exactly n bytes (at least 1, so that every pointer
      * is distinct) so that AddressSanitizer sees an access past the end */
     void *q = NULL;
@@ -911,6 +930,8 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     allocs[(uintptr_t)q] = n;
     stats.mallocs++;
     stats.malloc_bytes += n;
+    mem.live += n;
+    if (mem.live > mem.peak) mem.peak = mem.live;
     *p = q;
     return cudaSuccess;
 }
@@ -923,6 +944,7 @@ cudaError_t cudaFree(void *p) {
     if (it == allocs.end()) return cudaErrorInvalidValue;
     drain_all();
     stats.frees++;
+    mem.live -= it->second;
     allocs.erase(it);
     dev_lo = dev_hi = 0;
     free(p);

@@ -79,6 +79,17 @@ static void train(const tr_backend *be, const char *text, float *losses, int n) 
         exit(1);
     }
     tr_model_init_params(m, 1337); /* host-generated: the same values on every backend */
+    static int first_device = 1;
+    if (be->device_memory && first_device) { /* the process's first model: all it holds */
+        tr_memory p = tr_model_memory(m);
+        size_t want = p.params + p.grads + p.optimizer + p.activations + p.scratch + p.workspace,
+               held = 0;
+        tr_backend_cuda_memory(&held, NULL);
+        printf("%s %-6s %s: device memory predicted %zu bytes, allocated %zu\n",
+               want == held ? "ok  " : "FAIL", "train", be->name, want, held);
+        if (want != held) failures++;
+        first_device = 0;
+    }
     int tok[B * T], tgt[B * T];
     for (int s = 0; s < n; s++) {
         batch(s, r.model.vocab, tok, tgt);
@@ -90,7 +101,10 @@ static void train(const tr_backend *be, const char *text, float *losses, int n) 
                       .weight_decay = 0.1f, .grad_scale = 1.0f};
         if (norm > 1.0) o.grad_scale = (float)(1.0 / (norm + 1e-6));
         tr_model_adamw_step(m, &o);
+        /* no device allocation after the first step (the emulator fails one) */
+        if (be->device_memory) tr_backend_cuda_step_done(s + 1);
     }
+    if (be->device_memory) tr_backend_cuda_step_done(0);
     tr_model_free(m);
     tr_recipe_free(&r);
 }

@@ -244,8 +244,8 @@ void run_price(run_ctx *x) {
     /* the memory: the layout's own measuring pass, the fullest rank (as the plan's); the
        layout was measured already (setup_layout), so this does not fail */
     char err[256];
-    if (tr_layout_memory_most(&x->lay, &x->r.model, x->be->dtype, &p.mem_bytes, err,
-                              sizeof err))
+    if (tr_layout_memory_most(&x->lay, &x->r.model, x->be->dtype, x->be->device_memory,
+                              &p.mem_bytes, err, sizeof err))
         p.mem_bytes = 0;
     p.mem_exact = 1;
     x->plan_step_s = p.step_s;

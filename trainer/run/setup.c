@@ -512,9 +512,20 @@ static void print_banner(const run_ctx *x) {
     tr_fmt_bytes((double)m->grads, b2, sizeof(b2));
     tr_fmt_bytes((double)m->optimizer, b3, sizeof(b3));
     tr_fmt_bytes((double)(m->activations + m->scratch), b4, sizeof(b4));
+    char b5[48] = "";
+    if (x->be->device_memory) { /* the kernels' workspaces (model/workspace.c) */
+        tr_fmt_bytes((double)m->workspace, b5 + 2, sizeof(b5) - 2);
+        memcpy(b5, ", ", 2);
+        strncat(b5, " of device workspaces", sizeof(b5) - strlen(b5) - 1);
+    }
+    char b6[48] = "";
+    if (m->buffers) {
+        memcpy(b6, ", ZeRO's bucket buffers ", 25);
+        tr_fmt_bytes((double)m->buffers, b6 + 24, sizeof(b6) - 24);
+    }
     printf("memory per process (predicted): parameters %s, gradients %s, optimizer state %s, "
-           "activations and scratch %s%s\n",
-           b1, b2, b3, b4, tr_zero_of(x->lay.zero).grads ? ", plus ZeRO's bucket buffers" : "");
+           "activations and scratch %s%s%s\n",
+           b1, b2, b3, b4, b5, b6);
 }
 
 /* Every rank's host name and device (without the notes after ';'), gathered once for the run's

@@ -241,9 +241,16 @@ static void fault_kill(run_ctx *x, int step) {
     raise(SIGKILL); /* as if killed after the step that saved */
 }
 
-/* The bytes this rank holds as the layout predicts them: its arena and ZeRO's gradient pieces
- * (not ZeRO-2/3's transient bucket buffers, whose high-water marks memory.json gives). */
+/* The bytes this rank holds as the layout predicts them: on a GPU every byte the backend
+ * allocated (the arenas, the workspaces, ZeRO's bucket buffers: all sized before the first
+ * step); elsewhere its arena and ZeRO's gradient pieces (not ZeRO-2/3's bucket buffers, which
+ * memory.json gives). */
 static double rank_memory(const run_ctx *x) {
+    if (x->be->device_memory) {
+        size_t now = 0;
+        tr_backend_cuda_memory(&now, NULL);
+        return (double)now;
+    }
     tr_memory m = tr_model_memory(x->model);
     return (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch +
                     tr_dp_grad_bytes(x->dp) - tr_dp_grad_buffer_bytes(x->dp));
@@ -529,6 +536,37 @@ static int end_trace(run_ctx *x) {
     return 0;
 }
 
+/* After the first step: the device memory this process holds (every byte of the run, none is
+ * allocated later) beside what the layout predicted for it, the fullest rank's on rank 0. */
+static void print_device_memory(run_ctx *x) {
+    const tr_memory *p = &x->predicted;
+    size_t now = 0;
+    tr_backend_cuda_memory(&now, NULL);
+    double mine[2] = {(double)(p->params + p->grads + p->optimizer + p->activations + p->scratch +
+                               p->workspace + p->buffers),
+                      (double)now},
+           *all = malloc((size_t)x->nranks * sizeof(mine));
+    if (!all) return;
+    tr_comm_all_gather(x->world, mine, all, 2, TR_COMM_F64);
+    int most = 0, differ = -1;
+    for (int k = 0; k < x->nranks; k++) {
+        if (all[2 * k + 1] > all[2 * most + 1]) most = k;
+        if (differ < 0 && all[2 * k] != all[2 * k + 1]) differ = k;
+    }
+    if (x->rank == 0) {
+        char a[32], b[32];
+        tr_fmt_bytes(all[2 * most], a, sizeof a);
+        tr_fmt_bytes(all[2 * most + 1], b, sizeof b);
+        printf("device memory: predicted %s, allocated %s (%.0f and %.0f bytes%s%s)\n", a, b,
+               all[2 * most], all[2 * most + 1], x->nranks > 1 ? ", the fullest rank" : "",
+               differ < 0 ? ", equal on every rank" : "");
+        if (differ >= 0)
+            printf("device memory: rank %d predicted %.0f bytes, allocated %.0f\n", differ,
+                   all[2 * differ], all[2 * differ + 1]);
+    }
+    free(all);
+}
+
 /* The steps from start_step: each trained, then saved, evaluated and logged as the recipe
  * says, until the last or a requested stop. 0 when all were trained, -1 when one failed
  * (said), else the stop's exit status (trainer/run/stop.c). */
@@ -542,6 +580,10 @@ static int run_steps(run_ctx *x) {
         step_result res;
         if (train_step(x, step, &res)) return -1;
         tr_ledger_step_done(x->ledger, step + 1);
+        if (x->be->device_memory) { /* every device byte is held from now on */
+            if (step == x->start_step) print_device_memory(x);
+            tr_backend_cuda_step_done(step + 1 - x->start_step);
+        }
         if (x->guard.bad >= t->guard.max_bad) { /* back to a checkpoint, past these batches */
             int to;
             if (run_guard_rollback(x, step, &to)) return -1;
@@ -576,6 +618,7 @@ static int run_steps(run_ctx *x) {
         if (x->stop_sig && !last) return end_trace(x), run_stop_save(x, step + 1, saved);
     }
     fault_kill(x, t->steps); /* after the last step's save, before the end of the run */
+    if (x->be->device_memory) tr_backend_cuda_step_done(0); /* sampling's caches may follow */
     return end_trace(x);
 }
 
@@ -604,10 +647,12 @@ static void write_memory_json(run_ctx *x) {
             "\"micro_batch\": %d, \"zero\": %d, \"params\": %zu, \"param_buffers\": %zu, "
             "\"grads\": %zu, \"grad_buffers\": %zu, \"optimizer\": %zu, \"activations\": %zu, "
             "\"scratch\": %zu,\n \"predicted\": {\"params\": %zu, \"grads\": %zu, "
-            "\"optimizer\": %zu, \"activations\": %zu, \"scratch\": %zu}}\n",
+            "\"optimizer\": %zu, \"activations\": %zu, \"scratch\": %zu, \"buffers\": %zu, "
+            "\"workspace\": %zu}}\n",
             x->nranks, x->lay.dp, x->lay.tp, x->lay.pp, x->lay.sequence_parallel ? "true" : "false",
             x->lay.micro_batch, x->lay.zero, m.params, pbuf, m.grads, gbuf, m.optimizer,
-            m.activations, m.scratch, p.params, p.grads, p.optimizer, p.activations, p.scratch);
+            m.activations, m.scratch, p.params, p.grads, p.optimizer, p.activations, p.scratch,
+            p.buffers, p.workspace);
     if (run_close_output(f, path)) x->out_failed = 1;
 }
 
