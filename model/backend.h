@@ -52,6 +52,8 @@ enum {
     TR_WS_ADAMW_SEGS,   /* adamw_multi's table of stretches */
     TR_WS_ADAMW_BLOCKS, /* and of its blocks */
     TR_WS_EMPTY,        /* the one block every empty buffer points at: TR_WS_EMPTY_BYTES */
+    TR_WS_CUDNN,        /* cuDNN's attention (TR_CUDA_ATTENTION=cudnn or auto): 0 here; cuDNN
+                           sizes its plans at their first call, in step 1, not in the plan */
     TR_WS_COUNT
 };
 typedef struct {

@@ -140,7 +140,7 @@ TR_CKPT_SYNC=2 expect 1 "^trainer run: TR_CKPT_SYNC must be 0 or 1, got '2'$" --
     run recipes/shakespeare_char.lua --out "$tmp/ckpts"
 TR_COMM_PROGRESS=x expect 1 "^trainer run: TR_COMM_PROGRESS must be 0 or 1, got 'x'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/prog"
-TR_CUDA_ATTENTION=fancy expect 1 "^trainer run: TR_CUDA_ATTENTION must be tc or simple, got 'fancy'$" -- \
+TR_CUDA_ATTENTION=fancy expect 1 "^trainer run: TR_CUDA_ATTENTION must be tc, simple, cudnn or auto, got 'fancy'$" -- \
     run recipes/shakespeare_char.lua --device cpu --out "$tmp/attn"
 TR_FAULT_SAVE_HANG=no expect 1 "^trainer run: TR_FAULT_SAVE_HANG must be 0 or 1, got 'no'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/hang"

@@ -104,8 +104,10 @@ static void *empty_block;
 /* The plan's workspaces (model/workspace.c), allocated at the model's start: the scratch
  * slots here, the optimizer's tables (cuda_ops.cu); cuBLASLt's was allocated with its handle. */
 static int cu_reserve(const tr_workspace *w) {
-    static const int slot[SCR_COUNT] = {TR_WS_REDUCE, TR_WS_EMBED, TR_WS_ROPE, TR_WS_ATTN,
-                                        TR_WS_SUMSQ};
+    /* in the order of SCR_* (cuda_private.h) */
+    static const int slot[] = {TR_WS_REDUCE, TR_WS_EMBED, TR_WS_ROPE,
+                               TR_WS_ATTN,   TR_WS_SUMSQ, TR_WS_CUDNN};
+    static_assert(sizeof slot / sizeof slot[0] == SCR_COUNT, "a workspace for every scratch slot");
     if (!empty_block && tr_cuda_malloc(&empty_block, w->bytes[TR_WS_EMPTY]) != cudaSuccess) {
         (void)cudaGetLastError();
         empty_block = NULL;
