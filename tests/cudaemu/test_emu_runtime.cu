@@ -749,6 +749,7 @@ static void in_child(void (*fn)(void), int *status, char *err, size_t cap) {
         close(fd[1]);
         alarm(60);
         fn();
+        cudaDeviceSynchronize(); /* launches are queued: they run by here at the latest */
         fflush(stderr);
         _exit(0);
     }
