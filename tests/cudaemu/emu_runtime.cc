@@ -1131,19 +1131,31 @@ struct copy_job {
     const void *src;
     size_t n;
     void *staged; /* the source, copied when the call was made; freed after */
+    int host_src; /* src is host memory read when the copy runs (in host_reads meanwhile) */
 };
+/* the host memory that queued copies are still to read (under the lock) */
+static std::vector<copy_job *> host_reads;
 static void run_copy(void *c) {
     copy_job *j = (copy_job *)c;
     memmove(j->dst, j->staged ? j->staged : j->src, j->n);
     free(j->staged);
+    if (j->host_src)
+        host_reads.erase(std::find(host_reads.begin(), host_reads.end(), j));
     delete j;
 }
+static int host_read_pending(const void *p, size_t n) {
+    for (const copy_job *j : host_reads)
+        if ((uintptr_t)j->src < (uintptr_t)p + n && (uintptr_t)p < (uintptr_t)j->src + j->n)
+            return 1;
+    return 0;
+}
 
-/* A copy on s, run when the scheduler reaches it. A source in pageable host memory is read
- * now (CUDA stages it before the call returns); pinned host memory and device memory are read
- * when the copy runs, and the destination is written then, host memory too: the host must
- * synchronize before it reads a device-to-host copy's result, or reuses a pinned source.
- * Host to host is synchronous. */
+/* A copy on s, run when the scheduler reaches it; its source is read and its destination
+ * written then. Host memory too: the host must synchronize before it reads a device-to-host
+ * copy's result, or reuses a copy's source, pinned or pageable (CUDA: a copy with pageable
+ * memory "might be synchronous"; the eager mode reads a pageable source at the call). The
+ * host destination of a device-to-host copy holds NaN (0xff bytes) until the copy has run,
+ * unless a queued copy still reads that memory. Host to host is synchronous. */
 static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKind k,
                               cudaStream_t s) {
     int dd = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
@@ -1162,11 +1174,20 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKi
         memmove(dst, src, n);
         return cudaSuccess;
     }
-    copy_job *j = new copy_job{dst, src, n, NULL};
-    if (!sd && !is_pinned(src, n)) {
+    copy_job *j = new copy_job{dst, src, n, NULL, 0};
+    int eager = emu_sched_eager();
+    if (!sd && eager && !is_pinned(src, n)) {
         j->staged = malloc(n);
         if (!j->staged) die("out of memory staging a copy of %zu bytes", n);
         memcpy(j->staged, src, n);
+    } else if (!sd) {
+        std::lock_guard<std::mutex> g(q_mu); /* run_copy erases under it */
+        j->host_src = 1;
+        host_reads.push_back(j);
+    }
+    if (!dd && !eager) {
+        std::lock_guard<std::mutex> g(q_mu);
+        if (!host_read_pending(dst, n)) memset(dst, 0xff, n);
     }
     emu_stream_exec(s, "cudaMemcpyAsync", run_copy, j);
     return cudaSuccess;
