@@ -484,6 +484,7 @@ typedef std::vector<mark> snapshot;
 struct async_op {
     int (*test)(void *);
     void (*finish)(void *);
+    int done;            /* an asynchronous operation whose test said complete */
     void (*run)(void *); /* work the host runs (a kernel, a copy, a host function): test and
                             finish unused; run frees ctx */
     const char *what;
@@ -642,8 +643,12 @@ static void pop(CUstream_st *s) {
     if (!ev_waiting.empty()) events_update();
 }
 
-/* Moves s's head if it may: returns 1 when something happened. */
-static int step_stream(CUstream_st *s, int exec_ok) {
+/* Moves s's head if it may: returns 1 when something happened. lazy: an NCCL operation is
+ * looked at (started, tested) only 1 time in 32: nothing waits for it yet. may_finish: it may
+ * be seen complete now (else one that MPI has completed stays at the head, done, until
+ * something waits for it: an operation's results appear, and its buffers are checked, as late
+ * as the program's order allows). */
+static int step_stream(CUstream_st *s, int exec_ok, int lazy, int may_finish) {
     async_op *op = s->head;
     if (op->wait) {
         if (!snapshot_done(*op->wait)) return 0;
@@ -656,18 +661,42 @@ static int step_stream(CUstream_st *s, int exec_ok) {
         pop(s);
         return 1;
     }
-    if (!op->test(op->ctx)) return 0;
-    /* NCCL progresses on its own: done, but seen done a little later at random */
-    if (!sched_eager && rnd_below(2)) return 1;
+    if (!op->done) {
+        if (lazy && rnd_below(32)) return 0;
+        if (!op->test(op->ctx)) return 0;
+        op->done = 1;
+        if (!sched_eager) return 1;
+    }
+    if (!may_finish) return 0;
     if (op->finish) op->finish(op->ctx);
     pop(s);
     return 1;
 }
 
-/* One step of one stream: among those whose head may move, the streams want names first (3
- * times in 4; adversarial mode) in a random order. Returns 1 when something moved. */
-static int step_one(const snapshot *want, int exec_ok) {
-    static thread_local std::vector<CUstream_st *> cand;
+/* The streams that what sn waits for leads to: sn's, and those that wait entries at their
+ * heads name, and so on. */
+static void closure(const snapshot &sn, std::vector<CUstream_st *> *out) {
+    out->clear();
+    std::vector<const snapshot *> todo(1, &sn);
+    while (!todo.empty()) {
+        const snapshot *w = todo.back();
+        todo.pop_back();
+        for (const mark &m : *w) {
+            if (done_through(m.s) >= m.n ||
+                std::find(out->begin(), out->end(), m.s) != out->end())
+                continue;
+            out->push_back(m.s);
+            if (m.s->head && m.s->head->wait) todo.push_back(m.s->head->wait);
+        }
+    }
+}
+
+/* One step of one stream: among those whose head may move, the streams that what want
+ * waits for first (3 times in 4; adversarial mode), in a random order; then, when none moved,
+ * the others. finish_odds: an operation that want waits for is seen complete 1 time in that
+ * many (1: always). Returns 1 when something moved. */
+static int step_one(const snapshot *want, int exec_ok, unsigned finish_odds = 1) {
+    static thread_local std::vector<CUstream_st *> cand, need;
     cand.clear();
     if (legacy_stream.head) cand.push_back(&legacy_stream);
     for (CUstream_st *s : streams)
@@ -678,16 +707,24 @@ static int step_one(const snapshot *want, int exec_ok) {
     if (!sched_eager)
         for (size_t i = n - 1; i > 0; i--)
             std::swap(all[i], all[rnd_below((unsigned)i + 1)]);
-    if (want && (sched_eager || rnd_below(4))) {
-        auto wanted = [want](CUstream_st *s) {
-            for (const mark &m : *want)
-                if (m.s == s && done_through(s) < m.n) return true;
-            return false;
-        };
-        std::stable_partition(all, all + n, wanted);
+    need.clear();
+    if (want) closure(*want, &need);
+    auto wanted = [](CUstream_st *s) {
+        return std::find(need.begin(), need.end(), s) != need.end();
+    };
+    if (sched_eager) {
+        if (want) std::stable_partition(all, all + n, wanted);
+        for (size_t i = 0; i < n; i++)
+            if (step_stream(all[i], exec_ok, 0, 1)) return 1;
+        return 0;
     }
-    for (size_t i = 0; i < n; i++)
-        if (step_stream(all[i], exec_ok)) return 1;
+    if (want && rnd_below(4)) std::stable_partition(all, all + n, wanted);
+    for (size_t i = 0; i < n; i++) {
+        int w = wanted(all[i]);
+        if (step_stream(all[i], exec_ok, !w, w && rnd_below(finish_odds) == 0)) return 1;
+    }
+    for (size_t i = 0; i < n; i++) /* nothing else moved: start what nobody waits for yet */
+        if (step_stream(all[i], exec_ok, 0, 0)) return 1;
     return 0;
 }
 
@@ -706,7 +743,9 @@ static int query(const snapshot &sn) {
         while (!snapshot_done(sn) && step_one(&sn, ex)) {
         }
     else
-        for (unsigned k = rnd_below(4); k > 0 && !snapshot_done(sn) && step_one(&sn, ex); k--) {
+        /* a query may see an operation complete later than it is: the program's own thread 1
+           time in 4, another (a watchdog) 1 time in 64 */
+        for (unsigned k = rnd_below(4); k > 0 && !snapshot_done(sn) && step_one(&sn, ex, exec_thread ? 4 : 64); k--) {
         }
     return snapshot_done(sn);
 }
