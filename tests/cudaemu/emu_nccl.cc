@@ -6,7 +6,9 @@
  * its stream reaches it, as a GPU would run it, so that the host does not block behind a
  * receive still waiting on the stream (the pipeline posts its receives ahead, one stream per
  * channel). Either stays pending on its stream (emu_async.h) until MPI says it is done; streams
- * and events order it like any device work. Sends and receives between two ranks of one
+ * and events order it like any device work. Its result appears in the receive buffer only when
+ * the runtime sees it complete (MPI works on a private copy; adversarial runs fill the buffer
+ * with NaN meanwhile and name a write to either buffer while it was in flight: start()). Sends and receives between two ranks of one
  * communicator match in the order each rank calls them (one MPI tag: MPI's messages do not
  * overtake), as NCCL's do, which has no tags. ncclCommInitRank inside a group creates its
  * communicator at ncclGroupEnd, with the group's others (and never with operations: NCCL does

@@ -1,8 +1,9 @@
 /* The CUDA emulator's runtime (see emu.h): kernel launches on cooperative fibers, barriers,
  * warp exchanges and the tensor-core product, and the subset of the CUDA runtime API the
- * backend and the device transport call ("device" memory is host memory; kernels and copies
- * run at once, after what their stream has pending; streams, events and the asynchronous
- * operations of emu_async.h). Test-only. */
+ * backend and the device transport call ("device" memory is host memory; kernels, copies,
+ * memsets and host functions are queued on their stream and run later, in an adversarial order
+ * that keeps only what CUDA guarantees: "the scheduler" below; streams, events and the
+ * asynchronous operations of emu_async.h), and the mutants of model/mutant.h. Test-only. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
