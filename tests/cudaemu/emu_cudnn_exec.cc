@@ -192,12 +192,30 @@ void run_op(const Desc *o, std::map<int64_t, Store> &st) {
     }
 }
 
+/* an execution as given, run when the runtime's scheduler reaches it on the handle's stream
+ * (the plan's graph must outlive it, as the backend's cached plans do) */
+struct ExecJob {
+    const Desc *g;
+    std::map<int64_t, Store> st;
+    void *ws;
+    int64_t ws_bytes;
+};
+void exec_job(void *c) {
+    ExecJob *j = static_cast<ExecJob *>(c);
+    if (j->ws_bytes > 0) memset(j->ws, 0xA5, (size_t)j->ws_bytes); /* the engine's scratch */
+    for (const Desc *o : j->g->order)
+        run_op(o, j->st);
+    delete j;
+}
+
 } // namespace
 
 extern "C" {
 
-/* The runtime's stream ordering (emu_runtime.cc); weak: test_emu_cudnn runs without it. */
-extern "C++" void emu_stream_work(cudaStream_t s) __attribute__((weak));
+/* The runtime's streams (emu_runtime.cc): an execution is work on the handle's stream, run
+ * when the scheduler reaches it. Weak: test_emu_cudnn runs without the runtime (at once). */
+extern "C++" void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *),
+                                  void *ctx) __attribute__((weak));
 
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan,
                                   cudnnBackendDescriptor_t pack) {
@@ -209,7 +227,6 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
         complain(fn, "needs a live handle, a finalized plan and a finalized variant pack");
         return CUDNN_STATUS_BAD_PARAM;
     }
-    if (emu_stream_work) emu_stream_work(h->stream);
     const Desc *g = pl->graph;
     std::map<int64_t, Store> st;
     std::map<int64_t, void *> given;
@@ -281,10 +298,13 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
             complain(fn, "the plan needs %lld bytes of workspace and got NULL", (long long)pl->ws);
             return CUDNN_STATUS_BAD_PARAM;
         }
-        memset(vp->wsptr, 0xA5, (size_t)pl->ws); /* the engine's scratch: all of it is written */
     }
-    for (const Desc *o : g->order)
-        run_op(o, st);
+    /* the engine's scratch: all of it is written */
+    ExecJob *j = new ExecJob{g, std::move(st), vp->wsptr, pl->ws};
+    if (emu_stream_exec)
+        emu_stream_exec(h->stream, "cudnnBackendExecute", exec_job, j);
+    else
+        exec_job(j);
     return CUDNN_STATUS_SUCCESS;
 }
 
