@@ -198,6 +198,7 @@ struct ExecJob {
     std::map<int64_t, Store> st;
     void *ws;
     int64_t ws_bytes;
+    std::vector<std::vector<unsigned char>> vals; /* the by-value tensors, copied at the call */
 };
 void exec_job(void *c) {
     ExecJob *j = static_cast<ExecJob *>(c);
@@ -211,11 +212,11 @@ void exec_job(void *c) {
 
 extern "C" {
 
-/* The runtime's streams (emu_runtime.cc): an execution runs at once, after what its stream
- * has pending (not deferred like a kernel: deferred, the backend's cuDNN path gave wrong
- * numbers, not yet understood; see the commit). Weak: test_emu_cudnn runs without the
- * runtime. */
-extern "C++" void emu_stream_drain(cudaStream_t s) __attribute__((weak));
+/* The runtime's streams (emu_runtime.cc): an execution is work on the handle's stream, run
+ * when the scheduler reaches it; its by-value tensors (host scalars) are read at the call, as
+ * cuDNN reads them. Weak: test_emu_cudnn runs without the runtime (at once). */
+extern "C++" void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *),
+                                  void *ctx) __attribute__((weak));
 
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan,
                                   cudnnBackendDescriptor_t pack) {
@@ -230,6 +231,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
     const Desc *g = pl->graph;
     std::map<int64_t, Store> st;
     std::map<int64_t, void *> given;
+    std::vector<std::vector<unsigned char>> vals;
     for (size_t i = 0; i < vp->uids.size(); i++) {
         if (given.count(vp->uids[i])) {
             complain(fn, "uid %lld twice in the variant pack", (long long)vp->uids[i]);
@@ -256,6 +258,11 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
                     return CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER;
                 }
                 s.p = it->second;
+                if (t->byval) { /* read now: the caller's scalar may be gone when this runs */
+                    const unsigned char *b = static_cast<const unsigned char *>(it->second);
+                    vals.emplace_back(b, b + (size_t)span(t) * dt_size(t->dtype));
+                    s.p = vals.back().data();
+                }
                 given.erase(it);
             }
             st[t->uid] = std::move(s);
@@ -300,9 +307,12 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
         }
     }
     /* the engine's scratch: all of it is written */
-    ExecJob *j = new ExecJob{g, std::move(st), vp->wsptr, pl->ws};
-    if (emu_stream_drain) emu_stream_drain(h->stream);
-    exec_job(j);
+    ExecJob *j = new ExecJob{g, std::move(st), vp->wsptr, pl->ws, {}};
+    j->vals = std::move(vals);
+    if (emu_stream_exec)
+        emu_stream_exec(h->stream, "cudnnBackendExecute", exec_job, j);
+    else
+        exec_job(j);
     return CUDNN_STATUS_SUCCESS;
 }
 
