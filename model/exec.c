@@ -12,6 +12,7 @@
  * cross entropy combines per-row statistics of every rank (one small all-gather) instead of
  * gathering the logits. */
 #include "model/model_private.h"
+#include "model/mutant.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -96,7 +97,8 @@ static tp_req tp_start(tr_model *m, tr_comm_req *r) {
 static void tp_wait(tr_model *m, tp_req r) {
     if (!r.req) return;
     double done_at;
-    m->tps.exposed_s += tr_comm_wait_done(r.req, &done_at);
+    done_at = tr_now();
+    TR_WAIT("tp.wait", m->tps.exposed_s += tr_comm_wait_done(r.req, &done_at));
     m->tps.span_s += done_at - r.t0;
 }
 

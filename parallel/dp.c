@@ -14,6 +14,7 @@
  * one code path for the CPU and a GPU. On a GPU, waits order the compute stream and return at
  * once, so a buffer is never read on the host, only by work enqueued after the wait. */
 #include "parallel/dp_private.h"
+#include "model/mutant.h"
 
 #include <assert.h>
 #include <math.h>
@@ -90,7 +91,7 @@ static void start_allreduce(tr_dp *d, bucket *b) {
 
 static void z2_finish(tr_dp *d, int k) {
     ring_slot *s = &d->ring[k];
-    tr_comm_wait(s->req);
+    TR_WAIT("dp.z2_finish", tr_comm_wait(s->req));
     s->req = NULL;
     bucket *b = &d->b[s->bucket];
     tr_buf *acc = tr_buf_at(d->be, d->sgrad, b->state);
@@ -609,7 +610,7 @@ static void dp_sync(tr_dp *d) {
         if (!d->b[i].started) start_allreduce(d, &d->b[i]);
     for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].done) {
-            tr_comm_wait(d->b[i].req);
+            TR_WAIT("dp.allreduce", tr_comm_wait(d->b[i].req));
             d->b[i].done = 1;
             d->last_done = tr_now();
         } else {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "parallel/dp_private.h"
+#include "model/mutant.h"
 
 /* Does op `op` in direction dir (0 forward, 1 backward) read bucket k? */
 static int needs(const tr_dp *d, int dir, int op, int k) {
@@ -45,7 +46,7 @@ static void z3_ready(tr_dp *d, int k) {
     z3_start(d, k);
     if (!b->preq) return;
     double t0 = tr_now();
-    tr_comm_wait(b->preq);
+    TR_WAIT("dp.z3_gather", tr_comm_wait(b->preq));
     d->st.gather_s += tr_now() - t0;
     b->preq = NULL;
     for (int i = b->lo_param; i <= b->hi_param; i++)
@@ -56,7 +57,7 @@ static void z3_ready(tr_dp *d, int k) {
 static void z3_release(tr_dp *d, int k) {
     bucket *b = &d->b[k];
     if (!b->full) return;
-    if (b->preq) tr_comm_wait(b->preq); /* a prefetch nobody used: complete it first */
+    if (b->preq) TR_WAIT("dp.z3_release", tr_comm_wait(b->preq)); /* a prefetch nobody used: complete it first */
     b->preq = NULL;
     for (int i = b->lo_param; i <= b->hi_param; i++) tr_model_set_param_addr(d->m, i, NULL);
     d->pbuf_bytes -= (size_t)d->world * b->piece * d->es;
@@ -139,7 +140,7 @@ static void refresh_wait(tr_dp *d, int k, int by_op) {
     bucket *b = &d->b[k];
     if (!b->nreq) return;
     double t0 = tr_now();
-    for (int j = 0; j < b->nreq; j++) tr_comm_wait(d->rreq[(size_t)k * d->world + j]);
+    for (int j = 0; j < b->nreq; j++) TR_WAIT("dp.refresh", tr_comm_wait(d->rreq[(size_t)k * d->world + j]));
     b->nreq = 0;
     if (b->full) { /* the buffered gather, copied into place on the compute stream */
         size_t n = (size_t)d->world * b->piece;

@@ -16,6 +16,7 @@
  * receiver posts a channel's receives in it too: no receive's post point comes before the previous
  * receive's of its channel. */
 #include "parallel/pipeline.h"
+#include "model/mutant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -355,8 +356,9 @@ static int gather_slices(tr_pipe *p, tr_buf *buf, size_t n, int B, int T) {
     tr_comm *g = slice_of(p, n, B, T, &off, &len);
     if (!g) return 0;
     tr_buf *mine = tr_buf_at(tr_model_backend(p->m), buf, off);
-    tr_comm_wait(tr_comm_start(g, TR_COMM_OP_ALL_GATHER, mine, buf, len,
-                               tr_model_comm_dtype(p->m), -1, 0, tr_model_comm_mem(p->m)));
+    tr_comm_req *r = tr_comm_start(g, TR_COMM_OP_ALL_GATHER, mine, buf, len,
+                                   tr_model_comm_dtype(p->m), -1, 0, tr_model_comm_mem(p->m));
+    TR_WAIT("pp.gather_slices", tr_comm_wait(r));
     return 1;
 }
 
@@ -384,7 +386,7 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
     const int *tok = c == 0 ? tokens[a->mb] : NULL;
     double loss = 0, t0;
     if (p->rq[i]) {
-        wait_on(p, &p->rq[i], idle, TR_SPAN_WAIT_IN, a);
+        TR_WAIT("pp.recv", wait_on(p, &p->rq[i], idle, TR_SPAN_WAIT_IN, a));
         t0 = tr_now();
         if (gather_slices(p, recv_buf(p, i), n, B, T))
             tr_trace_span(p->trace, TR_SPAN_GATHER, t0, tr_now(), a->mb, a->chunk);
@@ -392,7 +394,7 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
     }
     if (a->op == TR_ACT_FWD) {
         /* the slot's output is about to be rewritten */
-        wait_on(p, &p->send_act[at], idle, TR_SPAN_WAIT_OUT, a);
+        TR_WAIT("pp.send_act", wait_on(p, &p->send_act[at], idle, TR_SPAN_WAIT_OUT, a));
         t0 = tr_now();
         if (p->gr[i] >= 0) /* zb-v's turn: the previous chunk's output, on this rank */
             tr_model_copy_stream(p->m, tr_model_chunk_input(p->m, c, k),
@@ -407,7 +409,7 @@ static double run_action(tr_pipe *p, int i, const int *const *tokens, const int 
     tr_bwd_part part = a->op == TR_ACT_BWD      ? TR_BWD_ALL
                        : a->op == TR_ACT_BWD_IN ? TR_BWD_INPUT
                                                 : TR_BWD_WEIGHT;
-    if (part != TR_BWD_WEIGHT) wait_on(p, &p->send_grad[gat], idle, TR_SPAN_WAIT_OUT, a);
+    if (part != TR_BWD_WEIGHT) TR_WAIT("pp.send_grad", wait_on(p, &p->send_grad[gat], idle, TR_SPAN_WAIT_OUT, a));
     if (p->gate) tr_model_hold_grad_hooks(p->m, !p->final[i]);
     t0 = tr_now();
     loss = tr_model_chunk_backward_bufs(p->m, c, k, p->gr[i], p->gs[i], tok,

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "model/cuda/cuda_private.h"
+#include "model/mutant.h"
 
 static char cd_why[512];
 
@@ -510,7 +511,7 @@ static double rel_err(const void *a, const void *b, size_t n, int bf) {
         tr_cuda_fail("malloc (attention auto check)", "out of memory", __FILE__, __LINE__);
     CK(cudaMemcpyAsync(ha, a, n * es, cudaMemcpyDeviceToHost, tr_cuda_stream));
     CK(cudaMemcpyAsync(hb, b, n * es, cudaMemcpyDeviceToHost, tr_cuda_stream));
-    CK(cudaStreamSynchronize(tr_cuda_stream));
+    TR_WAIT("cuda.cudnn_check", CK(cudaStreamSynchronize(tr_cuda_stream)));
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         float x, y;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "model/cuda/cuda_private.h"
+#include "model/mutant.h"
 extern "C" {
 #include "parallel/comm/comm.h" /* tr_comm_local_rank */
 }
@@ -153,12 +154,12 @@ static void cu_free(void *p) {
 static void cu_upload(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, tr_cuda_stream));
-    CK(cudaStreamSynchronize(tr_cuda_stream));
+    TR_WAIT("cuda.upload", CK(cudaStreamSynchronize(tr_cuda_stream)));
 }
 static void cu_download(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, tr_cuda_stream));
-    CK(cudaStreamSynchronize(tr_cuda_stream));
+    TR_WAIT("cuda.download", CK(cudaStreamSynchronize(tr_cuda_stream)));
 }
 static void cu_zero(void *p, size_t bytes) {
     if (bytes) CK(cudaMemsetAsync(p, 0, bytes, tr_cuda_stream));

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/cuda/cuda_private.h"
+#include "model/mutant.h"
 
 /* Rows per partial-sum chunk of the column sums (dbias, norm weight grads): fixed, so the
  * order of every sum depends only on N. */
@@ -149,7 +150,7 @@ extern "C" void tr_cuda_embedding_backward(int bf, tr_buf *dwte, const tr_buf *d
     h_pack = (int *)grow(h_pack, &h_pack_cap, (size_t)3 * N + 1, sizeof(int));
     CK(cudaMemcpyAsync(h_tok, tokens, sizeof(int) * (size_t)N, cudaMemcpyDeviceToHost,
                        tr_cuda_stream));
-    CK(cudaStreamSynchronize(tr_cuda_stream));
+    TR_WAIT("cuda.emb_tokens", CK(cudaStreamSynchronize(tr_cuda_stream)));
     /* tokens < 0 (another rank's vocabulary rows, tensor parallelism) add nothing: left out */
     int maxt = -1, Nv = 0;
     for (int n = 0; n < N; n++) {
@@ -882,7 +883,7 @@ extern "C" double tr_cuda_sumsq(int bf, const tr_buf *x, size_t n) {
     CK_LAUNCH();
     double s;
     CK(cudaMemcpyAsync(&s, part, sizeof(double), cudaMemcpyDeviceToHost, tr_cuda_stream));
-    CK(cudaStreamSynchronize(tr_cuda_stream));
+    TR_WAIT("cuda.sumsq", CK(cudaStreamSynchronize(tr_cuda_stream)));
     return s;
 }
 
@@ -1028,7 +1029,7 @@ extern "C" void tr_cuda_adamw_multi(int bf, const tr_adamw_seg *sg, int ns, floa
                            tr_cuda_stream));
         CK(cudaMemcpyAsync(mb_dev, mb_host, (size_t)mb_n * sizeof(ms_blk), cudaMemcpyHostToDevice,
                            tr_cuda_stream));
-        CK(cudaStreamSynchronize(tr_cuda_stream)); /* the host tables may change next call */
+        TR_WAIT("cuda.ms_tables", CK(cudaStreamSynchronize(tr_cuda_stream))); /* the host tables may change next call */
         ms_n = ns;
     }
     if (mb_n == 0) return;

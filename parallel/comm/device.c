@@ -67,6 +67,7 @@ int tr_comm_nccl_version(char *buf, size_t len) {
 #include <nccl.h>
 #endif
 
+#include "model/mutant.h"
 #include "parallel/comm/private.h"
 
 enum { T_LOCAL, T_STAGED, T_NCCL };
@@ -180,7 +181,7 @@ static void event_give(cudaEvent_t e) { /* called holding d.mu */
 static void after_compute(dgroup *g, cudaStream_t s, const tr_comm_desc *o) {
     cudaEvent_t e = event_take(g->c, o);
     CUDA_OR_FAIL(cudaEventRecord(e, d.compute), g->c, o);
-    CUDA_OR_FAIL(cudaStreamWaitEvent(s, e, 0), g->c, o);
+    TR_WAIT("comm.after_compute", CUDA_OR_FAIL(cudaStreamWaitEvent(s, e, 0), g->c, o));
     pthread_mutex_lock(&d.mu);
     event_give(e); /* reusable at once: a wait uses the event's state when it was enqueued */
     pthread_mutex_unlock(&d.mu);
@@ -491,9 +492,9 @@ static void group_free(void *gv) {
     if (!g) return;
     int nccl = g->transport == T_NCCL;
     if (nccl) {
-        cudaStreamSynchronize(g->stream);
+        TR_WAIT("comm.group_free", cudaStreamSynchronize(g->stream));
         for (int i = 0; i < g->n_chans; i++)
-            cudaStreamSynchronize(g->chans[i]->stream);
+            TR_WAIT("comm.group_free", cudaStreamSynchronize(g->chans[i]->stream));
     }
     /* its operations are complete (the streams synchronized): whatever the watchdog has not
        yet seen of them goes now, with the timings nobody read, and the group leaves the
@@ -647,7 +648,7 @@ static void start_staged(dreq *r, const void *send, void *recv) {
     const void *src = in_place ? recv : send;
     if (in) {
         CUDA_OR_FAIL(cudaMemcpyAsync(h, src, in, cudaMemcpyDeviceToHost, d.compute), c, o);
-        CUDA_OR_FAIL(cudaStreamSynchronize(d.compute), c, o);
+        TR_WAIT("comm.staged_d2h", CUDA_OR_FAIL(cudaStreamSynchronize(d.compute), c, o));
     }
     r->result_at = in_place ? 0 : in;
     r->dst = out ? recv : NULL;
@@ -701,7 +702,7 @@ static double dev_wait(void *rv) {
             CUDA_OR_FAIL(cudaMemcpyAsync(r->dst, (char *)r->stage + r->result_at, r->dst_bytes,
                                          cudaMemcpyHostToDevice, d.compute),
                          r->g->c, &r->o);
-            CUDA_OR_FAIL(cudaStreamSynchronize(d.compute), r->g->c, &r->o); /* then reusable */
+            TR_WAIT("comm.staged_h2d", CUDA_OR_FAIL(cudaStreamSynchronize(d.compute), r->g->c, &r->o)); /* then reusable */
         }
         stage_give(r->stage, r->stage_bytes);
         free(r);
@@ -711,7 +712,7 @@ static double dev_wait(void *rv) {
     if (r->done) {
         need = event_take(r->g->c, &r->o);
         CUDA_OR_FAIL(cudaEventRecord(need, d.compute), r->g->c, &r->o);
-        CUDA_OR_FAIL(cudaStreamWaitEvent(d.compute, r->done, 0), r->g->c, &r->o);
+        TR_WAIT("comm.wait", CUDA_OR_FAIL(cudaStreamWaitEvent(d.compute, r->done, 0), r->g->c, &r->o));
     }
     pthread_mutex_lock(&d.mu);
     r->need = need;

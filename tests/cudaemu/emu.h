@@ -9,7 +9,9 @@
  * and `extern __shared__ T name[];` into a pointer to this launch's dynamic shared memory, and
  * compiles it with g++ with this header force-included (-include) and TR_CUDA_EMU defined.
  *
- * A launch runs its blocks one after another; a block's threads are cooperative fibers
+ * A launch is queued on its stream and runs later, when the runtime's scheduler reaches it (by
+ * default in a seeded random order across streams that keeps only what CUDA guarantees, so
+ * that a missing wait gives wrong numbers: emu_runtime.cc); it runs its blocks one after another; a block's threads are cooperative fibers
  * (emu_runtime.cc). A thread runs until it reaches __syncthreads, a warp shuffle or a
  * tensor-core product, or ends; when every live thread of the block (or of the warp) is
  * there, they go on. __shared__ variables become function statics (one block at a time, so one
@@ -141,11 +143,21 @@ extern "C" void emu_mem_step(int step);
 
 /* ---- launches ---------------------------------------------------------------------------- */
 void *emu_dyn_smem(void);
+/* 1 when the configuration may launch (else cudaGetLastError's error is set, as a launch
+ * refused by CUDA sets it at once) */
+int emu_launch_ok(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem);
 void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem,
              void (*body)(void *), void *ctx);
-/* Work is given to stream s: what it must follow (asynchronous operations pending on s, see
- * emu_async.h) completes first. Cheap when nothing is pending. */
-void emu_stream_work(cudaStream_t s);
+/* Work given to stream s (emu_runtime.cc): run(ctx) runs later, on the host, when the
+ * emulator's scheduler reaches it in an order CUDA allows (TR_EMU_SCHED, TR_EMU_SEED); run
+ * frees ctx. */
+void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *), void *ctx);
+
+template <class L> static void emu_run_job(void *c) {
+    L *l = (L *)c;
+    (*l)();
+    delete l;
+}
 
 template <class F> struct emu_launcher {
     F *f;
@@ -154,17 +166,25 @@ template <class F> struct emu_launcher {
     size_t smem;
     cudaStream_t s;
     template <class... A> void operator()(A... a) {
-        auto call = [&]() { f(a...); };
-        emu_stream_work(s);
-        emu_run(
-            name, (const void *)f, g, b, smem,
-            [](void *c) { (*(decltype(call) *)c)(); }, &call);
+        F *fn = f;
+        const char *nm = name;
+        dim3 gg = g, bb = b;
+        size_t sm = smem;
+        if (!emu_launch_ok(nm, (const void *)fn, gg, bb, sm)) return;
+        /* the arguments are copied now, as a launch copies them; the kernel runs later */
+        auto job = [=]() {
+            auto call = [&]() { fn(a...); };
+            emu_run(
+                nm, (const void *)fn, gg, bb, sm, [](void *c) { (*(decltype(call) *)c)(); },
+                &call);
+        };
+        emu_stream_exec(s, nm, &emu_run_job<decltype(job)>, new decltype(job)(job));
     }
 };
 template <class F>
 static inline emu_launcher<F> emu_launch(F *f, const char *name, dim3 g, dim3 b, size_t smem = 0,
                                          cudaStream_t s = 0) {
-    /* every launch runs to completion before returning, after what s had pending */
+    /* every launch is queued on s, to run when the scheduler reaches it */
     return emu_launcher<F>{f, name, g, b, smem, s};
 }
 #define EMU_LAUNCH(k, ...) emu_launch(k, #k, __VA_ARGS__)

@@ -562,9 +562,27 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t ligh
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* The runtime's stream ordering (emu_runtime.cc): a product follows what is pending on its
- * stream (a collective, an event it waits on). Weak: test_emu_cublaslt runs without it. */
-extern "C++" void emu_stream_work(cudaStream_t s) __attribute__((weak));
+/* The runtime's streams (emu_runtime.cc): a product is work on its stream, run when the
+ * runtime's scheduler reaches it. Weak: test_emu_cublaslt runs without the runtime (at once). */
+extern "C++" void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *),
+                                  void *ctx) __attribute__((weak));
+
+/* a product as given: what it reads of the descriptors is copied (they may be destroyed or
+ * changed once cublasLtMatmul returns) */
+struct MatmulJob {
+    Problem p;
+    Desc d;
+    Layout a, b, c, dd;
+    float al, be;
+    const void *A, *B, *C;
+    void *D;
+};
+static void matmul_run(const MatmulJob &j);
+static void matmul_job(void *ctx) {
+    MatmulJob *j = static_cast<MatmulJob *>(ctx);
+    matmul_run(*j);
+    delete j;
+}
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
                                            const void *alpha, const void *A, cublasLtMatrixLayout_t Adesc,
@@ -574,7 +592,6 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
                                            void *workspace, size_t workspaceSizeInBytes,
                                            cudaStream_t stream) {
     const char *fn = "cublasLtMatmul";
-    if (emu_stream_work) emu_stream_work(stream);
     Problem p;
     cublasStatus_t st = validate(fn, lightHandle, computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &p);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
@@ -621,7 +638,25 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     if (!work) return CUBLAS_STATUS_SUCCESS;
+    MatmulJob *j = new (std::nothrow) MatmulJob{p, *p.d, *p.a, *p.b, *p.c, *p.dd, al, be, A, B, C, D};
+    if (!j) return CUBLAS_STATUS_ALLOC_FAILED;
+    j->p.d = &j->d, j->p.a = &j->a, j->p.b = &j->b, j->p.c = &j->c, j->p.dd = &j->dd;
+    if (emu_stream_exec)
+        emu_stream_exec(stream, "cublasLtMatmul", matmul_job, j);
+    else
+        matmul_job(j);
+    return CUBLAS_STATUS_SUCCESS;
+}
 
+} // extern "C"
+
+static void matmul_run(const MatmulJob &j) {
+    const Problem &p = j.p;
+    const float al = j.al, be = j.be;
+    const void *A = j.A, *B = j.B, *C = j.C;
+    void *D = j.D;
+    const Desc *d = p.d;
+    const uint64_t m = p.m, n = p.n, k = p.k;
     const int32_t tat = p.a->type, tbt = p.b->type, tct = p.c->type, tdt = p.dd->type;
     const uint64_t lda = (uint64_t)p.a->ld, ldb = (uint64_t)p.b->ld, ldc = (uint64_t)p.c->ld,
                    ldd = (uint64_t)p.dd->ld, ldx = (uint64_t)d->aux_ld;
@@ -644,7 +679,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
     float *rowsum = nullptr;
     if (epi.bias_grad == 'D') {
         rowsum = new (std::nothrow) float[m];
-        if (!rowsum) return CUBLAS_STATUS_ALLOC_FAILED;
+        if (!rowsum) {
+            fprintf(stderr, "cublasLtMatmul (emulated): out of memory\n");
+            abort();
+        }
         for (uint64_t i = 0; i < m; i++) rowsum[i] = 0.0f;
     }
 
@@ -669,7 +707,4 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
         for (uint64_t i = 0; i < m; i++) store(const_cast<void *>(d->bias), p.bias_type, i, rowsum[i]);
         delete[] rowsum;
     }
-    return CUBLAS_STATUS_SUCCESS;
 }
-
-} // extern "C"

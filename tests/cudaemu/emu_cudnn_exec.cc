@@ -192,12 +192,31 @@ void run_op(const Desc *o, std::map<int64_t, Store> &st) {
     }
 }
 
+/* an execution as given */
+struct ExecJob {
+    const Desc *g;
+    std::map<int64_t, Store> st;
+    void *ws;
+    int64_t ws_bytes;
+    std::vector<std::vector<unsigned char>> vals; /* the by-value tensors, copied at the call */
+};
+void exec_job(void *c) {
+    ExecJob *j = static_cast<ExecJob *>(c);
+    if (j->ws_bytes > 0) memset(j->ws, 0xA5, (size_t)j->ws_bytes); /* the engine's scratch */
+    for (const Desc *o : j->g->order)
+        run_op(o, j->st);
+    delete j;
+}
+
 } // namespace
 
 extern "C" {
 
-/* The runtime's stream ordering (emu_runtime.cc); weak: test_emu_cudnn runs without it. */
-extern "C++" void emu_stream_work(cudaStream_t s) __attribute__((weak));
+/* The runtime's streams (emu_runtime.cc): an execution is work on the handle's stream, run
+ * when the scheduler reaches it; its by-value tensors (host scalars) are read at the call, as
+ * cuDNN reads them. Weak: test_emu_cudnn runs without the runtime (at once). */
+extern "C++" void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *),
+                                  void *ctx) __attribute__((weak));
 
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan,
                                   cudnnBackendDescriptor_t pack) {
@@ -209,10 +228,10 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
         complain(fn, "needs a live handle, a finalized plan and a finalized variant pack");
         return CUDNN_STATUS_BAD_PARAM;
     }
-    if (emu_stream_work) emu_stream_work(h->stream);
     const Desc *g = pl->graph;
     std::map<int64_t, Store> st;
     std::map<int64_t, void *> given;
+    std::vector<std::vector<unsigned char>> vals;
     for (size_t i = 0; i < vp->uids.size(); i++) {
         if (given.count(vp->uids[i])) {
             complain(fn, "uid %lld twice in the variant pack", (long long)vp->uids[i]);
@@ -239,6 +258,11 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
                     return CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER;
                 }
                 s.p = it->second;
+                if (t->byval) { /* read now: the caller's scalar may be gone when this runs */
+                    const unsigned char *b = static_cast<const unsigned char *>(it->second);
+                    vals.emplace_back(b, b + (size_t)span(t) * dt_size(t->dtype));
+                    s.p = vals.back().data();
+                }
                 given.erase(it);
             }
             st[t->uid] = std::move(s);
@@ -281,10 +305,14 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
             complain(fn, "the plan needs %lld bytes of workspace and got NULL", (long long)pl->ws);
             return CUDNN_STATUS_BAD_PARAM;
         }
-        memset(vp->wsptr, 0xA5, (size_t)pl->ws); /* the engine's scratch: all of it is written */
     }
-    for (const Desc *o : g->order)
-        run_op(o, st);
+    /* the engine's scratch: all of it is written */
+    ExecJob *j = new ExecJob{g, std::move(st), vp->wsptr, pl->ws, {}};
+    j->vals = std::move(vals);
+    if (emu_stream_exec)
+        emu_stream_exec(h->stream, "cudnnBackendExecute", exec_job, j);
+    else
+        exec_job(j);
     return CUDNN_STATUS_SUCCESS;
 }
 

@@ -6,7 +6,9 @@
  * its stream reaches it, as a GPU would run it, so that the host does not block behind a
  * receive still waiting on the stream (the pipeline posts its receives ahead, one stream per
  * channel). Either stays pending on its stream (emu_async.h) until MPI says it is done; streams
- * and events order it like any device work. Sends and receives between two ranks of one
+ * and events order it like any device work. Its result appears in the receive buffer only when
+ * the runtime sees it complete (MPI works on a private copy; adversarial runs fill the buffer
+ * with NaN meanwhile and name a write to either buffer while it was in flight: start()). Sends and receives between two ranks of one
  * communicator match in the order each rank calls them (one MPI tag: MPI's messages do not
  * overtake), as NCCL's do, which has no tags. ncclCommInitRank inside a group creates its
  * communicator at ncclGroupEnd, with the group's others (and never with operations: NCCL does
@@ -340,12 +342,26 @@ struct nccl_op {
     MPI_Request rq;
     kind k;
     void *tmp; /* a copy of the input when it overlaps the output; freed at the end */
+    void *out; /* the result, private until the operation completes (then copied to recv) */
+    size_t out_bytes;
+    void *watch_copy; /* the input as it was at the start, to see it written while in flight */
+    size_t watch_bytes;
     nccl_op *next_abandoned;
     int started; /* its MPI operation; else it starts when its stream reaches it */
     call c;      /* what to start then */
 };
 
 static int start(const call &c, nccl_op *op);
+
+static nccl_op *new_op(const call &c, int started) {
+    nccl_op *op = new nccl_op();
+    op->comm = c.comm;
+    op->rq = MPI_REQUEST_NULL;
+    op->k = c.k;
+    op->started = started;
+    op->c = c;
+    return op;
+}
 
 /* Tested only once every earlier operation of its stream has finished (emu_async.h): an
  * operation not yet started starts there. */
@@ -370,7 +386,41 @@ static int op_test(void *ctx) {
 static void op_finish(void *ctx) {
     nccl_op *op = (nccl_op *)ctx;
     free(op->tmp);
+    free(op->out);
+    free(op->watch_copy);
     delete op;
+}
+
+static int all_bytes(const void *p, size_t n, unsigned char v) {
+    const unsigned char *q = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++)
+        if (q[i] != v) return 0;
+    return 1;
+}
+
+[[noreturn]] static void hazard(const nccl_op *op, const char *what, const void *p, size_t n) {
+    fprintf(stderr,
+            "cuda emulator: hazard: %s's %s %p (%zu bytes) was written while the operation was "
+            "in flight on its stream (a missing wait: nothing ordered that write after the "
+            "operation's completion)\n",
+            kind_fn[op->k], what, p, n);
+    fflush(stderr);
+    abort();
+}
+
+/* Completed: the result appears in recv now, all at once. Adversarial runs check that nothing
+ * wrote the operation's buffers meanwhile (the input against its copy, the output against the
+ * poison it was filled with). */
+static void op_complete(void *ctx) {
+    nccl_op *op = (nccl_op *)ctx;
+    if (op->watch_copy && memcmp(op->watch_copy, op->c.send, op->watch_bytes))
+        hazard(op, "sendbuff", op->c.send, op->watch_bytes);
+    if (op->out_bytes) {
+        if (!emu_sched_eager() && !all_bytes(op->c.recv, op->out_bytes, 0xff))
+            hazard(op, "recvbuff", op->c.recv, op->out_bytes);
+        memcpy(op->c.recv, op->out, op->out_bytes);
+    }
+    op_finish(op);
 }
 
 static int op_of_comm(void *ctx, void *comm) {
@@ -412,42 +462,58 @@ static void *copy_of(const void *p, size_t n) {
     return q;
 }
 
-/* Starts c's MPI operation into op. The stream was drained: c sees every earlier work on it. */
+/* Starts c's MPI operation into op. The stream was drained: c sees every earlier work on it.
+ * MPI works on a private copy of the output (op->out, holding recv's contents for the
+ * in-place forms), which op_complete copies to recv: the result appears only when the
+ * operation is seen complete. Meanwhile (adversarial runs, emu_runtime.cc) recv holds NaN
+ * (0xff bytes), so that a read before the wait gives wrong numbers, and a copy of the input is
+ * kept, to name a write to it before the completion. */
 static int start(const call &c, nccl_op *op) {
     MPI_Comm mc = c.comm->mc;
     int n = (int)c.count, rank = c.comm->rank, size = c.comm->nranks;
     size_t b = bytes_of(c, c.count);
+    int root = rank == c.peer;
+    size_t inb = c.k == REDUCE_SCATTER ? b * (size_t)size
+                 : c.k == RECV || (c.k == BROADCAST && !root) ? 0 : b;
+    size_t rb = c.k == ALL_GATHER ? b * (size_t)size
+                : c.k == SEND || (c.k == REDUCE && !root) ? 0 : b;
+    void *recv = c.recv;
+    if (rb) {
+        op->out = malloc(rb);
+        if (!op->out) return MPI_ERR_NO_MEM;
+        memcpy(op->out, c.recv, rb);
+        op->out_bytes = rb;
+        recv = op->out;
+    }
+    int adversarial = !emu_sched_eager();
     const void *in = c.send;
+    int in_place = (c.k == ALL_REDUCE || (c.k == REDUCE && root)) && c.send == c.recv;
+    if (c.k == ALL_GATHER && c.send == (const char *)c.recv + (size_t)rank * b) in_place = 1;
+    if (!in_place && inb && rb && overlap(c.send, inb, c.recv, rb))
+        in = op->tmp = copy_of(c.send, inb);
+    else if (!in_place && inb && adversarial) {
+        op->watch_copy = copy_of(c.send, inb);
+        op->watch_bytes = inb;
+    }
+    if (rb && adversarial) memset(c.recv, 0xff, rb);
     switch (c.k) {
     case ALL_REDUCE:
-        if (c.send == c.recv)
-            in = MPI_IN_PLACE;
-        else if (overlap(c.send, b, c.recv, b))
-            in = op->tmp = copy_of(c.send, b);
-        return MPI_Iallreduce(in, c.recv, n, c.t.mpi, c.t.sum, mc, &op->rq);
+        return MPI_Iallreduce(in_place ? MPI_IN_PLACE : in, recv, n, c.t.mpi, c.t.sum, mc, &op->rq);
     case REDUCE_SCATTER:
-        if (overlap(c.send, b * (size_t)size, c.recv, b))
-            in = op->tmp = copy_of(c.send, b * (size_t)size);
-        return MPI_Ireduce_scatter_block(in, c.recv, n, c.t.mpi, c.t.sum, mc, &op->rq);
+        return MPI_Ireduce_scatter_block(in, recv, n, c.t.mpi, c.t.sum, mc, &op->rq);
     case ALL_GATHER:
-        if (c.send == (const char *)c.recv + (size_t)rank * b)
-            in = MPI_IN_PLACE;
-        else if (overlap(c.send, b, c.recv, b * (size_t)size))
-            in = op->tmp = copy_of(c.send, b);
-        return MPI_Iallgather(in, n, c.t.mpi, c.recv, n, c.t.mpi, mc, &op->rq);
+        return MPI_Iallgather(in_place ? MPI_IN_PLACE : in, n, c.t.mpi, recv, n, c.t.mpi, mc,
+                              &op->rq);
     case BROADCAST:
-        if (rank == c.peer && c.send != c.recv) memmove(c.recv, c.send, b);
-        return MPI_Ibcast(c.recv, n, c.t.mpi, c.peer, mc, &op->rq);
+        if (root && c.send != c.recv) memmove(recv, in, b);
+        return MPI_Ibcast(recv, n, c.t.mpi, c.peer, mc, &op->rq);
     case REDUCE:
-        if (rank == c.peer && c.send == c.recv)
-            in = MPI_IN_PLACE;
-        else if (rank == c.peer && overlap(c.send, b, c.recv, b))
-            in = op->tmp = copy_of(c.send, b);
-        return MPI_Ireduce(in, c.recv, n, c.t.mpi, c.t.sum, c.peer, mc, &op->rq);
+        return MPI_Ireduce(in_place ? MPI_IN_PLACE : in, recv, n, c.t.mpi, c.t.sum, c.peer, mc,
+                           &op->rq);
     case SEND:
-        return MPI_Isend(c.send, n, c.t.mpi, c.peer, P2P_TAG, mc, &op->rq);
+        return MPI_Isend(in, n, c.t.mpi, c.peer, P2P_TAG, mc, &op->rq);
     case RECV:
-        return MPI_Irecv(c.recv, n, c.t.mpi, c.peer, P2P_TAG, mc, &op->rq);
+        return MPI_Irecv(recv, n, c.t.mpi, c.peer, P2P_TAG, mc, &op->rq);
     }
     return MPI_ERR_OTHER;
 }
@@ -460,8 +526,8 @@ static int start(const call &c, nccl_op *op) {
 static ncclResult_t run(const std::vector<call> &calls) {
     if (calls.size() == 1 && (calls[0].k == SEND || calls[0].k == RECV)) {
         nccl_op *op =
-            new nccl_op{calls[0].comm, MPI_REQUEST_NULL, calls[0].k, NULL, NULL, 0, calls[0]};
-        emu_stream_enqueue(calls[0].stream, op_test, op_finish, op);
+            new_op(calls[0], 0);
+        emu_stream_enqueue(calls[0].stream, op_test, op_complete, op);
         return ncclSuccess;
     }
     std::vector<cudaStream_t> drained;
@@ -478,14 +544,14 @@ static ncclResult_t run(const std::vector<call> &calls) {
     ncclResult_t r = ncclSuccess;
     for (const call &c : calls) {
         if (c.comm->aborted) continue; /* aborted by another thread meanwhile */
-        nccl_op *op = new nccl_op{c.comm, MPI_REQUEST_NULL, c.k, NULL, NULL, 1, c};
+        nccl_op *op = new_op(c, 1);
         int rc = start(c, op);
         if (rc != MPI_SUCCESS) {
             r = mpi_fail(kind_fn[c.k], "starting the MPI operation", rc);
             op_finish(op);
             continue;
         }
-        emu_stream_enqueue(c.stream, op_test, op_finish, op);
+        emu_stream_enqueue(c.stream, op_test, op_complete, op);
     }
     return r;
 }

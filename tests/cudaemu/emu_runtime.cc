@@ -1,8 +1,9 @@
 /* The CUDA emulator's runtime (see emu.h): kernel launches on cooperative fibers, barriers,
  * warp exchanges and the tensor-core product, and the subset of the CUDA runtime API the
- * backend and the device transport call ("device" memory is host memory; kernels and copies
- * run at once, after what their stream has pending; streams, events and the asynchronous
- * operations of emu_async.h). Test-only. */
+ * backend and the device transport call ("device" memory is host memory; kernels, copies,
+ * memsets and host functions are queued on their stream and run later, in an adversarial order
+ * that keeps only what CUDA guarantees: "the scheduler" below; streams, events and the
+ * asynchronous operations of emu_async.h), and the mutants of model/mutant.h. Test-only. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -323,8 +324,7 @@ void *emu_dyn_smem(void) { return E.dyn; }
 extern "C" char __start_emu_shared[] __attribute__((weak));
 extern "C" char __stop_emu_shared[] __attribute__((weak));
 
-void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem,
-             void (*body)(void *), void *ctx) {
+int emu_launch_ok(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem) {
     size_t nt = (size_t)block.x * block.y * block.z;
     size_t limit = SMEM_DEFAULT;
     auto it = max_dyn_smem.find(fn);
@@ -334,14 +334,22 @@ void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t sme
         fprintf(stderr, "cuda emulator: %s launched with grid (%u,%u,%u), block (%u,%u,%u)\n", name,
                 grid.x, grid.y, grid.z, block.x, block.y, block.z);
         last_error = cudaErrorInvalidConfiguration;
-        return;
+        return 0;
     }
     if (smem > limit) {
         fprintf(stderr, "cuda emulator: %s asks %zu B of dynamic shared memory, over its limit %zu B\n",
                 name, smem, limit);
         last_error = cudaErrorInvalidValue;
-        return;
+        return 0;
     }
+    return 1;
+}
+
+/* the configuration was checked by emu_launch_ok when the kernel was launched */
+void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem,
+             void (*body)(void *), void *ctx) {
+    (void)fn;
+    size_t nt = (size_t)block.x * block.y * block.z;
     if (E.kernel) die("%s launched from inside kernel %s", name, E.kernel);
     stats.launches++;
     E.kernel = name;
@@ -477,6 +485,10 @@ typedef std::vector<mark> snapshot;
 struct async_op {
     int (*test)(void *);
     void (*finish)(void *);
+    int done;            /* an asynchronous operation whose test said complete */
+    void (*run)(void *); /* work the host runs (a kernel, a copy, a host function): test and
+                            finish unused; run frees ctx */
+    const char *what;
     void *ctx;
     snapshot *wait; /* a wait entry (cudaStreamWaitEvent, the legacy stream's order): test
                        and ctx unused */
@@ -564,10 +576,58 @@ static void events_update(void) {
     }
 }
 
-static int progress_snapshot(const snapshot &sn);
+/* ---- the scheduler ----------------------------------------------------------------------
+ * Work given to a stream (a kernel, a copy, a memset, a host function, a cuBLASLt product:
+ * emu_stream_exec) is queued, as on a GPU, and runs later on the host. By default
+ * (TR_EMU_SCHED=adversarial) a seeded random scheduler (TR_EMU_SEED, default 1) picks which
+ * stream moves next among those whose head may: a wait entry whose snapshot has completed,
+ * an asynchronous operation (NCCL) whose test says done, or host work. It runs only when the
+ * program makes it: a synchronization runs work until what it waits for is done (mostly that
+ * work, sometimes others'), cudaEventQuery and cudaStreamQuery run a random few steps and may
+ * answer cudaErrorNotReady, and any new work runs a random few steps of others first. So
+ * nothing is ordered that CUDA does not order (stream order, cudaStreamWaitEvent, the legacy
+ * default stream, synchronous calls), and a missing wait, a read by the host before a
+ * synchronization, or a buffer reused before the operation that reads it ran, gives wrong
+ * numbers. TR_EMU_SCHED=eager runs each piece of work when it is given, after what it must
+ * follow (the emulator's behaviour before; what a test of the emulator itself may want).
+ *
+ * Host work runs holding the lock, on the thread that gave work (the program's): another
+ * thread (a watchdog querying events) moves only wait entries and NCCL operations, unless the
+ * program's thread has not been into the runtime for half a second (it may be blocked in MPI
+ * on something that the pending work leads to). The same seed gives the same order of host
+ * work for a program whose own order does not depend on timing (NCCL over MPI does). */
 
-static int op_test(async_op *op) {
-    return op->wait ? progress_snapshot(*op->wait) : op->test(op->ctx);
+static int sched_eager = -1;
+static uint64_t rng_state;
+static thread_local uint64_t rng_other = 0x2545f4914f6cdd1dull; /* threads other than exec's */
+static thread_local int exec_thread;                             /* this thread gives work */
+static double last_exec_touch;
+
+static void sched_init(void) { /* the lock is held or the caller is the only thread */
+    if (sched_eager >= 0) return;
+    const char *m = getenv("TR_EMU_SCHED");
+    if (m && *m && strcmp(m, "eager") && strcmp(m, "adversarial"))
+        die("TR_EMU_SCHED=%s: expected adversarial (the default) or eager", m);
+    sched_eager = m && !strcmp(m, "eager");
+    const char *sd = getenv("TR_EMU_SEED");
+    rng_state = sd && *sd ? strtoull(sd, NULL, 0) : 1;
+}
+
+static uint64_t rnd(void) { /* splitmix64 */
+    uint64_t *st = exec_thread ? &rng_state : &rng_other;
+    uint64_t x = (*st += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static unsigned rnd_below(unsigned n) { return (unsigned)(rnd() % n); }
+
+static int may_exec(void) {
+    if (exec_thread) {
+        last_exec_touch = now_s();
+        return 1;
+    }
+    return last_exec_touch > 0 && now_s() - last_exec_touch > 0.5;
 }
 
 static void op_free(async_op *op) {
@@ -576,36 +636,119 @@ static void op_free(async_op *op) {
     n_pending--;
 }
 
-/* Finishes s's operations up to number n, in order, while they test complete. Returns 1 when
- * s has completed through n. A wait entry progresses the streams it waits for; those never
- * lead back into the entry being tested (a snapshot only names operations given before it). */
-static int progress(CUstream_st *s, uint64_t n) {
-    int popped = 0;
-    while (s->head && s->head->n <= n) {
-        async_op *op = s->head;
-        if (!op_test(op)) break;
-        s->head = op->next;
-        if (!s->head) s->tail = NULL;
-        if (op->finish) op->finish(op->ctx);
-        op_free(op);
-        popped = 1;
+static void pop(CUstream_st *s) {
+    async_op *op = s->head;
+    s->head = op->next;
+    if (!s->head) s->tail = NULL;
+    op_free(op);
+    if (!ev_waiting.empty()) events_update();
+}
+
+/* Moves s's head if it may: returns 1 when something happened. lazy: an NCCL operation is
+ * looked at (started, tested) only 1 time in 32: nothing waits for it yet. may_finish: it may
+ * be seen complete now (else one that MPI has completed stays at the head, done, until
+ * something waits for it: an operation's results appear, and its buffers are checked, as late
+ * as the program's order allows). */
+static int step_stream(CUstream_st *s, int exec_ok, int lazy, int may_finish) {
+    async_op *op = s->head;
+    if (op->wait) {
+        if (!snapshot_done(*op->wait)) return 0;
+        pop(s);
+        return 1;
     }
-    if (popped && !ev_waiting.empty()) events_update();
-    return done_through(s) >= n;
+    if (op->run) {
+        if (!exec_ok) return 0;
+        op->run(op->ctx);
+        pop(s);
+        return 1;
+    }
+    if (!op->done) {
+        if (lazy && rnd_below(32)) return 0;
+        if (!op->test(op->ctx)) return 0;
+        op->done = 1;
+        if (!sched_eager) return 1;
+    }
+    if (!may_finish) return 0;
+    if (op->finish) op->finish(op->ctx);
+    pop(s);
+    return 1;
 }
 
-static int progress_snapshot(const snapshot &sn) {
-    int done = 1;
-    for (const mark &m : sn)
-        done &= progress(m.s, m.n);
-    return done;
+/* The streams that what sn waits for leads to: sn's, and those that wait entries at their
+ * heads name, and so on. */
+static void closure(const snapshot &sn, std::vector<CUstream_st *> *out) {
+    out->clear();
+    std::vector<const snapshot *> todo(1, &sn);
+    while (!todo.empty()) {
+        const snapshot *w = todo.back();
+        todo.pop_back();
+        for (const mark &m : *w) {
+            if (done_through(m.s) >= m.n ||
+                std::find(out->begin(), out->end(), m.s) != out->end())
+                continue;
+            out->push_back(m.s);
+            if (m.s->head && m.s->head->wait) todo.push_back(m.s->head->wait);
+        }
+    }
 }
 
-/* Every stream as far as it goes now, as a GPU would run them meanwhile. */
-static void progress_all(void) {
-    progress(&legacy_stream, UINT64_MAX);
-    for (size_t i = 0; i < streams.size(); i++)
-        progress(streams[i], UINT64_MAX);
+/* One step of one stream: among those whose head may move, the streams that what want
+ * waits for first (3 times in 4; adversarial mode), in a random order; then, when none moved,
+ * the others. finish_odds: an operation that want waits for is seen complete 1 time in that
+ * many (1: always). Returns 1 when something moved. */
+static int step_one(const snapshot *want, int exec_ok, unsigned finish_odds = 1) {
+    static thread_local std::vector<CUstream_st *> cand, need;
+    cand.clear();
+    if (legacy_stream.head) cand.push_back(&legacy_stream);
+    for (CUstream_st *s : streams)
+        if (s->head) cand.push_back(s);
+    size_t n = cand.size();
+    CUstream_st **all = cand.data();
+    if (!n) return 0;
+    if (!sched_eager)
+        for (size_t i = n - 1; i > 0; i--)
+            std::swap(all[i], all[rnd_below((unsigned)i + 1)]);
+    need.clear();
+    if (want) closure(*want, &need);
+    auto wanted = [](CUstream_st *s) {
+        return std::find(need.begin(), need.end(), s) != need.end();
+    };
+    if (sched_eager) {
+        if (want) std::stable_partition(all, all + n, wanted);
+        for (size_t i = 0; i < n; i++)
+            if (step_stream(all[i], exec_ok, 0, 1)) return 1;
+        return 0;
+    }
+    if (want && rnd_below(4)) std::stable_partition(all, all + n, wanted);
+    for (size_t i = 0; i < n; i++) {
+        int w = wanted(all[i]);
+        if (step_stream(all[i], exec_ok, !w, w && rnd_below(finish_odds) == 0)) return 1;
+    }
+    for (size_t i = 0; i < n; i++) /* nothing else moved: start what nobody waits for yet */
+        if (step_stream(all[i], exec_ok, 0, 0)) return 1;
+    return 0;
+}
+
+/* What the program does at any call that gives work: a few steps of any stream, at random. */
+static void wander(void) {
+    if (sched_eager || rnd_below(4)) return;
+    for (unsigned k = rnd_below(4) + 1; k > 0 && step_one(NULL, 1); k--) {
+    }
+}
+
+/* A query of sn: a random few steps (all that can be done, eager), then whether it is done. */
+static int query(const snapshot &sn) {
+    sched_init();
+    int ex = may_exec();
+    if (sched_eager)
+        while (!snapshot_done(sn) && step_one(&sn, ex)) {
+        }
+    else
+        /* a query may see an operation complete later than it is: the program's own thread 1
+           time in 4, another (a watchdog) 1 time in 64 */
+        for (unsigned k = rnd_below(4); k > 0 && !snapshot_done(sn) && step_one(&sn, ex, exec_thread ? 4 : 64); k--) {
+        }
+    return snapshot_done(sn);
 }
 
 static void strip(snapshot *sn, const CUstream_st *s) {
@@ -638,15 +781,21 @@ static void enqueue(CUstream_st *s, async_op *op) {
     append(s, op);
 }
 
-/* Blocks until sn has completed: test under the lock, back off without it (from yields to
- * 0.2 ms sleeps). */
+/* Blocks until sn has completed, running the work it needs (and, adversarially, some other):
+ * steps under the lock, backing off without it when nothing can move (from yields to 0.2 ms
+ * sleeps: an NCCL operation waits for another process). */
 static void drain(const snapshot &sn) {
     if (sn.empty()) return;
     long ns = 0;
     for (;;) {
         {
             std::lock_guard<std::mutex> g(q_mu);
-            if (progress_snapshot(sn)) return;
+            sched_init();
+            if (snapshot_done(sn)) return;
+            if (step_one(&sn, may_exec())) {
+                ns = 0;
+                continue;
+            }
         }
         if (ns < 1000) {
             sched_yield();
@@ -670,18 +819,6 @@ static void drain_all(void) {
     drain(all);
 }
 
-void emu_stream_work(cudaStream_t s) {
-    if (!n_pending.load(std::memory_order_acquire)) return;
-    snapshot sn;
-    {
-        std::lock_guard<std::mutex> g(q_mu);
-        work_snapshot(stream_of(s), &sn);
-    }
-    drain(sn);
-    std::lock_guard<std::mutex> g(q_mu);
-    progress_all();
-}
-
 void emu_stream_drain(cudaStream_t s) {
     snapshot sn;
     {
@@ -697,7 +834,52 @@ void emu_stream_enqueue(cudaStream_t s, int (*test)(void *), void (*finish)(void
     op->finish = finish;
     op->ctx = ctx;
     std::lock_guard<std::mutex> g(q_mu);
+    sched_init();
     enqueue(stream_of(s), op);
+    if (exec_thread) wander();
+}
+
+/* eager_wait: in eager mode, the host waits for the work to have run (a launch, a copy), or
+ * else (a host function) only queues it when its stream is busy */
+static void exec_on(cudaStream_t s, const char *what, void (*run)(void *), void *ctx,
+                    int eager_wait) {
+    async_op *op = new async_op();
+    op->run = run;
+    op->what = what;
+    op->ctx = ctx;
+    exec_thread = 1;
+    snapshot through;
+    {
+        std::lock_guard<std::mutex> g(q_mu);
+        sched_init();
+        last_exec_touch = now_s();
+        CUstream_st *st = stream_of(s);
+        enqueue(st, op);
+        through.push_back({st, st->given});
+        if (!sched_eager) {
+            wander();
+            return;
+        }
+        if (!eager_wait) {
+            while (step_one(&through, 1) && !snapshot_done(through)) {
+            }
+            return;
+        }
+    }
+    drain(through);
+}
+
+void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *), void *ctx) {
+    exec_on(s, what, run, ctx, 1);
+}
+
+/* may be called holding the lock (an operation's finish): set once, before any work queued */
+int emu_sched_eager(void) {
+    if (sched_eager < 0) {
+        std::lock_guard<std::mutex> g(q_mu);
+        sched_init();
+    }
+    return sched_eager;
 }
 
 /* the last operation of s with match(ctx, key), or NULL */
@@ -976,7 +1158,46 @@ cudaError_t cudaFreeHost(void *p) {
     return cudaSuccess;
 }
 
-static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+static int is_pinned(const void *p, size_t n) { /* inside one cudaMallocHost allocation */
+    uintptr_t a = (uintptr_t)p;
+    auto it = host_allocs.upper_bound(a);
+    if (it == host_allocs.begin()) return 0;
+    --it;
+    return a >= it->first && a + n <= it->first + it->second;
+}
+
+struct copy_job {
+    void *dst;
+    const void *src;
+    size_t n;
+    void *staged; /* the source, copied when the call was made; freed after */
+    int host_src; /* src is host memory read when the copy runs (in host_reads meanwhile) */
+};
+/* the host memory that queued copies are still to read (under the lock) */
+static std::vector<copy_job *> host_reads;
+static void run_copy(void *c) {
+    copy_job *j = (copy_job *)c;
+    memmove(j->dst, j->staged ? j->staged : j->src, j->n);
+    free(j->staged);
+    if (j->host_src)
+        host_reads.erase(std::find(host_reads.begin(), host_reads.end(), j));
+    delete j;
+}
+static int host_read_pending(const void *p, size_t n) {
+    for (const copy_job *j : host_reads)
+        if ((uintptr_t)j->src < (uintptr_t)p + n && (uintptr_t)p < (uintptr_t)j->src + j->n)
+            return 1;
+    return 0;
+}
+
+/* A copy on s, run when the scheduler reaches it; its source is read and its destination
+ * written then. Host memory too: the host must synchronize before it reads a device-to-host
+ * copy's result, or reuses a copy's source, pinned or pageable (CUDA: a copy with pageable
+ * memory "might be synchronous"; the eager mode reads a pageable source at the call). The
+ * host destination of a device-to-host copy holds NaN (0xff bytes) until the copy has run,
+ * unless a queued copy still reads that memory. Host to host is synchronous. */
+static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKind k,
+                              cudaStream_t s) {
     int dd = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
     int sd = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
     if (k == cudaMemcpyDefault) dd = is_dev(dst, n), sd = is_dev(src, n);
@@ -985,25 +1206,58 @@ static cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind k) 
                         "allocation (%zu bytes)\n", (int)k, dd && !is_dev(dst, n) ? "destination" : "source", n);
         return cudaErrorInvalidValue;
     }
-    if (n) memmove(dst, src, n);
     if (dd && !sd) stats.h2d++, stats.h2d_bytes += n;
     if (sd && !dd) stats.d2h++, stats.d2h_bytes += n;
+    if (!n) return cudaSuccess;
+    if (!dd && !sd) {
+        emu_stream_drain(s);
+        memmove(dst, src, n);
+        return cudaSuccess;
+    }
+    copy_job *j = new copy_job{dst, src, n, NULL, 0};
+    int eager = emu_sched_eager();
+    if (!sd && eager && !is_pinned(src, n)) {
+        j->staged = malloc(n);
+        if (!j->staged) die("out of memory staging a copy of %zu bytes", n);
+        memcpy(j->staged, src, n);
+    } else if (!sd) {
+        std::lock_guard<std::mutex> g(q_mu); /* run_copy erases under it */
+        j->host_src = 1;
+        host_reads.push_back(j);
+    }
+    if (!dd && !eager) {
+        std::lock_guard<std::mutex> g(q_mu);
+        if (!host_read_pending(dst, n)) memset(dst, 0xff, n);
+    }
+    emu_stream_exec(s, "cudaMemcpyAsync", run_copy, j);
     return cudaSuccess;
 }
-/* the synchronous forms are work on the legacy default stream */
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s) {
-    emu_stream_work(s);
-    return copy(dst, src, n, k);
+    return copy_async(dst, src, n, k, s);
 }
+/* work on the legacy default stream, which the host waits for */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
-    return cudaMemcpyAsync(dst, src, n, k, 0);
+    cudaError_t e = copy_async(dst, src, n, k, 0);
+    if (e == cudaSuccess) emu_stream_drain(0);
+    return e;
+}
+struct memset_job {
+    void *p;
+    int v;
+    size_t n;
+};
+static void run_memset(void *c) {
+    memset_job *j = (memset_job *)c;
+    memset(j->p, j->v, j->n);
+    delete j;
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-    emu_stream_work(s);
     if (!is_dev(p, n)) return cudaErrorInvalidValue;
-    memset(p, v, n);
+    if (n) emu_stream_exec(s, "cudaMemsetAsync", run_memset, new memset_job{p, v, n});
     return cudaSuccess;
 }
+/* asynchronous with respect to the host for device memory (CUDA's "API synchronization
+ * behavior"), on the legacy default stream */
 cudaError_t cudaMemset(void *p, int v, size_t n) {
     return cudaMemsetAsync(p, v, n, 0);
 }
@@ -1050,7 +1304,7 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
     std::lock_guard<std::mutex> g(q_mu);
     snapshot sn;
     work_snapshot(stream_of(s), &sn);
-    return progress_snapshot(sn) ? cudaSuccess : cudaErrorNotReady;
+    return query(sn) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
@@ -1059,26 +1313,19 @@ cudaError_t cudaDeviceSynchronize(void) {
     return cudaSuccess;
 }
 
-/* host functions run in stream order like any operation: at once when nothing is before them */
-static int always_done(void *) {
-    return 1;
+/* host functions run in stream order like any operation, when the scheduler reaches them */
+struct host_fn_job {
+    cudaHostFn_t fn;
+    void *data;
+};
+static void run_host_fn(void *c) {
+    host_fn_job *j = (host_fn_job *)c;
+    j->fn(j->data);
+    delete j;
 }
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data) {
     if (!fn) return cudaErrorInvalidValue;
-    {
-        std::lock_guard<std::mutex> g(q_mu);
-        snapshot sn;
-        work_snapshot(stream_of(s), &sn);
-        if (!sn.empty()) {
-            async_op *op = new async_op();
-            op->test = always_done;
-            op->finish = fn;
-            op->ctx = data;
-            enqueue(stream_of(s), op);
-            return cudaSuccess;
-        }
-    }
-    fn(data);
+    exec_on(s, "cudaLaunchHostFunc", run_host_fn, new host_fn_job{fn, data}, 0);
     return cudaSuccess;
 }
 
@@ -1123,7 +1370,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     std::lock_guard<std::mutex> g(q_mu);
     if (!ev->complete) {
         snapshot sn = ev->snap; /* progress may complete the event, which clears its own */
-        progress_snapshot(sn);
+        query(sn);
     }
     return ev->complete ? cudaSuccess : cudaErrorNotReady;
 }
@@ -1162,7 +1409,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
     for (CUevent_st *ev : {a, b})
         if (!ev->complete) {
             snapshot sn = ev->snap;
-            progress_snapshot(sn);
+            query(sn);
         }
     if (!a->complete || !b->complete) return cudaErrorNotReady;
     *ms = (float)((b->t_done - a->t_done) * 1e3);
@@ -1190,3 +1437,26 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 
 } /* extern "C" */
+
+/* ---- mutants (model/mutant.h) ---------------------------------------------------------------
+ * TR_EMU_MUTANT=site skips the wait TR_WAIT(site, ...) wraps; how many were skipped is printed
+ * at exit, so that a test can tell a mutant that was never reached from one not caught. */
+static std::atomic<unsigned long> mutant_skips{0};
+static const char *mutant_site(void) {
+    static const char *m = getenv("TR_EMU_MUTANT");
+    return m && *m ? m : NULL;
+}
+__attribute__((destructor)) static void print_mutant(void) {
+    if (mutant_site())
+        fprintf(stderr, "cuda emulator: mutant %s: %lu waits skipped\n", mutant_site(),
+                mutant_skips.load());
+}
+extern "C" int tr_emu_mutant(const char *site) {
+    const char *m = mutant_site();
+    if (!m || strcmp(m, site)) return 0;
+    if (!mutant_skips++) { /* said now too: a hazard ends the program before the destructor */
+        fprintf(stderr, "cuda emulator: mutant %s: skipping its wait\n", site);
+        fflush(stderr);
+    }
+    return 1;
+}

@@ -182,6 +182,7 @@ static int in_child(void (*fn)(void), const char *var, const char *val, char *bu
         unsetenv("TR_EMU_PROF");
         setenv(var, val, 1);
         fn();
+        cudaDeviceSynchronize(); /* launches are queued: they run by here at the latest */
         _exit(0);
     }
     close(pfd[1]);
@@ -260,6 +261,7 @@ int main(void) {
     smem_vec_k<<<1, 32>>>(vo, 1);
     smem_vec_k<<<1, 32>>>(vo, 8);
     smem_dyn_k<<<2, 32, 64 * sizeof(float)>>>(o);
+    cudaDeviceSynchronize(); /* the launches have run */
 
     expect("copy_k", GLD, 2, 8, 8, "two warps, coalesced; stack accesses not counted");
     expect("copy_k", GST, 2, 8, 8, "two warps, coalesced");

@@ -16,6 +16,9 @@
  *   7 TR_EMU_ORDER=reverse changes the outcome of a missing __syncthreads, not of a correct kernel
  *   8 the runtime API: cudaMalloc's 0xff fill, copies and frees of pointers that are not
  *     allocations are refused with an error
+ *   9 the adversarial scheduler (unless TR_EMU_SCHED=eager): a copy on a second stream that
+ *     does not wait for the kernel writing its source reads stale data in some of 16 trials;
+ *     with cudaStreamWaitEvent it never does
  * Checks 1, 2, 3 and 5 run in the default thread order and again under TR_EMU_ORDER=reverse.
  * Prints one line per check; exits 0 only when every check passes. */
 #ifndef TR_CUDA_EMU
@@ -749,6 +752,7 @@ static void in_child(void (*fn)(void), int *status, char *err, size_t cap) {
         close(fd[1]);
         alarm(60);
         fn();
+        cudaDeviceSynchronize(); /* launches are queued: they run by here at the latest */
         fflush(stderr);
         _exit(0);
     }
@@ -958,8 +962,55 @@ static void functional_checks(void) {
     check_mma();
 }
 
+int emu_sched_eager(void);
+
+static __global__ void k_fill(int *p, int n, int v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}
+
+/* 9: trials of a producer kernel on s1 and a copy of its output on s2, with or without the
+ * wait that orders them; returns how many trials saw stale data */
+static int stale_trials(int wait) {
+    const int n = 64, trials = 16;
+    cudaStream_t s1, s2;
+    cudaEvent_t e;
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e));
+    int *a = (int *)dev_alloc(n * sizeof(int)), *b = (int *)dev_alloc(n * sizeof(int));
+    int stale = 0, h[64];
+    for (int t = 0; t < trials; t++) {
+        k_fill<<<1, n, 0, s1>>>(a, n, t + 1);
+        CK(cudaEventRecord(e, s1));
+        if (wait) CK(cudaStreamWaitEvent(s2, e, 0));
+        CK(cudaMemcpyAsync(b, a, n * sizeof(int), cudaMemcpyDeviceToDevice, s2));
+        CK(cudaStreamSynchronize(s2));
+        CK(cudaMemcpy(h, b, sizeof(h), cudaMemcpyDeviceToHost));
+        stale += h[n - 1] != t + 1;
+        CK(cudaStreamSynchronize(s1));
+    }
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(s1));
+    CK(cudaStreamDestroy(s2));
+    return stale;
+}
+
+static void check_adversarial(void) {
+    if (emu_sched_eager()) {
+        printf("SKIP 9 the adversarial scheduler: TR_EMU_SCHED=eager\n");
+        return;
+    }
+    int without = stale_trials(0), with = stale_trials(1);
+    check(without > 0, "9 a copy that does not wait for the kernel writing its source: stale in %d of 16 trials", without);
+    check(with == 0, "9 the same copy after cudaStreamWaitEvent: stale in %d of 16 trials", with);
+}
+
 int main(void) {
     unsetenv("TR_EMU_ORDER");
+    check_adversarial();
     functional_checks();
     check_smem();
     check_detection();
