@@ -1,5 +1,6 @@
 /* Private to model/: the flattened program (ops) and the model's state, shared by the
- * builder (model.c), the parameter and optimizer code (params.c) and the executor (exec.c). */
+ * builder (model.c), the model's memory (model_memory.c), the parameter and optimizer code
+ * (params.c) and the executor (exec.c). */
 #ifndef TR_MODEL_PRIVATE_H
 #define TR_MODEL_PRIVATE_H
 
@@ -152,5 +153,21 @@ struct tr_model {
     int lastB, lastT;
     float last_scale;
 };
+
+/* Between the builder (model.c) and the model's memory (model_memory.c). */
+
+/* n rounded up to a multiple of 16 elements: every tensor's start in the slab and arenas. */
+size_t model_align16(size_t n);
+
+/* Flattens desc's layer tree into m's program for micro-batches of o->B x o->T and measures
+ * it: every parameter's place in the slab, every activation's offset in the arenas, the
+ * optimizer's shard. m comes zeroed, with be (NULL in a plan) and es set; nothing is
+ * allocated from the backend. */
+int model_build(tr_model *m, const tr_model_desc *desc, const tr_model_opts *o, char *err,
+                size_t errlen);
+
+/* Where each held chunk's slots lie in the arenas (model_memory.c), once the chunks are
+ * built: sets the arenas' sizes and the gradient buffers between stages. */
+void model_arena_layout(tr_model *m);
 
 #endif

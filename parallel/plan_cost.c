@@ -279,7 +279,7 @@ static double inflight(const tr_plan *p, int r, int c) {
     }
 }
 
-/* One micro-batch's scratch (model.c's memory_of): the widest layer's two buffers, the
+/* One micro-batch's scratch (model_memory.c's memory_of): the widest layer's two buffers, the
  * stream's at each residual depth, the head's chunk of logits (on its stage), the per-token
  * buffers, and tensor and sequence parallelism's gathers. */
 static double scratch(const pl_model *m, const tr_plan *p, int head) {
