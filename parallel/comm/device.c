@@ -177,6 +177,7 @@ static void event_give(cudaEvent_t e) { /* called holding d.mu */
     d.free_ev[d.n_free_ev++] = e;
 }
 
+#ifdef TR_HAVE_NCCL /* NCCL operations only (the staged transport orders itself) */
 /* Stream s waits for everything given to the compute stream so far. */
 static void after_compute(dgroup *g, cudaStream_t s, const tr_comm_desc *o) {
     cudaEvent_t e = event_take(g->c, o);
@@ -186,6 +187,7 @@ static void after_compute(dgroup *g, cudaStream_t s, const tr_comm_desc *o) {
     event_give(e); /* reusable at once: a wait uses the event's state when it was enqueued */
     pthread_mutex_unlock(&d.mu);
 }
+#endif
 
 static void read_timings(dgroup *g);
 
@@ -246,14 +248,13 @@ static void group_times(void *gv, double *span_s, double *exposed_s) {
 
 /* ---- the watchdog ------------------------------------------------------------------------ */
 
+#ifdef TR_HAVE_NCCL /* the watchdog bounds NCCL operations by the timeout */
 static void abort_all(void) {
-#ifdef TR_HAVE_NCCL
     for (dgroup *g = d.groups; g; g = g->next) {
         if (g->nc) ncclCommAbort(g->nc); /* NULL: no collective yet */
         for (int i = 0; i < g->n_chans; i++)
             ncclCommAbort(g->chans[i]->nc);
     }
-#endif
 }
 
 static void *watchdog_main(void *arg) {
@@ -321,6 +322,7 @@ static void watch(dreq *r) {
     }
     pthread_mutex_unlock(&d.mu);
 }
+#endif
 
 /* ---- a group's transport ----------------------------------------------------------------- */
 
