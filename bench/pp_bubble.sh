@@ -26,9 +26,9 @@ printf "%-22s %7s %9s %8s %8s %9s  %-26s %s\n" layout theory durations measured 
     "F / B or Bi / W ms" "stage compute ms"
 for P in 2 4; do
     M=$((P * 2))
-    for s in gpipe 1f1b interleaved zb-h1; do
+    for s in gpipe 1f1b interleaved zb-h1 zb-v; do
         v=1
-        [ "$s" = interleaved ] && v=2
+        [ "$s" = interleaved ] || [ "$s" = zb-v ] && v=2
         name="pp${P}_M${M}_$s"
         mpirun -np "$P" "$T" run bench/pp_gpt.lua --set steps="$steps" --out "$tmp/$name" \
             --overwrite --peak-gflops 1 --pp "$P" --microbatches "$M" --schedule "$s" \
