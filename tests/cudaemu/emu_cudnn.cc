@@ -782,6 +782,10 @@ cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t,
 cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d) {
     Desc *p = live(d);
     if (!p) return CUDNN_STATUS_BAD_PARAM;
+    if (p->owns_engine && p->engine) { /* a plan keeps its graph, not the engine (Finalize) */
+        p->engine->magic = 0;
+        delete p->engine;
+    }
     p->magic = 0;
     delete p;
     return CUDNN_STATUS_SUCCESS;
@@ -882,7 +886,8 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d,
         eng->graph = p->graph;
         eng->gidx = 0;
         eng->fin = true;
-        cfg->engine = eng; /* owned by the config from here on (leaks with it: test-only) */
+        cfg->engine = eng; /* owned by the config from here on: destroyed with it */
+        cfg->owns_engine = true;
         cfg->ws = workspace_for(p->graph);
         cfg->fin = true;
         return CUDNN_STATUS_SUCCESS;

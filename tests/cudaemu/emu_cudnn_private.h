@@ -40,6 +40,7 @@ struct Desc {
     Pattern pattern = PAT_NONE;
     /* heuristics, engine, config, plan */
     Desc *graph = nullptr, *engine = nullptr, *cfg = nullptr;
+    bool owns_engine = false; /* a config the heuristics filled: its engine goes with it */
     int64_t heur_mode = -1, gidx = -1, ws = 0;
     /* variant pack */
     std::vector<int64_t> uids;
