@@ -3,7 +3,9 @@
 # slots, a 4-rank run of tests/recipes_good/tp_gpt.lua (layout planned, 50 steps, a checkpoint
 # every 10, --timeout 5) under `trainer supervise --grace 5 --hostfile`:
 #  1. attempt 1: the link of host n1 is cut (ip link set down) after step 12. The ranks left
-#     give up within --timeout with a line naming the ranks and their host; mpirun, which
+#     give up within --timeout with a line naming the ranks and their host (n1's ranks blame
+#     n0's in the shared folder too: the supervisor takes the side that could still tell it
+#     over the network, and names those ranks in the cause's told_by); mpirun, which
 #     cannot reach n1's daemon, would hang (it did for 200+ s): the supervisor ends its
 #     process group --grace after the first rank announced its abort. Liveness bound: the
 #     job's end within timeout + grace + 15 s of the cut. The link is mended and the
@@ -118,6 +120,9 @@ if [(a["ranks"], sorted(set(a["hosts"]))) for a in starts] != [(4, [n0, n1])] * 
     bad.append("attempts' ranks and hosts: %s" % [(a["ranks"], a["hosts"]) for a in starts])
 if [(a["cause"]["host"], a["action"]) for a in sup] != [(n1, "relaunch"), (n1, "drop host " + n1)]:
     bad.append("supervisor lines: %s" % sup)
+told = sup[0]["cause"].get("told_by", []) if sup else []
+if not told or any(starts[0]["hosts"][r] != n0 for r in told):
+    bad.append("attempt 1's cause was not told to the supervisor by ranks of %s alone: %s" % (n0, told))
 lay = [a.get("layout", {}) for a in starts]
 if len(lay) == 3 and lay[2].get("dp", 0) * lay[2].get("tp", 0) * lay[2].get("pp", 0) != 2:
     bad.append("attempt 3's layout is not one of 2 processes: %s" % lay[2])

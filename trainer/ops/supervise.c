@@ -193,12 +193,10 @@ static int add_resume(sv_run *s) {
 
 /* ---- running the command ------------------------------------------------------------------ */
 
-/* Wait for the command's process group leader pid; its wait status (-1: lost). Once a rank
- * has announced that it gives up on the job (sv_abort_announced) the launcher has --grace
- * seconds to end it; a launcher that cannot (mpirun waiting on a host it can no longer reach)
- * gets SIGTERM, its group SIGKILL 5 s later, so that a relaunch can follow. */
-/* While the command runs: once a rank announced that it gives up on the job, the launcher has
- * --grace seconds to end it, then its process group gets SIGTERM, and SIGKILL 5 s later. */
+/* While the command runs: the ranks' reports that they gave up are collected, and once a rank
+ * announced that it gives up on the job (sv_abort_announced), the launcher has --grace seconds
+ * to end it; a launcher that cannot (mpirun waiting on a host it can no longer reach) gets
+ * SIGTERM, its group SIGKILL 5 s later, so that a relaunch can follow. */
 typedef struct {
     sv_run *s;
     double t_launch, next_look, t_abort;
@@ -208,6 +206,7 @@ typedef struct {
 static void watch(void *ctx, pid_t pid) {
     sv_watch *w = ctx;
     double now = tr_ledger_unix_now();
+    tr_witness_collect(w->s->witness, sv_heard, w->s);
     if (!w->t_abort && now >= w->next_look) { /* counted from when seen here: the rank's clock
                                                  may be another host's */
         if (sv_abort_announced(w->s, w->t_launch) > 0) w->t_abort = now;
@@ -229,7 +228,19 @@ static void watch(void *ctx, pid_t pid) {
 /* The command's wait status, or -1 when it could not be started. */
 static int launch(sv_run *s, double t_launch) {
     sv_watch w = {.s = s, .t_launch = t_launch};
-    return tr_spawn(s->cmd, NULL, NULL, watch, &w, "trainer supervise");
+    int status = tr_spawn(s->cmd, NULL, NULL, watch, &w, "trainer supervise");
+    tr_witness_collect(s->witness, sv_heard, s); /* the reports of its last moments */
+    return status;
+}
+
+/* The witness (witness.h): OUT made if need be, and the supervisor's addresses written there. */
+static void listen_for_ranks(sv_run *s) {
+    char err[TR_PATH_MAX + 128];
+    if (!tr_mkdirs(s->out, err, sizeof(err)))
+        s->witness = tr_witness_listen(s->out, err, sizeof(err));
+    if (!s->witness)
+        printf("supervise: %s: where a cut link's two sides blame each other, the records "
+               "alone decide\n", err);
 }
 
 /* ---- the loop ------------------------------------------------------------------------------ */
@@ -409,8 +420,11 @@ int tr_cmd_supervise(int argc, char **argv) {
     } else if (!find_out(s) && !sv_read_hostfile(s)) {
         tr_spawn_handlers();
         s->t0 = tr_now();
+        listen_for_ranks(s);
         rc = supervise(s);
+        tr_witness_close(s->witness);
     }
+    free(s->heard);
     free_command(s);
     free(s);
     return rc;

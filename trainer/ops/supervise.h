@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "trainer/ops/spawn.h"
+#include "trainer/ops/witness.h"
 #include "trainer/report/ledger.h"
 #include "trainer/trainer.h"
 
@@ -24,6 +25,8 @@ typedef struct {
     int last_step;          /* the last step it finished */
     int rank;               /* the rank that failed, -1 when not known */
     int others_stopped;     /* every other rank wrote a "stopped" line */
+    int witnesses[8];       /* ranks that blamed it and told the supervisor (witness.h) */
+    int n_witnesses;
     char host[SV_HOST_LEN]; /* the failed rank's host, "" when not known */
     int status;             /* the command's wait status */
     double t_last;          /* unix seconds of its last progress (a step, else its start) */
@@ -49,6 +52,9 @@ typedef struct {
     int redone;    /* steps trained again, in all */
     double down_s; /* seconds down, in all */
     double t0;     /* the supervisor's start (tr_now) */
+    tr_witness *witness; /* the ranks' reports that they gave up (witness.h), NULL */
+    int *heard;          /* (attempt, rank) pairs of those reports */
+    int nheard, heard_cap;
 } sv_run;
 
 
@@ -66,6 +72,8 @@ int sv_drop_host(sv_run *s, int h, char *why, size_t wlen);
 double sv_abort_announced(const sv_run *s, double since);
 /* The "start" lines in OUT/attempts.jsonl. */
 int sv_count_starts(const sv_run *s);
+/* Rank `rank` of attempt `attempt` told the supervisor over the network that it gave up. */
+void sv_heard(void *s, int attempt, int rank);
 /* The attempt the last launch (at unix time t_launch) made, failing with wait status `status`. */
 void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a);
 /* The step of the newest complete checkpoint in OUT (0: none): where --resume goes on. */

@@ -86,8 +86,18 @@ int sv_checkpoint_step(const sv_run *s) {
 
 /* ---- one attempt ------------------------------------------------------------------------ */
 
+/* A "failed" line: who gave up, whom it blamed, when, and whether it reached the supervisor. */
+typedef struct {
+    int rank, blamed, heard;
+    double t;
+    char host[SV_HOST_LEN], why[256];
+} failed_line;
+
 typedef struct {
     sv_attempt *a;
+    const sv_run *s;
+    failed_line *failed;
+    int n_failed, cap_failed;
     int ranks, n_stopped;
     char *stopped; /* per rank: wrote a stopped line */
     char (*hosts)[SV_HOST_LEN];
@@ -116,6 +126,74 @@ static void scan_start(attempt_scan *c, const tr_json *o) {
             snprintf(c->hosts[k], SV_HOST_LEN, "%s", h->kids[k].str);
 }
 
+static int was_heard(const sv_run *s, int attempt, int rank) {
+    for (int k = 0; k < s->nheard; k++)
+        if (s->heard[2 * k] == attempt && s->heard[2 * k + 1] == rank) return 1;
+    return 0;
+}
+
+static void add_failed(attempt_scan *c, const tr_json *o) {
+    if (c->n_failed == c->cap_failed) {
+        int cap = c->cap_failed ? 2 * c->cap_failed : 8;
+        failed_line *f = realloc(c->failed, (size_t)cap * sizeof(*f));
+        if (!f) return;
+        c->failed = f, c->cap_failed = cap;
+    }
+    failed_line *f = &c->failed[c->n_failed++];
+    const char *h = str(o, "failed_host"), *why = str(o, "why");
+    f->rank = (int)num(o, "rank", -1);
+    f->blamed = (int)num(o, "failed_rank", -1);
+    f->heard = was_heard(c->s, c->a->attempt, f->rank);
+    f->t = num(o, "t", 0);
+    snprintf(f->host, sizeof(f->host), "%s", h ? h : "");
+    snprintf(f->why, sizeof(f->why), "%s", why ? why : "");
+}
+
+/* How many of the failed lines blame f's host (f's rank when the hosts are not known). */
+static int votes(const attempt_scan *c, const failed_line *f) {
+    int v = 0;
+    for (int k = 0; k < c->n_failed; k++)
+        v += f->host[0] ? !strcmp(c->failed[k].host, f->host) : c->failed[k].blamed == f->blamed;
+    return v;
+}
+
+/* The cause among the failed lines: the ranks whose report reached the supervisor are still
+ * connected, and when a link is cut both sides blame each other: a line heard wins; then the
+ * host most lines blame; then the earliest line. */
+static void choose_failed(attempt_scan *c) {
+    const failed_line *best = NULL;
+    int best_v = 0;
+    for (int k = 0; k < c->n_failed; k++) {
+        const failed_line *f = &c->failed[k];
+        int v = votes(c, f);
+        if (!best || f->heard > best->heard ||
+            (f->heard == best->heard && (v > best_v || (v == best_v && f->t < best->t))))
+            best = f, best_v = v;
+    }
+    if (!best) return;
+    sv_attempt *a = c->a;
+    a->rank = best->blamed;
+    snprintf(a->host, sizeof(a->host), "%s", best->host);
+    snprintf(a->why, sizeof(a->why), "%s", best->why);
+    for (int k = 0; k < c->n_failed; k++)
+        if (c->failed[k].heard && !strcmp(c->failed[k].host, best->host) &&
+            a->n_witnesses < (int)(sizeof(a->witnesses) / sizeof(a->witnesses[0])))
+            a->witnesses[a->n_witnesses++] = c->failed[k].rank;
+}
+
+void sv_heard(void *ctx, int attempt, int rank) {
+    sv_run *s = ctx;
+    if (was_heard(s, attempt, rank)) return;
+    if (s->nheard == s->heard_cap) {
+        int cap = s->heard_cap ? 2 * s->heard_cap : 16;
+        int *h = realloc(s->heard, (size_t)cap * 2 * sizeof(int));
+        if (!h) return;
+        s->heard = h, s->heard_cap = cap;
+    }
+    s->heard[2 * s->nheard] = attempt, s->heard[2 * s->nheard + 1] = rank;
+    s->nheard++;
+}
+
 /* The lines of attempt a->attempt: its start (ranks, hosts), the ranks the launcher stopped,
  * the rank another one found dead or stuck, its end. */
 static void scan_attempt_line(void *ctx, const tr_json *o) {
@@ -129,10 +207,7 @@ static void scan_attempt_line(void *ctx, const tr_json *o) {
         c->stopped[rank] = 1;
         c->n_stopped++;
     } else if (is_event(o, "failed") && num(o, "failed_rank", -1) >= 0) {
-        a->rank = (int)num(o, "failed_rank", -1);
-        const char *h = str(o, "failed_host"), *why = str(o, "why");
-        snprintf(a->host, sizeof(a->host), "%s", h ? h : "");
-        snprintf(a->why, sizeof(a->why), "%s", why ? why : "");
+        add_failed(c, o);
     } else if (is_event(o, "stop")) {
         const char *sig = str(o, "signal"), *ck = str(o, "checkpoint");
         snprintf(a->stop, sizeof(a->stop), "%s", sig ? sig : "a signal");
@@ -172,13 +247,14 @@ static int silent_on_one_host(const attempt_scan *c) {
 void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
     memset(a, 0, sizeof(*a));
     a->status = status, a->rank = -1, a->last_step = -1;
-    attempt_scan c = {.a = a};
+    attempt_scan c = {.a = a, .s = s};
     each_line(s, "attempts.jsonl", scan_last_start, &c);
     a->started = c.last_start > 0 && c.t_start >= t_launch - 1.0;
     a->attempt = c.last_start + !a->started; /* else the number it would have had */
     if (a->started) {
         each_line(s, "attempts.jsonl", scan_attempt_line, &c);
         each_line(s, "metrics.jsonl", scan_metrics_line, &c);
+        choose_failed(&c);
     } else {
         a->last_step = a->start_step = sv_checkpoint_step(s);
         c.t_start = t_launch;
@@ -195,7 +271,7 @@ void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
     if (a->rank >= 0 && a->rank < c.ranks && c.hosts && c.hosts[a->rank][0])
         snprintf(a->host, sizeof(a->host), "%s", c.hosts[a->rank]);
     if (a->t_last <= 0) a->t_last = c.t_start;
-    free(c.stopped), free(c.hosts);
+    free(c.stopped), free(c.hosts), free(c.failed);
 }
 
 /* ---- what the supervisor writes ---------------------------------------------------------- */
@@ -243,6 +319,12 @@ void sv_write_event(sv_run *s, const sv_attempt *a, int resume_step, double wait
         fputs("null", f);
     fputs(", \"exit\": ", f);
     tr_json_write_string(f, st);
+    if (a->n_witnesses) { /* the ranks that blamed it and reached the supervisor */
+        fputs(", \"told_by\": [", f);
+        for (int k = 0; k < a->n_witnesses; k++)
+            fprintf(f, "%s%d", k ? ", " : "", a->witnesses[k]);
+        fputs("]", f);
+    }
     fputs("}, \"action\": ", f);
     tr_json_write_string(f, action);
     fputs("}\n", f);

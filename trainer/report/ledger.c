@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "data/json.h"
+#include "trainer/ops/witness.h"
 #include "trainer/report/ledger.h"
 #include "trainer/report/links.h"
 #include "trainer/trainer.h"
@@ -81,7 +82,7 @@ static int g_fd = -1;
 static volatile long g_last_step;
 static char g_who[HOST_LEN + 160]; /* "\"attempt\": 2, \"rank\": 1, \"host\": \"h\"" */
 static char (*g_hosts)[HOST_LEN];
-static int g_n;
+static int g_n, g_attempt, g_rank;
 
 /* Decimal digits of v (>= 0) at p; returns the end. */
 static char *put_uint(char *p, unsigned long v) {
@@ -138,6 +139,7 @@ static void on_abort(int silent, const char *why) {
     tr_json_write_string(f, why);
     fprintf(f, "}\n");
     fclose(f);
+    tr_witness_tell(g_attempt, g_rank); /* the side of a cut the supervisor hears wins */
 }
 
 static void install_handlers(void) {
@@ -289,7 +291,9 @@ tr_ledger *tr_ledger_open(tr_comm *world, const tr_ledger_opts *o) {
     snprintf(path, sizeof(path), "%s/attempts.jsonl", o->out);
     g_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     g_hosts = L->hosts, g_n = L->n;
+    g_attempt = L->attempt, g_rank = L->rank;
     g_last_step = o->start_step;
+    tr_witness_prepare(o->out);
     /* the host goes in as JSON: a name with a quote in it stays one string */
     char host[HOST_LEN * 2 + 4], *h = host;
     *h++ = '"';

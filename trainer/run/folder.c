@@ -19,7 +19,7 @@ static const char *const run_files[] = {
     "recipe.lua",         "metrics.jsonl", "attempts.jsonl",    "ledger.jsonl",
     "sample.txt",         "memory.json",   "provenance.json",   "ranks.json",
     "supervise.hostfile", "report.html",   "metrics.jsonl.tmp", "provenance.json.tmp",
-    "trace.json"};
+    "trace.json",         "supervise.addr"};
 #define RUN_MARKERS 3
 #define RUN_FILES (int)(sizeof(run_files) / sizeof(run_files[0]))
 
