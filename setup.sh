@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 # TR_EXTRA_PKGS: more packages to install (tests/all.sh adds the test-only ones)
-pkgs="cmake make gcc pkg-config liblua5.4-dev libyaml-dev libopenblas-openmp-dev
+pkgs="cmake make gcc pkg-config liblua5.4-dev libyaml-dev libsodium-dev libopenblas-openmp-dev
       openmpi-bin libopenmpi-dev ${TR_EXTRA_PKGS:-}"
 missing=""
 for p in $pkgs; do

@@ -98,7 +98,8 @@ static int load_text(tr_recipe *out, const char *text, size_t len, const char *c
                                      .pp = -1,
                                      .zero = -1,
                                      .sequence_parallel = -1,
-                                     .schedule = -1};
+                                     .schedule = -1,
+                                     .private_gradients = -1};
 
     if (c->n_sets > TR_MAX_SETS) {
         tr_errf(err, errlen, "%s: more than %d --set options", chunk, TR_MAX_SETS);

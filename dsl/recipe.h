@@ -176,6 +176,8 @@ typedef struct {
     int n_dp_shares;           /* entries of dp_shares = { ... }; 0 = auto (even) */
     int dp_shares[TR_MAX_DP_SHARES]; /* micro-batches of each dp replica per step (faster
                                   replicas more: checked by the layout) */
+    int private_gradients; /* -1 = auto (off), 0, 1: data-parallel sums masked between
+                              hosts (parallel/masked.h) */
 } tr_parallel_desc;
 
 typedef enum { TR_KNOB_NUMBER = 0, TR_KNOB_STRING, TR_KNOB_BOOL } tr_knob_type;

@@ -368,7 +368,8 @@ static const field_spec parallel_fields[] = {
     {"microbatches", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, INT_MAX, NULL},
     {"virtual_stages", FK_INT_AUTO, OPT, LO_GE, 1, HI_LE, TR_MAX_STAGES, NULL},
     {"stages", FK_LIST_AUTO, OPT, LO_GE, 0, HI_LE, TR_MAX_STAGES, NULL},
-    {"dp_shares", FK_LIST_AUTO, OPT, LO_GE, 1, HI_LE, TR_MAX_DP_SHARES, NULL}};
+    {"dp_shares", FK_LIST_AUTO, OPT, LO_GE, 1, HI_LE, TR_MAX_DP_SHARES, NULL},
+    {"private_gradients", FK_BOOL_AUTO, OPT, 0, 0, 0, 0, NULL}};
 enum {
     P_DP,
     P_TP,
@@ -381,6 +382,7 @@ enum {
     P_VIRTUAL,
     P_STAGES,
     P_SHARES,
+    P_PRIVATE,
     P_COUNT
 };
 
@@ -413,10 +415,12 @@ static void parallel_values(lua_State *L, tr_parallel_desc *p, const field_val *
         p->n_stages = int_list(L, "stages", (int)v[P_STAGES].i, p->stages);
     if (v[P_SHARES].present && !v[P_SHARES].is_auto)
         p->n_dp_shares = int_list(L, "dp_shares", (int)v[P_SHARES].i, p->dp_shares);
+    if (v[P_PRIVATE].present && !v[P_PRIVATE].is_auto) p->private_gradients = v[P_PRIVATE].b;
 }
 
 /* parallel "auto" or parallel { dp, tp, pp, zero, sequence_parallel, bucket_kb, schedule,
- * microbatches, virtual_stages, stages, dp_shares }, each field also "auto" (or absent): -1
+ * microbatches, virtual_stages, stages, dp_shares, private_gradients }, each field also "auto"
+ * (or absent; private_gradients asks for masked sums and leaves the layout to plan): -1
  * (bucket_kb, microbatches, virtual_stages 0, stages and dp_shares none), left to the layout
  * (parallel/layout.h). */
 static int l_parallel(lua_State *L) {
@@ -429,7 +433,8 @@ static int l_parallel(lua_State *L) {
                             .pp = -1,
                             .zero = -1,
                             .sequence_parallel = -1,
-                            .schedule = -1};
+                            .schedule = -1,
+                            .private_gradients = -1};
     if (lua_type(L, 1) == LUA_TSTRING) {
         if (strcmp(lua_tostring(L, 1), "auto") != 0)
             dsl_raise_at(L, 0,

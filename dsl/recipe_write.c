@@ -147,13 +147,15 @@ static void put_parallel(FILE *f, const tr_parallel_desc *p) {
     fprintf(f, ", sequence_parallel = %s",
             p->sequence_parallel < 0 ? "\"auto\"" : lua_bool(p->sequence_parallel));
     put_int_auto(f, ", ", "bucket_kb", p->bucket_kb, p->bucket_kb > 0);
-    int sched = p->schedule >= 0 && p->schedule <= 3 ? p->schedule : -1;
+    int sched = p->schedule >= 0 && p->schedule <= 4 ? p->schedule : -1; /* zb-v: 4 */
     fprintf(f, ",\n           schedule = \"%s\"",
             sched < 0 ? "auto" : dsl_pp_schedule_names[sched]);
     put_int_auto(f, ", ", "microbatches", p->microbatches, p->microbatches > 0);
     put_int_auto(f, ", ", "virtual_stages", p->virtual_stages, p->virtual_stages > 0);
     put_list_auto(f, "stages", p->stages, p->n_stages);
     put_list_auto(f, "dp_shares", p->dp_shares, p->n_dp_shares);
+    if (p->private_gradients >= 0)
+        fprintf(f, ", private_gradients = %s", lua_bool(p->private_gradients));
     fputs(" }\n", f);
 }
 

@@ -72,12 +72,54 @@ static void reset_pending(tr_dp *d) {
     }
 }
 
+#define SHIFT_NONFINITE (-1000)
+
+/* Private gradients: the sum over the group of each rank's largest magnitude in the bucket
+ * (blocking: one number, in the clear), then the bucket in fixed point with this rank's masks
+ * and a canary, summed as int32 (masked.h). A gradient that is not finite is sent as zeros
+ * and comes back as NaN everywhere, for the guard to judge. */
+static tr_comm_req *start_masked(tr_dp *d, bucket *b, const tr_buf *g) {
+    double t0 = tr_now(), a = 0;
+    size_t n = b->hi - b->lo, k = (size_t)(b - d->b);
+    float *x = d->mx + b->lo;
+    uint32_t *q = d->mq + b->lo + k;
+    d->be->download(x, g, n * sizeof(float));
+    for (size_t i = 0; i < n && isfinite(a); i++) {
+        float v = fabsf(x[i]);
+        a = !isfinite(v) ? HUGE_VAL : v > a ? v : a;
+    }
+    tr_comm_all_reduce(d->c, &a, 1, TR_COMM_F64);
+    b->shift = isfinite(a) ? tr_masked_shift(a, d->world) : SHIFT_NONFINITE;
+    if (b->shift == SHIFT_NONFINITE) memset(x, 0, n * sizeof(float));
+    if (tr_masked_mask(d->mask, x, n, b->shift == SHIFT_NONFINITE ? 0 : b->shift, d->mseq++,
+                       q)) {
+        fprintf(stderr, "trainer: private gradients: out of memory for a mask of %zu "
+                        "elements\n", n);
+        abort();
+    }
+    d->st.mask_s += tr_now() - t0;
+    return tr_comm_iall_reduce(d->c, q, n + 1, TR_COMM_I32);
+}
+
+/* The bucket's masked sum back into the gradient; -1 when its masks did not cancel. */
+static int finish_masked(tr_dp *d, bucket *b) {
+    size_t n = b->hi - b->lo, k = (size_t)(b - d->b);
+    float *x = d->mx + b->lo;
+    if (tr_masked_unmask(d->mq + b->lo + k, n, b->shift == SHIFT_NONFINITE ? 0 : b->shift, x))
+        return -1;
+    if (b->shift == SHIFT_NONFINITE)
+        for (size_t i = 0; i < n; i++) x[i] = NAN;
+    d->be->upload(tr_buf_at(d->be, tr_model_grad_slab(d->m), b->lo), x, n * sizeof(float));
+    return 0;
+}
+
 static void start_allreduce(tr_dp *d, bucket *b) {
     if (!d->first_start) d->first_start = tr_now();
     b->started = 1;
     b->done = 0;
-    b->req = dp_coll(d, TR_COMM_OP_ALL_REDUCE, NULL,
-                     tr_buf_at(d->be, tr_model_grad_slab(d->m), b->lo), b->hi - b->lo, -1);
+    tr_buf *g = tr_buf_at(d->be, tr_model_grad_slab(d->m), b->lo);
+    b->req = d->mask ? start_masked(d, b, g)
+                     : dp_coll(d, TR_COMM_OP_ALL_REDUCE, NULL, g, b->hi - b->lo, -1);
     d->st.buckets++;
 }
 
@@ -433,7 +475,36 @@ void tr_dp_free(tr_dp *d) {
     free(d->pieces);
     free(d->bucket_of);
     free(d->b);
+    tr_masked_close(d->mask);
+    free(d->mq), free(d->mx);
     free(d);
+}
+
+int tr_dp_set_private(tr_dp *d, const char *org, int *orgs, int *peers, char *err,
+                      size_t errlen) {
+    /* the same answer on every rank: the layout and the model are the group's */
+    if (d->sh.grads)
+        return snprintf(err, errlen, "private gradients: ZeRO-%d's reduce-scatters are not "
+                                     "masked yet (use zero 0 or 1)", d->zero), -1;
+    if (d->be->device_memory || tr_model_comm_dtype(d->m) != TR_COMM_F32)
+        return snprintf(err, errlen, "private gradients: masked sums run on the CPU backend's "
+                                     "fp32 gradients only, not on the %s backend's", d->be->name),
+               -1;
+    size_t n = 0;
+    for (int k = 0; k < d->n_buckets; k++) n = d->b[k].hi > n ? d->b[k].hi : n;
+    d->mq = malloc((n + (size_t)d->n_buckets + 1) * sizeof *d->mq);
+    d->mx = malloc((n + 1) * sizeof *d->mx);
+    int oom = !d->mq || !d->mx;
+    tr_comm_all_reduce(d->c, &oom, 1, TR_COMM_I32);
+    if (!oom) d->mask = tr_masked_open(d->c, org, err, errlen);
+    else snprintf(err, errlen, "private gradients: out of memory for the masked buckets");
+    if (d->mask) {
+        *orgs = tr_masked_orgs(d->mask), *peers = tr_masked_peers(d->mask);
+        return 0;
+    }
+    free(d->mq), free(d->mx);
+    d->mq = NULL, d->mx = NULL;
+    return -1;
 }
 
 size_t tr_dp_grad_bytes(const tr_dp *d) {
@@ -581,9 +652,16 @@ double tr_dp_grad_norm(tr_dp *d) {
     return sqrt(ss);
 }
 
-void tr_dp_sync_grads(tr_dp *d) {
+int tr_dp_sync_grads(tr_dp *d) {
     dp_sync(d);
     tp_sum_partial_grads(d);
+    if (!d->mask_failed) return 0;
+    d->mask_failed = 0;
+    if (d->rank == 0)
+        fprintf(stderr, "trainer: private gradients: a masked gradient sum over the dp group "
+                        "did not cancel (a peer's mask or key differs, or a message was altered "
+                        "or replayed): stopping\n");
+    return -1;
 }
 
 static void dp_sync(tr_dp *d) {
@@ -608,7 +686,7 @@ static void dp_sync(tr_dp *d) {
        (a model whose tensors complete out of order), start it now: correctness first */
     for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].started) start_allreduce(d, &d->b[i]);
-    for (int i = 0; i < d->n_buckets; i++)
+    for (int i = 0; i < d->n_buckets; i++) {
         if (!d->b[i].done) {
             TR_WAIT("dp.allreduce", tr_comm_wait(d->b[i].req));
             d->b[i].done = 1;
@@ -616,6 +694,8 @@ static void dp_sync(tr_dp *d) {
         } else {
             tr_comm_wait(d->b[i].req); /* completed earlier: frees the handle */
         }
+        if (d->mask && finish_masked(d, &d->b[i])) d->mask_failed = 1;
+    }
     double t1 = tr_now();
     d->armed = 0;
     d->st.steps++;

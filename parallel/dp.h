@@ -33,6 +33,8 @@ typedef struct {
     long buckets;       /* gradient reductions started */
     double span_s;      /* first bucket started .. last bucket complete, summed over steps */
     double exposed_s;   /* of which the training waited for after its backward */
+    double mask_s;      /* private gradients: putting buckets in fixed point and masking them
+                           (with the sum of their magnitudes), in the backward */
     double gather_s;    /* time waited for the parameters' transfers: ZeRO-1/2 the refresh
                            after the update, ZeRO-3 the per-op gathers (what overlapping the
                            forward did not hide) */
@@ -81,8 +83,17 @@ double tr_dp_grad_norm(tr_dp *d);
 size_t tr_dp_grad_bytes(const tr_dp *d);
 /* Of which the transient bucket buffers (ZeRO-2: their measured high-water mark). */
 size_t tr_dp_grad_buffer_bytes(const tr_dp *d);
-/* After that backward: wait for every bucket. The gradients are then summed over the group. */
-void tr_dp_sync_grads(tr_dp *d);
+/* After that backward: wait for every bucket. The gradients are then summed over the group.
+ * 0; -1 when a masked sum (tr_dp_set_private) did not cancel: the group's rank 0 said so in
+ * one line, and the step must not go on. */
+int tr_dp_sync_grads(tr_dp *d);
+/* Private gradients: from now on the group's gradient sums are masked between ranks of
+ * different organisations (org: this rank's; parallel/masked.h), after keys are agreed over
+ * the group. Collective. ZeRO 0 and 1, gradients of 4-byte floats; -1 and one line in err
+ * otherwise or when the keys cannot be agreed. Masks per organisation: how many there are, and
+ * this rank's peers, in *orgs and *peers. */
+int tr_dp_set_private(tr_dp *d, const char *org, int *orgs, int *peers, char *err,
+                      size_t errlen);
 /* The optimizer step: all parameters (ZeRO 0), this rank's shard (ZeRO-1) or pieces (ZeRO-2,
  * 3). ZeRO-1 and 2 then start bringing back the parts the other ranks updated, bucket by
  * bucket, in the order the forward reads them: the next forward's ops wait each for the

@@ -3,7 +3,10 @@
 #ifndef TR_DP_PRIVATE_H
 #define TR_DP_PRIVATE_H
 
+#include <stdint.h>
+
 #include "parallel/dp.h"
+#include "parallel/masked.h"
 
 typedef struct {
     int lo_param;      /* the tensor that completes the bucket (its lowest index) */
@@ -25,6 +28,8 @@ typedef struct {
     tr_comm_req *preq; /* the gather in flight, NULL when complete or none */
     size_t roff;       /* ZeRO-2: its refresh buffer's place in tr_dp.rbuf (elements) */
     int nreq;          /* ZeRO-1, 2: its refresh's operations in flight (at rreq[k * world]) */
+    int shift;         /* private gradients: its fixed point's scale exponent this step
+                          (SHIFT_NONFINITE: a rank's gradient was not finite) */
 } bucket;
 
 /* ZeRO-2's ring: gradient buffers for the buckets being computed or reduced. */
@@ -86,6 +91,13 @@ struct tr_dp {
     } pool[2 * GATHERS];
     int n_pool;
     size_t pool_bytes;
+    /* private gradients (tr_dp_set_private): the keys, each bucket's fixed point masked (its
+       n elements and a canary at b->lo + k for bucket k) and the gradient in host floats */
+    tr_masked *mask;
+    uint32_t *mq;
+    float *mx;
+    uint64_t mseq;     /* reductions masked so far: each one's nonce */
+    int mask_failed;   /* a masked sum did not cancel (tr_dp_sync_grads says so) */
 };
 
 

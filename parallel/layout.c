@@ -102,6 +102,12 @@ static int check_settings(const tr_layout *l, const tr_recipe *r, const tr_layou
     if (l->tp < 1)
         return fail(err, errlen, r, f->tp >= 0 ? 0 : pl, "%s must be 1 or more, got %d",
                     f->tp >= 0 ? "--tp" : "parallel: tp", l->tp);
+    if (l->private_gradients && l->zero >= 2) /* parallel/masked.h */
+        return fail(err, errlen, r, f->private_gradients > 0 ? 0 : pl,
+                    "%s masks the gradient all-reduces of ZeRO 0 and 1; ZeRO-%d's "
+                    "reduce-scatters are not masked yet (give zero 0 or 1)",
+                    f->private_gradients > 0 ? "--private-gradients" : "parallel: private_gradients",
+                    l->zero);
     if (!l->sequence_parallel) return 0;
     if (l->tp == 1)
         return f->sequence_parallel > 0
@@ -487,6 +493,7 @@ int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
     l->pp = pick(f->pp > 0 ? f->pp : -1, p->pp, 1, &pp_flag);
     l->zero = pick(f->zero, p->zero, 0, &zero_flag);
     l->sequence_parallel = f->sequence_parallel ? f->sequence_parallel > 0 : p->sequence_parallel > 0;
+    l->private_gradients = f->private_gradients > 0 || p->private_gradients > 0;
     /* with pp 1 there is no schedule to run: 1f1b, so that every pp-1 layout is the same */
     l->schedule = l->pp > 1 ? pick(f->schedule, p->schedule, TR_PP_1F1B, &unused) : TR_PP_1F1B;
     /* V "auto": 2 for the interleaved schedule (which needs 2 or more) and zb-v (its V), else 1 */
@@ -662,5 +669,6 @@ tr_layout_flags tr_layout_pin(const tr_layout *l) {
                              .virtual_stages = l->virtual_stages,
                              .sequence_parallel = l->sequence_parallel ? 1 : -1,
                              .micro_batch = 0,
+                             .private_gradients = l->private_gradients,
                              .pad_vocab = l->pad_vocab};
 }

@@ -24,6 +24,7 @@ typedef struct {
     int micro_batch;       /* sequences per forward/backward on each data-parallel rank */
     int accum;             /* micro-batches per optimizer step (uneven dp_shares: the most a
                               replica runs; tr_layout_accum_of gives each one's) */
+    int private_gradients; /* data-parallel sums masked between hosts (parallel/masked.h) */
     int shares_uneven;     /* dp replicas run different numbers of micro-batches a step:
                               dp_shares[d] (the recipe's or the planner's, by their speeds) */
     int dp_shares[TR_MAX_DP_SHARES];
@@ -57,6 +58,7 @@ typedef struct {
     int virtual_stages;    /* --virtual-stages, 0: the recipe's */
     int sequence_parallel; /* 1: --sequence-parallel, -1: --no-sequence-parallel */
     int micro_batch;       /* --micro-batch, 0: the recipe's */
+    int private_gradients; /* 1: --private-gradients, 0: the recipe's */
     int pad_vocab;         /* vocabulary padding of the head's products: the backend's, or
                               TR_PAD_VOCAB (tests: a GPU's padding on the CPU); 0: the model's
                               default (a planned model has no backend to ask) */

@@ -18,6 +18,7 @@
 /* What the flags and the recipe fix: -1 where the planner chooses. */
 typedef struct {
     int dp, tp, pp, zero, sp, schedule, V, M, micro, recompute;
+    int priv; /* private gradients: ZeRO 0 or 1, tp x pp inside a host (masked.h) */
 } pl_fixed;
 
 typedef struct {
@@ -53,6 +54,7 @@ static void fixed_of(const tr_recipe *r, const tr_plan_opts *o, pl_fixed *f) {
     f->M = mflag ? g->microbatches : uflag ? -1 : p->microbatches > 0 ? p->microbatches : -1;
     f->micro = uflag ? g->micro_batch : mflag ? -1 : r->train.micro_batch > 0 ? r->train.micro_batch : -1;
     f->recompute = o->recompute >= 0 ? o->recompute : r->train.recompute;
+    f->priv = g->private_gradients > 0 || p->private_gradients > 0;
 }
 
 static int ok(int fixed, int v) { return fixed < 0 || fixed == v; }
@@ -282,7 +284,9 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
                 speed_cut(s, dv, &p.l, P))
                 continue;
             for (int z = 0; z <= 3; z++) {
-                if (!ok(f->zero, z) || (z >= 1 && base.l.dp == 1 && f->zero < 0 && z > 0)) continue;
+                if (!ok(f->zero, z) || (z >= 1 && base.l.dp == 1 && f->zero < 0 && z > 0) ||
+                    (z >= 2 && f->priv)) /* not masked (masked.h) */
+                    continue;
                 for (int sp = 0; sp <= 1; sp++) {
                     if (!ok(f->sp, sp) || (sp && (base.l.tp == 1 || (long)s->m.T % base.l.tp)))
                         continue;
@@ -322,13 +326,16 @@ static void search_world(pl_search *s, const tr_cluster *c, long world, int cros
         if ((tp > dv.per_node || dv.per_node % tp) && !cross && f->tp < 0) continue;
         for (int pp = 1; pp <= TR_PP_MAX_RANKS && pp <= s->m.n; pp++) {
             if ((world / tp) % pp || !ok(f->pp, pp)) continue;
+            /* private gradients: only dp's sums are masked, so tp and pp stay in a host */
+            if (f->priv && dv.per_node % ((long)tp * pp)) continue;
             long dp = world / tp / pp;
             if (!ok(f->dp, (int)dp) || seqs % dp) continue;
             long per = seqs / dp;
             for (long b = 1; b <= per; b++) {
                 if (per % b || !ok(f->micro, (int)b) || !ok(f->M, (int)(per / b))) continue;
                 tr_plan p = {.l = {.world = (int)world, .dp = (int)dp, .tp = tp, .pp = pp,
-                                   .micro_batch = (int)b, .microbatches = (int)(per / b)},
+                                   .micro_batch = (int)b, .microbatches = (int)(per / b),
+                                   .private_gradients = f->priv},
                              .group_first = s->g0};
                 inner(s, &dv, p);
             }

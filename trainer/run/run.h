@@ -63,6 +63,7 @@ typedef struct {
     tr_trace *trace;          /* --trace: the steps' timeline, else NULL */
     int **mb_in, **mb_tg;     /* pipeline: a step's micro-batches, (B, T) each */
     int rank, nranks;         /* in the world */
+    int private_orgs;         /* private gradients: the hosts their sums are masked between */
     tr_recipe r;              /* with the layout written back once it is resolved */
     int have_recipe;
     tr_layout lay;

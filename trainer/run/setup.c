@@ -345,6 +345,47 @@ static int setup_pipeline(run_ctx *x) {
     return setup_failed(x->world, bad, x->msg) ? -1 : 0;
 }
 
+/* A host other than this rank's among group g's (into other), or none: 0. */
+static int group_spans_hosts(const run_ctx *x, tr_comm *g, char *other) {
+    int n = tr_comm_size(g), spans = 0;
+    const char *mine = x->hosts + (size_t)x->rank * TR_HOST_LEN;
+    char *all = n > 1 ? calloc((size_t)n, TR_HOST_LEN) : NULL;
+    if (!all) return 0;
+    tr_comm_all_gather(g, mine, all, TR_HOST_LEN, TR_COMM_BYTE);
+    for (int k = 0; k < n && !spans; k++)
+        if (strncmp(all + (size_t)k * TR_HOST_LEN, mine, TR_HOST_LEN)) {
+            snprintf(other, TR_HOST_LEN, "%s", all + (size_t)k * TR_HOST_LEN);
+            spans = 1;
+        }
+    free(all);
+    return spans;
+}
+
+/* parallel { private_gradients }: every host is an organisation (parallel/masked.h). Only the
+ * data-parallel sums are masked, so a tp or pp group must stay inside one host; then the dp
+ * group agrees its keys. */
+static int setup_private(run_ctx *x) {
+    tr_comm *g[2] = {x->tpc, x->ppc};
+    const char *name[2] = {"tensor", "pipeline"};
+    char other[TR_HOST_LEN] = "";
+    int bad = 0;
+    for (int i = 0; i < 2; i++) /* both gathers on every rank */
+        if (group_spans_hosts(x, g[i], other) && !bad) {
+            snprintf(x->msg, sizeof(x->msg),
+                     "%s: private_gradients masks the data-parallel sums only, but this rank's "
+                     "%s-parallel group spans hosts %s and %s: its activations would cross "
+                     "between them in the clear (keep tp x pp inside a host)",
+                     x->r.path, name[i], x->hosts + (size_t)x->rank * TR_HOST_LEN, other);
+            bad = 1;
+        }
+    if (setup_failed(x->world, bad, x->msg)) return -1;
+    int peers = 0;
+    bad = tr_dp_set_private(x->dp, x->hosts + (size_t)x->rank * TR_HOST_LEN, &x->private_orgs,
+                            &peers, x->err, sizeof(x->err));
+    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
+    return setup_failed(x->world, bad, x->msg);
+}
+
 /* This rank's part of the model (the layout's options, the tp group), data parallelism over
  * the dp group, and the parameters: initialised, then from --resume or init = hf. */
 static int setup_model(run_ctx *x) {
@@ -506,6 +547,12 @@ static void print_banner(const run_ctx *x) {
     }
     for (int i = 0; i < 2; i++)
         if (x->plan_line[i][0]) printf("%s\n", x->plan_line[i]);
+    if (x->lay.private_gradients)
+        printf("private gradients: data-parallel sums masked between %d host%s (X25519 keys "
+               "agreed at start, ChaCha20 masks per bucket, sums in 32-bit fixed point); in the "
+               "clear: each bucket's sum of magnitudes (its scale), the parameters after each "
+               "update, and tensor and pipeline traffic, kept inside each host\n",
+               x->private_orgs, x->private_orgs == 1 ? " (one: nothing to mask)" : "s");
     const tr_memory *m = &x->predicted;
     char b1[32], b2[32], b3[32], b4[32];
     tr_fmt_bytes((double)m->params, b1, sizeof(b1));
@@ -560,7 +607,8 @@ static int setup_run(run_ctx *x, int argc, char **argv) {
     /* TR_FAULT_*, TR_LEDGER, ...: may be set on some ranks only */
     if (setup_failed(x->world, run_env_settings(x), x->msg)) return -1;
     if (setup_layout(x) || setup_data(x) || setup_failed(x->world, run_tasks_open(x), x->msg) ||
-        setup_model(x) || setup_outputs(x) || gather_ranks(x))
+        setup_model(x) || setup_outputs(x) || gather_ranks(x) ||
+        (x->lay.private_gradients && setup_private(x)))
         return -1;
     if (setup_failed(x->world, run_provenance(x, argc, argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);

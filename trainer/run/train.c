@@ -328,7 +328,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
         }
     }
     double g0 = tr_now();
-    tr_dp_sync_grads(x->dp);
+    if (tr_dp_sync_grads(x->dp)) return -1;
     tr_trace_span(x->trace, TR_SPAN_GRADS, g0, tr_now(), -1, -1);
     int dumped = run_dump_step(x);
     if (dumped < 0) return -1;
