@@ -113,8 +113,28 @@ static int finish_masked(tr_dp *d, bucket *b) {
     return 0;
 }
 
+/* TR_DUMP_LOCAL_GRAD: this rank's own gradient of bucket b, before the sum (float32). */
+static void dump_local(tr_dp *d, const bucket *b, const tr_buf *g) {
+    size_t n = b->hi - b->lo;
+    float *x = malloc(n * sizeof *x);
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%d", d->dump_local, d->rank);
+    FILE *f = x ? fopen(path, "wb") : NULL;
+    if (f) {
+        d->be->download(x, g, n * sizeof *x);
+        if (fwrite(x, sizeof *x, n, f) != n) fprintf(stderr, "trainer: TR_DUMP_LOCAL_GRAD: short write\n");
+        fclose(f);
+    } else {
+        fprintf(stderr, "trainer: TR_DUMP_LOCAL_GRAD: cannot write %s\n", path);
+    }
+    free(x);
+    d->dump_local = NULL;
+}
+
 static void start_allreduce(tr_dp *d, bucket *b) {
     if (!d->first_start) d->first_start = tr_now();
+    if (d->dump_local)
+        dump_local(d, b, tr_buf_at(d->be, tr_model_grad_slab(d->m), b->lo));
     b->started = 1;
     b->done = 0;
     tr_buf *g = tr_buf_at(d->be, tr_model_grad_slab(d->m), b->lo);
@@ -395,6 +415,7 @@ int tr_dp_init(tr_dp **out, tr_model *m, tr_comm *c, int zero, size_t bucket_byt
     d->sh = sh;
     d->world = tr_comm_size(c);
     d->rank = tr_comm_rank(c);
+    d->dump_local = getenv("TR_DUMP_LOCAL_GRAD"); /* a test's hook */
     d->refresh = sh.optimizer && !sh.params && d->world > 1;
     int np = tr_model_num_params(m);
     d->b = calloc((size_t)(np ? np : 1), sizeof(bucket));

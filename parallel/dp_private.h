@@ -98,6 +98,9 @@ struct tr_dp {
     float *mx;
     uint64_t mseq;     /* reductions masked so far: each one's nonce */
     int mask_failed;   /* a masked sum did not cancel (tr_dp_sync_grads says so) */
+    const char *dump_local; /* TR_DUMP_LOCAL_GRAD=P (tests/cluster/private_wire.sh): each dp
+                               rank r writes its own gradient of the first bucket it sums to
+                               P.r, as float32, before any mask; NULL once written */
 };
 
 

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # test-only packages: a private single-node Slurm cluster for tests/slurm.sh; ip and tc for
 # the cluster in a box of tests/cluster/ (and Slurm on its hosts)
-TR_EXTRA_PKGS="slurmd slurmctld slurm-client munge libpmix-dev iproute2" ./setup.sh -DTR_WERROR=ON
+TR_EXTRA_PKGS="slurmd slurmctld slurm-client munge libpmix-dev iproute2 tcpdump" ./setup.sh -DTR_WERROR=ON
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 # two tests at a time on two cores: each test's processes wait on each other often enough
 # (collectives, files, links shaped by tc) that the suite takes about 30% less time; no test
