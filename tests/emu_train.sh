@@ -167,7 +167,7 @@ allocations() { # checks 7, 5 and 8
     fi
     #    and every device byte is in the plan: the run's line "device memory: predicted X,
     #    allocated X" with equal byte counts, which are what the emulator's cudaMalloc gave
-    #    (a cudaMalloc after step 1 would have failed the run: tests/cudaemu/emu_runtime.cc)
+    #    (a cudaMalloc after step 1 would have failed the run: tests/cudaemu/emu_device.cc)
     local pb ab eb
     read -r pb ab <<<"$(sed -n 's/^device memory: predicted .*(\([0-9]*\) and \([0-9]*\) bytes.*/\1 \2/p' "$tmp/stats5.log")"
     eb=$(sed -n 's/^cuda emulator stats: .* cudaMalloc (\([0-9]*\) bytes).*/\1/p' "$tmp/stats5.log")

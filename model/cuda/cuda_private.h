@@ -60,6 +60,11 @@ static inline int tr_cuda_aligned16(const void *a, const void *b, const void *c,
            ((uintptr_t)d % 16 == 0);
 }
 
+/* grid-stride over 8-element chunks of n elements */
+#define FOR_CHUNKS(i, n)                                                                          \
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 8; i < (n);                \
+         i += (size_t)gridDim.x * blockDim.x * 8)
+
 /* ---- storage-dtype access on the device; bf = 1 for bf16 storage, 0 for fp32 ---------- */
 
 static __device__ __forceinline__ float ldf(const void *p, size_t i, int bf) {

@@ -11,7 +11,7 @@
  *
  * A launch is queued on its stream and runs later, when the runtime's scheduler reaches it (by
  * default in a seeded random order across streams that keeps only what CUDA guarantees, so
- * that a missing wait gives wrong numbers: emu_runtime.cc); it runs its blocks one after another; a block's threads are cooperative fibers
+ * that a missing wait gives wrong numbers: emu_sched.cc); it runs its blocks one after another; a block's threads are cooperative fibers
  * (emu_runtime.cc). A thread runs until it reaches __syncthreads, a warp shuffle or a
  * tensor-core product, or ends; when every live thread of the block (or of the warp) is
  * there, they go on. __shared__ variables become function statics (one block at a time, so one
@@ -130,7 +130,7 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 template <class T> static inline T min(T a, T b) { return b < a ? b : a; }
 template <class T> static inline T max(T a, T b) { return a < b ? b : a; }
 
-/* ---- device memory accounting (emu_runtime.cc) --------------------------------------------
+/* ---- device memory accounting (emu_device.cc) --------------------------------------------
  * cudaMalloc's calls and bytes so far, cudaFree's calls, and the bytes held now and at most. */
 typedef struct {
     unsigned long mallocs, frees;
@@ -148,7 +148,7 @@ void *emu_dyn_smem(void);
 int emu_launch_ok(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem);
 void emu_run(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem,
              void (*body)(void *), void *ctx);
-/* Work given to stream s (emu_runtime.cc): run(ctx) runs later, on the host, when the
+/* Work given to stream s (emu_sched.cc): run(ctx) runs later, on the host, when the
  * emulator's scheduler reaches it in an order CUDA allows (TR_EMU_SCHED, TR_EMU_SEED); run
  * frees ctx. */
 void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *), void *ctx);

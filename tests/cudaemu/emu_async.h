@@ -1,4 +1,4 @@
-/* The CUDA emulator's asynchronous work (emu_runtime.cc): operations that stay pending on a
+/* The CUDA emulator's asynchronous work (emu_sched.cc): operations that stay pending on a
  * stream after the call that gave them returns (NCCL emulated over MPI, emu_nccl.cc), so that
  * streams and events order them as CUDA documents, as they do kernels and copies (work the
  * host runs when the runtime's scheduler reaches it: emu.h's emu_stream_exec). */
@@ -30,7 +30,7 @@ void emu_stream_drain_matching(int (*match)(void *ctx, void *key), void *key);
 int emu_stream_drop(int (*match)(void *ctx, void *key), void *key, void (*dropped)(void *ctx));
 
 /* 1 when the runtime runs each piece of work when it is given (TR_EMU_SCHED=eager), 0 when
- * its scheduler defers it and picks the order adversarially (the default; emu_runtime.cc) */
+ * its scheduler defers it and picks the order adversarially (the default; emu_sched.cc) */
 int emu_sched_eager(void);
 
 /* 1 when [p, p + n) lies inside one cudaMalloc allocation (not cudaMallocHost's). Only from

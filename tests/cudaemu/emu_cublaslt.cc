@@ -562,7 +562,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t ligh
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* The runtime's streams (emu_runtime.cc): a product is work on its stream, run when the
+/* The runtime's streams (emu_sched.cc): a product is work on its stream, run when the
  * runtime's scheduler reaches it. Weak: test_emu_cublaslt runs without the runtime (at once). */
 extern "C++" void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *),
                                   void *ctx) __attribute__((weak));

@@ -212,7 +212,7 @@ void exec_job(void *c) {
 
 extern "C" {
 
-/* The runtime's streams (emu_runtime.cc): an execution is work on the handle's stream, run
+/* The runtime's streams (emu_sched.cc): an execution is work on the handle's stream, run
  * when the scheduler reaches it; its by-value tensors (host scalars) are read at the call, as
  * cuDNN reads them. Weak: test_emu_cudnn runs without the runtime (at once). */
 extern "C++" void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *),

@@ -465,7 +465,7 @@ static void *copy_of(const void *p, size_t n) {
 /* Starts c's MPI operation into op. The stream was drained: c sees every earlier work on it.
  * MPI works on a private copy of the output (op->out, holding recv's contents for the
  * in-place forms), which op_complete copies to recv: the result appears only when the
- * operation is seen complete. Meanwhile (adversarial runs, emu_runtime.cc) recv holds NaN
+ * operation is seen complete. Meanwhile (adversarial runs, emu_sched.cc) recv holds NaN
  * (0xff bytes), so that a read before the wait gives wrong numbers, and a copy of the input is
  * kept, to name a write to it before the completion. */
 static int start(const call &c, nccl_op *op) {

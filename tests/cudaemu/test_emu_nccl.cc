@@ -1,4 +1,4 @@
-/* Test of the CUDA emulator's streams and events (emu_runtime.cc) and of its NCCL over MPI
+/* Test of the CUDA emulator's streams and events (emu_streams.cc) and of its NCCL over MPI
  * (emu_nccl.cc), under mpirun -np 2 and -np 3: every collective's values (in and out of place,
  * 1 and 100000 elements), sub-communicators, communicators created in one group, grouped
  * send/recv rings, the ordering of streams
