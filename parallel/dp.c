@@ -56,6 +56,8 @@ tr_comm_req *dp_coll(tr_dp *d, tr_comm_op op, const tr_buf *send, tr_buf *recv, 
                          tr_model_comm_mem(d->m));
 }
 
+#define SHIFT_NONFINITE (-1000) /* bucket.shift: a rank's gradient was not finite */
+
 static void poll_buckets(tr_dp *d) {
     for (int i = 0; i < d->n_buckets; i++)
         if (d->b[i].started && !d->b[i].done && tr_comm_test(d->b[i].req)) {
@@ -71,8 +73,6 @@ static void reset_pending(tr_dp *d) {
         d->b[i].started = 0;
     }
 }
-
-#define SHIFT_NONFINITE (-1000)
 
 /* Private gradients: the sum over the group of each rank's largest magnitude in the bucket
  * (blocking: one number, in the clear), then the bucket in fixed point with this rank's masks
@@ -151,11 +151,62 @@ static void start_allreduce(tr_dp *d, bucket *b) {
  * is added into sgrad and the slot is free again. Every micro-step communicates (the full
  * gradient is never kept to accumulate into). */
 
+/* Private gradients at ZeRO-2 and 3: slot s's bucket (world pieces of `piece`) as world
+ * pieces of piece + 1, each ending in a zero that must come back zero (its canary), masked as
+ * one vector (masked.h) and reduce-scattered as int32 into this rank's piece + 1. */
+static tr_comm_req *z2_start_masked(tr_dp *d, ring_slot *s, size_t piece) {
+    double t0 = tr_now(), a = 0;
+    size_t w = (size_t)d->world, n = w * (piece + 1);
+    if (s->mcap < piece) {
+        free(s->mx), free(s->mq), free(s->mqr);
+        s->mx = malloc(n * sizeof *s->mx);
+        s->mq = malloc(n * sizeof *s->mq);
+        s->mqr = malloc((piece + 1) * sizeof *s->mqr);
+        s->mcap = s->mx && s->mq && s->mqr ? piece : 0;
+        if (!s->mcap) {
+            fprintf(stderr, "trainer: private gradients: out of memory for a bucket of %zu "
+                            "elements\n", n);
+            abort();
+        }
+    }
+    for (size_t k = 0; k < w; k++) {
+        float *x = s->mx + k * (piece + 1);
+        d->be->download(x, tr_buf_at(d->be, s->buf, k * piece), piece * sizeof(float));
+        x[piece] = 0;
+    }
+    for (size_t i = 0; i < n && isfinite(a); i++) {
+        float v = fabsf(s->mx[i]);
+        a = !isfinite(v) ? HUGE_VAL : v > a ? v : a;
+    }
+    tr_comm_all_reduce(d->c, &a, 1, TR_COMM_F64);
+    s->shift = isfinite(a) ? tr_masked_shift(a, d->world) : SHIFT_NONFINITE;
+    if (s->shift == SHIFT_NONFINITE) memset(s->mx, 0, n * sizeof(float));
+    if (tr_masked_mask(d->mask, s->mx, n - 1, s->shift == SHIFT_NONFINITE ? 0 : s->shift,
+                       d->mseq++, s->mq)) {
+        fprintf(stderr, "trainer: private gradients: out of memory for a mask of %zu "
+                        "elements\n", n);
+        abort();
+    }
+    d->st.mask_s += tr_now() - t0;
+    return tr_comm_ireduce_scatter(d->c, s->mq, s->mqr, piece + 1, TR_COMM_I32);
+}
+
+/* This rank's masked piece back into s->recv; -1 when its canary did not come back zero. */
+static int z2_unmask(tr_dp *d, ring_slot *s, size_t piece) {
+    if (tr_masked_unmask(s->mqr, piece, s->shift == SHIFT_NONFINITE ? 0 : s->shift, s->mx))
+        return -1;
+    if (s->shift == SHIFT_NONFINITE)
+        for (size_t i = 0; i < piece; i++) s->mx[i] = NAN;
+    d->be->upload(s->recv, s->mx, piece * sizeof(float));
+    return 0;
+}
+
 static void z2_finish(tr_dp *d, int k) {
     ring_slot *s = &d->ring[k];
     TR_WAIT("dp.z2_finish", tr_comm_wait(s->req));
     s->req = NULL;
     bucket *b = &d->b[s->bucket];
+    if (d->mask && z2_unmask(d, s, b->piece)) d->mask_failed = 1;
     tr_buf *acc = tr_buf_at(d->be, d->sgrad, b->state);
     d->be->add(acc, acc, s->recv, b->piece); /* after the wait, on the compute stream */
     d->ring_bytes -= ((size_t)d->world + 1) * b->piece * d->es;
@@ -240,7 +291,8 @@ static void z2_start(tr_dp *d, bucket *b) {
     b->started = 1;
     if (!d->first_start) d->first_start = tr_now();
     s->seq = d->seq++;
-    s->req = dp_coll(d, TR_COMM_OP_REDUCE_SCATTER, s->buf, s->recv, b->piece, -1);
+    s->req = d->mask ? z2_start_masked(d, s, b->piece)
+                     : dp_coll(d, TR_COMM_OP_REDUCE_SCATTER, s->buf, s->recv, b->piece, -1);
     d->st.buckets++;
     for (;;) {
         int n = 0, oldest = -1;
@@ -489,6 +541,7 @@ void tr_dp_free(tr_dp *d) {
     for (int k = 0; k < RING; k++) {
         d->be->free(d->ring[k].gbuf);
         d->be->free(d->ring[k].grecv);
+        free(d->ring[k].mx), free(d->ring[k].mq), free(d->ring[k].mqr);
     }
     for (int k = 0; k < d->n_pool; k++) d->be->free(d->pool[k].p);
     d->be->free(d->rbuf);
@@ -504,9 +557,6 @@ void tr_dp_free(tr_dp *d) {
 int tr_dp_set_private(tr_dp *d, const char *org, int *orgs, int *peers, char *err,
                       size_t errlen) {
     /* the same answer on every rank: the layout and the model are the group's */
-    if (d->sh.grads)
-        return snprintf(err, errlen, "private gradients: ZeRO-%d's reduce-scatters are not "
-                                     "masked yet (use zero 0 or 1)", d->zero), -1;
     if (d->be->device_memory || tr_model_comm_dtype(d->m) != TR_COMM_F32)
         return snprintf(err, errlen, "private gradients: masked sums run on the CPU backend's "
                                      "fp32 gradients only, not on the %s backend's", d->be->name),
@@ -676,7 +726,10 @@ double tr_dp_grad_norm(tr_dp *d) {
 int tr_dp_sync_grads(tr_dp *d) {
     dp_sync(d);
     tp_sum_partial_grads(d);
-    if (!d->mask_failed) return 0;
+    if (!d->mask) return 0;
+    int failed = d->mask_failed; /* ZeRO-2, 3: each rank checked its own pieces */
+    tr_comm_all_reduce(d->c, &failed, 1, TR_COMM_I32);
+    if (!failed) return 0;
     d->mask_failed = 0;
     if (d->rank == 0)
         fprintf(stderr, "trainer: private gradients: a masked gradient sum over the dp group "

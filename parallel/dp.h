@@ -87,10 +87,11 @@ size_t tr_dp_grad_buffer_bytes(const tr_dp *d);
  * 0; -1 when a masked sum (tr_dp_set_private) did not cancel: the group's rank 0 said so in
  * one line, and the step must not go on. */
 int tr_dp_sync_grads(tr_dp *d);
-/* Private gradients: from now on the group's gradient sums are masked between ranks of
- * different organisations (org: this rank's; parallel/masked.h), after keys are agreed over
- * the group. Collective. ZeRO 0 and 1, gradients of 4-byte floats; -1 and one line in err
- * otherwise or when the keys cannot be agreed. Masks per organisation: how many there are, and
+/* Private gradients: from now on the group's gradient sums (ZeRO 0 and 1's all-reduces,
+ * ZeRO-2 and 3's reduce-scatters) are masked between ranks of different organisations (org:
+ * this rank's; parallel/masked.h), after keys are agreed over the group. Collective. The CPU
+ * backend's fp32 gradients; -1 and one line in err otherwise or when the keys cannot be
+ * agreed. Masks per organisation: how many there are, and
  * this rank's peers, in *orgs and *peers. */
 int tr_dp_set_private(tr_dp *d, const char *org, int *orgs, int *peers, char *err,
                       size_t errlen);

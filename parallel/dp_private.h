@@ -41,6 +41,12 @@ typedef struct {
     int bucket;  /* the bucket it holds, -1 = free */
     tr_comm_req *req;
     long seq;    /* when its reduction started, to finish the oldest first */
+    /* private gradients: the bucket as world pieces of piece + 1 (each ends in a canary) in
+       host floats and masked, and this rank's summed piece; room for pieces of mcap */
+    float *mx;
+    uint32_t *mq, *mqr;
+    size_t mcap;
+    int shift;
 } ring_slot;
 #define RING 8 /* buckets open at once: an op's tensors, the held embedding, in flight */
 #define GATHERS 8 /* ZeRO-3's gathered buckets allocated at the start, the largest ones: an

@@ -102,12 +102,6 @@ static int check_settings(const tr_layout *l, const tr_recipe *r, const tr_layou
     if (l->tp < 1)
         return fail(err, errlen, r, f->tp >= 0 ? 0 : pl, "%s must be 1 or more, got %d",
                     f->tp >= 0 ? "--tp" : "parallel: tp", l->tp);
-    if (l->private_gradients && l->zero >= 2) /* parallel/masked.h */
-        return fail(err, errlen, r, f->private_gradients > 0 ? 0 : pl,
-                    "%s masks the gradient all-reduces of ZeRO 0 and 1; ZeRO-%d's "
-                    "reduce-scatters are not masked yet (give zero 0 or 1)",
-                    f->private_gradients > 0 ? "--private-gradients" : "parallel: private_gradients",
-                    l->zero);
     if (!l->sequence_parallel) return 0;
     if (l->tp == 1)
         return f->sequence_parallel > 0

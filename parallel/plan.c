@@ -18,7 +18,7 @@
 /* What the flags and the recipe fix: -1 where the planner chooses. */
 typedef struct {
     int dp, tp, pp, zero, sp, schedule, V, M, micro, recompute;
-    int priv; /* private gradients: ZeRO 0 or 1, tp x pp inside a host (masked.h) */
+    int priv; /* private gradients: tp x pp inside a host (masked.h) */
 } pl_fixed;
 
 typedef struct {
@@ -284,9 +284,7 @@ static void inner(pl_search *s, const pl_devices *dv, tr_plan base) {
                 speed_cut(s, dv, &p.l, P))
                 continue;
             for (int z = 0; z <= 3; z++) {
-                if (!ok(f->zero, z) || (z >= 1 && base.l.dp == 1 && f->zero < 0 && z > 0) ||
-                    (z >= 2 && f->priv)) /* not masked (masked.h) */
-                    continue;
+                if (!ok(f->zero, z) || (z >= 1 && base.l.dp == 1 && f->zero < 0 && z > 0)) continue;
                 for (int sp = 0; sp <= 1; sp++) {
                     if (!ok(f->sp, sp) || (sp && (base.l.tp == 1 || (long)s->m.T % base.l.tp)))
                         continue;

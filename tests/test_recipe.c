@@ -498,7 +498,7 @@ static void test_parallel_fields(void)
     } cases[] = {
         {"unknown field", "dpp = 2",
          "p.lua:4: parallel: unknown field 'dpp' (fields: bucket_kb, dp, dp_shares, microbatches, pp, "
-         "schedule, sequence_parallel, stages, tp, virtual_stages, zero)"},
+         "private_gradients, schedule, sequence_parallel, stages, tp, virtual_stages, zero)"},
         {"schedule unknown", "schedule = 'fast'",
          "p.lua:4: parallel: field 'schedule' must be one of gpipe, 1f1b, interleaved, zb-h1, "
          "zb-v or \"auto\", got 'fast'"},

@@ -1,4 +1,4 @@
--- expect: parallel_unknown_field.lua:13: parallel: unknown field 'sp' (fields: bucket_kb, dp, dp_shares, microbatches, pp, schedule, sequence_parallel, stages, tp, virtual_stages, zero)
+-- expect: parallel_unknown_field.lua:13: parallel: unknown field 'sp' (fields: bucket_kb, dp, dp_shares, microbatches, pp, private_gradients, schedule, sequence_parallel, stages, tp, virtual_stages, zero)
 model {
   vocab = 256, dim = 32, seq_len = 16,
   embedding {},

@@ -679,6 +679,10 @@ static void print_parallel_stats(const run_ctx *x) {
                100.0 * hidden, dev ? "group's communication" : "gradient communication",
                dev ? "compute" : "the backward", exposed, span,
                dev ? " in flight, timed on the GPU" : "", 100.0 * tr_plan_overlap(&x->cluster));
+        if (x->lay.private_gradients)
+            printf("private gradients: masking took %.3g s over %ld steps (the fixed point, the "
+                   "masks and the blocking sum of each bucket's largest magnitudes)\n",
+                   ds.mask_s, ds.steps);
         if (sh.params)
             printf("ZeRO-3: %ld bucket all-gathers of parameters before the ops that read them; "
                    "waited %.3g s for them (the rest overlapped the previous op)\n",
