@@ -101,6 +101,8 @@ static const char *run_help =
     "                    divide seq_len), instead of parallel.sequence_parallel;\n"
     "                    --no-sequence-parallel keeps it off\n"
     "  --zero S          ZeRO stage 0-3 over the dp group, instead of parallel.zero\n"
+    "  --private-gradients  mask the data-parallel gradient sums between hosts, as\n"
+    "                    parallel.private_gradients = true (README \"Private gradients\")\n"
     "  --pp P            pipeline ranks, instead of parallel.pp (default: planned); the blocks\n"
     "                    (the repeats of its stacks) are cut into P x V chunks, balanced by\n"
     "                    FLOPs unless parallel.stages says where each starts\n"
