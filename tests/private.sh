@@ -14,6 +14,9 @@
 #    masked run (fresh keys; the masks cancel exactly whatever they are);
 #  - a rank whose mask does not cancel (TR_FAULT_MASK=R:sum) stops the run with one line, and
 #    a rank that joins with another key (TR_FAULT_MASK=R:key) is refused at start, one line;
+#  - --orgs FILE groups hosts into organisations: a, b in x and c in y mask between 2, equal
+#    to plain; tp 2 across two hosts of one organisation runs; a malformed line, a host in no
+#    organisation and --orgs without private gradients: one line each;
 #  - refused in one line: a tensor-parallel group that spans two hosts.
 # About 60 s.
 set -u
@@ -97,8 +100,38 @@ else
     bad "no line for the foreign key, or it trained: $(tail -2 "$tmp/key.log")"
 fi
 
-# refusals
+printf 'a x\nb x\n' >"$tmp/orgs_one.txt"
+# organisations of several hosts (--orgs): hosts a and b are one, c another
+printf '# host organisation\na x\nb x  # both of x\nc y\n' >"$tmp/orgs.txt"
+if run orgs "a b c c" --private-gradients --orgs "$tmp/orgs.txt" &&
+    line=$(said "masked between 2 organisations" orgs) && [ -n "$line" ] &&
+    e=$(cmp_run "$tmp/orgs" "$tmp/z0_np4_plain"); then
+    ok "--orgs: hosts a, b in x and c in y: masked between 2 organisations, equal to plain: $e"
+else
+    bad "--orgs: $(tail -2 "$tmp/orgs.log") ${e:-}"
+fi
+printf 'a x\nb\n' >"$tmp/orgs_bad.txt"
+run orgs_bad "a b" --private-gradients --orgs "$tmp/orgs_bad.txt" &&
+    bad "a malformed --orgs file was accepted"
+line=$(said "orgs_bad.txt:2: expected \"HOST ORG\", got 'b'" orgs_bad)
+[ -n "$line" ] && ok "a malformed --orgs line: $line" || bad "--orgs malformed: $(tail -2 "$tmp/orgs_bad.log")"
+printf 'a x\n' >"$tmp/orgs_miss.txt"
+run orgs_miss "a b" --private-gradients --orgs "$tmp/orgs_miss.txt" &&
+    bad "a host missing from --orgs was accepted"
+line=$(said "host b (rank 1) is in no organisation" orgs_miss)
+[ -n "$line" ] && ok "a host missing from --orgs: $line" || bad "--orgs missing: $(tail -2 "$tmp/orgs_miss.log")"
+run orgs_alone "a b" --orgs "$tmp/orgs_one.txt" 2>/dev/null &&
+    bad "--orgs without private gradients was accepted"
+line=$(said "orgs names the organisations of private gradients" orgs_alone)
+[ -n "$line" ] && ok "--orgs alone: $line" || bad "--orgs alone: $(tail -2 "$tmp/orgs_alone.log")"
+# tp across hosts of one organisation is fine
 R=tests/recipes_good/tp_gpt.lua
+run tp_one_org "a b" --private-gradients --orgs "$tmp/orgs_one.txt" --tp 2 --set steps=3 &&
+    said "masked between 1 organisation" tp_one_org >/dev/null &&
+    ok "tp 2 across two hosts of one organisation runs (nothing to mask)" ||
+    bad "tp in one organisation: $(tail -2 "$tmp/tp_one_org.log")"
+
+# refusals
 if run tp "a b" --private-gradients --tp 2; then
     bad "a tensor-parallel group across two hosts was not refused"
 else

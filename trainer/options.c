@@ -140,6 +140,9 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             o->layout.sequence_parallel = -1;
         } else if (!strcmp(a, "--private-gradients")) {
             o->layout.private_gradients = 1;
+        } else if (!strcmp(a, "--orgs")) {
+            if (need_value(cmd, a, i, argc)) return -1;
+            o->orgs = argv[++i];
         } else if (!strcmp(a, "--zero")) { /* the stage is checked by the layout */
             if (need_value(cmd, a, i, argc) || parse_int(cmd, a, argv[++i], 0, &o->layout.zero)) return -1;
         } else if (!strcmp(a, "--out")) {

@@ -33,6 +33,8 @@ typedef struct {
     int overwrite; /* --overwrite: replace the run the output folder holds */
     const char *progress; /* --progress tty|lines, NULL = decide (run_progress_tty) */
     int trace; /* --trace N: OUT/trace.json, the timeline of N steps after the first; 0: none */
+    const char *orgs; /* --orgs FILE: each host's organisation for private gradients (lines
+                         "HOST ORG"); NULL: every host its own */
 } tr_options;
 /* TR_PAD_VOCAB (tests: a GPU's vocabulary padding on the CPU; layout.pad_vocab, 0 = the
  * backend's) is read with the flags, 1 to TR_PAD_VOCAB_MAX */

@@ -63,7 +63,9 @@ typedef struct {
     tr_trace *trace;          /* --trace: the steps' timeline, else NULL */
     int **mb_in, **mb_tg;     /* pipeline: a step's micro-batches, (B, T) each */
     int rank, nranks;         /* in the world */
-    int private_orgs;         /* private gradients: the hosts their sums are masked between */
+    int private_orgs;         /* private gradients: the organisations their sums are masked
+                                 between */
+    char *orgs;               /* and every rank's, TR_HOST_LEN each (run_private_setup) */
     tr_recipe r;              /* with the layout written back once it is resolved */
     int have_recipe;
     tr_layout lay;
@@ -133,6 +135,13 @@ typedef struct {
  * status in *status. run_free releases whatever was made, in either case. */
 int run_setup(run_ctx *x, int *argc, char ***argv, int *status);
 void run_free(run_ctx *x);
+/* A setup step that can fail on some ranks only: all say whether theirs failed, the lowest
+ * failing rank prints its msg once, and every rank gets 1 when any failed (setup.c). */
+int run_setup_failed(tr_comm *world, int bad, const char *msg);
+/* parallel { private_gradients }: each rank's organisation (--orgs, else its host), the
+ * tensor- and pipeline-parallel groups checked to stay inside one, and the dp group's keys
+ * (trainer/run/private.c). 0, or -1 after the line that says why. */
+int run_private_setup(run_ctx *x);
 
 /* The topology, and the planner's choice of what the recipe and flags leave open, into x->o
  * and x->r (trainer/run/plan.c): 0, or -1 with the line in x->msg. After the layout is

@@ -18,7 +18,7 @@
  * until the timeout. The lowest failing rank prints its message, once: as it is when every
  * rank failed (the same mistake everywhere), after its rank number when only some did.
  * Returns 1 on every rank when any rank failed. */
-static int setup_failed(tr_comm *world, int bad, const char *msg) {
+int run_setup_failed(tr_comm *world, int bad, const char *msg) {
     int n = tr_comm_size(world), me = tr_comm_rank(world);
     if (n <= 1) {
         if (bad && msg && *msg) fprintf(stderr, "%s\n", msg);
@@ -101,7 +101,7 @@ static int ranks_agree(tr_comm *world, const char *what, const char *text) {
              "trainer run: the %s differs from rank 0's: %s; every rank must run the same "
              "recipe, flags and files",
              what, where);
-    return setup_failed(world, differs, msg);
+    return run_setup_failed(world, differs, msg);
 }
 
 /* Checkpoints and --resume need OUT to be one folder all ranks see and write: rank 0 writes a
@@ -152,7 +152,7 @@ static int out_is_shared(tr_comm *world, const char *out) {
                      host, out, strerror(e));
         }
     }
-    int failed = setup_failed(world, bad, msg);
+    int failed = run_setup_failed(world, bad, msg);
     tr_comm_barrier(world);
     if (me == 0) remove(path);
     return failed;
@@ -206,7 +206,7 @@ static int connect_ranks(run_ctx *x, int *argc, char ***argv, int *status) {
         tr_comm *w = NULL;
         char cerr[256];
         if (launched_with_others() && !tr_comm_init(&w, argc, argv, 0, cerr, sizeof(cerr))) {
-            setup_failed(w, 1, pmsg);
+            run_setup_failed(w, 1, pmsg);
             tr_comm_free(w);
         } else {
             fprintf(stderr, "%s\n", pmsg);
@@ -223,7 +223,7 @@ static int connect_ranks(run_ctx *x, int *argc, char ***argv, int *status) {
         fprintf(stderr, "trainer: rank %d: cannot silence stdout\n", x->rank);
     int bad = tr_load_recipe_msg(&x->r, &x->o, "run", x->msg, sizeof(x->msg));
     x->have_recipe = !bad;
-    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
+    return run_setup_failed(x->world, bad, x->msg) ? -1 : 0;
 }
 
 /* The backend and the layout, agreed by all ranks (the recipe with its layout and the flags,
@@ -234,12 +234,12 @@ static int setup_layout(run_ctx *x) {
     x->be = tr_choose_backend(&x->o, &x->r, &peak, x->device, sizeof(x->device), x->err,
                               sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
-    if (setup_failed(x->world, !x->be, x->msg)) return -1;
+    if (run_setup_failed(x->world, !x->be, x->msg)) return -1;
     x->peak = peak / 1e9;
-    if (setup_failed(x->world, run_plan(x), x->msg)) return -1;
+    if (run_setup_failed(x->world, run_plan(x), x->msg)) return -1;
     int bad =
         tr_resolve_layout(&x->lay, &x->r, &x->o, x->nranks, x->be, "run", x->msg, sizeof(x->msg));
-    if (setup_failed(x->world, bad, x->msg)) return -1;
+    if (run_setup_failed(x->world, bad, x->msg)) return -1;
     char *text = agreed_text(x), fp[96];
     bad = ranks_agree(x->world, "resolved recipe or a flag", text ? text : "(out of memory)");
     free(text);
@@ -256,7 +256,7 @@ static int setup_layout(run_ctx *x) {
     bad = tr_layout_memory(&x->lay, &x->r.model, x->be->dtype, x->rank, &x->predicted, x->err,
                            sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
-    if (setup_failed(x->world, bad, x->msg)) return -1;
+    if (run_setup_failed(x->world, bad, x->msg)) return -1;
     run_price(x);
     tr_mesh mesh = {.dp = x->lay.dp, .pp = x->lay.pp, .tp = x->lay.tp};
     bad = tr_comm_mesh(x->world, mesh, &x->dpc, &x->ppc, &x->tpc, x->err, sizeof(x->err));
@@ -268,7 +268,7 @@ static int setup_layout(run_ctx *x) {
           tr_comm_split(x->ppc, edge ? 0 : 1, co.p, "tie", &x->tiec, x->err, sizeof(x->err)) ||
           tr_comm_split(x->world, co.d, x->rank, "mp", &x->mpc, x->err, sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
-    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
+    return run_setup_failed(x->world, bad, x->msg) ? -1 : 0;
 }
 
 /* A step only rank 0 takes (OUT's lock, what OUT holds): every rank leaves on its word, which
@@ -276,7 +276,7 @@ static int setup_layout(run_ctx *x) {
 static int rank0_decides(run_ctx *x, int (*step)(run_ctx *)) {
     long long bad = x->rank == 0 && step(x);
     tr_comm_broadcast(x->world, &bad, 1, TR_COMM_I64, 0);
-    return setup_failed(x->world, bad != 0, x->msg);
+    return run_setup_failed(x->world, bad != 0, x->msg);
 }
 
 /* The output folder, the data (a BPE corpus tokenized once into cached shards), the loader of
@@ -295,7 +295,7 @@ static int setup_data(run_ctx *x) {
         bad =
             tr_corpus_cache(&r->data, dir, sizeof(dir), &made, NULL, NULL, x->err, sizeof(x->err));
         snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
-        if (setup_failed(x->world, bad, x->msg)) return -1;
+        if (run_setup_failed(x->world, bad, x->msg)) return -1;
         if (made)
             printf("tokenized %s with %s into %s/ in %.1f s (first use; cached from now on)\n",
                    r->data.text, r->data.tokenizer == TR_TOKENIZER_GPT2 ? "gpt2" : "byte", dir,
@@ -309,7 +309,7 @@ static int setup_data(run_ctx *x) {
         bad = tr_loader_set_share(x->loader, first, tr_layout_accum_of(&x->lay, d),
                                   tr_layout_step_micro_batches(&x->lay), x->err, sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
-    if (setup_failed(x->world, bad, x->msg)) return -1;
+    if (run_setup_failed(x->world, bad, x->msg)) return -1;
     char fp[65];
     snprintf(fp, sizeof(fp), "fingerprint %016llx",
              (unsigned long long)tr_loader_fingerprint(x->loader));
@@ -332,7 +332,7 @@ static int setup_pipeline(run_ctx *x) {
     int bad = tr_pipe_init(&x->pipe, x->model, x->ppc, (tr_pp_kind)l->schedule, l->virtual_stages,
                            l->microbatches, x->err, sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
-    if (setup_failed(x->world, bad, x->msg)) return -1;
+    if (run_setup_failed(x->world, bad, x->msg)) return -1;
     tr_pipe_set_backward_hook(x->pipe, micro_end, x->dp);
     tr_pipe_final_hooks(x->pipe, !tr_zero_of(l->zero).grads);
     x->mb_in = calloc((size_t)l->accum, sizeof(int *));
@@ -342,48 +342,7 @@ static int setup_pipeline(run_ctx *x) {
         bad = !(x->mb_in[a] = malloc((size_t)x->B * x->T * sizeof(int))) ||
               !(x->mb_tg[a] = malloc((size_t)x->B * x->T * sizeof(int)));
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the micro-batches");
-    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
-}
-
-/* A host other than this rank's among group g's (into other), or none: 0. */
-static int group_spans_hosts(const run_ctx *x, tr_comm *g, char *other) {
-    int n = tr_comm_size(g), spans = 0;
-    const char *mine = x->hosts + (size_t)x->rank * TR_HOST_LEN;
-    char *all = n > 1 ? calloc((size_t)n, TR_HOST_LEN) : NULL;
-    if (!all) return 0;
-    tr_comm_all_gather(g, mine, all, TR_HOST_LEN, TR_COMM_BYTE);
-    for (int k = 0; k < n && !spans; k++)
-        if (strncmp(all + (size_t)k * TR_HOST_LEN, mine, TR_HOST_LEN)) {
-            snprintf(other, TR_HOST_LEN, "%s", all + (size_t)k * TR_HOST_LEN);
-            spans = 1;
-        }
-    free(all);
-    return spans;
-}
-
-/* parallel { private_gradients }: every host is an organisation (parallel/masked.h). Only the
- * data-parallel sums are masked, so a tp or pp group must stay inside one host; then the dp
- * group agrees its keys. */
-static int setup_private(run_ctx *x) {
-    tr_comm *g[2] = {x->tpc, x->ppc};
-    const char *name[2] = {"tensor", "pipeline"};
-    char other[TR_HOST_LEN] = "";
-    int bad = 0;
-    for (int i = 0; i < 2; i++) /* both gathers on every rank */
-        if (group_spans_hosts(x, g[i], other) && !bad) {
-            snprintf(x->msg, sizeof(x->msg),
-                     "%s: private_gradients masks the data-parallel sums only, but this rank's "
-                     "%s-parallel group spans hosts %s and %s: its activations would cross "
-                     "between them in the clear (keep tp x pp inside a host)",
-                     x->r.path, name[i], x->hosts + (size_t)x->rank * TR_HOST_LEN, other);
-            bad = 1;
-        }
-    if (setup_failed(x->world, bad, x->msg)) return -1;
-    int peers = 0;
-    bad = tr_dp_set_private(x->dp, x->hosts + (size_t)x->rank * TR_HOST_LEN, &x->private_orgs,
-                            &peers, x->err, sizeof(x->err));
-    snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
-    return setup_failed(x->world, bad, x->msg);
+    return run_setup_failed(x->world, bad, x->msg) ? -1 : 0;
 }
 
 /* This rank's part of the model (the layout's options, the tp group), data parallelism over
@@ -398,21 +357,21 @@ static int setup_model(run_ctx *x) {
     }
     int bad = tr_model_init_opts(&x->model, &r->model, x->be, &mo, x->err, sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
-    if (setup_failed(x->world, bad, x->msg)) return -1;
+    if (run_setup_failed(x->world, bad, x->msg)) return -1;
     bad = tr_dp_init(&x->dp, x->model, x->dpc, x->lay.zero, (size_t)x->lay.bucket_kb << 10, x->err,
                      sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
-    if (setup_failed(x->world, bad, x->msg)) return -1; /* a refused configuration: said once */
+    if (run_setup_failed(x->world, bad, x->msg)) return -1; /* a refused configuration: said once */
     if (setup_pipeline(x)) return -1;
     tr_model_init_params(x->model, r->train.seed);
     /* before --resume, which brings back the guard's state */
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the guard's window");
-    if (setup_failed(x->world, run_guard_init(x), x->msg)) return -1;
+    if (run_setup_failed(x->world, run_guard_init(x), x->msg)) return -1;
     if (x->o.resume) {
         int rrc = run_load_checkpoint(x, LONG_MAX, &x->start_step, x->err, sizeof(x->err));
         /* -2: this rank is fine but another's reason stops every rank (that rank says it) */
         snprintf(x->msg, sizeof(x->msg), "trainer run: --resume: %s", x->err);
-        if (setup_failed(x->world, rrc == -1, x->msg) || rrc) return -1;
+        if (run_setup_failed(x->world, rrc == -1, x->msg) || rrc) return -1;
         char fp[65];
         snprintf(fp, sizeof(fp), "step %d", x->start_step); /* every rank from the same one */
         if (ranks_agree(x->world, "checkpoint step to resume from", fp)) return -1;
@@ -425,7 +384,7 @@ static int setup_model(run_ctx *x) {
         tr_tokenizer_free(tok);
         bad = tr_hf_import(x->model, r->init_hf, real, x->err, sizeof(x->err));
         snprintf(x->msg, sizeof(x->msg), "%s: %s", r->path, x->err);
-        if (setup_failed(x->world, bad, x->msg)) return -1;
+        if (run_setup_failed(x->world, bad, x->msg)) return -1;
         printf("initialized from the Hugging Face model in %s\n", r->init_hf);
     }
     return 0;
@@ -476,7 +435,7 @@ int run_open_checkpoints(run_ctx *x, int check_shared) {
     int bad = tr_ckpt_writer_init(&x->ckw, x->model, r, &co, x->err, sizeof(x->err));
     free(ranges);
     snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
-    return setup_failed(x->world, bad, x->msg) ? -1 : 0;
+    return run_setup_failed(x->world, bad, x->msg) ? -1 : 0;
 }
 
 /* The output files, the checkpoint writer when the recipe saves checkpoints, the batch buffers
@@ -490,15 +449,15 @@ static int setup_trace(run_ctx *x) {
     x->trace = tr_trace_new(x->world, first, x->o.trace, path, x->err, sizeof(x->err));
     if (x->trace && x->pipe) tr_pipe_set_trace(x->pipe, x->trace);
     snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
-    return setup_failed(x->world, !x->trace, x->msg);
+    return run_setup_failed(x->world, !x->trace, x->msg);
 }
 
 static int setup_outputs(run_ctx *x) {
     const tr_recipe *r = &x->r;
     /* only now that every rank's setup succeeded: a refused run leaves the earlier one whole */
-    if (x->o.overwrite && setup_failed(x->world, x->rank == 0 && run_folder_clear(x), ""))
+    if (x->o.overwrite && run_setup_failed(x->world, x->rank == 0 && run_folder_clear(x), ""))
         return -1;
-    if (setup_failed(x->world, x->rank == 0 && open_outputs(x), "")) return -1;
+    if (run_setup_failed(x->world, x->rank == 0 && open_outputs(x), "")) return -1;
     if (r->train.checkpoint_every > 0 && run_open_checkpoints(x, 0)) return -1;
     if (setup_trace(x)) return -1;
     x->inputs = malloc((size_t)x->B * x->T * sizeof(int));
@@ -507,7 +466,7 @@ static int setup_outputs(run_ctx *x) {
     x->all_compute = malloc((size_t)x->nranks * sizeof(double));
     int bad = !x->inputs || !x->targets || !x->all_steps || !x->all_compute;
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the batches");
-    if (setup_failed(x->world, bad, x->msg)) return -1;
+    if (run_setup_failed(x->world, bad, x->msg)) return -1;
     if (x->dp) tr_dp_set_sync_refresh(x->dp, x->dp_sync_refresh);
     return 0;
 }
@@ -548,11 +507,14 @@ static void print_banner(const run_ctx *x) {
     for (int i = 0; i < 2; i++)
         if (x->plan_line[i][0]) printf("%s\n", x->plan_line[i]);
     if (x->lay.private_gradients)
-        printf("private gradients: data-parallel sums masked between %d host%s (X25519 keys "
+        printf("private gradients: data-parallel sums masked between %d %s%s%s (X25519 keys "
                "agreed at start, ChaCha20 masks per bucket, sums in 32-bit fixed point); in the "
-               "clear: each bucket's sum of magnitudes (its scale), the parameters after each "
-               "update, and tensor and pipeline traffic, kept inside each host\n",
-               x->private_orgs, x->private_orgs == 1 ? " (one: nothing to mask)" : "s");
+               "clear: each bucket's sum of magnitudes (its scale), the summed gradient, the "
+               "parameters after each update, and tensor and pipeline traffic, kept inside "
+               "each %s\n",
+               x->private_orgs, x->o.orgs ? "organisation" : "host",
+               x->private_orgs == 1 ? "" : "s", x->private_orgs == 1 ? " (one: nothing to mask)" : "",
+               x->o.orgs ? "organisation" : "host");
     const tr_memory *m = &x->predicted;
     char b1[32], b2[32], b3[32], b4[32];
     tr_fmt_bytes((double)m->params, b1, sizeof(b1));
@@ -585,7 +547,7 @@ static int gather_ranks(run_ctx *x) {
     x->devices = calloc(n, TR_DEVICE_LEN);
     int bad = !all || !x->hosts || !x->devices;
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the ranks' host names");
-    if (setup_failed(x->world, bad, x->msg)) {
+    if (run_setup_failed(x->world, bad, x->msg)) {
         free(all);
         return -1;
     }
@@ -605,16 +567,16 @@ static int gather_ranks(run_ctx *x) {
 /* Everything after the flags and the processes; -1 after the lines that say why. */
 static int setup_run(run_ctx *x, int argc, char **argv) {
     /* TR_FAULT_*, TR_LEDGER, ...: may be set on some ranks only */
-    if (setup_failed(x->world, run_env_settings(x), x->msg)) return -1;
-    if (setup_layout(x) || setup_data(x) || setup_failed(x->world, run_tasks_open(x), x->msg) ||
+    if (run_setup_failed(x->world, run_env_settings(x), x->msg)) return -1;
+    if (setup_layout(x) || setup_data(x) || run_setup_failed(x->world, run_tasks_open(x), x->msg) ||
         setup_model(x) || setup_outputs(x) || gather_ranks(x) ||
-        (x->lay.private_gradients && setup_private(x)))
+        ((x->lay.private_gradients || x->o.orgs) && run_private_setup(x)))
         return -1;
-    if (setup_failed(x->world, run_provenance(x, argc, argv), "")) return -1;
+    if (run_setup_failed(x->world, run_provenance(x, argc, argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);
     x->tokens_step = (long)x->B * x->T * tr_layout_step_micro_batches(&x->lay);
     x->tty = run_progress_tty(x->o.progress, x->msg, sizeof(x->msg));
-    if (setup_failed(x->world, x->tty < 0, x->msg)) return -1;
+    if (run_setup_failed(x->world, x->tty < 0, x->msg)) return -1;
     x->best_val = INFINITY;
     print_banner(x);
     return 0;
@@ -639,6 +601,7 @@ void run_free(run_ctx *x) {
     free(x->all_steps);
     free(x->all_compute);
     free(x->hosts);
+    free(x->orgs);
     free(x->devices);
     run_guard_free(x);
     run_tasks_free(x);
