@@ -58,6 +58,26 @@ tr_comm_req *dp_coll(tr_dp *d, tr_comm_op op, const tr_buf *send, tr_buf *recv, 
 
 #define SHIFT_NONFINITE (-1000) /* bucket.shift: a rank's gradient was not finite */
 
+/* Private gradients: the scale of n floats at x (from the sum over the group of each rank's
+ * largest magnitude: blocking, one number) and x masked into q[0..n] (masked.h); the scale's
+ * exponent, or SHIFT_NONFINITE when a rank's values were not finite (then sent as zeros). */
+static int mask_bucket(tr_dp *d, float *x, size_t n, uint32_t *q) {
+    double a = 0;
+    for (size_t i = 0; i < n && isfinite(a); i++) {
+        float v = fabsf(x[i]);
+        a = !isfinite(v) ? HUGE_VAL : v > a ? v : a;
+    }
+    tr_comm_all_reduce(d->c, &a, 1, TR_COMM_F64);
+    int shift = isfinite(a) ? tr_masked_shift(a, d->world) : SHIFT_NONFINITE;
+    if (shift == SHIFT_NONFINITE) memset(x, 0, n * sizeof(float));
+    if (tr_masked_mask(d->mask, x, n, shift == SHIFT_NONFINITE ? 0 : shift, d->mseq++, q)) {
+        fprintf(stderr, "trainer: private gradients: out of memory for a mask of %zu "
+                        "elements\n", n);
+        abort();
+    }
+    return shift;
+}
+
 static void poll_buckets(tr_dp *d) {
     for (int i = 0; i < d->n_buckets; i++)
         if (d->b[i].started && !d->b[i].done && tr_comm_test(d->b[i].req)) {
@@ -79,24 +99,12 @@ static void reset_pending(tr_dp *d) {
  * and a canary, summed as int32 (masked.h). A gradient that is not finite is sent as zeros
  * and comes back as NaN everywhere, for the guard to judge. */
 static tr_comm_req *start_masked(tr_dp *d, bucket *b, const tr_buf *g) {
-    double t0 = tr_now(), a = 0;
+    double t0 = tr_now();
     size_t n = b->hi - b->lo, k = (size_t)(b - d->b);
     float *x = d->mx + b->lo;
     uint32_t *q = d->mq + b->lo + k;
     d->be->download(x, g, n * sizeof(float));
-    for (size_t i = 0; i < n && isfinite(a); i++) {
-        float v = fabsf(x[i]);
-        a = !isfinite(v) ? HUGE_VAL : v > a ? v : a;
-    }
-    tr_comm_all_reduce(d->c, &a, 1, TR_COMM_F64);
-    b->shift = isfinite(a) ? tr_masked_shift(a, d->world) : SHIFT_NONFINITE;
-    if (b->shift == SHIFT_NONFINITE) memset(x, 0, n * sizeof(float));
-    if (tr_masked_mask(d->mask, x, n, b->shift == SHIFT_NONFINITE ? 0 : b->shift, d->mseq++,
-                       q)) {
-        fprintf(stderr, "trainer: private gradients: out of memory for a mask of %zu "
-                        "elements\n", n);
-        abort();
-    }
+    b->shift = mask_bucket(d, x, n, q);
     d->st.mask_s += tr_now() - t0;
     return tr_comm_iall_reduce(d->c, q, n + 1, TR_COMM_I32);
 }
@@ -155,7 +163,7 @@ static void start_allreduce(tr_dp *d, bucket *b) {
  * pieces of piece + 1, each ending in a zero that must come back zero (its canary), masked as
  * one vector (masked.h) and reduce-scattered as int32 into this rank's piece + 1. */
 static tr_comm_req *z2_start_masked(tr_dp *d, ring_slot *s, size_t piece) {
-    double t0 = tr_now(), a = 0;
+    double t0 = tr_now();
     size_t w = (size_t)d->world, n = w * (piece + 1);
     if (s->mcap < piece) {
         free(s->mx), free(s->mq), free(s->mqr);
@@ -174,19 +182,7 @@ static tr_comm_req *z2_start_masked(tr_dp *d, ring_slot *s, size_t piece) {
         d->be->download(x, tr_buf_at(d->be, s->buf, k * piece), piece * sizeof(float));
         x[piece] = 0;
     }
-    for (size_t i = 0; i < n && isfinite(a); i++) {
-        float v = fabsf(s->mx[i]);
-        a = !isfinite(v) ? HUGE_VAL : v > a ? v : a;
-    }
-    tr_comm_all_reduce(d->c, &a, 1, TR_COMM_F64);
-    s->shift = isfinite(a) ? tr_masked_shift(a, d->world) : SHIFT_NONFINITE;
-    if (s->shift == SHIFT_NONFINITE) memset(s->mx, 0, n * sizeof(float));
-    if (tr_masked_mask(d->mask, s->mx, n - 1, s->shift == SHIFT_NONFINITE ? 0 : s->shift,
-                       d->mseq++, s->mq)) {
-        fprintf(stderr, "trainer: private gradients: out of memory for a mask of %zu "
-                        "elements\n", n);
-        abort();
-    }
+    s->shift = mask_bucket(d, s->mx, n - 1, s->mq); /* the last piece's canary: q[n - 1] */
     d->st.mask_s += tr_now() - t0;
     return tr_comm_ireduce_scatter(d->c, s->mq, s->mqr, piece + 1, TR_COMM_I32);
 }
