@@ -14,17 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_fail, g_rank;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            g_fail++;                                                                              \
-            fprintf(stderr, "FAIL rank %d %s:%d: ", g_rank, __FILE__, __LINE__);                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 enum { N = 1 << 16 };
 
@@ -37,13 +27,15 @@ static float val(int r, size_t i) {
 }
 
 static void check_shift(void) {
+    int cases = 0, wrong = 0;
     for (double a = 1e-12; a < 1e12; a *= 7.3)
-        for (int d = 1; d <= 64; d *= 4) {
+        for (int d = 1; d <= 64; d *= 4, cases++) {
             int s = tr_masked_shift(a, d);
-            CHECK(a * ldexp(1, s) + d < 2147483648.0 &&
-                      (s == 60 || a * ldexp(1, s + 1) + d >= 2147483648.0), /* 60: the cap */
-                  "shift %d for a %g over %d ranks is not the largest that fits", s, a, d);
+            wrong += !(a * ldexp(1, s) + d < 2147483648.0 &&
+                       (s == 60 || a * ldexp(1, s + 1) + d >= 2147483648.0)); /* 60: the cap */
         }
+    check(!wrong, "the scale is the largest that keeps the sum in the ring (at most 2^60): "
+                  "%d of %d cases wrong", wrong, cases);
 }
 
 /* One masked sum over c of every rank's val(), checked against the exact sum. */
@@ -58,7 +50,7 @@ static void check_sum(tr_comm *c, tr_masked *m, uint64_t seq, int replay_rank) {
     }
     tr_comm_all_reduce(c, &a, 1, TR_COMM_F64);
     int s = tr_masked_shift(a, size);
-    CHECK(!tr_masked_mask(m, x, N, s, seq + (rank == replay_rank), q), "mask");
+    check(!tr_masked_mask(m, x, N, s, seq + (rank == replay_rank), q), "mask");
     if (tr_masked_peers(m) > 0) { /* the message: not the fixed point, bytes uniform */
         long same = 0, count[256] = {0};
         for (size_t i = 0; i < N; i++) {
@@ -68,15 +60,15 @@ static void check_sum(tr_comm *c, tr_masked *m, uint64_t seq, int replay_rank) {
         double e = 4.0 * N / 256, chi = 0;
         for (int b = 0; b < 256; b++) chi += (count[b] - e) * (count[b] - e) / e;
         /* 255 degrees of freedom: mean 255, sd 22.6; 400 is 6.4 sd (p < 1e-9) */
-        CHECK(same < 8, "%ld of %d masked elements equal the unmasked fixed point", same, N);
-        CHECK(chi < 400, "the message's bytes are not uniform: chi-square %.1f (255 dof)", chi);
+        check(same < 8, "%ld of %d masked elements equal the unmasked fixed point", same, N);
+        check(chi < 400, "the message's bytes are not uniform: chi-square %.1f (255 dof)", chi);
     }
     tr_comm_all_reduce(c, q, N + 1, TR_COMM_I32);
     int bad = tr_masked_unmask(q, N, s, got);
     if (replay_rank >= 0 && replay_rank < size && size > 1) {
-        CHECK(bad, "a replayed mask on rank %d was not caught", replay_rank);
+        check(bad, "a replayed mask on rank %d was not caught", replay_rank);
     } else {
-        CHECK(!bad, "the canary failed");
+        check(!bad, "the canary failed");
         double bound = tr_masked_bound(s, size), worst = 0;
         for (size_t i = 0; i < N && !bad; i++) {
             double exact = 0;
@@ -85,7 +77,7 @@ static void check_sum(tr_comm *c, tr_masked *m, uint64_t seq, int replay_rank) {
             double allowed = bound + 0.5 * ldexp(1, ilogb(exact ? exact : 1) - 23);
             if (err / allowed > worst) worst = err / allowed;
         }
-        CHECK(worst <= 1, "a masked sum is %.3g times the bound from the exact sum", worst);
+        check(worst <= 1, "a masked sum is %.3g times the bound from the exact sum", worst);
         if (rank == 0)
             printf("masked sum of %d x %d elements (scale 2^%d): worst error %.3f of the bound "
                    "%.3g + half an ulp\n", size, N, s, worst, bound);
@@ -97,10 +89,12 @@ static void check_sum(tr_comm *c, tr_masked *m, uint64_t seq, int replay_rank) {
 static void check_zeros(tr_comm *c, tr_masked *m) {
     float x[5] = {0}, got[5] = {1, 1, 1, 1, 1};
     uint32_t q[6];
-    CHECK(!tr_masked_mask(m, x, 5, 20, 77, q), "mask");
+    check(!tr_masked_mask(m, x, 5, 20, 77, q), "mask");
     tr_comm_all_reduce(c, q, 6, TR_COMM_I32);
-    CHECK(!tr_masked_unmask(q, 5, 20, got), "canary");
-    for (int i = 0; i < 5; i++) CHECK(got[i] == 0, "zero came back as %g", got[i]);
+    check(!tr_masked_unmask(q, 5, 20, got), "canary");
+    check(got[0] == 0 && got[1] == 0 && got[2] == 0 && got[3] == 0 && got[4] == 0,
+          "zero gradients come back exactly zero (%g %g %g %g %g)", got[0], got[1], got[2],
+          got[3], got[4]);
 }
 
 int main(int argc, char **argv) {
@@ -110,21 +104,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_masked: %s\n", err);
         return 1;
     }
-    g_rank = tr_comm_rank(w);
-    int size = tr_comm_size(w);
+    int rank = tr_comm_rank(w), size = tr_comm_size(w);
     check_shift();
     for (int how = 0; how < 2; how++) { /* organisations by parity, then one per rank */
         char org[16];
         if (how)
-            snprintf(org, sizeof org, "r%d", g_rank);
+            snprintf(org, sizeof org, "r%d", rank);
         else
-            snprintf(org, sizeof org, "%s", g_rank % 2 ? "b" : "a");
+            snprintf(org, sizeof org, "%s", rank % 2 ? "b" : "a");
         tr_masked *m = tr_masked_open(w, org, err, sizeof err);
-        CHECK(m != NULL, "open: %s", err);
+        check(m != NULL, "open: %s", err);
         if (!m) break;
         int want_orgs = how ? size : size > 1 ? 2 : 1;
         int want_peers = how ? size - 1 : size / 2;
-        CHECK(tr_masked_orgs(m) == want_orgs && tr_masked_peers(m) == want_peers,
+        check(tr_masked_orgs(m) == want_orgs && tr_masked_peers(m) == want_peers,
               "%d organisations and %d peers, not %d and %d", tr_masked_orgs(m),
               tr_masked_peers(m), want_orgs, want_peers);
         check_sum(w, m, 1, -1);
@@ -132,10 +125,11 @@ int main(int argc, char **argv) {
         check_zeros(w, m);
         tr_masked_close(m);
     }
-    int fails = g_fail;
+    int fails = n_fail;
     tr_comm_all_reduce(w, &fails, 1, TR_COMM_I32);
-    if (g_rank == 0) printf("%s test_masked (%d rank%s)\n", fails ? "FAIL" : "PASS", size,
-                            size > 1 ? "s" : "");
+    printf("rank %d: %d ok, %d failed\n", rank, n_ok, n_fail);
+    if (rank == 0) printf("%s test_masked (%d rank%s)\n", fails ? "FAIL" : "PASS", size,
+                          size > 1 ? "s" : "");
     tr_comm_free(w);
     return fails ? 1 : 0;
 }

@@ -21,25 +21,13 @@
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 here=$(cd "$(dirname "$0")" && pwd)
-C=$here/cluster.sh
 command -v mpirun >/dev/null || { echo "SKIP no mpirun"; exit 77; }
 command -v tcpdump >/dev/null || { echo "SKIP no tcpdump (apt-get install tcpdump)"; exit 77; }
-[ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v tc >/dev/null ||
-    { echo "SKIP needs root, ip and tc (network namespaces)"; exit 77; }
 . "$here/../lib.sh"
-name=pw$$
-name=${name:0:12}
+. "$here/lib.sh"
 tmp=$(mktemp -d)
-cleanup() {
-    "$C" down "$name" >/dev/null 2>&1
-    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-fail=0
-"$C" up "$name" --hosts 2 --slots 1 --rate 1gbit >"$tmp/up.log" 2>&1 ||
-    { echo "FAIL cluster up: $(tail -1 "$tmp/up.log")"; exit 1; }
-D=$("$C" dir "$name")
+cluster_begin pw --hosts 2 --slots 1 --rate 1gbit
+name=$cname C=$CL D=$cdir
 R=$(pwd)/tests/recipes_good/dp_tiny.lua
 
 # capture KIND [flags...]: the run, with tcpdump on n1's port of the switch
