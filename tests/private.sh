@@ -107,6 +107,9 @@ if run orgs "a b c c" --private-gradients --orgs "$tmp/orgs.txt" &&
     line=$(said "masked between 2 organisations" orgs) && [ -n "$line" ] &&
     e=$(cmp_run "$tmp/orgs" "$tmp/z0_np4_plain"); then
     ok "--orgs: hosts a, b in x and c in y: masked between 2 organisations, equal to plain: $e"
+    python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["private_gradients"]; sys.exit(not (p["organisations"] == 2 and p["by"] == "--orgs" and "the summed gradient" in p["in_clear"]))' \
+        "$tmp/orgs/provenance.json" && ok "provenance.json says what is masked, between 2 organisations, and what is not" ||
+        bad "provenance.json: no private_gradients record of 2 organisations by --orgs"
 else
     bad "--orgs: $(tail -2 "$tmp/orgs.log") ${e:-}"
 fi
@@ -130,6 +133,12 @@ run tp_one_org "a b" --private-gradients --orgs "$tmp/orgs_one.txt" --tp 2 --set
     said "masked between 1 organisation" tp_one_org >/dev/null &&
     ok "tp 2 across two hosts of one organisation runs (nothing to mask)" ||
     bad "tp in one organisation: $(tail -2 "$tmp/tp_one_org.log")"
+
+# the plan says what it kept inside a host
+"$T" plan "$R" --private-gradients >"$tmp/plan.log" 2>&1 &&
+    line=$(said "private     the data-parallel gradient sums are masked between hosts" plan) &&
+    [ -n "$line" ] && ok "trainer plan says so:$(echo "$line" | cut -c12-90)..." ||
+    bad "trainer plan --private-gradients: $(tail -2 "$tmp/plan.log")"
 
 # refusals
 if run tp "a b" --private-gradients --tp 2; then

@@ -227,6 +227,11 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
                "%.3g, optimizer %.3g\n",
             b->step_s, b->compute_s, b->bubble_s, b->tp_s, b->pp_s, b->dp_s, b->optim_s);
     fprintf(f, "  throughput  %s tokens/s, MFU %.1f%%\n", toks, 100 * b->mfu);
+    if (b->l.private_gradients)
+        fprintf(f, "  private     the data-parallel gradient sums are masked between hosts; tensor "
+                   "and pipeline parallelism were kept inside a host (tp x pp divides a host's "
+                   "device count, %d), only data parallelism crosses hosts\n",
+                (int)c->g[0].per_node);
     fprintf(f, "  run         %ld steps in %.3g h", (long)r->train.steps, b->hours);
     if (b->cost > 0)
         fprintf(f, ", $%.2f ($%.4g per million tokens)", b->cost, b->cost_per_mtok);

@@ -169,6 +169,16 @@ static void write_layout(FILE *f, const run_ctx *x) {
     fprintf(f, "},\n");
 }
 
+/* Private gradients: what is masked and what is not (README "Private gradients"). */
+static void write_private(FILE *f, const run_ctx *x) {
+    if (!x->lay.private_gradients) return;
+    fprintf(f, "  \"private_gradients\": {\"organisations\": %d, \"by\": \"%s\", \"masked\": "
+               "\"each rank's data-parallel gradient sums (X25519, ChaCha20, 32-bit fixed "
+               "point)\", \"in_clear\": [\"each bucket's scale\", \"the summed gradient\", "
+               "\"the parameters\", \"tensor and pipeline traffic, inside an organisation\"]},\n",
+            x->private_orgs, x->o.orgs ? "--orgs" : "host");
+}
+
 /* ranks, hosts (every rank's, gathered: distinct, in rank order), command, cwd */
 static void write_job(FILE *f, const run_ctx *x, const char *hosts, int argc, char **argv) {
     fprintf(f, "  \"ranks\": %d, \"hosts\": [", x->nranks);
@@ -306,6 +316,7 @@ static int compose(const run_ctx *x, const char *hosts, int argc, char **argv, i
     fputs("  ", f);
     write_libraries(f, x);
     write_layout(f, x);
+    write_private(f, x);
     write_job(f, x, hosts, argc, argv);
     write_inputs(f, x);
     write_recipe(f, x);
