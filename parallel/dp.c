@@ -100,9 +100,9 @@ static void reset_pending(tr_dp *d) {
  * and comes back as NaN everywhere, for the guard to judge. */
 static tr_comm_req *start_masked(tr_dp *d, bucket *b, const tr_buf *g) {
     double t0 = tr_now();
-    size_t n = b->hi - b->lo, k = (size_t)(b - d->b);
+    size_t n = b->hi - b->lo;
     float *x = d->mx + b->lo;
-    uint32_t *q = d->mq + b->lo + k;
+    uint32_t *q = d->mq + b->qoff;
     d->be->download(x, g, n * sizeof(float));
     b->shift = mask_bucket(d, x, n, q);
     d->st.mask_s += tr_now() - t0;
@@ -111,9 +111,9 @@ static tr_comm_req *start_masked(tr_dp *d, bucket *b, const tr_buf *g) {
 
 /* The bucket's masked sum back into the gradient; -1 when its masks did not cancel. */
 static int finish_masked(tr_dp *d, bucket *b) {
-    size_t n = b->hi - b->lo, k = (size_t)(b - d->b);
+    size_t n = b->hi - b->lo;
     float *x = d->mx + b->lo;
-    if (tr_masked_unmask(d->mq + b->lo + k, n, b->shift == SHIFT_NONFINITE ? 0 : b->shift, x))
+    if (tr_masked_unmask(d->mq + b->qoff, n, b->shift == SHIFT_NONFINITE ? 0 : b->shift, x))
         return -1;
     if (b->shift == SHIFT_NONFINITE)
         for (size_t i = 0; i < n; i++) x[i] = NAN;
@@ -557,9 +557,13 @@ int tr_dp_set_private(tr_dp *d, const char *org, int *orgs, int *peers, char *er
         return snprintf(err, errlen, "private gradients: masked sums run on the CPU backend's "
                                      "fp32 gradients only, not on the %s backend's", d->be->name),
                -1;
-    size_t n = 0;
-    for (int k = 0; k < d->n_buckets; k++) n = d->b[k].hi > n ? d->b[k].hi : n;
-    d->mq = malloc((n + (size_t)d->n_buckets + 1) * sizeof *d->mq);
+    size_t n = 0, q = 0; /* the slab's extent; the masked buckets back to back */
+    for (int k = 0; k < d->n_buckets; k++) {
+        n = d->b[k].hi > n ? d->b[k].hi : n;
+        d->b[k].qoff = q;
+        q += d->b[k].hi - d->b[k].lo + 1;
+    }
+    d->mq = malloc((q + 1) * sizeof *d->mq);
     d->mx = malloc((n + 1) * sizeof *d->mx);
     int oom = !d->mq || !d->mx;
     tr_comm_all_reduce(d->c, &oom, 1, TR_COMM_I32);

@@ -30,6 +30,7 @@ typedef struct {
     int nreq;          /* ZeRO-1, 2: its refresh's operations in flight (at rreq[k * world]) */
     int shift;         /* private gradients: its fixed point's scale exponent this step
                           (SHIFT_NONFINITE: a rank's gradient was not finite) */
+    size_t qoff;       /* and where its masked elements and canary sit in tr_dp.mq */
 } bucket;
 
 /* ZeRO-2's ring: gradient buffers for the buckets being computed or reduced. */
@@ -98,7 +99,7 @@ struct tr_dp {
     int n_pool;
     size_t pool_bytes;
     /* private gradients (tr_dp_set_private): the keys, each bucket's fixed point masked (its
-       n elements and a canary at b->lo + k for bucket k) and the gradient in host floats */
+       n elements and a canary at bucket.qoff) and the gradient in host floats */
     tr_masked *mask;
     uint32_t *mq;
     float *mx;

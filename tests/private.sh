@@ -48,9 +48,10 @@ for z in 0 1 2 3; do
     for hosts in "a b" "a a b b"; do
         np=$(echo $hosts | wc -w)
         name=z${z}_np${np}
-        run "${name}_plain" "$hosts" --set zero=$z ||
+        # buckets of 16 KiB: many, so that their masked sums sit side by side and overlap
+        run "${name}_plain" "$hosts" --set zero=$z --set bucket=16 ||
             { bad "$name plain exited $?: $(tail -2 "$tmp/${name}_plain.log")"; continue; }
-        run "${name}_masked" "$hosts" --set zero=$z --private-gradients ||
+        run "${name}_masked" "$hosts" --set zero=$z --set bucket=16 --private-gradients ||
             { bad "$name masked exited $?: $(tail -2 "$tmp/${name}_masked.log")"; continue; }
         said "masked between 2 hosts" "${name}_masked" >/dev/null ||
             bad "$name: no line saying the sums are masked between 2 hosts"
@@ -103,7 +104,7 @@ fi
 printf 'a x\nb x\n' >"$tmp/orgs_one.txt"
 # organisations of several hosts (--orgs): hosts a and b are one, c another
 printf '# host organisation\na x\nb x  # both of x\nc y\n' >"$tmp/orgs.txt"
-if run orgs "a b c c" --private-gradients --orgs "$tmp/orgs.txt" &&
+if run orgs "a b c c" --private-gradients --set bucket=16 --orgs "$tmp/orgs.txt" &&
     line=$(said "masked between 2 organisations" orgs) && [ -n "$line" ] &&
     e=$(cmp_run "$tmp/orgs" "$tmp/z0_np4_plain"); then
     ok "--orgs: hosts a, b in x and c in y: masked between 2 organisations, equal to plain: $e"
