@@ -16,7 +16,8 @@
 #    a rank that joins with another key (TR_FAULT_MASK=R:key) is refused at start, one line;
 #  - --orgs FILE groups hosts into organisations: a, b in x and c in y mask between 2, equal
 #    to plain; tp 2 across two hosts of one organisation runs; a malformed line, a host in no
-#    organisation and --orgs without private gradients: one line each;
+#    organisation, an unreadable file, --orgs without private gradients and a malformed
+#    TR_FAULT_MASK: one line each;
 #  - refused in one line: a tensor-parallel group that spans two hosts.
 # About 60 s.
 set -u
@@ -124,6 +125,14 @@ run orgs_miss "a b" --private-gradients --orgs "$tmp/orgs_miss.txt" &&
     bad "a host missing from --orgs was accepted"
 line=$(said "host b (rank 1) is in no organisation" orgs_miss)
 [ -n "$line" ] && ok "a host missing from --orgs: $line" || bad "--orgs missing: $(tail -2 "$tmp/orgs_miss.log")"
+run orgs_none "a b" --private-gradients --orgs "$tmp/no/such.txt" &&
+    bad "an unreadable --orgs file was accepted"
+line=$(said "no/such.txt: cannot read it" orgs_none)
+[ -n "$line" ] && ok "an unreadable --orgs file: $line" || bad "--orgs unreadable: $(tail -2 "$tmp/orgs_none.log")"
+TR_FAULT_MASK=x:y run fault_bad "a b" --private-gradients &&
+    bad "a malformed TR_FAULT_MASK was accepted"
+line=$(said "TR_FAULT_MASK must be RANK:key or RANK:sum, got 'x:y'" fault_bad)
+[ -n "$line" ] && ok "a malformed TR_FAULT_MASK: $line" || bad "TR_FAULT_MASK x:y: $(tail -2 "$tmp/fault_bad.log")"
 run orgs_alone "a b" --orgs "$tmp/orgs_one.txt" 2>/dev/null &&
     bad "--orgs without private gradients was accepted"
 line=$(said "orgs names the organisations of private gradients" orgs_alone)
