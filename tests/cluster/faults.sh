@@ -40,7 +40,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 fail=0
-TIMEOUT=5 GRACE=5 STEPS=50 # keep_checkpoints 3: step 30 is kept to the end
+# every checkpoint kept (6: steps 10-50): attempt 3 resumes from the newest complete one, 30 or,
+# when n1 died while step 30's was being saved, 20, and the reference run below starts from it
+TIMEOUT=5 GRACE=5 STEPS=50
 
 "$C" up "$name" --hosts 2 --slots 2 --rate 1gbit >"$tmp/up.log" 2>&1 ||
     { echo "FAIL cluster up: $(tail -1 "$tmp/up.log")"; exit 1; }
@@ -86,7 +88,8 @@ fault_at() {
 export TR_FAULT_SLOW_RANK=0:100 OMP_NUM_THREADS=1
 "$C" run "$name" -- "$T" supervise --grace $GRACE --backoff 1 --hostfile "$D/hostfile" -- \
     mpirun -np 4 --hostfile "$D/hostfile" -x OMP_NUM_THREADS -x TR_FAULT_SLOW_RANK "$T" run "$R" \
-    --set ckpt=10 --steps $STEPS --timeout $TIMEOUT --peak-gflops 10 --out "$out" >"$tmp/sv.log" 2>&1 &
+    --set ckpt=10 --set keep_checkpoints=6 --steps $STEPS --timeout $TIMEOUT --peak-gflops 10 \
+    --out "$out" >"$tmp/sv.log" 2>&1 &
 sv=$!
 
 # ---- 1. a link cut mid-run -----------------------------------------------------------------
