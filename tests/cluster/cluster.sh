@@ -106,19 +106,22 @@ check_rate() {
 
 # shape one host's link both ways: its own end (what it sends) and the switch's end (what it
 # receives). tbf's bucket holds 2 ms at the rate (32 KiB at least): short bursts stay near
-# the rate, as on a real link
+# the rate, as on a real link. A change installs a fresh tbf: `tc qdisc replace` of a tbf
+# by a tbf changes it in place and keeps its queue, and a packet queued under a larger
+# bucket (veth passes 64 KiB GSO packets, which tbf splits only on entry) can then never
+# leave the smaller one: the link stalls for good, which ended a slowed run once in ~20 here
+# ("lost communication with a remote daemon"). The fresh one drops what was queued, as a
+# link that changes does; TCP sends it again.
 shape_link() { # NAME SHORT RATE
     local n s r b
     n=$(ns "$1" "$2") s=$(ns "$1" sw) r=$3
-    if [ "$r" = none ]; then
-        tc -n "$n" qdisc del dev eth0 root 2>/dev/null
-        tc -n "$s" qdisc del dev "$2" root 2>/dev/null
-        return 0
-    fi
+    tc -n "$n" qdisc del dev eth0 root 2>/dev/null
+    tc -n "$s" qdisc del dev "$2" root 2>/dev/null
+    [ "$r" = none ] && return 0
     b=$(($(rate_bits "$r") / 8 / 500))
     [ "$b" -lt 32768 ] && b=32768
-    tc -n "$n" qdisc replace dev eth0 root tbf rate "$r" burst "$b" latency 100ms &&
-        tc -n "$s" qdisc replace dev "$2" root tbf rate "$r" burst "$b" latency 100ms
+    tc -n "$n" qdisc add dev eth0 root tbf rate "$r" burst "$b" latency 100ms &&
+        tc -n "$s" qdisc add dev "$2" root tbf rate "$r" burst "$b" latency 100ms
 }
 
 # ---- up ------------------------------------------------------------------------------------
