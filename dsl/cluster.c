@@ -193,6 +193,83 @@ int tr_cluster_group_of(const tr_cluster *c, long rank, long *node) {
     return -1;
 }
 
+/* World rank r's node (a detected job's: its host) into *node, and its organisation: "" when
+ * it has none (then its node is its own). */
+static const char *org_of(const tr_cluster *c, long r, long *node) {
+    const tr_cluster_hosts *h = &c->hosts;
+    if (h->n_hosts > 0 && r >= 0 && r < h->n_ranks) {
+        *node = h->host_of[r];
+        return h->org[h->host_of[r]];
+    }
+    int g = tr_cluster_group_of(c, r, node);
+    if (g < 0) *node = -1 - r; /* out of range: a node of its own */
+    return g < 0 ? "" : c->g[g].org;
+}
+
+int tr_cluster_same_org(const tr_cluster *c, long a, long b) {
+    long na, nb;
+    const char *oa = org_of(c, a, &na), *ob = org_of(c, b, &nb);
+    return na == nb || (oa[0] && !strcmp(oa, ob));
+}
+
+/* Being in one organisation is an equivalence, so a block is in one when every two
+ * neighbours in it are: only neighbours on different nodes need a look. */
+int tr_cluster_blocks_in_orgs(const tr_cluster *c, long world, long block) {
+    if (block <= 1) return 1;
+    const tr_cluster_hosts *h = &c->hosts;
+    if (h->n_hosts > 0) {
+        for (long r = 1; r < world && r < h->n_ranks; r++)
+            if (r % block && !tr_cluster_same_org(c, r - 1, r)) return 0;
+        return 1;
+    }
+    long first = 0;
+    for (int i = 0; i < c->n_groups && first < world; i++) {
+        long per = c->g[i].per_node;
+        for (long n = 0; n < c->g[i].nodes; n++) {
+            long p = first + n * per; /* the node's first rank */
+            if (p >= world) return 1;
+            if (p > 0 && p % block && !tr_cluster_same_org(c, p - 1, p)) return 0;
+        }
+        first += (long)c->g[i].nodes * per;
+    }
+    return 1;
+}
+
+/* o into named[0..*k) unless there already */
+static void add_name(const char **named, int *k, const char *o) {
+    for (int j = 0; j < *k; j++)
+        if (!strcmp(named[j], o)) return;
+    if (*k < TR_CLUSTER_MAX_HOSTS) named[(*k)++] = o;
+}
+
+int tr_cluster_orgs(const tr_cluster *c, int g0, long world, int *named) {
+    const char *names[TR_CLUSTER_MAX_HOSTS];
+    int k = 0;
+    long own = 0;
+    const tr_cluster_hosts *h = &c->hosts;
+    if (h->n_hosts > 0 && g0 == 0) {
+        unsigned char used[TR_CLUSTER_MAX_HOSTS] = {0};
+        for (long r = 0; r < world && r < h->n_ranks; r++) {
+            int x = h->host_of[r];
+            if (x < 0 || x >= TR_CLUSTER_MAX_HOSTS || used[x]) continue;
+            used[x] = 1;
+            if (h->org[x][0]) add_name(names, &k, h->org[x]);
+            else own++;
+        }
+    } else {
+        for (int i = g0 < 0 ? 0 : g0; i < c->n_groups && world > 0; i++) {
+            const tr_node_group *g = &c->g[i];
+            long nodes = (world + g->per_node - 1) / g->per_node;
+            if (nodes > g->nodes) nodes = g->nodes;
+            if (g->org[0]) add_name(names, &k, g->org);
+            else own += nodes;
+            world -= (long)g->nodes * g->per_node;
+        }
+    }
+    *named = k > 0;
+    return (int)(own + k);
+}
+
 /* The checks of tr_cluster_from_gpus; *per_node resolved from the device when 0. */
 static int check_gpus(long n, int *per_node, const char *gpu, const tr_device_info *d, char *err,
                       size_t errlen) {
@@ -292,6 +369,11 @@ static void put_group(FILE *f, const tr_node_group *g) {
     if (g->provider[0]) {
         fputs("    provider: ", f);
         put_str(f, g->provider);
+        fputc('\n', f);
+    }
+    if (g->org[0]) {
+        fputs("    organisation: ", f);
+        put_str(f, g->org);
         fputc('\n', f);
     }
     fputs("    memory_gib: ", f);

@@ -79,6 +79,8 @@ typedef struct {
 typedef struct {
     char name[64];     /* the group's name in the file ("h100-east"), or "node" */
     char provider[64]; /* a label ("" when none) */
+    char org[64];      /* the organisation its nodes belong to (private gradients: masked
+                          sums between organisations); "" when none: each node its own */
     char device[64];   /* the device's name ("H100-80GB", "cpu") */
     int nodes;         /* servers */
     int per_node;      /* devices (GPUs; on the CPU backend, ranks) per server */
@@ -107,6 +109,8 @@ typedef struct {
 typedef struct {
     int n_hosts, n_ranks;
     char name[TR_CLUSTER_MAX_HOSTS][64];
+    char org[TR_CLUSTER_MAX_HOSTS][64];  /* each host's organisation (trainer run --orgs);
+                                            "": the host its own */
     short host_of[TR_CLUSTER_MAX_RANKS]; /* world rank -> its host's index in name */
 } tr_cluster_hosts;
 
@@ -143,6 +147,18 @@ long tr_cluster_devices(const tr_cluster *c);
 /* The group holding world rank `rank` (ranks numbered as above), and its node's index in the
  * whole cluster (0-based, through the groups). -1 when rank is out of range. */
 int tr_cluster_group_of(const tr_cluster *c, long rank, long *node);
+
+/* Organisations (private gradients, parallel/masked.h: the data-parallel sums are masked
+ * between them, and nothing else may cross). A detected job's ranks are in their host's
+ * organisation (hosts.org), a file's in their group's (g[].org); a rank without one is in
+ * its node's own. tr_cluster_same_org: whether world ranks a and b are in one;
+ * tr_cluster_blocks_in_orgs: whether every run of `block` consecutive ranks from rank 0 of
+ * the first `world` (a tensor x pipeline group, parallel/layout.h's numbering) lies in one;
+ * tr_cluster_orgs: how many organisations the `world` ranks from group g0's first span, and
+ * in *named whether any of them has a name (else each node is its own). */
+int tr_cluster_same_org(const tr_cluster *c, long a, long b);
+int tr_cluster_blocks_in_orgs(const tr_cluster *c, long world, long block);
+int tr_cluster_orgs(const tr_cluster *c, int g0, long world, int *named);
 
 /* N devices of a known type, K per node (K 0: the type's usual server, capped at N): one
  * group, every figure from the table (origin TR_ORIGIN_TABLE) but the counts (given). -1 and

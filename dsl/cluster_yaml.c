@@ -23,6 +23,9 @@
  *       matrix_efficiency: 0.45  # of peak_tflops, what a training step's matrix products
  *                                # reach, above 0 and at most 1; default: the device's
  *                                # (published for the A100 and H100, else assumed)
+ *       organisation: lab-a      # who runs these nodes, a name: private gradients mask the
+ *                                # data-parallel sums between organisations and keep tensor
+ *                                # and pipeline groups inside one; default: each node its own
  *   links:                       # optional, between groups; a pair not listed gets the
  *     - between: [h100, a100]    # slower group's inter_node link, assumed
  *       bandwidth_gb_s: 1.25     # required
@@ -314,13 +317,14 @@ enum {
     G_EGRESS,
     G_CORES,
     G_EFF,
+    G_ORG,
     G_N
 };
 static const char *const group_keys[G_N] = {
     "name",       "device",     "nodes",          "per_node",
     "provider",   "memory_gib", "peak_tflops",    "memory_bandwidth_gb_s",
     "intra_node", "inter_node", "price_per_hour", "egress_per_gb",
-    "cores",      "matrix_efficiency"};
+    "cores",      "matrix_efficiency", "organisation"};
 
 static int group_field(const reader *r, int k, const yaml_node_t *v, const char *field,
                        tr_node_group *g) {
@@ -357,6 +361,8 @@ static int group_field(const reader *r, int k, const yaml_node_t *v, const char 
             return fail(r, line_of(v), field, "must be a share of the peak, at most 1, got %g",
                         g->efficiency.v);
         return 0;
+    case G_ORG:
+        return get_text(r, v, field, TEXT_NAME, g->org);
     }
     return -1;
 }

@@ -60,14 +60,17 @@ tr_comm_req *dp_coll(tr_dp *d, tr_comm_op op, const tr_buf *send, tr_buf *recv, 
 
 /* Private gradients: the scale of n floats at x (from the sum over the group of each rank's
  * largest magnitude: blocking, one number) and x masked into q[0..n] (masked.h); the scale's
- * exponent, or SHIFT_NONFINITE when a rank's values were not finite (then sent as zeros). */
+ * exponent, or SHIFT_NONFINITE when a rank's values were not finite (then sent as zeros).
+ * The masking's seconds go to st.mask_s, the sum's to the communicator's waits. */
 static int mask_bucket(tr_dp *d, float *x, size_t n, uint32_t *q) {
-    double a = 0;
+    double t0 = tr_now(), a = 0;
     for (size_t i = 0; i < n && isfinite(a); i++) {
         float v = fabsf(x[i]);
         a = !isfinite(v) ? HUGE_VAL : v > a ? v : a;
     }
+    double t1 = tr_now();
     tr_comm_all_reduce(d->c, &a, 1, TR_COMM_F64);
+    double t2 = tr_now();
     int shift = isfinite(a) ? tr_masked_shift(a, d->world) : SHIFT_NONFINITE;
     if (shift == SHIFT_NONFINITE) memset(x, 0, n * sizeof(float));
     if (tr_masked_mask(d->mask, x, n, shift == SHIFT_NONFINITE ? 0 : shift, d->mseq++, q)) {
@@ -75,6 +78,7 @@ static int mask_bucket(tr_dp *d, float *x, size_t n, uint32_t *q) {
                         "elements\n", n);
         abort();
     }
+    d->st.mask_s += (t1 - t0) + (tr_now() - t2);
     return shift;
 }
 
@@ -94,18 +98,45 @@ static void reset_pending(tr_dp *d) {
     }
 }
 
+/* TR_DUMP_LOCAL_GRAD=P: `bytes` at p to P`what`.RANK (a test's hook: said, never fatal). */
+static void dump_bytes(const tr_dp *d, const char *what, const void *p, size_t bytes) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s%s.%d", d->dump_local ? d->dump_local : d->dump_sent, what,
+             d->rank);
+    FILE *f = p ? fopen(path, "wb") : NULL;
+    if (!f || fwrite(p, 1, bytes, f) != bytes)
+        fprintf(stderr, "trainer: TR_DUMP_LOCAL_GRAD: cannot write %s\n", path);
+    if (f) fclose(f);
+}
+
+/* TR_DUMP_LOCAL_GRAD: this rank's own gradient of bucket b, before the sum (float32); a
+ * masked one's message follows (start_masked). */
+static void dump_local(tr_dp *d, const bucket *b, const tr_buf *g) {
+    size_t n = b->hi - b->lo;
+    float *x = malloc(n * sizeof *x);
+    if (x) d->be->download(x, g, n * sizeof *x);
+    dump_bytes(d, "", x, n * sizeof *x);
+    free(x);
+    if (d->mask) d->dump_sent = d->dump_local;
+    d->dump_local = NULL;
+}
+
 /* Private gradients: the sum over the group of each rank's largest magnitude in the bucket
  * (blocking: one number, in the clear), then the bucket in fixed point with this rank's masks
  * and a canary, summed as int32 (masked.h). A gradient that is not finite is sent as zeros
  * and comes back as NaN everywhere, for the guard to judge. */
 static tr_comm_req *start_masked(tr_dp *d, bucket *b, const tr_buf *g) {
-    double t0 = tr_now();
     size_t n = b->hi - b->lo;
     float *x = d->mx + b->lo;
     uint32_t *q = d->mq + b->qoff;
+    double t0 = tr_now();
     d->be->download(x, g, n * sizeof(float));
-    b->shift = mask_bucket(d, x, n, q);
     d->st.mask_s += tr_now() - t0;
+    b->shift = mask_bucket(d, x, n, q);
+    if (d->dump_sent) {
+        dump_bytes(d, ".sent", q, (n + 1) * sizeof *q);
+        d->dump_sent = NULL;
+    }
     return tr_comm_iall_reduce(d->c, q, n + 1, TR_COMM_I32);
 }
 
@@ -113,30 +144,14 @@ static tr_comm_req *start_masked(tr_dp *d, bucket *b, const tr_buf *g) {
 static int finish_masked(tr_dp *d, bucket *b) {
     size_t n = b->hi - b->lo;
     float *x = d->mx + b->lo;
-    if (tr_masked_unmask(d->mq + b->qoff, n, b->shift == SHIFT_NONFINITE ? 0 : b->shift, x))
-        return -1;
+    double t0 = tr_now();
+    int bad = tr_masked_unmask(d->mq + b->qoff, n, b->shift == SHIFT_NONFINITE ? 0 : b->shift, x);
+    d->st.mask_s += tr_now() - t0;
+    if (bad) return -1;
     if (b->shift == SHIFT_NONFINITE)
         for (size_t i = 0; i < n; i++) x[i] = NAN;
     d->be->upload(tr_buf_at(d->be, tr_model_grad_slab(d->m), b->lo), x, n * sizeof(float));
     return 0;
-}
-
-/* TR_DUMP_LOCAL_GRAD: this rank's own gradient of bucket b, before the sum (float32). */
-static void dump_local(tr_dp *d, const bucket *b, const tr_buf *g) {
-    size_t n = b->hi - b->lo;
-    float *x = malloc(n * sizeof *x);
-    char path[4096];
-    snprintf(path, sizeof path, "%s.%d", d->dump_local, d->rank);
-    FILE *f = x ? fopen(path, "wb") : NULL;
-    if (f) {
-        d->be->download(x, g, n * sizeof *x);
-        if (fwrite(x, sizeof *x, n, f) != n) fprintf(stderr, "trainer: TR_DUMP_LOCAL_GRAD: short write\n");
-        fclose(f);
-    } else {
-        fprintf(stderr, "trainer: TR_DUMP_LOCAL_GRAD: cannot write %s\n", path);
-    }
-    free(x);
-    d->dump_local = NULL;
 }
 
 static void start_allreduce(tr_dp *d, bucket *b) {
@@ -163,7 +178,6 @@ static void start_allreduce(tr_dp *d, bucket *b) {
  * pieces of piece + 1, each ending in a zero that must come back zero (its canary), masked as
  * one vector (masked.h) and reduce-scattered as int32 into this rank's piece + 1. */
 static tr_comm_req *z2_start_masked(tr_dp *d, ring_slot *s, size_t piece) {
-    double t0 = tr_now();
     size_t w = (size_t)d->world, n = w * (piece + 1);
     if (s->mcap < piece) {
         free(s->mx), free(s->mq), free(s->mqr);
@@ -177,20 +191,23 @@ static tr_comm_req *z2_start_masked(tr_dp *d, ring_slot *s, size_t piece) {
             abort();
         }
     }
+    double t0 = tr_now();
     for (size_t k = 0; k < w; k++) {
         float *x = s->mx + k * (piece + 1);
         d->be->download(x, tr_buf_at(d->be, s->buf, k * piece), piece * sizeof(float));
         x[piece] = 0;
     }
-    s->shift = mask_bucket(d, s->mx, n - 1, s->mq); /* the last piece's canary: q[n - 1] */
     d->st.mask_s += tr_now() - t0;
+    s->shift = mask_bucket(d, s->mx, n - 1, s->mq); /* the last piece's canary: q[n - 1] */
     return tr_comm_ireduce_scatter(d->c, s->mq, s->mqr, piece + 1, TR_COMM_I32);
 }
 
 /* This rank's masked piece back into s->recv; -1 when its canary did not come back zero. */
 static int z2_unmask(tr_dp *d, ring_slot *s, size_t piece) {
-    if (tr_masked_unmask(s->mqr, piece, s->shift == SHIFT_NONFINITE ? 0 : s->shift, s->mx))
-        return -1;
+    double t0 = tr_now();
+    int bad = tr_masked_unmask(s->mqr, piece, s->shift == SHIFT_NONFINITE ? 0 : s->shift, s->mx);
+    d->st.mask_s += tr_now() - t0;
+    if (bad) return -1;
     if (s->shift == SHIFT_NONFINITE)
         for (size_t i = 0; i < piece; i++) s->mx[i] = NAN;
     d->be->upload(s->recv, s->mx, piece * sizeof(float));

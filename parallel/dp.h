@@ -33,8 +33,9 @@ typedef struct {
     long buckets;       /* gradient reductions started */
     double span_s;      /* first bucket started .. last bucket complete, summed over steps */
     double exposed_s;   /* of which the training waited for after its backward */
-    double mask_s;      /* private gradients: putting buckets in fixed point and masking them
-                           (with the sum of their magnitudes), in the backward */
+    double mask_s;      /* private gradients: putting buckets in fixed point, masking them (in
+                           the backward) and unmasking the sums; the blocking sum of their
+                           magnitudes is communication (tr_comm_wait_seconds) */
     double gather_s;    /* time waited for the parameters' transfers: ZeRO-1/2 the refresh
                            after the update, ZeRO-3 the per-op gathers (what overlapping the
                            forward did not hide) */

@@ -108,6 +108,8 @@ struct tr_dp {
     const char *dump_local; /* TR_DUMP_LOCAL_GRAD=P (tests/cluster/private_wire.sh): each dp
                                rank r writes its own gradient of the first bucket it sums to
                                P.r, as float32, before any mask; NULL once written */
+    const char *dump_sent;  /* then, when masked, that bucket's message as sent (its fixed
+                               point with the masks and the canary) to P.sent.r */
 };
 
 

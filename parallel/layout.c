@@ -487,7 +487,7 @@ int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
     l->pp = pick(f->pp > 0 ? f->pp : -1, p->pp, 1, &pp_flag);
     l->zero = pick(f->zero, p->zero, 0, &zero_flag);
     l->sequence_parallel = f->sequence_parallel ? f->sequence_parallel > 0 : p->sequence_parallel > 0;
-    l->private_gradients = f->private_gradients > 0 || p->private_gradients > 0;
+    l->private_gradients = tr_private_asked(f, p);
     /* with pp 1 there is no schedule to run: 1f1b, so that every pp-1 layout is the same */
     l->schedule = l->pp > 1 ? pick(f->schedule, p->schedule, TR_PP_1F1B, &unused) : TR_PP_1F1B;
     /* V "auto": 2 for the interleaved schedule (which needs 2 or more) and zb-v (its V), else 1 */

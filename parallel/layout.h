@@ -64,6 +64,12 @@ typedef struct {
                               default (a planned model has no backend to ask) */
 } tr_layout_flags;
 
+/* Private gradients asked for, by the flag or the recipe: the one rule the planner, the
+ * resolver and the run's organisations (trainer/run/private.c) read. */
+static inline int tr_private_asked(const tr_layout_flags *f, const tr_parallel_desc *p) {
+    return f->private_gradients > 0 || p->private_gradients > 0;
+}
+
 /* Resolve the layout of `r` for `world` processes with the flags: -1 and one line in err for
  * the first mistake, naming the setting and what would work (tp must divide the heads, the
  * kv_heads or be a multiple of them, the MLP widths, dp * tp * pp must be the world size,

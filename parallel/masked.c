@@ -21,19 +21,26 @@ struct tr_masked {
     uint32_t *stream;                                 /* a mask's keystream, grown as needed */
     size_t stream_n;
     int sabotage; /* TR_FAULT_MASK on this rank: 1 "key" (its first key replaced), 2 "sum"
-                     (its first peer's mask left out of every sum after the confirmation) */
+                     (its first peer's mask left out of every sum after the confirmation), 3
+                     "replay" (its first message of a size sent again, verbatim, in place of
+                     every later one of that size: a replayed step) */
+    uint32_t *replay; /* "replay": that message */
+    size_t replay_n;
 };
 
-/* TR_FAULT_MASK=R:key|R:sum: a test's sabotage on dp rank R (0: none here; -1 malformed). */
+/* TR_FAULT_MASK=R:key|R:sum|R:replay: a test's sabotage on dp rank R (0: none here; -1
+ * malformed). */
 static int read_sabotage(int rank, char *err, size_t errlen) {
+    static const char *const kinds[] = {"key", "sum", "replay"};
     const char *v = getenv("TR_FAULT_MASK");
-    int r, used = 0;
+    int r, used = 0, k = 0;
     char what[8];
     if (!v || !*v) return 0;
-    if (sscanf(v, "%d:%7[a-z]%n", &r, what, &used) != 2 || v[used] || r < 0 ||
-        (strcmp(what, "key") && strcmp(what, "sum")))
-        return tr_env_bad("TR_FAULT_MASK", "RANK:key or RANK:sum", v, err, errlen);
-    return r != rank ? 0 : !strcmp(what, "key") ? 1 : 2;
+    if (sscanf(v, "%d:%7[a-z]%n", &r, what, &used) == 2 && !v[used] && r >= 0)
+        while (k < 3 && strcmp(what, kinds[k])) k++;
+    if (!used || v[used] || r < 0 || k == 3)
+        return tr_env_bad("TR_FAULT_MASK", "RANK:key, RANK:sum or RANK:replay", v, err, errlen);
+    return r != rank ? 0 : k + 1;
 }
 
 static int agree_keys(tr_masked *p, const char *orgs, const unsigned char *pks,
@@ -120,7 +127,7 @@ tr_masked *tr_masked_open(tr_comm *c, const char *org, char *err, size_t errlen)
 void tr_masked_close(tr_masked *p) {
     if (!p) return;
     if (p->key) sodium_memzero(p->key, (size_t)p->size * sizeof *p->key);
-    free(p->key), free(p->peer), free(p->stream);
+    free(p->key), free(p->peer), free(p->stream), free(p->replay);
     free(p);
 }
 
@@ -166,6 +173,14 @@ int tr_masked_mask(tr_masked *p, const float *x, size_t n, int shift, uint64_t s
             for (size_t i = 0; i <= n; i++) q[i] += p->stream[i];
         else
             for (size_t i = 0; i <= n; i++) q[i] -= p->stream[i];
+    }
+    if (p->sabotage == 3 && seq != CONFIRM_SEQ) { /* the test's replay */
+        if (p->replay_n == n + 1) {
+            memcpy(q, p->replay, (n + 1) * sizeof *q);
+        } else if (!p->replay_n && (p->replay = malloc((n + 1) * sizeof *q))) {
+            memcpy(p->replay, q, (n + 1) * sizeof *q);
+            p->replay_n = n + 1;
+        }
     }
     return 0;
 }

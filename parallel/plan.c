@@ -18,7 +18,7 @@
 /* What the flags and the recipe fix: -1 where the planner chooses. */
 typedef struct {
     int dp, tp, pp, zero, sp, schedule, V, M, micro, recompute;
-    int priv; /* private gradients: tp x pp inside a host (masked.h) */
+    int priv; /* private gradients: tp x pp inside an organisation (masked.h) */
 } pl_fixed;
 
 typedef struct {
@@ -54,7 +54,7 @@ static void fixed_of(const tr_recipe *r, const tr_plan_opts *o, pl_fixed *f) {
     f->M = mflag ? g->microbatches : uflag ? -1 : p->microbatches > 0 ? p->microbatches : -1;
     f->micro = uflag ? g->micro_batch : mflag ? -1 : r->train.micro_batch > 0 ? r->train.micro_batch : -1;
     f->recompute = o->recompute >= 0 ? o->recompute : r->train.recompute;
-    f->priv = g->private_gradients > 0 || p->private_gradients > 0;
+    f->priv = tr_private_asked(g, p);
 }
 
 static int ok(int fixed, int v) { return fixed < 0 || fixed == v; }
@@ -324,8 +324,9 @@ static void search_world(pl_search *s, const tr_cluster *c, long world, int cros
         if ((tp > dv.per_node || dv.per_node % tp) && !cross && f->tp < 0) continue;
         for (int pp = 1; pp <= TR_PP_MAX_RANKS && pp <= s->m.n; pp++) {
             if ((world / tp) % pp || !ok(f->pp, pp)) continue;
-            /* private gradients: only dp's sums are masked, so tp and pp stay in a host */
-            if (f->priv && dv.per_node % ((long)tp * pp)) continue;
+            /* private gradients: only dp's sums are masked, so each tp x pp group stays in
+               an organisation (by default a node) */
+            if (f->priv && !tr_cluster_blocks_in_orgs(c, world, (long)tp * pp)) continue;
             long dp = world / tp / pp;
             if (!ok(f->dp, (int)dp) || seqs % dp) continue;
             long per = seqs / dp;
@@ -691,6 +692,12 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
             tr_layout l; /* no layout to price: the resolver says why */
             tr_layout_resolve(&l, r, &o->fixed, (int)tr_cluster_devices(c), o->dtype, 1, err,
                               errlen);
+            int named, orgs = tr_cluster_orgs(c, 0, tr_cluster_devices(c), &named);
+            if (!err[0] && s->fx.priv)
+                snprintf(err, errlen, "planner: private gradients keep each tensor x pipeline "
+                         "group inside one organisation (%d here: %s), and no layout of this "
+                         "recipe does that here", orgs,
+                         named ? "the cluster's organisation fields" : "every node its own");
             if (!err[0]) snprintf(err, errlen, "planner: no layout runs this recipe here");
             pl_model_free(&s->m);
             for (int k = 0; k <= TR_MAX_CHUNKS; k++) free(s->cuts[k]);

@@ -210,7 +210,8 @@ static int same_cluster(const tr_cluster *a, const tr_cluster *b) {
     for (int i = 0; ok && i < a->n_groups; i++) {
         const tr_node_group *x = &a->g[i], *y = &b->g[i];
         ok = !strcmp(x->name, y->name) && !strcmp(x->device, y->device) &&
-             !strcmp(x->provider, y->provider) && x->nodes == y->nodes &&
+             !strcmp(x->provider, y->provider) && !strcmp(x->org, y->org) &&
+             x->nodes == y->nodes &&
              x->per_node == y->per_node && x->cores == y->cores &&
              same_figure(x->mem_bytes, y->mem_bytes) && same_figure(x->peak_flops, y->peak_flops) &&
              same_figure(x->mem_bw, y->mem_bw) && same_figure(x->intra.bw, y->intra.bw) &&
@@ -239,9 +240,10 @@ static void round_trip(const tr_cluster *a, const char *dir, const char *what) {
 static void test_round_trips(const char *dir) {
     const char *files[] = {"../recipes/clusters/h100x8.yaml",
                            "../recipes/clusters/a100x128_ib.yaml",
-                           "../recipes/clusters/mixed_pool.yaml"};
+                           "../recipes/clusters/mixed_pool.yaml",
+                           "../recipes/clusters/two_labs.yaml"};
     tr_cluster c;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (!load(&c, files[i])) round_trip(&c, dir, files[i]);
     if (!tr_cluster_from_gpus(&c, 24, 0, "B200", err, sizeof err))
         round_trip(&c, dir, "--gpus 24 --gpu B200");
@@ -322,6 +324,45 @@ static int bad_file(const char *path) {
     return 1;
 }
 
+/* Organisations: a file's groups, a file without them (each node its own), and a detected
+ * job's hosts, whose ranks need not be in host order. */
+static void test_orgs(void) {
+    tr_cluster c;
+    int named = -1;
+    if (!load(&c, "../recipes/clusters/two_labs.yaml")) {
+        check(!strcmp(c.g[0].org, "lab-a") && !strcmp(c.g[1].org, "lab-b") &&
+                  tr_cluster_same_org(&c, 0, 15) && !tr_cluster_same_org(&c, 15, 16) &&
+                  tr_cluster_same_org(&c, 16, 31),
+              "two labs: ranks 0 and 15 (two servers of lab-a) in one organisation, 15 and "
+              "16 not");
+        check(tr_cluster_blocks_in_orgs(&c, 32, 16) && tr_cluster_blocks_in_orgs(&c, 32, 8) &&
+                  !tr_cluster_blocks_in_orgs(&c, 32, 32) && !tr_cluster_blocks_in_orgs(&c, 24, 12),
+              "two labs: groups of 16 and 8 stay in a lab; of 32 and 12 do not");
+        check(tr_cluster_orgs(&c, 0, 32, &named) == 2 && named == 1 &&
+                  tr_cluster_orgs(&c, 0, 16, &named) == 1 && tr_cluster_orgs(&c, 1, 16, &named) == 1,
+              "two labs: 2 organisations on 32 devices, 1 on either lab's 16");
+    }
+    if (!load(&c, "../recipes/clusters/mixed_pool.yaml")) {
+        check(tr_cluster_same_org(&c, 0, 7) && !tr_cluster_same_org(&c, 7, 8) &&
+                  tr_cluster_blocks_in_orgs(&c, 48, 8) && !tr_cluster_blocks_in_orgs(&c, 48, 16) &&
+                  tr_cluster_orgs(&c, 0, 48, &named) == 6 && named == 0 &&
+                  tr_cluster_orgs(&c, 0, 20, &named) == 3,
+              "no organisation fields: each of the 6 servers its own (8 fits, 16 does not)");
+    }
+    memset(&c, 0, sizeof c);
+    c.n_groups = 1;
+    c.g[0].nodes = 2, c.g[0].per_node = 2;
+    c.hosts.n_hosts = 2, c.hosts.n_ranks = 4;
+    short by_slot[4] = {0, 1, 0, 1};
+    memcpy(c.hosts.host_of, by_slot, sizeof by_slot);
+    int apart = !tr_cluster_blocks_in_orgs(&c, 4, 2) && tr_cluster_orgs(&c, 0, 4, &named) == 2;
+    strcpy(c.hosts.org[0], "x"), strcpy(c.hosts.org[1], "x");
+    check(apart && tr_cluster_blocks_in_orgs(&c, 4, 2) && tr_cluster_blocks_in_orgs(&c, 4, 4) &&
+              tr_cluster_orgs(&c, 0, 4, &named) == 1 && named == 1,
+          "detected hosts, ranks placed round-robin: pairs (0, 1) span both hosts, refused "
+          "until both hosts are organisation x");
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--bad")) return bad_file(argv[2]);
     char dir[] = "/tmp/test_cluster_XXXXXX";
@@ -335,6 +376,7 @@ int main(int argc, char **argv) {
     test_defaults(dir);
     test_round_trips(dir);
     test_prefixes(dir);
+    test_orgs();
     char path[600];
     snprintf(path, sizeof path, "%s/defaults.yaml", dir);
     remove(path);

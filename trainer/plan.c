@@ -227,11 +227,15 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
                "%.3g, optimizer %.3g\n",
             b->step_s, b->compute_s, b->bubble_s, b->tp_s, b->pp_s, b->dp_s, b->optim_s);
     fprintf(f, "  throughput  %s tokens/s, MFU %.1f%%\n", toks, 100 * b->mfu);
-    if (b->l.private_gradients)
-        fprintf(f, "  private     the data-parallel gradient sums are masked between hosts; tensor "
-                   "and pipeline parallelism were kept inside a host (tp x pp divides a host's "
-                   "device count, %d), only data parallelism crosses hosts\n",
-                (int)c->g[0].per_node);
+    if (b->l.private_gradients) {
+        int named, orgs = tr_cluster_orgs(c, b->group_first, b->l.world, &named);
+        fprintf(f, "  private     the data-parallel gradient sums are masked between %d "
+                   "organisation%s (%s)%s; each tensor x pipeline group (%d consecutive ranks) "
+                   "was kept inside one, only data parallelism crosses them\n",
+                orgs, orgs == 1 ? "" : "s",
+                named ? "the cluster's organisation fields" : "every node its own",
+                orgs == 1 ? ": one, nothing to mask" : "", b->l.tp * b->l.pp);
+    }
     fprintf(f, "  run         %ld steps in %.3g h", (long)r->train.steps, b->hours);
     if (b->cost > 0)
         fprintf(f, ", $%.2f ($%.4g per million tokens)", b->cost, b->cost_per_mtok);

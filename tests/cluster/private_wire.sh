@@ -11,7 +11,13 @@
 #  - masked: at most 4 of each rank's 400. A random 4-byte pattern turns up in B random bytes
 #    with probability about B / 2^32; of the ~33 MB captured, most are the start-up probes'
 #    constant buffers, and the random part (the masked sums, about 1 MB) makes about 0.1 of
-#    400 values turn up by chance (5 or more: under 1e-7).
+#    400 values turn up by chance (5 or more: under 1e-7);
+#  - what rank 1 sent of that bucket (masked: its message as the trainer wrote it before the
+#    sum, TR_DUMP_LOCAL_GRAD's .sent file; plain: its float32 gradient) is on the wire (at
+#    least 10 of 20 64-byte pieces of it are in the payloads), and its bytes look uniformly
+#    random when masked and not when plain: a chi-square test of the counts of the 256 byte
+#    values (255 degrees of freedom: mean 255, standard deviation 22.6) under 400, which
+#    uniform bytes exceed with probability about 1e-10.
 # What still crosses in the clear by design (the banner and README say so): each bucket's sum
 # of magnitudes, the summed gradient in fixed point (the all-gather half of the sum: every
 # rank receives it), the parameters. Needs root, iproute2, tcpdump and Open MPI (else exit
@@ -80,6 +86,36 @@ print(sum(1 for v in pick if bytes(v) in pay), len(pick), len(pay))
 PY
 }
 
+# uniform KIND FILE: "PIECES_FOUND CHI2 BYTES" of FILE's bytes (what rank 1 sent)
+uniform() {
+    python3 - "$tmp/$1.pcap" "$2" <<'PY'
+import struct, sys
+pcap, sent = sys.argv[1:]
+data = open(pcap, "rb").read()
+end = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" else ">"
+link = struct.unpack(end + "I", data[20:24])[0]
+pay, at = bytearray(), 24
+while at + 16 <= len(data):
+    caplen = struct.unpack(end + "I", data[at + 8:at + 12])[0]
+    p = data[at + 16:at + 16 + caplen]
+    at += 16 + caplen
+    off = 14 if link == 1 else 16 if link == 113 else 0
+    if len(p) < off + 20 or p[off] >> 4 != 4:
+        continue
+    t = off + (p[off] & 15) * 4
+    if len(p) >= t + 20:
+        pay += p[t + (p[t + 12] >> 4) * 4:]
+m = open(sent, "rb").read()
+pieces = [m[i:i + 64] for i in range(0, len(m) - 64, max(64, len(m) // 20))][:20]
+found = sum(1 for x in pieces if bytes(x) in pay)
+count = [0] * 256
+for b in m:
+    count[b] += 1
+e = len(m) / 256
+print(found, "%.0f" % sum((c - e) ** 2 / e for c in count), len(m))
+PY
+}
+
 capture plain || exit 1
 capture masked --private-gradients || exit 1
 grep -q "masked between 2 hosts" "$tmp/masked.log" || bad "the masked run does not say it masks between 2 hosts"
@@ -97,6 +133,16 @@ for r in 0 1; do
 done
 [ $best = 1 ] && ok "plain: one rank's gradient values are on the wire (the capture can see them)" ||
     bad "plain: no rank's gradient values found: the capture does not see the sums"
+read -r pf pc pb <<<"$(uniform plain "$tmp/plain.grad.1")"
+read -r mf mc mb <<<"$(uniform masked "$tmp/masked.grad.sent.1")"
+echo "     rank 1's message: plain ${pb:-?} bytes, ${pf:-?} of 20 pieces on the wire, chi-square ${pc:-?};" \
+    "masked ${mb:-?} bytes, ${mf:-?} of 20 on the wire, chi-square ${mc:-?}"
+[ "${mf:-0}" -ge 10 ] && [ "${mc:-999999}" -lt 400 ] &&
+    ok "masked: rank 1's message crossed the link and its bytes look uniform (chi-square $mc < 400)" ||
+    bad "masked: rank 1's message: ${mf:-?} of 20 pieces on the wire, chi-square ${mc:-?}"
+[ "${pf:-0}" -ge 10 ] && [ "${pc:-0}" -ge 400 ] &&
+    ok "plain: rank 1's gradient crossed the link and its bytes do not look uniform (chi-square $pc)" ||
+    bad "plain: rank 1's gradient: ${pf:-?} of 20 pieces on the wire, chi-square ${pc:-?} (the test could not fail)"
 
 [ $fail = 0 ] && echo "PASS cluster_private_wire" || echo "FAIL cluster_private_wire"
 exit $fail

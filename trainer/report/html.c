@@ -105,6 +105,35 @@ static void sec_summary(const tr_report *r, FILE *f) {
     fputs("</section>\n", f);
 }
 
+/* Private gradients (provenance.json's record, README "Private gradients"): what the run
+ * masked, what it sent in the clear, what is out of scope, and what the masking cost. */
+static void sec_private(const tr_report *r, FILE *f) {
+    const char *pre = "private_gradients.";
+    size_t np = strlen(pre);
+    int any = 0;
+    for (int i = 0; i < r->n_prov && !any; i++) any = !strncmp(r->prov[i].key, pre, np);
+    if (!any) return;
+    fputs("<section id=\"private\"><h2>Private gradients</h2><table class=\"kv\">", f);
+    for (int i = 0; i < r->n_prov; i++) {
+        const tr_report_kv *e = &r->prov[i];
+        if (strncmp(e->key, pre, np)) continue;
+        char th[128];
+        snprintf(th, sizeof th, "%s", e->key + np);
+        th[strcspn(th, "[")] = 0; /* in_clear[2] -> in_clear */
+        for (char *c = th; *c; c++)
+            if (*c == '_') *c = ' ';
+        fputs("<tr><th>", f), esc(f, th), fputs("</th>", f), tds(f, e->key, e->val);
+        fputs("</tr>", f);
+    }
+    double mask = 0, wall = 0;
+    for (int k = 0; r->ranks && k < r->n_ranks; k++)
+        mask += r->ranks[k].parts[TR_REPORT_MASK], wall += r->ranks[k].wall_s;
+    fputs("<tr><th>masking (every rank)</th>", f), td(f, "private.mask_s", mask, TR_U_S);
+    fputs("</tr><tr><th>of the ranks' time</th>", f);
+    td(f, "private.mask_share", wall > 0 ? mask / wall : NAN, TR_U_SHARE);
+    fputs("</tr></table></section>\n", f);
+}
+
 static void sec_curves(const tr_report *r, FILE *f) {
     double *st = COL(time_s), *loss = COL(loss), *val = COL(val_loss), *tps = COL(tokens_per_s),
            *mfu = COL(mfu), *step = malloc((size_t)(r->n_steps + 1) * sizeof(double));
@@ -135,8 +164,8 @@ out:
 }
 
 static const char *part_color[TR_REPORT_PARTS] = {"#bbbbbb", "#2ca02c", "#1f77b4", "#d62728",
-                                                  "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
-                                                  "#bcbd22", "#7f7f7f"};
+                                                  "#ff7f0e", "#8c564b", "#e377c2", "#9467bd",
+                                                  "#17becf", "#bcbd22", "#7f7f7f"};
 
 enum { W = TR_SVG_W, ML = TR_SVG_ML, MR = TR_SVG_MR };
 
@@ -606,6 +635,7 @@ void tr_report_write_html(const tr_report *r, FILE *f) {
     esc(f, r->dir);
     fputs("</h1>\n", f);
     sec_summary(r, f);
+    sec_private(r, f);
     sec_curves(r, f);
     sec_breakdown(r, f);
     sec_heatmap(r, f);

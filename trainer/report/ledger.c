@@ -25,9 +25,9 @@
 #define REC_EXTRA (LED_PARTS + 4)
 #define REC (LED_PARTS + 4 + TR_LEDGER_EXTRA)
 
-static const char *part_names[LED_PARTS] = {"setup_s", "compute_s", "comm_s", "wait_s",
-                                            "data_s",  "ckpt_s",    "bubble_s", "eval_s",
-                                            "log_s",   "end_s"};
+static const char *part_names[LED_PARTS] = {"setup_s",  "compute_s", "comm_s", "wait_s",
+                                            "data_s",   "ckpt_s",    "bubble_s", "mask_s",
+                                            "eval_s",   "log_s",     "end_s"};
 
 const char *tr_ledger_part_name(tr_ledger_part p) {
     return p < LED_PARTS ? part_names[p] : "?";
@@ -337,7 +337,9 @@ void tr_ledger_step(tr_ledger *L, const tr_ledger_step_waits *w) {
     L->parts[LED_COMM] += comm - bubble;
     L->parts[LED_DATA] += w->data_s;
     L->parts[LED_CKPT] += w->fence_s;
-    L->parts[LED_COMPUTE] += dt - comm - w->data_s - w->fence_s;
+    double mask = fmin(w->mask_s, fmax(0.0, dt - comm - w->data_s - w->fence_s));
+    L->parts[LED_MASK] += mask;
+    L->parts[LED_COMPUTE] += dt - comm - w->data_s - w->fence_s - mask;
     L->last = t;
 }
 

@@ -40,6 +40,8 @@ typedef enum {
     LED_DATA,    /* waiting for the loader */
     LED_CKPT,    /* checkpoint stalls: the save's host copy, the fence before the update */
     LED_BUBBLE,  /* the pipeline schedule's idle time */
+    LED_MASK,    /* private gradients: buckets into fixed point, masked and unmasked (the
+                    scale's sum is communication) */
     LED_EVAL,    /* evaluations */
     LED_LOG,     /* metrics, the progress line, the ledger itself, everything between steps */
     LED_END,     /* after the last step: the last save's wait, the report, the sample */
@@ -82,10 +84,11 @@ void tr_ledger_mark(tr_ledger *L, tr_ledger_part part);
 
 /* A step's waits, measured by the caller over its interval [t0, now]: communication (all of
  * it, bubble included: the host's waits, plus on a GPU what CUDA events timed the compute
- * stream waiting for NCCL), data, checkpoint fence, the pipeline's idle seconds. The interval
- * before t0 is charged to LED_LOG. */
+ * stream waiting for NCCL), data, checkpoint fence, the pipeline's idle seconds, and the
+ * seconds private gradients spent masking (not a wait, but not the model's compute). The
+ * interval before t0 is charged to LED_LOG. */
 typedef struct {
-    double t0, comm_s, data_s, fence_s, idle_s;
+    double t0, comm_s, data_s, fence_s, idle_s, mask_s;
 } tr_ledger_step_waits;
 void tr_ledger_step(tr_ledger *L, const tr_ledger_step_waits *w);
 

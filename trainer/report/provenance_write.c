@@ -175,7 +175,10 @@ static void write_private(FILE *f, const run_ctx *x) {
     fprintf(f, "  \"private_gradients\": {\"organisations\": %d, \"by\": \"%s\", \"masked\": "
                "\"each rank's data-parallel gradient sums (X25519, ChaCha20, 32-bit fixed "
                "point)\", \"in_clear\": [\"each bucket's scale\", \"the summed gradient\", "
-               "\"the parameters\", \"tensor and pipeline traffic, inside an organisation\"]},\n",
+               "\"the parameters\", \"tensor and pipeline traffic, inside an organisation\"], "
+               "\"out_of_scope\": \"organisations that collude: all of a rank's peers in other "
+               "organisations together can remove its masks, and all but one can subtract "
+               "their own gradients from the sum; a rank that sends a false gradient\"},\n",
             x->private_orgs, x->o.orgs ? "--orgs" : "host");
 }
 

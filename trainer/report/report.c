@@ -19,7 +19,7 @@
 const char *const tr_report_file_names[TR_RF_FILES] = {"metrics.jsonl", "ledger.jsonl",
                                                        "attempts.jsonl"};
 const char *const tr_report_part_names[TR_REPORT_PARTS] = {
-    "setup", "compute", "comm", "wait", "data", "ckpt", "bubble", "eval", "log", "end"};
+    "setup", "compute", "comm", "wait", "data", "ckpt", "bubble", "mask", "eval", "log", "end"};
 
 /* Room for one more element of `size` bytes in *p (capacity *cap); -1 when out of memory. */
 static int grow(void **p, int *cap, int n, size_t size) {

@@ -15,7 +15,8 @@
 #include "dsl/cluster.h"
 
 /* The ledger's parts of a rank's time, in this order (ledger.jsonl's "parts", without "_s"). */
-#define TR_REPORT_PARTS 10
+#define TR_REPORT_PARTS 11
+#define TR_REPORT_MASK 7 /* "mask": private gradients' masking */
 extern const char *const tr_report_part_names[TR_REPORT_PARTS];
 
 /* The bounds every number read from a file is checked against before it sizes or indexes

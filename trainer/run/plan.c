@@ -134,8 +134,11 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, const t
     char name[128] = "cpu";
     if (!cpu) tr_backend_cuda_peak(be->dtype, name, sizeof name);
     const tr_device_info *known = cpu ? NULL : tr_device_find(name);
+    char host[TR_HOST_LEN]; /* the run's records' name for it (TR_HOSTNAME) */
+    tr_hostname(host, sizeof host);
     /* a GPU's links are not MPI's over host memory: the table's (assumed) */
     tr_topology_opts to = {.cpu = cpu,
+                           .host = host,
                            .device = name,
                            .device_mem = known ? known->mem_bytes : 0,
                            .peak_flops = cpu ? 0 : peak,
@@ -205,6 +208,7 @@ int run_plan(run_ctx *x) {
         snprintf(x->msg, sizeof x->msg, "trainer run: %s", x->err);
         return -1;
     }
+    run_private_cluster(x, &x->cluster); /* the organisations the plan keeps tp x pp inside */
     tr_plan_opts po = plan_opts(x);
     if (!tr_plan_open(&x->r, &po)) return 0; /* priced once resolved (run_price) */
     tr_plan_result *res = calloc(1, sizeof(*res));

@@ -1,7 +1,8 @@
 /* Private gradients at a run's start (parallel/masked.h): every rank's organisation, from
  * --orgs FILE (lines "HOST ORG", # comments; every host of the job must be in it) or else its
- * own host; the tensor- and pipeline-parallel groups checked to stay inside one organisation
- * (only the data-parallel sums are masked); then the dp group agrees its keys. */
+ * own host, before the plan (which keeps tensor and pipeline groups inside one); once the
+ * groups exist, they are checked to stay inside one (only the data-parallel sums are
+ * masked), and the dp group agrees its keys. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,20 +85,32 @@ static int group_spans_orgs(const run_ctx *x, tr_comm *g, char *other) {
     return spans;
 }
 
-int run_private_setup(run_ctx *x) {
-    if (!x->lay.private_gradients)
+int run_private_orgs(run_ctx *x) {
+    if (!tr_private_asked(&x->o.layout, &x->r.parallel))
         return run_setup_failed(x->world, x->o.orgs != NULL,
                                 "trainer run: --orgs names the organisations of private "
                                 "gradients: give --private-gradients or parallel { "
                                 "private_gradients = true } too");
-    const char *host = x->hosts + (size_t)x->rank * TR_HOST_LEN;
-    char org[TR_HOST_LEN];
+    char host[TR_HOST_LEN], org[TR_HOST_LEN];
+    tr_hostname(host, sizeof host);
     snprintf(org, sizeof org, "%s", host);
     if (x->o.orgs && read_orgs(x, host, org)) return -1;
     x->orgs = calloc((size_t)x->nranks, TR_HOST_LEN);
     if (run_setup_failed(x->world, !x->orgs, "trainer run: out of memory for the organisations"))
         return -1;
     tr_comm_all_gather(x->world, org, x->orgs, TR_HOST_LEN, TR_COMM_BYTE);
+    return 0;
+}
+
+void run_private_cluster(const run_ctx *x, tr_cluster *c) {
+    tr_cluster_hosts *h = &c->hosts;
+    for (int r = 0; x->orgs && x->o.orgs && r < h->n_ranks && r < x->nranks; r++)
+        snprintf(h->org[h->host_of[r]], sizeof h->org[0], "%s",
+                 x->orgs + (size_t)r * TR_HOST_LEN);
+}
+
+int run_private_setup(run_ctx *x) {
+    const char *org = x->orgs + (size_t)x->rank * TR_HOST_LEN;
     const char *what = x->o.orgs ? "organisations" : "hosts";
     tr_comm *g[2] = {x->tpc, x->ppc};
     const char *name[2] = {"tensor", "pipeline"};

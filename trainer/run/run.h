@@ -138,9 +138,13 @@ void run_free(run_ctx *x);
 /* A setup step that can fail on some ranks only: all say whether theirs failed, the lowest
  * failing rank prints its msg once, and every rank gets 1 when any failed (setup.c). */
 int run_setup_failed(tr_comm *world, int bad, const char *msg);
-/* parallel { private_gradients }: each rank's organisation (--orgs, else its host), the
- * tensor- and pipeline-parallel groups checked to stay inside one, and the dp group's keys
- * (trainer/run/private.c). 0, or -1 after the line that says why. */
+/* parallel { private_gradients } (trainer/run/private.c). Before the plan, run_private_orgs:
+ * every rank's organisation (--orgs, else its host) into x->orgs, and run_private_cluster
+ * gives them to the detected cluster's hosts for the planner. Once the groups exist,
+ * run_private_setup: the tensor- and pipeline-parallel groups checked to stay inside one,
+ * and the dp group's keys. 0, or -1 after the line that says why. */
+int run_private_orgs(run_ctx *x);
+void run_private_cluster(const run_ctx *x, tr_cluster *c);
 int run_private_setup(run_ctx *x);
 
 /* The topology, and the planner's choice of what the recipe and flags leave open, into x->o

@@ -236,7 +236,7 @@ static int setup_layout(run_ctx *x) {
     snprintf(x->msg, sizeof(x->msg), "trainer run: %s", x->err);
     if (run_setup_failed(x->world, !x->be, x->msg)) return -1;
     x->peak = peak / 1e9;
-    if (run_setup_failed(x->world, run_plan(x), x->msg)) return -1;
+    if (run_private_orgs(x) || run_setup_failed(x->world, run_plan(x), x->msg)) return -1;
     int bad =
         tr_resolve_layout(&x->lay, &x->r, &x->o, x->nranks, x->be, "run", x->msg, sizeof(x->msg));
     if (run_setup_failed(x->world, bad, x->msg)) return -1;
@@ -570,7 +570,7 @@ static int setup_run(run_ctx *x, int argc, char **argv) {
     if (run_setup_failed(x->world, run_env_settings(x), x->msg)) return -1;
     if (setup_layout(x) || setup_data(x) || run_setup_failed(x->world, run_tasks_open(x), x->msg) ||
         setup_model(x) || setup_outputs(x) || gather_ranks(x) ||
-        ((x->lay.private_gradients || x->o.orgs) && run_private_setup(x)))
+        (x->lay.private_gradients && run_private_setup(x)))
         return -1;
     if (run_setup_failed(x->world, run_provenance(x, argc, argv), "")) return -1;
     x->flops_tok = tr_cost_train_flops_per_token(&x->r.model, x->T);

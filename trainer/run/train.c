@@ -296,6 +296,7 @@ static int train_step(run_ctx *x, int step, step_result *res) {
     int total = tr_layout_step_micro_batches(&x->lay);
     double t0 = tr_now(), c0 = tr_comm_wait_seconds(), w0 = tr_loader_wait_seconds(x->loader);
     double e0 = x->be->device_memory ? device_exposed(x) : 0;
+    double k0 = tr_dp_get_stats(x->dp).mask_s;
     float scale = 1.0f / (float)total * run_guard_fault(x, step);
     res->lr = lr_at(r, step);
     tr_model_zero_grad(x->model);
@@ -357,7 +358,8 @@ static int train_step(run_ctx *x, int step, step_result *res) {
                               .comm_s = tr_comm_wait_seconds() - c0 + dev,
                               .data_s = tr_loader_wait_seconds(x->loader) - w0,
                               .fence_s = fence,
-                              .idle_s = x->pipe ? tr_pipe_last_idle_seconds(x->pipe) : 0};
+                              .idle_s = x->pipe ? tr_pipe_last_idle_seconds(x->pipe) : 0,
+                              .mask_s = tr_dp_get_stats(x->dp).mask_s - k0};
     tr_ledger_step(x->ledger, &w);
     x->led.compute_s += res->dt - w.comm_s - w.data_s, x->led.wait_s += w.comm_s;
     x->led.data_s += w.data_s;
@@ -681,7 +683,8 @@ static void print_parallel_stats(const run_ctx *x) {
                dev ? " in flight, timed on the GPU" : "", 100.0 * tr_plan_overlap(&x->cluster));
         if (x->lay.private_gradients)
             printf("private gradients: masking took %.3g s over %ld steps (the fixed point, the "
-                   "masks and the blocking sum of each bucket's largest magnitudes)\n",
+                   "masks and unmasking: the ledger's mask_s; the sums that set each bucket's "
+                   "scale are communication)\n",
                    ds.mask_s, ds.steps);
         if (sh.params)
             printf("ZeRO-3: %ld bucket all-gathers of parameters before the ops that read them; "
