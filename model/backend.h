@@ -265,6 +265,10 @@ void *tr_backend_cuda_stream(void);
  * step_done(0): on the CUDA emulator a cudaMalloc then fails the run (tests/cudaemu). */
 void tr_backend_cuda_memory(size_t *now, size_t *peak);
 void tr_backend_cuda_step_done(int step);
+/* What the device has in use, every process's and the runtime's own (CUDA context, cuBLASLt,
+ * cuDNN, NCCL's buffers) beside the backend's, and its size (cudaMemGetInfo): 0, or -1
+ * without CUDA. */
+int tr_backend_cuda_device_use(size_t *used, size_t *total);
 
 /* The current GPU's name and its peak dense rate in FLOP/s for `dtype` from a table of known
  * devices (H100/H200 SXM bf16: 989e12, A100: 312e12, ...); 0 when the device is unknown. */

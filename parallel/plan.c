@@ -649,7 +649,7 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
     if (!c->cpu) {
         const char *from;
         char rb[32];
-        gb(pl_runtime_reserve(g->device, &from), rb, sizeof rb);
+        gb(tr_plan_runtime_reserve(g->device, &from), rb, sizeof rb);
         add(buf, n, &used, "runtime reserve %s per device: CUDA context and NCCL's buffers (%s)",
             rb, from);
     }

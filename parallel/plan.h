@@ -98,6 +98,12 @@ double tr_plan_tie(const tr_cluster *c);
  * on this cluster's backend (assumed; each run prints what it measured beside it). */
 double tr_plan_overlap(const tr_cluster *c);
 
+/* The device memory the runtime takes on one GPU of this kind (tr_device_info's name, or an
+ * unknown one), outside what the trainer allocates: the CUDA context and NCCL's buffers of one
+ * communicator (the kernels' workspaces, cuBLASLt's included, are the plan's own:
+ * model/workspace.c). *origin (may be NULL): how the figure was found. */
+double tr_plan_runtime_reserve(const char *device, const char **origin);
+
 /* Plan `r` for cluster `c`: 0 and *out, or -1 and one line in err (a recipe whose fixed
  * fields cannot run on this cluster says which and why, in tr_layout_resolve's words). */
 int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *o,

@@ -131,7 +131,7 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
     d->reserve = 0;
     for (int i = first; !c->cpu && i >= 0 && i <= last; i++) /* the largest of those used */
-        d->reserve = fmax(d->reserve, pl_runtime_reserve(c->g[i].device, NULL));
+        d->reserve = fmax(d->reserve, tr_plan_runtime_reserve(c->g[i].device, NULL));
 }
 
 /* The runtime's own device memory, per device family.
@@ -157,7 +157,7 @@ static const struct {
     {"MI300X", 32, 4194304.0}, /* RCCL: taken as NCCL's (assumed) */
 };
 
-double pl_runtime_reserve(const char *device, const char **origin) {
+double tr_plan_runtime_reserve(const char *device, const char **origin) {
     int ch = 32; /* an unknown device: as the NVLink machines (assumed) */
     double simple = 4194304.0;
     const tr_device_info *info = tr_device_find(device);

@@ -69,12 +69,6 @@ typedef struct {
 
 void pl_devices_of(const tr_cluster *c, long world, pl_devices *d);
 
-/* The device memory the runtime takes on one GPU of this kind (tr_device_info's name, or an
- * unknown one), outside what the trainer allocates: the CUDA context and NCCL's buffers of one
- * communicator (the kernels' workspaces, cuBLASLt's included, are the plan's own:
- * model/workspace.c). *origin: how the figure was found, for the plan's sources line. */
-double pl_runtime_reserve(const char *device, const char **origin);
-
 /* The rate of pipeline rank p's slowest device in layout l (world rank (d pp + p) tp + t):
  * dv->rate unless the devices are mixed. */
 double pl_stage_rate(const pl_devices *dv, const tr_layout *l, int p);

@@ -15,9 +15,7 @@ T="$1"
 mode="${2:-cpu}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
+mpi_env
 unset TR_FAULT_PERTURB
 GPT=tests/recipes_good/tp_gpt.lua
 LLAMA=tests/recipes_good/tp_llama.lua

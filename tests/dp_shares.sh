@@ -15,9 +15,7 @@ T="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
+mpi_env
 R=tests/recipes_good/dp_tiny.lua
 
 run() { # name np [--set ...]: $tmp/name, final parameters in $tmp/name.params

@@ -177,6 +177,14 @@ allocations() { # checks 7, 5 and 8
         bad "device memory: predicted '$pb' bytes, allocated '$ab', the emulator's cudaMalloc '$eb'"
         grep "memory" "$tmp/stats5.log"
     fi
+    #    and the device's own count (cudaMemGetInfo, which tests/gpu/check.sh compares with the
+    #    plan's figure and the runtime's reserve on a GPU): on the emulated device, which has no
+    #    context or library buffers, exactly what was allocated
+    local ub
+    ub=$(sed -n 's/^device memory: in use on rank 0.s device .*(cudaMemGetInfo: \([0-9]*\) bytes).*/\1/p' "$tmp/stats5.log")
+    [ -n "$ub" ] && [ "$ub" = "$ab" ] &&
+        ok "device memory in use (cudaMemGetInfo): $ub bytes, what was allocated" ||
+        { bad "device memory in use (cudaMemGetInfo): '$ub', allocated '$ab'"; grep "in use" "$tmp/stats5.log"; }
     # 5. a GPU missing from the peak table (the emulator is one): no MFU, rather than "inf" (the
     #    2-step run of 7, which gives no --peak-gflops)
     if [ -s "$tmp/stats2/metrics.jsonl" ] && grep -q "peak unknown for this device: no MFU" "$tmp/stats2.log" &&

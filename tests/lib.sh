@@ -155,6 +155,14 @@ cmp_run() { _run_diff cmp "$1" "$2"; }
 path_length() { _run_diff path "$1"; }
 
 # ---- Shared by the layout tests (tp.sh, pp.sh) -----------------------------------------
+# mpi_env: the environment of the tests' mpirun (as root, more processes than cores, one
+# OpenMP thread each), or a skip (exit 77) without mpirun.
+mpi_env() {
+    command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    export OMP_NUM_THREADS=1
+}
+
 # layout_setup TRAINER PREFIX starts one: T (the trainer), tmp (removed at the exit), the
 # environment of mpirun --oversubscribe (without mpirun: skipped, exit 77); its models are
 # gpt (PREFIX_gpt.lua), gptu (the same, untied head) and llama (PREFIX_llama.lua).
@@ -163,11 +171,9 @@ path_length() { _run_diff path "$1"; }
 layout_setup() { # trainer recipe-prefix
     T=$1 layout_prefix=$2
     layout_launch=()
-    command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
+    mpi_env
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-    export OMP_NUM_THREADS=1
 }
 
 layout_recipe() { # model: the recipe and its --set

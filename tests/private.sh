@@ -30,9 +30,7 @@ T="$1"
 tmp=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"' EXIT
 fail=0
-command -v mpirun >/dev/null || { echo "SKIP no mpirun (apt-get install openmpi-bin)"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
+mpi_env
 # dp_tiny.lua at lr 1e-3 (above), its data found from the copy's folder
 R=$tmp/dp_tiny.lua
 sed -e 's/lr = 3e-3,/lr = 1e-3,/' -e "s|\"../../data/|\"$PWD/data/|" tests/recipes_good/dp_tiny.lua >"$R"

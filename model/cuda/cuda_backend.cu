@@ -65,6 +65,14 @@ extern "C" void tr_backend_cuda_memory(size_t *now, size_t *peak) {
     if (peak) *peak = held_peak;
 }
 
+extern "C" int tr_backend_cuda_device_use(size_t *used, size_t *total) {
+    size_t free_b = 0;
+    *used = *total = 0;
+    if (cudaMemGetInfo(&free_b, total) != cudaSuccess) return -1;
+    *used = *total - free_b;
+    return 0;
+}
+
 extern "C" void tr_backend_cuda_step_done(int step) {
 #ifdef TR_CUDA_EMU
     /* the emulator's own count is the check of this one: every cudaMalloc comes through here */

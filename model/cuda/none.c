@@ -40,3 +40,8 @@ void tr_backend_cuda_memory(size_t *now, size_t *peak) {
 void tr_backend_cuda_step_done(int step) {
     (void)step;
 }
+
+int tr_backend_cuda_device_use(size_t *used, size_t *total) {
+    *used = *total = 0;
+    return -1;
+}

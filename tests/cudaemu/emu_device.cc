@@ -184,6 +184,16 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     return cudaSuccess;
 }
 
+/* The device's memory as cudaGetDeviceProperties gives it, less what cudaMalloc holds: the
+ * emulated device has no context, library or NCCL buffers of its own. */
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
+    *total_b = p.totalGlobalMem;
+    *free_b = mem.live < p.totalGlobalMem ? p.totalGlobalMem - mem.live : 0;
+    return cudaSuccess;
+}
+
 /* cudaFree and cudaFreeHost wait for the device, as CUDA's do: an operation still pending
  * may read or write the memory */
 cudaError_t cudaFree(void *p) {
@@ -238,13 +248,26 @@ struct copy_job {
     size_t n;
     void *staged; /* the source, copied when the call was made; freed after */
     int host_src; /* src is host memory read when the copy runs (in host_reads meanwhile) */
+    void *watch;  /* adversarial runs: the host source as it was at the call, which it must
+                     still be when the copy runs */
 };
 /* the host memory that queued copies are still to read (under the lock) */
 static std::vector<copy_job *> host_reads;
+[[noreturn]] static void source_hazard(const copy_job *j) {
+    fprintf(stderr,
+            "cuda emulator: hazard: cudaMemcpyAsync's host source %p (%zu bytes) was written "
+            "before the copy ran (a missing wait: the host reused the source without "
+            "synchronizing with the copy's stream)\n",
+            j->src, j->n);
+    fflush(stderr);
+    abort();
+}
+
 static void run_copy(void *c) {
     copy_job *j = (copy_job *)c;
+    if (j->watch && memcmp(j->watch, j->src, j->n)) source_hazard(j);
     memmove(j->dst, j->staged ? j->staged : j->src, j->n);
-    free(j->staged);
+    free(j->staged), free(j->watch);
     if (j->host_src)
         host_reads.erase(std::find(host_reads.begin(), host_reads.end(), j));
     delete j;
@@ -261,7 +284,9 @@ static int host_read_pending(const void *p, size_t n) {
  * copy's result, or reuses a copy's source, pinned or pageable (CUDA: a copy with pageable
  * memory "might be synchronous"; the eager mode reads a pageable source at the call). The
  * host destination of a device-to-host copy holds NaN (0xff bytes) until the copy has run,
- * unless a queued copy still reads that memory. Host to host is synchronous. */
+ * unless a queued copy still reads that memory, and a host source written before its copy
+ * ran is a named hazard (adversarial runs keep a copy of it to compare). Host to host is
+ * synchronous. */
 static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKind k,
                               cudaStream_t s) {
     int dd = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
@@ -280,13 +305,14 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKi
         memmove(dst, src, n);
         return cudaSuccess;
     }
-    copy_job *j = new copy_job{dst, src, n, NULL, 0};
+    copy_job *j = new copy_job{dst, src, n, NULL, 0, NULL};
     int eager = emu_sched_eager();
     if (!sd && eager && !is_pinned(src, n)) {
         j->staged = malloc(n);
         if (!j->staged) die("out of memory staging a copy of %zu bytes", n);
         memcpy(j->staged, src, n);
     } else if (!sd) {
+        if (!eager && (j->watch = malloc(n))) memcpy(j->watch, src, n);
         std::lock_guard<std::mutex> g(q_mu); /* run_copy erases under it */
         j->host_src = 1;
         host_reads.push_back(j);

@@ -481,6 +481,35 @@ static int stale_trials(int wait) {
     return stale;
 }
 
+/* 9: a host buffer copied to the device on a stream, then written at once: the copy is still
+ * queued (the adversarial scheduler runs nothing before the synchronization), and the
+ * emulator names the write when the copy runs */
+static void child_source_reused(void) {
+    static float h[256];
+    float *d = (float *)dev_alloc(sizeof h);
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    CK(cudaMemcpyAsync(d, h, sizeof h, cudaMemcpyHostToDevice, s));
+    h[7] = 1.0f; /* too early */
+    CK(cudaStreamSynchronize(s));
+}
+
+/* the same, synchronized before the write: the device has the values as they were */
+static int source_synced(void) {
+    static float h[256], back[256];
+    float *d = (float *)dev_alloc(sizeof h);
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    h[7] = 2.0f;
+    CK(cudaMemcpyAsync(d, h, sizeof h, cudaMemcpyHostToDevice, s));
+    CK(cudaStreamSynchronize(s));
+    h[7] = 1.0f;
+    CK(cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost));
+    CK(cudaFree(d));
+    CK(cudaStreamDestroy(s));
+    return back[7] == 2.0f;
+}
+
 void check_adversarial(void) {
     if (emu_sched_eager()) {
         printf("SKIP 9 the adversarial scheduler: TR_EMU_SCHED=eager\n");
@@ -489,4 +518,14 @@ void check_adversarial(void) {
     int without = stale_trials(0), with = stale_trials(1);
     check(without > 0, "9 a copy that does not wait for the kernel writing its source: stale in %d of 16 trials", without);
     check(with == 0, "9 the same copy after cudaStreamWaitEvent: stale in %d of 16 trials", with);
+    static char err[1 << 16];
+    char how[64], q[200];
+    int st;
+    in_child(child_source_reused, &st, err, sizeof(err));
+    describe(st, how, sizeof(how));
+    quote(err, "host source", q, sizeof(q));
+    check(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && find_key(err, "was written before the copy ran"),
+          "9 a host buffer written while its cudaMemcpyAsync is queued: child %s, stderr \"%s\"",
+          how, q);
+    check(source_synced(), "9 the same after cudaStreamSynchronize: no hazard, the copied values");
 }

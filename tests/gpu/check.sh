@@ -360,6 +360,14 @@ fi
     echo "gpu tests  $TESTS"
     echo "$TESTLIST" | fold -s -w 78 | sed 's/^/           /'
     for l in "${PAR[@]}"; do echo "parallel   $l"; done
+    # device memory: the runs' own count against the plan, then the device's (cudaMemGetInfo:
+    # the CUDA context and the libraries' and NCCL's buffers too) against the plan with the
+    # runtime's reserve (trainer/run/train.c), from bench/gpu.sh's runs: one process each
+    for f in "$LOGS"/bench_gpt2_124m.log "$LOGS"/bench_gpt2_xl.log; do
+        [ -f "$f" ] || continue
+        echo "memory     $(basename "$f" .log | sed 's/^bench_//'): $(grep -m1 '^device memory: predicted' "$f" | sed 's/^device memory: //')"
+        echo "           $(grep -m1 '^device memory: in use' "$f" | sed 's/^device memory: //')"
+    done
     echo "ncu        $NCU"
     printf '%-17s %12s %8s %s\n' model tokens/s mfu status
     cat "$BENCH"

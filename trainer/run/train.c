@@ -538,6 +538,25 @@ static int end_trace(run_ctx *x) {
     return 0;
 }
 
+/* Rank 0's device as its runtime counts it (cudaMemGetInfo: the CUDA context, the libraries'
+ * handles and NCCL's buffers too, and any other process's on the device) beside the plan's
+ * figure for one process: what rank 0 predicted plus the runtime's reserve
+ * (tr_plan_runtime_reserve). tests/gpu/check.sh shows the ratio. */
+static void print_device_use(const run_ctx *x, double predicted) {
+    size_t used, total;
+    if (tr_backend_cuda_device_use(&used, &total)) return;
+    int g = tr_cluster_group_of(&x->cluster, 0, NULL);
+    const char *from = "assumed";
+    double reserve = tr_plan_runtime_reserve(g >= 0 ? x->cluster.g[g].device : "", &from);
+    double plan = predicted + reserve;
+    char u[32], t[32], p[32], r[32];
+    tr_fmt_bytes((double)used, u, sizeof u), tr_fmt_bytes((double)total, t, sizeof t);
+    tr_fmt_bytes(plan, p, sizeof p), tr_fmt_bytes(reserve, r, sizeof r);
+    printf("device memory: in use on rank 0's device %s of %s (cudaMemGetInfo: %.0f bytes); "
+           "planned %s (%.0f bytes: predicted, and the runtime's reserve of %s, %s): %.3fx\n",
+           u, t, (double)used, p, plan, r, from, plan > 0 ? (double)used / plan : 0.0);
+}
+
 /* After the first step: the device memory this process holds (every byte of the run, none is
  * allocated later) beside what the layout predicted for it, the fullest rank's on rank 0. */
 static void print_device_memory(run_ctx *x) {
@@ -565,6 +584,7 @@ static void print_device_memory(run_ctx *x) {
         if (differ >= 0)
             printf("device memory: rank %d predicted %.0f bytes, allocated %.0f\n", differ,
                    all[2 * differ], all[2 * differ + 1]);
+        print_device_use(x, all[0]);
     }
     free(all);
 }
