@@ -570,9 +570,11 @@ void tr_dp_free(tr_dp *d) {
 int tr_dp_set_private(tr_dp *d, const char *org, int *orgs, int *peers, char *err,
                       size_t errlen) {
     /* the same answer on every rank: the layout and the model are the group's */
-    if (d->be->device_memory || tr_model_comm_dtype(d->m) != TR_COMM_F32)
-        return snprintf(err, errlen, "private gradients: masked sums run on the CPU backend's "
-                                     "fp32 gradients only, not on the %s backend's", d->be->name),
+    /* a device's buckets go through host memory (the backend's download and upload) */
+    if (tr_model_comm_dtype(d->m) != TR_COMM_F32)
+        return snprintf(err, errlen, "private gradients: masked sums need fp32 gradients, and "
+                                     "this run's are bf16 (--precision fp32 on the %s backend)",
+                        d->be->name),
                -1;
     size_t n = 0, q = 0; /* the slab's extent; the masked buckets back to back */
     for (int k = 0; k < d->n_buckets; k++) {

@@ -90,10 +90,10 @@ size_t tr_dp_grad_buffer_bytes(const tr_dp *d);
 int tr_dp_sync_grads(tr_dp *d);
 /* Private gradients: from now on the group's gradient sums (ZeRO 0 and 1's all-reduces,
  * ZeRO-2 and 3's reduce-scatters) are masked between ranks of different organisations (org:
- * this rank's; parallel/masked.h), after keys are agreed over the group. Collective. The CPU
- * backend's fp32 gradients; -1 and one line in err otherwise or when the keys cannot be
- * agreed. Masks per organisation: how many there are, and
- * this rank's peers, in *orgs and *peers. */
+ * this rank's; parallel/masked.h), after keys are agreed over the group. Collective. fp32
+ * gradients (a device's go through host memory, by the backend's download and upload); -1 and
+ * one line in err otherwise or when the keys cannot be agreed. How many organisations there
+ * are, and this rank's peers, in *orgs and *peers. */
 int tr_dp_set_private(tr_dp *d, const char *org, int *orgs, int *peers, char *err,
                       size_t errlen);
 /* The optimizer step: all parameters (ZeRO 0), this rank's shard (ZeRO-1) or pieces (ZeRO-2,

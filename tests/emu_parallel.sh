@@ -27,7 +27,10 @@
 #     device collective): the emulated NCCL's log of what each process created
 #     (TR_EMU_NCCL_LOG) says so.
 #  7. every one of those device runs allocates what its layout predicted, byte for byte, and
-#     nothing after its first step.
+#     nothing after its first step;
+#  8. private gradients on the device (fp32; the buckets masked in host memory): dp=2 on two
+#     hosts (TR_HOSTNAME a and b), ZeRO-0 and ZeRO-2, against the CPU's dp=2: within 1e-4;
+#     bf16 gradients are refused in one line.
 # usage: tests/emu_parallel.sh path/to/trainer_emu   (run from the repository root)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -79,6 +82,29 @@ for z in 0 1 2 3; do
         same "dp=2 ZeRO-$z fp32 on the device vs the cpu${micro:+ (micro-batch 4)}" dev-z$z cpu-dp 1e-4
     fi
 done
+
+# 8. private gradients on the device, dp=2 on hosts a and b
+run_hosts() { # out flags...: R on two ranks whose hosts are a and b
+    local out=$1 a
+    shift
+    a=("$T" run "$R" --set steps=6 --set every=0 --eval-every 0 --peak-gflops 100 --out "$tmp/$out" "$@")
+    timeout 600 mpirun -np 1 -x TR_HOSTNAME=a "${a[@]}" : -np 1 -x TR_HOSTNAME=b "${a[@]}" \
+        >"$tmp/$out.log" 2>&1 || { bad "$out: the run failed (exit $?)"; tail -3 "$tmp/$out.log"; return 1; }
+    losses "$tmp/$out/metrics.jsonl" >"$tmp/$out.l"
+}
+for z in 0 2; do
+    run_hosts dev-priv-z$z --dp 2 --zero $z --device cuda --precision fp32 --private-gradients &&
+        grep -q "masked between 2 hosts" "$tmp/dev-priv-z$z.log" &&
+        same "private gradients, dp=2 ZeRO-$z fp32 on the device (2 hosts) vs the cpu" dev-priv-z$z cpu-dp 1e-4
+done
+a=("$T" run "$R" --set steps=1 --dp 2 --device cuda --precision bf16 --private-gradients --out "$tmp/refused-priv-bf16")
+if timeout 600 mpirun -np 1 -x TR_HOSTNAME=a "${a[@]}" : -np 1 -x TR_HOSTNAME=b "${a[@]}" >"$tmp/refused-priv-bf16.log" 2>&1; then
+    bad "private gradients with bf16 gradients on the device were not refused"
+else
+    line=$(grep -a "private gradients: masked sums need fp32 gradients, and this run's are bf16" "$tmp/refused-priv-bf16.log" | head -1)
+    [ -n "$line" ] && ok "private gradients, bf16 on the device: refused in one line: $line" ||
+        bad "private gradients, bf16: $(grep -a "private" "$tmp/refused-priv-bf16.log" | head -2)"
+fi
 
 # 2. bf16
 run 1 dev-bf1 --device cuda --precision bf16 &&
