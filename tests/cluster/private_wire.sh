@@ -55,27 +55,36 @@ capture() {
     return $rc
 }
 
+# payloads.py: the TCP payloads of a capture, one bytes object (found and uniform use it)
+cat >"$tmp/payloads.py" <<'PY'
+import struct
+
+
+def payloads(pcap):
+    data = open(pcap, "rb").read()
+    end = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" else ">"
+    link = struct.unpack(end + "I", data[20:24])[0]
+    pay, at = bytearray(), 24
+    while at + 16 <= len(data):
+        caplen = struct.unpack(end + "I", data[at + 8:at + 12])[0]
+        p = data[at + 16:at + 16 + caplen]
+        at += 16 + caplen
+        off = 14 if link == 1 else 16 if link == 113 else 0  # Ethernet, Linux cooked
+        if len(p) < off + 20 or p[off] >> 4 != 4:
+            continue
+        t = off + (p[off] & 15) * 4
+        if len(p) >= t + 20:
+            pay += p[t + (p[t + 12] >> 4) * 4:]
+    return bytes(pay)
+PY
+
 # found KIND RANK: "FOUND SEARCHED BYTES" of the rank's gradient values in the payloads
 found() {
-    python3 - "$tmp/$1.pcap" "$tmp/$1.grad.$2" <<'PY'
+    PYTHONPATH="$tmp" python3 - "$tmp/$1.pcap" "$tmp/$1.grad.$2" <<'PY'
 import struct, sys
+from payloads import payloads
 pcap, grad = sys.argv[1:]
-data = open(pcap, "rb").read()
-end = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" else ">"
-link = struct.unpack(end + "I", data[20:24])[0]
-pay, at = bytearray(), 24
-while at + 16 <= len(data):
-    caplen = struct.unpack(end + "I", data[at + 8:at + 12])[0]
-    p = data[at + 16:at + 16 + caplen]
-    at += 16 + caplen
-    off = 14 if link == 1 else 16 if link == 113 else 0  # Ethernet, Linux cooked
-    if len(p) < off + 20 or p[off] >> 4 != 4:
-        continue
-    ihl = (p[off] & 15) * 4
-    t = off + ihl
-    if len(p) < t + 20:
-        continue
-    pay += p[t + (p[t + 12] >> 4) * 4:]
+pay = payloads(pcap)
 g = open(grad, "rb").read()  # one rank's
 vals = sorted({g[i:i + 4] for i in range(0, len(g) - 3, 4)})
 # values whose pattern is not a run of one byte and not tiny integers' (real gradients)
@@ -88,23 +97,11 @@ PY
 
 # uniform KIND FILE: "PIECES_FOUND CHI2 BYTES" of FILE's bytes (what rank 1 sent)
 uniform() {
-    python3 - "$tmp/$1.pcap" "$2" <<'PY'
-import struct, sys
+    PYTHONPATH="$tmp" python3 - "$tmp/$1.pcap" "$2" <<'PY'
+import sys
+from payloads import payloads
 pcap, sent = sys.argv[1:]
-data = open(pcap, "rb").read()
-end = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" else ">"
-link = struct.unpack(end + "I", data[20:24])[0]
-pay, at = bytearray(), 24
-while at + 16 <= len(data):
-    caplen = struct.unpack(end + "I", data[at + 8:at + 12])[0]
-    p = data[at + 16:at + 16 + caplen]
-    at += 16 + caplen
-    off = 14 if link == 1 else 16 if link == 113 else 0
-    if len(p) < off + 20 or p[off] >> 4 != 4:
-        continue
-    t = off + (p[off] & 15) * 4
-    if len(p) >= t + 20:
-        pay += p[t + (p[t + 12] >> 4) * 4:]
+pay = payloads(pcap)
 m = open(sent, "rb").read()
 pieces = [m[i:i + 64] for i in range(0, len(m) - 64, max(64, len(m) // 20))][:20]
 found = sum(1 for x in pieces if bytes(x) in pay)
