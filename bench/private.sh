@@ -2,8 +2,9 @@
 # Private gradients against plain sums, on a cluster in a box (tests/cluster/cluster.sh) of 2
 # hosts x 1 rank, links shaped to RATE: bench/dp_gpt.lua at dp 2 (ZeRO 0), plain and with
 # --private-gradients, in turn, `reps` times each. For each run: its median step after two of
-# warm-up, its share of the step spent masking (the fixed point, the masks and the blocking sum
-# of the buckets' largest magnitudes: the ledger's "data parallel" line), and the bytes that
+# warm-up, its share of the step spent masking (the fixed point, the masks and the unmasking:
+# the run's "private gradients: masking took" line, the ledger's mask_s; the blocking sum of
+# the buckets' largest magnitudes is communication, not in it), and the bytes that
 # crossed host n1's link (both ways, the switch port's counters, start-up probes included:
 # the same in both); then the ratio of the medians and the bytes' difference per step.
 # Figures, not pass/fail: ratios within one run of this script (the machine is shared).
