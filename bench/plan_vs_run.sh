@@ -28,7 +28,10 @@
 # alternatives hold another variant of that mesh.
 # Printed for each configuration and recipe: layout | predicted | measured | spread |
 # measured / predicted | memory predicted and measured (the fullest rank); then Spearman's rank
-# correlation of predicted and measured step times, and the planner's choice: its layout, its
+# correlation of predicted and measured step times; beside it the runs' own (each pass's
+# measured times against the next pass's: the most a prediction can reach at this noise), and
+# of the pairs of layouts measured further apart than either's spread, how many the prediction
+# orders the same way; then the planner's choice: its layout, its
 # measured step against the fastest layout's, its place among them, and whether it is within
 # 10% of the fastest or within the noise. Figures, not pass/fail; ratios within one run of
 # this script (the machine is shared).
@@ -196,11 +199,12 @@ for rname, recipe in recipes:
             runs.setdefault(label, []).append(run(recipe, flags, name))
     price, tie = planned(recipe)
     print("\n== %s, %s (%d ranks), %d steps a run, the fastest of %d runs; predicted by one "
-          "`trainer plan` (ties within %.0f%%)" % (conf, " ".join(recipe), world, steps, reps,
-                                                  100 * tie.get("band", 0)))
+          "`trainer plan` (ties within %.0f%%, or what the probes' %.0f%% could reorder)" %
+          (conf, " ".join(recipe), world, steps, reps, 100 * tie.get("band", 0),
+           100 * tie.get("reorder", 0)))
     print("%-30s %11s %10s %7s %7s %10s %10s" % ("layout", "predicted", "measured", "spread",
           "meas/pred", "mem pred", "mem meas"))
-    pred, meas, spreads, table = [], [], [], {}
+    pred, meas, spreads, table, passes, spread_of = [], [], [], {}, [], []
     for label, _, key in layouts():
         got = runs[label]
         ok = [g for g in got if isinstance(g, tuple)]
@@ -231,12 +235,40 @@ for rname, recipe in recipes:
         if best[0] == best[0]:
             pred.append(best[0])
             meas.append(best[1])
+            passes.append([g[1] if isinstance(g, tuple) else float("nan") for g in got])
+            spread_of.append(spread)
     print("(* predicted by the run itself: the plan priced another variant of that mesh)")
     noise = statistics.median(spreads) if spreads else float("nan")
     if len(pred) > 2:
         print("Spearman's rank correlation of predicted and measured: %.3f over %d layouts; "
               "the noise (median spread of a layout's runs): %.2fx" %
               (spearman(pred, meas), len(pred), noise))
+    # the ceiling at this noise: the measurements' own rank correlation, each pass against
+    # the next (a prediction cannot rank the layouts better than the runs rank themselves)
+    own = []
+    for k in range(reps - 1):
+        a = [x[k] for x in passes]
+        b = [x[k + 1] for x in passes]
+        keep = [i for i in range(len(a)) if a[i] == a[i] and b[i] == b[i]]
+        if len(keep) > 2:
+            own.append(spearman([a[i] for i in keep], [b[i] for i in keep]))
+    if own:
+        print("the runs' own Spearman, each pass against the next: %s (the most a prediction "
+              "can reach at this noise)" % ", ".join("%.3f" % x for x in own))
+    # the pairs the runs tell apart: measured further apart than either layout's spread
+    apart = right = 0
+    for i in range(len(meas)):
+        for j in range(i + 1, len(meas)):
+            lo, hi = sorted((meas[i], meas[j]))
+            noise_ij = max(x for x in (spread_of[i], spread_of[j], 1.0) if x == x)
+            if hi / lo <= noise_ij:
+                continue
+            apart += 1
+            right += (pred[i] - pred[j]) * (meas[i] - meas[j]) > 0
+    if apart:
+        print("pairs of layouts measured further apart than their runs' spread: %d of %d; the "
+              "prediction orders %d of them the same way (%.0f%%)" %
+              (apart, len(meas) * (len(meas) - 1) // 2, right, 100.0 * right / apart))
     mem = [abs(t[2] / t[3] - 1) for l, t in table.items() if l != "auto" and t[2] > 0 and t[3] > 0]
     if mem:
         print("memory: predicted against measured, the largest error %.2f%% over %d layouts" %

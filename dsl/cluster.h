@@ -97,6 +97,8 @@ typedef struct {
     tr_figure egress_per_gb; /* per GB leaving the provider, USD */
     int cores;              /* CPU cores per node (the CPU backend: they are shared by its
                                ranks); 0 when not known */
+    int threads;            /* the CPU backend: threads each rank computes on (the most of
+                               any rank); 0 when not known */
     int line;               /* the group's line in the cluster file, 0 otherwise */
 } tr_node_group;
 

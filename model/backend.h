@@ -228,6 +228,10 @@ const tr_backend *tr_backend_cpu(void);
  * line naming the library file and the remedy, else "". */
 const char *tr_backend_cpu_blas_threads(char *fix, size_t fixlen);
 
+/* The threads one rank's CPU kernels run on (OpenMP's team size: OMP_NUM_THREADS, else the
+ * cores this process may use). */
+int tr_backend_cpu_threads(void);
+
 /* The CUDA backend (model/cuda/) on the current GPU with storage dtype `dtype`, or NULL with
  * the reason in `why` (this build has no CUDA, no GPU is present, ...): it starts with
  * TR_NO_GPU_FOUND when the machine has none (no driver, or the driver sees no device), and

@@ -33,7 +33,8 @@ typedef struct {
     tr_plan over[4];              /* the fastest that do not fit, by ZeRO stage */
     int have_over[4];
     long evaluated, feasible;
-    double tie;                   /* tr_plan_tie of the cluster */
+    double tie;                   /* PL_TIE: the cost model's own margin */
+    double noise;                 /* tr_plan_noise of the cluster */
     int g0;                       /* the group the devices being searched start at */
 } pl_search;
 
@@ -451,7 +452,7 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
         const char *what;
         double a, b;
     } part[] = {{"tensor-parallel collectives", a->tp_s, b->tp_s},
-                {"pipeline bubble", a->bubble_s, b->bubble_s},
+                {"pipeline bubble", a->bubble_s + a->shared_s, b->bubble_s + b->shared_s},
                 {"pipeline sends", a->pp_s, b->pp_s},
                 {"exposed data-parallel reduction", a->dp_s, b->dp_s},
                 {"compute", a->compute_s, b->compute_s},
@@ -463,8 +464,9 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
     const char *unit = s->o->objective == TR_PLAN_COST ? "cost" : "step";
     if (ratio < 1) { /* a tie the simpler plan won (prefer_simple) */
         snprintf(a->why, sizeof a->why,
-                 "%s %.2fx, a tie (within %.0f%%): the chosen plan has less machinery", unit,
-                 ratio, 100 * s->tie);
+                 "%s %.2fx, a tie (within %.0f%%, or the probes' %.0f%% could reorder them): "
+                 "the chosen plan has less machinery", unit, ratio, 100 * s->tie,
+                 100 * s->noise);
         return;
     }
     if (w == 0 && a->l.tp > dv->per_node)
@@ -501,19 +503,38 @@ double tr_plan_overlap(const tr_cluster *c) {
     return c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
 }
 
-double tr_plan_tie(const tr_cluster *c) {
-    double v = c->noise.v > PL_TIE ? c->noise.v : PL_TIE;
-    return v < PL_TIE_MAX ? v : PL_TIE_MAX;
+double tr_plan_noise(const tr_cluster *c) {
+    return c->noise.v < PL_TIE_MAX ? c->noise.v : PL_TIE_MAX;
 }
 
-/* Neither the cost model nor the probes tell plans within s->tie of each other apart
- * (bench/plan_vs_run.sh, tr_plan_tie): among those, the simplest goes first (insertion sort of
- * that head of the ranking). */
+int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, double tie,
+                 double noise) {
+    if (sp <= sb * (1 + tie)) return 1;
+    double kb = b->step_s > 0 ? sb / b->step_s : 0, kp = p->step_s > 0 ? sp / p->step_s : 0;
+    double part[3][2] = {{b->compute_s + b->bubble_s + b->shared_s,
+                          p->compute_s + p->bubble_s + p->shared_s},
+                         {b->tp_s + b->pp_s + b->dp_s, p->tp_s + p->pp_s + p->dp_s},
+                         {b->optim_s, p->optim_s}};
+    double moves = 0;
+    for (int i = 0; i < 3; i++) moves += fabs(kp * part[i][1] - kb * part[i][0]);
+    return sp - sb <= noise * moves;
+}
+
+static int tied(const pl_search *s, const tr_plan *b, const tr_plan *p) {
+    return tr_plan_tied(b, p, score(s, b), score(s, p), s->tie, s->noise);
+}
+
+/* Plans the cost model and the probes cannot tell from the best (tied()) go first, the
+ * simplest of them first (bench/plan_vs_run.sh); the others follow in their order. */
 static void prefer_simple(pl_search *s) {
     if (s->n_keep < 2) return;
-    double limit = score(s, &s->keep[0]) * (1 + s->tie);
     int n = 1;
-    while (n < s->n_keep && score(s, &s->keep[n]) <= limit) n++;
+    for (int i = 1; i < s->n_keep; i++) { /* a stable partition: the ties to the front */
+        if (!tied(s, &s->keep[0], &s->keep[i])) continue;
+        tr_plan t = s->keep[i];
+        memmove(&s->keep[n + 1], &s->keep[n], (size_t)(i - n) * sizeof t);
+        s->keep[n++] = t;
+    }
     for (int i = 1; i < n; i++) {
         tr_plan t = s->keep[i];
         int j = i;
@@ -670,7 +691,8 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
     }
     s->r = r;
     s->o = o;
-    s->tie = out->tie = tr_plan_tie(c);
+    s->tie = out->tie = PL_TIE;
+    s->noise = out->noise = tr_plan_noise(c);
     fixed_of(r, o, &s->fx);
     if (pl_model_init(&s->m, r, o->dtype, err, errlen)) {
         free(s);

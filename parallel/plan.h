@@ -62,6 +62,8 @@ typedef struct {
     double step_s;      /* one optimizer step */
     double compute_s;   /* of which computing (the slowest pipeline rank, all micro-batches) */
     double bubble_s;    /* the pipeline's idle time */
+    double shared_s;    /* CPU ranks sharing cores: what the cores that waiting pipeline ranks
+                           yield to the others take off the above (0 or less) */
     double tp_s;        /* tensor-parallel collectives (not overlapped) */
     double pp_s;        /* pipeline sends and receives (exposed) */
     double dp_s;        /* data-parallel reduction and ZeRO gathers (exposed part) */
@@ -85,14 +87,30 @@ typedef struct {
     char need[300];     /* nothing fits: "needs 12 GPUs of 80 GB, or recompute = full on 8" */
     char figures[800];  /* every figure the cost model used and its origin (measured, given,
                            table, published or assumed) */
-    double tie;         /* plans within this share of the best were a tie (tr_plan_tie) */
+    double tie;         /* plans within this share of the best were a tie (PL_TIE) */
+    double noise;       /* ... and so were plans this much noise in each figure could reorder
+                           (tr_plan_noise) */
 } tr_plan_result;
 
-/* The share of the best plan's step time (or cost) within which plans count as a tie, the
- * simplest winning: the cost model's PL_TIE (5%), or the spread of the cluster's probes when
- * they varied more (two measurements a minute apart differ by about that much, and the plan
- * should not follow them), at most PL_TIE_MAX (25%). */
-double tr_plan_tie(const tr_cluster *c);
+/* How much each figure the cost model uses may move when measured again: the cluster's probes'
+ * noise (two measurements a minute apart differ by about that much, and the plan should not
+ * follow them), at most PL_TIE_MAX (25%); 0 for a cluster from a file. Plans within the cost
+ * model's own margin (PL_TIE, 5%) of the best are a tie, and so are those this noise could
+ * reorder (parallel/plan.c: tied); the simplest wins. */
+double tr_plan_noise(const tr_cluster *c);
+
+/* Whether plan p, scored sp (its step time, or its cost), ties with plan b scored sb <= sp:
+ * within the cost model's margin (sp <= sb (1 + tie)), or so close that the probes could
+ * order them the other way when measured again. Each figure may move by `noise`: the compute
+ * rate moves the compute, the bubble and what shared cores give back; the links the
+ * collectives and sends; the memory bandwidth the optimizer. The difference of two plans then
+ * moves by at most noise times the sum, figure by figure, of their parts' differences (in
+ * score units). Plans that differ in one kind of part only (ZeRO-2's optimizer against
+ * ZeRO-0's: the memory bandwidth alone) keep their order under any noise; plans that trade one
+ * for another (compute for communication) tie while the noise could turn the difference
+ * around. */
+int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, double tie,
+                 double noise);
 
 /* The share of the data-parallel reduction the cost model assumes hidden behind the backward
  * on this cluster's backend (assumed; each run prints what it measured beside it). */

@@ -130,6 +130,12 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
     d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
     d->reserve = 0;
+    d->share = 1;
+    for (int i = first; c->cpu && i >= 0 && i <= last; i++) {
+        const tr_node_group *g = &c->g[i];
+        double want = (double)g->per_node * g->threads; /* threads its ranks ask for */
+        if (g->cores > 0 && want > g->cores) d->share = mind(d->share, g->cores / want);
+    }
     for (int i = first; !c->cpu && i >= 0 && i <= last; i++) /* the largest of those used */
         d->reserve = fmax(d->reserve, tr_plan_runtime_reserve(c->g[i].device, NULL));
 }
@@ -414,6 +420,45 @@ static double bubble_ratio(const tr_plan *p) {
     }
 }
 
+/* Ranks that share their node's cores (dv->share < 1): the rates were measured with every
+ * rank computing at once, but a pipeline rank that waits (its bubble, a receive) yields its
+ * core (comm/mpi.c's waits) and the ranks still computing then run faster, up to their own
+ * speed. The schedule's lists are simulated with each node's load (tr_pp_span_shared: the
+ * whole timeline slows wherever the ranks busy at once ask for more than the node's cores),
+ * the busiest node's span over the span at a rank's own speed stretching the pipeline part,
+ * `critical` (compute, sends and bubble, priced at the shared rate: share x it at a rank's own
+ * speed). Returns what that takes off `critical`, 0 or less; the last answer is kept. */
+static double shared_cores(const pl_devices *dv, const tr_layout *l, double critical) {
+    static tr_layout last;
+    static double last_share, last_ratio = -1;
+    static int last_per;
+    int P = l->pp;
+    if (dv->share >= 1 || P <= 1 || P > TR_PP_MAX_RANKS) return 0;
+    if (last_ratio < 0 || last_share != dv->share || last_per != dv->per_node ||
+        last.world != l->world ||
+        last.tp != l->tp || P != last.pp || last.virtual_stages != l->virtual_stages ||
+        last.microbatches != l->microbatches || last.schedule != l->schedule) {
+        tr_pp_schedule s;
+        double solo = -1, most = -1;
+        if (!tr_pp_generate(&s, (tr_pp_kind)l->schedule, P, l->virtual_stages,
+                            l->microbatches)) {
+            double none[TR_PP_MAX_RANKS] = {0}, load[TR_PP_MAX_RANKS];
+            solo = tr_pp_span_shared(&s, none);
+            long per = dv->per_node > 0 ? dv->per_node : l->world;
+            for (long first = 0; solo > 0 && first < l->world; first += per) {
+                memset(load, 0, sizeof load); /* each stage's ranks on this node, per core */
+                for (long w = first; w < first + per && w < l->world; w++)
+                    load[(w / l->tp) % P] += 1.0 / (per * dv->share);
+                most = maxd(most, tr_pp_span_shared(&s, load));
+            }
+            tr_pp_free(&s);
+        }
+        last = *l, last_share = dv->share, last_per = dv->per_node;
+        last_ratio = solo > 0 && most > 0 ? most / solo : 1 / dv->share;
+    }
+    return mind(0, dv->share * last_ratio * critical - critical);
+}
+
 static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     int K = p->l.pp * p->l.virtual_stages;
     double worst = 0, worst_c = 0, worst_tp = 0, worst_pp = 0, params = 0;
@@ -461,6 +506,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     p->tp_s = M * worst_tp;
     p->pp_s = M * worst_pp;
     p->bubble_s = M * worst * bubble_ratio(p);
+    p->shared_s = p->l.shares_uneven ? 0 : shared_cores(dv, &p->l, M * worst + p->bubble_s);
     /* data parallelism: gradients and ZeRO's gathers over the dp group */
     int d = p->l.dp;
     const tr_link *dl = link_of(dv, (long)p->l.tp * p->l.pp, d);
@@ -488,7 +534,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     p->dp_s = maxd(0, comm - dv->overlap * window) + after;
     double shards = sh.optimizer ? d : 1;
     p->optim_s = params / shards * (4.0 * 3 + m->es) * 2 / dv->mem_bw;
-    p->step_s = M * worst + p->bubble_s + p->dp_s + p->optim_s;
+    p->step_s = M * worst + p->bubble_s + p->shared_s + p->dp_s + p->optim_s;
     /* egress: a data-parallel ring that crosses providers sends its volume out of each */
     p->egress_gb = 0;
     if (dv->groups > 1 && d > 1)

@@ -20,7 +20,7 @@
 #define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */
 #define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */
-#define PL_TIE_MAX 0.25         /* ... widened to the probes' noise, up to this (tr_plan_tie) */
+#define PL_TIE_MAX 0.25         /* the probes' noise the tie allows for, at most (tr_plan_noise) */
 #define PL_ELEMENTWISE_PASSES 4.0 /* activation bytes moved per kept byte, forward + backward */
 
 /* The model as the cost model reads it: per block (tr_cost_blocks), prefix sums, and the
@@ -57,6 +57,9 @@ typedef struct {
     double op_cost; /* per operation */
     double overlap; /* share of a reduction the compute beside it hides */
     double reserve; /* memory the runtime keeps */
+    double share;   /* CPU ranks that share cores: the part of a rank's own speed it gets
+                       while every rank of its node computes (cores / (ranks x threads), the
+                       rate the probes measured, all at once), 1 when they do not */
     double price_s; /* USD per second for all the devices used */
     int per_node;   /* the smallest node used (devices) */
     int groups;     /* groups the world spans */

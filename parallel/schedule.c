@@ -526,8 +526,8 @@ static void describe_deadlock(const tr_pp_schedule *s, pair_state *st, const int
 /* Run the lists in simulated time: each rank takes its actions strictly in order, an action
  * starts when the rank is free and its dependencies have finished. Any order of visiting the
  * ranks gives the same times, since an action's start depends only on finished actions. */
-static int run_lists(const tr_pp_schedule *s, pair_state *st, double *makespan, char *err,
-                     size_t errlen) {
+static int run_lists(const tr_pp_schedule *s, pair_state *st, double *makespan, double **ends,
+                     char *err, size_t errlen) {
     int pos[TR_PP_MAX_RANKS] = {0}, progress = 1;
     double free_at[TR_PP_MAX_RANKS] = {0};
     while (progress) {
@@ -543,6 +543,7 @@ static int run_lists(const tr_pp_schedule *s, pair_state *st, double *makespan, 
                   : a->op == TR_ACT_BWD_W ? &p->t_w
                                           : &p->t_in) = end;
                 free_at[r] = end;
+                if (ends) ends[r][pos[r] - 1] = end;
                 progress = 1;
             }
         }
@@ -574,9 +575,53 @@ int tr_pp_simulate(const tr_pp_schedule *s, double *makespan, char *err, size_t 
     int rc = check_lists(s, st, err, errlen);
     for (size_t i = 0; i < n; i++)
         st[i].t_fwd = st[i].t_in = st[i].t_w = -1;
-    if (!rc) rc = run_lists(s, st, makespan, err, errlen);
+    if (!rc) rc = run_lists(s, st, makespan, NULL, err, errlen);
     free(st);
     return rc;
+}
+
+static int cmp_event(const void *a, const void *b) {
+    const double *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+double tr_pp_span_shared(const tr_pp_schedule *s, const double *load) {
+    size_t n = (size_t)s->M * (size_t)(s->P * s->V), total = 0;
+    if (s->P < 1 || s->P > TR_PP_MAX_RANKS) return -1;
+    for (int r = 0; r < s->P; r++)
+        total += (size_t)s->n[r];
+    pair_state *st = calloc(n, sizeof(*st));
+    double *end = calloc(total, sizeof(double)), *ev = calloc(2 * total, 2 * sizeof(double));
+    double *ends[TR_PP_MAX_RANKS], span = -1;
+    char err[256];
+    if (!st || !end || !ev) goto out;
+    for (size_t i = 0; i < n; i++)
+        st[i].t_fwd = st[i].t_in = st[i].t_w = -1;
+    for (int r = 0, at = 0; r < s->P; at += s->n[r], r++)
+        ends[r] = end + at;
+    if (check_lists(s, st, err, sizeof err) || run_lists(s, st, NULL, ends, err, sizeof err))
+        goto out;
+    /* each action: +load at its start, -load at its end; a sweep in time order */
+    size_t k = 0;
+    for (int r = 0; r < s->P; r++)
+        for (int i = 0; i < s->n[r]; i++) {
+            double e = ends[r][i], b = e - op_cost(s->list[r][i].op);
+            ev[2 * k] = b, ev[2 * k + 1] = load[r], k++;
+            ev[2 * k] = e, ev[2 * k + 1] = -load[r], k++;
+        }
+    qsort(ev, k, 2 * sizeof(double), cmp_event);
+    double demand = 0, t = 0;
+    span = 0;
+    for (size_t i = 0; i < k; i++) {
+        span += (ev[2 * i] - t) * (demand > 1 ? demand : 1);
+        t = ev[2 * i];
+        demand += ev[2 * i + 1];
+    }
+out:
+    free(st);
+    free(end);
+    free(ev);
+    return span;
 }
 
 double tr_pp_bubble(const tr_pp_schedule *s) {

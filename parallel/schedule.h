@@ -103,6 +103,14 @@ double tr_pp_bubble(const tr_pp_schedule *s);
  * flight than max_inflight). Tests and tr_pp_bubble. */
 int tr_pp_simulate(const tr_pp_schedule *s, double *makespan, char *err, size_t errlen);
 
+/* The makespan of the lists (in tr_pp_simulate's units) when the pipeline ranks share cores:
+ * load[r] is what pipeline rank r asks of its node's cores while it computes (the ranks of
+ * its stage there times their threads, over the node's cores). Wherever the ranks busy at
+ * once ask more than 1 (all of the cores), every one of them slows by that much, and so does
+ * the whole timeline, its order unchanged (all slow alike); a waiting rank asks nothing
+ * (comm/mpi.c's waits yield their core). -1 when the lists fail tr_pp_simulate. */
+double tr_pp_span_shared(const tr_pp_schedule *s, const double *load);
+
 /* zb-v: the gradient buffers chunk c keeps between stages, in pools of their own instead of
  * one per activation slot. *recv for the gradient of its output: 1 when it comes from
  * another rank (the executor posts the receive of a micro-batch's gradient after the input

@@ -44,6 +44,7 @@ enum {
     F_INTER_LAT,
     F_INTER_P2P,
     F_NOISE, /* the largest tr_topology_spread() of the probes this rank timed for the planner */
+    F_THREADS, /* threads this rank computes on */
     F_N
 };
 
@@ -390,6 +391,7 @@ static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int li
                    double *f, char *err, size_t errlen) {
     int rank = tr_comm_rank(w), node = h->node[rank];
     f[F_CORES] = node_cores(h, node);
+    f[F_THREADS] = o->cpu ? o->threads : 0;
     f[F_MEM] = o->cpu ? phys_mem() / h->count[node] : o->device_mem;
     f[F_FLOPS] = o->peak_flops;
     if (o->cpu && o->peak_flops <= 0) {
@@ -428,8 +430,8 @@ static void slowest(const double *all, int size, const int *want, double *agg) {
         if (!want[r]) continue;
         for (int i = 0; i < F_N; i++) {
             double v = all[(size_t)r * F_N + i];
-            int lat = i == F_INTRA_LAT || i == F_INTER_LAT || i == F_NOISE;
-            if (v > 0 && (agg[i] == 0 || (lat ? v > agg[i] : v < agg[i]))) agg[i] = v;
+            int most = i == F_INTRA_LAT || i == F_INTER_LAT || i == F_NOISE || i == F_THREADS;
+            if (v > 0 && (agg[i] == 0 || (most ? v > agg[i] : v < agg[i]))) agg[i] = v;
         }
     }
 }
@@ -467,6 +469,7 @@ static void fill_group(tr_node_group *g, const hosts *h, int gi, const double *a
     g->price_hour = fig(0, TR_ORIGIN_ASSUMED);
     g->egress_per_gb = fig(0, TR_ORIGIN_ASSUMED);
     g->cores = (int)agg[F_CORES];
+    g->threads = (int)agg[F_THREADS];
 }
 
 /* Append to s (of size n) what fmt makes, truncated. */
@@ -491,7 +494,8 @@ static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts
     cat(s, n, ")");
     if (h->n_groups == 1) cat(s, n, " x %d rank%s", h->count[0], h->count[0] > 1 ? "s" : "");
     if (o->cpu)
-        cat(s, n, ", CPU, %d core%s", c->g[0].cores, c->g[0].cores == 1 ? "" : "s");
+        cat(s, n, ", CPU, %d core%s, %d thread%s a rank", c->g[0].cores,
+            c->g[0].cores == 1 ? "" : "s", c->g[0].threads, c->g[0].threads == 1 ? "" : "s");
     else
         cat(s, n, ", %.63s", c->g[0].device);
     if (!h->contiguous) cat(s, n, "; ranks not contiguous per node");

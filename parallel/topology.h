@@ -17,6 +17,7 @@ typedef struct {
     double peak_flops;  /* FLOP/s per rank: the table's for a GPU (0: unknown); on the CPU
                            0 measures sgemm on every rank at once, > 0 is given */
     int measure_links;  /* 1: time collectives inside and between nodes */
+    int threads;        /* the CPU backend: threads each rank computes on (0: unknown) */
     const char *host;   /* this rank's host name; NULL: gethostname (tests name their own
                            to play several nodes on one machine) */
 } tr_topology_opts;
@@ -62,7 +63,8 @@ int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *ou
  * would move if it were measured again, relative to it: the median's standard error, about
  * 1.25 sigma / sqrt(n), with sigma estimated from the interquartile range (IQR / 1.35). Sorts
  * t. Two planners that measure the machine a minute apart see figures that far apart, and
- * parallel/plan.c widens its tie to the largest of them (tr_plan_tie, tr_cluster.noise). */
+ * parallel/plan.c ties plans that the largest of them could reorder (tr_plan_noise,
+ * tr_cluster.noise). */
 double tr_topology_spread(double *t, int n);
 
 /* Mid-run: the one-way rate (bytes/s) from each host to each other, rate[a * n_hosts + b]

@@ -539,7 +539,66 @@ static void model_rate_measured(void) {
     tr_recipe_free(&r);
 }
 
-/* ---- the tie: the cost model's 5%, widened to the probes' noise ------------------------- */
+/* ---- ranks that share cores: a waiting pipeline rank's core goes to the others ---------- */
+
+/* pp_gpt on one node of 4 CPU ranks, 1 thread each: on 2 cores (every rank at half its own
+ * speed while all compute) against cores enough or a thread count not known. dp 4 keeps every
+ * rank busy and gains nothing; a pipeline's part (compute, sends, bubble) becomes half of
+ * itself (a rank's own speed) times the schedule's span on the shared cores over its span
+ * alone, each stage's ranks there asking for their share of the cores (tr_pp_span_shared). */
+static void shared_cores(void) {
+    tr_recipe r;
+    load(&r, "recipes_good/pp_gpt.lua", NULL, 0);
+    const struct { int dp, pp; tr_pp_kind sched; } cases[] = {
+        {4, 1, TR_PP_1F1B}, {2, 2, TR_PP_1F1B}, {1, 4, TR_PP_1F1B}, {2, 2, TR_PP_GPIPE},
+        {1, 4, TR_PP_ZBH1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tr_layout_flags f = {.dp = cases[i].dp, .tp = 1, .pp = cases[i].pp, .zero = 0,
+                             .schedule = cases[i].pp > 1 ? (int)cases[i].sched : -1,
+                             .sequence_parallel = -1, .micro_batch = 1};
+        tr_layout l;
+        char err[1024];
+        if (!check(!tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
+                   "shared cores: dp %d x pp %d resolves (%s)", cases[i].dp, cases[i].pp, err))
+            continue;
+        tr_cluster c;
+        cpu_cluster(&c, 4);
+        c.g[0].cores = 2;
+        tr_plan p[3];
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[0]); /* threads not known */
+        c.g[0].threads = 1;
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[1]); /* 4 x 1 on 2 cores */
+        c.g[0].cores = 4;
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[2]); /* a core each */
+        double crit = p[1].compute_s + p[1].bubble_s + p[1].tp_s + p[1].pp_s, want = crit;
+        if (l.pp > 1) { /* each stage's dp ranks on the node, 1 thread each, over 2 cores */
+            tr_pp_schedule s;
+            double none[TR_PP_MAX_RANKS] = {0}, ld[TR_PP_MAX_RANKS] = {0};
+            for (int k = 0; k < l.pp; k++)
+                ld[k] = l.dp / 2.0;
+            if (!check(!tr_pp_generate(&s, (tr_pp_kind)l.schedule, l.pp, l.virtual_stages,
+                                       l.microbatches), "shared cores: schedule generated"))
+                continue;
+            want = 0.5 * crit * tr_pp_span_shared(&s, ld) / tr_pp_span_shared(&s, none);
+            tr_pp_free(&s);
+        }
+        double parts = p[1].compute_s + p[1].bubble_s + p[1].shared_s + p[1].tp_s + p[1].pp_s +
+                       p[1].dp_s + p[1].optim_s;
+        check(p[0].shared_s == 0 && p[2].shared_s == 0 && p[0].step_s == p[2].step_s,
+              "dp %d x pp %d (%s): nothing yielded with threads unknown or a core each "
+              "(%g, %g s)", l.dp, l.pp, tr_pp_kind_name((tr_pp_kind)l.schedule), p[0].shared_s,
+              p[2].shared_s);
+        check(fabs(crit + p[1].shared_s - want) <= 1e-12 * crit &&
+                  (l.pp > 1 ? p[1].shared_s < 0 : p[1].shared_s == 0) &&
+                  fabs(parts - p[1].step_s) <= 1e-12 * p[1].step_s,
+              "dp %d x pp %d (%s) on 2 cores: the pipeline part %.6f s is half its %.6f s "
+              "times the shared span's stretch (%.6f s), the parts sum to the step", l.dp, l.pp,
+              tr_pp_kind_name((tr_pp_kind)l.schedule), crit + p[1].shared_s, crit, want);
+    }
+    tr_recipe_free(&r);
+}
+
+/* ---- the tie: the cost model's 5%, and what the probes' noise could reorder ------------- */
 
 /* The tie rule's machinery count, as parallel/plan.c orders it: model-parallel ranks, then
  * the ZeRO stage. */
@@ -547,53 +606,67 @@ static int machinery(const tr_plan *p) {
     return 8 * p->l.tp * p->l.pp + p->l.zero;
 }
 
-/* A cluster whose probes varied: plans within that much of the best are a tie, the simplest
- * wins; the band is 5% below it and 25% at most. The layout that wins the wider tie is one the
- * 5% tie ranked below the best by more than 5%. */
-static void noise_widens_tie(tr_plan_result *res) {
+/* A plan of 1 s: compute, links and optimizer parts as given. */
+static tr_plan parts_of(double compute, double links, double optim) {
+    tr_plan p = {0};
+    p.compute_s = compute, p.dp_s = links, p.optim_s = optim;
+    p.step_s = compute + links + optim;
+    return p;
+}
+
+/* The rule on plans made by hand (tr_plan_tied), then on a search: with noise, the plan chosen
+ * ties with the fastest, and no simpler plan shown does. */
+static void noise_reorders(tr_plan_result *res) {
     tr_cluster c;
     cpu_cluster(&c, 2);
-    double want[][2] = {{0, 0.05}, {0.02, 0.05}, {0.12, 0.12}, {0.9, 0.25}};
+    double want[][2] = {{0, 0}, {0.12, 0.12}, {0.9, 0.25}};
     int ok = 1;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 3; i++) {
         c.noise.v = want[i][0];
-        ok &= fabs(tr_plan_tie(&c) - want[i][1]) < 1e-12;
+        ok &= fabs(tr_plan_noise(&c) - want[i][1]) < 1e-12;
     }
-    check(ok, "the tie: 5%% for noise 0 and 2%%, 12%% for 12%%, 25%% for 90%%");
+    check(ok, "the noise the tie takes: 0, 12%% as measured, 25%% at most for 90%%");
+    tr_plan b = parts_of(0.8, 0.1, 0.1);
+    tr_plan opt = parts_of(0.8, 0.1, 0.2);   /* +10%, the optimizer alone */
+    tr_plan trade = parts_of(0.7, 0.26, 0.1); /* +6%: less compute, more communication */
+    tr_plan near = parts_of(0.8, 0.1, 0.14);  /* +4%: the model's own margin */
+#define TIED(x, n) tr_plan_tied(&b, &(x), b.step_s, (x).step_s, 0.05, (n))
+    check(!TIED(opt, 0.25) && !TIED(trade, 0) && !TIED(trade, 0.2) && TIED(trade, 0.25) &&
+              TIED(near, 0) && TIED(near, 0.25),
+          "tied: +10%% in the optimizer alone never (one figure moves it, not its sign); +6%% "
+          "trading compute (-0.1 s) for communication (+0.16 s) at noise 25%% (it could move "
+          "0.065 s) but not 20%% (0.052 s) or 0; +4%% always (the model's 5%%)");
+#undef TIED
     tr_recipe r;
     load(&r, "recipes_good/pp_gpt.lua", NULL, 0);
     tr_plan_opts o = opts(TR_DTYPE_F32);
-    o.alternatives = 10;
+    o.alternatives = 32;
     char err[1024];
-    c.noise.v = 0;
-    tr_plan b0 = {0}, simpler = {0};
-    double rho = 0;
-    /* slower memory makes the sharded optimizer (ZeRO-1 and up) win by more: the first
-       bandwidth at which a simpler plan is 6-20% slower than the best */
-    for (double bw = 5e9; bw > 1e8 && rho == 0; bw /= 1.5) {
-        c.g[0].mem_bw.v = bw;
-        if (tr_plan_search(&r, &c, &o, res, err, sizeof err) || !res->fits) continue;
-        b0 = res->best;
+    const double noises[] = {0, 0.1, 0.25};
+    for (int k = 0; k < 3; k++) {
+        c.noise.v = noises[k];
+        if (!check(!tr_plan_search(&r, &c, &o, res, err, sizeof err) && res->fits,
+                   "noise %.0f%%: planned (%s)", 100 * noises[k], err))
+            continue;
+        const tr_plan *fast = &res->best;
+        for (int i = 0; i < res->n_alts; i++)
+            if (res->alts[i].mem_bytes <= res->alts[i].mem_cap &&
+                res->alts[i].step_s < fast->step_s)
+                fast = &res->alts[i];
+        int simpler_tied = 0;
         for (int i = 0; i < res->n_alts; i++) {
             const tr_plan *a = &res->alts[i];
-            double q = a->step_s / b0.step_s;
-            if (a->mem_bytes <= a->mem_cap && q > 1.06 && q < 1.2 &&
-                machinery(a) < machinery(&b0) && (rho == 0 || machinery(a) < machinery(&simpler)))
-                simpler = *a, rho = q;
+            simpler_tied += a->mem_bytes <= a->mem_cap && machinery(a) < machinery(&res->best) &&
+                            tr_plan_tied(fast, a, fast->step_s, a->step_s, res->tie, res->noise);
         }
-    }
-    char d0[200], d1[200] = "";
-    tr_plan_describe(&b0, d0, sizeof d0);
-    if (check(rho > 0, "noise 0: %s, with a simpler plan 6-20%% slower among its alternatives",
-              d0)) {
-        c.noise.v = rho - 1 + 0.01;
-        int rc = tr_plan_search(&r, &c, &o, res, err, sizeof err);
-        if (!rc) tr_plan_describe(&res->best, d1, sizeof d1);
-        check(!rc && res->fits && fabs(res->tie - c.noise.v) < 1e-12 &&
-                  machinery(&res->best) <= machinery(&simpler) &&
-                  res->best.step_s <= b0.step_s * (1 + res->tie) * 1.0001,
-              "noise %.0f%%: the tie is %.0f%% and the simpler plan (%.2fx) wins: %s", 
-              100 * c.noise.v, 100 * res->tie, rho, d1);
+        char d[200];
+        tr_plan_describe(&res->best, d, sizeof d);
+        check(res->noise == noises[k] && res->tie == 0.05 &&
+                  tr_plan_tied(fast, &res->best, fast->step_s, res->best.step_s, res->tie,
+                               res->noise) &&
+                  !simpler_tied,
+              "noise %.0f%%: %s (%.4f s) ties with the fastest (%.4f s), and no simpler plan "
+              "shown does", 100 * noises[k], d, res->best.step_s, fast->step_s);
     }
     tr_recipe_free(&r);
 }
@@ -717,8 +790,9 @@ int main(void) {
     fixed_and_nothing_fits(res);
     keeps_what_fits(res);
     model_rate_measured();
+    shared_cores();
     every_mesh_kept(res);
-    noise_widens_tie(res);
+    noise_reorders(res);
     cost_and_deadline(res);
     published(res);
     mixed_devices(res);

@@ -118,6 +118,28 @@ static int chunks_in_order(const tr_pp_schedule *s) {
     return ok;
 }
 
+/* The span on shared cores (tr_pp_span_shared): asking for no cores, the simulation's own
+ * makespan; every rank asking for all of them, the ranks' whole work (someone is always busy:
+ * a rank waits only for an action that is running or for its own); half of them, between the
+ * two and at least half the work. */
+static int shared_spans(const tr_pp_schedule *s, const double *span, const char *kind) {
+    double none[TR_PP_MAX_RANKS] = {0}, all[TR_PP_MAX_RANKS], half[TR_PP_MAX_RANKS], end = 0;
+    for (int r = 0; r < s->P; r++) {
+        all[r] = 1, half[r] = 0.5;
+        end = span[r] > end ? span[r] : end;
+    }
+    double work = 3.0 * s->V * s->M * s->P, tol = 1e-9 * work;
+    double a = tr_pp_span_shared(s, none), b = tr_pp_span_shared(s, all);
+    double h = tr_pp_span_shared(s, half);
+    return check(fabs(a - end) <= tol, 1, "%s pp %d V %d M %d: shared span at no load %g = %g",
+                 kind, s->P, s->V, s->M, a, end) &&
+           check(fabs(b - work) <= tol, 1, "%s pp %d V %d M %d: shared span at full load %g = "
+                 "the work %g", kind, s->P, s->V, s->M, b, work) &&
+           check(h >= a - tol && h <= b + tol && h >= 0.5 * work - tol, 1,
+                 "%s pp %d V %d M %d: shared span at half load %g in [%g, %g], >= %g", kind,
+                 s->P, s->V, s->M, h, a, b, 0.5 * work);
+}
+
 /* One schedule the check accepted: simulated, ordered, slots within the promise. Returns its
  * bubble, or -1 after reporting a failure. */
 static double run_one(tr_pp_kind k, int P, int V, int M) {
@@ -147,6 +169,7 @@ static double run_one(tr_pp_kind k, int P, int V, int M) {
                    tr_pp_kind_name(k), P, V, M) &&
              check(bubble >= 0 && bubble < 1, 1, "%s pp %d V %d M %d: bubble %g in [0, 1)",
                    tr_pp_kind_name(k), P, V, M, bubble);
+    if (ok) ok = shared_spans(&s, span, tr_pp_kind_name(k));
     tr_pp_free(&s);
     return ok ? bubble : -1;
 }

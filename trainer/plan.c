@@ -178,13 +178,16 @@ static void print_model_eff(const tr_cluster *c, FILE *f) {
 
 /* The tie rule, with the figure that set it. */
 static void print_tie(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
-    fprintf(f, "ties: plans within %.0f%% of the best are a tie, the simplest wins (",
+    fprintf(f, "ties: plans within %.0f%% of the best (the cost model's own margin)",
             100 * res->tie);
     if (c->noise.from == TR_ORIGIN_MEASURED)
-        fprintf(f, "the probes varied %.0f%%; the cost model's own margin is 5%%, at most 25%%)\n",
-                100 * c->noise.v);
+        fprintf(f, ", or that the probes' noise (they varied %.0f%%; %.0f%% taken, at most 25%%) "
+                   "could reorder: each figure moved by that much, compute against links "
+                   "against memory, would turn the difference around",
+                100 * c->noise.v, 100 * res->noise);
     else
-        fprintf(f, "the cost model's margin; no probe was timed)\n");
+        fprintf(f, " (no probe was timed)");
+    fprintf(f, "; the simplest of them wins\n");
 }
 
 /* The groups plan p's devices come from (the first l.world from group_first on): n of them,
@@ -226,6 +229,11 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
     fprintf(f, "  step        %.4g s: compute %.3g, bubble %.3g, tp %.3g, pp %.3g, dp exposed "
                "%.3g, optimizer %.3g\n",
             b->step_s, b->compute_s, b->bubble_s, b->tp_s, b->pp_s, b->dp_s, b->optim_s);
+    if (b->shared_s < 0)
+        fprintf(f, "              less %.3g s: %d ranks x %d threads share %d cores a node, and "
+                   "a waiting pipeline rank yields its core to the others\n",
+                -b->shared_s, c->g[b->group_first].per_node, c->g[b->group_first].threads,
+                c->g[b->group_first].cores);
     fprintf(f, "  throughput  %s tokens/s, MFU %.1f%%\n", toks, 100 * b->mfu);
     if (b->l.private_gradients) {
         int named, orgs = tr_cluster_orgs(c, b->group_first, b->l.world, &named);
@@ -309,7 +317,8 @@ static void json_plan(const tr_plan *p, const tr_cluster *c, FILE *f) {
         int digits;
     } num[] = {{"memory_bytes", p->mem_bytes, 0}, {"memory_capacity", p->mem_cap, 0},
                {"step_s", p->step_s, 6}, {"compute_s", p->compute_s, 6},
-               {"bubble_s", p->bubble_s, 6}, {"tp_s", p->tp_s, 6}, {"pp_s", p->pp_s, 6},
+               {"bubble_s", p->bubble_s, 6}, {"shared_cores_s", p->shared_s, 6},
+               {"tp_s", p->tp_s, 6}, {"pp_s", p->pp_s, 6},
                {"dp_s", p->dp_s, 6}, {"optimizer_s", p->optim_s, 6},
                {"tokens_per_s", p->tokens_s, 6}, {"mfu", p->mfu, -4}, {"hours", p->hours, 6},
                {"cost_usd", p->cost, 6}, {"cost_per_million_tokens", p->cost_per_mtok, 6},
@@ -386,6 +395,8 @@ static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) 
     tr_json_write_num(f, res->tie, -4);
     fprintf(f, ", \"noise\": ");
     tr_json_write_num(f, c->noise.v, -4);
+    fprintf(f, ", \"reorder\": ");
+    tr_json_write_num(f, res->noise, -4);
     fprintf(f, ", \"noise_origin\": \"%s\"}", tr_origin_name(c->noise.from));
     fprintf(f, ",\n \"model_eff\": {");
     for (int i = 0, any = 0; i < TR_CLUSTER_EFF; i++)

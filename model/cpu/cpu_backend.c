@@ -960,6 +960,8 @@ static const tr_backend cpu_backend = {
 
 const tr_backend *tr_backend_cpu(void) { return &cpu_backend; }
 
+int tr_backend_cpu_threads(void) { return omp_get_max_threads(); }
+
 const char *tr_backend_cpu_blas_threads(char *fix, size_t fixlen) {
     if (fixlen) fix[0] = 0;
 #ifdef OPENBLAS_VERSION

@@ -142,7 +142,8 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, const t
                            .device = name,
                            .device_mem = known ? known->mem_bytes : 0,
                            .peak_flops = cpu ? 0 : peak,
-                           .measure_links = cpu && tr_comm_size(world) > 1};
+                           .measure_links = cpu && tr_comm_size(world) > 1,
+                           .threads = cpu ? tr_backend_cpu_threads() : 0};
     if (tr_topology_detect(world, &to, out, err, errlen)) return -1;
     for (int i = 0; !cpu && i < out->n_groups; i++) /* the table's, or assumed */
         tr_group_fill_efficiency(&out->g[i], known);
@@ -236,8 +237,9 @@ int run_plan(run_ctx *x) {
     char d[256];
     tr_plan_describe(&x->plan, d, sizeof d);
     snprintf(x->plan_line[0], sizeof x->plan_line[0],
-             "plan: %s (chosen from %ld layouts in %.2f s for %s; ties within %.0f%%%s)", d,
-             res->evaluated, res->seconds, x->cluster.source, 100 * res->tie, x->replanned);
+             "plan: %s (chosen from %ld layouts in %.2f s for %s; ties within %.0f%%, or "
+             "the probes' %.0f%%%s)", d, res->evaluated, res->seconds, x->cluster.source,
+             100 * res->tie, 100 * res->noise, x->replanned);
     free(res);
     return 0;
 }
@@ -257,9 +259,11 @@ void run_price(run_ctx *x) {
     char d[256] = "", m[32];
     if (!x->planned) tr_plan_describe(&p, d, sizeof d);
     tr_fmt_bytes(p.mem_bytes, m, sizeof m);
+    char sh[64] = ""; /* ranks sharing cores: what waiting pipeline ranks yield (plan.h) */
+    if (p.shared_s < 0) snprintf(sh, sizeof sh, ", less %.3g for shared cores", -p.shared_s);
     snprintf(x->plan_line[1], sizeof x->plan_line[1],
-             "plan: %s%spredicted %.4g s per step (compute %.3g, bubble %.3g, tp %.3g, pp %.3g, "
-             "dp %.3g, optimizer %.3g), %s on the fullest process",
-             d, !d[0] ? "" : x->plan_line[0][0] ? " (continued): " : " (given): ", p.step_s, p.compute_s, p.bubble_s, p.tp_s, p.pp_s,
-             p.dp_s, p.optim_s, m);
+             "plan: %s%spredicted %.4g s per step (compute %.3g, bubble %.3g%s, tp %.3g, pp "
+             "%.3g, dp %.3g, optimizer %.3g), %s on the fullest process",
+             d, !d[0] ? "" : x->plan_line[0][0] ? " (continued): " : " (given): ", p.step_s,
+             p.compute_s, p.bubble_s, sh, p.tp_s, p.pp_s, p.dp_s, p.optim_s, m);
 }
