@@ -211,6 +211,21 @@ static const tr_link *link_of(const pl_devices *dv, long stride, long size) {
     return dv->groups > 1 && stride * size > dv->per_node ? &dv->inter : &dv->inter;
 }
 
+/* The link between pipeline ranks ra and rb of layout l: inside a node when, in every
+ * data-parallel replica, their first tensor-parallel ranks ((d pp + r) tp) sit on one node of
+ * per_node ranks, else between nodes. Only the boundaries that cross pay the slow link (pp 4
+ * over 2 nodes of 2: the middle one). Replicas repeat the pattern every per_node of them at
+ * most, so those are the ones checked. */
+static const tr_link *pp_link(const pl_devices *dv, const tr_layout *l, int ra, int rb) {
+    long per = dv->per_node > 0 ? dv->per_node : l->world, span = (long)l->tp * l->pp;
+    if (per % span == 0) return &dv->intra; /* whole replicas in a node */
+    long reps = span % per == 0 ? 1 : l->dp < per ? l->dp : per;
+    for (long d = 0; d < reps; d++)
+        if (((d * l->pp + ra) * l->tp) / per != ((d * l->pp + rb) * l->tp) / per)
+            return &dv->inter;
+    return &dv->intra;
+}
+
 /* An all-reduce of S bytes over p ranks: a ring's 2(p-1)/p S on the wire, and the latency of
  * a tree's 2 log2(p) steps (NCCL picks the faster per size; this takes the better of each). */
 static double t_allreduce(const tr_link *l, double S, int p) {
@@ -463,7 +478,6 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     int K = p->l.pp * p->l.virtual_stages;
     double worst = 0, worst_c = 0, worst_tp = 0, worst_pp = 0, params = 0;
     double tok = (double)p->l.micro_batch * m->T;
-    const tr_link *pl = link_of(dv, p->l.tp, p->l.pp);
     /* a boundary carries 1/tp of the stream per tp rank: its rows (sequence parallelism), or
        its slice, all-gathered over the tp group on arrival (scatter-gather, pipeline.c) */
     double full = tok * m->C * m->es, S = full / p->l.tp;
@@ -480,9 +494,13 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
                        tr_layout_recompute_at(&p->l, r), &cc, &tt);
             c += cc;
             t += tt;
-            /* receive forward, send back (nothing at zb-v's turn, where one rank holds both) */
-            if (k > 0 && rank_of(p, k - 1) != r) send += S / pl->bw.v + pl->lat.v + gather;
-            if (k < K - 1 && rank_of(p, k + 1) != r) send += S / pl->bw.v + pl->lat.v + gather;
+            /* receive forward, send back (nothing at zb-v's turn, where one rank holds both),
+               each over the link that boundary crosses */
+            for (int j = k - 1; j <= k + 1; j += 2) {
+                if (j < 0 || j >= K || rank_of(p, j) == r) continue;
+                const tr_link *pl = pp_link(dv, &p->l, r, rank_of(p, j));
+                send += S / pl->bw.v + pl->lat.v + gather;
+            }
         }
         if (c + t + send > worst) {
             worst = c + t + send;

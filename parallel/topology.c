@@ -393,6 +393,7 @@ static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int li
     f[F_CORES] = node_cores(h, node);
     f[F_THREADS] = o->cpu ? o->threads : 0;
     f[F_MEM] = o->cpu ? phys_mem() / h->count[node] : o->device_mem;
+    if (o->mem_given > 0 && (f[F_MEM] <= 0 || o->mem_given < f[F_MEM])) f[F_MEM] = o->mem_given;
     f[F_FLOPS] = o->peak_flops;
     if (o->cpu && o->peak_flops <= 0) {
         if (tr_comm_barrier(w)) goto fail; /* at once: ranks sharing cores slow each other */
@@ -459,7 +460,9 @@ static void fill_group(tr_node_group *g, const hosts *h, int gi, const double *a
     for (int k = k0; k < h->n_nodes && h->group[k] == gi; k++)
         g->nodes++;
     g->per_node = h->count[k0];
-    g->mem_bytes = fig(agg[F_MEM], agg[F_MEM] > 0 ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED);
+    g->mem_bytes = fig(agg[F_MEM], !(agg[F_MEM] > 0)             ? TR_ORIGIN_ASSUMED
+                                   : agg[F_MEM] == o->mem_given ? TR_ORIGIN_GIVEN
+                                                                 : TR_ORIGIN_MEASURED);
     tr_origin peak = !o->cpu             ? TR_ORIGIN_TABLE
                      : o->peak_flops > 0 ? TR_ORIGIN_GIVEN
                                          : TR_ORIGIN_MEASURED;

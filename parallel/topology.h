@@ -14,6 +14,8 @@ typedef struct {
     int cpu;            /* the CPU backend: a rank is a device */
     const char *device; /* the device's name ("NVIDIA H100 80GB HBM3"); NULL: "cpu" */
     double device_mem;  /* a GPU's memory in bytes as its runtime reports it; 0: unknown */
+    double mem_given;   /* > 0: each rank's memory is at most this (trainer --memory-mib), its
+                           origin "given" */
     double peak_flops;  /* FLOP/s per rank: the table's for a GPU (0: unknown); on the CPU
                            0 measures sgemm on every rank at once, > 0 is given */
     int measure_links;  /* 1: time collectives inside and between nodes */

@@ -191,4 +191,32 @@ json "$tmp/job.json" "len(d['model_eff']) > 0 and '1' in d['model_eff'] and all(
 mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=2 --tp 2 --out "$tmp/tp" >"$tmp/tp.log" 2>&1 &&
     grep -q "dp 1 x tp 2" "$tmp/tp.log" && ok "--tp 2 is kept: $(grep '^plan: dp' "$tmp/tp.log" | cut -c1-80)" ||
     { bad "--tp 2 not kept"; grep -E "plan|layout|processes" "$tmp/tp.log"; }
+
+# 6. --memory-mib: the memory given to each process. Four fifths of what the free plan needs
+# (job.json, above) make the planner shard: its plan fits the cap (the sizing pass's bytes)
+# and is another layout, the figure's origin "given"; the free plan's layout pinned under the
+# cap (every field pinned: nothing left to plan) is refused in one line; a bad value, or the
+# flag with a cluster file, too.
+cap=$(python3 -c "import json; print(int(json.load(open('$tmp/job.json'))['plan']['predicted']['memory_bytes'] * 0.8 / 2**20))")
+mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --memory-mib "$cap" --json >"$tmp/cap.json" 2>"$tmp/cap.err" &&
+    python3 - "$tmp/job.json" "$tmp/cap.json" "$cap" <<'PY' && ok "--memory-mib $cap: $(python3 -c "import json; p = json.load(open('$tmp/cap.json'))['plan']; print({k: p[k] for k in ('dp', 'tp', 'pp', 'zero', 'recompute')}, p['predicted']['memory_bytes'])")" ||
+import json, sys
+free, cap = json.load(open(sys.argv[1]))["plan"], json.load(open(sys.argv[2]))
+p, limit = cap["plan"], float(sys.argv[3]) * 2**20
+key = lambda q: tuple(q[k] for k in ("dp", "tp", "pp", "zero", "recompute", "micro_batch"))
+sys.exit(0 if p["predicted"]["memory_exact"] and p["predicted"]["memory_bytes"] <= limit and
+         p["predicted"]["memory_capacity"] == limit and key(p) != key(free) and
+         "memory (given)" in cap["figures"] else 1)
+PY
+    { bad "--memory-mib $cap: the plan"; cat "$tmp/cap.err"; head -c 600 "$tmp/cap.json"; }
+pin=$(python3 -c "import json; p = json.load(open('$tmp/job.json'))['plan']; print('--dp %d --tp %d --pp %d --zero %d --micro-batch %d --%ssequence-parallel' % (p['dp'], p['tp'], p['pp'], p['zero'], p['micro_batch'], '' if p['sequence_parallel'] else 'no-'))")
+mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=2 $pin --memory-mib "$cap" --out "$tmp/capped" >"$tmp/capped.log" 2>&1
+rc=$?
+n=$(grep -c "needs .* on its fullest process, more than --memory-mib $cap gives" "$tmp/capped.log")
+[ $rc -ne 0 ] && [ "$n" = 1 ] && ok "the free plan pinned ($pin) under --memory-mib $cap: refused, one line" ||
+    { bad "pinned past --memory-mib: exit $rc, $n lines"; tail -5 "$tmp/capped.log"; }
+expect 2 "^trainer plan: --memory-mib needs MiB per process from 1 to 1e9, got .0.$" -- \
+    plan tests/recipes_good/pp_gpt.lua --memory-mib 0
+expect 2 "^trainer plan: --memory-mib is a flag of .trainer run. that plan does not use for a --cluster or --gpus plan$" -- \
+    plan tests/recipes_good/pp_gpt.lua --gpus 8 --gpu H100-80GB --memory-mib 100
 exit $fail

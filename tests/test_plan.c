@@ -539,6 +539,40 @@ static void model_rate_measured(void) {
     tr_recipe_free(&r);
 }
 
+/* ---- pipeline sends: each boundary over the link it crosses ---------------------------- */
+
+/* pp 4 over 2 nodes of 2 (the cluster in a box): only the middle boundary crosses the nodes.
+ * Halving the network's rate adds one cross-node send a micro-batch to the busiest rank (a
+ * middle one: one neighbour on its node, one across), not two. */
+static void pp_sends_per_boundary(void) {
+    tr_recipe r;
+    load(&r, "../bench/pp_gpt.lua", NULL, 0);
+    tr_layout_flags f = {.dp = 1, .tp = 1, .pp = 4, .zero = 0, .schedule = TR_PP_1F1B,
+                         .sequence_parallel = -1, .micro_batch = 2};
+    tr_layout l;
+    char err[1024];
+    if (!check(!tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
+               "pp_gpt at pp 4 resolves (%s)", err)) {
+        tr_recipe_free(&r);
+        return;
+    }
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    c.g[0].nodes = 2;
+    double bw = 12.5e6, lat = 100e-6;
+    tr_plan p[2];
+    for (int i = 0; i < 2; i++) {
+        c.g[0].inter = (tr_link){{bw / (1 + i), 0}, {lat, 0}, {0, 0}};
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[i]);
+    }
+    double S = (double)l.micro_batch * r.model.seq_len * r.model.dim * 4; /* fp32 stream */
+    double want = l.microbatches * S / bw, got = p[1].pp_s - p[0].pp_s;
+    check(fabs(got - want) <= 1e-9 * want,
+          "pp 4 over 2 nodes of 2: halving the network adds %.6f s of sends, one cross-node "
+          "send of %.0f bytes a micro-batch x %d (%.6f s)", got, S, l.microbatches, want);
+    tr_recipe_free(&r);
+}
+
 /* ---- ranks that share cores: a waiting pipeline rank's core goes to the others ---------- */
 
 /* pp_gpt on one node of 4 CPU ranks, 1 thread each: on 2 cores (every rank at half its own
@@ -791,6 +825,7 @@ int main(void) {
     keeps_what_fits(res);
     model_rate_measured();
     shared_cores();
+    pp_sends_per_boundary();
     every_mesh_kept(res);
     noise_reorders(res);
     cost_and_deadline(res);

@@ -36,6 +36,19 @@ static int parse_int(const char *cmd, const char *flag, const char *s, int min, 
     return 0;
 }
 
+/* A real number from lo to hi, `what` naming it and its range in the refusal. */
+static int parse_real(const char *cmd, const char *flag, const char *s, const char *what,
+                      double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
+        fprintf(perr(), "trainer %s: %s needs %s, got '%s'\n", cmd, flag, what, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int first) {
     memset(o, 0, sizeof(*o));
     o->eval_every = o->sample_tokens = o->layout.dp = o->layout.tp = o->layout.zero = o->layout.schedule = -1;
@@ -149,16 +162,15 @@ int tr_parse_options(tr_options *o, const char *cmd, int argc, char **argv, int 
             if (need_value(cmd, a, i, argc)) return -1;
             o->out = argv[++i];
         } else if (!strcmp(a, "--peak-gflops")) {
-            if (need_value(cmd, a, i, argc)) return -1;
-            char *end;
-            o->peak_gflops = strtod(argv[++i], &end);
-            if (*end != '\0' || !(o->peak_gflops >= 1e-3 && o->peak_gflops <= 1e9)) {
-                fprintf(perr(),
-                        "trainer %s: --peak-gflops needs a rate in GFLOP/s from 0.001 to "
-                        "1e9, got '%s'\n",
-                        cmd, argv[i]);
+            if (need_value(cmd, a, i, argc) ||
+                parse_real(cmd, a, argv[++i], "a rate in GFLOP/s from 0.001 to 1e9", 1e-3, 1e9,
+                           &o->peak_gflops))
                 return -1;
-            }
+        } else if (!strcmp(a, "--memory-mib")) {
+            if (need_value(cmd, a, i, argc) ||
+                parse_real(cmd, a, argv[++i], "MiB per process from 1 to 1e9", 1, 1e9,
+                           &o->memory_mib))
+                return -1;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(perr(), "trainer %s: unknown option '%s' (see trainer %s --help)\n", cmd, a,
                     cmd);

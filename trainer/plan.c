@@ -40,8 +40,8 @@ static const char *plan_help =
     "                     alternatives, as JSON\n"
     "Without --cluster or --gpus: this job, as `trainer run` would see it (one process, or\n"
     "`mpirun -np N trainer plan ...` for N), on the device run would choose (--device,\n"
-    "--precision, --peak-gflops and --timeout apply to this job only). Run's output flags\n"
-    "(--out, --resume, ...) are refused: plan writes nothing.\n";
+    "--precision, --peak-gflops, --memory-mib and --timeout apply to this job only). Run's\n"
+    "output flags (--out, --resume, ...) are refused: plan writes nothing.\n";
 
 typedef struct {
     const char *cluster, *gpu;
@@ -127,7 +127,9 @@ static const char *unused_flag(const tr_options *o, const plan_args *a) {
                                                 : NULL;
     if (outputs || !(a->cluster || a->gpu)) return outputs;
     return o->device ? "--device" : o->precision ? "--precision"
-           : o->peak_gflops > 0 ? "--peak-gflops" : o->timeout > 0 ? "--timeout" : NULL;
+           : o->peak_gflops > 0 ? "--peak-gflops" : o->timeout > 0 ? "--timeout"
+           : o->memory_mib > 0  ? "--memory-mib"
+                                : NULL;
 }
 
 /* Without --cluster or --gpus: the job this command runs in (one process, or those mpirun
@@ -144,7 +146,8 @@ static int this_job(const tr_options *o, const tr_recipe *r, tr_comm **world, tr
     const tr_backend *be = tr_choose_backend(o, r, &peak, desc, sizeof desc, err, errlen);
     if (!be) return -1;
     *cpu = be == tr_backend_cpu();
-    return tr_detect_cluster(*world, be, *cpu ? 0 : peak, r, c, err, errlen);
+    return tr_detect_cluster(*world, be, *cpu ? 0 : peak, o->memory_mib * 1048576.0, r, c, err,
+                             errlen);
 }
 
 static void print_plan_line(const tr_plan *p, FILE *f) {

@@ -20,6 +20,8 @@ typedef struct {
     int steps;             /* --steps, 0 = the recipe's */
     const char *out;       /* --out, NULL = the recipe's */
     double peak_gflops;    /* --peak-gflops, 0 = measure */
+    double memory_mib;     /* --memory-mib: each process's memory to plan for and keep within
+                              (at most what its device has), 0 = the device's */
     int eval_every;        /* --eval-every, -1 = the recipe's */
     const char *device;    /* --device auto|cpu|cuda, NULL = auto */
     double timeout;        /* --timeout: seconds any collective may take (0 = 300) */
@@ -118,10 +120,12 @@ int tr_load_checkpoint(tr_loaded *L, const char *arg, const char *device, char *
 void tr_loaded_free(tr_loaded *L);
 
 /* The cluster this job runs on (parallel/topology.h) for backend `be` of peak FLOP/s `peak`
- * (a GPU's; the CPU's sgemm is measured on every rank at once): every rank of `world` calls
- * it and gets the same. On the CPU with recipe r (NULL: none), also how fast r's own model
+ * (a GPU's; the CPU's sgemm is measured on every rank at once), each process given at most
+ * `mem` bytes (--memory-mib; 0: its device's): every rank of `world` calls it and gets the
+ * same. On the CPU with recipe r (NULL: none), also how fast r's own model
  * runs at each micro-batch (tr_cluster.model_eff). 0, or -1 with one line in err. */
-int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, const tr_recipe *r,
+int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, double mem,
+                      const tr_recipe *r,
                       tr_cluster *out, char *err, size_t errlen);
 
 /* This host's name as the run's records give it: TR_HOSTNAME when set (for launchers whose

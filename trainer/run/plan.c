@@ -128,8 +128,8 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
     return rc;
 }
 
-int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, const tr_recipe *r,
-                      tr_cluster *out, char *err, size_t errlen) {
+int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, double mem,
+                      const tr_recipe *r, tr_cluster *out, char *err, size_t errlen) {
     int cpu = be == tr_backend_cpu();
     char name[128] = "cpu";
     if (!cpu) tr_backend_cuda_peak(be->dtype, name, sizeof name);
@@ -141,6 +141,7 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, const t
                            .host = host,
                            .device = name,
                            .device_mem = known ? known->mem_bytes : 0,
+                           .mem_given = mem,
                            .peak_flops = cpu ? 0 : peak,
                            .measure_links = cpu && tr_comm_size(world) > 1,
                            .threads = cpu ? tr_backend_cpu_threads() : 0};
@@ -204,8 +205,8 @@ static void keep_layout(run_ctx *x) {
 
 int run_plan(run_ctx *x) {
     keep_layout(x);
-    if (tr_detect_cluster(x->world, x->be, x->peak * 1e9, &x->r, &x->cluster, x->err,
-                          sizeof x->err)) {
+    if (tr_detect_cluster(x->world, x->be, x->peak * 1e9, x->o.memory_mib * 1048576.0, &x->r,
+                          &x->cluster, x->err, sizeof x->err)) {
         snprintf(x->msg, sizeof x->msg, "trainer run: %s", x->err);
         return -1;
     }
@@ -244,7 +245,7 @@ int run_plan(run_ctx *x) {
     return 0;
 }
 
-void run_price(run_ctx *x) {
+int run_price(run_ctx *x) {
     tr_plan p;
     tr_plan_price(&x->r, &x->cluster, &x->lay, x->be->dtype, &p);
     /* the memory: the layout's own measuring pass, the fullest rank (as the plan's); the
@@ -266,4 +267,14 @@ void run_price(run_ctx *x) {
              "%.3g, dp %.3g, optimizer %.3g), %s on the fullest process",
              d, !d[0] ? "" : x->plan_line[0][0] ? " (continued): " : " (given): ", p.step_s,
              p.compute_s, p.bubble_s, sh, p.tp_s, p.pp_s, p.dp_s, p.optim_s, m);
+    double cap = x->o.memory_mib * 1048576.0; /* a plan keeps within it; a pinned layout may not */
+    if (cap > 0 && p.mem_bytes > cap) {
+        tr_plan_describe(&p, d, sizeof d);
+        snprintf(x->msg, sizeof x->msg,
+                 "trainer run: %s needs %s on its fullest process, more than --memory-mib %g "
+                 "gives; leave the layout to the planner, or shard more (ZeRO, tp, pp, "
+                 "recompute)", d, m, x->o.memory_mib);
+        return -1;
+    }
+    return 0;
 }

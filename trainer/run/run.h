@@ -149,9 +149,10 @@ int run_private_setup(run_ctx *x);
 
 /* The topology, and the planner's choice of what the recipe and flags leave open, into x->o
  * and x->r (trainer/run/plan.c): 0, or -1 with the line in x->msg. After the layout is
- * resolved, run_price predicts its step time and memory (x->plan_step_s, x->plan_mem). */
+ * resolved, run_price predicts its step time and memory (x->plan_step_s, x->plan_mem): 0, or
+ * -1 with the line in x->msg when that memory passes --memory-mib (the same on every rank). */
 int run_plan(run_ctx *x);
-void run_price(run_ctx *x);
+int run_price(run_ctx *x);
 
 /* OUT/provenance.json (trainer/report/provenance_write.c): every rank gives its host name, rank 0
  * writes the file from the resolved run and the command line argv. 0, or -1 after one line. */

@@ -256,8 +256,8 @@ static int setup_layout(run_ctx *x) {
     bad = tr_layout_memory(&x->lay, &x->r.model, x->be->dtype, x->rank, &x->predicted, x->err,
                            sizeof(x->err));
     snprintf(x->msg, sizeof(x->msg), "%s: %s", x->r.path, x->err);
-    if (run_setup_failed(x->world, bad, x->msg)) return -1;
-    run_price(x);
+    if (run_setup_failed(x->world, bad, x->msg) || run_setup_failed(x->world, run_price(x), x->msg))
+        return -1;
     tr_mesh mesh = {.dp = x->lay.dp, .pp = x->lay.pp, .tp = x->lay.tp};
     bad = tr_comm_mesh(x->world, mesh, &x->dpc, &x->ppc, &x->tpc, x->err, sizeof(x->err));
     /* the pipeline's first and last stages (each pair of them: the others get a group of
