@@ -10,8 +10,9 @@
 #              namespaces, shared memory inside a host, TCP between them) whose links tc
 #              shapes to RATE; needs root (skipped, said, without it).
 # Recipes: bench/pp_gpt.lua (narrow and deep: 8 blocks of width 256), bench/tp_gpt.lua
-# (wide: 2 blocks of width 768) and pp_gpt under --memory-mib (150 MiB a process on 2 ranks,
-# 90 on 4: it must split to fit, dp alone at ZeRO-0 and ZeRO-1 does not) on one host; on the box bench/cluster.sh's model (tp_gpt.lua
+# (wide: 2 blocks of width 768) and pp_gpt_capped, pp_gpt under --memory-mib (95 MiB a process
+# on 2 ranks, 75 on 4: it must split to fit, dp alone at ZeRO-0 does not at any micro-batch)
+# on one host; on the box bench/cluster.sh's model (tp_gpt.lua
 # with 4 blocks of width 256 and 4096 tokens a step: megabytes of gradients and activations a
 # step) and bench/pp_gpt.lua.
 # Layouts: every mesh dp x tp x pp of the world with ZeRO 0-3 where dp > 1, the rest (micro-
@@ -37,7 +38,7 @@
 # 10% of the fastest or within the noise. Figures, not pass/fail; ratios within one run of
 # this script (the machine is shared).
 #
-# Usage: bench/plan_vs_run.sh [steps] [reps] [configs] [limit]
+# Usage: [PVR_RECIPES=pp_gpt,...] bench/plan_vs_run.sh [steps] [reps] [configs] [limit]
 #   (defaults 5 2 host:2,host:4,box:1gbit,box:100mbit 90; needs build/trainer with MPI,
 #    mpirun; the box needs root and iproute2. About 40 minutes with the defaults.)
 set -uo pipefail
@@ -92,12 +93,15 @@ cores = os.cpu_count() or 1
 CLUSTER_GPT = ("cluster_gpt", ["bench/tp_gpt.lua", "--set", "width=256", "--set", "heads=4",
                                "--set", "layers=4", "--set", "batch_tokens=4096"])
 PP_GPT, TP_GPT = ("pp_gpt", ["bench/pp_gpt.lua"]), ("tp_gpt", ["bench/tp_gpt.lua"])
-# one that must split to fit: pp_gpt given less memory per process than dp alone with ZeRO-0
-# or ZeRO-1 needs (177 and 153 MiB on 2 ranks; 137 and 101 MiB on 4)
-CAP_MIB = {2: 150, 4: 90}
+# one that must split to fit: pp_gpt given less memory per process than dp alone at ZeRO-0
+# holds before any activation (weights, gradients and AdamW state: 97.7 MiB), so that no
+# micro-batch makes it fit
+CAP_MIB = {2: 95, 4: 75}
 CAPPED = ("pp_gpt_capped", ["bench/pp_gpt.lua", "--memory-mib", str(CAP_MIB.get(world, 0))])
 recipes = [CLUSTER_GPT, PP_GPT] if box else [PP_GPT, TP_GPT] + ([CAPPED] if world in CAP_MIB
                                                               else [])
+if os.environ.get("PVR_RECIPES"):  # only these (names, comma-separated)
+    recipes = [x for x in recipes if x[0] in os.environ["PVR_RECIPES"].split(",")]
 
 
 def layouts():  # (label, flags, key): every mesh with ZeRO 0-3 where dp > 1, then the planner's
