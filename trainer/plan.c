@@ -385,7 +385,7 @@ static void json_cluster(const tr_cluster *c, FILE *f) {
     fprintf(f, "}}");
 }
 
-static void print_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
+void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
     fprintf(f, "{\"fits\": %s, \"plan\": ", res->fits ? "true" : "false");
     json_plan(&res->best, c, f);
     fprintf(f, ",\n \"need\": ");
@@ -469,7 +469,7 @@ int tr_cmd_plan(int argc, char **argv) {
     else if (!res->fits && !a.json)
         nothing_fits(res, c, stderr);
     else if (a.json)
-        print_json(res, c, stdout);
+        tr_plan_write_json(res, c, stdout);
     else
         print_text(res, &r, c, &a, stdout);
     int status = rc ? 1 : res->fits ? 0 : 3;

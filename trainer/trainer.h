@@ -3,6 +3,7 @@
 #define TR_TRAINER_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "data/tokenizer.h"
 #include "dsl/cluster.h"
@@ -10,6 +11,7 @@
 #include "model/model.h"
 #include "parallel/comm/base.h"
 #include "parallel/layout.h"
+#include "parallel/plan.h"
 #include "trainer/checkpoint/checkpoint.h"
 
 /* Options shared by the subcommands that read a recipe. */
@@ -52,6 +54,10 @@ int tr_parse_options_msg(tr_options *opts, const char *cmd, int argc, char **arg
 int tr_cmd_run(int argc, char **argv);
 int tr_cmd_show(int argc, char **argv);
 int tr_cmd_plan(int argc, char **argv);
+/* A plan search's result as `trainer plan --json` prints it (trainer/plan.c): the chosen plan
+ * under the recipe's names with its predictions, the cluster, the tie, the model's measured
+ * rate and the alternatives; `trainer run` keeps the same in OUT/plan.json. */
+void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f);
 int tr_cmd_tokenize(int argc, char **argv);
 int tr_cmd_sample(int argc, char **argv);
 int tr_cmd_eval(int argc, char **argv);

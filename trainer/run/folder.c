@@ -16,10 +16,10 @@
 /* What a run writes in OUT that a later command (export, sample, report, --resume) reads; the
  * first three, with checkpoints/, mark a folder as holding a run. */
 static const char *const run_files[] = {
-    "recipe.lua",         "metrics.jsonl", "attempts.jsonl",    "ledger.jsonl",
-    "sample.txt",         "memory.json",   "provenance.json",   "ranks.json",
-    "supervise.hostfile", "report.html",   "metrics.jsonl.tmp", "provenance.json.tmp",
-    "trace.json",         "supervise.addr"};
+    "recipe.lua",         "metrics.jsonl",  "attempts.jsonl",    "ledger.jsonl",
+    "sample.txt",         "memory.json",    "provenance.json",   "ranks.json",
+    "supervise.hostfile", "report.html",    "metrics.jsonl.tmp", "provenance.json.tmp",
+    "trace.json",         "supervise.addr", "plan.json",         "plan.json.tmp"};
 #define RUN_MARKERS 3
 #define RUN_FILES (int)(sizeof(run_files) / sizeof(run_files[0]))
 

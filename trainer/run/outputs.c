@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "trainer/run/run.h"
 
@@ -11,6 +12,21 @@
 int run_cannot_write(const char *path, int e) {
     fprintf(stderr, "trainer run: cannot write '%s': %s\n", path, strerror(e ? e : EIO));
     return -1;
+}
+
+int run_write_whole(const char *path, const char *text) {
+    char tmp[TR_PATH_MAX + 48];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return run_cannot_write(tmp, errno);
+    fputs(text, f);
+    if (run_close_output(f, tmp)) return unlink(tmp), -1;
+    if (rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return run_cannot_write(path, e);
+    }
+    return 0;
 }
 
 /* Closes an output file; -1 (and the line) when anything written to it did not reach it. */

@@ -17,7 +17,7 @@ static tr_plan_opts plan_opts(const run_ctx *x) {
                        .all_devices = 1,
                        .recompute = -1,
                        .dtype = x->be->dtype,
-                       .alternatives = 0};
+                       .alternatives = 5}; /* trainer plan's default, for OUT/plan.json */
     po.fixed = tr_options_layout(o, x->be->pad_vocab);
     return po;
 }
@@ -234,6 +234,14 @@ int run_plan(run_ctx *x) {
     }
     x->plan = res->best;
     x->planned = 1;
+    size_t len = 0; /* OUT/plan.json: written with the run's other files (open_outputs) */
+    FILE *js = open_memstream(&x->plan_json, &len);
+    if (js) tr_plan_write_json(res, &x->cluster, js);
+    if (!js || fclose(js)) {
+        free(res);
+        snprintf(x->msg, sizeof x->msg, "trainer run: out of memory");
+        return -1;
+    }
     apply(x, &x->plan);
     char d[256];
     tr_plan_describe(&x->plan, d, sizeof d);

@@ -73,6 +73,8 @@ typedef struct {
     tr_cluster cluster;  /* the job's topology (parallel/topology.h), the same on every rank */
     tr_plan plan;        /* the planner's choice, when it chose (planned) */
     int planned;
+    char *plan_json;     /* ... and the search as `trainer plan --json` prints it, for
+                            OUT/plan.json (malloc'ed) */
     double plan_step_s, plan_mem; /* the cost model's step time and fullest process's bytes
                                      for the layout that runs */
     double steps_s;      /* measured: seconds of the steps after each start's first */
@@ -267,6 +269,9 @@ void run_tasks_write(const run_ctx *x, FILE *m);
 /* trainer/run/outputs.c. One line for an output file that could not be written (opened,
  * written or closed): -1. */
 int run_cannot_write(const char *path, int e);
+/* text written to path whole or not at all (a temporary beside it, renamed over it): 0, or
+ * -1 after the line. */
+int run_write_whole(const char *path, const char *text);
 /* Close an output file: -1 (and the line) when anything written to it did not reach it. */
 int run_close_output(FILE *f, const char *path);
 

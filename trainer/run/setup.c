@@ -391,7 +391,7 @@ static int setup_model(run_ctx *x) {
 }
 
 /* OUT's files only now, so that a refused --resume leaves them as they were: the recipe (with
- * its layout), and metrics.jsonl (a resumed run appends, after dropping the steps it trains
+ * its layout), the planner's search when it chose the layout (plan.json), and metrics.jsonl (a resumed run appends, after dropping the steps it trains
  * again). Rank 0's helpers print their own line. */
 static int open_outputs(run_ctx *x) {
     char path[TR_PATH_MAX + 32];
@@ -401,6 +401,8 @@ static int open_outputs(run_ctx *x) {
     int wbad = tr_recipe_write_lua(&x->r, rf);
     if (run_close_output(rf, path)) return -1;
     if (wbad) return run_cannot_write(path, EIO);
+    snprintf(path, sizeof(path), "%s/plan.json", x->r.train.out); /* when the planner chose */
+    if (x->plan_json && run_write_whole(path, x->plan_json)) return -1;
     snprintf(x->metrics_path, sizeof(x->metrics_path), "%s/metrics.jsonl", x->r.train.out);
     if (x->o.resume && tr_jsonl_repair(x->metrics_path, stdout, x->err, sizeof(x->err))) {
         fprintf(stderr, "trainer run: %s\n", x->err);
@@ -603,6 +605,7 @@ void run_free(run_ctx *x) {
     free(x->hosts);
     free(x->orgs);
     free(x->devices);
+    free(x->plan_json);
     run_guard_free(x);
     run_tasks_free(x);
     for (int a = 0; x->mb_in && a < x->lay.accum; a++)
