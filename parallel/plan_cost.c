@@ -126,6 +126,7 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     if (!isfinite(d->intra.bw.v)) d->intra = d->inter;
     if (!isfinite(d->inter.bw.v)) d->inter = d->intra;
     if (!isfinite(d->between.bw.v)) d->between = d->inter;
+    d->node_link = d->inter.bw.from == TR_ORIGIN_MEASURED;
     memcpy(d->eff, c->model_eff, sizeof d->eff);
     d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
     d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
@@ -224,6 +225,18 @@ static const tr_link *pp_link(const pl_devices *dv, const tr_layout *l, int ra, 
         if (((d * l->pp + ra) * l->tp) / per != ((d * l->pp + rb) * l->tp) / per)
             return &dv->inter;
     return &dv->intra;
+}
+
+/* What each of `flows` transfers that leave a node at once gets of link l. A detected job's
+ * network is a node's link, timed with one flow between node leaders (parallel/topology.c):
+ * the ranks of a node that cross together share it (dp 2 x tp 2 over 2 nodes of 2: both dp
+ * groups' rings leave each node at once, each at half the link). A table's or a file's figure
+ * is each device's own share of its server's network (dsl/cluster.c: a GPU server's NICs, one
+ * per device), which its flows do not divide. */
+static tr_link crossing(const pl_devices *dv, const tr_link *l, long flows) {
+    tr_link s = *l;
+    if (l == &dv->inter && dv->node_link && flows > 1) s.bw.v /= (double)flows;
+    return s;
 }
 
 /* An all-reduce of S bytes over p ranks: a ring's 2(p-1)/p S on the wire, and the latency of
@@ -498,8 +511,10 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
                each over the link that boundary crosses */
             for (int j = k - 1; j <= k + 1; j += 2) {
                 if (j < 0 || j >= K || rank_of(p, j) == r) continue;
-                const tr_link *pl = pp_link(dv, &p->l, r, rank_of(p, j));
-                send += S / pl->bw.v + pl->lat.v + gather;
+                /* the stage's tp ranks send their parts at once */
+                tr_link pl = crossing(dv, pp_link(dv, &p->l, r, rank_of(p, j)),
+                                      p->l.tp < dv->per_node ? p->l.tp : dv->per_node);
+                send += S / pl.bw.v + pl.lat.v + gather;
             }
         }
         if (c + t + send > worst) {
@@ -527,7 +542,10 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     p->shared_s = p->l.shares_uneven ? 0 : shared_cores(dv, &p->l, M * worst + p->bubble_s);
     /* data parallelism: gradients and ZeRO's gathers over the dp group */
     int d = p->l.dp;
-    const tr_link *dl = link_of(dv, (long)p->l.tp * p->l.pp, d);
+    long stride = (long)p->l.tp * p->l.pp; /* a node holds ranks of this many dp groups */
+    tr_link dlink =
+        crossing(dv, link_of(dv, stride, d), stride < dv->per_node ? stride : dv->per_node);
+    const tr_link *dl = &dlink;
     double G = params * m->es, Pb = params * m->es, comm = 0, window = 0, after = 0;
     double bk = m->bucket;
     /* ZeRO-1/2's refresh of the updated parameters overlaps the next forward (its first

@@ -64,6 +64,8 @@ typedef struct {
     int per_node;   /* the smallest node used (devices) */
     int groups;     /* groups the world spans */
     tr_link intra, inter, between; /* slowest of each kind among those used */
+    int node_link;  /* inter is a node's link, timed by one flow (a detected job's): the ranks
+                       of a node that cross at once share it (plan_cost.c, crossing) */
     double egress_per_byte; /* the dearest provider's (0: one provider) */
     int mixed;      /* the groups used reach different rates: stages are sized by speed */
     double g_rate[TR_CLUSTER_MAX_GROUPS]; /* each group's rate (peak x efficiency) */

@@ -573,6 +573,49 @@ static void pp_sends_per_boundary(void) {
     tr_recipe_free(&r);
 }
 
+/* A detected job's network is a node's link, timed with one flow: the ranks of a node that
+ * cross at once share it. On 2 nodes of 2 ranks, dp 2 x tp 2 (both dp groups leave each
+ * node together) and tp 2 x pp 2 (the boundary's two tp ranks send together) price their
+ * crossing at half a measured link: as at half a given one (a device's own share, which
+ * flows do not divide); dp 4 and pp 4 cross with one flow a node, the same either way. */
+static void node_link_shared(void) {
+    tr_recipe r;
+    load(&r, "../bench/pp_gpt.lua", NULL, 0);
+    const struct { int dp, tp, pp, flows; } cases[] = {{2, 2, 1, 2}, {1, 2, 2, 2}, {4, 1, 1, 1},
+                                                       {1, 1, 4, 1}};
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    c.g[0].nodes = 2;
+    double bw = 12.5e6, lat = 100e-6;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tr_layout_flags f = {.dp = cases[i].dp, .tp = cases[i].tp, .pp = cases[i].pp,
+                             .zero = 0, .schedule = cases[i].pp > 1 ? TR_PP_1F1B : -1,
+                             .sequence_parallel = -1, .micro_batch = 2};
+        tr_layout l;
+        char err[1024];
+        if (!check(!tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
+                   "dp %d x tp %d x pp %d resolves (%s)", f.dp, f.tp, f.pp, err))
+            continue;
+        tr_plan m, g;
+        c.g[0].inter = (tr_link){{bw, TR_ORIGIN_MEASURED}, {lat, TR_ORIGIN_MEASURED}, {0, 0}};
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &m);
+        c.g[0].inter = (tr_link){{bw / cases[i].flows, TR_ORIGIN_GIVEN}, {lat, TR_ORIGIN_GIVEN},
+                                 {0, 0}};
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &g);
+        double crossed = l.pp > 1 ? m.pp_s : m.dp_s, same = l.pp > 1 ? g.pp_s : g.dp_s;
+        c.g[0].inter.bw.v = bw; /* a given link at the measured one's rate: faster when shared */
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &g);
+        double alone = l.pp > 1 ? g.pp_s : g.dp_s;
+        check(crossed > 0 && fabs(crossed - same) <= 1e-12 * crossed &&
+                  (cases[i].flows > 1 ? alone < crossed : alone == crossed),
+              "dp %d x tp %d x pp %d over 2 nodes of 2: its %s %.6f s on a measured node link "
+              "= %.6f s on a device's own link of 1/%d of it (%.6f s at all of it)",
+              l.dp, l.tp, l.pp, l.pp > 1 ? "sends" : "gradients", crossed, same,
+              cases[i].flows, alone);
+    }
+    tr_recipe_free(&r);
+}
+
 /* ---- ranks that share cores: a waiting pipeline rank's core goes to the others ---------- */
 
 /* pp_gpt on one node of 4 CPU ranks, 1 thread each: on 2 cores (every rank at half its own
@@ -826,6 +869,7 @@ int main(void) {
     model_rate_measured();
     shared_cores();
     pp_sends_per_boundary();
+    node_link_shared();
     every_mesh_kept(res);
     noise_reorders(res);
     cost_and_deadline(res);
