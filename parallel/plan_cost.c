@@ -77,6 +77,7 @@ void pl_model_free(pl_model *m) {
 static void link_min(tr_link *a, const tr_link *b) {
     if (b->bw.v < a->bw.v) a->bw = b->bw;
     if (b->lat.v > a->lat.v) a->lat = b->lat;
+    if (b->p2p.v > 0 && (!(a->p2p.v > 0) || b->p2p.v < a->p2p.v)) a->p2p = b->p2p;
 }
 
 void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
@@ -209,7 +210,7 @@ double pl_replica_rate(const pl_devices *dv, const tr_layout *l, int d) {
 static const tr_link *link_of(const pl_devices *dv, long stride, long size) {
     if (size <= 1) return &dv->intra;
     if (stride * size <= dv->per_node) return &dv->intra;
-    return dv->groups > 1 && stride * size > dv->per_node ? &dv->inter : &dv->inter;
+    return &dv->inter; /* with groups of several providers, the slowest between them too */
 }
 
 /* The link between pipeline ranks ra and rb of layout l: inside a node when, in every
@@ -235,8 +236,19 @@ static const tr_link *pp_link(const pl_devices *dv, const tr_layout *l, int ra, 
  * per device), which its flows do not divide. */
 static tr_link crossing(const pl_devices *dv, const tr_link *l, long flows) {
     tr_link s = *l;
-    if (l == &dv->inter && dv->node_link && flows > 1) s.bw.v /= (double)flows;
+    if (l == &dv->inter && dv->node_link && flows > 1) {
+        s.bw.v /= (double)flows;
+        s.p2p.v /= (double)flows;
+    }
     return s;
+}
+
+/* One transfer of S bytes over link l, one direction: at the link's own rate where a job
+ * measured it (p2p: an MPI all-reduce between two hosts moves its bytes over the link twice,
+ * so its bus bandwidth is about half of that), else at the collective's figure (a table's or
+ * a file's: NCCL's bus bandwidth is the link's rate). */
+static double t_send(const tr_link *l, double S) {
+    return S / (l->p2p.v > 0 ? l->p2p.v : l->bw.v) + l->lat.v;
 }
 
 /* An all-reduce of S bytes over p ranks: a ring's 2(p-1)/p S on the wire, and the latency of
@@ -514,7 +526,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
                 /* the stage's tp ranks send their parts at once */
                 tr_link pl = crossing(dv, pp_link(dv, &p->l, r, rank_of(p, j)),
                                       p->l.tp < dv->per_node ? p->l.tp : dv->per_node);
-                send += S / pl.bw.v + pl.lat.v + gather;
+                send += t_send(&pl, S) + gather;
             }
         }
         if (c + t + send > worst) {

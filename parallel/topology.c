@@ -18,6 +18,9 @@
 /* What each rank tells the others about where it runs, gathered as bytes. */
 typedef struct {
     char name[256]; /* the host's name, NUL-padded */
+    char kernel[40]; /* the running kernel's boot id: ranks with the same share one machine
+                        (containers, network namespaces) whatever their hosts' names; "" when
+                        not known */
     cpu_set_t cpus; /* the cores this rank may run on (none: unknown) */
 } host_rec;
 
@@ -147,6 +150,14 @@ static double copy_rate(char *src, char *dst, double *noise) {
 
 /* The node's cores: those online, or if fewer those its ranks may run on together (mpirun
  * may bind each rank to one core; a cgroup or taskset may allow fewer than the machine's). */
+/* Does rank r run on the same machine as rank q (one kernel), known? */
+static int same_kernel(const hosts *h, int r, int q) {
+    return h->recs[r].kernel[0] && strcmp(h->recs[r].kernel, h->recs[q].kernel) == 0;
+}
+
+/* The cores a node's ranks may use, less what ranks of other nodes on the same machine
+ * take of them: two containers (or the cluster in a box's network namespaces) of 2 ranks
+ * each on one 2-core machine get 1 core each, as the ranks of one host of 4 share its 2. */
 static int node_cores(const hosts *h, int node) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t all;
@@ -155,12 +166,34 @@ static int node_cores(const hosts *h, int node) {
         if (h->node[r] == node) CPU_OR(&all, &all, &h->recs[r].cpus);
     long allowed = CPU_COUNT(&all);
     if (allowed > 0 && (online <= 0 || allowed < online)) online = allowed;
-    return online > 0 ? (int)online : 0;
+    int mine = h->count[node], others = 0;
+    for (int r = 0; r < h->size; r++) {
+        cpu_set_t both;
+        CPU_AND(&both, &all, &h->recs[r].cpus);
+        others += h->node[r] != node && same_kernel(h, r, h->first[node]) &&
+                  (CPU_COUNT(&both) > 0 || allowed == 0);
+    }
+    long cores = online * mine / (mine + others);
+    return online > 0 ? (int)(cores > 0 ? cores : 1) : 0;
 }
 
-static double phys_mem(void) {
+/* This rank's share of its machine's memory: the ranks on it, of every node, divide it. */
+static double phys_mem(const hosts *h, int rank) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    int on = 0;
+    for (int r = 0; r < h->size; r++)
+        on += r == rank || h->node[r] == h->node[rank] || same_kernel(h, r, rank);
+    return pages > 0 && page > 0 ? (double)pages * (double)page / on : 0;
+}
+
+/* The running kernel's boot id ("" when the system does not say). */
+static void boot_id(char *out, size_t n) {
+    out[0] = 0;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f) return;
+    if (!fgets(out, (int)n, f)) out[0] = 0;
+    out[strcspn(out, "\n")] = 0;
+    fclose(f);
 }
 
 /* ---- who is where -------------------------------------------------------------------------- */
@@ -182,6 +215,7 @@ static int gather_hosts(tr_comm *w, const tr_topology_opts *o, hosts *h, char *e
         snprintf(mine.name, sizeof mine.name, "%s", o->host);
     else if (gethostname(mine.name, sizeof mine.name - 1) != 0)
         snprintf(mine.name, sizeof mine.name, "localhost");
+    boot_id(mine.kernel, sizeof mine.kernel);
     if (sched_getaffinity(0, sizeof mine.cpus, &mine.cpus) != 0) CPU_ZERO(&mine.cpus);
     h->size = tr_comm_size(w);
     size_t n = (size_t)h->size;
@@ -321,9 +355,10 @@ static int time_link(tr_comm *g, float *buf, double *bw, double *lat, double *no
 }
 
 /* The median time of `reps` round trips: n floats from `from` to `to`, 8 bytes back; the
- * fastest in *fastest when not NULL. */
+ * fastest in *fastest when not NULL; *noise, when not NULL: the larger of itself and their
+ * spread. */
 static int round_trip(tr_comm *g, float *buf, size_t n, int from, int to, int reps,
-                      double *median, double *fastest) {
+                      double *median, double *fastest, double *noise) {
     double t[MAX_REPS] = {0};
     int me = tr_comm_rank(g), rc = 0;
     for (int i = 0; i <= reps && !rc; i++) { /* the first: a warm-up */
@@ -337,6 +372,8 @@ static int round_trip(tr_comm *g, float *buf, size_t n, int from, int to, int re
         if (i > 0) t[i - 1] = now() - t0;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    double v = me == from || me == to ? tr_topology_spread(t, reps) : 0;
+    if (noise && v > *noise) *noise = v;
     *median = t[reps / 2];
     if (fastest) *fastest = t[0];
     return rc;
@@ -347,10 +384,11 @@ static int round_trip(tr_comm *g, float *buf, size_t n, int from, int to, int re
  * the fastest when `fastest`. When that difference is lost in the noise: `bytes` over the
  * whole round trip when `bound` (a lower bound), else the rate is left alone. */
 static int pair_rate(tr_comm *g, float *buf, size_t bytes, int from, int to, int reps,
-                     int fastest, int bound, double *rate) {
+                     int fastest, int bound, double *rate, double *noise) {
     double small = 0, big = 0, s_fast = 0, b_fast = 0;
-    int rc = round_trip(g, buf, 2, from, to, reps, &small, &s_fast);
-    if (!rc) rc = round_trip(g, buf, bytes / sizeof(float), from, to, reps, &big, &b_fast);
+    int rc = round_trip(g, buf, 2, from, to, reps, &small, &s_fast, NULL);
+    if (!rc)
+        rc = round_trip(g, buf, bytes / sizeof(float), from, to, reps, &big, &b_fast, noise);
     if (fastest) small = s_fast, big = b_fast;
     if (tr_comm_rank(g) == from && big > 0 && (big > small || bound))
         *rate = (double)(bytes - 8) / (big > small ? big - small : big);
@@ -359,13 +397,13 @@ static int pair_rate(tr_comm *g, float *buf, size_t bytes, int from, int to, int
 
 /* The link's own rate, one direction, between each rank of g and the next in turn (at most
  * P2P_PAIRS of them), from the median round trips of BW_BYTES. Each sender keeps its own;
- * the others leave *bw 0. */
-static int time_p2p(tr_comm *g, float *buf, double *bw) {
+ * the others leave *bw 0. *noise: the larger of itself and the large round trips' spread. */
+static int time_p2p(tr_comm *g, float *buf, double *bw, double *noise) {
     enum { P2P_PAIRS = 16 };
     int p = tr_comm_size(g), rc = 0;
     for (int k = 0; k < p && k < P2P_PAIRS && !rc; k++) {
         if (p == 2 && k == 1) break; /* the one pair, once */
-        rc = pair_rate(g, buf, BW_BYTES, k, (k + 1) % p, BW_REPS, 0, 0, bw);
+        rc = pair_rate(g, buf, BW_BYTES, k, (k + 1) % p, BW_REPS, 0, 0, bw, noise);
     }
     return rc;
 }
@@ -379,7 +417,7 @@ static int time_split(tr_comm *w, int color, int timed, const char *name, float 
     int rc = 0;
     if (timed && tr_comm_size(g) > 1) {
         rc = time_link(g, buf, &bw_lat[0], &bw_lat[1], noise);
-        if (!rc) rc = time_p2p(g, buf, &bw_lat[2]); /* not the planner's: no noise */
+        if (!rc) rc = time_p2p(g, buf, &bw_lat[2], noise); /* the planner's pipeline sends */
     }
     tr_comm_free(g);
     if (rc) snprintf(err, errlen, "topology: timing the %s link failed", name);
@@ -392,7 +430,7 @@ static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int li
     int rank = tr_comm_rank(w), node = h->node[rank];
     f[F_CORES] = node_cores(h, node);
     f[F_THREADS] = o->cpu ? o->threads : 0;
-    f[F_MEM] = o->cpu ? phys_mem() / h->count[node] : o->device_mem;
+    f[F_MEM] = o->cpu ? phys_mem(h, rank) : o->device_mem;
     if (o->mem_given > 0 && (f[F_MEM] <= 0 || o->mem_given < f[F_MEM])) f[F_MEM] = o->mem_given;
     f[F_FLOPS] = o->peak_flops;
     if (o->cpu && o->peak_flops <= 0) {
@@ -502,6 +540,11 @@ static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts
     else
         cat(s, n, ", %.63s", c->g[0].device);
     if (!h->contiguous) cat(s, n, "; ranks not contiguous per node");
+    int shared = 0;
+    for (int a = 0; a < h->n_nodes; a++)
+        for (int b = a + 1; b < h->n_nodes; b++)
+            shared |= same_kernel(h, h->first[a], h->first[b]);
+    if (shared && o->cpu) cat(s, n, "; nodes on one machine share its cores and memory");
 }
 
 /* Each host by name and the ranks on it, when the record holds them all. */
@@ -647,7 +690,7 @@ int tr_topology_host_rates(tr_comm *w, const int *host_of, int n_hosts, double *
             int near = b == (a + 1) % n_hosts || a == (b + 1) % n_hosts;
             if (a == b || (n_hosts > PROBE_ALL_PAIRS && !near)) continue;
             rc = pair_rate(w, buf, PROBE_BYTES, first[a], first[b], PROBE_REPS, 1, 1,
-                           &rate[a * n_hosts + b]);
+                           &rate[a * n_hosts + b], NULL);
         }
     free(first);
     free(buf);

@@ -616,6 +616,43 @@ static void node_link_shared(void) {
     tr_recipe_free(&r);
 }
 
+/* Pipeline sends are one transfer in one direction: priced at the link's own rate where a job
+ * measured it (p2p), not at its all-reduce's bus bandwidth (about half of it between two hosts
+ * over MPI). pp 4 and tp 2 x pp 2 over 2 nodes of 2, on a measured network of bus bandwidth
+ * bw and p2p 2 bw, against one whose bus bandwidth is 2 bw and p2p not known: the same sends;
+ * and without p2p, at bw, twice their time less the latencies. */
+static void sends_at_p2p(void) {
+    tr_recipe r;
+    load(&r, "../bench/pp_gpt.lua", NULL, 0);
+    const struct { int tp, pp; } cases[] = {{1, 4}, {2, 2}};
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    c.g[0].nodes = 2;
+    double bw = 6e6, lat = 100e-6;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tr_layout_flags f = {.dp = 1, .tp = cases[i].tp, .pp = cases[i].pp, .zero = 0,
+                             .schedule = TR_PP_1F1B, .sequence_parallel = 0, .micro_batch = 2};
+        tr_layout l;
+        char err[1024];
+        if (!check(!tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
+                   "tp %d x pp %d resolves (%s)", f.tp, f.pp, err))
+            continue;
+        tr_plan a, b, z;
+        const tr_origin m = TR_ORIGIN_MEASURED;
+        c.g[0].inter = (tr_link){{bw, m}, {lat, m}, {2 * bw, m}};
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &a);
+        c.g[0].inter = (tr_link){{2 * bw, m}, {lat, m}, {0, TR_ORIGIN_ASSUMED}};
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &b);
+        c.g[0].inter = (tr_link){{bw, m}, {lat, m}, {0, TR_ORIGIN_ASSUMED}};
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &z);
+        check(a.pp_s > 0 && fabs(a.pp_s - b.pp_s) <= 1e-12 * a.pp_s && z.pp_s > 1.5 * a.pp_s,
+              "tp %d x pp %d over 2 nodes: sends %.6f s at a measured p2p of 2 bw = %.6f s at "
+              "a bus bandwidth of 2 bw (%.6f s at bw)",
+              l.tp, l.pp, a.pp_s, b.pp_s, z.pp_s);
+    }
+    tr_recipe_free(&r);
+}
+
 /* ---- ranks that share cores: a waiting pipeline rank's core goes to the others ---------- */
 
 /* pp_gpt on one node of 4 CPU ranks, 1 thread each: on 2 cores (every rank at half its own
@@ -870,6 +907,7 @@ int main(void) {
     shared_cores();
     pp_sends_per_boundary();
     node_link_shared();
+    sends_at_p2p();
     every_mesh_kept(res);
     noise_reorders(res);
     cost_and_deadline(res);

@@ -233,10 +233,11 @@ static void print_text(const tr_plan_result *res, const tr_recipe *r, const tr_c
                "%.3g, optimizer %.3g\n",
             b->step_s, b->compute_s, b->bubble_s, b->tp_s, b->pp_s, b->dp_s, b->optim_s);
     if (b->shared_s < 0)
-        fprintf(f, "              less %.3g s: %d ranks x %d thread%s share %d cores a node, "
+        fprintf(f, "              less %.3g s: %d ranks x %d thread%s share %d core%s a node, "
                    "and a waiting pipeline rank yields its core to the others\n",
                 -b->shared_s, c->g[b->group_first].per_node, c->g[b->group_first].threads,
-                c->g[b->group_first].threads == 1 ? "" : "s", c->g[b->group_first].cores);
+                c->g[b->group_first].threads == 1 ? "" : "s", c->g[b->group_first].cores,
+                c->g[b->group_first].cores == 1 ? "" : "s");
     fprintf(f, "  throughput  %s tokens/s, MFU %.1f%%\n", toks, 100 * b->mfu);
     if (b->l.private_gradients) {
         int named, orgs = tr_cluster_orgs(c, b->group_first, b->l.world, &named);
