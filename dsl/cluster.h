@@ -69,13 +69,10 @@ typedef struct {
 
 /* A link: bandwidth (bytes/s per device, one direction, through a collective) and latency
  * (s); for a detected job also p2p, what one transfer between two of its devices moves in one
- * direction (bytes/s: the link's own rate; v 0 where not measured), and for a detected CPU job
- * overlap, the share of a compute window a collective on it hides in (parallel/topology.c;
- * origin assumed where not measured: the planner's own figure then). */
+ * direction (bytes/s: the link's own rate; v 0 where not measured). */
 typedef struct {
     tr_figure bw, lat;
     tr_figure p2p;
-    tr_figure overlap;
 } tr_link;
 
 /* Nodes of one kind at one provider. */

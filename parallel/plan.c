@@ -499,10 +499,8 @@ static int simpler(const tr_plan *a, const tr_plan *b) {
     return 0;
 }
 
-double tr_plan_overlap(const tr_cluster *c, const tr_layout *l, tr_origin *from) {
-    pl_devices dv;
-    pl_devices_of(c, l->world, &dv);
-    return pl_dp_overlap(&dv, l, from);
+double tr_plan_overlap(const tr_cluster *c) {
+    return c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
 }
 
 double tr_plan_noise(const tr_cluster *c) {
@@ -667,17 +665,8 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
              {"network", g->inter.bw.from},     {"price", g->price_hour.from}};
     for (int i = 0; i < 6; i++)
         add(buf, n, &used, "%s (%s)", f[i].name, tr_origin_name(f[i].o));
-    const tr_link *ol[] = {&g->intra, &g->inter};
-    int measured = 0;
-    for (int i = 0; i < 2; i++)
-        if (ol[i]->overlap.from == TR_ORIGIN_MEASURED) {
-            add(buf, n, &used, "communication hidden behind compute on the %s %.0f%% (measured)",
-                i ? "network" : "node links", 100 * ol[i]->overlap.v);
-            measured = 1;
-        }
-    if (!measured)
-        add(buf, n, &used, "communication hidden behind compute %.0f%% (assumed)",
-            100 * (c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP));
+    add(buf, n, &used, "communication hidden behind compute %.0f%% (assumed)",
+        100 * (c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP));
     if (!c->cpu) {
         const char *from;
         char rb[32];

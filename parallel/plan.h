@@ -112,10 +112,9 @@ double tr_plan_noise(const tr_cluster *c);
 int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, double tie,
                  double noise);
 
-/* The share of a window the cost model lets layout l's data-parallel reduction hide in on
- * this cluster: measured on the link its group crosses (a detected CPU job), else assumed for
- * the backend; *from (when not NULL) says which. Each run prints what it measured beside it. */
-double tr_plan_overlap(const tr_cluster *c, const tr_layout *l, tr_origin *from);
+/* The share of the data-parallel reduction the cost model assumes hidden behind the backward
+ * on this cluster's backend (assumed; each run prints what it measured beside it). */
+double tr_plan_overlap(const tr_cluster *c);
 
 /* The device memory the runtime takes on one GPU of this kind (tr_device_info's name, or an
  * unknown one), outside what the trainer allocates: the CUDA context and NCCL's buffers of one

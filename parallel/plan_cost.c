@@ -78,9 +78,6 @@ static void link_min(tr_link *a, const tr_link *b) {
     if (b->bw.v < a->bw.v) a->bw = b->bw;
     if (b->lat.v > a->lat.v) a->lat = b->lat;
     if (b->p2p.v > 0 && (!(a->p2p.v > 0) || b->p2p.v < a->p2p.v)) a->p2p = b->p2p;
-    if (b->overlap.from == TR_ORIGIN_MEASURED &&
-        (a->overlap.from != TR_ORIGIN_MEASURED || b->overlap.v < a->overlap.v))
-        a->overlap = b->overlap;
 }
 
 void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
@@ -252,13 +249,6 @@ static tr_link crossing(const pl_devices *dv, const tr_link *l, long flows) {
  * a file's: NCCL's bus bandwidth is the link's rate). */
 static double t_send(const tr_link *l, double S) {
     return S / (l->p2p.v > 0 ? l->p2p.v : l->bw.v) + l->lat.v;
-}
-
-double pl_dp_overlap(const pl_devices *dv, const tr_layout *l, tr_origin *from) {
-    const tr_link *dl = link_of(dv, (long)l->tp * l->pp, l->dp);
-    int measured = dl->overlap.from == TR_ORIGIN_MEASURED;
-    if (from) *from = measured ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED;
-    return measured ? dl->overlap.v : dv->overlap;
 }
 
 /* An all-reduce of S bytes over p ranks: a ring's 2(p-1)/p S on the wire, and the latency of
@@ -568,7 +558,6 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     tr_link dlink =
         crossing(dv, link_of(dv, stride, d), stride < dv->per_node ? stride : dv->per_node);
     const tr_link *dl = &dlink;
-    double ov = pl_dp_overlap(dv, &p->l, NULL);
     double G = params * m->es, Pb = params * m->es, comm = 0, window = 0, after = 0;
     double bk = m->bucket;
     /* ZeRO-1/2's refresh of the updated parameters overlaps the next forward (its first
@@ -589,8 +578,8 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
         window = bwd_last;
         after = sh.optimizer ? 0.5 * t_bucketed(dl, Pb, d, bk) : 0;
     }
-    after = maxd(0, after - ov * fwd_first);
-    p->dp_s = maxd(0, comm - ov * window) + after;
+    after = maxd(0, after - dv->overlap * fwd_first);
+    p->dp_s = maxd(0, comm - dv->overlap * window) + after;
     double shards = sh.optimizer ? d : 1;
     p->optim_s = params / shards * (4.0 * 3 + m->es) * 2 / dv->mem_bw;
     p->step_s = M * worst + p->bubble_s + p->shared_s + p->dp_s + p->optim_s;

@@ -85,8 +85,5 @@ double pl_stage_memory(const pl_model *m, const pl_devices *dv, const tr_plan *p
 
 /* One layout to price: the fields of tr_plan's first part. */
 void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p);
-/* The share of a window the data-parallel reduction of layout l hides in: measured on the
- * link its group crosses (a detected CPU job's probe), else dv->overlap (assumed). */
-double pl_dp_overlap(const pl_devices *dv, const tr_layout *l, tr_origin *from);
 
 #endif

@@ -40,15 +40,13 @@ enum {
     F_MEM,
     F_FLOPS,
     F_COPY,
-    F_INTRA_BW, /* bw, lat, p2p, overlap of a link: in this order */
+    F_INTRA_BW, /* bw, lat, p2p of a link: in this order */
     F_INTRA_LAT,
     F_INTRA_P2P,
-    F_INTRA_OVERLAP,
     F_INTER_BW,
     F_INTER_LAT,
     F_INTER_P2P,
-    F_INTER_OVERLAP,
-    F_NOISE,   /* the largest tr_topology_spread() of the probes this rank timed for the planner */
+    F_NOISE, /* the largest tr_topology_spread() of the probes this rank timed for the planner */
     F_THREADS, /* threads this rank computes on */
     F_N
 };
@@ -347,12 +345,10 @@ static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *media
 /* The link as the planner models a collective, time = latency + bytes / bandwidth: the
  * latency is the time of an 8-byte all-reduce, the bandwidth the bus bandwidth (NCCL's for
  * all-reduce, 2(p-1)/p x bytes / time) of a BW_BYTES one less that latency. */
-static int time_link(tr_comm *g, float *buf, double *bw, double *lat, double *t_big,
-                     double *noise) {
+static int time_link(tr_comm *g, float *buf, double *bw, double *lat, double *noise) {
     double p = tr_comm_size(g), t = 0;
     int rc = median_time(g, buf, 2, LAT_REPS, lat, noise);
     if (!rc) rc = median_time(g, buf, BW_BYTES / sizeof(float), BW_REPS, &t, noise);
-    *t_big = t;
     if (t > 2 * *lat) t -= *lat;
     *bw = t > 0 ? 2.0 * (p - 1) / p * (double)BW_BYTES / t : 0;
     return rc;
@@ -412,62 +408,16 @@ static int time_p2p(tr_comm *g, float *buf, double *bw, double *noise) {
     return rc;
 }
 
-static double median_of(double *v, int n) {
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* How much of an all-reduce of BW_BYTES on g (t_m alone) hides behind products computed
- * meanwhile, as a backward hides its gradients' (comm/mpi.c's progress agent moves it): k
- * products of SGEMM_N cubed, about as long as t_m together (the same k on every rank), timed
- * alone and after the all-reduce's start until it is waited for, OVERLAP_REPS times each.
- * *overlap: the share of the shorter of the two that running them together saved,
- * (t_c + t_m - t_both) / min(t_c, t_m) of the medians, in [0, 1] (at least 1e-6: 0 is "not
- * measured"); *noise: the larger of itself and the spread of the times together. */
-static int time_overlap(tr_comm *g, scratch *s, double t_m, double *overlap, double *noise) {
-    enum { OVERLAP_REPS = 3, MOST = 16 };
-    double best, one = 0, alone[OVERLAP_REPS], both[OVERLAP_REPS];
-    sgemm_rates(s->a, s->b, s->c, SGEMM_N, 0, 1, &best, &one, NULL);
-    double flop = 2.0 * SGEMM_N * SGEMM_N * SGEMM_N;
-    float k = one > 0 && t_m > 0 ? (float)fmin(MOST, fmax(1, round(t_m * one / flop))) : 1;
-    int rc = tr_comm_all_reduce(g, &k, 1, TR_COMM_F32), p = tr_comm_size(g);
-    int n = (int)lround(k / p);
-    for (int i = 0; i < OVERLAP_REPS && !rc; i++) {
-        rc = tr_comm_barrier(g);
-        double t0 = now();
-        sgemm_rates(s->a, s->b, s->c, SGEMM_N, 0, n, &best, &one, NULL);
-        alone[i] = now() - t0;
-        if (!rc) rc = tr_comm_barrier(g);
-        t0 = now();
-        tr_comm_req *r =
-            rc ? NULL : tr_comm_iall_reduce(g, s->link, BW_BYTES / sizeof(float), TR_COMM_F32);
-        if (!r) return -1;
-        sgemm_rates(s->a, s->b, s->c, SGEMM_N, 0, n, &best, &one, NULL);
-        if (tr_comm_wait(r) < 0) rc = -1;
-        both[i] = now() - t0;
-    }
-    if (rc) return rc;
-    double v = tr_topology_spread(both, OVERLAP_REPS);
-    if (v > *noise) *noise = v;
-    double t_c = median_of(alone, OVERLAP_REPS), t_b = median_of(both, OVERLAP_REPS);
-    double saved = (t_c + t_m - t_b) / fmin(t_c, t_m);
-    *overlap = fmax(1e-6, fmin(1, saved));
-    return 0;
-}
-
 /* Split w by color and time the link of this rank's subgroup when `timed` (every rank
- * calls it; the others join a group they leave idle). f: bandwidth, latency, p2p, overlap
- * (this last where the sgemm scratch is there: a CPU job that measures its rate). */
-static int time_split(tr_comm *w, int color, int timed, const char *name, scratch *s, double *f,
-                      double *noise, char *err, size_t errlen) {
+ * calls it; the others join a group they leave idle). bw_lat: bandwidth, latency, p2p. */
+static int time_split(tr_comm *w, int color, int timed, const char *name, float *buf,
+                      double *bw_lat, double *noise, char *err, size_t errlen) {
     tr_comm *g;
     if (tr_comm_split(w, color, tr_comm_rank(w), name, &g, err, errlen)) return -1;
     int rc = 0;
     if (timed && tr_comm_size(g) > 1) {
-        double t_m = 0;
-        rc = time_link(g, s->link, &f[0], &f[1], &t_m, noise);
-        if (!rc) rc = time_p2p(g, s->link, &f[2], noise); /* the planner's pipeline sends */
-        if (!rc && s->a) rc = time_overlap(g, s, t_m, &f[3], noise);
+        rc = time_link(g, buf, &bw_lat[0], &bw_lat[1], noise);
+        if (!rc) rc = time_p2p(g, buf, &bw_lat[2], noise); /* the planner's pipeline sends */
     }
     tr_comm_free(g);
     if (rc) snprintf(err, errlen, "topology: timing the %s link failed", name);
@@ -495,11 +445,12 @@ static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int li
         if (v > f[F_NOISE]) f[F_NOISE] = v;
     }
     if (links && max_count(h) > 1 &&
-        time_split(w, node, 1, "intra", s, &f[F_INTRA_BW], &f[F_NOISE], err, errlen))
+        time_split(w, node, 1, "intra", s->link, &f[F_INTRA_BW], &f[F_NOISE], err, errlen))
         return -1;
     int leader = h->first[node] == rank;
     if (links && h->n_nodes > 1 &&
-        time_split(w, !leader, leader, "inter", s, &f[F_INTER_BW], &f[F_NOISE], err, errlen))
+        time_split(w, !leader, leader, "inter", s->link, &f[F_INTER_BW], &f[F_NOISE], err,
+                   errlen))
         return -1;
     return 0;
 fail:
@@ -528,18 +479,13 @@ static tr_figure fig(double v, tr_origin from) {
     return (tr_figure){v, from};
 }
 
-/* A link from the figures at f (bw, lat, p2p, overlap), or the assumed ones when not
- * measured. */
+/* A link from the figures at f (bw, lat, p2p), or the assumed ones when not measured. */
 static tr_link link_of(const double *f, double bw0, double lat0) {
-    tr_link l = {fig(bw0, TR_ORIGIN_ASSUMED), fig(lat0, TR_ORIGIN_ASSUMED),
-                 fig(0, TR_ORIGIN_ASSUMED), fig(0, TR_ORIGIN_ASSUMED)};
-    if (f[0] > 0 && f[1] > 0) {
-        l.bw = fig(f[0], TR_ORIGIN_MEASURED);
-        l.lat = fig(f[1], TR_ORIGIN_MEASURED);
-        if (f[2] > 0) l.p2p = fig(f[2], TR_ORIGIN_MEASURED);
-        if (f[3] > 0) l.overlap = fig(f[3], TR_ORIGIN_MEASURED);
-    }
-    return l;
+    if (f[0] > 0 && f[1] > 0)
+        return (tr_link){fig(f[0], TR_ORIGIN_MEASURED), fig(f[1], TR_ORIGIN_MEASURED),
+                         fig(f[2], f[2] > 0 ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED)};
+    return (tr_link){fig(bw0, TR_ORIGIN_ASSUMED), fig(lat0, TR_ORIGIN_ASSUMED),
+                     fig(0, TR_ORIGIN_ASSUMED)};
 }
 
 static void fill_group(tr_node_group *g, const hosts *h, int gi, const double *agg,
@@ -751,6 +697,11 @@ int tr_topology_host_rates(tr_comm *w, const int *host_of, int n_hosts, double *
     if (!rc && tr_comm_all_reduce(w, rate, (size_t)n_hosts * (size_t)n_hosts, TR_COMM_F64)) rc = -1;
     if (rc) snprintf(err, errlen, "topology: timing the links between hosts failed");
     return rc;
+}
+
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int tr_topology_slow_host(const double *rate, int n_hosts, double *mine, double *others) {

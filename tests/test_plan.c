@@ -64,7 +64,7 @@ static void cpu_cluster(tr_cluster *c, int n) {
     g->mem_bytes.v = 64e9;
     g->peak_flops.v = 20e9;
     g->mem_bw.v = 5e9;
-    g->intra = (tr_link){.bw = {2e9, 0}, .lat = {20e-6, 0}, .p2p = {0, 0}};
+    g->intra = (tr_link){{2e9, 0}, {20e-6, 0}, {0, 0}};
     g->inter = g->intra;
     c->between[0][0] = g->intra;
     snprintf(c->source, sizeof c->source, "test: %d CPU ranks", n);
@@ -461,7 +461,7 @@ static void every_mesh_kept(tr_plan_result *res) {
     tr_cluster c;
     cpu_cluster(&c, 2); /* 2 nodes of 2, 100 Mbit/s between them (the cluster in a box) */
     c.g[0].nodes = 2;
-    c.g[0].inter = (tr_link){.bw = {12.5e6, 0}, .lat = {100e-6, 0}, .p2p = {0, 0}};
+    c.g[0].inter = (tr_link){{12.5e6, 0}, {100e-6, 0}, {0, 0}};
     tr_plan_opts o = opts(TR_DTYPE_F32);
     o.alternatives = TR_PLAN_MAX_ALTS;
     o.all_devices = 1;
@@ -562,7 +562,7 @@ static void pp_sends_per_boundary(void) {
     double bw = 12.5e6, lat = 100e-6;
     tr_plan p[2];
     for (int i = 0; i < 2; i++) {
-        c.g[0].inter = (tr_link){.bw = {bw / (1 + i), 0}, .lat = {lat, 0}, .p2p = {0, 0}};
+        c.g[0].inter = (tr_link){{bw / (1 + i), 0}, {lat, 0}, {0, 0}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[i]);
     }
     double S = (double)l.micro_batch * r.model.seq_len * r.model.dim * 4; /* fp32 stream */
@@ -597,12 +597,10 @@ static void node_link_shared(void) {
                    "dp %d x tp %d x pp %d resolves (%s)", f.dp, f.tp, f.pp, err))
             continue;
         tr_plan m, g;
-        c.g[0].inter = (tr_link){
-            .bw = {bw, TR_ORIGIN_MEASURED}, .lat = {lat, TR_ORIGIN_MEASURED}, .p2p = {0, 0}};
+        c.g[0].inter = (tr_link){{bw, TR_ORIGIN_MEASURED}, {lat, TR_ORIGIN_MEASURED}, {0, 0}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &m);
-        c.g[0].inter = (tr_link){.bw = {bw / cases[i].flows, TR_ORIGIN_GIVEN},
-                                 .lat = {lat, TR_ORIGIN_GIVEN},
-                                 .p2p = {0, 0}};
+        c.g[0].inter = (tr_link){{bw / cases[i].flows, TR_ORIGIN_GIVEN}, {lat, TR_ORIGIN_GIVEN},
+                                 {0, 0}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &g);
         double crossed = l.pp > 1 ? m.pp_s : m.dp_s, same = l.pp > 1 ? g.pp_s : g.dp_s;
         c.g[0].inter.bw.v = bw; /* a given link at the measured one's rate: faster when shared */
@@ -641,71 +639,17 @@ static void sends_at_p2p(void) {
             continue;
         tr_plan a, b, z;
         const tr_origin m = TR_ORIGIN_MEASURED;
-        c.g[0].inter = (tr_link){.bw = {bw, m}, .lat = {lat, m}, .p2p = {2 * bw, m}};
+        c.g[0].inter = (tr_link){{bw, m}, {lat, m}, {2 * bw, m}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &a);
-        c.g[0].inter = (tr_link){.bw = {2 * bw, m}, .lat = {lat, m}, .p2p = {0, TR_ORIGIN_ASSUMED}};
+        c.g[0].inter = (tr_link){{2 * bw, m}, {lat, m}, {0, TR_ORIGIN_ASSUMED}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &b);
-        c.g[0].inter = (tr_link){.bw = {bw, m}, .lat = {lat, m}, .p2p = {0, TR_ORIGIN_ASSUMED}};
+        c.g[0].inter = (tr_link){{bw, m}, {lat, m}, {0, TR_ORIGIN_ASSUMED}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &z);
         check(a.pp_s > 0 && fabs(a.pp_s - b.pp_s) <= 1e-12 * a.pp_s && z.pp_s > 1.5 * a.pp_s,
               "tp %d x pp %d over 2 nodes: sends %.6f s at a measured p2p of 2 bw = %.6f s at "
               "a bus bandwidth of 2 bw (%.6f s at bw)",
               l.tp, l.pp, a.pp_s, b.pp_s, z.pp_s);
     }
-    tr_recipe_free(&r);
-}
-
-/* The share of the backward the data-parallel reduction hides in is the link's measured
- * figure where a job measured it (parallel/topology.c's probe), else the backend's assumed
- * one, and only the link the dp group crosses counts: dp 4 over 2 nodes of 2 at ZeRO-0 hides
- * overlap x its window, linearly (0.5 hides half of what 1 hides), and a measured figure on
- * the node links alone leaves it at the assumed 0%. */
-static void overlap_measured(void) {
-    tr_recipe r;
-    load(&r, "../bench/pp_gpt.lua", NULL, 0);
-    tr_layout_flags f = {.dp = 4,
-                         .tp = 1,
-                         .pp = 1,
-                         .zero = 0,
-                         .schedule = -1,
-                         .sequence_parallel = -1,
-                         .micro_batch = 2};
-    tr_layout l;
-    char err[1024];
-    if (!check(!tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
-               "dp 4 resolves (%s)", err)) {
-        tr_recipe_free(&r);
-        return;
-    }
-    tr_cluster c;
-    cpu_cluster(&c, 2);
-    c.g[0].nodes = 2;
-    const tr_origin m = TR_ORIGIN_MEASURED;
-    c.g[0].inter = (tr_link){.bw = {2e6, m}, .lat = {100e-6, m}, .p2p = {4e6, m}};
-    double dp[4];
-    const double ov[] = {-1, 1e-6, 0.5, 1}; /* -1: not measured */
-    for (int i = 0; i < 4; i++) {
-        c.g[0].inter.overlap =
-            (tr_figure){ov[i] < 0 ? 0 : ov[i], ov[i] < 0 ? TR_ORIGIN_ASSUMED : m};
-        tr_plan p;
-        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
-        dp[i] = p.dp_s;
-    }
-    tr_origin from;
-    double got = tr_plan_overlap(&c, &l, &from);
-    check(got == 1 && from == m, "the run reads the planner's figure: %g (%s)", got,
-          tr_origin_name(from));
-    check(dp[0] > 0 && fabs(dp[1] - dp[0]) <= 1e-6 * dp[0] && dp[3] < dp[1] &&
-              fabs((dp[0] - dp[2]) - 0.5 * (dp[0] - dp[3])) <= 1e-9 * dp[0],
-          "dp 4 over 2 nodes: exposed reduction %.6f s at the assumed 0%%, %.6f s measured 0%%, "
-          "%.6f s at 50%%, %.6f s at 100%%",
-          dp[0], dp[1], dp[2], dp[3]);
-    c.g[0].inter.overlap = (tr_figure){0, TR_ORIGIN_ASSUMED};
-    c.g[0].intra.overlap = (tr_figure){1, m};
-    tr_plan p;
-    tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
-    check(p.dp_s == dp[0], "a measured figure on the node links leaves the network's: %.6f s",
-          p.dp_s);
     tr_recipe_free(&r);
 }
 
@@ -964,7 +908,6 @@ int main(void) {
     pp_sends_per_boundary();
     node_link_shared();
     sends_at_p2p();
-    overlap_measured();
     every_mesh_kept(res);
     noise_reorders(res);
     cost_and_deadline(res);

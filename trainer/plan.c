@@ -352,10 +352,6 @@ static void json_link(FILE *f, const char *name, const tr_link *l) {
         fprintf(f, ", \"p2p_bw\": ");
         tr_json_write_num(f, l->p2p.v, 0);
     }
-    if (l->overlap.from == TR_ORIGIN_MEASURED) { /* a CPU job's own: the share of a window */
-        fprintf(f, ", \"overlap\": ");
-        tr_json_write_num(f, l->overlap.v, 4);
-    }
     fprintf(f, "}");
 }
 
