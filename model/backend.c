@@ -6,6 +6,15 @@
 #include "parallel/comm/env.h"
 
 static tr_attention_impl attention; /* TR_CUDA_ATTENTION */
+static const tr_backend *sizing;    /* tr_backend_set_sizing */
+
+void tr_backend_set_sizing(const tr_backend *be) {
+    sizing = be;
+}
+
+const tr_backend *tr_backend_sizing(void) {
+    return sizing;
+}
 
 int tr_backend_env(char *err, size_t errlen) {
     static const char *const kernels[] = {"tc", "simple", "cudnn", "auto", NULL};

@@ -52,8 +52,9 @@ enum {
     TR_WS_ADAMW_SEGS,   /* adamw_multi's table of stretches */
     TR_WS_ADAMW_BLOCKS, /* and of its blocks */
     TR_WS_EMPTY,        /* the one block every empty buffer points at: TR_WS_EMPTY_BYTES */
-    TR_WS_CUDNN,        /* cuDNN's attention (TR_CUDA_ATTENTION=cudnn or auto): 0 here; cuDNN
-                           sizes its plans at their first call, in step 1, not in the plan */
+    TR_WS_CUDNN,        /* cuDNN's attention (TR_CUDA_ATTENTION=cudnn or auto, bf16): what
+                           the backend's attention_workspace says for the model's largest
+                           shape; 0 without a device to ask (a plan of another cluster) */
     TR_WS_COUNT
 };
 typedef struct {
@@ -211,7 +212,18 @@ typedef struct tr_backend {
     /* Optional (device backends): allocate the workspaces w, each slot grown to at least its
      * size; 0, or -1 when the device is out of memory. */
     int (*reserve)(const tr_workspace *w);
+    /* Optional (device backends): the bytes of TR_WS_CUDNN the attention it runs needs at
+     * this shape, the larger of its forward's and backward's (cuDNN's plans, built for the
+     * shape: their engine's own workspace and ours beside it); 0 when it runs ours. */
+    size_t (*attention_workspace)(int B, int T, int H, int KV, int hd);
 } tr_backend;
+
+/* The device backend this process trains on, named once it is chosen (trainer/util.c), so
+ * that a sizing pass without a backend of its own (the plan's exact memory, model/workspace.c)
+ * asks it what it alone can say: cuDNN's workspace. NULL: none (the CPU, or a plan of a
+ * cluster this process does not run on). */
+void tr_backend_set_sizing(const tr_backend *be);
+const tr_backend *tr_backend_sizing(void);
 
 /* Bytes of one storage element. */
 size_t tr_dtype_size(tr_dtype t);

@@ -13,7 +13,8 @@ size_t tr_workspace_bytes(const tr_workspace *w) {
 
 void tr_workspace_of(const tr_model *m, tr_workspace *w) {
     size_t N = (size_t)m->maxB * (size_t)m->maxT, T = (size_t)m->maxT;
-    size_t C = (size_t)m->desc.dim, width = C, heads = 0, half = 0;
+    size_t C = (size_t)m->desc.dim, width = C, heads = 0, half = 0, vendor = 0;
+    const tr_backend *be = m->be ? m->be : tr_backend_sizing();
     if (m->width_scratch > width) width = m->width_scratch; /* fc, qkv: bias gradients */
     if ((size_t)m->Vl > width) width = (size_t)m->Vl;       /* a biased head */
     for (int i = 0; i < m->n_ops; i++) {
@@ -22,6 +23,11 @@ void tr_workspace_of(const tr_model *m, tr_workspace *w) {
         size_t hd = C / (size_t)op->node->heads;
         if ((size_t)op->H > heads) heads = (size_t)op->H;
         if (hd / 2 > half) half = hd / 2;
+        if (be && be->attention_workspace) { /* at the largest micro-batch: the same or less at
+                                                any smaller one */
+            size_t v = be->attention_workspace(m->maxB, m->maxT, op->H, op->KV, (int)hd);
+            if (v > vendor) vendor = v;
+        }
     }
     /* adamw_multi's stretches: each tensor's part of each piece, and a piece per tensor at
        most (the data-parallel buckets: parallel/dp.c) */
@@ -38,4 +44,5 @@ void tr_workspace_of(const tr_model *m, tr_workspace *w) {
     w->bytes[TR_WS_ADAMW_SEGS] = segs * TR_WS_ADAMW_SEG_BYTES;
     w->bytes[TR_WS_ADAMW_BLOCKS] = blocks * TR_WS_ADAMW_BLOCK_BYTES;
     w->bytes[TR_WS_EMPTY] = TR_WS_EMPTY_BYTES;
+    w->bytes[TR_WS_CUDNN] = vendor;
 }

@@ -10,7 +10,8 @@
 #     1e-4 of the device run's;
 #  4. greedy sampling from that checkpoint gives the same text on the device as on the CPU;
 #  5. a device without a known peak rate reports no MFU (it printed "MFU inf%" before);
-#  6. the tensor-core attention inside training (and cuDNN's), and recompute (below);
+#  6. the tensor-core attention inside training (and cuDNN's, with its workspace in the plan
+#     and allocated at the start, TR_CUDA_ATTENTION cudnn and auto), and recompute (below);
 #  7. no device allocation once training has started, and every device byte predicted;
 #  8. a bad TR_CUDA_ATTENTION is refused;
 #  9. the planner's memory prediction is what the device arena holds (fp32 runs).
@@ -113,10 +114,15 @@ attention() { # check 6
         ok "hd 64: the two attention kernels gave different bits, as they should"
     #    and on cuDNN's attention (the emulated cuDNN, tests/cudaemu/emu_cudnn.cc) where this
     #    build has it: TR_CUDA_ATTENTION=cudnn within bf16 tolerance of ours
-    if TR_CUDA_ATTENTION=cudnn hd64 --device cuda --out "$tmp/hd64-cudnn" >"$tmp/h.log" 2>&1; then
+    #    (cudnn and auto: cuDNN's plans' workspace in the plan, allocated at the start)
+    if TR_EMU_STATS=1 TR_CUDA_ATTENTION=cudnn hd64 --device cuda --out "$tmp/hd64-cudnn" >"$tmp/h.log" 2>&1; then
         losses "$tmp/hd64-cudnn/metrics.jsonl" >"$tmp/hd64-cudnn.l"
         r=$(compare "$tmp/hd64-cudnn.l" "$tmp/hd64-tc.l" 2e-2) && ok "hd 64, cuDNN attention vs ours: $r (tol 2e-2)" ||
             bad "hd 64, cuDNN attention vs ours: $r (tol 2e-2)"
+        memory_exact "$tmp/h.log" "hd 64, cuDNN attention"
+        TR_EMU_STATS=1 TR_CUDA_ATTENTION=auto hd64 --device cuda --out "$tmp/hd64-auto" >"$tmp/h.log" 2>&1 ||
+            { bad "hd64 auto run failed"; cat "$tmp/h.log"; }
+        memory_exact "$tmp/h.log" "hd 64, attention auto"
     elif grep -q "no cuDNN" "$tmp/h.log"; then
         echo "     (no cuDNN in this build: cuDNN attention not checked)"
     else
@@ -145,6 +151,22 @@ attention() { # check 6
     done
 }
 
+# LOG NAME: every device byte of the run whose log (TR_EMU_STATS=1) is LOG is in the plan: its
+# line "device memory: predicted X, allocated X" with equal byte counts, which are what the
+# emulator's cudaMalloc gave (a cudaMalloc after step 1 would have failed the run:
+# tests/cudaemu/emu_device.cc)
+memory_exact() {
+    local pb ab eb
+    read -r pb ab <<<"$(sed -n 's/^device memory: predicted .*(\([0-9]*\) and \([0-9]*\) bytes.*/\1 \2/p' "$1")"
+    eb=$(sed -n 's/^cuda emulator stats: .* cudaMalloc (\([0-9]*\) bytes).*/\1/p' "$1")
+    if [ -n "$pb" ] && [ "$pb" = "$ab" ] && [ "$ab" = "$eb" ]; then
+        ok "$2: device memory predicted $pb bytes, allocated $ab, the emulator's cudaMalloc $eb"
+    else
+        bad "$2: device memory predicted '$pb' bytes, allocated '$ab', the emulator's cudaMalloc '$eb'"
+        grep "memory" "$1"
+    fi
+}
+
 allocations() { # checks 7, 5 and 8
     # 7. the device memory is allocated before training: runs of 2 and 5 steps make the same
     #    cudaMalloc calls (the emulator counts them, TR_EMU_STATS); the per-step launches,
@@ -165,18 +187,10 @@ allocations() { # checks 7, 5 and 8
     else
         bad "cudaMalloc calls: '$m2' for 2 steps, '$m5' for 5 (the device memory must be sized before training)"
     fi
-    #    and every device byte is in the plan: the run's line "device memory: predicted X,
-    #    allocated X" with equal byte counts, which are what the emulator's cudaMalloc gave
-    #    (a cudaMalloc after step 1 would have failed the run: tests/cudaemu/emu_device.cc)
-    local pb ab eb
-    read -r pb ab <<<"$(sed -n 's/^device memory: predicted .*(\([0-9]*\) and \([0-9]*\) bytes.*/\1 \2/p' "$tmp/stats5.log")"
-    eb=$(sed -n 's/^cuda emulator stats: .* cudaMalloc (\([0-9]*\) bytes).*/\1/p' "$tmp/stats5.log")
-    if [ -n "$pb" ] && [ "$pb" = "$ab" ] && [ "$ab" = "$eb" ]; then
-        ok "device memory: predicted $pb bytes, allocated $ab, the emulator's cudaMalloc $eb"
-    else
-        bad "device memory: predicted '$pb' bytes, allocated '$ab', the emulator's cudaMalloc '$eb'"
-        grep "memory" "$tmp/stats5.log"
-    fi
+    #    and every device byte is in the plan
+    memory_exact "$tmp/stats5.log" "gpt.lua"
+    local ab
+    ab=$(sed -n 's/^device memory: predicted .*(\([0-9]*\) and \([0-9]*\) bytes.*/\2/p' "$tmp/stats5.log")
     #    and the device's own count (cudaMemGetInfo, which tests/gpu/check.sh compares with the
     #    plan's figure and the runtime's reserve on a GPU): on the emulated device, which has no
     #    context or library buffers, exactly what was allocated

@@ -240,6 +240,7 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
                          "cuda (%s), %s storage, peak unknown for this device: no "
                          "MFU (set train.peak_tflops or --peak-gflops)",
                          name, dtype == TR_DTYPE_BF16 ? "bf16" : "fp32");
+            tr_backend_set_sizing(be); /* the plan's exact memory asks it (cuDNN's workspace) */
             return be;
         }
         if (!strcmp(dev, "cuda")) {

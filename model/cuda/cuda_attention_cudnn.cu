@@ -28,6 +28,10 @@
 
 static char cd_why[512];
 
+static size_t up256(size_t x) {
+    return (x + 255) & ~(size_t)255;
+}
+
 extern "C" const char *tr_cuda_attention_cudnn_error(void) {
     return cd_why;
 }
@@ -232,10 +236,6 @@ typedef struct {
 #define MAX_PLANS 8
 static cd_plan plans[MAX_PLANS];
 static unsigned plan_clock;
-
-static size_t up256(size_t x) {
-    return (x + 255) & ~(size_t)255;
-}
 
 /* The causal score tensor: S = Q K^T * scale with -inf above the diagonal. Returns S's masked
  * descriptor; ops appended to ops[*n]. */
@@ -526,6 +526,20 @@ static double rel_err(const void *a, const void *b, size_t n, int bf) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Bytes auto's decision (below) carves from the scratch slot past cuDNN's workspace: an
+ * output, a dqkv and an lse for each implementation. */
+static size_t decide_bytes(int B, int T, int H, int KV, int hd) {
+    size_t no = (size_t)B * T * H * hd, nq = (size_t)B * T * (H + 2 * KV) * hd,
+           nl = (size_t)B * H * T;
+    return 2 * (up256(no * 2) + up256(nq * 2) + up256(nl * 4));
+}
+
+extern "C" size_t tr_cuda_attention_cudnn_reserve(int B, int T, int H, int KV, int hd) {
+    size_t ws = tr_cuda_attention_cudnn_workspace(B, T, H, KV, hd);
+    if (!ws || tr_backend_attention() != TR_ATTENTION_AUTO) return ws;
+    return up256(ws) + decide_bytes(B, T, H, KV, hd);
+}
+
 static int deciding = -1; /* while auto measures: 0 ours, 1 cuDNN */
 static struct { int B, T, H, KV, hd, use; } chosen[16];
 static int n_chosen;
@@ -538,19 +552,25 @@ static int n_chosen;
 static int decide(const tr_buf *qkv, int B, int T, int H, int KV, int hd) {
     char shape[96];
     snprintf(shape, sizeof(shape), "B%d T%d H%d KV%d hd%d", B, T, H, KV, hd);
-    if (!tr_cuda_attention_cudnn_workspace(B, T, H, KV, hd)) {
+    size_t ws = tr_cuda_attention_cudnn_workspace(B, T, H, KV, hd);
+    if (!ws) {
         fprintf(stderr, "attention auto (%s): ours (cuDNN cannot run it: %s)\n", shape,
                 tr_cuda_attention_cudnn_error());
         return 0;
     }
     size_t no = (size_t)B * T * H * hd, nq = (size_t)B * T * (H + 2 * KV) * hd,
            nl = (size_t)B * H * T;
+    /* the buffers past cuDNN's workspace in its slot, which the plan reserved for them
+       (tr_cuda_attention_cudnn_reserve): no allocation in the first step */
+    char *at =
+        (char *)tr_cuda_scratch(SCR_CUDNN, tr_cuda_attention_cudnn_reserve(B, T, H, KV, hd)) +
+        up256(ws);
     void *out[2], *dq[2];
     float *lse[2];
     for (int i = 0; i < 2; i++) {
-        CK(cudaMalloc(&out[i], no * 2));
-        CK(cudaMalloc(&dq[i], nq * 2));
-        CK(cudaMalloc((void **)&lse[i], nl * 4));
+        out[i] = at, at += up256(no * 2);
+        dq[i] = at, at += up256(nq * 2);
+        lse[i] = (float *)at, at += up256(nl * 4);
     }
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -586,11 +606,6 @@ static int decide(const tr_buf *qkv, int B, int T, int H, int KV, int hd) {
                 shape, tol, eo, el, ed);
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
-    for (int i = 0; i < 2; i++) {
-        CK(cudaFree(out[i]));
-        CK(cudaFree(dq[i]));
-        CK(cudaFree(lse[i]));
-    }
     return use;
 }
 

@@ -350,6 +350,16 @@ static double f32_sumsq(const tr_buf *x, size_t n) { return tr_cuda_sumsq(0, x, 
 
 static tr_backend bf16_table, f32_table;
 
+/* bf16's attention_workspace: cuDNN's plans' bytes where TR_CUDA_ATTENTION runs cuDNN (cudnn,
+ * or auto, which may keep it, and then also the buffers its decision compares), built for the
+ * shape now so that the plan counts them and the run allocates them at its start
+ * (cu_reserve), not in its first step. fp32 runs ours. */
+static size_t bf_attention_workspace(int B, int T, int H, int KV, int hd) {
+    tr_attention_impl a = tr_backend_attention();
+    if (a != TR_ATTENTION_CUDNN && a != TR_ATTENTION_AUTO) return 0;
+    return tr_cuda_attention_cudnn_reserve(B, T, H, KV, hd);
+}
+
 /* ---- initialisation -------------------------------------------------------------------- */
 
 static int init_state; /* 0: not tried, 1: ready, -1: failed (reason kept) */
@@ -401,6 +411,7 @@ static int init(void) {
     FILL(bf16_table, bf, "cuda-bf16", TR_DTYPE_BF16);
     FILL(f32_table, f32, "cuda-fp32", TR_DTYPE_F32);
     bf16_table.device_memory = f32_table.device_memory = 1;
+    bf16_table.attention_workspace = bf_attention_workspace;
     return 0;
 }
 

@@ -242,6 +242,9 @@ void tr_cuda_attention_backward(int bf, tr_buf *dqkv, const tr_buf *dout, const 
 int tr_cuda_attention_cudnn_available(void);
 const char *tr_cuda_attention_cudnn_error(void);
 size_t tr_cuda_attention_cudnn_workspace(int B, int T, int H, int KV, int hd);
+/* What the cuDNN scratch slot must hold at this shape: the workspace above, and under
+ * TR_CUDA_ATTENTION=auto the buffers its first-call comparison of ours and cuDNN's uses. */
+size_t tr_cuda_attention_cudnn_reserve(int B, int T, int H, int KV, int hd);
 int tr_cuda_attention_cudnn_forward(tr_buf *out, float *lse, const tr_buf *qkv, int B, int T,
                                     int H, int KV, int hd);
 int tr_cuda_attention_cudnn_backward(tr_buf *dqkv, const tr_buf *dout, const tr_buf *qkv,
