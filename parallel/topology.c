@@ -148,16 +148,16 @@ static double copy_rate(char *src, char *dst, double *noise) {
     return 2.0 * (double)COPY_BYTES * COPY_REPS / (last - t0);
 }
 
-/* The node's cores: those online, or if fewer those its ranks may run on together (mpirun
- * may bind each rank to one core; a cgroup or taskset may allow fewer than the machine's). */
 /* Does rank r run on the same machine as rank q (one kernel), known? */
 static int same_kernel(const hosts *h, int r, int q) {
     return h->recs[r].kernel[0] && strcmp(h->recs[r].kernel, h->recs[q].kernel) == 0;
 }
 
-/* The cores a node's ranks may use, less what ranks of other nodes on the same machine
- * take of them: two containers (or the cluster in a box's network namespaces) of 2 ranks
- * each on one 2-core machine get 1 core each, as the ranks of one host of 4 share its 2. */
+/* The node's cores: those online, or if fewer those its ranks may run on together (mpirun
+ * may bind each rank to one core; a cgroup or taskset may allow fewer than the machine's),
+ * less what ranks of other nodes on the same machine take of them: two containers (or the
+ * cluster in a box's network namespaces) of 2 ranks each on one 2-core machine get 1 core
+ * each, as the ranks of one host of 4 share its 2. */
 static int node_cores(const hosts *h, int node) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t all;
