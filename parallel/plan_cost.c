@@ -293,6 +293,29 @@ static double stage_act(const pl_model *m, const tr_plan *p, int a, int b, tr_re
     return per_tok * tok * m->a_scale;
 }
 
+/* zb-v's lists for (P, M) (schedule.c: no closed form), the last asked kept: their bubble
+ * ratio (tr_pp_bubble's, 1f1b's if they cannot run) and each chunk's slots. */
+static struct {
+    int P, M;
+    double ratio;
+    int slots[TR_PP_MAX_RANKS * 2];
+} zbv;
+
+static void zbv_lists(int P, int M) {
+    if (P == zbv.P && M == zbv.M) return;
+    tr_pp_schedule s;
+    double f = -1;
+    memset(zbv.slots, 0, sizeof zbv.slots);
+    if (P <= TR_PP_MAX_RANKS && !tr_pp_generate(&s, TR_PP_ZBV, P, 2, M)) {
+        f = tr_pp_bubble(&s);
+        for (int c = 0; c < 2 * P; c++)
+            zbv.slots[c] = tr_pp_chunk_slots(&s, c);
+        tr_pp_free(&s);
+    }
+    zbv.P = P, zbv.M = M;
+    zbv.ratio = f >= 0 && f < 1 ? f / (1 - f) : (P - 1.0) / M;
+}
+
 /* The pipeline rank that holds chunk c (schedule.h: c % pp, or zb-v's V). */
 static int rank_of(const tr_plan *p, int c) {
     return tr_pp_rank_of_kind((tr_pp_kind)p->l.schedule, p->l.pp, c);
@@ -310,14 +333,15 @@ static double stage_params(const pl_model *m, const tr_plan *p, int r) {
     return n;
 }
 
-/* Micro-batches of each of rank r's chunks in flight at once (chunk c: zb-v's caps differ by
- * chunk, schedule.c: P on the first, P-1 on the second). */
+/* Micro-batches of each of rank r's chunks in flight at once (chunk c; zb-v: its lists',
+ * at most P, and P-1 on rank 0's second chunk, schedule.c). */
 static double inflight(const tr_plan *p, int r, int c) {
     int P = p->l.pp, M = p->l.microbatches, V = p->l.virtual_stages;
     if (P == 1) return 1;
     switch ((tr_pp_kind)p->l.schedule) {
     case TR_PP_ZBV:
-        return mind(c < P ? P : P - 1, M);
+        zbv_lists(P, M);
+        return zbv.slots[c] > 0 ? zbv.slots[c] : mind(P, M);
     case TR_PP_GPIPE: return M;
     case TR_PP_INTERLEAVED: /* warm-up forwards over all V chunks, per chunk */
         return mind((double)M, ((V - 1.0) * P + 2.0 * (P - r - 1) + 1) / V + 1);
@@ -430,21 +454,9 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
     *tp_s = n_coll * t_allreduce(l, S, p->l.tp);
 }
 
-/* zb-v's bubble ratio by simulation of its lists (no closed form: schedule.c), the last
- * (pp, M) asked kept. */
 static double zbv_ratio(int P, int M) {
-    static int last_P, last_M;
-    static double last;
-    if (P == last_P && M == last_M) return last;
-    tr_pp_schedule s;
-    double f = -1;
-    if (!tr_pp_generate(&s, TR_PP_ZBV, P, 2, M)) {
-        f = tr_pp_bubble(&s);
-        tr_pp_free(&s);
-    }
-    last_P = P, last_M = M;
-    last = f >= 0 && f < 1 ? f / (1 - f) : (P - 1.0) / M; /* 1f1b's if it cannot run */
-    return last;
+    zbv_lists(P, M);
+    return zbv.ratio;
 }
 
 /* The pipeline's bubble as a share of the compute (tr_pp_bubble's ratios). */

@@ -175,21 +175,27 @@ static void gen_zbh1(tr_pp_schedule *s, int r) {
  * transfers), the paper's heuristic: a rank that is free runs the oldest input gradient that
  * is ready, else the next forward whose input is there and whose chunk holds fewer than its
  * cap of micro-batches (the second chunk first: it is nearer the loss), else its oldest weight
- * gradient left, else waits. The caps (zbv_caps) keep each rank's activations at or under
- * 1F1B's first rank's: a chunk holds half a stage, 1F1B's rank 0 P stages, so 2P chunks'
- * micro-batches would match its blocks, but each of the second chunk's also keeps its own
- * input stream (and on rank 0 the final norm), and the gradient buffers count too: 2P-1.
- * With 2P (P on each chunk) the greedy reaches (P-1)/(6M+P-1), the paper's near-zero
- * bubble; at 2P-1 it gives less than 1F1B's for M >= P, e.g. pp 4 M 8 9.4% against 27%. */
-static void zbv_caps(int P, int M, int r, int *cap_first, int *cap_second) {
+ * gradient left, else waits. The caps bound the activations: a chunk holds half a stage,
+ * 1F1B's rank 0 P whole stages, so P micro-batches on each chunk match its blocks (the
+ * paper's ZB-V). Rank 0, where 1F1B's peak is, keeps one fewer on its second chunk (P-1):
+ * that chunk holds the final norm and the head's input too, and every second chunk keeps an
+ * input stream of its own; on the others 1F1B holds P-r whole stages, so the V's extra
+ * micro-batches stay under 1F1B's rank 0. That greedy gives the paper's (P-1)/(6M+P-1) when
+ * P divides M (4.0% at pp 2 M 4, 5.9% at pp 4 M 8; 1F1B 20% and 27%), but not always
+ * otherwise, so three variants run beside it (ZBV_LEAN: P-1 on every second chunk; ZBV_FIRST:
+ * the first chunk's forward first) and the lists with the smallest simulated bubble are kept,
+ * the earliest on a tie: never more than the paper's caps, and never above 1F1B's bubble
+ * (tests/test_schedule.c). */
+enum { ZBV_LEAN = 1, ZBV_FIRST = 2, ZBV_VARIANTS = 4 };
+
+static void zbv_caps(int P, int M, int r, int variant, int *cap_first, int *cap_second) {
     /* the first chunk's micro-batches live from its forward down and up the V to its backward;
        the second chunk's only from r ranks below the turn and back */
     *cap_first = min_int(P, M);
-    *cap_second = min_int(P > 1 ? P - 1 : 1, M);
-    (void)r;
+    *cap_second = min_int(r == 0 || (variant & ZBV_LEAN) ? P - 1 : P, M);
 }
 
-static int gen_zbv(tr_pp_schedule *s) {
+static int gen_zbv(tr_pp_schedule *s, int variant) {
     int P = s->P, M = s->M, C = 2 * P;
     /* end times of each part of (mb, chunk), -1 not run */
     int *tf = malloc((size_t)(M * C) * sizeof(int)), *tb = malloc((size_t)(M * C) * sizeof(int));
@@ -204,13 +210,14 @@ static int gen_zbv(tr_pp_schedule *s) {
     for (int i = 0; i < M * C; i++)
         tf[i] = tb[i] = -1;
     for (int r = 0; r < P; r++)
-        zbv_caps(P, M, r, &cap[r], &cap[C - 1 - r]);
+        zbv_caps(P, M, r, variant, &cap[r], &cap[C - 1 - r]);
     int left = 3 * M * C, t = 0;
     /* every unit some rank runs something (a cap never blocks every rank: a rank at its cap
        has a weight part or an input part due), so 3*M*C units at most; more is a bug */
     for (; left > 0 && t <= 3 * M * C; t++) {
         for (int r = 0; r < P; r++) {
             int ch[2] = {C - 1 - r, r}; /* the second chunk first */
+            if (variant & ZBV_FIRST) ch[0] = r, ch[1] = C - 1 - r;
             int bb = -1, bb_ready = 0, fb = -1;
             for (int k = 0; k < 2; k++) { /* the input gradient ready longest */
                 int c = ch[k], mb = nb[c];
@@ -256,6 +263,29 @@ static int gen_zbv(tr_pp_schedule *s) {
     return left > 0 ? -1 : 0;
 }
 
+/* ZB-V's variants (above), the one with the smallest bubble left in s (kind, P, V, M set). */
+static int gen_zbv_best(tr_pp_schedule *s) {
+    tr_pp_schedule t = *s;
+    double best = 2;
+    for (int v = 0; v < ZBV_VARIANTS; v++) {
+        for (int r = 0; r < t.P; r++)
+            if (!(t.list[r] = malloc((size_t)(6 * t.M) * sizeof(tr_pp_action)))) {
+                tr_pp_free(&t);
+                tr_pp_free(s);
+                return -1;
+            }
+        double b = gen_zbv(&t, v) ? -1 : tr_pp_bubble(&t);
+        if (b >= 0 && b < best - 1e-12) {
+            best = b;
+            tr_pp_free(s);
+            *s = t;
+        } else
+            tr_pp_free(&t);
+        t = (tr_pp_schedule){.kind = s->kind, .P = s->P, .V = s->V, .M = s->M};
+    }
+    return best < 2 ? 0 : -1;
+}
+
 int tr_pp_generate(tr_pp_schedule *s, tr_pp_kind k, int P, int V, int M) {
     memset(s, 0, sizeof(*s));
     s->kind = k;
@@ -263,18 +293,7 @@ int tr_pp_generate(tr_pp_schedule *s, tr_pp_kind k, int P, int V, int M) {
     s->V = V;
     s->M = M;
     int per_rank = V * M * (split_kind(k) ? 3 : 2);
-    if (k == TR_PP_ZBV) {
-        for (int r = 0; r < P; r++)
-            if (!(s->list[r] = malloc((size_t)per_rank * sizeof(tr_pp_action)))) {
-                tr_pp_free(s);
-                return -1;
-            }
-        if (gen_zbv(s)) {
-            tr_pp_free(s);
-            return -1;
-        }
-        return 0;
-    }
+    if (k == TR_PP_ZBV) return gen_zbv_best(s);
     for (int r = 0; r < P; r++) {
         s->list[r] = malloc((size_t)per_rank * sizeof(tr_pp_action));
         if (!s->list[r]) {

@@ -24,10 +24,10 @@
  *   zb-v         Qi et al. 2024 (ZB-V): V = 2 chunks per rank in a V, chunk r and chunk
  *                2P-1-r on rank r (the first and the last chunk on rank 0), the backward split
  *                as zb-h1's; lists from the paper's greedy in unit time, each rank holding at
- *                most 2P-1 half-stage chunks' micro-batches (1F1B's rank 0 holds P whole
- *                stages: 2P halves), so that no rank holds more than 1F1B's rank 0; bubble
- *                by simulation only: at most 1F1B's, e.g. pp 4 M 8 9.4% as an idle fraction
- *                (1F1B 27%, ZB-H1 20%; with 2P halves it would be (P-1)/(6M+P-1)); needs
+ *                most P micro-batches of each half-stage chunk (rank 0 P-1 of its second):
+ *                2P halves, the blocks 1F1B's rank 0 holds in P whole stages; bubble by
+ *                simulation: the paper's (P-1)/(6M+P-1) where P divides M (pp 4 M 8 5.9% as an
+ *                idle fraction; 1F1B 27%, ZB-H1 20%), between it and ZB-H1's otherwise; needs
  *                M >= P
  *
  * Bubbles above are ratios, idle time / compute time, for M >= P with a forward of one unit and

@@ -177,9 +177,8 @@ static double run_one(tr_pp_kind k, int P, int V, int M) {
 /* Every accepted (kind, P, V, M) in the ranges, and its bubble against the formulas: gpipe and
  * 1f1b (P-1)/(M+P-1) exactly (also M < P); zb-h1 2(P-1)/(3M+2(P-1)) (also M < P); for M >= P
  * interleaved (P-1)/(V*M+P-1); the last two below 1f1b's. zb-v (M >= P, V 2): its lists are
- * a greedy's at 2P-1 half-stage chunks held (schedule.c), with no closed form to check them
- * against: below 1f1b's from pp 3, and at pp 2 below it for M < 2P, equal at M = 2P; above it
- * at pp 2 from M = 2P+1 (3 halves per rank cannot keep both ranks busy: about 9% idle). */
+ * a greedy's (schedule.c), the paper's (P-1)/(6M+P-1) exactly where P divides M, and with no
+ * closed form otherwise: there below zb-h1's (so below 1f1b's) and above the paper's. */
 static void test_all(void) {
     for (int k = 0; k < 5; k++) {
         int n_run = 0, fails = n_fail;
@@ -196,10 +195,12 @@ static void test_all(void) {
                               "(M+P-1) = %.6f",
                               tr_pp_kind_name(k), P, M, b, b_1f1b);
                     if (k == TR_PP_ZBV) {
-                        int below = P >= 3 || M < 2 * P, bound = below || M == 2 * P;
-                        check(!bound || (b <= b_1f1b + 1e-9 && (!below || b < b_1f1b - 1e-9)), 1,
-                              "zb-v pp %d M %d: bubble %.6f at most 1f1b's %.6f%s", P, M, b, b_1f1b,
-                              below ? " and below it" : "");
+                        double paper = (P - 1.0) / (6.0 * M + P - 1.0),
+                               zbh1 = 2.0 * (P - 1.0) / (3.0 * M + 2.0 * (P - 1.0));
+                        check(M % P ? b > paper - 1e-9 && b < zbh1 - 1e-9 : fabs(b - paper) < 1e-9,
+                              1, "zb-v pp %d M %d: bubble %.6f %s %.6f (zb-h1 %.6f)", P, M, b,
+                              M % P ? "between the paper's and zb-h1's" : "= (P-1)/(6M+P-1) =",
+                              paper, zbh1);
                         continue;
                     }
                     if (k < 2 || (M < P && k == TR_PP_INTERLEAVED) || P < 2) continue;
@@ -338,8 +339,9 @@ static void test_slots(void) {
     tr_pp_free(&s);
 }
 
-/* ZB-V's V: chunk r and 2P-1-r on rank r; every rank holds at most 2P-1 half-stage chunks'
- * micro-batches (1F1B's rank 0: P stages, 2P halves); gradient buffers: one each way between
+/* ZB-V's V: chunk r and 2P-1-r on rank r; every rank holds at most P micro-batches of each of
+ * its half-stage chunks, 2P halves (1F1B's rank 0: P whole stages), and rank 0 at most P-1 of
+ * its second (where the final norm and the head are); gradient buffers: one each way between
  * ranks, at the turn (chunks P-1 and P on rank P-1) a pool shared by the two chunks. */
 static void test_zbv(void) {
     int ok = 1, bufs = 1;
@@ -353,8 +355,8 @@ static void test_zbv(void) {
             for (int c = 0; c < 2 * P; c++)
                 ok &= tr_pp_rank_of(&s, c) == (c < P ? c : 2 * P - 1 - c);
             for (int r = 0; r < P; r++)
-                ok &= s.max_inflight[r] <= 2 * P - 1 &&
-                      tr_pp_chunk_slots(&s, r) + tr_pp_chunk_slots(&s, 2 * P - 1 - r) <= 2 * P - 1;
+                ok &= s.max_inflight[r] <= 2 * P - (r == 0) && tr_pp_chunk_slots(&s, r) <= P &&
+                      tr_pp_chunk_slots(&s, 2 * P - 1 - r) <= P - (r == 0);
             for (int c = 0; c < 2 * P; c++) {
                 int nr, ns, tr, ts;
                 tr_pp_grad_bufs(&s, c, &nr, &ns);
@@ -363,7 +365,8 @@ static void test_zbv(void) {
             }
             tr_pp_free(&s);
         }
-    check(ok, 0, "zb-v: chunks in a V, at most 2P-1 half-stage micro-batches per rank, pp 2..8");
+    check(ok, 0,
+          "zb-v: chunks in a V, at most P micro-batches a chunk (rank 0's second P-1), pp 2..8");
     check(bufs, 0, "zb-v: one gradient buffer each way between ranks, a shared pool at the turn");
     tr_pp_schedule s;
     tr_pp_generate(&s, TR_PP_1F1B, 2, 1, 4);
