@@ -12,12 +12,16 @@
 #    (also when the run crashes afterwards: reported with the exit status).
 # It must also have been reached (the emulator says it skipped a wait). A crash without a named
 # hazard is not a clean catch. Up to 3 scheduler seeds are tried.
-# A site that no training run reaches in a way that matters (cuda.ms_tables: the optimizer's
-# tables never change within a run) is tried on the kernel tests instead (NP "kernels", the
-# path is tests/gpu/test_cuda_kernels.c's emulated binary, run from tests/): they must pass as
-# written, and with the mutant end in a named hazard or a failed check.
+# A site that no training run reaches in a way that matters is tried on a test program
+# instead, run from tests/, which must pass as written and with the mutant end in a named
+# hazard or a failed check: NP "kernels", tests/gpu/test_cuda_kernels.c (cuda.ms_tables: the
+# optimizer's tables never change within a run; the kernel tests change them between calls);
+# NP "comm", tests/gpu/test_comm_device.c on 2 ranks, staged (comm.staged_h2d: a training
+# run's next staged operation copies to the host first, which waits for the copy anyway; the
+# test's receives one after another do not).
 # usage: tests/emu_mutant.sh path/to/trainer_emu SITE NP [VAR=value...] [trainer flags...]
 #        tests/emu_mutant.sh path/to/test_cuda_kernels_emu SITE kernels
+#        tests/emu_mutant.sh path/to/test_comm_device_emu SITE comm
 # (from the repo root; VAR=value: the environment of both runs)
 set -u
 T="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -27,24 +31,26 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
-if [ "$np" -gt 1 ] && ! command -v mpirun >/dev/null; then
+if [ "$np" != kernels ] && { [ "$np" = comm ] || [ "$np" -gt 1 ]; } && ! command -v mpirun >/dev/null; then
     echo "skip: no mpirun"
     exit 77
 fi
-if [ "$np" = kernels ]; then
+if [ "$np" = kernels ] || [ "$np" = comm ]; then
+    prog=("$T") what="the kernel tests"
+    [ "$np" = comm ] && prog=(env TR_COMM_DEVICE=staged mpirun -np 2 "$T") what="the staged comm test"
     for seed in 1 2 3; do
-        (cd tests && TR_EMU_SEED=$seed timeout 600 "$T") >"$tmp/clean.log" 2>&1 ||
-            { echo "FAIL $site: the kernel tests fail without the mutant (seed $seed):"; grep -a "^FAIL" "$tmp/clean.log" | head -3; tail -2 "$tmp/clean.log"; exit 1; }
-        (cd tests && TR_EMU_SEED=$seed TR_EMU_MUTANT="$site" timeout 600 "$T") >"$tmp/mutant.log" 2>&1
+        (cd tests && TR_EMU_SEED=$seed timeout 600 "${prog[@]}") >"$tmp/clean.log" 2>&1 ||
+            { echo "FAIL $site: $what fail without the mutant (seed $seed):"; grep -a "^FAIL" "$tmp/clean.log" | head -3; tail -2 "$tmp/clean.log"; exit 1; }
+        (cd tests && TR_EMU_SEED=$seed TR_EMU_MUTANT="$site" timeout 600 "${prog[@]}") >"$tmp/mutant.log" 2>&1
         rc=$?
         grep -q "cuda emulator: mutant $site: skipping its wait" "$tmp/mutant.log" ||
-            { echo "FAIL $site: the mutant was never reached by the kernel tests"; exit 1; }
+            { echo "FAIL $site: the mutant was never reached by $what"; exit 1; }
         how=$(grep -a -m1 -o "cuda emulator: hazard:.*\|^FAIL .*" "$tmp/mutant.log")
         if [ -n "$how" ]; then
-            echo "ok   $site caught by the kernel tests (seed $seed, exit $rc): $how"
+            echo "ok   $site caught by $what (seed $seed, exit $rc): $how"
             exit 0
         fi
-        echo "     $site: seed $seed: not caught by the kernel tests (exit $rc)"
+        echo "     $site: seed $seed: not caught by $what (exit $rc)"
     done
     echo "FAIL $site: NOT caught with seeds 1-3"
     exit 1

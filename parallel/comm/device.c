@@ -605,16 +605,20 @@ static void start_local(dreq *r, const void *send, void *recv) {
                      r->g->c, &r->o);
 }
 
-/* Pinned buffers, kept for reuse (registering host memory costs milliseconds). */
+/* Pinned buffers, kept for reuse (registering host memory costs milliseconds): the smallest
+ * that fits, the one given back last among equals (warm in the caches; and the buffer whose
+ * result copy to the device was queued last, so that a missing wait for that copy shows). */
 static void *stage_take(size_t bytes, size_t *got, const tr_comm *c, const tr_comm_desc *o) {
     int best = -1;
-    for (int i = 0; i < d.n_stage; i++)
+    for (int i = d.n_stage - 1; i >= 0; i--)
         if (d.stage[i].bytes >= bytes && (best < 0 || d.stage[i].bytes < d.stage[best].bytes))
             best = i;
     if (best >= 0) {
         void *p = d.stage[best].p;
         *got = d.stage[best].bytes;
-        d.stage[best] = d.stage[--d.n_stage];
+        memmove(&d.stage[best], &d.stage[best + 1],
+                (size_t)(d.n_stage - best - 1) * sizeof d.stage[0]);
+        d.n_stage--;
         return p;
     }
     void *p = NULL;

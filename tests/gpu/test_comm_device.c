@@ -6,7 +6,9 @@
  * (comm.h): receives posted ahead of the sends on both ends of a pair, in opposite directions
  * (what one NCCL stream per group would deadlock on), several messages per channel arriving
  * in order, two channels one way told apart by tag, and a late sender whose data the compute
- * stream must wait for. An operation never waited for is completed and freed with its group.
+ * stream must wait for, and receives one after another (each staged one's copy to the device
+ * done before its host buffer takes the next). An operation never waited for is completed and
+ * freed with its group.
  *   mpirun -np N test_comm_device   one rank per GPU (NCCL), or ranks sharing one (staged)
  *   TR_COMM_DEVICE=staged | nccl    the staged transport; NCCL even in a group of one
  *   --stuck-rank R --timeout T      for tests/mpi/dead_rank.sh: rank R sleeps instead of
@@ -252,6 +254,49 @@ static void run_channels(const ctx *x, tr_comm_dtype t) {
     free(h), free(g);
 }
 
+/* Receives one after another: rank 2k+1 sends K messages on tag 5 at once, and rank 2k,
+ * once they are on their way, receives them one at a time, each started after the one before
+ * was waited for. Staged, each receive lands in a pinned host buffer and its wait queues the
+ * copy to the device; the next receive takes the same buffer back, so unless the wait also
+ * waited for that copy (comm.staged_h2d), the next message overwrites what the copy is still
+ * to read (the emulator names it). */
+static void run_back_to_back(const ctx *x, tr_comm_dtype t) {
+    enum { K = 3 };
+    const size_t n = 1000;
+    int peer = x->rank ^ 1, odd = x->rank & 1, one = 1;
+    if (peer >= x->size) { /* the world's barrier below, without a peer */
+        tr_comm_all_reduce(x->w, &one, 1, TR_COMM_I32);
+        return;
+    }
+    float *h = malloc(n * sizeof(float));
+    void *buf[K];
+    tr_comm_req *sq[K] = {NULL};
+    for (int k = 0; k < K; k++) {
+        for (size_t i = 0; i < n; i++)
+            h[i] = odd ? msg_val(x->rank, 5, k, i) : -1000;
+        buf[k] = up(x, h, n);
+        if (odd)
+            sq[k] =
+                tr_comm_start(x->w, TR_COMM_OP_SEND, buf[k], NULL, n, t, peer, 5, TR_COMM_DEVICE);
+    }
+    tr_comm_all_reduce(x->w, &one, 1, TR_COMM_I32); /* the sends are posted */
+    for (int k = 0; k < K && !odd; k++)
+        tr_comm_wait(
+            tr_comm_start(x->w, TR_COMM_OP_RECV, NULL, buf[k], n, t, peer, 5, TR_COMM_DEVICE));
+    for (int k = 0; k < K; k++) {
+        if (sq[k]) tr_comm_wait(sq[k]);
+        if (!odd) {
+            msg_id m = {peer, 5, k};
+            char what[64];
+            down(x, h, buf[k], n);
+            snprintf(what, sizeof what, "receive %d of %d one after another", k + 1, K);
+            expect(h, n, want_msg, x, &m, what, n);
+        }
+        x->be->free(buf[k]);
+    }
+    free(h);
+}
+
 /* A device operation nobody waits for: the group owns it, and freeing the group completes
  * and frees it (before, its request stayed allocated for good: the sanitizers' leak check
  * of this test names it). The result is there once the group is gone. */
@@ -350,6 +395,7 @@ int main(int argc, char **argv) {
     open_channels(&x);
     run_ops(&x, TR_COMM_F32);
     run_channels(&x, TR_COMM_F32);
+    run_back_to_back(&x, TR_COMM_F32);
     x.be = tr_backend_cuda(TR_DTYPE_BF16, err, sizeof err);
     x.dt = "bf16";
     open_channels(&x); /* again: the channels opened before are kept */
