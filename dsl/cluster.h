@@ -136,6 +136,10 @@ typedef struct {
        sequences, every op included (trainer/run/plan.c times a copy with one block on every
        rank at once); 0 where not measured (the planner's assumed rates then) */
     double model_eff[TR_CLUSTER_EFF];
+    /* A detected CPU job: parameters the backend's AdamW updates per second on a rank, every
+       rank at once (the slowest; trainer/run/plan.c); 0 where not measured (the planner then
+       prices the update at the memory bandwidth) */
+    double optim_rate;
 } tr_cluster;
 
 /* g's matrix efficiency from the device d's (NULL: an unknown device's, assumed), unless

@@ -656,6 +656,9 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
         add(buf, n, &used, "%.0f us per operation (assumed)", 1e6 * PL_CPU_OP_COST);
     else if (c->cpu)
         add(buf, n, &used, "the model's own rate (measured)");
+    if (c->optim_rate > 0)
+        add(buf, n, &used, "optimizer %.0fM parameters/s a process (measured: the backend's AdamW)",
+            c->optim_rate / 1e6);
     const tr_node_group *g = &c->g[0];
     struct {
         const char *name;

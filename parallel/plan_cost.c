@@ -129,6 +129,7 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     if (!isfinite(d->between.bw.v)) d->between = d->inter;
     d->node_link = d->inter.bw.from == TR_ORIGIN_MEASURED;
     memcpy(d->eff, c->model_eff, sizeof d->eff);
+    d->optim_rate = c->optim_rate;
     d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
     d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
     d->reserve = 0;
@@ -593,7 +594,11 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     after = maxd(0, after - dv->overlap * fwd_first);
     p->dp_s = maxd(0, comm - dv->overlap * window) + after;
     double shards = sh.optimizer ? d : 1;
-    p->optim_s = params / shards * (4.0 * 3 + m->es) * 2 / dv->mem_bw;
+    /* AdamW reads the master weights, moments and gradient and writes three back: at the
+       rate measured for this backend's own update where it was (the CPU: its square roots and
+       divisions, not the memory, set the pace), else at the memory bandwidth */
+    p->optim_s = dv->optim_rate > 0 ? params / shards / dv->optim_rate
+                                    : params / shards * (4.0 * 3 + m->es) * 2 / dv->mem_bw;
     p->step_s = M * worst + p->bubble_s + p->shared_s + p->dp_s + p->optim_s;
     /* egress: a data-parallel ring that crosses providers sends its volume out of each */
     p->egress_gb = 0;

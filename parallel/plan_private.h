@@ -53,6 +53,7 @@ typedef struct {
                                    reaches at micro-batches of 2^i sequences (0: unmeasured) */
     double peak;    /* its nominal peak (MFU's denominator) */
     double mem_bw;  /* slowest memory bandwidth */
+    double optim_rate; /* the cluster's optim_rate: parameters updated per second (0: unmeasured) */
     double mem_cap; /* smallest device memory */
     double op_cost; /* per operation */
     double overlap; /* share of a reduction the compute beside it hides */

@@ -539,6 +539,39 @@ static void model_rate_measured(void) {
     tr_recipe_free(&r);
 }
 
+/* ---- the optimizer's measured rate (tr_cluster.optim_rate) flows into the plan unchanged -- */
+
+/* dp 2: unmeasured, the update is priced at the memory bandwidth (32 bytes a parameter in
+ * fp32: three arrays read and written, the gradient read); measured, each rank's parameters
+ * over the rate, the same parameters; ZeRO-1 updates half of them. */
+static void optimizer_rate_measured(void) {
+    tr_recipe r;
+    load(&r, "recipes_good/pp_gpt.lua", NULL, 0);
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    tr_plan p[3];
+    char err[1024];
+    for (int i = 0; i < 3; i++) {
+        tr_layout_flags f = {
+            .dp = 2, .tp = 1, .pp = 1, .zero = i == 2, .sequence_parallel = -1, .micro_batch = 2};
+        tr_layout l;
+        if (tr_layout_resolve(&l, &r, &f, 2, TR_DTYPE_F32, 0, err, sizeof err)) {
+            check(0, "pp_gpt at dp 2: %s", err);
+            tr_recipe_free(&r);
+            return;
+        }
+        c.optim_rate = i ? 5e7 : 0;
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[i]);
+    }
+    double params = p[0].optim_s * c.g[0].mem_bw.v / 32;
+    check(fabs(p[1].optim_s * 5e7 / params - 1) < 1e-9 &&
+              fabs(p[2].optim_s / p[1].optim_s - 0.5) < 1e-9,
+          "the optimizer at its measured rate: %.6f s for %.0f parameters at 50M/s (%.6f s at the "
+          "memory bandwidth), ZeRO-1 %.6f s",
+          p[1].optim_s, params, p[0].optim_s, p[2].optim_s);
+    tr_recipe_free(&r);
+}
+
 /* ---- pipeline sends: each boundary over the link it crosses ---------------------------- */
 
 /* pp 4 over 2 nodes of 2 (the cluster in a box): only the middle boundary crosses the nodes.
@@ -904,6 +937,7 @@ int main(void) {
     fixed_and_nothing_fits(res);
     keeps_what_fits(res);
     model_rate_measured();
+    optimizer_rate_measured();
     shared_cores();
     pp_sends_per_boundary();
     node_link_shared();

@@ -409,6 +409,8 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
             tr_json_write_num(f, c->model_eff[i], -4);
         }
     fprintf(f, "}");
+    fprintf(f, ",\n \"optim_rate\": ");
+    tr_json_write_num(f, c->optim_rate, -4);
     fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": ",
             res->evaluated, res->feasible);
     tr_json_write_num(f, res->seconds, -4);
