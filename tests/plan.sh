@@ -206,7 +206,7 @@ sys.exit(0 if p["predicted"]["memory_exact"] and p["predicted"]["memory_bytes"] 
          "memory (given)" in cap["figures"] else 1)
 PY
     { bad "--memory-mib $cap: the plan"; cat "$tmp/cap.err"; head -c 600 "$tmp/cap.json"; }
-pin=$(python3 -c "import json; p = json.load(open('$tmp/job.json'))['plan']; print('--dp %d --tp %d --pp %d --zero %d --micro-batch %d --%ssequence-parallel' % (p['dp'], p['tp'], p['pp'], p['zero'], p['micro_batch'], '' if p['sequence_parallel'] else 'no-'))")
+pin=$(python3 -c "import json; p = json.load(open('$tmp/job.json'))['plan']; print('--dp %d --tp %d --pp %d --zero %d --micro-batch %d --%ssequence-parallel' % (p['dp'], p['tp'], p['pp'], p['zero'], p['micro_batch'], '' if p['sequence_parallel'] else 'no-') + (' --schedule %s --microbatches %d --virtual-stages %d' % (p['schedule'], p['microbatches'], p['virtual_stages']) if p['pp'] > 1 else ''))")
 mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=2 $pin --memory-mib "$cap" --out "$tmp/capped" >"$tmp/capped.log" 2>&1
 rc=$?
 n=$(grep -c "needs .* on its fullest process, more than --memory-mib $cap gives" "$tmp/capped.log")
