@@ -131,10 +131,11 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
 /* The CPU: parameters the backend's own AdamW updates per second on a rank (c->optim_rate),
  * over OPTIM_PROBE_N of them (master weights, gradient and moments: 64 MiB, beyond the caches,
  * as a model's are), every rank at once (ranks sharing a machine share its memory), the
- * slowest rank's median of PROBE_REPS after one untimed. A memcpy's rate (mem_bw) priced it
- * 3.4x too fast here: the update's square roots and divisions set its pace. Its spread joins
- * the probes' noise. Unmeasured (0) when a rank lacks the memory. -1 when a collective fails. */
-enum { OPTIM_PROBE_N = 1 << 22 };
+ * slowest rank's median of OPTIM_REPS after one untimed (a few ms each). A memcpy's rate
+ * (mem_bw) had priced the scalar update 3.4x too fast; the probe follows whatever the kernel
+ * is. Its spread joins the probes' noise. Unmeasured (0) when a rank lacks the memory. -1
+ * when a collective fails. */
+enum { OPTIM_PROBE_N = 1 << 22, OPTIM_REPS = 7 };
 static int probe_optimizer(tr_comm *w, const tr_backend *be, tr_cluster *c) {
     size_t n = OPTIM_PROBE_N;
     float *buf = calloc(4 * n, sizeof *buf); /* master, gradient, m, v */
@@ -150,19 +151,19 @@ static int probe_optimizer(tr_comm *w, const tr_backend *be, tr_cluster *c) {
     float *p = buf, *g = buf + n, *m = buf + 2 * n, *v = buf + 3 * n;
     for (size_t i = 0; i < n; i++)
         p[i] = 1e-3f * (float)(i % 1000), g[i] = 1e-4f * (float)(i % 7);
-    double t[PROBE_REPS], mine[2];
+    double t[OPTIM_REPS], mine[2];
     if (tr_comm_barrier(w)) {
         free(buf);
         return -1;
     }
-    for (int rep = 0; rep <= PROBE_REPS; rep++) {
+    for (int rep = 0; rep <= OPTIM_REPS; rep++) {
         double t0 = tr_now();
         be->adamw(p, p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f);
         if (rep > 0) t[rep - 1] = tr_now() - t0;
     }
     free(buf);
-    mine[1] = tr_topology_spread(t, PROBE_REPS); /* sorts t */
-    mine[0] = t[PROBE_REPS / 2];
+    mine[1] = tr_topology_spread(t, OPTIM_REPS); /* sorts t */
+    mine[0] = t[OPTIM_REPS / 2];
     int size = tr_comm_size(w);
     double *all = calloc(2 * (size_t)size, sizeof *all), worst = 0;
     int rc = !all || tr_comm_all_gather(w, mine, all, 2, TR_COMM_F64) ? -1 : 0;
