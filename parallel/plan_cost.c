@@ -294,27 +294,39 @@ static double stage_act(const pl_model *m, const tr_plan *p, int a, int b, tr_re
     return per_tok * tok * m->a_scale;
 }
 
-/* zb-v's lists for (P, M) (schedule.c: no closed form), the last asked kept: their bubble
- * ratio (tr_pp_bubble's, 1f1b's if they cannot run) and each chunk's slots. */
-static struct {
+/* zb-v's lists for (P, M): their bubble ratio and each chunk's slots. Where P divides M, the
+ * paper's (P-1)/(6M+P-1), which the lists reach (tests/test_schedule.c), and the caps (P a
+ * chunk, P-1 on rank 0's second: an upper bound for this quick estimate; the plans shown are
+ * measured on the lists themselves); otherwise by generating the lists (schedule.c: no closed
+ * form there; up to 8 variants of a greedy, tens of ms at M 1024, so each (P, M) is kept), their
+ * tr_pp_bubble's ratio (1f1b's if they cannot run). */
+enum { ZBV_MEMO = 512 };
+typedef struct {
     int P, M;
     double ratio;
     int slots[TR_PP_MAX_RANKS * 2];
-} zbv;
+} zbv_lists_t;
+static zbv_lists_t zbv_memo[ZBV_MEMO];
 
-static void zbv_lists(int P, int M) {
-    if (P == zbv.P && M == zbv.M) return;
+static const zbv_lists_t *zbv_lists(int P, int M) {
+    zbv_lists_t *z = &zbv_memo[((unsigned)P * 2654435761u ^ (unsigned)M * 40503u) % ZBV_MEMO];
+    if (P == z->P && M == z->M) return z;
     tr_pp_schedule s;
     double f = -1;
-    memset(zbv.slots, 0, sizeof zbv.slots);
-    if (P <= TR_PP_MAX_RANKS && !tr_pp_generate(&s, TR_PP_ZBV, P, 2, M)) {
+    memset(z->slots, 0, sizeof z->slots);
+    if (M % P == 0 && P <= TR_PP_MAX_RANKS) {
+        f = (P - 1.0) / (6.0 * M + P - 1.0);
+        for (int c = 0; c < 2 * P; c++)
+            z->slots[c] = c == 2 * P - 1 ? P - 1 : P;
+    } else if (P <= TR_PP_MAX_RANKS && !tr_pp_generate(&s, TR_PP_ZBV, P, 2, M)) {
         f = tr_pp_bubble(&s);
         for (int c = 0; c < 2 * P; c++)
-            zbv.slots[c] = tr_pp_chunk_slots(&s, c);
+            z->slots[c] = tr_pp_chunk_slots(&s, c);
         tr_pp_free(&s);
     }
-    zbv.P = P, zbv.M = M;
-    zbv.ratio = f >= 0 && f < 1 ? f / (1 - f) : (P - 1.0) / M;
+    z->P = P, z->M = M;
+    z->ratio = f >= 0 && f < 1 ? f / (1 - f) : (P - 1.0) / M;
+    return z;
 }
 
 /* The pipeline rank that holds chunk c (schedule.h: c % pp, or zb-v's V). */
@@ -340,9 +352,10 @@ static double inflight(const tr_plan *p, int r, int c) {
     int P = p->l.pp, M = p->l.microbatches, V = p->l.virtual_stages;
     if (P == 1) return 1;
     switch ((tr_pp_kind)p->l.schedule) {
-    case TR_PP_ZBV:
-        zbv_lists(P, M);
-        return zbv.slots[c] > 0 ? zbv.slots[c] : mind(P, M);
+    case TR_PP_ZBV: {
+        int k = zbv_lists(P, M)->slots[c];
+        return k > 0 ? k : mind(P, M);
+    }
     case TR_PP_GPIPE: return M;
     case TR_PP_INTERLEAVED: /* warm-up forwards over all V chunks, per chunk */
         return mind((double)M, ((V - 1.0) * P + 2.0 * (P - r - 1) + 1) / V + 1);
@@ -456,8 +469,7 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
 }
 
 static double zbv_ratio(int P, int M) {
-    zbv_lists(P, M);
-    return zbv.ratio;
+    return zbv_lists(P, M)->ratio;
 }
 
 /* The pipeline's bubble as a share of the compute (tr_pp_bubble's ratios). */
