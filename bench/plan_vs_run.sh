@@ -23,11 +23,12 @@
 # after two of warm-up, a layout's the fastest of its runs, and its spread (slowest / fastest
 # run) is the noise of that layout; the table's noise is the median spread. A run that takes
 # longer than `limit` seconds is stopped and counts as that slow.
-# Predicted: one `trainer plan --json --alternatives 64` on the same ranks prices every layout
-# with the same measured figures (each run measures the machine again at its start, and its
-# own prediction moves with that); a row takes the plan's price of the layout the run resolved
-# (its micro-batch, schedule, recompute), or, marked *, the run's own price when the plan's
-# alternatives hold another variant of that mesh.
+# Predicted: each run's own prediction (its planner's, as `plan vs run` shows a user; the
+# median of a layout's runs: each run measures the machine again at its start, and its
+# prediction moves with that); beside it one `trainer plan --json --alternatives 64` on the
+# same ranks, which prices every layout it keeps with the same measured figures: the layout
+# the run resolved (its micro-batch, schedule, recompute) where it is among the plan's
+# alternatives (one variant per mesh, ZeRO stage and schedule), else "-".
 # Printed for each configuration and recipe: layout | predicted | measured | spread |
 # measured / predicted | memory predicted and measured (the fullest rank); then Spearman's rank
 # correlation of predicted and measured step times; beside it the runs' own (each pass's
@@ -102,18 +103,33 @@ recipes = [CLUSTER_GPT, PP_GPT] if box else [PP_GPT, TP_GPT] + ([CAPPED] if worl
                                                               else [])
 if os.environ.get("PVR_RECIPES"):  # only these (names, comma-separated)
     recipes = [x for x in recipes if x[0] in os.environ["PVR_RECIPES"].split(",")]
+VARIANTS = os.environ.get("PVR_VARIANTS", "1") != "0"
 
 
-def layouts():  # (label, flags, key): every mesh with ZeRO 0-3 where dp > 1, then the planner's
-    for tp in (1, 2, 4):
-        for pp in (1, 2, 4):
-            if world % (tp * pp):
-                continue
-            dp = world // (tp * pp)
-            for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
-                yield ("dp %d x tp %d x pp %d, ZeRO-%d" % (dp, tp, pp, zero),
-                       ["--dp", str(dp), "--tp", str(tp), "--pp", str(pp), "--zero", str(zero)],
-                       (dp, tp, pp, zero))
+def layouts():  # (label, flags, key): every mesh with ZeRO 0-3 where dp > 1, then each
+    # mesh's variants (micro-batch, recompute, schedule: what the planner also chooses, its
+    # ZeRO left to it), then the planner's own choice; key: the mesh and ZeRO, or None
+    meshes = [(world // (tp * pp), tp, pp) for tp in (1, 2, 4) for pp in (1, 2, 4)
+              if world % (tp * pp) == 0]
+    for dp, tp, pp in meshes:
+        for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
+            yield ("dp %d x tp %d x pp %d, ZeRO-%d" % (dp, tp, pp, zero),
+                   ["--dp", str(dp), "--tp", str(tp), "--pp", str(pp), "--zero", str(zero)],
+                   (dp, tp, pp, zero))
+    if VARIANTS:
+        for dp, tp, pp in meshes:
+            mesh = ["--dp", str(dp), "--tp", str(tp), "--pp", str(pp)]
+            name = "dp %d x tp %d x pp %d, " % (dp, tp, pp)
+            if pp == 1:
+                for b in (1, 2, 4):
+                    yield name + "micro-batch %d" % b, mesh + ["--micro-batch", str(b)], "v"
+            else:
+                for sch in ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"):
+                    yield name + sch, mesh + ["--schedule", sch], "v"
+                yield name + "1f1b, M %d" % pp, mesh + ["--schedule", "1f1b", "--microbatches",
+                                                        str(pp)], "v"
+            for rc in ("selective", "full"):
+                yield name + "recompute " + rc, mesh + ["--set", "train.recompute=" + rc], "v"
     yield "auto", [], None
 
 
@@ -212,34 +228,30 @@ for rname, recipe in recipes:
           "`trainer plan` (ties within %.0f%%, or what the probes' %.0f%% could reorder)" %
           (conf, " ".join(recipe), world, steps, reps, 100 * tie.get("band", 0),
            100 * tie.get("reorder", 0)))
-    print("%-30s %11s %10s %7s %7s %10s %10s" % ("layout", "predicted", "measured", "spread",
-          "meas/pred", "mem pred", "mem meas"))
-    pred, meas, spreads, table, passes, spread_of = [], [], [], {}, [], []
+    print("%-40s %10s %9s %10s %7s %7s %10s %10s" % ("layout", "predicted", "one plan",
+          "measured", "spread", "meas/pred", "mem pred", "mem meas"))
+    pred, meas, spreads, table, passes, spread_of, mesh, one = [], [], [], {}, [], [], [], []
     for label, _, key in layouts():
         got = runs[label]
         ok = [g for g in got if isinstance(g, tuple)]
         stopped = [g for g in got if isinstance(g, str) and g.startswith("stopped")]
         if not ok and not stopped:
-            print("%-30s %s" % (label, got[0]))
+            print("%-40s %s" % (label, got[0]))
             continue
         if ok:
             best = min(ok, key=lambda g: g[1])
+            best = (statistics.median(g[0] for g in ok),) + best[1:]
             spread = max(g[1] for g in ok) / best[1] if len(ok) > 1 else float("nan")
             if len(ok) > 1:
                 spreads.append(spread)
         else:  # every run stopped: as slow as the limit, predicted as the plan said
             best, spread = (float("nan"), float(limit), 0, 0, ""), float("nan")
-        own = False
-        if key is not None and len(best) > 5:  # the plan's price of the layout the run resolved
-            p = price.get(best[5])
-            own = p is None  # not among the plan's alternatives: the run's own price
-            if p:
-                best = (p[0], best[1], p[1], best[3], best[4], best[5])
+        p = price.get(best[5]) if len(best) > 5 else None  # one plan's price of that layout
         table[label] = best
         if label == "auto":
             continue
-        print("%-30s %9.4fs%s %9.4fs %7.2f %7.2f %9.1fM %9.1fM%s" %
-              (label, best[0], "*" if own else " ", best[1], spread,
+        print("%-40s %9.4fs %8s %9.4fs %7.2f %7.2f %9.1fM %9.1fM%s" %
+              (label, best[0], "%.4fs" % p[0] if p else "-", best[1], spread,
                best[1] / best[0] if best[0] == best[0] else 0,
                mib(best[2]), mib(best[3]), "  (stopped)" if stopped and not ok else ""))
         if best[0] == best[0]:
@@ -247,24 +259,35 @@ for rname, recipe in recipes:
             meas.append(best[1])
             passes.append([g[1] if isinstance(g, tuple) else float("nan") for g in got])
             spread_of.append(spread)
-    print("(* predicted by the run itself: the plan priced another variant of that mesh)")
+            mesh.append(isinstance(key, tuple))
+            one.append(p[0] if p else float("nan"))
     noise = statistics.median(spreads) if spreads else float("nan")
-    if len(pred) > 2:
-        print("Spearman's rank correlation of predicted and measured: %.3f over %d layouts; "
-              "the noise (median spread of a layout's runs): %.2fx" %
-              (spearman(pred, meas), len(pred), noise))
     # the ceiling at this noise: the measurements' own rank correlation, each pass against
     # the next (a prediction cannot rank the layouts better than the runs rank themselves)
-    own = []
-    for k in range(reps - 1):
-        a = [x[k] for x in passes]
-        b = [x[k + 1] for x in passes]
-        keep = [i for i in range(len(a)) if a[i] == a[i] and b[i] == b[i]]
-        if len(keep) > 2:
-            own.append(spearman([a[i] for i in keep], [b[i] for i in keep]))
-    if own:
-        print("the runs' own Spearman, each pass against the next: %s (the most a prediction "
-              "can reach at this noise)" % ", ".join("%.3f" % x for x in own))
+    groups = [("every layout", list(range(len(pred))))]
+    if VARIANTS:
+        groups.append(("the meshes' ZeRO stages alone", [i for i in range(len(pred)) if mesh[i]]))
+    for what, idx in groups:
+        if len(idx) < 3:
+            continue
+        own = []
+        for k in range(reps - 1):
+            a = [passes[i][k] for i in idx]
+            b = [passes[i][k + 1] for i in idx]
+            keep = [j for j in range(len(a)) if a[j] == a[j] and b[j] == b[j]]
+            if len(keep) > 2:
+                own.append(spearman([a[j] for j in keep], [b[j] for j in keep]))
+        print("Spearman's rank correlation of predicted and measured, %s: %.3f over %d "
+              "layouts%s" % (what, spearman([pred[i] for i in idx], [meas[i] for i in idx]),
+                             len(idx), "; the runs' own, each pass against the next: %s (the "
+                             "most a prediction can reach at this noise)" %
+                             ", ".join("%.3f" % x for x in own) if own else ""))
+    idx = [i for i in range(len(one)) if one[i] == one[i]]
+    if len(idx) > 2:
+        print("Spearman's rank correlation of one plan's prices and measured, where it priced the "
+              "layout: %.3f over %d layouts" % (spearman([one[i] for i in idx],
+                                                         [meas[i] for i in idx]), len(idx)))
+    print("the noise (median spread of a layout's runs): %.2fx" % noise)
     # the pairs the runs tell apart: measured further apart than either layout's spread
     apart = right = 0
     for i in range(len(meas)):

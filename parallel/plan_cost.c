@@ -451,14 +451,17 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
         k = 3 * rm / eff / (3 * (rm + rf) + re);
         f *= k, bwd *= k;
     }
-    double rec = rc == TR_RECOMPUTE_FULL        ? f
-                 : rc == TR_RECOMPUTE_SELECTIVE
-                     ? k * elem / 6
-                     : 0;
-    *compute = f + bwd + rec;
     double resid = 0;
     for (int i = a; i < b; i++)
         resid += m->blk[i].residuals;
+    /* full recompute runs each residual branch's forward again, but for the last one's
+       without a pipeline (model/exec.c: its tensors are intact at the backward; a pipeline
+       rank runs other micro-batches' forwards in between) */
+    double again = p->l.pp == 1 && resid > 1 ? (resid - 1) / resid : 1;
+    double rec = rc == TR_RECOMPUTE_FULL        ? again * f
+                 : rc == TR_RECOMPUTE_SELECTIVE ? k * elem / 6
+                                                : 0;
+    *compute = f + bwd + rec;
     /* one all-reduce (or reduce-scatter + all-gather) of the stream per residual branch in
        the forward, one in the backward, and the vocabulary-parallel embedding and head */
     double S = tok * m->C * m->es;

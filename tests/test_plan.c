@@ -572,6 +572,48 @@ static void optimizer_rate_measured(void) {
     tr_recipe_free(&r);
 }
 
+/* ---- full recompute repeats every branch's forward but the model's last --------------- */
+
+/* pp_gpt's 8 blocks hold 16 residual branches. Without a pipeline the last branch's tensors
+ * are intact at its backward (model/exec.c), so full recompute adds 15 of 16 branches'
+ * forwards: 15/16 of a third of the compute. A pipeline rank recomputes every branch of its
+ * stage: a third. */
+static void recompute_full_branches(void) {
+    tr_recipe r;
+    load(&r, "recipes_good/pp_gpt.lua", NULL, 0);
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    double add[2];
+    for (int pp = 1; pp <= 2; pp++) {
+        tr_layout_flags f = {.dp = 1,
+                             .tp = 1,
+                             .pp = pp,
+                             .zero = 0,
+                             .sequence_parallel = -1,
+                             .micro_batch = 2,
+                             .schedule = pp > 1 ? TR_PP_1F1B : -1};
+        tr_layout l;
+        char err[1024];
+        if (tr_layout_resolve(&l, &r, &f, pp, TR_DTYPE_F32, 0, err, sizeof err)) {
+            check(0, "pp_gpt at pp %d: %s", pp, err);
+            tr_recipe_free(&r);
+            return;
+        }
+        tr_plan p[2];
+        for (int i = 0; i < 2; i++) {
+            l.recompute = i ? TR_RECOMPUTE_FULL : TR_RECOMPUTE_NONE;
+            l.recompute_per_stage = 0;
+            tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[i]);
+        }
+        add[pp - 1] = p[1].compute_s / p[0].compute_s - 1;
+    }
+    check(fabs(add[0] - 15.0 / 16 / 3) < 1e-9 && fabs(add[1] - 1.0 / 3) < 1e-9,
+          "full recompute adds %.6f of the compute on one rank (15 of 16 branches' forwards: "
+          "%.6f) and %.6f at pp 2 (every branch: a third)",
+          add[0], 15.0 / 16 / 3, add[1]);
+    tr_recipe_free(&r);
+}
+
 /* ---- pipeline sends: each boundary over the link it crosses ---------------------------- */
 
 /* pp 4 over 2 nodes of 2 (the cluster in a box): only the middle boundary crosses the nodes.
@@ -938,6 +980,7 @@ int main(void) {
     keeps_what_fits(res);
     model_rate_measured();
     optimizer_rate_measured();
+    recompute_full_branches();
     shared_cores();
     pp_sends_per_boundary();
     node_link_shared();

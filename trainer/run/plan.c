@@ -57,13 +57,30 @@ static tr_node *one_block(const tr_recipe *r, tr_model_desc *d) {
     return kids;
 }
 
+/* The slowest rank's median of its n timings t (sorted here), every rank's: *noise becomes
+ * the larger of itself and the largest tr_topology_spread of the ranks' timings. -1 when a
+ * collective fails. */
+static double slowest_median(tr_comm *w, double *t, int n, double *noise) {
+    double mine[2];
+    mine[1] = tr_topology_spread(t, n); /* sorts t */
+    mine[0] = t[n / 2];
+    int size = tr_comm_size(w);
+    double *all = calloc(2 * (size_t)size, sizeof *all), worst = -1;
+    if (all && !tr_comm_all_gather(w, mine, all, 2, TR_COMM_F64))
+        for (int i = 0; i < size; i++) {
+            worst = all[2 * i] > worst ? all[2 * i] : worst;
+            *noise = all[2 * i + 1] > *noise ? all[2 * i + 1] : *noise;
+        }
+    free(all);
+    return worst;
+}
+
 /* Seconds of the slowest rank's median of PROBE_REPS forwards and backwards of m over
  * B sequences, after one untimed; every rank at once (ranks sharing cores see each other).
- * *noise: the larger of itself and the largest tr_topology_spread of the ranks' timings.
- * -1 when a collective fails. */
+ * *noise: as slowest_median's. -1 when a collective fails. */
 enum { PROBE_REPS = 3 };
 static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, double *noise) {
-    double t[PROBE_REPS], mine[2];
+    double t[PROBE_REPS];
     if (tr_comm_barrier(w)) return -1;
     for (int rep = 0; rep <= PROBE_REPS; rep++) {
         double t0 = tr_now();
@@ -72,17 +89,7 @@ static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, 
         tr_model_backward(m);
         if (rep > 0) t[rep - 1] = tr_now() - t0;
     }
-    mine[1] = tr_topology_spread(t, PROBE_REPS); /* sorts t */
-    mine[0] = t[PROBE_REPS / 2];
-    int n = tr_comm_size(w);
-    double *all = calloc(2 * (size_t)n, sizeof *all), worst = -1;
-    if (all && !tr_comm_all_gather(w, mine, all, 2, TR_COMM_F64))
-        for (int i = 0; i < n; i++) {
-            worst = all[2 * i] > worst ? all[2 * i] : worst;
-            *noise = all[2 * i + 1] > *noise ? all[2 * i + 1] : *noise;
-        }
-    free(all);
-    return worst;
+    return slowest_median(w, t, PROBE_REPS, noise);
 }
 
 /* The CPU: the share of the measured sgemm rate the recipe's own model reaches at
@@ -151,7 +158,7 @@ static int probe_optimizer(tr_comm *w, const tr_backend *be, tr_cluster *c) {
     float *p = buf, *g = buf + n, *m = buf + 2 * n, *v = buf + 3 * n;
     for (size_t i = 0; i < n; i++)
         p[i] = 1e-3f * (float)(i % 1000), g[i] = 1e-4f * (float)(i % 7);
-    double t[OPTIM_REPS], mine[2];
+    double t[OPTIM_REPS];
     if (tr_comm_barrier(w)) {
         free(buf);
         return -1;
@@ -162,18 +169,9 @@ static int probe_optimizer(tr_comm *w, const tr_backend *be, tr_cluster *c) {
         if (rep > 0) t[rep - 1] = tr_now() - t0;
     }
     free(buf);
-    mine[1] = tr_topology_spread(t, OPTIM_REPS); /* sorts t */
-    mine[0] = t[OPTIM_REPS / 2];
-    int size = tr_comm_size(w);
-    double *all = calloc(2 * (size_t)size, sizeof *all), worst = 0;
-    int rc = !all || tr_comm_all_gather(w, mine, all, 2, TR_COMM_F64) ? -1 : 0;
-    for (int i = 0; !rc && i < size; i++) {
-        worst = all[2 * i] > worst ? all[2 * i] : worst;
-        c->noise.v = all[2 * i + 1] > c->noise.v ? all[2 * i + 1] : c->noise.v;
-    }
-    free(all);
-    if (!rc && worst > 0) c->optim_rate = (double)n / worst;
-    return rc;
+    double worst = slowest_median(w, t, OPTIM_REPS, &c->noise.v);
+    if (worst > 0) c->optim_rate = (double)n / worst;
+    return worst < 0 ? -1 : 0;
 }
 
 int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, double mem,
