@@ -133,6 +133,16 @@ def layouts():  # (label, flags, key): every mesh with ZeRO 0-3 where dp > 1, th
     yield "auto", [], None
 
 
+def recompute(text):
+    """The recipe's recompute, or the most of its levels per pipeline rank (as the plan's
+    JSON names a layout's)."""
+    m = re.search(r'\brecompute = (?:"([a-z]+)"|\{([^}]*)\})', text)
+    if m.group(1):
+        return m.group(1)
+    levels = re.findall(r'"([a-z]+)"', m.group(2))
+    return max(levels, key=("none", "selective", "full").index)
+
+
 def resolved(out):
     """The layout a run resolved, as its OUT/recipe.lua says, keyed like planned()'s."""
     text = open(out + "/recipe.lua").read()
@@ -140,7 +150,7 @@ def resolved(out):
     word = lambda k: re.search(r'\b%s = "([a-z0-9-]+)"' % k, text).group(1)
     pipe = num("pp") > 1  # else no schedule: "auto" in the recipe
     return (num("dp"), num("tp"), num("pp"), num("zero"), word("schedule") if pipe else None,
-            num("virtual_stages") if pipe else None, num("micro_batch"), word("recompute"),
+            num("virtual_stages") if pipe else None, num("micro_batch"), recompute(text),
             re.search(r"\bsequence_parallel = (true|false)", text).group(1) == "true")
 
 

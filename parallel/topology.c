@@ -342,15 +342,18 @@ static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *media
     return rc;
 }
 
-/* The link as the planner models a collective, time = latency + bytes / bandwidth: the
- * latency is the time of an 8-byte all-reduce, the bandwidth the bus bandwidth (NCCL's for
- * all-reduce, 2(p-1)/p x bytes / time) of a BW_BYTES one less that latency. */
+/* The link as the planner models a collective over p ranks (plan_cost.c's t_allreduce):
+ * 2 log2(p) steps of latency, then the bytes at the bus bandwidth (NCCL's for all-reduce,
+ * 2(p-1)/p x bytes / time). The latency is an 8-byte all-reduce's time over these p ranks,
+ * per step; the bandwidth, a BW_BYTES one's less that time. So the plan prices both probes'
+ * all-reduces at what they took. */
 static int time_link(tr_comm *g, float *buf, double *bw, double *lat, double *noise) {
-    double p = tr_comm_size(g), t = 0;
-    int rc = median_time(g, buf, 2, LAT_REPS, lat, noise);
+    double p = tr_comm_size(g), t = 0, small = 0;
+    int rc = median_time(g, buf, 2, LAT_REPS, &small, noise);
     if (!rc) rc = median_time(g, buf, BW_BYTES / sizeof(float), BW_REPS, &t, noise);
-    if (t > 2 * *lat) t -= *lat;
+    if (t > 2 * small) t -= small;
     *bw = t > 0 ? 2.0 * (p - 1) / p * (double)BW_BYTES / t : 0;
+    *lat = small / (2 * log2(p));
     return rc;
 }
 
