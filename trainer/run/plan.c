@@ -57,39 +57,56 @@ static tr_node *one_block(const tr_recipe *r, tr_model_desc *d) {
     return kids;
 }
 
-/* The slowest rank's median of its n timings t (sorted here), every rank's: *noise becomes
- * the larger of itself and the largest tr_topology_spread of the ranks' timings. -1 when a
+/* The seconds one call of run(ctx) takes with every rank calling it at once (ranks sharing
+ * cores see each other): after one untimed, from a barrier to the last rank's end of n more,
+ * over n. Each rank's own median of its calls mixed the turns the scheduler gives ranks that
+ * share cores (one that finishes first leaves the others its core): on 4 ranks of 2 cores the
+ * slowest rank's median read tp_gpt's step at 1.1-1.8x, a different figure each run. *noise:
+ * the larger of itself and the largest tr_topology_spread of a rank's calls. -1 when a
  * collective fails. */
-static double slowest_median(tr_comm *w, double *t, int n, double *noise) {
-    double mine[2];
-    mine[1] = tr_topology_spread(t, n); /* sorts t */
-    mine[0] = t[n / 2];
+enum { TIMED_MAX = 8 };
+static double time_together(tr_comm *w, void (*run)(void *), void *ctx, int n, double *noise) {
+    double t[TIMED_MAX], mine[2];
+    run(ctx);
+    if (n > TIMED_MAX || tr_comm_barrier(w)) return -1;
+    double start = tr_now();
+    for (int i = 0; i < n; i++) {
+        double t0 = tr_now();
+        run(ctx);
+        t[i] = tr_now() - t0;
+    }
+    mine[0] = tr_now() - start;
+    mine[1] = tr_topology_spread(t, n);
     int size = tr_comm_size(w);
-    double *all = calloc(2 * (size_t)size, sizeof *all), worst = -1;
+    double *all = calloc(2 * (size_t)size, sizeof *all), last = -1;
     if (all && !tr_comm_all_gather(w, mine, all, 2, TR_COMM_F64))
         for (int i = 0; i < size; i++) {
-            worst = all[2 * i] > worst ? all[2 * i] : worst;
+            last = all[2 * i] > last ? all[2 * i] : last;
             *noise = all[2 * i + 1] > *noise ? all[2 * i + 1] : *noise;
         }
     free(all);
-    return worst;
+    return last < 0 ? -1 : last / n;
 }
 
-/* Seconds of the slowest rank's median of PROBE_REPS forwards and backwards of m over
- * B sequences, after one untimed; every rank at once (ranks sharing cores see each other).
- * *noise: as slowest_median's. -1 when a collective fails. */
+typedef struct {
+    tr_model *m;
+    const int *tok;
+    int B, T;
+} model_step;
+
+static void run_model(void *ctx) {
+    model_step *s = ctx;
+    tr_model_zero_grad(s->m);
+    tr_model_forward(s->m, s->tok, s->tok, s->B, s->T, 1.0f);
+    tr_model_backward(s->m);
+}
+
+/* Seconds of a forward and backward of m over B sequences, every rank at once
+ * (time_together, PROBE_REPS of them). */
 enum { PROBE_REPS = 3 };
 static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, double *noise) {
-    double t[PROBE_REPS];
-    if (tr_comm_barrier(w)) return -1;
-    for (int rep = 0; rep <= PROBE_REPS; rep++) {
-        double t0 = tr_now();
-        tr_model_zero_grad(m);
-        tr_model_forward(m, tok, tok, B, T, 1.0f);
-        tr_model_backward(m);
-        if (rep > 0) t[rep - 1] = tr_now() - t0;
-    }
-    return slowest_median(w, t, PROBE_REPS, noise);
+    model_step s = {m, tok, B, T};
+    return time_together(w, run_model, &s, PROBE_REPS, noise);
 }
 
 /* The CPU: the share of the measured sgemm rate the recipe's own model reaches at
@@ -98,9 +115,12 @@ static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, 
  * this machine runs them instead of assuming them; the timings' spread joins the probes'
  * noise (c->noise), which the plan's tie follows. Sizes stop at the global batch, at
  * TR_CLUSTER_EFF, or once one forward and backward would take over PROBE_BUDGET s at the
- * sgemm rate. A rank that cannot build the copy (memory) leaves the figures unmeasured on
- * every rank. */
+ * sgemm rate, one sequence only over PROBE_FIRST (under PROBE_BUDGET alone, tp_gpt's one
+ * sequence, 0.1 s on 4 ranks of 2 cores, was measured in 1 run of 4 and priced at the
+ * assumed costs, 1.5x slower, in the others). A rank that cannot build the copy (memory) leaves the
+ * figures unmeasured on every rank. */
 #define PROBE_BUDGET 0.1
+#define PROBE_FIRST 2.0 /* one sequence: always, unless it would take longer than this */
 static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
     tr_model_desc d;
     tr_node *kids = one_block(r, &d);
@@ -112,7 +132,7 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
     int rc = 0;
     for (int i = 0; i < TR_CLUSTER_EFF && (1L << i) <= seqs && rate > 0; i++) {
         int B = 1 << i;
-        if (ftok * B * T / rate > PROBE_BUDGET) break;
+        if (ftok * B * T / rate > (i ? PROBE_BUDGET : PROBE_FIRST)) break;
         tr_model *m = NULL;
         int *tok = malloc((size_t)B * (size_t)T * sizeof *tok);
         char e[256];
@@ -137,12 +157,24 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
 
 /* The CPU: parameters the backend's own AdamW updates per second on a rank (c->optim_rate),
  * over OPTIM_PROBE_N of them (master weights, gradient and moments: 64 MiB, beyond the caches,
- * as a model's are), every rank at once (ranks sharing a machine share its memory), the
- * slowest rank's median of OPTIM_REPS after one untimed (a few ms each). A memcpy's rate
+ * as a model's are), every rank at once (ranks sharing a machine share its memory:
+ * time_together, OPTIM_REPS updates of a few ms each). A memcpy's rate
  * (mem_bw) had priced the scalar update 3.4x too fast; the probe follows whatever the kernel
  * is. Its spread joins the probes' noise. Unmeasured (0) when a rank lacks the memory. -1
  * when a collective fails. */
 enum { OPTIM_PROBE_N = 1 << 22, OPTIM_REPS = 7 };
+typedef struct {
+    const tr_backend *be;
+    float *p, *g, *m, *v;
+    size_t n;
+} optim_step;
+
+static void run_optimizer(void *ctx) {
+    optim_step *s = ctx;
+    s->be->adamw(s->p, s->p, s->g, s->m, s->v, s->n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f,
+                 1.0f);
+}
+
 static int probe_optimizer(tr_comm *w, const tr_backend *be, tr_cluster *c) {
     size_t n = OPTIM_PROBE_N;
     float *buf = calloc(4 * n, sizeof *buf); /* master, gradient, m, v */
@@ -158,18 +190,9 @@ static int probe_optimizer(tr_comm *w, const tr_backend *be, tr_cluster *c) {
     float *p = buf, *g = buf + n, *m = buf + 2 * n, *v = buf + 3 * n;
     for (size_t i = 0; i < n; i++)
         p[i] = 1e-3f * (float)(i % 1000), g[i] = 1e-4f * (float)(i % 7);
-    double t[OPTIM_REPS];
-    if (tr_comm_barrier(w)) {
-        free(buf);
-        return -1;
-    }
-    for (int rep = 0; rep <= OPTIM_REPS; rep++) {
-        double t0 = tr_now();
-        be->adamw(p, p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f);
-        if (rep > 0) t[rep - 1] = tr_now() - t0;
-    }
+    optim_step st = {be, p, g, m, v, n};
+    double worst = time_together(w, run_optimizer, &st, OPTIM_REPS, &c->noise.v);
     free(buf);
-    double worst = slowest_median(w, t, OPTIM_REPS, &c->noise.v);
     if (worst > 0) c->optim_rate = (double)n / worst;
     return worst < 0 ? -1 : 0;
 }
