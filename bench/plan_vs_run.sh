@@ -17,7 +17,10 @@
 # step) and bench/pp_gpt.lua.
 # Layouts: every mesh dp x tp x pp of the world with ZeRO 0-3 where dp > 1, the rest (micro-
 # batch, schedule, recompute, sequence parallelism) left to the planner as a user would; then
-# parallel "auto", the planner's own choice. A layout the resolver refuses is said, not run.
+# each mesh's variants, the planner's other decisions (its ZeRO left to it): micro-batches of
+# 1, 2 and 4 sequences, recompute selective and full, and with a pipeline every schedule and
+# 1f1b at as many micro-batches as stages (PVR_VARIANTS=0: the meshes alone); then parallel
+# "auto", the planner's own choice. A layout the resolver refuses is said, not run.
 # Each layout runs `reps` times, the repetitions in separate passes over all layouts (so that
 # a change in the machine's load falls on all of them); a run's figure is the median step
 # after two of warm-up, a layout's the fastest of its runs, and its spread (slowest / fastest
@@ -29,19 +32,21 @@
 # same ranks, which prices every layout it keeps with the same measured figures: the layout
 # the run resolved (its micro-batch, schedule, recompute) where it is among the plan's
 # alternatives (one variant per mesh, ZeRO stage and schedule), else "-".
-# Printed for each configuration and recipe: layout | predicted | measured | spread |
+# Printed for each configuration and recipe: layout | predicted | one plan | measured | spread |
 # measured / predicted | memory predicted and measured (the fullest rank); then Spearman's rank
-# correlation of predicted and measured step times; beside it the runs' own (each pass's
-# measured times against the next pass's: the most a prediction can reach at this noise), and
-# of the pairs of layouts measured further apart than either's spread, how many the prediction
-# orders the same way; then the planner's choice: its layout, its
+# correlation of predicted and measured step times over every layout, and over the meshes'
+# ZeRO stages alone; beside each the runs' own (each pass's measured times against the next
+# pass's: the most a prediction can reach at this noise); the one plan's over the layouts it
+# priced; of the pairs of layouts measured further apart than either's spread, how many the
+# prediction orders the same way; then the planner's choice: its layout, its
 # measured step against the fastest layout's, its place among them, and whether it is within
 # 10% of the fastest or within the noise. Figures, not pass/fail; ratios within one run of
 # this script (the machine is shared).
 #
-# Usage: [PVR_RECIPES=pp_gpt,...] bench/plan_vs_run.sh [steps] [reps] [configs] [limit]
+# Usage: [PVR_RECIPES=pp_gpt,...] [PVR_VARIANTS=0] bench/plan_vs_run.sh [steps] [reps] [configs] [limit]
 #   (defaults 5 2 host:2,host:4,box:1gbit,box:100mbit 90; needs build/trainer with MPI,
-#    mpirun; the box needs root and iproute2. About 40 minutes with the defaults.)
+#    mpirun; the box needs root and iproute2. About 25 minutes for host:2,host:4, 15 for
+#    the box's pp_gpt alone with PVR_VARIANTS=0.)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 steps="${1:-5}"
