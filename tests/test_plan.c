@@ -503,6 +503,16 @@ static void every_mesh_kept(tr_plan_result *res) {
     tr_recipe_free(&r);
 }
 
+/* f resolved on r for `world` ranks into *l in fp32: 0, or -1 after a failed check naming
+ * `what` and why. */
+static int resolve_f32(const tr_recipe *r, const tr_layout_flags *f, int world, tr_layout *l,
+                       const char *what) {
+    char err[1024];
+    if (!tr_layout_resolve(l, r, f, world, TR_DTYPE_F32, 0, err, sizeof err)) return 0;
+    check(0, "%s: %s", what, err);
+    return -1;
+}
+
 /* ---- the model's measured rate (tr_cluster.model_eff) flows into the plan unchanged ------ */
 
 static void model_rate_measured(void) {
@@ -513,9 +523,7 @@ static void model_rate_measured(void) {
     tr_layout_flags f = {.dp = 1, .tp = 1, .pp = 2, .zero = 0, .schedule = TR_PP_1F1B,
                          .sequence_parallel = -1, .micro_batch = 2};
     tr_layout l;
-    char err[1024];
-    if (tr_layout_resolve(&l, &r, &f, 2, TR_DTYPE_F32, 0, err, sizeof err)) {
-        check(0, "pp_gpt at pp 2, micro-batch 2: %s", err);
+    if (resolve_f32(&r, &f, 2, &l, "pp_gpt at pp 2, micro-batch 2")) {
         tr_recipe_free(&r);
         return;
     }
@@ -550,13 +558,11 @@ static void optimizer_rate_measured(void) {
     tr_cluster c;
     cpu_cluster(&c, 2);
     tr_plan p[3];
-    char err[1024];
     for (int i = 0; i < 3; i++) {
         tr_layout_flags f = {
             .dp = 2, .tp = 1, .pp = 1, .zero = i == 2, .sequence_parallel = -1, .micro_batch = 2};
         tr_layout l;
-        if (tr_layout_resolve(&l, &r, &f, 2, TR_DTYPE_F32, 0, err, sizeof err)) {
-            check(0, "pp_gpt at dp 2: %s", err);
+        if (resolve_f32(&r, &f, 2, &l, "pp_gpt at dp 2")) {
             tr_recipe_free(&r);
             return;
         }
@@ -593,9 +599,7 @@ static void recompute_full_branches(void) {
                              .micro_batch = 2,
                              .schedule = pp > 1 ? TR_PP_1F1B : -1};
         tr_layout l;
-        char err[1024];
-        if (tr_layout_resolve(&l, &r, &f, pp, TR_DTYPE_F32, 0, err, sizeof err)) {
-            check(0, "pp_gpt at pp %d: %s", pp, err);
+        if (resolve_f32(&r, &f, pp, &l, pp > 1 ? "pp_gpt at pp 2" : "pp_gpt on one rank")) {
             tr_recipe_free(&r);
             return;
         }
