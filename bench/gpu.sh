@@ -14,6 +14,9 @@ TRAINER="${1:-build-gpu/trainer}"
 LOGS="${OUT:-build-gpu/bench}"
 RUNS="${BENCH_RUNS:-build-gpu/bench-runs}"
 mkdir -p "$LOGS" "$RUNS"
+# BENCH_SECONDS (default 900): all runs together; each runs at most 300 s or what is left, and
+# one that would start with under 20 s left is skipped
+DEADLINE=$(($(date +%s) + ${BENCH_SECONDS:-900}))
 RESULTS="$LOGS/bench_results.txt"
 : >"$RESULTS"
 
@@ -31,10 +34,15 @@ bench() {
     local name=$1 recipe=$2 micro=$3 tokens=$4 steps=$5 warm=$6
     shift 6
     local dir="$RUNS/$name" log="$LOGS/bench_$name.log"
+    local left=$((DEADLINE - $(date +%s)))
+    if [ $left -lt 20 ]; then
+        printf '%-17s %12s %8s %s\n' "$name" n/a n/a "skipped (no time left)" | tee -a "$RESULTS"
+        return
+    fi
     rm -rf "$dir"
     echo "bench: $name: $TRAINER run $recipe --device cuda --micro-batch $micro" \
          "--set batch_tokens=$tokens --steps $steps $*" >&2
-    timeout 300 "$TRAINER" run "$recipe" --device cuda --set seq=1024 \
+    timeout $((left < 300 ? left : 300)) "$TRAINER" run "$recipe" --device cuda --set seq=1024 \
         --set "batch_tokens=$tokens" --micro-batch "$micro" --steps "$steps" \
         --eval-every 0 --sample-tokens 0 --set checkpoint_every=0 --out "$dir" --overwrite "$@" \
         >"$log" 2>&1

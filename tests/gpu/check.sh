@@ -5,10 +5,11 @@
 # several (NCCL)), train dp=2, tp=2 and pp=2 in fp32 on the GPU against the CPU (as
 # tests/emu_parallel.sh does on the emulator), run the GPU benchmarks (bench/gpu.sh,
 # bench/comm.sh), and print a short table last: tests passed / failed / skipped, the parallel
-# runs, tokens/s and MFU, communication figures. Logs go to $OUT when it is set (the device
-# tool brings them back), else build-gpu/logs/. Every step after the build has a timeout; the
-# multi-rank checks and bench/comm.sh also stop 450 s after the start, so that the whole check
-# stays under 8 minutes on one H200.
+# runs, tokens/s and MFU, communication figures. Logs go to build-gpu/logs/; when $OUT is set
+# (the device tool brings back at most 8 files from it) they also go there as one gpu-logs.tgz,
+# beside table.txt. Every step has a timeout, and every step after the build also stops
+# TR_CHECK_SECONDS (default 450) after the start, so that the whole check stays under 8 minutes
+# on one H200; a step that would start with under 10 s left is skipped and said so.
 #
 # The GPU machine's image may lack Lua, OpenBLAS, libyaml, pkg-config and Open MPI and cannot
 # reach a package registry: run tests/gpu/fetch_debs.sh beforehand on a machine that can, carry
@@ -24,10 +25,11 @@ ARCH="${TR_CUDA_ARCH:-90a}"
 # a build folder configured for other architectures starts over
 [ -f "$BUILD/CMakeCache.txt" ] && ! grep -q "^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=$ARCH\$" "$BUILD/CMakeCache.txt" &&
     rm -rf "$BUILD"
-LOGS="${OUT:-$BUILD/logs}"
+LOGS="$BUILD/logs"
+rm -rf "$LOGS"
 mkdir -p "$LOGS"
 T0=$(date +%s)
-DEADLINE=$((T0 + 450))
+DEADLINE=$((T0 + ${TR_CHECK_SECONDS:-450}))
 say() { echo "check: $*" | tee -a "$LOGS/check.log"; }
 : >"$LOGS/check.log"
 # lim S: the seconds a step may take: S, or what is left before the deadline if less
@@ -49,7 +51,7 @@ say "GPU: $GPU ($NGPU in all)"
 
 # ---- dependencies: system packages, else the carried .deb files --------------------------
 have_deps() {
-    command -v pkg-config >/dev/null 2>&1 && pkg-config --exists lua5.4 &&
+    command -v pkg-config >/dev/null 2>&1 && pkg-config --exists lua5.4 libsodium &&
         { [ -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ] ||
           [ -e /usr/include/openblas/cblas.h ] || [ -e /usr/include/cblas.h ]; }
 }
@@ -67,6 +69,9 @@ elif ls "$ROOT"/.deps/*.deb >/dev/null 2>&1; then
     export PATH="$PREFIX/usr/bin:$PATH"
     export LD_LIBRARY_PATH="$LIBDIR:$LIBDIR/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export PKG_CONFIG_SYSROOT_DIR="$PREFIX"
+    # Debian's multiarch headers (lua5.4-deb-multiarch.h, included by luaconf.h): a compiler
+    # outside Debian does not look there
+    export CPATH="$PREFIX/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
     export PKG_CONFIG_LIBDIR="$LIBDIR/pkgconfig:$PREFIX/usr/share/pkgconfig"
     # pkg-config may be a symlink to pkgconf inside the prefix; either name works
     command -v pkg-config >/dev/null 2>&1 || ln -sf "$PREFIX/usr/bin/pkgconf" "$PREFIX/usr/bin/pkg-config"
@@ -126,6 +131,24 @@ if [ $have_nccl = 0 ]; then
         say "NCCL: the Python package's, $lib"
     else
         say "NCCL: none found (no nccl.h by the toolkit, none in /usr/include, no nvidia.nccl package)"
+    fi
+fi
+
+# ---- cuDNN: the toolkit's or the system's (CMake finds those), else PyTorch's wheel's -----
+have_cudnn=0
+for f in "$CUDA_DIR"/include/cudnn_graph.h "$CUDA_DIR"/targets/*/include/cudnn_graph.h \
+    /usr/include/cudnn_graph.h /usr/include/x86_64-linux-gnu/cudnn_graph*.h; do
+    [ -e "$f" ] && have_cudnn=1
+done
+if [ $have_cudnn = 0 ]; then
+    d=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null)
+    lib=$([ -n "$d" ] && ls "$d"/lib/libcudnn.so* 2>/dev/null | head -1)
+    if [ -n "$d" ] && [ -e "$d/include/cudnn_graph.h" ] && [ -n "$lib" ]; then
+        CMAKE_DEPS+=(-DTR_CUDNN_INCLUDE="$d/include" -DTR_CUDNN_LIB="$lib")
+        export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        say "cuDNN: the Python package's, $lib"
+    else
+        say "cuDNN: none found (no cudnn_graph.h by the toolkit or in /usr/include, no nvidia.cudnn package)"
     fi
 fi
 
@@ -194,9 +217,11 @@ want() {
 }
 if [ $BUILD_OK = 1 ]; then
     T="$BUILD/tests"
-    # the label "gpu" tests: 300 s each, whatever the deadline (the check is for them)
+    # the label "gpu" tests: up to 300 s each, and at least 60 whatever the deadline (the
+    # check is for them)
     for t in test_cuda_kernels test_cuda_train test_comm_device; do
-        run_test "$t" 300 "$T/$t"
+        l=$(lim 300)
+        run_test "$t" $((l < 60 ? 60 : l)) "$T/$t"
     done
     # cuDNN's fused attention (a build with cuDNN): the op against the CPU, then training with
     # it against ours, as test_cudnn_attention_emu and test_cuda_train_emu_cudnn do emulated
@@ -257,9 +282,14 @@ par_run() { # name flags...: 6 steps of tests/checkpoint/gpt.lua on 2 ranks; los
 par_check() { # label device-run cpu-run flags: both runs, then every step's loss compared
     local label=$1 dev=$2 cpu=$3 r
     shift 3
-    if ! par_run "$cpu" --device cpu "$@"; then
+    par_run "$cpu" --device cpu "$@"
+    r=$?
+    [ $r = 0 ] && { par_run "$dev" --device cuda --precision fp32 "$@"; r=$((r + $? * 10)); }
+    if [ $r = 2 ] || [ $r = 20 ]; then
+        PAR+=("$label: skipped (no time left)")
+    elif [ $r = 1 ]; then
         PAR+=("$label: FAILED: the CPU run (par_$cpu.log)")
-    elif ! par_run "$dev" --device cuda --precision fp32 "$@"; then
+    elif [ $r != 0 ]; then
         PAR+=("$label: FAILED: the GPU run (par_$dev.log)")
     elif r=$(awk 'NR == FNR { c[$1] = $2; next } ($1 in c) {
                  n++; d = $2 - c[$1]; d = d < 0 ? -d : d; m = c[$1] < 0 ? -c[$1] : c[$1]
@@ -304,8 +334,8 @@ fi
 BENCH="$LOGS/bench_results.txt"
 : >"$BENCH"
 if [ $BUILD_OK = 1 ] && [ "$GPU" != none ]; then
-    OUT="$LOGS" BENCH_RUNS="$BUILD/bench-runs" "$ROOT/bench/gpu.sh" "$BUILD/trainer" \
-        >"$LOGS/bench_stdout.log" 2>&1
+    OUT="$LOGS" BENCH_RUNS="$BUILD/bench-runs" BENCH_SECONDS="$(lim 300)" \
+        "$ROOT/bench/gpu.sh" "$BUILD/trainer" >"$LOGS/bench_stdout.log" 2>&1
     say "bench: done ($(( $(date +%s) - T0 )) s)"
 else
     printf '%-17s %12s %8s %s\n' gpt2_124m n/a n/a skipped gpt2_124m_simple n/a n/a skipped gpt2_xl n/a n/a skipped >"$BENCH"
@@ -376,3 +406,8 @@ fi
     echo "logs       $LOGS"
     echo "========================================================================="
 } | tee "$LOGS/table.txt"
+# what the device tool brings back: the table and every log in one archive
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+    cp "$LOGS/table.txt" "$OUT/" 2>/dev/null
+    tar czf "$OUT/gpu-logs.tgz" -C "$BUILD" logs 2>/dev/null || echo "check: could not archive $LOGS"
+fi

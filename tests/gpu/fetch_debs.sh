@@ -13,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pkgs="liblua5.4-0 liblua5.4-dev libopenblas0-openmp libopenblas-openmp-dev libgfortran5
-      libquadmath0 libyaml-0-2 libyaml-dev pkgconf pkgconf-bin libpkgconf3 pkg-config"
+      libquadmath0 libyaml-0-2 libyaml-dev libsodium23 libsodium-dev pkgconf pkgconf-bin
+      libpkgconf3 pkg-config"
 mpi="openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 libhwloc15
      libevent-core-2.1-7 libevent-pthreads-2.1-7 libucx0 libfabric1 libibverbs1
      ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1 libnuma1 libnl-3-200
