@@ -4,17 +4,21 @@
  * reads kv head h / (H/KV), scale 1/sqrt(hd), out (B,T,H*hd), lse (B,H,T) fp32 natural-log
  * log-sum-exp of the scaled scores; the backward overwrites dqkv. bf16 storage only.
  *
- * The graphs are the documented fused SDPA patterns (cuDNN Developer Guide, "Fused Flash
- * Attention fprop/bprop"), written op by op:
- *   forward:  S = Q K^T, S *= scale, causal mask (GEN_INDEX row, col; CMP_GE; BINARY_SELECT
- *             with -inf), softmax with stats (MAX, SUB, EXP, sum, LOG, ADD -> Stats; DIV),
- *             O = P V
- *   backward: S, scale, mask as above, P = EXP(S - Stats), dV = P^T dO, dP = dO V^T,
- *             D = sum(dO * O), dS = P * (dP - D) * scale, dQ = dS K, dK = dS^T Q; with GQA dK
- *             and dV per query head in fp32 workspace, folded onto kv heads by a reduction.
- * Q, K, V, dQ, dK, dV are strided views straight into qkv / dqkv (no copies). Plans are built
- * once per shape and kept; the workspace is one block (the plan's own, then D and the GQA
- * buffers), sized by tr_cuda_attention_cudnn_workspace.
+ * The graphs are the fused SDPA patterns (cuDNN Developer Guide, "Fused Flash Attention
+ * fprop/bprop"), written op by op as cudnn-frontend's composite SDPA nodes lay them out, which
+ * the engines match exactly (cuDNN 9.19 on an H200 found no engine for a graph whose P was
+ * fp32 before the second product, 2026-12-04):
+ *   forward:  S = Q K^T, S *= scale, causal mask (GEN_INDEX row, col into INT32; CMP_GE in
+ *             BOOLEAN; BINARY_SELECT with -inf), softmax with stats (MAX, SUB, EXP, sum, LOG,
+ *             ADD -> Stats; DIV -> P in bf16, the I/O type), O = P V
+ *   backward: D = sum(dO * O) * 1 (fp32, in the workspace); S, scale, mask as above,
+ *             P = EXP(S - Stats), dV = (P^T in bf16) dO, dP = dO V^T, dS = (dP - D) * P *
+ *             scale, dK = (dS^T in bf16) Q, dQ = dS K into an fp32 accumulator in the
+ *             workspace, then IDENTITY into dQ; K is K^T's RESHAPE. With GQA, dK and dV per
+ *             query head (virtual, bf16) are folded onto kv heads by a reduction.
+ * Q, K^T, V^T, dQ, dK, dV are strided views straight into qkv / dqkv (no copies). Plans are
+ * built once per shape and kept; the workspace is one block (the plan's own, then D and dQ's
+ * accumulator), sized by tr_cuda_attention_cudnn_workspace.
  *
  * Selection (TR_CUDA_ATTENTION, model/backend.c): cudnn uses this for bf16; auto times both on
  * the run's shapes at the first call and keeps the faster, after checking the two agree. */
@@ -81,14 +85,14 @@ enum {
     U_DK,
     U_DV,
     U_DSUM,
-    U_DKF,
-    U_DVF,
+    U_DQACC,
+    U_ONE,
     U_VIRT = 100
 };
 
 /* ---- building descriptors: the first failure is kept in cd_why, later calls are no-ops ---- */
 
-#define MAX_DESC 96
+#define MAX_DESC 128
 typedef struct {
     cudnnBackendDescriptor_t d[MAX_DESC];
     int n, bad, next_virt;
@@ -149,7 +153,8 @@ static cudnnBackendDescriptor_t pointwise(builder *b, cudnnPointwiseMode_t mode,
                                           cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t bx,
                                           cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
                                           int64_t axis) {
-    cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    /* comparisons compute in BOOLEAN, everything else in fp32 (as cudnn-frontend sets them) */
+    cudnnDataType_t prec = mode == CUDNN_POINTWISE_CMP_GE ? CUDNN_DATA_BOOLEAN : CUDNN_DATA_FLOAT;
     cudnnBackendDescriptor_t pw = make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
     set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
     set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise prec");
@@ -224,13 +229,13 @@ static cudnnBackendDescriptor_t reshape(builder *b, cudnnBackendDescriptor_t x,
 /* ---- the two graphs --------------------------------------------------------------------- */
 
 /* One built plan: its shape, the plan, the descriptors to free, and the workspace layout:
- * [0, ws) the engine's own, then (backward) D at off_dsum and, with GQA, dK and dV per query
- * head in fp32 at off_dkf, off_dvf; total bytes in all. */
+ * [0, ws) the engine's own, then (backward) D at off_dsum and dQ's fp32 accumulator at
+ * off_dqacc; total bytes in all. */
 typedef struct {
     int B, T, H, KV, hd, bwd, used;
     builder b;
     cudnnBackendDescriptor_t plan;
-    size_t ws, off_dsum, off_dkf, off_dvf, all;
+    size_t ws, off_dsum, off_dqacc, all;
 } cd_plan;
 
 #define MAX_PLANS 8
@@ -276,18 +281,18 @@ static int build(cd_plan *p) {
     cudnnBackendDescriptor_t o = tensor(b, U_O, BF, B, H, T, hd, (int64_t)T * Hd, hd, Hd, 1, 0);
     cudnnBackendDescriptor_t ops[32];
     int n = 0;
-    cudnnBackendDescriptor_t s3 = scores(b, ops, &n, q, kt, scale, ninf, B, H, T);
     int64_t TT = (int64_t)T * T, HTT = (int64_t)H * TT;
-    p->off_dsum = p->off_dkf = p->off_dvf = 0;
     size_t extra = 0;
     if (!p->bwd) {
+        cudnnBackendDescriptor_t s3 = scores(b, ops, &n, q, kt, scale, ninf, B, H, T);
         cudnnBackendDescriptor_t v = tensor(b, U_V, BF, B, KV, T, hd, TS, hd, S, 1, 0);
         cudnnBackendDescriptor_t mx = tensor(b, 0, F, B, H, T, 1, HT, T, 1, 1, 0);
         cudnnBackendDescriptor_t sub = tensor(b, 0, F, B, H, T, T, HTT, TT, T, 1, 0);
         cudnnBackendDescriptor_t e = tensor(b, 0, F, B, H, T, T, HTT, TT, T, 1, 0);
         cudnnBackendDescriptor_t sum = tensor(b, 0, F, B, H, T, 1, HT, T, 1, 1, 0);
         cudnnBackendDescriptor_t lg = tensor(b, 0, F, B, H, T, 1, HT, T, 1, 1, 0);
-        cudnnBackendDescriptor_t pr = tensor(b, 0, F, B, H, T, T, HTT, TT, T, 1, 0);
+        /* P in the I/O type: the engines take the second product's A operand so */
+        cudnnBackendDescriptor_t pr = tensor(b, 0, BF, B, H, T, T, HTT, TT, T, 1, 0);
         ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_MAX, s3, mx);
         ops[n++] = pointwise(b, CUDNN_POINTWISE_SUB, s3, mx, NULL, sub, 0);
         ops[n++] = pointwise(b, CUDNN_POINTWISE_EXP, sub, NULL, NULL, e, 0);
@@ -298,47 +303,53 @@ static int build(cd_plan *p) {
         ops[n++] = matmul(b, pr, v, o);
     } else {
         int gqa = KV != H;
-        cudnnBackendDescriptor_t k = tensor(b, U_K, BF, B, KV, T, hd, TS, hd, S, 1, 0);
+        const int64_t Td = (int64_t)T * hd;
         cudnnBackendDescriptor_t vt = tensor(b, U_VT, BF, B, KV, hd, T, TS, hd, 1, S, 0);
-        cudnnBackendDescriptor_t dout =
-            tensor(b, U_DO, BF, B, H, T, hd, (int64_t)T * Hd, hd, Hd, 1, 0);
+        cudnnBackendDescriptor_t dout = tensor(b, U_DO, BF, B, H, T, hd, T * Hd, hd, Hd, 1, 0);
         cudnnBackendDescriptor_t dq = tensor(b, U_DQ, BF, B, H, T, hd, TS, hd, S, 1, 0);
         cudnnBackendDescriptor_t dk = tensor(b, U_DK, BF, B, KV, T, hd, TS, hd, S, 1, 0);
         cudnnBackendDescriptor_t dv = tensor(b, U_DV, BF, B, KV, T, hd, TS, hd, S, 1, 0);
+        cudnnBackendDescriptor_t one = tensor(b, U_ONE, F, 1, 1, 1, 1, 1, 1, 1, 1, 1);
         cudnnBackendDescriptor_t dsum = tensor(b, U_DSUM, F, B, H, T, 1, HT, T, 1, 1, 0);
-        cudnnBackendDescriptor_t dkf = dk, dvf = dv;
-        if (gqa) { /* per query head, fp32, packed (B,H,T,hd) */
-            dkf = tensor(b, U_DKF, F, B, H, T, hd, HTd, (int64_t)T * hd, hd, 1, 0);
-            dvf = tensor(b, U_DVF, F, B, H, T, hd, HTd, (int64_t)T * hd, hd, 1, 0);
-        }
+        cudnnBackendDescriptor_t dqacc = tensor(b, U_DQACC, F, B, H, T, hd, HTd, Td, hd, 1, 0);
+        cudnnBackendDescriptor_t doo = tensor(b, 0, F, B, H, T, hd, HTd, Td, hd, 1, 0);
+        cudnnBackendDescriptor_t dred = tensor(b, 0, F, B, H, T, 1, HT, T, 1, 1, 0);
+        /* D = rowsum(dO * O), times one (the pattern's dropout scale) */
+        ops[n++] = pointwise(b, CUDNN_POINTWISE_MUL, dout, o, NULL, doo, 0);
+        ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_ADD, doo, dred);
+        ops[n++] = pointwise(b, CUDNN_POINTWISE_MUL, dred, one, NULL, dsum, 0);
+        cudnnBackendDescriptor_t s3 = scores(b, ops, &n, q, kt, scale, ninf, B, H, T);
         cudnnBackendDescriptor_t sub = tensor(b, 0, F, B, H, T, T, HTT, TT, T, 1, 0);
         cudnnBackendDescriptor_t pr = tensor(b, 0, F, B, H, T, T, HTT, TT, T, 1, 0);
-        cudnnBackendDescriptor_t prt = tensor(b, 0, F, B, H, T, T, HTT, TT, 1, T, 0);
+        cudnnBackendDescriptor_t prt = tensor(b, 0, BF, B, H, T, T, HTT, TT, 1, T, 0);
         cudnnBackendDescriptor_t dp = tensor(b, 0, F, B, H, T, T, HTT, TT, T, 1, 0);
-        cudnnBackendDescriptor_t doo = tensor(b, 0, F, B, H, T, hd, HTd, (int64_t)T * hd, hd, 1, 0);
         cudnnBackendDescriptor_t ds1 = tensor(b, 0, F, B, H, T, T, HTT, TT, T, 1, 0);
         cudnnBackendDescriptor_t ds2 = tensor(b, 0, F, B, H, T, T, HTT, TT, T, 1, 0);
         cudnnBackendDescriptor_t ds = tensor(b, 0, F, B, H, T, T, HTT, TT, T, 1, 0);
-        cudnnBackendDescriptor_t dst = tensor(b, 0, F, B, H, T, T, HTT, TT, 1, T, 0);
+        cudnnBackendDescriptor_t dst = tensor(b, 0, BF, B, H, T, T, HTT, TT, 1, T, 0);
+        cudnnBackendDescriptor_t k = tensor(b, 0, BF, B, KV, T, hd, TS, hd, S, 1, 0);
+        /* with GQA, dK and dV per query head, virtual, then folded onto the kv heads */
+        cudnnBackendDescriptor_t dkf = dk, dvf = dv;
+        if (gqa) {
+            dkf = tensor(b, 0, BF, B, H, T, hd, HTd, Td, hd, 1, 0);
+            dvf = tensor(b, 0, BF, B, H, T, hd, HTd, Td, hd, 1, 0);
+        }
         ops[n++] = pointwise(b, CUDNN_POINTWISE_SUB, s3, stats, NULL, sub, 0);
         ops[n++] = pointwise(b, CUDNN_POINTWISE_EXP, sub, NULL, NULL, pr, 0); /* P */
         ops[n++] = reshape(b, pr, prt);                                       /* P^T */
         ops[n++] = matmul(b, prt, dout, dvf);                                 /* dV = P^T dO */
-        ops[n++] = matmul(b, dout, vt, dp);                                   /* dP = dO V^T */
-        ops[n++] = pointwise(b, CUDNN_POINTWISE_MUL, dout, o, NULL, doo, 0);
-        ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_ADD, doo, dsum); /* D = rowsum(dO * O) */
+        if (gqa) ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_ADD, dvf, dv);
+        ops[n++] = matmul(b, dout, vt, dp); /* dP = dO V^T */
         ops[n++] = pointwise(b, CUDNN_POINTWISE_SUB, dp, dsum, NULL, ds1, 0);
-        ops[n++] = pointwise(b, CUDNN_POINTWISE_MUL, pr, ds1, NULL, ds2, 0);
+        ops[n++] = pointwise(b, CUDNN_POINTWISE_MUL, ds1, pr, NULL, ds2, 0);
         ops[n++] = pointwise(b, CUDNN_POINTWISE_MUL, ds2, scale, NULL, ds, 0); /* dS */
-        ops[n++] = matmul(b, ds, k, dq);                                       /* dQ = dS K */
-        ops[n++] = reshape(b, ds, dst);
-        ops[n++] = matmul(b, dst, q, dkf); /* dK = dS^T Q */
-        if (gqa) {
-            ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_ADD, dkf, dk);
-            ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_ADD, dvf, dv);
-        }
-        extra = up256(sizeof(float) * (size_t)B * HT);
-        if (gqa) extra += 2 * up256(sizeof(float) * (size_t)B * HTd);
+        ops[n++] = reshape(b, ds, dst);                                        /* dS^T */
+        ops[n++] = matmul(b, dst, q, dkf);                                     /* dK = dS^T Q */
+        if (gqa) ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_ADD, dkf, dk);
+        ops[n++] = reshape(b, kt, k);       /* K */
+        ops[n++] = matmul(b, ds, k, dqacc); /* dQ = dS K */
+        ops[n++] = pointwise(b, CUDNN_POINTWISE_IDENTITY, dqacc, NULL, NULL, dq, 0);
+        extra = up256(sizeof(float) * (size_t)B * HT) + up256(sizeof(float) * (size_t)B * HTd);
     }
     cudnnBackendDescriptor_t graph = make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, ops,
@@ -391,9 +402,8 @@ static int build(cd_plan *p) {
         return -1;
     }
     p->ws = up256((size_t)ws);
-    p->off_dsum = p->ws;
-    p->off_dkf = p->off_dsum + up256(sizeof(float) * (size_t)B * HT); /* D: (B,H,T) */
-    p->off_dvf = p->off_dkf + up256(sizeof(float) * (size_t)B * HTd); /* (B,H,T,hd) */
+    p->off_dsum = p->ws;                                                /* D: (B,H,T) */
+    p->off_dqacc = p->off_dsum + up256(sizeof(float) * (size_t)B * HT); /* (B,H,T,hd) */
     p->all = p->ws + extra;
     return 0;
 }
@@ -480,16 +490,16 @@ extern "C" int tr_cuda_attention_cudnn_backward(tr_buf *dqkv, const tr_buf *dout
                                                 int H, int KV, int hd) {
     cd_plan *p = get_plan(B, T, H, KV, hd, 1);
     if (!p) return -1;
-    float scale = 1.0f / sqrtf((float)hd), ninf = -INFINITY;
+    float scale = 1.0f / sqrtf((float)hd), ninf = -INFINITY, one = 1.0f;
     __nv_bfloat16 *x = (__nv_bfloat16 *)qkv, *d = (__nv_bfloat16 *)dqkv;
     char *ws = (char *)workspace(p->all);
     size_t ko = (size_t)H * hd, vo = (size_t)(H + KV) * hd;
-    int64_t uids[] = {U_Q,    U_KT, U_K,  U_VT, U_O,    U_DO,  U_STATS, U_SCALE,
-                      U_NINF, U_DQ, U_DK, U_DV, U_DSUM, U_DKF, U_DVF};
+    int64_t uids[] = {U_Q,    U_KT,  U_VT, U_O,  U_DO, U_STATS, U_SCALE,
+                      U_NINF, U_ONE, U_DQ, U_DK, U_DV, U_DSUM,  U_DQACC};
     void *ptrs[] = {
-        x,     x + ko, x + ko, x + vo, (void *)out,      (void *)dout,    (void *)lse,    &scale,
-        &ninf, d,      d + ko, d + vo, ws + p->off_dsum, ws + p->off_dkf, ws + p->off_dvf};
-    return execute(p, KV != H ? 15 : 13, uids, ptrs, ws);
+        x,     x + ko, x + vo, (void *)out, (void *)dout, (void *)lse,      &scale,
+        &ninf, &one,   d,      d + ko,      d + vo,       ws + p->off_dsum, ws + p->off_dqacc};
+    return execute(p, 14, uids, ptrs, ws);
 }
 
 #endif /* TR_HAVE_CUDNN */

@@ -20,7 +20,13 @@
  *  - reshape reinterprets: y's element at memory offset o is x's element at offset o;
  *  - by-value tensors: the variant pack holds a host pointer to the value.
  * Arithmetic: fp32 everywhere, sums in index order, rounding to the stored type (bf16: nearest
- * even) on every store to a non-virtual tensor; virtual tensors are kept in fp32.
+ * even) on every store; virtual tensors are kept in fp32, rounded to bf16 when they are bf16.
+ * What the documentation leaves out and a real cuDNN (9.19, on an H200, 2026-12-04) showed: the
+ * fused engines match cudnn-frontend's composite SDPA graphs exactly; a graph whose P is fp32
+ * before O = P V found no engine. So, as those graphs have them: comparisons compute in BOOLEAN,
+ * every other pointwise op in FLOAT; the A operand of O = P V, and of every product that reads a
+ * RESHAPE's output (P^T, dS^T), is bf16; the backward writes dQ through an fp32 accumulator and
+ * IDENTITY, and computes D = sum(dO * O) times a by-value one.
  * Unknown descriptor types, attributes, attribute types and op patterns return an error status
  * (NOT_SUPPORTED / BAD_PARAM...), never silence; every error prints one line to stderr.
  * This file: descriptors, attributes, finalization and the API; execution is in
@@ -413,12 +419,16 @@ cudnnStatus_t fin_op(Desc *d) {
             complain("cudnnBackendFinalize(pointwise)", "mode and math precision must be set");
             return CUDNN_STATUS_BAD_PARAM;
         }
-        if (d->prec != CUDNN_DATA_FLOAT) {
-            complain("cudnnBackendFinalize(pointwise)", "math precision %lld not emulated",
-                     (long long)d->prec);
+        if (d->prec !=
+            (d->mode == CUDNN_POINTWISE_CMP_GE ? CUDNN_DATA_BOOLEAN : CUDNN_DATA_FLOAT)) {
+            complain("cudnnBackendFinalize(pointwise)",
+                     "math precision %lld for mode %lld not emulated (comparisons BOOLEAN, the "
+                     "rest FLOAT)",
+                     (long long)d->prec, (long long)d->mode);
             return CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE;
         }
         switch (d->mode) {
+        case CUDNN_POINTWISE_IDENTITY:
         case CUDNN_POINTWISE_ADD:
         case CUDNN_POINTWISE_SUB:
         case CUDNN_POINTWISE_MUL:
@@ -559,9 +569,10 @@ std::map<std::string, int> op_mix(const std::vector<Desc *> &ops) {
 }
 
 /* Forward: S = Q K^T, S * scale, the causal mask (two GEN_INDEX, CMP_GE, BINARY_SELECT), the
- * softmax with its stats (MAX, SUB, EXP, ADD, LOG, ADD, DIV), O = P V. Backward: S again, P =
- * EXP(S - stats), dV = P^T dO, dP = dO V^T, D = sum(dO * O), dS = P * (dP - D) * scale,
- * dQ = dS K, dK = dS^T Q (transposes by RESHAPE), and with GQA two reductions folding dK, dV. */
+ * softmax with its stats (MAX, SUB, EXP, ADD, LOG, ADD, DIV), O = P V. Backward: D = sum(dO *
+ * O) * 1, S again, P = EXP(S - stats), dV = P^T dO, dP = dO V^T, dS = (dP - D) * P * scale,
+ * dK = dS^T Q, dQ = dS K into an accumulator then IDENTITY (P^T, dS^T and K by RESHAPE), and
+ * with GQA two reductions folding dK, dV. */
 Pattern recognise(const std::vector<Desc *> &ops, std::string *why) {
     std::map<std::string, int> m = op_mix(ops);
     char k[32];
@@ -580,9 +591,10 @@ Pattern recognise(const std::vector<Desc *> &ops, std::string *why) {
         n("pw", CUDNN_POINTWISE_DIV) == 1 && total == 14)
         return PAT_SDPA_FWD;
     int red = n("red", CUDNN_REDUCE_TENSOR_ADD);
-    if (mm == 5 && mask && rs == 2 && n("pw", CUDNN_POINTWISE_MUL) == 4 &&
+    if (mm == 5 && mask && rs == 3 && n("pw", CUDNN_POINTWISE_MUL) == 5 &&
         n("pw", CUDNN_POINTWISE_SUB) == 2 && n("pw", CUDNN_POINTWISE_EXP) == 1 &&
-        (red == 1 || red == 3) && total == (size_t)(18 + red))
+        n("pw", CUDNN_POINTWISE_IDENTITY) == 1 && (red == 1 || red == 3) &&
+        total == (size_t)(21 + red))
         return PAT_SDPA_BWD;
     *why = "the ops are not the fused attention forward or backward pattern:";
     for (auto &e : m)
@@ -684,11 +696,29 @@ cudnnStatus_t fin_graph(Desc *g) {
         }
     }
     const Desc *first_mm = nullptr;
-    for (const Desc *o : g->order)
-        if (o->type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) {
+    for (const Desc *o : g->order) {
+        if (o->type != CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) continue;
+        if (!first_mm && !o->x->virt) {
             first_mm = o;
-            break;
+            continue;
         }
+        /* a product reading probabilities made in the graph takes them in the I/O type */
+        const Desc *made = o->x->virt ? producer[o->x->uid] : nullptr;
+        bool probs = made && (made->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR ||
+                              (made->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR &&
+                               made->op->mode == CUDNN_POINTWISE_DIV));
+        if (probs && o->x->dtype != CUDNN_DATA_BFLOAT16) {
+            complain(fn,
+                     "a product's A operand (uid %lld: P, P^T or dS^T) must be bf16, the I/O "
+                     "type",
+                     (long long)o->x->uid);
+            return CUDNN_STATUS_NOT_SUPPORTED;
+        }
+    }
+    if (!first_mm) {
+        complain(fn, "S = Q K^T: no product of two tensors in memory");
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    }
     if (first_mm->x->dtype != CUDNN_DATA_BFLOAT16 || first_mm->b->dtype != CUDNN_DATA_BFLOAT16 ||
         first_mm->y->dim[1] % first_mm->b->dim[1]) {
         complain(fn, "S = Q K^T: Q and K must be bf16, and K's heads must divide Q's");

@@ -55,7 +55,7 @@ struct Store {
     }
     void set(int64_t off, float v) {
         if (t->virt) {
-            own[off] = v;
+            own[off] = t->dtype == CUDNN_DATA_BFLOAT16 ? bf2f(f2bf(v)) : v;
             return;
         }
         switch (t->dtype) {
@@ -118,6 +118,9 @@ void run_op(const Desc *o, std::map<int64_t, Store> &st) {
                   b = Bs ? Bs->get(off_bcast(o->b, y, idx, n)) : 0;
             float v;
             switch (m) {
+            case CUDNN_POINTWISE_IDENTITY:
+                v = x;
+                break;
             case CUDNN_POINTWISE_ADD:
                 v = x + b;
                 break;
