@@ -131,8 +131,7 @@ typedef struct {
     tr_figure noise;        /* a detected job: how much its repeated probes varied on the
                                noisiest rank, (upper - lower quartile) / median of their times;
                                0 (assumed) for a cluster from a file or flags */
-    /* A detected job planning a recipe: the share of the cost model's rate (a CPU's sgemm
-       rate, g[].peak_flops; a GPU's peak times its efficiency) the
+    /* A detected CPU job planning a recipe: the share of the sgemm rate (g[].peak_flops) the
        recipe's own model reaches in a forward and backward at micro-batches of 2^i
        sequences, every op included (trainer/run/plan.c times a copy with one block on every
        rank at once); 0 where not measured (the planner's assumed rates then) */

@@ -210,8 +210,7 @@ typedef struct tr_backend {
     void (*adamw_multi)(const tr_adamw_seg *s, int n, float lr, float beta1, float beta2,
                         float eps, float bc1, float bc2, float gscale);
     /* Optional (device backends): allocate the workspaces w, each slot grown to at least its
-     * size; 0, or -1 when the device is out of memory. NULL: free them all (what a model
-     * that was only timed, the planner's probe, grew them to); 0. */
+     * size; 0, or -1 when the device is out of memory. */
     int (*reserve)(const tr_workspace *w);
     /* Optional (device backends): the bytes of TR_WS_CUDNN the attention it runs needs at
      * this shape, the larger of its forward's and backward's (cuDNN's plans, built for the

@@ -652,16 +652,16 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
             c->n_groups > 1 ? g->device : "", own.efficiency.v, tr_origin_name(own.efficiency.from),
             own.efficiency_source[0] ? ": " : "", own.efficiency_source);
     }
-    /* where measured, the level is; how it moves with the micro-batch stays the model's */
-    const char *op = c->cpu ? "operation" : "matrix product's launch and tail";
-    double op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
-    if (c->model_eff[0] > 0)
+    if (c->cpu && !(c->model_eff[0] > 0))
+        add(buf, n, &used, "%.0f us per operation (assumed)", 1e6 * PL_CPU_OP_COST);
+    else if (c->cpu) /* the level measured; how it moves with the micro-batch, the model's */
         add(buf, n, &used,
-            "the model's own rate (measured), its change with the micro-batch at %.0f us per "
-            "%s (assumed)",
-            1e6 * op_cost, op);
+            "the model's own rate (measured), its change with the micro-batch "
+            "at %.0f us per operation (assumed)",
+            1e6 * PL_CPU_OP_COST);
     else
-        add(buf, n, &used, "%.0f us per %s (assumed)", 1e6 * op_cost, op);
+        add(buf, n, &used, "%.0f us per matrix product's launch and tail (assumed)",
+            1e6 * PL_GPU_OP_COST);
     if (c->optim_rate > 0)
         add(buf, n, &used, "optimizer %.0fM parameters/s a process (measured: the backend's AdamW)",
             c->optim_rate / 1e6);

@@ -432,8 +432,8 @@ static void parts(const pl_model *m, const pl_devices *dv, const tr_plan *p, int
 }
 
 /* Forward and backward seconds of one micro-batch on chunk blocks [a, b), with tp's
- * collectives, on one rank: parts(). Where the model's own rate was measured (a detected
- * job: tr_cluster.model_eff), the measurement sets the level: the cost model's figure times the
+ * collectives, on one rank: parts(). Where the model's own rate was measured (the CPU:
+ * tr_cluster.model_eff), the measurement sets the level: the cost model's figure times the
  * ratio of measured to modelled at the largest measured micro-batch (its longest and least
  * noisy timing). The level only: how the time moves with the micro-batch stays the model's,
  * as the per-size measurements vary from run to run more than they differ on a small model,

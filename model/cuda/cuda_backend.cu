@@ -117,15 +117,6 @@ static int cu_reserve(const tr_workspace *w) {
     static const int slot[] = {TR_WS_REDUCE, TR_WS_EMBED, TR_WS_ROPE,
                                TR_WS_ATTN,   TR_WS_SUMSQ, TR_WS_CUDNN};
     static_assert(sizeof slot / sizeof slot[0] == SCR_COUNT, "a workspace for every scratch slot");
-    if (!w) {
-        for (int k = 0; k < SCR_COUNT; k++) {
-            CK(tr_cuda_free(scr[k])); /* synchronizes the device: no kernel still reads it */
-            scr[k] = NULL;
-            scr_cap[k] = 0;
-        }
-        tr_cuda_adamw_release();
-        return 0;
-    }
     if (!empty_block && tr_cuda_malloc(&empty_block, w->bytes[TR_WS_EMPTY]) != cudaSuccess) {
         (void)cudaGetLastError();
         empty_block = NULL;

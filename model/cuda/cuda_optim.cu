@@ -158,15 +158,6 @@ int tr_cuda_adamw_reserve(size_t seg_bytes, size_t block_bytes) {
     return 0;
 }
 
-/* Frees both tables (the backend's reserve(NULL)): the next reserve sizes them anew. */
-void tr_cuda_adamw_release(void) {
-    free(ms_host), free(mb_host);
-    if (ms_dev) CK(tr_cuda_free(ms_dev));
-    if (mb_dev) CK(tr_cuda_free(mb_dev));
-    ms_host = ms_dev = NULL, mb_host = mb_dev = NULL;
-    ms_cap = mb_cap = ms_n = 0;
-}
-
 extern "C" void tr_cuda_adamw_multi(int bf, const tr_adamw_seg *sg, int ns, float lr, float beta1,
                                     float beta2, float eps, float bc1, float bc2, float gscale) {
     if (ns == 0) return;

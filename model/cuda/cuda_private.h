@@ -42,7 +42,6 @@ void *tr_cuda_scratch(int slot, size_t bytes);
 /* adamw_multi's device tables grown to at least these bytes (cuda_ops.cu): 0, or -1 when the
  * device is out of memory */
 int tr_cuda_adamw_reserve(size_t seg_bytes, size_t block_bytes);
-void tr_cuda_adamw_release(void);
 
 /* Threads per block for the simple kernels, and a grid large enough to cover n items with
  * grid-stride loops (capped; the loops do the rest). */

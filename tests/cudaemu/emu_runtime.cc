@@ -303,14 +303,12 @@ run_stats stats;
 __attribute__((destructor)) static void print_stats(void) {
     const char *e = getenv("TR_EMU_STATS");
     if (!e || !*e || !strcmp(e, "0")) return;
-    emu_mem_stats m;
-    emu_mem_counts(&m);
     fprintf(stderr,
-            "cuda emulator stats: %lu launches, %lu cudaMalloc (%llu bytes, at most %llu held at "
-            "once), %lu cudaFree, %lu synchronizations, %lu host-to-device copies (%llu bytes), "
-            "%lu device-to-host copies (%llu bytes)\n",
-            stats.launches, stats.mallocs, stats.malloc_bytes, m.peak, stats.frees, stats.syncs,
-            stats.h2d, stats.h2d_bytes, stats.d2h, stats.d2h_bytes);
+            "cuda emulator stats: %lu launches, %lu cudaMalloc (%llu bytes), %lu cudaFree, "
+            "%lu synchronizations, %lu host-to-device copies (%llu bytes), %lu device-to-host "
+            "copies (%llu bytes)\n",
+            stats.launches, stats.mallocs, stats.malloc_bytes, stats.frees, stats.syncs, stats.h2d,
+            stats.h2d_bytes, stats.d2h, stats.d2h_bytes);
 }
 static std::map<const void *, int> max_dyn_smem; /* cudaFuncSetAttribute's opt-ins */
 

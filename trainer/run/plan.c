@@ -4,7 +4,6 @@
  * flags so that tr_layout_resolve makes the layout from it like from a layout given by hand;
  * and in any case the cost model's prediction of the layout that runs, which the run's
  * metrics set beside what it measures. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,65 +91,43 @@ static double time_together(tr_comm *w, void (*run)(void *), void *ctx, int n, d
 typedef struct {
     tr_model *m;
     const int *tok;
-    int B, T, wait;
+    int B, T;
 } model_step;
 
-/* wait: a device's kernels are queued, not done, when the backward returns; the gradients'
-   norm (every training step's clipping reads it too) comes back only once they are */
 static void run_model(void *ctx) {
     model_step *s = ctx;
     tr_model_zero_grad(s->m);
     tr_model_forward(s->m, s->tok, s->tok, s->B, s->T, 1.0f);
     tr_model_backward(s->m);
-    if (s->wait) (void)tr_model_grad_norm(s->m);
 }
 
 /* Seconds of a forward and backward of m over B sequences, every rank at once
  * (time_together, PROBE_REPS of them). */
 enum { PROBE_REPS = 3 };
-static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, int wait,
-                         double *noise) {
-    model_step s = {m, tok, B, T, wait};
+static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, double *noise) {
+    model_step s = {m, tok, B, T};
     return time_together(w, run_model, &s, PROBE_REPS, noise);
 }
 
-/* The share of the cost model's rate (the CPU's measured sgemm rate; a GPU's peak times its
- * generation's matrix efficiency, as parallel/plan_cost.c prices it) the recipe's own model
- * reaches at micro-batches of 1, 2, 4, ... sequences (c->model_eff), timed on a copy with one
- * block per stack, so that the plan prices attention, norms, activations and each op's
- * overhead as this machine runs them instead of assuming them; the timings' spread joins the
- * probes' noise (c->noise), which the plan's tie follows. On a GPU with 124M's shape the
- * assumed figures had priced a step 19% under what it took (one H200, 2026-12-04). Sizes stop at
- * the global batch, at TR_CLUSTER_EFF, or once one forward and backward would take over
- * PROBE_BUDGET s at the sgemm rate, one sequence only over PROBE_FIRST (under PROBE_BUDGET alone,
- * tp_gpt's one sequence, 0.1 s on 4 ranks of 2 cores, was measured in 1 run of 4 and priced at the
+/* The CPU: the share of the measured sgemm rate the recipe's own model reaches at
+ * micro-batches of 1, 2, 4, ... sequences (c->model_eff), timed on a copy with one block
+ * per stack, so that the plan prices attention, norms, activations and each op's overhead as
+ * this machine runs them instead of assuming them; the timings' spread joins the probes'
+ * noise (c->noise), which the plan's tie follows. Sizes stop at the global batch, at
+ * TR_CLUSTER_EFF, or once one forward and backward would take over PROBE_BUDGET s at the
+ * sgemm rate, one sequence only over PROBE_FIRST (under PROBE_BUDGET alone, tp_gpt's one
+ * sequence, 0.1 s on 4 ranks of 2 cores, was measured in 1 run of 4 and priced at the
  * assumed costs, 1.5x slower, in the others). A rank that cannot build the copy (memory) leaves the
  * figures unmeasured on every rank. */
-/* A device's copy at B sequences would hold more than the device has, or than --memory-mib
- * gives the run (mem, 0: unknown): not built (a full device would fail its allocation anyway;
- * a given budget leaves room for others). The CPU's copies are small beside its memory. */
-static int too_big(const tr_model_desc *d, const tr_backend *be, int B, int T, double mem) {
-    if (!be->device_memory || !(mem > 0)) return 0;
-    tr_model_opts o = {.B = B, .T = T, .recompute = TR_RECOMPUTE_NONE};
-    tr_memory m;
-    char e[256];
-    if (tr_model_measure(d, be->dtype, &o, &m, e, sizeof e)) return 1;
-    return (double)(m.params + m.grads + m.optimizer + m.activations + m.scratch + m.workspace) >
-           mem;
-}
-
 #define PROBE_BUDGET 0.1
 #define PROBE_FIRST 2.0 /* one sequence: always, unless it would take longer than this */
 static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
     tr_model_desc d;
     tr_node *kids = one_block(r, &d);
     int T = d.seq_len, ok = kids != NULL;
-    double rate = HUGE_VAL, ftok = ok ? tr_cost_train_flops_per_token(&d, T) : 0;
-    for (int i = 0; i < c->n_groups; i++) {
-        double r_i = c->g[i].peak_flops.v * (c->cpu ? 1 : c->g[i].efficiency.v);
-        rate = r_i < rate ? r_i : rate;
-    }
-    if (!(rate < HUGE_VAL)) rate = 0;
+    double rate = c->g[0].peak_flops.v, ftok = ok ? tr_cost_train_flops_per_token(&d, T) : 0;
+    for (int i = 1; i < c->n_groups; i++)
+        rate = c->g[i].peak_flops.v < rate ? c->g[i].peak_flops.v : rate;
     long seqs = r->train.batch_tokens / T;
     int rc = 0;
     for (int i = 0; i < TR_CLUSTER_EFF && (1L << i) <= seqs && rate > 0; i++) {
@@ -159,28 +136,21 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
         tr_model *m = NULL;
         int *tok = malloc((size_t)B * (size_t)T * sizeof *tok);
         char e[256];
-        int failed = !ok || !tok || too_big(&d, be, B, T, c->g[0].mem_bytes.v) ||
-                     tr_model_init(&m, &d, be, B, T, e, sizeof e);
+        int failed = !ok || !tok || tr_model_init(&m, &d, be, B, T, e, sizeof e);
         if (tr_comm_all_reduce(w, &failed, 1, TR_COMM_I32)) rc = -1;
         double t = -1;
         if (!rc && !failed) {
             for (long k = 0; k < (long)B * T; k++)
                 tok[k] = (int)(k % d.vocab);
             tr_model_init_params(m, 1);
-            t = time_model(w, m, B, T, tok, !c->cpu, &c->noise.v);
+            t = time_model(w, m, B, T, tok, &c->noise.v);
             if (t < 0) rc = -1;
         }
         if (m) tr_model_free(m);
         free(tok);
         if (rc || failed) break;
         c->model_eff[i] = ftok * B * T / (t * rate);
-        /* a GPU's peak can be far from what this device (or the emulator) reaches: the next
-           size would take twice as long */
-        if (!c->cpu && t > PROBE_BUDGET) break;
     }
-    /* the copies' workspaces, grown to their largest micro-batch, go: the run's model
-       reserves its own, as planned */
-    if (be->reserve) be->reserve(NULL);
     free(kids);
     return rc;
 }
@@ -247,8 +217,7 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, double 
     if (tr_topology_detect(world, &to, out, err, errlen)) return -1;
     for (int i = 0; !cpu && i < out->n_groups; i++) /* the table's, or assumed */
         tr_group_fill_efficiency(&out->g[i], known);
-    /* the CPU's rate is its measured sgemm's; a GPU's its peak's (the table's or given) */
-    if (r && (!cpu || out->g[0].peak_flops.from == TR_ORIGIN_MEASURED) &&
+    if (cpu && r && out->g[0].peak_flops.from == TR_ORIGIN_MEASURED &&
         probe_model(world, be, r, out)) {
         snprintf(err, errlen, "topology: a collective of the model's probe failed");
         return -1;
