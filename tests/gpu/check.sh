@@ -115,42 +115,30 @@ if [ -n "$MPIRUN" ]; then
     export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 fi
 
-# ---- NCCL: the toolkit's or the system's (CMake finds those), else PyTorch's wheel's ------
+# ---- NCCL and cuDNN: the toolkit's or the system's (CMake finds those), else the ones
+# PyTorch's wheels bring (python3's nvidia.nccl, nvidia.cudnn) ----------------------------
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 CUDA_DIR=$(dirname "$(dirname "$NVCC")")
-have_nccl=0
-for f in "$CUDA_DIR"/include/nccl.h "$CUDA_DIR"/targets/*/include/nccl.h /usr/include/nccl.h; do
-    [ -e "$f" ] && have_nccl=1
-done
-if [ $have_nccl = 0 ]; then
-    d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-    lib=$([ -n "$d" ] && ls "$d"/lib/libnccl.so* 2>/dev/null | head -1)
-    if [ -n "$d" ] && [ -e "$d/include/nccl.h" ] && [ -n "$lib" ]; then
-        CMAKE_DEPS+=(-DTR_NCCL_INCLUDE="$d/include" -DTR_NCCL_LIB="$lib")
+# from_wheel LABEL MODULE HEADER LIB VAR: VAR_INCLUDE and VAR_LIB for CMake from the wheel's
+# nvidia.MODULE when HEADER is neither beside the toolkit nor under /usr/include
+from_wheel() {
+    local label=$1 mod=$2 header=$3 lib=$4 var=$5 f d so
+    for f in "$CUDA_DIR"/include/"$header" "$CUDA_DIR"/targets/*/include/"$header" \
+        /usr/include/"$header" /usr/include/x86_64-linux-gnu/"${header%.h}"*.h; do
+        [ -e "$f" ] && return
+    done
+    d=$(python3 -c "import nvidia.$mod as m; print(list(m.__path__)[0])" 2>/dev/null)
+    so=$([ -n "$d" ] && ls "$d"/lib/"$lib".so* 2>/dev/null | head -1)
+    if [ -n "$d" ] && [ -e "$d/include/$header" ] && [ -n "$so" ]; then
+        CMAKE_DEPS+=(-D"$var"_INCLUDE="$d/include" -D"$var"_LIB="$so")
         export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        say "NCCL: the Python package's, $lib"
+        say "$label: the Python package's, $so"
     else
-        say "NCCL: none found (no nccl.h by the toolkit, none in /usr/include, no nvidia.nccl package)"
+        say "$label: none found (no $header by the toolkit or in /usr/include, no nvidia.$mod package)"
     fi
-fi
-
-# ---- cuDNN: the toolkit's or the system's (CMake finds those), else PyTorch's wheel's -----
-have_cudnn=0
-for f in "$CUDA_DIR"/include/cudnn_graph.h "$CUDA_DIR"/targets/*/include/cudnn_graph.h \
-    /usr/include/cudnn_graph.h /usr/include/x86_64-linux-gnu/cudnn_graph*.h; do
-    [ -e "$f" ] && have_cudnn=1
-done
-if [ $have_cudnn = 0 ]; then
-    d=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null)
-    lib=$([ -n "$d" ] && ls "$d"/lib/libcudnn.so* 2>/dev/null | head -1)
-    if [ -n "$d" ] && [ -e "$d/include/cudnn_graph.h" ] && [ -n "$lib" ]; then
-        CMAKE_DEPS+=(-DTR_CUDNN_INCLUDE="$d/include" -DTR_CUDNN_LIB="$lib")
-        export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        say "cuDNN: the Python package's, $lib"
-    else
-        say "cuDNN: none found (no cudnn_graph.h by the toolkit or in /usr/include, no nvidia.cudnn package)"
-    fi
-fi
+}
+from_wheel NCCL nccl nccl.h libnccl TR_NCCL
+from_wheel cuDNN cudnn cudnn_graph.h libcudnn TR_CUDNN
 
 # ---- build ---------------------------------------------------------------------------------
 GEN=()
