@@ -9,6 +9,9 @@
 # else build-gpu/bench/; one line per model goes to stdout and to RESULTS (bench_results.txt):
 #   name  tokens_per_s  mfu  status
 set -uo pipefail
+case "${BENCH_SECONDS:-900}" in
+'' | *[!0-9]*) echo "bench/gpu.sh: BENCH_SECONDS='$BENCH_SECONDS' is not a whole number of seconds" >&2 && exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 TRAINER="${1:-build-gpu/trainer}"
 LOGS="${OUT:-build-gpu/bench}"

@@ -6,7 +6,7 @@
  *
  * The graphs are the fused SDPA patterns (cuDNN Developer Guide, "Fused Flash Attention
  * fprop/bprop"), written op by op as cudnn-frontend's composite SDPA nodes lay them out, which
- * the engines match exactly (cuDNN 9.19 on an H200 found no engine for a graph whose P was
+ * the engines match exactly (cuDNN 9.14 on an H200 found no engine for a graph whose P was
  * fp32 before the second product, 2026-12-04):
  *   forward:  S = Q K^T, S *= scale, causal mask (GEN_INDEX row, col into INT32; CMP_GE in
  *             BOOLEAN; BINARY_SELECT with -inf), softmax with stats (MAX, SUB, EXP, sum, LOG,

@@ -21,7 +21,7 @@
  *  - by-value tensors: the variant pack holds a host pointer to the value.
  * Arithmetic: fp32 everywhere, sums in index order, rounding to the stored type (bf16: nearest
  * even) on every store; virtual tensors are kept in fp32, rounded to bf16 when they are bf16.
- * What the documentation leaves out and a real cuDNN (9.19, on an H200, 2026-12-04) showed: the
+ * What the documentation leaves out and a real cuDNN (9.14, on an H200, 2026-12-04) showed: the
  * fused engines match cudnn-frontend's composite SDPA graphs exactly; a graph whose P is fp32
  * before O = P V found no engine. So, as those graphs have them: comparisons compute in BOOLEAN,
  * every other pointwise op in FLOAT; the A operand of O = P V, and of every product that reads a

@@ -208,7 +208,7 @@ void forward(void) {
     D g;
     expect(graph(h, std::vector<D>(ops.begin(), ops.begin() + 1), &g),
            CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, "graph: a lone matmul is not a pattern");
-    /* P in fp32 before O = P V: a real cuDNN 9.19 found no engine for it (H200, 2026-12-04) */
+    /* P in fp32 before O = P V: a real cuDNN 9.14 found no engine for it (H200, 2026-12-04) */
     std::vector<D> ops32(ops.begin(), ops.end() - 2);
     ops32.push_back(pw(CUDNN_POINTWISE_DIV, e, sum, nullptr, p32));
     ops32.push_back(mm(p32, V, O32));

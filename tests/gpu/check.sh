@@ -18,6 +18,9 @@
 # NCCL: the CUDA toolkit's or the system's, else the one PyTorch's wheels bring. Without a GPU
 # it still builds, reports the tests as skipped and prints the table.
 set -uo pipefail
+case "${TR_CHECK_SECONDS:-450}" in
+'' | *[!0-9]*) echo "check: TR_CHECK_SECONDS='$TR_CHECK_SECONDS' is not a whole number of seconds" >&2 && exit 2 ;;
+esac
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
 BUILD="$ROOT/build-gpu"
