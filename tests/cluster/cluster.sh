@@ -105,8 +105,13 @@ check_rate() {
 }
 
 # shape one host's link both ways: its own end (what it sends) and the switch's end (what it
-# receives). tbf's bucket holds 2 ms at the rate (32 KiB at least): short bursts stay near
-# the rate, as on a real link. A change installs a fresh tbf: `tc qdisc replace` of a tbf
+# receives). tbf's bucket holds 25 us at the rate, 4 KiB at least (a few 1500-byte frames):
+# a real NIC sends every frame at its line rate, and so does this link. A larger bucket is
+# not: with 2 ms of it (the first version), a 64 KiB message after a pause of a few ms
+# crossed a 1 Gbit/s link in 0.03 ms instead of 0.5 ms, so a layout of small messages (tensor
+# parallelism between hosts) ran 1.5x faster than any 1 Gbit/s network would carry it. With
+# 4 KiB, messages of 16 KiB to 4 MiB cross at 0.93-1.07x the rate, with or without pauses, and
+# with both cores busy (2026-12-04). A change installs a fresh tbf: `tc qdisc replace` of a tbf
 # by a tbf changes it in place and keeps its queue, and a packet queued under a larger
 # bucket (veth passes 64 KiB GSO packets, which tbf splits only on entry) can then never
 # leave the smaller one: the link stalls for good, which ended a slowed run once in ~20 here
@@ -118,8 +123,8 @@ shape_link() { # NAME SHORT RATE
     tc -n "$n" qdisc del dev eth0 root 2>/dev/null
     tc -n "$s" qdisc del dev "$2" root 2>/dev/null
     [ "$r" = none ] && return 0
-    b=$(($(rate_bits "$r") / 8 / 500))
-    [ "$b" -lt 32768 ] && b=32768
+    b=$(($(rate_bits "$r") / 8 / 40000))
+    [ "$b" -lt 4096 ] && b=4096
     tc -n "$n" qdisc add dev eth0 root tbf rate "$r" burst "$b" latency 100ms &&
         tc -n "$s" qdisc add dev "$2" root tbf rate "$r" burst "$b" latency 100ms
 }
