@@ -9,8 +9,9 @@
 # planned); the even cut is the same layout with stages = { 0, E } given, E the cut a uniform
 # cluster gets. The two run in turn, `reps` times each; a run's figure is its median step after
 # two of warm-up. Prints, for each: the groups the run detected, its cut, its predicted and
-# measured step; then the ratio of the two measured medians. Figures, not pass/fail: the
-# neighbour's share of core 1 and the machine's other load move them.
+# measured step, and each host's sgemm rate and noise as the split read them; then the ratio
+# of the two measured medians. Figures, not pass/fail: the neighbour's share of core 1 and the
+# machine's other load move them.
 #
 # Usage: bench/mixed.sh [steps] [reps] [pp|dp]   (defaults 8 3 pp; root, iproute2, mpirun,
 #   taskset; about 3 minutes)
@@ -73,8 +74,8 @@ tmp, reps, even, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 key = "stages" if mode == "pp" else "dp_shares"
 print("2 hosts x 1 rank: host n0 on core 0, host n1 on core 1 beside a busy loop; "
       "bench/pp_gpt.lua, %s" % ("pp 2, 1f1b" if mode == "pp" else "dp 2, micro-batches of 2"))
-print("%-6s %-3s %-44s %-8s %10s %10s" % ("cut", "rep", "groups detected", "stages",
-                                          "predicted", "measured"))
+print("%-6s %-3s %-44s %-8s %10s %10s  %s" % ("cut", "rep", "groups detected", "stages",
+                                              "predicted", "measured", "sgemm by node"))
 med = {}
 for kind in ("speed", "even"):
     got = []
@@ -82,15 +83,16 @@ for kind in ("speed", "even"):
         out = "%s/%s.%d" % (tmp, kind, rep)
         log = open(out + ".log").read()
         m = re.search(r"detected: [^;\n]*?\)", log)
+        g = re.search(r"sgemm by node ([^;\n]*)", log)
         rec = open(out + "/recipe.lua").read()
         st = re.search(key + r" = \{([^}]*)\}", rec)
         rows = [json.loads(l) for l in open(out + "/metrics.jsonl")][2:]
         s = statistics.median(r["step_s"] for r in rows)
         p = statistics.median(r["predicted_step_s"] for r in rows)
         got.append(s)
-        print("%-6s %-3d %-44s %-8s %9.4fs %9.4fs" % (kind, rep, m.group(0)[10:54] if m else "?",
-                                                     st.group(1).replace(" ", "") if st else "even",
-                                                     p, s))
+        print("%-6s %-3d %-44s %-8s %9.4fs %9.4fs  %s" % (
+            kind, rep, m.group(0)[10:54] if m else "?",
+            st.group(1).replace(" ", "") if st else "even", p, s, g.group(1) if g else "?"))
     med[kind] = statistics.median(got)
 print("median measured step: by speed %.4f s, even (%s) %.4f s: %.2fx" %
       (med["speed"], "stages 0,%s" % even if mode == "pp" else "4/4", med["even"],

@@ -46,8 +46,9 @@ enum {
     F_INTER_BW,
     F_INTER_LAT,
     F_INTER_P2P,
-    F_NOISE, /* the largest tr_topology_spread() of the probes this rank timed for the planner */
+    F_NOISE,   /* the largest tr_topology_spread() of the probes this rank timed for the planner */
     F_THREADS, /* threads this rank computes on */
+    F_FLOPS_NOISE, /* the sgemm probe's own tr_topology_spread(): what the split by speed reads */
     F_N
 };
 
@@ -439,7 +440,9 @@ static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int li
     if (o->cpu && o->peak_flops <= 0) {
         if (tr_comm_barrier(w)) goto fail; /* at once: ranks sharing cores slow each other */
         double best;
-        sgemm_rates(s->a, s->b, s->c, SGEMM_N, 1, SGEMM_REPS, &best, &f[F_FLOPS], &f[F_NOISE]);
+        sgemm_rates(s->a, s->b, s->c, SGEMM_N, 1, SGEMM_REPS, &best, &f[F_FLOPS],
+                    &f[F_FLOPS_NOISE]);
+        f[F_NOISE] = f[F_FLOPS_NOISE];
     }
     if (o->cpu) {
         if (tr_comm_barrier(w)) goto fail;
@@ -472,7 +475,8 @@ static void slowest(const double *all, int size, const int *want, double *agg) {
         if (!want[r]) continue;
         for (int i = 0; i < F_N; i++) {
             double v = all[(size_t)r * F_N + i];
-            int most = i == F_INTRA_LAT || i == F_INTER_LAT || i == F_NOISE || i == F_THREADS;
+            int most = i == F_INTRA_LAT || i == F_INTER_LAT || i == F_NOISE || i == F_THREADS ||
+                       i == F_FLOPS_NOISE;
             if (v > 0 && (agg[i] == 0 || (most ? v > agg[i] : v < agg[i]))) agg[i] = v;
         }
     }
@@ -525,9 +529,25 @@ TR_PRINTF(3, 4) static void cat(char *s, size_t n, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* A node's sgemm rate (its slowest rank's; 0: not measured) and the noise of its ranks' sgemm
+ * probes (the largest tr_topology_spread). Only the sgemm's own: the link probes' noise (25%
+ * on the cluster in a box: TCP between hosts that share 2 cores) says nothing of a host's
+ * speed. */
+static double node_rate(const hosts *h, int k, double *noise) {
+    double v = 0;
+    *noise = 0;
+    for (int r = 0; r < h->size; r++) {
+        const double *f = &h->figs[(size_t)r * F_N];
+        if (h->node[r] != k) continue;
+        if (f[F_FLOPS] > 0 && (v == 0 || f[F_FLOPS] < v)) v = f[F_FLOPS];
+        if (f[F_FLOPS_NOISE] > *noise) *noise = f[F_FLOPS_NOISE];
+    }
+    return v;
+}
+
 /* "detected: 2 nodes (a, b) x 2 ranks, CPU, 2 cores" or, with groups, "(a x 3, b x 1)". */
-static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts *o, char *s,
-                     size_t n) {
+static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts *o, int by_speed,
+                     char *s, size_t n) {
     enum { SHOWN = 8 };
     snprintf(s, n, "detected: %d node%s (", h->n_nodes, h->n_nodes > 1 ? "s" : "");
     for (int k = 0; k < h->n_nodes && k < SHOWN; k++) {
@@ -548,6 +568,13 @@ static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts
         for (int b = a + 1; b < h->n_nodes; b++)
             shared |= same_kernel(h, h->first[a], h->first[b]);
     if (shared && o->cpu) cat(s, n, "; nodes on one machine share its cores and memory");
+    if (by_speed) { /* what the split by speed read: each node's rate and its probe's noise */
+        cat(s, n, "; sgemm by node");
+        for (int k = 0; k < h->n_nodes && k < SHOWN; k++) {
+            double noise, v = node_rate(h, k, &noise);
+            cat(s, n, "%s %.1f GFLOP/s +-%.0f%%", k ? "," : "", v / 1e9, 100 * noise);
+        }
+    }
 }
 
 /* Each host by name and the ranks on it, when the record holds them all. */
@@ -558,20 +585,6 @@ static void name_hosts(const hosts *h, tr_cluster_hosts *out) {
     for (int k = 0; k < h->n_nodes; k++)
         snprintf(out->name[k], sizeof out->name[k], "%.63s", h->recs[h->first[k]].name);
     for (int r = 0; r < h->size; r++) out->host_of[r] = (short)h->node[r];
-}
-
-/* A node's sgemm rate (its slowest rank's; 0: not measured) and the noise of its ranks'
- * probes (the largest tr_topology_spread). */
-static double node_rate(const hosts *h, int k, double *noise) {
-    double v = 0;
-    *noise = 0;
-    for (int r = 0; r < h->size; r++) {
-        const double *f = &h->figs[(size_t)r * F_N];
-        if (h->node[r] != k) continue;
-        if (f[F_FLOPS] > 0 && (v == 0 || f[F_FLOPS] < v)) v = f[F_FLOPS];
-        if (f[F_NOISE] > *noise) *noise = f[F_NOISE];
-    }
-    return v;
 }
 
 int tr_topology_speed_groups(const double *rate, const double *noise, const int *count, int n,
@@ -614,7 +627,8 @@ static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
     /* off unless asked: under load (ctest -j2 on 2 cores) equal hosts' rates differed 1.5x with
        quiet probes, and a split by speed changed a plan that should not change */
     const char *split = getenv("TR_SPEED_GROUPS");
-    if (split && !strcmp(split, "1")) split_by_speed(h);
+    int by_speed = split && !strcmp(split, "1");
+    if (by_speed) split_by_speed(h);
     c->cpu = o->cpu;
     c->n_groups = h->n_groups;
     int *want = h->want;
@@ -637,7 +651,7 @@ static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
         if (h->figs[(size_t)r * F_N + F_NOISE] > noise) noise = h->figs[(size_t)r * F_N + F_NOISE];
     c->noise = fig(noise, o->cpu || o->measure_links ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED);
     name_hosts(h, &c->hosts);
-    describe(h, c, o, c->source, sizeof c->source);
+    describe(h, c, o, by_speed, c->source, sizeof c->source);
 }
 
 int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *out, char *err,

@@ -6,7 +6,8 @@
 # keeps tensor parallelism inside a host. The two hosts are namespaces of one machine (one
 # kernel): each is said to hold half the machine's cores, as its 2 ranks get of them beside
 # the other host's 2, and the description says why. A bandwidth bound is a measurement on a machine
-# that other tests load: each rate is measured up to 3 times before a miss counts. ~15 s.
+# that other tests load: each rate is measured up to 3 times before a miss counts. Then, with
+# TR_SPEED_GROUPS=1, the hosts' groups follow the sgemm figures the detection line shows. ~20 s.
 set -u
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/lib.sh"
@@ -59,4 +60,43 @@ for rate in 200 50; do
     *) bad "links shaped to $rate Mbit/s: $e" ;;
     esac
 done
+
+# the split by speed (TR_SPEED_GROUPS=1): the detection line shows each host's sgemm rate and
+# its probe's noise, and the groups are what topology.h's rule makes of those figures (a new
+# group at 1.5x apart and more than 1 + twice the larger noise; a case within 3% of either
+# bound is not judged, the line's figures being rounded). Host n0's ranks run on core 0, n1's
+# on core 1 beside two busy loops (about half n0's speed), so that the hosts differ: whether
+# they split depends on the machine's load; what is checked is that the split agrees with the
+# figures.
+"$CL" cores "$cname" "$cname-n0" 0 >/dev/null && "$CL" cores "$cname" "$cname-n1" 1 >/dev/null ||
+    bad "cores for n0 and n1"
+taskset -c 1 sh -c 'while :; do :; done' &
+busy=$!
+taskset -c 1 sh -c 'while :; do :; done' &
+busy="$busy $!"
+"$CL" run "$cname" -- mpirun -np 4 --bind-to none -x TR_SPEED_GROUPS=1 "$T" plan "$R" --json >"$tmp/speed.json" 2>"$tmp/speed.err"
+kill $busy
+e=$(python3 - "$tmp/speed.json" <<'PY'
+import json, re, sys
+try:
+    c = json.load(open(sys.argv[1]))["cluster"]
+except (OSError, ValueError) as x:
+    print("no plan: %s" % x); sys.exit(1)
+m = re.search(r"sgemm by node ([^;]*)", c["source"])
+figs = re.findall(r"([0-9.]+) GFLOP/s \+-([0-9]+)%", m.group(1)) if m else []
+if len(figs) != 2:
+    print("the line does not show both hosts' sgemm figures: %s" % c["source"]); sys.exit(1)
+(a, na), (b, nb) = [(float(v), float(n) / 100) for v, n in figs]
+apart, bar = max(a, b) / min(a, b), 1 + 2 * max(na, nb)
+groups = len(c["groups"])
+say = "%s; %d group(s): %.2fx apart, the bar %.2fx" % (m.group(0), groups, apart, bar)
+close = abs(apart / 1.5 - 1) < 0.03 or abs(apart / bar - 1) < 0.03
+want = 2 if apart >= 1.5 and apart > bar else 1
+print(say + (" (too close to judge)" if close else ""))
+sys.exit(0 if close or groups == want else 1)
+PY
+) && ok "the split by speed follows the figures it shows: $e" || bad "the split by speed: $e"
+if grep -q "sgemm by node" <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["cluster"]["source"])' "$tmp/plan.json" 2>/dev/null); then
+    bad "without TR_SPEED_GROUPS the detection line shows the sgemm figures"
+fi
 exit $fail
