@@ -74,8 +74,10 @@ taskset -c 1 sh -c 'while :; do :; done' &
 busy=$!
 taskset -c 1 sh -c 'while :; do :; done' &
 busy="$busy $!"
+trap 'kill $busy 2>/dev/null; cluster_end' EXIT # the loops are outside the cluster's namespaces
 "$CL" run "$cname" -- mpirun -np 4 --bind-to none -x TR_SPEED_GROUPS=1 "$T" plan "$R" --json >"$tmp/speed.json" 2>"$tmp/speed.err"
 kill $busy
+trap cluster_end EXIT
 e=$(python3 - "$tmp/speed.json" <<'PY'
 import json, re, sys
 try:
