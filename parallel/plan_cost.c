@@ -132,6 +132,7 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     d->optim_rate = c->optim_rate;
     d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
     d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
+    d->mpi_coll = c->cpu;
     d->reserve = 0;
     d->share = 1;
     for (int i = first; c->cpu && i >= 0 && i <= last; i++) {
@@ -260,10 +261,33 @@ static double t_allreduce(const tr_link *l, double S, int p) {
 }
 
 /* The same in collectives of `bucket` bytes at most (each pays the latency). */
-static double t_bucketed(const tr_link *l, double S, int p, double bucket) {
+enum { COLL_AR, COLL_RS, COLL_AG }; /* all-reduce, reduce-scatter, all-gather */
+
+/* One collective of S bytes (the whole buffer: an all-gather's result, a reduce-scatter's
+ * input) over p ranks, k of them on each node (k = p: all on one, over `in`; else the nodes'
+ * link l, already shared by the groups that cross at once). NCCL (the GPU): rings, a
+ * reduce-scatter or all-gather half an all-reduce. Open MPI's libnbc (the CPU backend, as
+ * its source schedules them): all-reduce, the ring comm/mpi.c asks for; reduce-scatter, the
+ * whole buffer reduced to rank 0 down a binomial tree (each round's transfer over the link
+ * its pair crosses: members 2^(r-1) apart, one pair of the group per node once they are k or
+ * more apart) and then sent out from rank 0 in pieces; all-gather, each rank's piece sent
+ * to every other, the k of a node sending theirs over its link at once. */
+static double t_coll(const pl_devices *dv, int kind, const tr_link *l, double S, int p, int k) {
+    if (p <= 1) return 0;
+    if (!dv->mpi_coll || kind == COLL_AR) return (kind == COLL_AR ? 1 : 0.5) * t_allreduce(l, S, p);
+    const tr_link *in = &dv->intra;
+    if (k >= p) l = in;
+    if (kind == COLL_AG) return maxd(t_send(l, k * (p - k) * S / p), t_send(in, (k - 1) * S / p));
+    double t = 0;
+    for (int d = 1; d < p; d *= 2)
+        t += t_send(d < k ? in : l, S);
+    return t + maxd(t_send(l, (p - k) * S / p), t_send(in, (k - 1) * S / p));
+}
+static double t_bucketed(const pl_devices *dv, int kind, const tr_link *l, double S, int p, int k,
+                         double bucket) {
     double n = ceil(S / bucket);
     if (n < 1) n = 1;
-    return n * t_allreduce(l, S / n, p);
+    return n * t_coll(dv, kind, l, S / n, p, k);
 }
 
 /* The activations a micro-batch of B sequences leaves on a rank for its blocks [a, b), per
@@ -593,18 +617,21 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     double fwd_first = worst_c / 3.0;
     /* reduce-scatter and all-gather: half an all-reduce each */
     tr_zero sh = tr_zero_of(p->l.zero);
+    /* the members of a dp group on one node */
+    int k = stride < dv->per_node ? (int)mind(d, dv->per_node / stride) : 1;
+    double ag = t_bucketed(dv, COLL_AG, dl, Pb, d, k, bk);
     if (sh.params) { /* gathers in every forward and backward, beside the compute */
-        comm = 0.5 * M * (t_bucketed(dl, G, d, bk) + 2 * t_bucketed(dl, Pb, d, bk));
+        comm = M * (t_bucketed(dv, COLL_RS, dl, G, d, k, bk) + 2 * ag);
         window = M * worst_c;
     } else if (sh.grads) { /* a reduce-scatter in every backward, the same refresh as ZeRO-1 */
-        comm = 0.5 * M * t_bucketed(dl, G, d, bk);
+        comm = M * t_bucketed(dv, COLL_RS, dl, G, d, k, bk);
         window = M * bwd_last;
-        after = 0.5 * t_bucketed(dl, Pb, d, bk);
-    } else { /* the gradients' all-reduce in the last backward; ZeRO-1 then broadcasts the
+        after = ag;
+    } else { /* the gradients' all-reduce in the last backward; ZeRO-1 then gathers the
                 updated parameters during the next forward */
-        comm = t_bucketed(dl, G, d, bk);
+        comm = t_bucketed(dv, COLL_AR, dl, G, d, k, bk);
         window = bwd_last;
-        after = sh.optimizer ? 0.5 * t_bucketed(dl, Pb, d, bk) : 0;
+        after = sh.optimizer ? ag : 0;
     }
     after = maxd(0, after - dv->overlap * fwd_first);
     p->dp_s = maxd(0, comm - dv->overlap * window) + after;

@@ -65,6 +65,8 @@ typedef struct {
     int per_node;   /* the smallest node used (devices) */
     int groups;     /* groups the world spans */
     tr_link intra, inter, between; /* slowest of each kind among those used */
+    int mpi_coll;   /* collectives are Open MPI's libnbc (the CPU backend), not NCCL's rings:
+                       plan_cost.c's t_coll prices each as that library runs it */
     int node_link;  /* inter is a node's link, timed by one flow (a detected job's): the ranks
                        of a node that cross at once share it (plan_cost.c, crossing) */
     double egress_per_byte; /* the dearest provider's (0: one provider) */

@@ -695,6 +695,52 @@ static void node_link_shared(void) {
     tr_recipe_free(&r);
 }
 
+/* The CPU backend's collectives are Open MPI's libnbc's, priced as it schedules them: the
+ * all-reduce a ring (comm/mpi.c asks for it), moving 2 (p - 1) / p of the buffer each way; a
+ * reduce-scatter the whole buffer to rank 0 and its pieces back out (1 + 1/2 of it at p 2);
+ * an all-gather each piece straight to every other rank (1/2 of it at p 2). On 2 nodes of 2,
+ * dp 2 x tp 2 (one rank of each dp group a node, both groups crossing at once), a network
+ * whose one-way rate equals the all-reduce's bus bandwidth and no latency: the gradients'
+ * exposed time at ZeRO 0, 1, 2, 3 is 2 : 3 : 3M + 1 : 5M of G / bw (M micro-batches a step,
+ * each reduce-scattered; the refresh after the update an all-gather; ZeRO-3 gathers twice a
+ * micro-batch), where NCCL's rings would price 2 : 3 : M + 1 : 3M. */
+static void mpi_collectives(void) {
+    tr_recipe r;
+    load(&r, "../bench/pp_gpt.lua", NULL, 0);
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    c.g[0].nodes = 2;
+    double bw = 12.5e6;
+    c.g[0].inter =
+        (tr_link){{bw, TR_ORIGIN_MEASURED}, {0, TR_ORIGIN_MEASURED}, {bw, TR_ORIGIN_MEASURED}};
+    double dp_s[4] = {0}, M = 0;
+    for (int z = 0; z < 4; z++) {
+        tr_layout_flags f = {.dp = 2,
+                             .tp = 2,
+                             .pp = 1,
+                             .zero = z,
+                             .schedule = -1,
+                             .sequence_parallel = -1,
+                             .micro_batch = 2};
+        tr_layout l;
+        char err[1024];
+        if (!check(!tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
+                   "dp 2 x tp 2, ZeRO-%d resolves (%s)", z, err))
+            continue;
+        tr_plan p;
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
+        dp_s[z] = p.dp_s;
+        M = l.accum;
+    }
+    double unit = dp_s[0] / 2, want[4] = {2, 3, 3 * M + 1, 5 * M};
+    for (int z = 1; z < 4; z++)
+        check(M > 1 && unit > 0 && fabs(dp_s[z] - want[z] * unit) <= 1e-9 * dp_s[z],
+              "dp 2 x tp 2 over 2 nodes of 2, %g micro-batches, ZeRO-%d: the gradients' %.6f s "
+              "= %g x G / bw (ZeRO-0's %.6f s = 2 x G / bw)",
+              M, z, dp_s[z], want[z], dp_s[0]);
+    tr_recipe_free(&r);
+}
+
 /* Pipeline sends are one transfer in one direction: priced at the link's own rate where a job
  * measured it (p2p), not at its all-reduce's bus bandwidth (about half of it between two hosts
  * over MPI). pp 4 and tp 2 x pp 2 over 2 nodes of 2, on a measured network of bus bandwidth
@@ -989,6 +1035,7 @@ int main(void) {
     pp_sends_per_boundary();
     node_link_shared();
     sends_at_p2p();
+    mpi_collectives();
     every_mesh_kept(res);
     noise_reorders(res);
     cost_and_deadline(res);
