@@ -263,6 +263,15 @@ static double t_allreduce(const tr_link *l, double S, int p) {
 /* The same in collectives of `bucket` bytes at most (each pays the latency). */
 enum { COLL_AR, COLL_RS, COLL_AG }; /* all-reduce, reduce-scatter, all-gather */
 
+/* S bytes of a collective's step at the link's all-reduce bus bandwidth: a 2-rank all-reduce
+ * moves S through each rank and sums half of it, about what a tree's round (S one way,
+ * summed) does. Between hosts that is the link's one-way rate (p2p); inside one, where the
+ * copies and sums share the cores and their caches, a quarter of it on this machine, which a
+ * collective's steps pay and a pipeline's lone send does not. */
+static double t_moved(const tr_link *l, double S) {
+    return S / l->bw.v + l->lat.v;
+}
+
 /* One collective of S bytes (the whole buffer: an all-gather's result, a reduce-scatter's
  * input) over p ranks, k of them on each node (k = p: all on one, over `in`; else the nodes'
  * link l, already shared by the groups that cross at once). NCCL (the GPU): rings, a
@@ -277,11 +286,11 @@ static double t_coll(const pl_devices *dv, int kind, const tr_link *l, double S,
     if (!dv->mpi_coll || kind == COLL_AR) return (kind == COLL_AR ? 1 : 0.5) * t_allreduce(l, S, p);
     const tr_link *in = &dv->intra;
     if (k >= p) l = in;
-    if (kind == COLL_AG) return maxd(t_send(l, k * (p - k) * S / p), t_send(in, (k - 1) * S / p));
+    if (kind == COLL_AG) return maxd(t_moved(l, k * (p - k) * S / p), t_moved(in, (k - 1) * S / p));
     double t = 0;
     for (int d = 1; d < p; d *= 2)
-        t += t_send(d < k ? in : l, S);
-    return t + maxd(t_send(l, (p - k) * S / p), t_send(in, (k - 1) * S / p));
+        t += t_moved(d < k ? in : l, S);
+    return t + maxd(t_moved(l, (p - k) * S / p), t_moved(in, (k - 1) * S / p));
 }
 static double t_bucketed(const pl_devices *dv, int kind, const tr_link *l, double S, int p, int k,
                          double bucket) {
