@@ -5,16 +5,20 @@
 # --private-gradients. Each rank writes its own gradient of the first bucket it sums, before
 # any mask (TR_DUMP_LOCAL_GRAD); 400 of each rank's values (distinct, not patterns of one or two
 # bytes) are looked for, as float32 bytes at any offset, in every TCP payload that crossed the
-# link (Open MPI sums 2 ranks' buffers at rank 0 and sends the sum back: rank 1's own values
-# cross, rank 0's do not).
-#  - plain: most of one rank's are there (the test can fail: the capture sees gradients);
+# link (Open MPI's ring all-reduce, which comm/mpi.c asks for: each of the 2 ranks sends the
+# other one half of its own buffer, and gets that half's sum back; about half of each rank's
+# values cross. A binomial tree, Open MPI's default, sent all of rank 1's and none of rank
+# 0's.)
+#  - plain: at least 3/8 of one rank's are there (about half; the test can fail: the capture
+#    sees gradients);
 #  - masked: at most 4 of each rank's 400. A random 4-byte pattern turns up in B random bytes
 #    with probability about B / 2^32; of the ~33 MB captured, most are the start-up probes'
 #    constant buffers, and the random part (the masked sums, about 1 MB) makes about 0.1 of
 #    400 values turn up by chance (5 or more: under 1e-7);
 #  - what rank 1 sent of that bucket (masked: its message as the trainer wrote it before the
 #    sum, TR_DUMP_LOCAL_GRAD's .sent file; plain: its float32 gradient) is on the wire (at
-#    least 10 of 20 64-byte pieces of it are in the payloads), and its bytes look uniformly
+#    least 6 of 20 64-byte pieces of it, evenly spaced, are in the payloads: the half the ring
+#    sends holds 9-10 of them, a tree's whole buffer all 20), and its bytes look uniformly
 #    random when masked and not when plain: a chi-square test of the counts of the 256 byte
 #    values (255 degrees of freedom: mean 255, standard deviation 22.6) under 400, which
 #    uniform bytes exceed with probability about 1e-10.
@@ -120,7 +124,7 @@ best=0
 for r in 0 1; do
     read -r fp np bp <<<"$(found plain $r)"
     echo "     plain: rank $r: ${fp:-?} of ${np:-?} of its gradient values in the $bp payload bytes"
-    [ "${np:-0}" -ge 100 ] && [ "$fp" -ge $((np * 3 / 4)) ] && best=1
+    [ "${np:-0}" -ge 100 ] && [ "$fp" -ge $((np * 3 / 8)) ] && best=1
     read -r fm nm bm <<<"$(found masked $r)"
     if [ "${nm:-0}" -ge 100 ] && [ "$fm" -le 4 ]; then
         ok "masked: $fm of $nm of rank $r's gradient values in the $bm payload bytes that crossed n1's link"
@@ -134,10 +138,10 @@ read -r pf pc pb <<<"$(uniform plain "$tmp/plain.grad.1")"
 read -r mf mc mb <<<"$(uniform masked "$tmp/masked.grad.sent.1")"
 echo "     rank 1's message: plain ${pb:-?} bytes, ${pf:-?} of 20 pieces on the wire, chi-square ${pc:-?};" \
     "masked ${mb:-?} bytes, ${mf:-?} of 20 on the wire, chi-square ${mc:-?}"
-[ "${mf:-0}" -ge 10 ] && [ "${mc:-999999}" -lt 400 ] &&
+[ "${mf:-0}" -ge 6 ] && [ "${mc:-999999}" -lt 400 ] &&
     ok "masked: rank 1's message crossed the link and its bytes look uniform (chi-square $mc < 400)" ||
     bad "masked: rank 1's message: ${mf:-?} of 20 pieces on the wire, chi-square ${mc:-?}"
-[ "${pf:-0}" -ge 10 ] && [ "${pc:-0}" -ge 400 ] &&
+[ "${pf:-0}" -ge 6 ] && [ "${pc:-0}" -ge 400 ] &&
     ok "plain: rank 1's gradient crossed the link and its bytes do not look uniform (chi-square $pc)" ||
     bad "plain: rank 1's gradient: ${pf:-?} of 20 pieces on the wire, chi-square ${pc:-?} (the test could not fail)"
 
