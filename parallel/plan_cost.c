@@ -260,13 +260,12 @@ static double t_allreduce(const tr_link *l, double S, int p) {
     return 2.0 * (p - 1) / p * S / l->bw.v + 2.0 * log2((double)p) * l->lat.v;
 }
 
-/* The same in collectives of `bucket` bytes at most (each pays the latency). */
 enum { COLL_AR, COLL_RS, COLL_AG }; /* all-reduce, reduce-scatter, all-gather */
 
 /* S bytes of a collective's step at the link's all-reduce bus bandwidth: a 2-rank all-reduce
  * moves S through each rank and sums half of it, about what a tree's round (S one way,
  * summed) does. Between hosts that is the link's one-way rate (p2p); inside one, where the
- * copies and sums share the cores and their caches, a quarter of it on this machine, which a
+ * copies and sums share the cores and their caches, about a fifth of it here, which a
  * collective's steps pay and a pipeline's lone send does not. */
 static double t_moved(const tr_link *l, double S) {
     return S / l->bw.v + l->lat.v;
@@ -292,6 +291,7 @@ static double t_coll(const pl_devices *dv, int kind, const tr_link *l, double S,
         t += t_moved(d < k ? in : l, S);
     return t + maxd(t_moved(l, (p - k) * S / p), t_moved(in, (k - 1) * S / p));
 }
+/* t_coll in collectives of `bucket` bytes at most (each pays the latency). */
 static double t_bucketed(const pl_devices *dv, int kind, const tr_link *l, double S, int p, int k,
                          double bucket) {
     double n = ceil(S / bucket);
@@ -624,7 +624,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     /* ZeRO-1/2's refresh of the updated parameters overlaps the next forward (its first
        micro-batch's: a third of its compute) */
     double fwd_first = worst_c / 3.0;
-    /* reduce-scatter and all-gather: half an all-reduce each */
+    /* each collective as the backend runs it (t_coll) */
     tr_zero sh = tr_zero_of(p->l.zero);
     /* the members of a dp group on one node */
     int k = stride < dv->per_node ? (int)mind(d, dv->per_node / stride) : 1;

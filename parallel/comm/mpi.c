@@ -196,8 +196,8 @@ static int single_recv(const tr_comm *c, const op_info *o, void *buf, size_t byt
  * whole buffer goes to rank 0 and back, 2 log2(p) transfers of all of it. Its ring, which
  * libnbc also has, moves 2 (p - 1) / p of the buffer through each rank, both directions of
  * every link at once. Measured with 4 MiB between two hosts of the cluster in a box at
- * 100 Mbit/s (tests/cluster/cluster.sh): 0.62 s binomial, 0.37 s ring; 4 ranks on the two
- * hosts, 0.89 s and 0.59 s (the ring's results equal, in place and for counts below the
+ * 100 Mbit/s (tests/cluster/cluster.sh; a one-off program): 0.62 s binomial, 0.37 s ring; 4 ranks
+ * on the two hosts, 0.89 s and 0.59 s (the ring's results equal, in place and for counts below the
  * rank count too). So ask for the ring, as the planner prices it (plan_cost.c), unless the
  * user chose an algorithm: MCA parameters are read from the environment by MPI_Init. */
 static void ring_all_reduce(void) {
