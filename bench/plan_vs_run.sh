@@ -42,8 +42,13 @@
 # measured step against the fastest layout's, its place among them, and whether it is within
 # 10% of the fastest or within the noise. Figures, not pass/fail; ratios within one run of
 # this script (the machine is shared).
+# Stability (PVR_PLANS=N): then N `trainer plan`s of each recipe on the same ranks, one after
+# another, and the layouts they chose, each with how often and its measured step against the
+# fastest layout's where it was run; with PVR_REF=an earlier trainer binary, its N plans too,
+# interleaved with this one's, beside them. reps 0 runs no layout: the plans' choices alone.
 #
-# Usage: [PVR_RECIPES=pp_gpt,...] [PVR_VARIANTS=0] bench/plan_vs_run.sh [steps] [reps] [configs] [limit]
+# Usage: [PVR_RECIPES=pp_gpt,...] [PVR_VARIANTS=0] [PVR_PLANS=N [PVR_REF=binary]]
+#        bench/plan_vs_run.sh [steps] [reps] [configs] [limit]
 #   (defaults 5 2 host:2,host:4,box:1gbit,box:100mbit 90; needs build/trainer with MPI,
 #    mpirun; the box needs root and iproute2. About 25 minutes for host:2,host:4, 15 for
 #    the box's pp_gpt alone with PVR_VARIANTS=0.)
@@ -55,7 +60,14 @@ configs="${3:-host:2,host:4,box:1gbit,box:100mbit}"
 limit="${4:-90}"
 T=$(realpath "${TRAINER:-build/trainer}")
 [[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 3 ] || { echo "bench: steps '$steps': 3 or more (2 are warm-up)"; exit 2; }
-[[ $reps =~ ^[0-9]+$ ]] && [ "$reps" -ge 1 ] || { echo "bench: reps '$reps': 1 or more"; exit 2; }
+[[ $reps =~ ^[0-9]+$ ]] || { echo "bench: reps '$reps': 0 (the plans' choices alone) or more"; exit 2; }
+plans="${PVR_PLANS:-0}"
+[[ $plans =~ ^[0-9]+$ ]] || { echo "bench: PVR_PLANS '$plans': a count of plans"; exit 2; }
+[ "$reps" -ge 1 ] || [ "$plans" -ge 1 ] || { echo "bench: reps 0 needs PVR_PLANS=N"; exit 2; }
+REF=""
+if [ -n "${PVR_REF:-}" ]; then
+    REF=$(realpath "$PVR_REF") && [ -x "$REF" ] || { echo "bench: PVR_REF '$PVR_REF' is not a trainer"; exit 1; }
+fi
 [[ $limit =~ ^[0-9]+$ ]] && [ "$limit" -ge 10 ] || { echo "bench: limit '$limit': 10 seconds or more"; exit 2; }
 [ -x "$T" ] || { echo "bench: no trainer at $T (build it, or set TRAINER)"; exit 1; }
 command -v mpirun >/dev/null || { echo "bench: needs mpirun (apt-get install openmpi-bin)"; exit 1; }
@@ -86,12 +98,13 @@ for conf in ${configs//,/ }; do
         prefix=("$CL" run "$name" --) ;;
     *) echo "bench: configuration '$conf': host:N or box:RATE"; exit 2 ;;
     esac
-    python3 - "$T" "$steps" "$reps" "$tmp" "$conf" "$limit" "${prefix[@]}" <<'PY'
+    python3 - "$T" "$steps" "$reps" "$tmp" "$conf" "$limit" "$plans" "$REF" "${prefix[@]}" <<'PY'
 import json, os, re, statistics, subprocess, sys
 
 T, steps, reps, tmp, conf, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
     sys.argv[4], sys.argv[5], int(sys.argv[6])
-prefix = sys.argv[7:]
+plans, ref = int(sys.argv[7]), sys.argv[8]
+prefix = sys.argv[9:]
 box = conf.startswith("box:")
 world = 4 if box else int(conf.split(":")[1])
 cores = os.cpu_count() or 1
@@ -185,28 +198,73 @@ def run(recipe, flags, name):
             resolved(out))
 
 
+def plan_json(recipe, binary=T, n=64):
+    """One `trainer plan --json` of recipe on the same ranks, or None."""
+    cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world), "mpirun", "-np",
+                    str(world), binary, "plan"] + recipe + ["--json", "--alternatives", str(n)]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return None
+
+
+def key_of(p):
+    """A plan's layout in the JSON, keyed like resolved()'s."""
+    pipe = p["pp"] > 1
+    return (p["dp"], p["tp"], p["pp"], p["zero"], p["schedule"] if pipe else None,
+            p["virtual_stages"] if pipe else None, p["micro_batch"], p["recompute"],
+            p["sequence_parallel"])
+
+
+def named(k):
+    dp, tp, pp, zero, sch, v, mb, rc, sp = k
+    return "dp %d x tp %d x pp %d%s, micro-batch %d, ZeRO-%d, recompute %s%s" % (
+        dp, tp, pp, ", %s" % sch + (" x %d" % v if v and v > 1 else "") if sch else "", mb,
+        zero, rc, ", sp" if sp else "")
+
+
 def planned(recipe):
     """layout key (resolved()) -> (predicted s, predicted bytes): one `trainer plan --json`
     on the same ranks, so that every layout is priced with the same measured figures (each
     run measures the machine again at its start, and its own prediction moves with that)."""
-    cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world), "mpirun", "-np",
-                    str(world), T, "plan"] + recipe + ["--json", "--alternatives", "64"]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        d = json.loads(r.stdout)
-    except ValueError:
+    d = plan_json(recipe)
+    if not d:
         return {}, {}
     got = {}
     for p in [d["plan"]] + d["alternatives"]:
         q = p["predicted"]
-        if q["memory_bytes"] > q["memory_capacity"]:
-            continue
-        pipe = p["pp"] > 1
-        key = (p["dp"], p["tp"], p["pp"], p["zero"], p["schedule"] if pipe else None,
-               p["virtual_stages"] if pipe else None, p["micro_batch"], p["recompute"],
-               p["sequence_parallel"])
-        got[key] = (q["step_s"], q["memory_bytes"])
+        if q["memory_bytes"] <= q["memory_capacity"]:
+            got[key_of(p)] = (q["step_s"], q["memory_bytes"])
     return got, d.get("tie", {})
+
+
+def stability(recipe, table):
+    """PVR_PLANS plans of recipe (and as many of PVR_REF's, interleaved): the layouts chosen,
+    how often, and each one's measured step against the fastest layout's where it ran."""
+    runs = {k[5]: k[1] for l, k in table.items() if l != "auto" and len(k) > 5}
+    fastest = min(runs.values()) if runs else None
+    who = [("this trainer", T)] + ([("PVR_REF " + ref, ref)] if ref else [])
+    chosen = {w: {} for w, _ in who}
+    for _ in range(plans):
+        for w, binary in who:
+            d = plan_json(recipe, binary, 1)
+            k = key_of(d["plan"]) if d else "no plan"
+            chosen[w][k] = chosen[w].get(k, 0) + 1
+    print("the choices of %d `trainer plan`s, one after another:" % plans)
+    for w, _ in who:
+        worst = 0
+        print("  %s: %d different" % (w, len(chosen[w])))
+        for k, n in sorted(chosen[w].items(), key=lambda kn: -kn[1]):
+            m = runs.get(k) if isinstance(k, tuple) else None
+            if m and fastest:
+                worst = max(worst, m / fastest - 1)
+            print("    %2d x %s%s" % (n, named(k) if isinstance(k, tuple) else k,
+                                      ": measured %.4fs, %+.1f%% of the fastest" %
+                                      (m, 100 * (m / fastest - 1)) if m and fastest else
+                                      (" (not run)" if runs else "")))
+        if runs:
+            print("    the slowest choice measured: %+.1f%% of the fastest layout" % (100 * worst))
 
 
 def ranks(v):
@@ -233,6 +291,10 @@ def spearman(a, b):
 
 mib = lambda b: b / 2**20
 for rname, recipe in recipes:
+    if reps == 0:
+        print("\n== %s, %s (%d ranks)" % (conf, " ".join(recipe), world))
+        stability(recipe, {})
+        continue
     runs = {}  # label -> [results]
     for rep in range(reps):  # interleaved: every layout once, then again
         for label, flags, _ in layouts():
@@ -333,5 +395,7 @@ for rname, recipe in recipes:
               "%s measured %.4fs: %+.1f%% (%s), place %d of %d" %
               (auto[4], auto[1], auto[0], fastest[0], fastest[1][1], 100 * gap, verdict, place,
                len(table) - 1))
+    if plans:
+        stability(recipe, table)
 PY
 done

@@ -479,9 +479,6 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
                  part[w].b, unit, ratio);
 }
 
-/* Less machinery first: fewer model-parallel ranks, a lower ZeRO stage, no sequence
- * parallelism, less recompute, fewer virtual stages, fewer micro-batches (the largest
- * micro-batch, which is also the resolver's own choice where memory allows it). */
 /* Recompute levels over the pipeline ranks: less is simpler (first rank only, before all). */
 static int levels(const tr_layout *l) {
     int n = 0;
@@ -489,14 +486,29 @@ static int levels(const tr_layout *l) {
     return n;
 }
 
-static int simpler(const tr_plan *a, const tr_plan *b) {
-    int ka[] = {a->l.tp * a->l.pp, a->l.zero,           a->l.sequence_parallel, a->l.recompute,
-                levels(&a->l),     a->l.virtual_stages, a->l.microbatches};
-    int kb[] = {b->l.tp * b->l.pp, b->l.zero,           b->l.sequence_parallel, b->l.recompute,
-                levels(&b->l),     b->l.virtual_stages, b->l.microbatches};
-    for (int i = 0; i < 7; i++)
-        if (ka[i] != kb[i]) return ka[i] < kb[i];
+/* -1, 0 or 1 as int lists a and b of n compare, the first difference deciding. */
+static int lex(const int *a, const int *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
     return 0;
+}
+
+int tr_plan_simpler(const tr_plan *a, const tr_plan *b) {
+    const tr_layout *x = &a->l, *y = &b->l;
+    int ka[] = {x->tp * x->pp,        x->pp,           x->zero,
+                x->sequence_parallel, x->recompute,    levels(x),
+                x->virtual_stages,    x->microbatches, x->schedule,
+                x->shares_uneven,     x->dp,           x->micro_batch};
+    int kb[] = {y->tp * y->pp,        y->pp,           y->zero,
+                y->sequence_parallel, y->recompute,    levels(y),
+                y->virtual_stages,    y->microbatches, y->schedule,
+                y->shares_uneven,     y->dp,           y->micro_batch};
+    int c = lex(ka, kb, (int)(sizeof ka / sizeof *ka));
+    if (!c && x->shares_uneven) c = lex(x->dp_shares, y->dp_shares, x->dp);
+    if (!c) c = lex(x->chunk_start, y->chunk_start, x->pp * x->virtual_stages + 1);
+    for (int r = 0; !c && r < x->pp; r++)
+        c = tr_layout_recompute_at(x, r) - tr_layout_recompute_at(y, r);
+    return c < 0;
 }
 
 double tr_plan_overlap(const tr_cluster *c) {
@@ -538,7 +550,7 @@ static void prefer_simple(pl_search *s) {
     for (int i = 1; i < n; i++) {
         tr_plan t = s->keep[i];
         int j = i;
-        while (j > 0 && simpler(&t, &s->keep[j - 1])) {
+        while (j > 0 && tr_plan_simpler(&t, &s->keep[j - 1])) {
             s->keep[j] = s->keep[j - 1];
             j--;
         }

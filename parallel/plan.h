@@ -112,6 +112,17 @@ double tr_plan_noise(const tr_cluster *c);
 int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, double tie,
                  double noise);
 
+/* Whether plan a has less machinery than b, the tie rule's order: fewer model-parallel ranks,
+ * and of as many, fewer pipeline stages (tp needs no schedule), a lower ZeRO stage, no
+ * sequence parallelism, less recompute and on fewer pipeline ranks, fewer virtual stages,
+ * fewer micro-batches (the largest micro-batch, the resolver's own choice where memory allows
+ * it), the plainer schedule (tr_pp_kind's order: GPipe first), even data-parallel shares,
+ * fewer devices (the cost objective); then, only so that the order is total, the shares, the
+ * stages' cuts and their recompute. Of two different layouts one is always simpler: which of
+ * two tied plans wins does not follow the order the probes' noise gave their scores (1F1B and
+ * ZB-H1, priced alike, took turns from one `trainer plan` to the next). */
+int tr_plan_simpler(const tr_plan *a, const tr_plan *b);
+
 /* The share of the data-parallel reduction the cost model assumes hidden behind the backward
  * on this cluster's backend (assumed; each run prints what it measured beside it). */
 double tr_plan_overlap(const tr_cluster *c);

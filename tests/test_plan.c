@@ -839,12 +839,6 @@ static void shared_cores(void) {
 
 /* ---- the tie: the cost model's 5%, and what the probes' noise could reorder ------------- */
 
-/* The tie rule's machinery count, as parallel/plan.c orders it: model-parallel ranks, then
- * the ZeRO stage. */
-static int machinery(const tr_plan *p) {
-    return 8 * p->l.tp * p->l.pp + p->l.zero;
-}
-
 /* A plan of 1 s: compute, links and optimizer parts as given. */
 static tr_plan parts_of(double compute, double links, double optim) {
     tr_plan p = {0};
@@ -895,7 +889,7 @@ static void noise_reorders(tr_plan_result *res) {
         int simpler_tied = 0;
         for (int i = 0; i < res->n_alts; i++) {
             const tr_plan *a = &res->alts[i];
-            simpler_tied += a->mem_bytes <= a->mem_cap && machinery(a) < machinery(&res->best) &&
+            simpler_tied += a->mem_bytes <= a->mem_cap && tr_plan_simpler(a, &res->best) &&
                             tr_plan_tied(fast, a, fast->step_s, a->step_s, res->tie, res->noise);
         }
         char d[200];
@@ -907,6 +901,58 @@ static void noise_reorders(tr_plan_result *res) {
               "noise %.0f%%: %s (%.4f s) ties with the fastest (%.4f s), and no simpler plan "
               "shown does", 100 * noises[k], d, res->best.step_s, fast->step_s);
     }
+    tr_recipe_free(&r);
+}
+
+/* The tie rule's order is total: of two different layouts a search returns one is simpler,
+ * never both or neither, and it is transitive, so which of two tied plans wins does not follow
+ * the order their scores came in (1F1B and ZB-H1, priced alike, took turns from one `trainer
+ * plan` to the next on 4 ranks when the order had no schedule in it). By hand: GPipe before
+ * 1F1B before ZB-H1, tp 2 before pp 2, ZeRO-0 before ZeRO-1. */
+static void tie_order_total(tr_plan_result *res) {
+    tr_cluster c;
+    cpu_cluster(&c, 4);
+    c.g[0].cores = 2;
+    tr_recipe r;
+    load(&r, "recipes_good/pp_gpt.lua", NULL, 0);
+    tr_plan_opts o = opts(TR_DTYPE_F32);
+    o.alternatives = 64;
+    char err[1024];
+    if (check(!tr_plan_search(&r, &c, &o, res, err, sizeof err), "tie order: planned (%s)", err)) {
+        int n = res->n_alts + 1, bad = 0, pairs = 0;
+        const tr_plan *p[65];
+        p[0] = &res->best;
+        for (int i = 1; i < n && i < 65; i++)
+            p[i] = &res->alts[i - 1];
+        n = n < 65 ? n : 65;
+        for (int i = 0; i < n; i++) {
+            bad += tr_plan_simpler(p[i], p[i]);
+            for (int j = 0; j < n; j++) {
+                if (j == i) continue;
+                int ab = tr_plan_simpler(p[i], p[j]), ba = tr_plan_simpler(p[j], p[i]);
+                bad += ab == ba, pairs++;
+                for (int k = 0; k < n && ab; k++)
+                    bad += k != i && k != j && tr_plan_simpler(p[j], p[k]) &&
+                           !tr_plan_simpler(p[i], p[k]);
+            }
+        }
+        check(n > 20 && !bad,
+              "tie order: total and transitive over %d plans (%d ordered pairs), "
+              "%d violations",
+              n, pairs, bad);
+    }
+    tr_plan a = res->best, b;
+    a.l.dp = 2, a.l.tp = 1, a.l.pp = 2, a.l.zero = 0, a.l.virtual_stages = 1;
+    a.l.schedule = TR_PP_1F1B;
+    b = a, b.l.schedule = TR_PP_ZBH1;
+    int ok = tr_plan_simpler(&a, &b) && !tr_plan_simpler(&b, &a);
+    b = a, b.l.schedule = TR_PP_GPIPE;
+    ok &= tr_plan_simpler(&b, &a) && !tr_plan_simpler(&a, &b);
+    b = a, b.l.tp = 2, b.l.pp = 1, b.l.chunk_start[1] = b.l.n_blocks;
+    ok &= tr_plan_simpler(&b, &a) && !tr_plan_simpler(&a, &b);
+    b = a, b.l.zero = 1;
+    ok &= tr_plan_simpler(&a, &b) && !tr_plan_simpler(&b, &a);
+    check(ok, "tie order: GPipe < 1F1B < ZB-H1, tp 2 < pp 2, ZeRO-0 < ZeRO-1");
     tr_recipe_free(&r);
 }
 
@@ -1038,6 +1084,7 @@ int main(void) {
     mpi_collectives();
     every_mesh_kept(res);
     noise_reorders(res);
+    tie_order_total(res);
     cost_and_deadline(res);
     published(res);
     mixed_devices(res);
