@@ -666,22 +666,12 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
     }
     if (c->cpu && !(c->model_eff[0] > 0))
         add(buf, n, &used, "%.0f us per operation (assumed)", 1e6 * PL_CPU_OP_COST);
-    else if (c->cpu) { /* the rate measured, and how it moves up to the largest size timed */
-        int top = 0;
-        for (int i = 0; i < TR_CLUSTER_EFF; i++)
-            if (c->model_eff[i] > 0) top = 1 << i;
-        if (top > 1)
-            add(buf, n, &used,
-                "the model's own rate and its change with the micro-batch up to %d sequences "
-                "(measured; a line through the sizes timed), beyond at %.0f us per operation "
-                "(assumed)",
-                top, 1e6 * PL_CPU_OP_COST);
-        else
-            add(buf, n, &used,
-                "the model's own rate (measured), its change with the micro-batch "
-                "at %.0f us per operation (assumed)",
-                1e6 * PL_CPU_OP_COST);
-    } else
+    else if (c->cpu) /* the level measured; how it moves with the micro-batch, the model's */
+        add(buf, n, &used,
+            "the model's own rate (measured), its change with the micro-batch "
+            "at %.0f us per operation (assumed)",
+            1e6 * PL_CPU_OP_COST);
+    else
         add(buf, n, &used, "%.0f us per matrix product's launch and tail (assumed)",
             1e6 * PL_GPU_OP_COST);
     if (c->optim_rate > 0)

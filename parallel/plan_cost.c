@@ -438,33 +438,15 @@ static void price_memory(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     p->mem_exact = 0;
 }
 
-/* The model's measured efficiency (tr_cluster.model_eff, at micro-batches of 1, 2, 4, ...
- * sequences) at a micro-batch of B: where two sizes or more were measured, a line through
- * their seconds per micro-batch, t(B) = a B + c (a fixed cost c per micro-batch: each
- * operation's overhead, the matrix products' lower rate on fewer rows), fitted to their
- * relative errors, read at B up to the largest size measured; one timing of a size moves the
- * line by its share of the fit, not the plan by all of it. *eff at the size returned,
- * min(B, the largest measured); with one size only, or a line that does not keep every
- * micro-batch's time positive (a, a + c <= 0: noise), that size's own figure, the level
- * alone. 0: nothing measured. */
-static int measured_eff(const pl_devices *dv, int B, double *eff) {
-    double sw = 0, sb = 0, su = 0, sbb = 0, sbu = 0, top_eff = 0;
-    int n = 0, top = 0;
-    for (int i = 0; i < TR_CLUSTER_EFF; i++) {
-        if (!(dv->eff[i] > 0)) continue;
-        double b = 1 << i, u = b / dv->eff[i], w = 1 / (u * u);
-        sw += w, sb += w * b, su += w * u, sbb += w * b * b, sbu += w * b * u;
-        n++, top = 1 << i, top_eff = dv->eff[i];
-    }
-    double det = sw * sbb - sb * sb, a = 0, c = 0;
-    if (n >= 2 && det > 0) a = (sw * sbu - sb * su) / det, c = (su - a * sb) / sw;
-    if (!(a > 0 && a + c > 0)) {
-        *eff = top_eff;
-        return top;
-    }
-    int ref = B < top ? B : top;
-    *eff = ref / (a * ref + c);
-    return ref;
+/* The largest micro-batch (sequences) at which the model's own rate was measured, and that
+ * rate as a share of dv->rate; 0 when none was. */
+static int measured_at(const pl_devices *dv, double *eff) {
+    for (int i = TR_CLUSTER_EFF - 1; i >= 0; i--)
+        if (dv->eff[i] > 0) {
+            *eff = dv->eff[i];
+            return 1 << i;
+        }
+    return 0;
 }
 
 /* The cost model's forward and backward of chunk blocks [a, b) over micro-batches of `tok`
@@ -484,18 +466,17 @@ static void parts(const pl_model *m, const pl_devices *dv, const tr_plan *p, int
 
 /* Forward and backward seconds of one micro-batch on chunk blocks [a, b), with tp's
  * collectives, on one rank: parts(). Where the model's own rate was measured (the CPU:
- * tr_cluster.model_eff), the measurement sets it: the cost model's figure times the ratio of
- * measured (measured_eff's line through the sizes timed) to modelled at the micro-batch, or,
- * past the largest size timed, at that size, with how the time moves beyond it the model's.
- * The level alone, from the largest size, had missed how much slower small micro-batches run:
- * tp_gpt (width 768) at micro-batches of 1 measured 5% slower than at 4 on 2 ranks, priced
- * 0.7% (bench/plan_vs_run.sh), while its probe read 88-91% at 1 and 94-95% at 2. */
+ * tr_cluster.model_eff), the measurement sets the level: the cost model's figure times the
+ * ratio of measured to modelled at the largest measured micro-batch (its longest and least
+ * noisy timing). The level only: how the time moves with the micro-batch stays the model's,
+ * as the per-size measurements vary from run to run more than they differ on a small model,
+ * and a plan that followed them would not be the same twice. */
 static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
                        double rate, tr_recompute rc, double *compute, double *tp_s) {
     double tok = (double)p->l.micro_batch * m->T, mm, fixed, elem, eff;
     parts(m, dv, p, a, b, tok, rate, &mm, &fixed, &elem);
     double f = mm + fixed + elem / 3, bwd = 2 * (mm + fixed) + 2 * elem / 3;
-    int ref = measured_eff(dv, p->l.micro_batch, &eff);
+    int ref = measured_at(dv, &eff);
     double k = 1;
     if (ref) {
         double rm, rf, re;

@@ -102,17 +102,11 @@ static void run_model(void *ctx) {
 }
 
 /* Seconds of a forward and backward of m over B sequences, every rank at once
- * (time_together): PROBE_REPS of them, or as many more (up to TIMED_MAX) as keep the timed
- * part near PROBE_TIMED s at `guess` s each (pp_gpt's one sequence, a few ms, read 70-85% of
- * the sgemm rate from one plan to the next over 3). */
+ * (time_together, PROBE_REPS of them). */
 enum { PROBE_REPS = 3 };
-#define PROBE_TIMED 0.05
-static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, double guess,
-                         double *noise) {
+static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, double *noise) {
     model_step s = {m, tok, B, T};
-    int n = guess > 0 ? (int)(PROBE_TIMED / guess) : TIMED_MAX;
-    n = n < PROBE_REPS ? PROBE_REPS : n > TIMED_MAX ? TIMED_MAX : n;
-    return time_together(w, run_model, &s, n, noise);
+    return time_together(w, run_model, &s, PROBE_REPS, noise);
 }
 
 /* The CPU: the share of the measured sgemm rate the recipe's own model reaches at
@@ -121,13 +115,12 @@ static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, 
  * this machine runs them instead of assuming them; the timings' spread joins the probes'
  * noise (c->noise), which the plan's tie follows. Sizes stop at the global batch, at
  * TR_CLUSTER_EFF, or once one forward and backward would take over PROBE_BUDGET s at the
- * sgemm rate, one and two sequences only over PROBE_FIRST (under PROBE_BUDGET alone, tp_gpt's
- * one sequence, 0.1 s on 4 ranks of 2 cores, was measured in 1 run of 4 and priced at the
- * assumed costs, 1.5x slower, in the others; two sizes give the plan how the rate moves with
- * the micro-batch, parallel/plan_cost.c: measured_eff). A rank that cannot build the copy
- * (memory) leaves the figures unmeasured on every rank. */
+ * sgemm rate, one sequence only over PROBE_FIRST (under PROBE_BUDGET alone, tp_gpt's one
+ * sequence, 0.1 s on 4 ranks of 2 cores, was measured in 1 run of 4 and priced at the
+ * assumed costs, 1.5x slower, in the others). A rank that cannot build the copy (memory) leaves the
+ * figures unmeasured on every rank. */
 #define PROBE_BUDGET 0.1
-#define PROBE_FIRST 2.0 /* one and two sequences: always, unless one would take longer */
+#define PROBE_FIRST 2.0 /* one sequence: always, unless it would take longer than this */
 static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
     tr_model_desc d;
     tr_node *kids = one_block(r, &d);
@@ -139,7 +132,7 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
     int rc = 0;
     for (int i = 0; i < TR_CLUSTER_EFF && (1L << i) <= seqs && rate > 0; i++) {
         int B = 1 << i;
-        if (ftok * B * T / rate > (i < 2 ? PROBE_FIRST : PROBE_BUDGET)) break;
+        if (ftok * B * T / rate > (i ? PROBE_BUDGET : PROBE_FIRST)) break;
         tr_model *m = NULL;
         int *tok = malloc((size_t)B * (size_t)T * sizeof *tok);
         char e[256];
@@ -150,7 +143,7 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
             for (long k = 0; k < (long)B * T; k++)
                 tok[k] = (int)(k % d.vocab);
             tr_model_init_params(m, 1);
-            t = time_model(w, m, B, T, tok, ftok * B * T / rate, &c->noise.v);
+            t = time_model(w, m, B, T, tok, &c->noise.v);
             if (t < 0) rc = -1;
         }
         if (m) tr_model_free(m);
