@@ -495,11 +495,11 @@ static int lex(const int *a, const int *b, int n) {
 
 int tr_plan_simpler(const tr_plan *a, const tr_plan *b) {
     const tr_layout *x = &a->l, *y = &b->l;
-    int ka[] = {x->tp * x->pp,        x->pp,           x->zero,
+    int ka[] = {x->tp * x->pp,        x->tp,           x->zero,
                 x->sequence_parallel, x->recompute,    levels(x),
                 x->virtual_stages,    x->microbatches, x->schedule,
                 x->shares_uneven,     x->dp,           x->micro_batch};
-    int kb[] = {y->tp * y->pp,        y->pp,           y->zero,
+    int kb[] = {y->tp * y->pp,        y->tp,           y->zero,
                 y->sequence_parallel, y->recompute,    levels(y),
                 y->virtual_stages,    y->microbatches, y->schedule,
                 y->shares_uneven,     y->dp,           y->micro_batch};

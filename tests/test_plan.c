@@ -908,7 +908,7 @@ static void noise_reorders(tr_plan_result *res) {
  * never both or neither, and it is transitive, so which of two tied plans wins does not follow
  * the order their scores came in (1F1B and ZB-H1, priced alike, took turns from one `trainer
  * plan` to the next on 4 ranks when the order had no schedule in it). By hand: GPipe before
- * 1F1B before ZB-H1, tp 2 before pp 2, ZeRO-0 before ZeRO-1. */
+ * 1F1B before ZB-H1, pp 2 before tp 2, ZeRO-0 before ZeRO-1. */
 static void tie_order_total(tr_plan_result *res) {
     tr_cluster c;
     cpu_cluster(&c, 4);
@@ -949,10 +949,10 @@ static void tie_order_total(tr_plan_result *res) {
     b = a, b.l.schedule = TR_PP_GPIPE;
     ok &= tr_plan_simpler(&b, &a) && !tr_plan_simpler(&a, &b);
     b = a, b.l.tp = 2, b.l.pp = 1, b.l.chunk_start[1] = b.l.n_blocks;
-    ok &= tr_plan_simpler(&b, &a) && !tr_plan_simpler(&a, &b);
+    ok &= tr_plan_simpler(&a, &b) && !tr_plan_simpler(&b, &a);
     b = a, b.l.zero = 1;
     ok &= tr_plan_simpler(&a, &b) && !tr_plan_simpler(&b, &a);
-    check(ok, "tie order: GPipe < 1F1B < ZB-H1, tp 2 < pp 2, ZeRO-0 < ZeRO-1");
+    check(ok, "tie order: GPipe < 1F1B < ZB-H1, pp 2 < tp 2, ZeRO-0 < ZeRO-1");
     tr_recipe_free(&r);
 }
 
