@@ -665,12 +665,16 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
             own.efficiency_source[0] ? ": " : "", own.efficiency_source);
     }
     if (c->cpu && !(c->model_eff[0] > 0))
-        add(buf, n, &used, "%.0f us per operation (assumed)", 1e6 * PL_CPU_OP_COST);
+        add(buf, n, &used,
+            "%.0f us per operation (assumed), the weights' %.0f passes a "
+            "micro-batch (counted) at the memory bandwidth",
+            1e6 * PL_CPU_OP_COST, PL_CPU_WEIGHT_PASSES);
     else if (c->cpu) /* the level measured; how it moves with the micro-batch, the model's */
         add(buf, n, &used,
             "the model's own rate (measured), its change with the micro-batch "
-            "at %.0f us per operation (assumed)",
-            1e6 * PL_CPU_OP_COST);
+            "at %.0f us per operation (assumed) and the weights' %.0f passes through memory "
+            "(counted)",
+            1e6 * PL_CPU_OP_COST, PL_CPU_WEIGHT_PASSES);
     else
         add(buf, n, &used, "%.0f us per matrix product's launch and tail (assumed)",
             1e6 * PL_GPU_OP_COST);

@@ -130,7 +130,6 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     d->node_link = d->inter.bw.from == TR_ORIGIN_MEASURED;
     memcpy(d->eff, c->model_eff, sizeof d->eff);
     d->optim_rate = c->optim_rate;
-    d->op_cost = c->cpu ? PL_CPU_OP_COST : PL_GPU_OP_COST;
     d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
     d->mpi_coll = c->cpu;
     d->reserve = 0;
@@ -140,6 +139,10 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
         double want = (double)g->per_node * g->threads; /* threads its ranks ask for */
         if (g->cores > 0 && want > g->cores) d->share = mind(d->share, g->cores / want);
     }
+    /* an operation's own cost is work on the cores, as the products' is: ranks that share
+       them pay it at their share, as the rate (measured with every rank at once) does */
+    d->op_cost = c->cpu ? PL_CPU_OP_COST / d->share : PL_GPU_OP_COST;
+    d->weight_passes = c->cpu ? PL_CPU_WEIGHT_PASSES : 0;
     for (int i = first; !c->cpu && i >= 0 && i <= last; i++) /* the largest of those used */
         d->reserve = fmax(d->reserve, tr_plan_runtime_reserve(c->g[i].device, NULL));
 }
@@ -271,6 +274,13 @@ static double t_moved(const tr_link *l, double S) {
     return S / l->bw.v + l->lat.v;
 }
 
+/* How much faster a step runs inside a node where one rank in `n` works (the others wait,
+ * yielding their cores: comm/mpi.c) than with every rank at once, at which the node's link
+ * was measured: ranks that share cores (dv->share < 1) get up to a core each, 1 / share. */
+static double idle_cores(const pl_devices *dv, double n) {
+    return mind(n, 1 / dv->share);
+}
+
 /* One collective of S bytes (the whole buffer: an all-gather's result, a reduce-scatter's
  * input) over p ranks, k of them on each node (k = p: all on one, over `in`; else the nodes'
  * link l, already shared by the groups that cross at once). NCCL (the GPU): rings, a
@@ -287,9 +297,9 @@ static double t_coll(const pl_devices *dv, int kind, const tr_link *l, double S,
     if (k >= p) l = in;
     if (kind == COLL_AG) return maxd(t_moved(l, k * (p - k) * S / p), t_moved(in, (k - 1) * S / p));
     double t = 0;
-    for (int d = 1; d < p; d *= 2)
-        t += t_moved(d < k ? in : l, S);
-    return t + maxd(t_moved(l, (p - k) * S / p), t_moved(in, (k - 1) * S / p));
+    for (int d = 1; d < p; d *= 2) /* round d: one member of d on each node works */
+        t += d < k ? t_moved(in, S) / idle_cores(dv, d) : t_moved(l, S);
+    return t + maxd(t_moved(l, (p - k) * S / p), t_moved(in, (k - 1) * S / p) / idle_cores(dv, k));
 }
 /* t_coll in collectives of `bucket` bytes at most (each pays the latency). */
 static double t_bucketed(const pl_devices *dv, int kind, const tr_link *l, double S, int p, int k,
@@ -451,17 +461,21 @@ static int measured_at(const pl_devices *dv, double *eff) {
 
 /* The cost model's forward and backward of chunk blocks [a, b) over micro-batches of `tok`
  * tokens: matrix products at the device's rate, PL_CPU/GPU_OP_COST per operation, the
- * activations' passes through memory. */
+ * activations' passes through memory (elem), and on the CPU the weights' (weights: once a
+ * micro-batch, whatever its size; see PL_CPU_WEIGHT_PASSES). */
 static void parts(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
-                  double tok, double rate, double *mm, double *fixed, double *elem) {
-    double tp = p->l.tp, sp = p->l.sequence_parallel ? tp : 1, ops = 0, act = 0;
+                  double tok, double rate, double *mm, double *fixed, double *elem,
+                  double *weights) {
+    double tp = p->l.tp, sp = p->l.sequence_parallel ? tp : 1, ops = 0, act = 0, w = 0;
     for (int i = a; i < b; i++) {
         ops += m->blk[i].matrix_ops;
         act += m->blk[i].act_split_bytes / tp + (m->blk[i].act_bytes - m->blk[i].act_split_bytes) / sp;
+        w += m->blk[i].matrix_params / tp;
     }
     *mm = (m->pre_flops[b] - m->pre_flops[a]) * tok / tp / rate;
     *fixed = ops * dv->op_cost;
     *elem = PL_ELEMENTWISE_PASSES * act * tok * m->a_scale / dv->mem_bw;
+    *weights = dv->weight_passes * w * m->es / dv->mem_bw;
 }
 
 /* Forward and backward seconds of one micro-batch on chunk blocks [a, b), with tp's
@@ -473,15 +487,17 @@ static void parts(const pl_model *m, const pl_devices *dv, const tr_plan *p, int
  * and a plan that followed them would not be the same twice. */
 static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p, int a, int b,
                        double rate, tr_recompute rc, double *compute, double *tp_s) {
-    double tok = (double)p->l.micro_batch * m->T, mm, fixed, elem, eff;
-    parts(m, dv, p, a, b, tok, rate, &mm, &fixed, &elem);
-    double f = mm + fixed + elem / 3, bwd = 2 * (mm + fixed) + 2 * elem / 3;
+    double tok = (double)p->l.micro_batch * m->T, mm, fixed, elem, wts, eff;
+    parts(m, dv, p, a, b, tok, rate, &mm, &fixed, &elem, &wts);
+    /* the weights' passes: the forward's two (packed), the backward's four (packed for the
+       input gradient; the weight gradient's accumulation) */
+    double f = mm + fixed + elem / 3 + wts / 3, bwd = 2 * (mm + fixed + wts / 3) + 2 * elem / 3;
     int ref = measured_at(dv, &eff);
     double k = 1;
     if (ref) {
-        double rm, rf, re;
-        parts(m, dv, p, a, b, (double)ref * m->T, rate, &rm, &rf, &re);
-        k = 3 * rm / eff / (3 * (rm + rf) + re);
+        double rm, rf, re, rw;
+        parts(m, dv, p, a, b, (double)ref * m->T, rate, &rm, &rf, &re, &rw);
+        k = 3 * rm / eff / (3 * (rm + rf) + re + rw);
         f *= k, bwd *= k;
     }
     double resid = 0;

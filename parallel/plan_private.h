@@ -11,7 +11,12 @@
    products reach) is its group's, tr_node_group.efficiency: per device generation, fitted to
    published runs (dsl/cluster.c). */
 #define PL_GPU_OP_COST 6e-6     /* s per kernel launch and tail, per matrix product */
-#define PL_CPU_OP_COST 20e-6    /* s per operation on the CPU backend (threads' fork and join) */
+/* s per matrix product on the CPU backend, with the operations around it (threads' fork and
+   join): `trainer run` of bench/pp_gpt.lua and bench/tp_gpt.lua on one process, micro-batch 1
+   against 8, took 2.9 and 6.6 ms more per extra micro-batch on 1 thread, 3.2 and 5.6 ms on 2;
+   with PL_CPU_WEIGHT_PASSES that leaves 0 and 6 us a product (50 and 14 a micro-batch, x3
+   for the backward) */
+#define PL_CPU_OP_COST 5e-6
 #define PL_OVERLAP 0.8          /* share of a backward's time a bucketed reduction can hide in
                                    on a GPU (its own streams and copy engines) */
 #define PL_CPU_OVERLAP 0.0      /* on the CPU backend: its collectives move data with the cores
@@ -22,6 +27,12 @@
 #define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */
 #define PL_TIE_MAX 0.25         /* the probes' noise the tie allows for, at most (tr_plan_noise) */
 #define PL_ELEMENTWISE_PASSES 4.0 /* activation bytes moved per kept byte, forward + backward */
+/* The CPU backend's products read their weights through memory once a micro-batch, whatever its
+   size (BLAS packs the weight into its own buffer: read and write; the forward, the backward's
+   input gradient; the weight gradient accumulated: read and write): weight bytes moved per
+   micro-batch, over the measured memory bandwidth. A GPU's products stream theirs within the
+   product's time (cuBLAS: no packing), so its cost model has none. */
+#define PL_CPU_WEIGHT_PASSES 6.0
 
 /* The model as the cost model reads it: per block (tr_cost_blocks), prefix sums, and the
  * bytes per parameter and per activation byte of this dtype (from one measuring pass). */
@@ -56,6 +67,7 @@ typedef struct {
     double optim_rate; /* the cluster's optim_rate: parameters updated per second (0: unmeasured) */
     double mem_cap; /* smallest device memory */
     double op_cost; /* per operation */
+    double weight_passes; /* the weights' bytes moved through memory per micro-batch */
     double overlap; /* share of a reduction the compute beside it hides */
     double reserve; /* memory the runtime keeps */
     double share;   /* CPU ranks that share cores: the part of a rank's own speed it gets

@@ -14,6 +14,7 @@
 
 #include "dsl/cluster.h"
 #include "parallel/plan.h"
+#include "parallel/plan_private.h" /* PL_CPU_WEIGHT_PASSES */
 #include "parallel/schedule.h"
 #include "check.h"
 
@@ -391,7 +392,8 @@ static void planning_time(tr_plan_result *res) {
  * fastest) does not fit when measured, while a slower variant of the same mesh (selective
  * recompute) does. Memory is set between the two: above none's estimate and selective's
  * measured bytes, below none's measured bytes. The plan must be that mesh with selective
- * recompute, not "nothing fits". */
+ * recompute, not "nothing fits". The micro-batch is the resolver's, as measured: at a smaller
+ * one, recompute none may fit as well. */
 static void keeps_what_fits(tr_plan_result *res) {
     static const struct {
         const char *recipe;
@@ -410,6 +412,7 @@ static void keeps_what_fits(tr_plan_result *res) {
         tr_cluster c;
         cpu_cluster(&c, cases[i].world);
         double est[2] = {0}, exact[2] = {0};
+        int micro = 0; /* the resolver's micro-batch: the variants compared at the same one */
         for (int rc = 0; rc < 2; rc++) { /* none, selective: the estimate and the measure */
             r.train.recompute = rc;
             tr_layout_flags f = {.dp = cases[i].dp, .tp = cases[i].tp, .pp = cases[i].pp,
@@ -423,6 +426,7 @@ static void keeps_what_fits(tr_plan_result *res) {
             tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
             est[rc] = p.mem_bytes;
             exact[rc] = measured(&r, &l, TR_DTYPE_F32);
+            micro = l.micro_batch;
         }
         double cap = fmax(est[0], exact[1]) * 1.0001;
         if (!(exact[1] > 0 && cap < exact[0])) { /* this recipe cannot show it */
@@ -435,7 +439,7 @@ static void keeps_what_fits(tr_plan_result *res) {
         o.fixed.dp = cases[i].dp, o.fixed.tp = cases[i].tp, o.fixed.pp = cases[i].pp;
         o.fixed.zero = cases[i].zero, o.fixed.schedule = cases[i].sched;
         o.fixed.sequence_parallel = -1;
-        o.fixed.micro_batch = r.train.micro_batch;
+        o.fixed.micro_batch = micro; /* a smaller one of recompute none may fit too */
         o.recompute = -1;
         r.train.recompute = -1; /* "auto": the planner's */
         char err[1024];
@@ -544,6 +548,129 @@ static void model_rate_measured(void) {
           "the level is the largest measured micro-batch's (2: 50%%), whatever smaller ones read "
           "(1: 90%%): %.6f s, as 2 alone gives %.6f s",
           p[3].compute_s, p[1].compute_s);
+    tr_recipe_free(&r);
+}
+
+/* ---- the weights' passes through memory, once a micro-batch (PL_CPU_WEIGHT_PASSES) -------- */
+
+/* The CPU: halving the micro-batch doubles the micro-batches, and each reads the weights
+ * through memory again: at the measured bandwidth (the cluster's mem_bw, unchanged), the step's
+ * compute at micro-batch 1 less that at 2 moves by the extra micro-batches' weight passes, and
+ * by nothing else that depends on the bandwidth (the activations' passes are per token). A GPU
+ * prices none. */
+static void weights_per_microbatch(void) {
+    tr_recipe r;
+    load(&r, "recipes_good/tp_gpt.lua", NULL, 0);
+    double W = 0; /* the weights of every block's products */
+    int n = tr_cost_blocks(&r.model, r.model.seq_len, NULL, 0);
+    tr_cost *blk = calloc((size_t)n, sizeof *blk);
+    tr_cost_blocks(&r.model, r.model.seq_len, blk, n);
+    for (int i = 0; i < n; i++)
+        W += blk[i].matrix_params;
+    free(blk);
+    double D[2][2] = {{0}}; /* [cpu, gpu][bandwidth x1, x2]: mb 1's compute less mb 2's */
+    long M[2] = {0};
+    for (int gpu = 0; gpu < 2; gpu++)
+        for (int bw = 0; bw < 2; bw++) {
+            tr_cluster c;
+            cpu_cluster(&c, 1);
+            c.cpu = !gpu;
+            c.g[0].mem_bw.v *= bw + 1;
+            for (int b = 0; b < 2; b++) {
+                tr_layout_flags f = {.dp = 1,
+                                     .tp = 1,
+                                     .pp = 1,
+                                     .zero = 0,
+                                     .schedule = -1,
+                                     .sequence_parallel = -1,
+                                     .micro_batch = b + 1};
+                tr_layout l;
+                if (resolve_f32(&r, &f, 1, &l, "tp_gpt on one process")) {
+                    tr_recipe_free(&r);
+                    return;
+                }
+                tr_plan p;
+                tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
+                D[gpu][bw] += b ? -p.compute_s : p.compute_s;
+                M[b] = l.microbatches;
+            }
+        }
+    tr_cluster c;
+    cpu_cluster(&c, 1);
+    double want = (double)(M[0] - M[1]) * PL_CPU_WEIGHT_PASSES * W * 4 / (2 * c.g[0].mem_bw.v);
+    double got = D[0][0] - D[0][1];
+    check(M[0] == 2 * M[1] && fabs(got / want - 1) < 1e-9,
+          "the CPU: %ld micro-batches of 1 against %ld of 2 cost %.6f s more at the memory "
+          "bandwidth than at twice it: the %ld extra micro-batches' %.0f passes of %.0f weights "
+          "(%.6f s)",
+          M[0], M[1], got, M[0] - M[1], PL_CPU_WEIGHT_PASSES, W, want);
+    check(fabs(D[1][0] - D[1][1]) < 1e-12, "a GPU prices no weight passes (%.3g s)",
+          D[1][0] - D[1][1]);
+    /* two threads on one core (share 1/2): each operation's own cost doubles, as the products'
+       rate (measured with every rank at once) already has */
+    double ops = 0, Ds[2] = {0};
+    n = tr_cost_blocks(&r.model, r.model.seq_len, NULL, 0);
+    blk = calloc((size_t)n, sizeof *blk);
+    tr_cost_blocks(&r.model, r.model.seq_len, blk, n);
+    for (int i = 0; i < n; i++)
+        ops += blk[i].matrix_ops;
+    free(blk);
+    for (int shared = 0; shared < 2; shared++) {
+        cpu_cluster(&c, 1);
+        c.g[0].cores = 1, c.g[0].threads = shared ? 2 : 1;
+        for (int b = 0; b < 2; b++) {
+            tr_layout_flags f = {.dp = 1,
+                                 .tp = 1,
+                                 .pp = 1,
+                                 .zero = 0,
+                                 .schedule = -1,
+                                 .sequence_parallel = -1,
+                                 .micro_batch = b + 1};
+            tr_layout l;
+            tr_plan p;
+            if (resolve_f32(&r, &f, 1, &l, "tp_gpt on one process")) break;
+            tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
+            Ds[shared] += b ? -p.compute_s : p.compute_s;
+        }
+    }
+    want = (double)(M[0] - M[1]) * 3 * ops * PL_CPU_OP_COST;
+    check(fabs((Ds[1] - Ds[0]) / want - 1) < 1e-9,
+          "on a shared core the %ld extra micro-batches' %.0f operations (x3: the backward's "
+          "two) cost %.0f us each more: %.6f s, want %.6f s",
+          M[0] - M[1], ops, 1e6 * PL_CPU_OP_COST, Ds[1] - Ds[0], want);
+    tr_recipe_free(&r);
+}
+
+/* Open MPI's reduce-scatter (libnbc: a binomial tree to rank 0, then rank 0 sends the pieces)
+ * leaves ranks idle in its later rounds; on shared cores (4 ranks, 2 cores) the ranks still
+ * working get the idle ones' cores, so ZeRO-2's reduction is priced below the same ranks on
+ * 4 cores. The ring all-reduce of ZeRO-0 keeps every rank busy: the same on both. */
+static void reduce_scatter_shared_cores(void) {
+    tr_recipe r;
+    load(&r, "recipes_good/tp_gpt.lua", NULL, 0);
+    double dp_s[2][2] = {{0}}; /* [ZeRO-0, ZeRO-2][4 cores, 2] */
+    for (int z = 0; z < 2; z++)
+        for (int shared = 0; shared < 2; shared++) {
+            tr_cluster c;
+            cpu_cluster(&c, 4);
+            c.g[0].cores = shared ? 2 : 4, c.g[0].threads = 1;
+            tr_layout_flags f = {.dp = 4,
+                                 .tp = 1,
+                                 .pp = 1,
+                                 .zero = z ? 2 : 0,
+                                 .schedule = -1,
+                                 .sequence_parallel = -1,
+                                 .micro_batch = 1};
+            tr_layout l;
+            tr_plan p;
+            if (resolve_f32(&r, &f, 4, &l, "tp_gpt at dp 4")) break;
+            tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
+            dp_s[z][shared] = p.dp_s;
+        }
+    check(dp_s[1][1] < dp_s[1][0] && dp_s[0][1] == dp_s[0][0] && dp_s[0][0] > 0,
+          "ZeRO-2's reduce-scatter on 4 ranks of 2 cores %.6f s, of 4 cores %.6f s; ZeRO-0's "
+          "ring %.6f s and %.6f s",
+          dp_s[1][1], dp_s[1][0], dp_s[0][1], dp_s[0][0]);
     tr_recipe_free(&r);
 }
 
@@ -1075,6 +1202,8 @@ int main(void) {
     fixed_and_nothing_fits(res);
     keeps_what_fits(res);
     model_rate_measured();
+    weights_per_microbatch();
+    reduce_scatter_shared_cores();
     optimizer_rate_measured();
     recompute_full_branches();
     shared_cores();
