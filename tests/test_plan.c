@@ -553,49 +553,59 @@ static void model_rate_measured(void) {
 
 /* ---- the weights' passes through memory, once a micro-batch (PL_CPU_WEIGHT_PASSES) -------- */
 
+/* The recipe's blocks summed: their products' weights (*W) and products (*ops). */
+static void products_of(const tr_recipe *r, double *W, double *ops) {
+    int n = tr_cost_blocks(&r->model, r->model.seq_len, NULL, 0);
+    tr_cost *blk = calloc((size_t)n, sizeof *blk);
+    *W = *ops = 0;
+    if (!blk) return;
+    tr_cost_blocks(&r->model, r->model.seq_len, blk, n);
+    for (int i = 0; i < n; i++)
+        *W += blk[i].matrix_params, *ops += blk[i].matrix_ops;
+    free(blk);
+}
+
+/* One process's step compute at micro-batch 1 less that at 2, on c; M: their micro-batches. */
+static double mb1_less_mb2(const tr_recipe *r, const tr_cluster *c, long M[2]) {
+    double d = 0;
+    for (int b = 0; b < 2; b++) {
+        tr_layout_flags f = {.dp = 1,
+                             .tp = 1,
+                             .pp = 1,
+                             .zero = 0,
+                             .schedule = -1,
+                             .sequence_parallel = -1,
+                             .micro_batch = b + 1};
+        tr_layout l;
+        tr_plan p;
+        if (resolve_f32(r, &f, 1, &l, "one process at micro-batch 1 and 2")) return NAN;
+        tr_plan_price(r, c, &l, TR_DTYPE_F32, &p);
+        d += b ? -p.compute_s : p.compute_s;
+        M[b] = l.microbatches;
+    }
+    return d;
+}
+
 /* The CPU: halving the micro-batch doubles the micro-batches, and each reads the weights
  * through memory again: at the measured bandwidth (the cluster's mem_bw, unchanged), the step's
  * compute at micro-batch 1 less that at 2 moves by the extra micro-batches' weight passes, and
  * by nothing else that depends on the bandwidth (the activations' passes are per token). A GPU
- * prices none. */
+ * prices none. Two threads on one core (share 1/2): each operation's own cost doubles, as the
+ * products' rate (measured with every rank at once) already has. */
 static void weights_per_microbatch(void) {
     tr_recipe r;
     load(&r, "recipes_good/tp_gpt.lua", NULL, 0);
-    double W = 0; /* the weights of every block's products */
-    int n = tr_cost_blocks(&r.model, r.model.seq_len, NULL, 0);
-    tr_cost *blk = calloc((size_t)n, sizeof *blk);
-    tr_cost_blocks(&r.model, r.model.seq_len, blk, n);
-    for (int i = 0; i < n; i++)
-        W += blk[i].matrix_params;
-    free(blk);
-    double D[2][2] = {{0}}; /* [cpu, gpu][bandwidth x1, x2]: mb 1's compute less mb 2's */
+    double W, ops, D[2][2]; /* [cpu, gpu][bandwidth x1, x2] */
     long M[2] = {0};
+    products_of(&r, &W, &ops);
+    tr_cluster c;
     for (int gpu = 0; gpu < 2; gpu++)
         for (int bw = 0; bw < 2; bw++) {
-            tr_cluster c;
             cpu_cluster(&c, 1);
             c.cpu = !gpu;
             c.g[0].mem_bw.v *= bw + 1;
-            for (int b = 0; b < 2; b++) {
-                tr_layout_flags f = {.dp = 1,
-                                     .tp = 1,
-                                     .pp = 1,
-                                     .zero = 0,
-                                     .schedule = -1,
-                                     .sequence_parallel = -1,
-                                     .micro_batch = b + 1};
-                tr_layout l;
-                if (resolve_f32(&r, &f, 1, &l, "tp_gpt on one process")) {
-                    tr_recipe_free(&r);
-                    return;
-                }
-                tr_plan p;
-                tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
-                D[gpu][bw] += b ? -p.compute_s : p.compute_s;
-                M[b] = l.microbatches;
-            }
+            D[gpu][bw] = mb1_less_mb2(&r, &c, M);
         }
-    tr_cluster c;
     cpu_cluster(&c, 1);
     double want = (double)(M[0] - M[1]) * PL_CPU_WEIGHT_PASSES * W * 4 / (2 * c.g[0].mem_bw.v);
     double got = D[0][0] - D[0][1];
@@ -606,38 +616,14 @@ static void weights_per_microbatch(void) {
           M[0], M[1], got, M[0] - M[1], PL_CPU_WEIGHT_PASSES, W, want);
     check(fabs(D[1][0] - D[1][1]) < 1e-12, "a GPU prices no weight passes (%.3g s)",
           D[1][0] - D[1][1]);
-    /* two threads on one core (share 1/2): each operation's own cost doubles, as the products'
-       rate (measured with every rank at once) already has */
-    double ops = 0, Ds[2] = {0};
-    n = tr_cost_blocks(&r.model, r.model.seq_len, NULL, 0);
-    blk = calloc((size_t)n, sizeof *blk);
-    tr_cost_blocks(&r.model, r.model.seq_len, blk, n);
-    for (int i = 0; i < n; i++)
-        ops += blk[i].matrix_ops;
-    free(blk);
-    for (int shared = 0; shared < 2; shared++) {
-        cpu_cluster(&c, 1);
-        c.g[0].cores = 1, c.g[0].threads = shared ? 2 : 1;
-        for (int b = 0; b < 2; b++) {
-            tr_layout_flags f = {.dp = 1,
-                                 .tp = 1,
-                                 .pp = 1,
-                                 .zero = 0,
-                                 .schedule = -1,
-                                 .sequence_parallel = -1,
-                                 .micro_batch = b + 1};
-            tr_layout l;
-            tr_plan p;
-            if (resolve_f32(&r, &f, 1, &l, "tp_gpt on one process")) break;
-            tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
-            Ds[shared] += b ? -p.compute_s : p.compute_s;
-        }
-    }
+    double alone = mb1_less_mb2(&r, &c, M);
+    c.g[0].cores = 1, c.g[0].threads = 2;
+    got = mb1_less_mb2(&r, &c, M) - alone;
     want = (double)(M[0] - M[1]) * 3 * ops * PL_CPU_OP_COST;
-    check(fabs((Ds[1] - Ds[0]) / want - 1) < 1e-9,
+    check(fabs(got / want - 1) < 1e-9,
           "on a shared core the %ld extra micro-batches' %.0f operations (x3: the backward's "
           "two) cost %.0f us each more: %.6f s, want %.6f s",
-          M[0] - M[1], ops, 1e6 * PL_CPU_OP_COST, Ds[1] - Ds[0], want);
+          M[0] - M[1], ops, 1e6 * PL_CPU_OP_COST, got, want);
     tr_recipe_free(&r);
 }
 
