@@ -42,12 +42,18 @@
 # measured step against the fastest layout's, its place among them, and whether it is within
 # 10% of the fastest or within the noise. Figures, not pass/fail; ratios within one run of
 # this script (the machine is shared).
+# The choice against the fastest, again (PVR_DUEL=N, default 4; 0: none): then the
+# layouts measured within 15% of the fastest (at most 4) and the choice run N more passes,
+# interleaved, and each one's median over all its runs, with its slowest and fastest run: the
+# choice is within 10% of the fastest by the medians, or within the noise where its runs and
+# the fastest one's overlap (say how far apart their medians are either way). One table's
+# fastest of two runs can take one layout's lucky run: this is the verdict to quote.
 # Stability (PVR_PLANS=N): then N `trainer plan`s of each recipe on the same ranks, one after
 # another, and the layouts they chose, each with how often and its measured step against the
 # fastest layout's where it was run; with PVR_REF=an earlier trainer binary, its N plans too,
 # interleaved with this one's, beside them. reps 0 runs no layout: the plans' choices alone.
 #
-# Usage: [PVR_RECIPES=pp_gpt,...] [PVR_VARIANTS=0] [PVR_PLANS=N [PVR_REF=binary]]
+# Usage: [PVR_RECIPES=pp_gpt,...] [PVR_VARIANTS=0] [PVR_DUEL=N] [PVR_PLANS=N [PVR_REF=binary]]
 #        bench/plan_vs_run.sh [steps] [reps] [configs] [limit]
 #   (defaults 5 2 host:2,host:4,box:1gbit,box:100mbit 90; needs build/trainer with MPI,
 #    mpirun; the box needs root and iproute2. About 25 minutes for host:2,host:4, 15 for
@@ -62,6 +68,8 @@ T=$(realpath "${TRAINER:-build/trainer}")
 [[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 3 ] || { echo "bench: steps '$steps': 3 or more (2 are warm-up)"; exit 2; }
 [[ $reps =~ ^[0-9]+$ ]] || { echo "bench: reps '$reps': 0 (the plans' choices alone) or more"; exit 2; }
 plans="${PVR_PLANS:-0}"
+duel="${PVR_DUEL:-4}"
+[[ $duel =~ ^[0-9]+$ ]] || { echo "bench: PVR_DUEL '$duel': a count of passes (0: none)"; exit 2; }
 [[ $plans =~ ^[0-9]+$ ]] || { echo "bench: PVR_PLANS '$plans': a count of plans"; exit 2; }
 [ "$reps" -ge 1 ] || [ "$plans" -ge 1 ] || { echo "bench: reps 0 needs PVR_PLANS=N"; exit 2; }
 REF=""
@@ -122,6 +130,8 @@ recipes = [CLUSTER_GPT, PP_GPT] if box else [PP_GPT, TP_GPT] + ([CAPPED] if worl
 if os.environ.get("PVR_RECIPES"):  # only these (names, comma-separated)
     recipes = [x for x in recipes if x[0] in os.environ["PVR_RECIPES"].split(",")]
 VARIANTS = os.environ.get("PVR_VARIANTS", "1") != "0"
+DUEL = int(os.environ.get("PVR_DUEL", "4"))
+DUEL_BAND, DUEL_MAX = 0.15, 4  # the layouts run again: within 15% of the fastest, at most 4
 
 
 def layouts():  # (label, flags, key): every mesh with ZeRO 0-3 where dp > 1, then each
@@ -289,6 +299,45 @@ def spearman(a, b):
     return num / den if den else float("nan")
 
 
+def duel(recipe, rname, table, runs):
+    """The choice and the layouts nearest the fastest, DUEL passes more, interleaved: each
+    one's median over all its runs and its range; the verdict by the medians."""
+    flags = {l: f for l, f, _ in layouts()}
+    near = sorted((t[1], l) for l, t in table.items() if l != "auto")
+    cands = [l for m, l in near if m <= near[0][0] * (1 + DUEL_BAND)][:DUEL_MAX] + ["auto"]
+    for rep in range(DUEL):
+        for l in cands:
+            name = "%s_%s_d%d" % (rname, l.replace(" ", "").replace(",", ""), rep)
+            runs[l].append(run(recipe, flags[l], name))
+    got = {}
+    for l in cands:
+        ok = [g[1] for g in runs[l] if isinstance(g, tuple)]
+        if ok:
+            got[l] = (statistics.median(ok), min(ok), max(ok), len(ok))
+    others = [l for l in got if l != "auto"]
+    if "auto" not in got or not others:
+        print("the choice again: no runs to compare")
+        return
+    best = min(others, key=lambda l: got[l][0])
+    chose = sorted({named(g[5]) for g in runs["auto"] if isinstance(g, tuple) and len(g) > 5})
+    print("the choice again: %d pass%s more of the %d layouts within %.0f%% of the fastest and "
+          "of the choice, interleaved (median over all runs, fastest and slowest run):" %
+          (DUEL, "" if DUEL == 1 else "es", len(others), 100 * DUEL_BAND))
+    for l in others + ["auto"]:
+        m, lo, hi, n = got[l]
+        print("  %-40s median %.4fs over %d runs (%.4f-%.4f, %.2fx)%s" %
+              ("the choice (parallel \"auto\")" if l == "auto" else l, m, n, lo, hi, hi / lo,
+               ": %+.1f%% of the fastest median" % (100 * (m / got[best][0] - 1))))
+    print("  the choice's runs resolved: %s" % "; ".join(chose))
+    a, b = got["auto"], got[best]
+    gap = a[0] / b[0] - 1
+    verdict = "within 10%" if gap <= 0.10 else \
+        "within the noise (its runs and the fastest's overlap)" if a[1] <= b[2] else \
+        "NOT within 10% or the noise"
+    print("  the choice against the fastest by the medians: %+.1f%% (%s; the fastest %s)" %
+          (100 * gap, verdict, best))
+
+
 mib = lambda b: b / 2**20
 for rname, recipe in recipes:
     if reps == 0:
@@ -395,6 +444,8 @@ for rname, recipe in recipes:
               "%s measured %.4fs: %+.1f%% (%s), place %d of %d" %
               (auto[4], auto[1], auto[0], fastest[0], fastest[1][1], 100 * gap, verdict, place,
                len(table) - 1))
+    if DUEL and auto and fastest:
+        duel(recipe, rname, table, runs)
     if plans:
         stability(recipe, table)
 PY
