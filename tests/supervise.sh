@@ -15,6 +15,9 @@
 #  3. a deterministic crash (a rank killed after the same step in every attempt) stops after
 #     two identical failures with the summary, not --restarts relaunches.
 #  4. mistakes in the supervisor's flags or command: one line, exit 2.
+#  5. which host died, from the "stopped" lines alone (a made-up attempt of 4 ranks on hosts A
+#     A B B that exits 9): the one host none of whose ranks wrote one, where every other host
+#     has a rank that did, even when a rank elsewhere died too (of its lost connections).
 #
 # Two hosts on one machine. Open MPI only starts ranks here, so the host a rank "runs on" is
 # made up: mpirun gets no host file and the real -np, and each rank is started through the
@@ -115,6 +118,34 @@ rc=$?
     grep -q "the command exited 0, but no \`trainer run\` started in $tmp/idle" "$tmp/idle.err" &&
     ok "a command that exits 0 without training: exit 1, $(cat "$tmp/idle.err")" ||
     bad "a command that exits 0 without training: exit $rc: $(cat "$tmp/idle.err")"
+
+# ---- 5. which host died, from the "stopped" lines ------------------------------------------
+cat >"$tmp/fake_attempt" <<'EOF'
+#!/bin/sh
+# fake_attempt OUT trainer run R --out OUT: the start of an attempt of ranks on hosts A A B B,
+# a "stopped" line from each rank in $STOPPED, exit 9
+out=$1
+n=$(($(cat "$out/attempts.jsonl" 2>/dev/null | grep -c '"start"') + 1))
+now=$(date +%s.%N)
+printf '{"event": "start", "attempt": %d, "t": %s, "start_step": 0, "steps": 10, "ranks": 4, "hosts": ["A", "A", "B", "B"]}\n' "$n" "$now" >>"$out/attempts.jsonl"
+for r in $STOPPED; do
+    h=A
+    [ "$r" -ge 2 ] && h=B
+    printf '{"event": "stopped", "attempt": %d, "rank": %d, "host": "%s", "last_step": 3, "t": %s, "signal": "SIGTERM"}\n' "$n" "$r" "$h" "$now" >>"$out/attempts.jsonl"
+done
+exit 9
+EOF
+chmod +x "$tmp/fake_attempt"
+for c in "0 1|rank 2 on B failed" "1|rank 2 on B failed" "0 1 2|rank 3 on B failed" "1 2|which rank failed is not known"; do
+    st=${c%%|*} want=${c#*|}
+    rm -rf "$tmp/fk" && mkdir -p "$tmp/fk"
+    got=$(STOPPED=$st "$T" supervise --restarts 0 --backoff 0 -- "$tmp/fake_attempt" "$tmp/fk" \
+        trainer run "$R" --out "$tmp/fk" 2>&1 | grep -a "^supervise: attempt 1 ended")
+    case $got in
+    *"$want"*) ok "ranks $st stopped (hosts A A B B): $want" ;;
+    *) bad "ranks $st stopped (hosts A A B B): want '$want', got '$got'" ;;
+    esac
+done
 
 # ---- 3. a deterministic crash stops after two identical failures -------------------------
 out=$tmp/det

@@ -24,7 +24,8 @@ typedef struct {
     int start_step;         /* the steps done when it started */
     int last_step;          /* the last step it finished */
     int rank;               /* the rank that failed, -1 when not known */
-    int others_stopped;     /* every other rank wrote a "stopped" line */
+    int others_stopped;     /* it was found as the one host none of whose ranks wrote a
+                               "stopped" line, every other host having one that did */
     int witnesses[8];       /* ranks that blamed it and told the supervisor (witness.h) */
     int n_witnesses;
     char host[SV_HOST_LEN]; /* the failed rank's host, "" when not known */

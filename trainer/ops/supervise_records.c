@@ -230,18 +230,31 @@ static void scan_metrics_line(void *ctx, const tr_json *o) {
 
 /* The launch got through its setup when the last start line is its own: written by a process
  * that started after the launch (a second of slack for the clocks of other hosts). */
-/* The ranks that wrote no "stopped" line (the launcher stopped the others) are all on one
- * host: the host that died took them with it (with no host names: only one such rank). */
-static int silent_on_one_host(const attempt_scan *c) {
-    const char *host = NULL;
-    int n = 0;
-    for (int k = 0; k < c->ranks; k++) {
-        if (c->stopped[k]) continue;
-        const char *h = c->hosts ? c->hosts[k] : "";
-        if (n++ && (!*h || strcmp(h, host))) return 0;
-        host = h;
+/* The rank that failed when the launcher stopped the others (some ranks wrote a "stopped"
+ * line): the first rank of the one host none of whose ranks wrote one, where every other host
+ * has a rank that did (the host that died took its ranks with it; a rank elsewhere may die
+ * too before the launcher stops it, of its lost connections to that host); -1 when no host,
+ * or more than one, is silent that way. With no host names: the only silent rank. */
+static int silent_host(const attempt_scan *c) {
+    int found = -1, n_silent = 0, only = -1;
+    for (int k = 0; k < c->ranks; k++)
+        if (!c->stopped[k]) n_silent++, only = only < 0 ? k : only;
+    if (!c->hosts) return n_silent == 1 ? only : -1;
+    for (int k = 0; k < c->ranks; k++) { /* k: a host's first rank */
+        const char *h = c->hosts[k];
+        int first = 1, all_silent = 1;
+        for (int j = 0; j < c->ranks; j++)
+            if (!strcmp(c->hosts[j], h)) {
+                first &= j >= k;
+                all_silent &= !c->stopped[j];
+            }
+        if (!first || !*h) continue;
+        if (all_silent) {
+            if (found >= 0) return -1; /* two silent hosts: which failed is not known */
+            found = k;
+        }
     }
-    return n == 1 || *host;
+    return found >= 0 || n_silent != 1 ? found : only;
 }
 
 void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
@@ -262,11 +275,9 @@ void sv_read_attempt(sv_run *s, int status, double t_launch, sv_attempt *a) {
                  "it stopped before its first step (its own output "
                  "says why)");
     }
-    if (a->rank < 0 && c.ranks > 1 && c.n_stopped > 0 && c.n_stopped < c.ranks &&
-        silent_on_one_host(&c)) {
-        for (int k = c.ranks - 1; k >= 0; k--)
-            if (!c.stopped[k]) a->rank = k; /* the first of them */
-        a->others_stopped = 1;
+    if (a->rank < 0 && c.ranks > 1 && c.n_stopped > 0 && c.n_stopped < c.ranks) {
+        a->rank = silent_host(&c);
+        a->others_stopped = a->rank >= 0;
     }
     if (a->rank >= 0 && a->rank < c.ranks && c.hosts && c.hosts[a->rank][0])
         snprintf(a->host, sizeof(a->host), "%s", c.hosts[a->rank]);
