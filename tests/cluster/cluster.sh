@@ -237,17 +237,20 @@ write_files() { # NAME HOSTS SLOTS
         echo "export OMPI_MCA_btl_tcp_if_include=$sub"
         echo "export OMPI_MCA_btl=self,vader,tcp"
         echo "export OMPI_MCA_orte_tmpdir_base=$d/tmp"
-        # a host whose link is cut: its daemon's connection is found dead in ~5 s (Open MPI's
-        # defaults, 300 + 9 x 20 s, kept mpirun waiting for it), so mpirun ends the job itself
-        echo "export OMPI_MCA_oob_tcp_keepalive_time=2 OMPI_MCA_oob_tcp_keepalive_intvl=1"
-        echo "export OMPI_MCA_oob_tcp_keepalive_probes=3"
+        # a host whose link is cut: its daemon's idle connection is found dead 8-10 s later
+        # (the next probe within 2 s, then 4 unanswered 2 s apart; Open MPI's defaults, 300 +
+        # 9 x 20 s, kept mpirun waiting for it), so mpirun ends the job itself; but only after
+        # ranks with --timeout 5 have timed out (5 s and a 0.5 s census) and named the host:
+        # at 2 + 3 x 1 s (3-5 s) mpirun came first and, in one CI run, killed them before
+        echo "export OMPI_MCA_oob_tcp_keepalive_time=2 OMPI_MCA_oob_tcp_keepalive_intvl=2"
+        echo "export OMPI_MCA_oob_tcp_keepalive_probes=4"
         echo "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
         echo "export TR_CLUSTER_DIR=$d"
     } >"$d/env"
     echo "--hostfile $d/hostfile --mca plm_rsh_agent $d/agent --mca oob_tcp_if_include $sub" \
         "--mca btl_tcp_if_include $sub --mca btl self,vader,tcp --mca orte_tmpdir_base $d/tmp" \
-        "--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1" \
-        "--mca oob_tcp_keepalive_probes 3" \
+        "--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 2" \
+        "--mca oob_tcp_keepalive_probes 4" \
         >"$d/mpirun.args"
 }
 
