@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Tensor parallelism on this machine: tp = 2 (two MPI ranks, one thread each) against one
 # process with two threads, on the same model and global batch, in one run; with and without
-# sequence parallelism, and without the communication progress agent (TR_COMM_PROGRESS=0).
+# sequence parallelism, with and without the communication progress agent (TR_COMM_PROGRESS=1
+# and 0; by default it runs only where it has a core to spare, not on 2 ranks of 2 cores), and
+# tp 4 on 4 ranks sharing the 2 cores with and without it.
 # Prints tokens/s side by side, the bytes each rank sends per step (counted from the calls,
 # as a bandwidth-optimal ring moves them) against the Megatron-LM formula, the time the compute
 # waited for tensor-parallel collectives per step, and the share of their time in flight (start
 # to completion, as the progress agent sees it) that the compute did not wait for. The same
-# layouts without the agent (TR_COMM_PROGRESS=0), where Open MPI moves a collective only while
-# a rank waits for it, show what it changes. Two models: bench/tp_gpt.lua at width
-# 768 and at 192 (small layers: communication weighs more). On 2 cores absolute figures are
+# layouts without the agent, where Open MPI moves a collective only while a rank waits for it,
+# show what it changes: less waiting, but not the step's time. Two models: bench/tp_gpt.lua at width
+# 768 and at 192 (small layers: communication weighs more), and at 192 in micro-batches of one
+# sequence (8 a step: 8 times the collectives, each an eighth the size). On 2 cores absolute figures are
 # noisy; the ratios are what matter.
 # Each layout runs `reps` times, interleaved with the others, and every figure is the median
 # over the runs (on a shared 2-core VM one run can be twice as slow as the next).
@@ -43,7 +46,7 @@ run() { # name np threads [flags...]: repetition $rep
     local name=$1.$rep np=$2 th=$3
     shift 3
     local cmd=("$T" run bench/tp_gpt.lua --set steps="$steps" --set width="$width"
-               --set heads="$heads" --out "$tmp/$name" --overwrite --peak-gflops 1 "$@")
+               --set heads="$heads" --out "$tmp/$name" --overwrite --peak-gflops 1 ${mb:+--micro-batch $mb} "$@")
     if [ "$np" -eq 1 ]; then OMP_NUM_THREADS=$th "${cmd[@]}" >"$tmp/$name.log" 2>&1
     else OMP_NUM_THREADS=$th mpirun -np "$np" "${cmd[@]}" >"$tmp/$name.log" 2>&1; fi
 }
@@ -59,20 +62,23 @@ formula() { # sp layers tokens width p
         b = (4 * L + 2) * 2 * ring * S + (sp ? 2 * L * ring * S : 0) + (p - 1) * 3 * N * 4
         printf "%.3f", b / 1e6 }'
 }
-for model in "768 12" "192 4"; do
+for model in "768 12" "192 4" "192 4 1"; do
     set -- $model
-    width=$1 heads=$2
-    echo "== bench/tp_gpt.lua at width $width ($heads heads, MLP $((4 * width)), 2 blocks, T 128, 1024 tokens per step)"
+    width=$1 heads=$2 mb=${3:-}
+    echo "== bench/tp_gpt.lua at width $width ($heads heads, MLP $((4 * width)), 2 blocks, T 128, 1024 tokens per step${mb:+, micro-batches of $mb sequence(s)})"
     printf "%-34s %9s %9s %13s %13s %12s %8s\n" "layout" "tok/s" "vs 1 proc" "MB/step/rank" "formula" "waited/step" "hidden"
-    configs=("single:" "tp2noagent:--tp 2" "tp2:--tp 2" "tp2spnoagent:--tp 2 --sequence-parallel"
-             "tp2sp:--tp 2 --sequence-parallel" "dp2:--dp 2")
+    configs=("single:" "tp2:--tp 2" "tp2agent:--tp 2" "tp2sp:--tp 2 --sequence-parallel"
+             "tp2spagent:--tp 2 --sequence-parallel" "dp2:--dp 2" "dp2agent:--dp 2"
+             "tp4:--tp 4" "tp4agent:--tp 4")
     for rep in $(seq "$reps"); do
         for cfg in "${configs[@]}"; do
             name=${cfg%%:*} flags=${cfg#*:}
             case $name in
             single) run single 1 2 ;;
-            *noagent) TR_COMM_PROGRESS=0 run "$name" 2 1 $flags ;;
-            *) run "$name" 2 1 $flags ;;
+            tp4agent) TR_COMM_PROGRESS=1 run "$name" 4 1 $flags ;;
+            tp4) TR_COMM_PROGRESS=0 run "$name" 4 1 $flags ;;
+            *agent) TR_COMM_PROGRESS=1 run "$name" 2 1 $flags ;;
+            *) TR_COMM_PROGRESS=0 run "$name" 2 1 $flags ;;
             esac
         done
     done
@@ -84,16 +90,20 @@ for model in "768 12" "192 4"; do
         mb=$(sed -n 's/^tensor parallel: .* and \([0-9.]*\) MB sent.*/\1/p' "$tmp/$name.1.log")
         w=$(waited_of "$name")
         hid=-
-        case $name in *noagent | dp2) ;; *) hid="$(hidden_of "$name")%" ;; esac
+        case $name in tp*agent) hid="$(hidden_of "$name")%" ;; esac
         [ -n "$w" ] && w="$w ms"
         f=-
-        case $name in tp2 | tp2noagent) f=$(formula 0 2 1024 "$width" 2) ;; tp2sp*) f=$(formula 1 2 1024 "$width" 2) ;; esac
+        case $name in tp2 | tp2agent) f=$(formula 0 2 1024 "$width" 2) ;; tp2sp*) f=$(formula 1 2 1024 "$width" 2) ;;
+        tp4*) f=$(formula 0 2 1024 "$width" 4) ;; esac
         case $name in
         dp2) label="dp 2 (1 thread each)" ;;
+        dp2agent) label="dp 2, TR_COMM_PROGRESS=1" ;;
         tp2) label="tp 2 (1 thread each)" ;;
-        tp2noagent) label="tp 2, TR_COMM_PROGRESS=0" ;;
+        tp2agent) label="tp 2, TR_COMM_PROGRESS=1" ;;
         tp2sp) label="tp 2, sequence parallel" ;;
-        tp2spnoagent) label="tp 2, seq. parallel, no agent" ;;
+        tp2spagent) label="tp 2, seq. parallel, agent" ;;
+        tp4) label="tp 4 (4 ranks on 2 cores)" ;;
+        tp4agent) label="tp 4, TR_COMM_PROGRESS=1" ;;
         esac
         printf "%-34s %9.0f %8.2fx %13s %13s %12s %8s\n" "$label" "$tps" \
             "$(awk -v a="$tps" -v b="$base" 'BEGIN{print a/b}')" "${mb:--}" "$f" "${w:--}" "${hid:--}"
@@ -102,4 +112,5 @@ done
 echo "MB/step/rank: what the tensor-parallel collectives called in a step make each rank send on a"
 echo "ring (bytes from the calls, not read off the wire); waited/step: time the compute waited for"
 echo "them; hidden: the share of their time in flight the compute did not wait for (with the"
-echo "progress agent; medians over $reps runs of each layout)."
+echo "progress agent; medians over $reps runs of each layout). Rows without TR_COMM_PROGRESS=1 run"
+echo "without the agent (TR_COMM_PROGRESS=0: what the default chooses on this machine's 2 cores)."

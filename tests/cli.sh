@@ -138,7 +138,7 @@ TR_PAD_VOCAB=0 expect 2 "^trainer plan: TR_PAD_VOCAB must be an integer from 1 t
     plan recipes/shakespeare_char.lua --cluster recipes/clusters/h100x8.yaml
 TR_CKPT_SYNC=2 expect 1 "^trainer run: TR_CKPT_SYNC must be 0 or 1, got '2'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/ckpts"
-TR_COMM_PROGRESS=x expect 1 "^trainer run: TR_COMM_PROGRESS must be 0 or 1, got 'x'$" -- \
+TR_COMM_PROGRESS=x expect 1 "^trainer run: TR_COMM_PROGRESS must be 0, 1 or auto, got 'x'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/prog"
 TR_CUDA_ATTENTION=fancy expect 1 "^trainer run: TR_CUDA_ATTENTION must be tc, simple, cudnn or auto, got 'fancy'$" -- \
     run recipes/shakespeare_char.lua --device cpu --out "$tmp/attn"

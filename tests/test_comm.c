@@ -4,6 +4,7 @@
  * Failure modes for tests/mpi/dead_rank.sh: --die-rank R (SIGKILL mid-run) and --stuck-rank R
  * (sleeps instead of joining an all_reduce), with --timeout T. */
 #include "parallel/comm/comm.h"
+#include "parallel/comm/cores.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -310,6 +311,68 @@ static void test_overlap(tr_comm *w) {
     free(ag);
 }
 
+/* The progress agent's rule (comm/cores.h): it runs only where the node's ranks leave a core
+ * idle and this process may use more cores than its threads; and whether it runs here is what
+ * TR_COMM_PROGRESS (0, 1, or auto: the rule on this process's view) says. */
+static void test_spare_core(tr_comm *w) {
+    static const struct {
+        long online, allowed, threads;
+        int ranks, spare;
+    } cases[] = {
+        {2, 2, 1, 2, 0},    /* this machine: 2 ranks of 1 thread fill its 2 cores */
+        {2, 2, 1, 4, 0},    /* 4 ranks share them */
+        {2, 2, 1, 1, 1},    /* 1 rank of 1 thread leaves one idle */
+        {16, 16, 4, 2, 1},  /* 8 threads of 16 cores */
+        {16, 1, 1, 2, 0},   /* bound to one core: the agent would share it */
+        {16, 16, 16, 1, 0}, /* OpenMP's default, a thread per core */
+        {8, 8, 2, 4, 0},    /* 8 threads on 8 cores */
+        {1, 1, 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tr_node_cores c = {cases[i].online, cases[i].allowed, cases[i].threads, cases[i].ranks};
+        char why[96];
+        int got = tr_spare_core(&c, why, sizeof why);
+        CHECK(got == cases[i].spare, "%s: spare %d, expected %d", why, got, cases[i].spare);
+    }
+    tr_node_cores c = {2, 2, 1, 4};
+    char why[96];
+    tr_spare_core(&c, why, sizeof why);
+    CHECK(!strcmp(why, "4 ranks x 1 thread on 2 cores"), "why: '%s'", why);
+    /* this process's view: OMP_NUM_THREADS's first number, else a thread per allowed core */
+    const char *omp = getenv("OMP_NUM_THREADS");
+    char *saved = omp ? strdup(omp) : NULL;
+    setenv("OMP_NUM_THREADS", "3,1", 1);
+    c = tr_node_cores_here(2);
+    CHECK(c.threads == 3 && c.ranks == 2 && c.allowed >= 1 && c.allowed <= c.online,
+          "OMP_NUM_THREADS=3,1: %ld threads, %d ranks, %ld of %ld cores", c.threads, c.ranks,
+          c.allowed, c.online);
+    setenv("OMP_NUM_THREADS", "many", 1);
+    c = tr_node_cores_here(0);
+    CHECK(c.threads == c.allowed && c.ranks == 1, "OMP_NUM_THREADS=many: %ld threads of %ld",
+          c.threads, c.allowed);
+    if (saved)
+        setenv("OMP_NUM_THREADS", saved, 1);
+    else
+        unsetenv("OMP_NUM_THREADS");
+    free(saved);
+    const char *p = getenv("TR_COMM_PROGRESS");
+    int want = -1; /* the agent runs only in an MPI world of several ranks */
+    if (strcmp(tr_comm_transport(), "mpi") || tr_comm_size(w) < 2)
+        want = 0;
+    else if (p && !strcmp(p, "1"))
+        want = 1;
+    else if (p && !strcmp(p, "0"))
+        want = 0;
+    if (want >= 0)
+        CHECK(tr_comm_progress_agent() == want, "TR_COMM_PROGRESS=%s: agent %d, expected %d",
+              p ? p : "(unset)", tr_comm_progress_agent(), want);
+    else /* auto: the rule, and the note that says it */
+        CHECK(!!strstr(tr_comm_progress_note(),
+                       tr_comm_progress_agent() ? "agent on (" : "agent off (") &&
+                  !!strstr(tr_comm_progress_note(), "core to spare"),
+              "auto: agent %d, note '%s'", tr_comm_progress_agent(), tr_comm_progress_note());
+}
+
 /* Members of a group, as world ranks in group-rank order. */
 static void members(tr_comm *grp, int world_rank, int *out) {
     CHECK(tr_comm_all_gather(grp, &world_rank, out, 1, TR_COMM_I32) == 0, "gather members");
@@ -424,6 +487,7 @@ int main(int argc, char **argv) {
     test_broadcast(w);
     test_ring(w);
     test_overlap(w);
+    test_spare_core(w);
     CHECK(tr_comm_barrier(w) == 0, "barrier");
 
     /* The mesh: every layout of this world that the lead uses, plus a wrong one. */

@@ -106,9 +106,13 @@ double tr_comm_wait(tr_comm_req *r);
  * seen by the progress agent, a test or the wait itself. */
 double tr_comm_wait_done(tr_comm_req *r, double *done_at);
 /* 1 when a progress agent moves non-blocking operations while the caller computes (MPI with
- * more than one rank, unless TR_COMM_PROGRESS=0); without it an operation moves only inside
- * this process's communication calls, mostly its wait. */
+ * more than one rank, where it has a core to spare or TR_COMM_PROGRESS=1; comm/mpi.c);
+ * without it an operation moves only inside this process's communication calls, mostly its
+ * wait. */
 int tr_comm_progress_agent(void);
+/* Whether it runs and why, as "progress agent off (4 ranks x 1 thread on 2 cores: no core to
+ * spare)"; "" before an MPI world of several ranks. */
+const char *tr_comm_progress_note(void);
 
 /* ---- one entry for every operation, on host or device memory ------------------------------
  * What the layers, data parallelism and the pipeline call with their backend's buffers: mem

@@ -5,6 +5,7 @@
 #include "parallel/comm/comm.h"
 #include "parallel/comm/base.h"
 #include "parallel/comm/census.h"
+#include "parallel/comm/cores.h"
 #include "parallel/comm/env.h"
 #include "parallel/comm/mpi_types.h"
 #include "parallel/comm/private.h"
@@ -87,9 +88,10 @@ static struct {
     double wait_seconds; /* tr_comm_wait_seconds */
     int local_rank, local_size; /* tr_comm_local_rank */
     mail *mailbox;       /* world of one: sent, not yet received */
-    int progress;        /* TR_COMM_PROGRESS (default 1): the progress agent runs */
+    int progress;        /* TR_COMM_PROGRESS: 1, 0, or -1 auto (the default): agent_start */
+    char progress_note[160]; /* tr_comm_progress_note */
     int device_choice;   /* TR_COMM_DEVICE: tr_comm_device_choice */
-} g = {.timeout = 300.0, .local_size = 1, .progress = 1};
+} g = {.timeout = 300.0, .local_size = 1, .progress = -1};
 
 static const tr_comm_device_ops *g_dev; /* registered by tr_comm_device_init */
 
@@ -213,7 +215,12 @@ static void ring_all_reduce(void) {
  * thread of each process polls the operations in flight every PROGRESS_NS while the training
  * thread computes, so that they complete behind the compute. MPI calls are serialized by g_mu
  * (MPI_THREAD_SERIALIZED): every MPI call below is made holding it, except on the paths that
- * abort the job. TR_COMM_PROGRESS=0 turns the agent off. */
+ * abort the job. It runs where it has a core of its own (comm/cores.h: the node's ranks'
+ * threads leave one idle); elsewhere its wake-ups and its turns at g_mu take the compute's
+ * cores and delay the very collectives it polls: on 2 cores, tp 4 over 4 ranks of
+ * bench/pp_gpt.lua at micro-batch 1 took 0.66 s a step with it and 0.34 s without, and no
+ * layout measured was faster with it (README: "The progress agent"). TR_COMM_PROGRESS=1 or 0
+ * decides instead. */
 #define PROGRESS_NS 20000
 #define MAX_INFLIGHT 256
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -276,7 +283,14 @@ static void agent_remove(tr_comm_req *r) {
 }
 
 static void agent_start(int provided) {
-    if (provided < MPI_THREAD_SERIALIZED || !g.progress) return;
+    char why[96];
+    tr_node_cores nc = tr_node_cores_here(g.local_size);
+    int spare = tr_spare_core(&nc, why, sizeof why);
+    int on = g.progress < 0 ? spare : g.progress;
+    snprintf(g.progress_note, sizeof g.progress_note, "progress agent %s (%s: %s%s)",
+             on ? "on" : "off", why, spare ? "a core to spare" : "no core to spare",
+             g.progress >= 0 ? "; TR_COMM_PROGRESS set" : "");
+    if (provided < MPI_THREAD_SERIALIZED || !on) return;
     g_agent_quit = 0;
     g_agent_on = pthread_create(&g_agent, NULL, agent_main, NULL) == 0;
 }
@@ -500,11 +514,13 @@ int tr_comm_init(tr_comm **world, int *argc, char ***argv, double timeout_s, cha
     /* TR_COMM_DEVICE is used by the device transport (comm/device.c) only where it is
        built: checked here, on every build, so that a mistyped value is never ignored */
     static const char *const devices[] = {"nccl", "staged", NULL};
-    int dev = -1;
-    g.progress = 1;
+    static const char *const progress[] = {"0", "1", "auto", NULL};
+    int dev = -1, prog = 2;
     if (tr_env_word("TR_COMM_DEVICE", devices, &dev, err, errlen) < 0 ||
-        tr_env_bool("TR_COMM_PROGRESS", &g.progress, err, errlen) < 0)
+        tr_env_word("TR_COMM_PROGRESS", progress, &prog, err, errlen) < 0)
         return -1;
+    g.progress = prog == 2 ? -1 : prog;
+    g.progress_note[0] = 0;
     g.device_choice = dev + 1;
     g.timeout = timeout_s > 0 ? timeout_s : 300.0;
     g.wait_seconds = 0;
@@ -808,6 +824,10 @@ int tr_comm_test(tr_comm_req *r) {
 double tr_comm_wait(tr_comm_req *r) {
     double done_at;
     return tr_comm_wait_done(r, &done_at);
+}
+
+const char *tr_comm_progress_note(void) {
+    return g.progress_note;
 }
 
 int tr_comm_progress_agent(void) {

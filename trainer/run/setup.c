@@ -504,6 +504,7 @@ static void print_banner(const run_ctx *x) {
         char desc[256];
         tr_layout_describe(&x->lay, desc, sizeof(desc));
         printf("%d processes (%s), %s\n", x->nranks, tr_comm_transport(), desc);
+        if (*tr_comm_progress_note()) printf("communication: %s\n", tr_comm_progress_note());
         tr_layout_describe_stages(&x->lay, &x->r.model, stdout);
     }
     for (int i = 0; i < 2; i++)

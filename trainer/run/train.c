@@ -721,14 +721,17 @@ static void print_parallel_stats(const run_ctx *x) {
         /* training and evaluation so far (the sample at the end comes after) */
         tr_tp_stats ts = tr_model_tp_stats(x->model);
         double steps = x->r.train.steps - x->start_step;
-        int dev = tr_comm_device_time(x->tpc, &ts.span_s, &ts.exposed_s); /* the GPU's timing */
+        double span_dev, exposed_dev; /* the GPU's timing, where it times them */
+        int dev = tr_comm_device_time(x->tpc, &span_dev, &exposed_dev);
+        if (dev) ts.span_s = span_dev, ts.exposed_s = exposed_dev;
         printf("tensor parallel: %.0f collectives and %.3f MB sent by this process per step; "
                "the compute waited %.1f ms per step for them%s",
                ts.ops / steps, ts.bytes / steps / 1e6, 1e3 * ts.exposed_s / steps,
                dev ? " (timed on the GPU)" : "");
         if ((dev || tr_comm_progress_agent()) && ts.span_s > 0) /* else: nothing overlapped */
             printf(", %.0f%% of their time in flight was hidden behind compute",
-                   100.0 * (1.0 - ts.exposed_s / ts.span_s));
+                   100.0 * fmax(0.0, 1.0 - ts.exposed_s / ts.span_s)); /* a wait can outlast
+                   the operation: it returns only once its thread runs again */
         printf("\n");
     }
 }
