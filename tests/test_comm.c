@@ -366,11 +366,19 @@ static void test_spare_core(tr_comm *w) {
     if (want >= 0)
         CHECK(tr_comm_progress_agent() == want, "TR_COMM_PROGRESS=%s: agent %d, expected %d",
               p ? p : "(unset)", tr_comm_progress_agent(), want);
-    else /* auto: the rule, and the note that says it */
-        CHECK(!!strstr(tr_comm_progress_note(),
-                       tr_comm_progress_agent() ? "agent on (" : "agent off (") &&
-                  !!strstr(tr_comm_progress_note(), "core to spare"),
-              "auto: agent %d, note '%s'", tr_comm_progress_agent(), tr_comm_progress_note());
+    else { /* auto: the rule, recomputed here, and the note that says it */
+        int local_size = 0;
+        tr_comm_local_rank(&local_size);
+        tr_node_cores here = tr_node_cores_here(local_size);
+        const char *note = tr_comm_progress_note();
+        int rule = tr_spare_core(&here, NULL, 0),
+            lost = !!strstr(note, "; MPI grants no") || !!strstr(note, "did not start");
+        CHECK(tr_comm_progress_agent() == (rule && !lost), "auto: agent %d, rule %d, note '%s'",
+              tr_comm_progress_agent(), rule, note);
+        CHECK(!!strstr(note, tr_comm_progress_agent() ? "agent on (" : "agent off (") &&
+                  !!strstr(note, rule ? "a core to spare" : "no core to spare"),
+              "auto: agent %d, rule %d, note '%s'", tr_comm_progress_agent(), rule, note);
+    }
 }
 
 /* Members of a group, as world ranks in group-rank order. */

@@ -89,7 +89,7 @@ static struct {
     int local_rank, local_size; /* tr_comm_local_rank */
     mail *mailbox;       /* world of one: sent, not yet received */
     int progress;        /* TR_COMM_PROGRESS: 1, 0, or -1 auto (the default): agent_start */
-    char progress_note[160]; /* tr_comm_progress_note */
+    char progress_note[256]; /* tr_comm_progress_note */
     int device_choice;   /* TR_COMM_DEVICE: tr_comm_device_choice */
 } g = {.timeout = 300.0, .local_size = 1, .progress = -1};
 
@@ -287,12 +287,16 @@ static void agent_start(int provided) {
     tr_node_cores nc = tr_node_cores_here(g.local_size);
     int spare = tr_spare_core(&nc, why, sizeof why);
     int on = g.progress < 0 ? spare : g.progress;
-    snprintf(g.progress_note, sizeof g.progress_note, "progress agent %s (%s: %s%s)",
+    const char *lost = ""; /* why an agent the rule or the setting wants does not run */
+    if (on && provided < MPI_THREAD_SERIALIZED) on = 0, lost = "; MPI grants no thread for it";
+    if (on) {
+        g_agent_quit = 0;
+        g_agent_on = pthread_create(&g_agent, NULL, agent_main, NULL) == 0;
+        if (!g_agent_on) on = 0, lost = "; its thread did not start";
+    }
+    snprintf(g.progress_note, sizeof g.progress_note, "progress agent %s (%s: %s%s%s)",
              on ? "on" : "off", why, spare ? "a core to spare" : "no core to spare",
-             g.progress >= 0 ? "; TR_COMM_PROGRESS set" : "");
-    if (provided < MPI_THREAD_SERIALIZED || !on) return;
-    g_agent_quit = 0;
-    g_agent_on = pthread_create(&g_agent, NULL, agent_main, NULL) == 0;
+             g.progress >= 0 ? "; TR_COMM_PROGRESS set" : "", lost);
 }
 
 static void agent_stop(void) {

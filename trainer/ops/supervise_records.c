@@ -105,6 +105,9 @@ typedef struct {
     int last_start; /* its attempt number */
 } attempt_scan;
 
+/* attempts.jsonl: the last start line. The launch got through its setup when that line is its
+ * own: written by a process that started after the launch (a second of slack for the clocks of
+ * other hosts; sv_read_attempt). */
 static void scan_last_start(void *ctx, const tr_json *o) {
     attempt_scan *c = ctx;
     if (!is_event(o, "start")) return;
@@ -228,19 +231,17 @@ static void scan_metrics_line(void *ctx, const tr_json *o) {
     if (t > c->a->t_last) c->a->t_last = t;
 }
 
-/* The launch got through its setup when the last start line is its own: written by a process
- * that started after the launch (a second of slack for the clocks of other hosts). */
 /* The rank that failed when the launcher stopped the others (some ranks wrote a "stopped"
  * line): the first rank of the one host none of whose ranks wrote one, where every other host
  * has a rank that did (the host that died took its ranks with it; a rank elsewhere may die
- * too before the launcher stops it, of its lost connections to that host); -1 when no host,
- * or more than one, is silent that way. With no host names: the only silent rank. */
+ * too before the launcher stops it, of its lost connections to that host). Else (no host
+ * names, or no host wholly silent): the only silent rank, if one is. -1 when neither names
+ * one, or two hosts are silent. */
 static int silent_host(const attempt_scan *c) {
     int found = -1, n_silent = 0, only = -1;
     for (int k = 0; k < c->ranks; k++)
         if (!c->stopped[k]) n_silent++, only = only < 0 ? k : only;
-    if (!c->hosts) return n_silent == 1 ? only : -1;
-    for (int k = 0; k < c->ranks; k++) { /* k: a host's first rank */
+    for (int k = 0; c->hosts && k < c->ranks; k++) { /* k: a host's first rank */
         const char *h = c->hosts[k];
         int first = 1, all_silent = 1;
         for (int j = 0; j < c->ranks; j++)
@@ -248,11 +249,9 @@ static int silent_host(const attempt_scan *c) {
                 first &= j >= k;
                 all_silent &= !c->stopped[j];
             }
-        if (!first || !*h) continue;
-        if (all_silent) {
-            if (found >= 0) return -1; /* two silent hosts: which failed is not known */
-            found = k;
-        }
+        if (!first || !*h || !all_silent) continue;
+        if (found >= 0) return -1; /* two silent hosts: which failed is not known */
+        found = k;
     }
     return found >= 0 || n_silent != 1 ? found : only;
 }
