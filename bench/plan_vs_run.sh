@@ -41,7 +41,9 @@
 # prediction orders the same way; then the planner's choice: its layout, its
 # measured step against the fastest layout's, its place among them, and whether it is within
 # 10% of the fastest or within the noise. Figures, not pass/fail; ratios within one run of
-# this script (the machine is shared).
+# this script (the machine is shared). Then the tie's band against these runs: for bands of
+# 0, 2, 5 (the planner's) and 10%, the simplest layout (the planner's order) whose runs'
+# prediction is within the band of the best one, and its measured step against the fastest.
 # The choice against the fastest, again (PVR_DUEL=N, default 4; 0: none): then the
 # layouts measured within 15% of the fastest (at most 4) and the choice run N more passes,
 # interleaved, and each one's median over all its runs, with its slowest and fastest run: the
@@ -299,6 +301,38 @@ def spearman(a, b):
     return num / den if den else float("nan")
 
 
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+RECOMPUTE = ("none", "selective", "full")
+
+
+def simpler_key(k):
+    """tr_plan_simpler's order (parallel/plan.c) as far as a resolved layout (resolved())
+    says: model-parallel ranks, tp, ZeRO, sequence parallelism, recompute, virtual stages,
+    schedule, dp, micro-batch (the micro-batch count and the stages' cuts are not in it)."""
+    dp, tp, pp, zero, sch, v, mb, rc, sp = k
+    return (tp * pp, tp, zero, sp, RECOMPUTE.index(rc), v or 1,
+            SCHEDULES.index(sch) if sch else 0, dp, mb)
+
+
+def tie_bands(table):
+    """The tie's band (parallel/plan.c PL_TIE) against these runs: for bands of 0-10%, the
+    simplest layout predicted within that band of the best prediction (each layout's runs'
+    own), and its measured step against the fastest layout's. The noise half of the tie is
+    left out: it is each start-up's own."""
+    rows = [(t[0], t[1], t[5]) for l, t in table.items()
+            if l != "auto" and t[0] == t[0] and len(t) > 5]
+    if len(rows) < 2:
+        return
+    lo_p, lo_m = min(r[0] for r in rows), min(r[1] for r in rows)
+    out = []
+    for band in (0.0, 0.02, 0.05, 0.10):
+        c = min((r for r in rows if r[0] <= lo_p * (1 + band)), key=lambda r: simpler_key(r[2]))
+        out.append("%.0f%%%s %+.1f%% (%s)" % (100 * band, " (the planner's)" if band == 0.05
+                                              else "", 100 * (c[1] / lo_m - 1), named(c[2])))
+    print("the tie's band against these runs (the simplest layout predicted within it of the "
+          "best, measured against the fastest):\n  " + "\n  ".join(out))
+
+
 def duel(recipe, rname, table, runs):
     """The choice and the layouts nearest the fastest, DUEL passes more, interleaved: each
     one's median over all its runs and its range; the verdict by the medians."""
@@ -444,6 +478,7 @@ for rname, recipe in recipes:
               "%s measured %.4fs: %+.1f%% (%s), place %d of %d" %
               (auto[4], auto[1], auto[0], fastest[0], fastest[1][1], 100 * gap, verdict, place,
                len(table) - 1))
+    tie_bands(table)
     if DUEL and auto and fastest:
         duel(recipe, rname, table, runs)
     if plans:
