@@ -19,12 +19,11 @@
 #define PL_CPU_OP_COST 5e-6
 #define PL_OVERLAP 0.8          /* share of a backward's time a bucketed reduction can hide in
                                    on a GPU (its own streams and copy engines) */
-#define PL_CPU_OVERLAP                                                                             \
-    0.0                         /* on the CPU backend: its collectives move data with the cores    \
-                                   the compute uses (bench/plan_vs_run.sh: ZeRO-3's gathers cost   \
-                                   their full time there; on the cluster in a box at 100 Mbit/s,   \
-                                   where dp 4's all-reduce is most of the step, dp 4 at ZeRO-0     \
-                                   measured 0.97x its price with none of it hidden, 2026-12-05) */
+/* On the CPU backend: its collectives move data with the cores the compute uses
+   (bench/plan_vs_run.sh: ZeRO-3's gathers cost their full time there; on the cluster in a box
+   at 100 Mbit/s, where dp 4's all-reduce is most of the step, dp 4 at ZeRO-0 measured 0.97x
+   its price with none of it hidden, 2026-12-05) */
+#define PL_CPU_OVERLAP 0.0
 #define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */
 #define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */
