@@ -653,6 +653,12 @@ void tr_layout_to_recipe(const tr_layout *l, tr_recipe *r) {
     memcpy(p->stages, l->chunk_start, (size_t)K * sizeof(int));
 }
 
+int tr_layout_flags_given(const tr_layout_flags *f) {
+    return f->dp >= 0 || f->tp >= 0 || f->pp > 0 || f->zero >= 0 || f->schedule >= 0 ||
+           f->microbatches > 0 || f->virtual_stages > 0 || f->sequence_parallel ||
+           f->micro_batch > 0;
+}
+
 tr_layout_flags tr_layout_pin(const tr_layout *l) {
     return (tr_layout_flags){.dp = l->dp,
                              .tp = l->tp,

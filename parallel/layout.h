@@ -92,6 +92,10 @@ int tr_layout_resolve(tr_layout *l, const tr_recipe *r, const tr_layout_flags *f
  * plan becomes the run's layout. */
 tr_layout_flags tr_layout_pin(const tr_layout *l);
 
+/* Whether f fixes any field of the layout (the mesh, ZeRO, the schedule, the micro-batches,
+ * sequence parallelism): what a flag fixes is not the planner's to choose or to remember. */
+int tr_layout_flags_given(const tr_layout_flags *f);
+
 /* This process's coordinates in the mesh. */
 typedef struct {
     int d, p, t;

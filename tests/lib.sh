@@ -1,6 +1,9 @@
 # Sourced by the shell tests that compare training runs: ok/bad result lines (bad sets
 # fail=1) and the losses of a metrics.jsonl.
 fail=0
+# the plan memory (trainer/plan_memory.c) off, as ctest sets it: a test's plan must not depend
+# on what planned before it (tests/plan.sh turns it on in a folder of its own)
+export TR_PLAN_MEMORY=off
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 

@@ -8,7 +8,8 @@
 #  4. the plan of a 2-process job, run: `trainer run` under mpirun with parallel "auto" takes
 #     the same layout as `trainer plan` under mpirun, logs it, and its metrics carry the
 #     predicted and measured step time and memory (equal: the arena's accounting);
-#  5. fields the flags fix are kept (--tp 2: the run is tensor parallel).
+#  5. fields the flags fix are kept (--tp 2: the run is tensor parallel);
+#  6. --memory-mib; 7. the plan memory keeps a layout while it is tied with the best.
 # usage: tests/plan.sh path/to/trainer   (run from the repository root)
 set -u
 T="$1"
@@ -216,4 +217,60 @@ expect 2 "^trainer plan: --memory-mib needs MiB per process from 1 to 1e9, got .
     plan tests/recipes_good/pp_gpt.lua --memory-mib 0
 expect 2 "^trainer plan: --memory-mib is a flag of .trainer run. that plan does not use for a --cluster or --gpus plan$" -- \
     plan tests/recipes_good/pp_gpt.lua --gpus 8 --gpu H100-80GB --memory-mib 100
+# 7. the plan memory (trainer/plan_memory.c): the first plan of a recipe on this job finds
+# nothing and remembers its layout; the next one keeps that layout (the best again, or tied
+# with the best); a remembered layout clearly worse (the same with full recompute: a third
+# more compute, past the 5% and past what 25% noise in the compute rate could reorder) is
+# planned anew and replaced; a file that is not one is replaced; a run keeps the remembered
+# layout and says so, --tp 2 leaves the memory alone, TR_PLAN_MEMORY=off keeps none.
+mem="$tmp/mem"
+mfield() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['memory'])" "$1"; }
+mlayout() { python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1]))['plan']
+s = {'gpipe': 0, '1f1b': 1, 'interleaved': 2, 'zb-h1': 3, 'zb-v': 4}[p['schedule']]
+print(p['world'], p['dp'], p['tp'], p['pp'], p['zero'], int(p['sequence_parallel']), s, p['microbatches'], p['virtual_stages'])" "$1"; }
+TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m1.json" 2>"$tmp/m1.err"
+f=$(ls "$mem"/pp_gpt-*.plan 2>/dev/null | head -1)
+[ -n "$f" ] && [[ "$(mfield "$tmp/m1.json")" == "nothing remembered yet ($f)" ]] &&
+    [ "$(head -1 "$f" | cut -d' ' -f2-10)" = "$(mlayout "$tmp/m1.json")" ] &&
+    ok "plan memory: the first plan remembers its layout in $f: $(head -1 "$f")" ||
+    { bad "plan memory: the first plan: $(mfield "$tmp/m1.json" 2>&1)"; cat "$tmp/m1.err"; ls -la "$mem"; }
+TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m2.json" 2>"$tmp/m2.err"
+[ "$(mlayout "$tmp/m2.json")" = "$(mlayout "$tmp/m1.json")" ] &&
+    mfield "$tmp/m2.json" | grep -Eq "^(the layout chosen before \($f\), the best again|kept the layout chosen before \($f\): the best on these probes, .*, is 0\.[0-9]+x its step, a tie)$" &&
+    ok "plan memory: the next plan keeps it: $(mfield "$tmp/m2.json")" ||
+    { bad "plan memory: the next plan: $(mfield "$tmp/m2.json" 2>&1)"; cat "$tmp/m2.err"; }
+full=$(head -1 "$f" | awk '{ $12 = 2; $13 = 0; print }')
+if [ "$(head -1 "$f" | awk '{ print $13 }')" = 0 ]; then
+    printf '%s\n' "$full" >"$f"
+    TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m3.json" 2>"$tmp/m3.err"
+    mfield "$tmp/m3.json" | grep -Eq "^planned anew: the layout chosen before \($f\), .*recompute full.*, is 1\.[0-9]+x the best on these probes, more than the tie$" &&
+        [ "$(head -1 "$f" | awk '{ print $12 }')" = "$(python3 -c "import json, sys; print({'none': 0, 'selective': 1, 'full': 2}[json.load(open(sys.argv[1]))['plan']['recompute']])" "$tmp/m3.json")" ] &&
+        ok "plan memory: a layout clearly worse is planned anew and replaced: $(mfield "$tmp/m3.json")" ||
+        { bad "plan memory: full recompute remembered: $(mfield "$tmp/m3.json" 2>&1)"; cat "$tmp/m3.err"; }
+else
+    bad "plan memory: the first plan chose levels per stage: $(head -1 "$f")"
+fi
+echo "dp 2 please" >"$f"
+TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m4.json" 2>"$tmp/m4.err"
+[ "$(mfield "$tmp/m4.json")" = "planned anew: $f is not a plan memory (it is replaced)" ] &&
+    head -1 "$f" | grep -q "^layout 2 " && ok "plan memory: a file that is not one is replaced" ||
+    { bad "plan memory: a bad file: $(mfield "$tmp/m4.json" 2>&1)"; head -2 "$f"; }
+TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=2 --out "$tmp/mrun" >"$tmp/mrun.log" 2>&1 &&
+    grep -Eq "^plan: dp .*; plan memory: (the layout chosen before \($f\), the best again|kept the layout chosen before \($f\): .*, a tie)\)$" "$tmp/mrun.log" &&
+    ok "plan memory: a run keeps the remembered layout and says so" ||
+    { bad "plan memory: the run"; grep -E "^plan|memory" "$tmp/mrun.log"; tail -3 "$tmp/mrun.log"; }
+before=$(cat "$f")
+TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set steps=2 --tp 2 --out "$tmp/mtp" >"$tmp/mtp.log" 2>&1 &&
+    [ "$(cat "$f")" = "$before" ] && ! grep -q "plan memory" "$tmp/mtp.log" &&
+    ok "plan memory: --tp 2 neither reads nor writes it" ||
+    { bad "plan memory: --tp 2"; grep -E "^plan|memory" "$tmp/mtp.log"; }
+TR_PLAN_MEMORY=off HOME="$tmp/home" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m5.json" 2>&1 &&
+    [ "$(mfield "$tmp/m5.json")" = "" ] && [ ! -e "$tmp/home" ] &&
+    ok "plan memory: TR_PLAN_MEMORY=off keeps none" || bad "plan memory: off: $(mfield "$tmp/m5.json" 2>&1)"
+TR_PLAN_MEMORY="$f" expect 2 "^trainer plan: TR_PLAN_MEMORY must be off or a folder, got '$f'$" -- \
+    plan tests/recipes_good/pp_gpt.lua
+TR_PLAN_MEMORY="$f" expect 1 "^trainer run: TR_PLAN_MEMORY must be off or a folder, got '$f'$" -- \
+    run tests/recipes_good/pp_gpt.lua --set steps=2 --out "$tmp/mbad"
 exit $fail

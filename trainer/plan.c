@@ -191,6 +191,7 @@ static void print_tie(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
     else
         fprintf(f, " (no probe was timed)");
     fprintf(f, "; the simplest of them wins\n");
+    if (res->memory[0]) fprintf(f, "plan memory: %s\n", res->memory);
 }
 
 /* The groups plan p's devices come from (the first l.world from group_first on): n of them,
@@ -402,6 +403,8 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
     fprintf(f, ", \"reorder\": ");
     tr_json_write_num(f, res->noise, -4);
     fprintf(f, ", \"noise_origin\": \"%s\"}", tr_origin_name(c->noise.from));
+    fprintf(f, ",\n \"memory\": ");
+    tr_json_write_string(f, res->memory);
     fprintf(f, ",\n \"model_eff\": {");
     for (int i = 0, any = 0; i < TR_CLUSTER_EFF; i++)
         if (c->model_eff[i] > 0) {
@@ -422,6 +425,21 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
     fprintf(f, "]}\n");
 }
 
+/* A job's plan of its time (no deadline, no field a flag fixes) through the plan memory:
+ * kept when the layout chosen before is still tied with the best, and remembered (by rank 0;
+ * a memory that cannot be written is said on stderr and ends nothing). */
+static void remember(tr_comm *world, const char *dir, const tr_recipe *r, const tr_cluster *c,
+                     const tr_options *o, const tr_plan_opts *po, tr_plan_result *res) {
+    char path[TR_PATH_MAX], err[TR_PATH_MAX + 128];
+    if (po->objective != TR_PLAN_TIME || po->deadline_h > 0 || tr_layout_flags_given(&po->fixed) ||
+        !tr_plan_memory_path(dir, r, c, o->memory_mib, path, sizeof path))
+        return;
+    tr_plan_memory_keep(world, path, r, c, po, res);
+    if (res->fits && tr_comm_rank(world) == 0 &&
+        tr_plan_memory_save(path, &res->best, err, sizeof err))
+        fprintf(stderr, "trainer plan: plan memory not kept: %s\n", err);
+}
+
 int tr_cmd_plan(int argc, char **argv) {
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -438,10 +456,14 @@ int tr_cmd_plan(int argc, char **argv) {
                 unused, a.cluster || a.gpu ? " for a --cluster or --gpus plan" : "");
         return 2;
     }
+    char dir[TR_PATH_MAX], err[TR_PATH_MAX + 200] = "";
+    if (tr_plan_memory_dir(dir, sizeof dir, err, sizeof err)) {
+        fprintf(stderr, "trainer plan: %s\n", err);
+        return 2;
+    }
     tr_recipe r;
     if (tr_load_recipe(&r, &o, "plan")) return 1;
     tr_cluster *c = calloc(1, sizeof(*c));
-    char err[1024] = "";
     int rc = 0, cpu = 0; /* this job's backend is the CPU's */
     tr_comm *world = NULL;
     if (!c) return 1;
@@ -467,6 +489,7 @@ int tr_cmd_plan(int argc, char **argv) {
     po.fixed = tr_options_layout(&o, c->cpu ? 0 : TR_CUDA_PAD_VOCAB); /* the cluster's backend */
     tr_plan_result *res = calloc(1, sizeof(*res));
     rc = !res || tr_plan_search(&r, c, &po, res, err, sizeof err);
+    if (!rc && world) remember(world, dir, &r, c, &o, &po, res);
     if (rc)
         fprintf(stderr, "trainer plan: %s\n", res ? err : "out of memory");
     else if (!res->fits && !a.json)

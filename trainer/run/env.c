@@ -1,8 +1,8 @@
 /* `trainer run`'s environment switches, each read and checked once, right after the ranks
  * connect, by parallel/comm/env.h's helpers, then only read from x: the tests' fault injection
  * (TR_FAULT_*), TR_LEDGER, TR_DP_SYNC_REFRESH, TR_CKPT_SYNC and TR_DUMP_PARAMS (and
- * TR_HOSTNAME, kept by trainer/util.c). A malformed value is one line naming the variable and
- * what it must be, never silently ignored. */
+ * TR_HOSTNAME, kept by trainer/util.c, and TR_PLAN_MEMORY, by trainer/plan_memory.c). A malformed
+ * value is one line naming the variable and what it must be, never silently ignored. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -117,7 +117,7 @@ int run_env_settings(run_ctx *x) {
     if (fault_settings(x, m, ml) || tr_env_word("TR_LEDGER", on_off, &ledger, m, ml) < 0 ||
         tr_env_bool("TR_DP_SYNC_REFRESH", &x->dp_sync_refresh, m, ml) < 0 ||
         tr_env_bool("TR_CKPT_SYNC", &x->ckpt_sync, m, ml) < 0 || dump_params_path(x, m, ml) ||
-        tr_hostname_init(m, ml)) {
+        tr_hostname_init(m, ml) || tr_plan_memory_dir(x->memory_dir, sizeof x->memory_dir, m, ml)) {
         snprintf(x->msg, sizeof(x->msg), "trainer run: %s", m);
         return -1;
     }

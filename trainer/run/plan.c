@@ -25,23 +25,13 @@ static tr_plan_opts plan_opts(const run_ctx *x) {
 /* The plan's choices into the flags (those the user gave are the plan's already). */
 static void apply(run_ctx *x, const tr_plan *p) {
     tr_options *o = &x->o;
-    tr_layout_flags f = tr_layout_pin(&p->l);
-    f.pad_vocab = o->layout.pad_vocab;
+    tr_layout_flags f = {.pad_vocab = o->layout.pad_vocab};
+    tr_plan_pin(&p->l, &f, &x->r);
     if (!(x->cluster.g[0].mem_bytes.v > 0)) { /* a device of unknown memory: the resolver's rule */
         f.microbatches = o->layout.microbatches;
         f.micro_batch = o->layout.micro_batch;
     }
     o->layout = f;
-    tr_layout_recompute_to_recipe(&p->l, &x->r.train);
-    if (p->l.shares_uneven && x->r.parallel.n_dp_shares == 0) { /* shares by the replicas' speeds */
-        x->r.parallel.n_dp_shares = p->l.dp;
-        memcpy(x->r.parallel.dp_shares, p->l.dp_shares, (size_t)p->l.dp * sizeof(int));
-    }
-    if (p->l.stages_given && x->r.parallel.n_stages == 0) { /* cut by the stages' speeds */
-        int K = p->l.pp * p->l.virtual_stages;
-        x->r.parallel.n_stages = K;
-        memcpy(x->r.parallel.stages, p->l.chunk_start, (size_t)K * sizeof(int));
-    }
 }
 
 /* The recipe's model with one block per stack: what the probe below times. */
@@ -237,9 +227,7 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, double 
 static void keep_layout(run_ctx *x) {
     tr_options *o = &x->o;
     const tr_layout_flags *g = &o->layout;
-    int flags = g->dp >= 0 || g->tp >= 0 || g->pp > 0 || g->zero >= 0 || g->schedule >= 0 ||
-                g->microbatches > 0 || g->virtual_stages > 0 || g->sequence_parallel ||
-                g->micro_batch > 0;
+    int flags = tr_layout_flags_given(g);
     char path[TR_PATH_MAX + 16], err[256];
     snprintf(path, sizeof path, "%s/recipe.lua", x->r.train.out);
     tr_recipe s;
@@ -305,6 +293,10 @@ int run_plan(run_ctx *x) {
         free(res);
         return -1;
     }
+    if (!x->o.resume && !tr_layout_flags_given(&po.fixed) &&
+        tr_plan_memory_path(x->memory_dir, &x->r, &x->cluster, x->o.memory_mib, x->memory,
+                            sizeof x->memory))
+        tr_plan_memory_keep(x->world, x->memory, &x->r, &x->cluster, &po, res);
     x->plan = res->best;
     x->planned = 1;
     size_t len = 0; /* OUT/plan.json: written with the run's other files (open_outputs) */
@@ -320,8 +312,9 @@ int run_plan(run_ctx *x) {
     tr_plan_describe(&x->plan, d, sizeof d);
     snprintf(x->plan_line[0], sizeof x->plan_line[0],
              "plan: %s (chosen from %ld layouts in %.2f s for %s; ties within %.0f%%, or "
-             "the probes' %.0f%%%s)", d, res->evaluated, res->seconds, x->cluster.source,
-             100 * res->tie, 100 * res->noise, x->replanned);
+             "the probes' %.0f%%%s%s%.500s)",
+             d, res->evaluated, res->seconds, x->cluster.source, 100 * res->tie, 100 * res->noise,
+             x->replanned, res->memory[0] ? "; plan memory: " : "", res->memory);
     free(res);
     return 0;
 }

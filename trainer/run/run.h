@@ -80,6 +80,8 @@ typedef struct {
     double steps_s;      /* measured: seconds of the steps after each start's first */
     int steps_n;
     char plan_line[2][1024]; /* the plan and its prediction, for the banner */
+    char memory_dir[TR_PATH_MAX]; /* TR_PLAN_MEMORY's folder (trainer/plan_memory.c), "": off */
+    char memory[TR_PATH_MAX];     /* the plan memory's file for this run, "" when not used */
     char replanned[160];     /* --resume on another number of processes: why it was planned anew */
     double mem_most;         /* the fullest rank's bytes after the last step */
     const tr_backend *be;

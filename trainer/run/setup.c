@@ -460,6 +460,10 @@ static int setup_outputs(run_ctx *x) {
     if (x->o.overwrite && run_setup_failed(x->world, x->rank == 0 && run_folder_clear(x), ""))
         return -1;
     if (run_setup_failed(x->world, x->rank == 0 && open_outputs(x), "")) return -1;
+    char err[TR_PATH_MAX + 128]; /* the plan memory: a cache, whose failure ends nothing */
+    if (x->rank == 0 && x->planned && x->memory[0] &&
+        tr_plan_memory_save(x->memory, &x->plan, err, sizeof err))
+        printf("plan memory: not kept: %s\n", err);
     if (r->train.checkpoint_every > 0 && run_open_checkpoints(x, 0)) return -1;
     if (setup_trace(x)) return -1;
     x->inputs = malloc((size_t)x->B * x->T * sizeof(int));
