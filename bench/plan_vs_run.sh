@@ -53,7 +53,10 @@
 # Stability (PVR_PLANS=N): then N `trainer plan`s of each recipe on the same ranks, one after
 # another, and the layouts they chose, each with how often and its measured step against the
 # fastest layout's where it was run; with PVR_REF=an earlier trainer binary, its N plans too,
-# interleaved with this one's, beside them. reps 0 runs no layout: the plans' choices alone.
+# interleaved with this one's, beside them; and N more of this trainer with the plan memory
+# (trainer/plan_memory.c) in a folder of their own, empty at the first: the layouts kept.
+# Every other plan and run of the bench plans from scratch (TR_PLAN_MEMORY=off), as the
+# planner's choice is what it measures. reps 0 runs no layout: the plans' choices alone.
 #
 # Usage: [PVR_RECIPES=pp_gpt,...] [PVR_VARIANTS=0] [PVR_DUEL=N] [PVR_PLANS=N [PVR_REF=binary]]
 #        bench/plan_vs_run.sh [steps] [reps] [configs] [limit]
@@ -82,6 +85,7 @@ fi
 [ -x "$T" ] || { echo "bench: no trainer at $T (build it, or set TRAINER)"; exit 1; }
 command -v mpirun >/dev/null || { echo "bench: needs mpirun (apt-get install openmpi-bin)"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export TR_PLAN_MEMORY=off # each plan from scratch: the planner is what is measured
 tmp=$(mktemp -d)
 CL=$PWD/tests/cluster/cluster.sh
 boxes=()
@@ -109,7 +113,7 @@ for conf in ${configs//,/ }; do
     *) echo "bench: configuration '$conf': host:N or box:RATE"; exit 2 ;;
     esac
     python3 - "$T" "$steps" "$reps" "$tmp" "$conf" "$limit" "$plans" "$REF" "${prefix[@]}" <<'PY'
-import json, os, re, statistics, subprocess, sys
+import json, os, re, statistics, subprocess, sys, tempfile
 
 T, steps, reps, tmp, conf, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
     sys.argv[4], sys.argv[5], int(sys.argv[6])
@@ -210,10 +214,12 @@ def run(recipe, flags, name):
             resolved(out))
 
 
-def plan_json(recipe, binary=T, n=64):
-    """One `trainer plan --json` of recipe on the same ranks, or None."""
-    cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world), "mpirun", "-np",
-                    str(world), binary, "plan"] + recipe + ["--json", "--alternatives", str(n)]
+def plan_json(recipe, binary=T, n=64, memory="off"):
+    """One `trainer plan --json` of recipe on the same ranks (the plan memory in folder
+    `memory`, or off), or None."""
+    cmd = prefix + ["env", "OMP_NUM_THREADS=%d" % max(1, cores // world),
+                    "TR_PLAN_MEMORY=" + memory, "mpirun", "-np", str(world), binary,
+                    "plan"] + recipe + ["--json", "--alternatives", str(n)]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         return json.loads(r.stdout)
@@ -256,15 +262,17 @@ def stability(recipe, table):
     how often, and each one's measured step against the fastest layout's where it ran."""
     runs = {k[5]: k[1] for l, k in table.items() if l != "auto" and len(k) > 5}
     fastest = min(runs.values()) if runs else None
-    who = [("this trainer", T)] + ([("PVR_REF " + ref, ref)] if ref else [])
-    chosen = {w: {} for w, _ in who}
+    memory = tempfile.mkdtemp(dir=tmp)
+    who = [("this trainer", T, "off")] + ([("PVR_REF " + ref, ref, "off")] if ref else []) + \
+        [("this trainer with the plan memory", T, memory)]
+    chosen = {w: {} for w, _, _ in who}
     for _ in range(plans):
-        for w, binary in who:
-            d = plan_json(recipe, binary, 1)
+        for w, binary, mem in who:
+            d = plan_json(recipe, binary, 1, mem)
             k = key_of(d["plan"]) if d else "no plan"
             chosen[w][k] = chosen[w].get(k, 0) + 1
     print("the choices of %d `trainer plan`s, one after another:" % plans)
-    for w, _ in who:
+    for w, _, _ in who:
         worst = 0
         print("  %s: %d different" % (w, len(chosen[w])))
         for k, n in sorted(chosen[w].items(), key=lambda kn: -kn[1]):
@@ -314,8 +322,9 @@ def simpler_key(k):
             SCHEDULES.index(sch) if sch else 0, dp, mb)
 
 
-def tie_bands(table):
-    """The tie's band (parallel/plan.c PL_TIE) against these runs: for bands of 0-10%, the
+def tie_bands(table, planner_band):
+    """The tie's band (parallel/plan.c PL_TIE; the planner's, planner_band, from its --json)
+    against these runs: for bands of 0-10%, the
     simplest layout predicted within that band of the best prediction (each layout's runs'
     own), and its measured step against the fastest layout's. The noise half of the tie is
     left out: it is each start-up's own."""
@@ -325,10 +334,11 @@ def tie_bands(table):
         return
     lo_p, lo_m = min(r[0] for r in rows), min(r[1] for r in rows)
     out = []
-    for band in (0.0, 0.02, 0.05, 0.10):
+    for band in sorted({0.0, 0.02, 0.05, 0.10, round(planner_band, 4)}):
         c = min((r for r in rows if r[0] <= lo_p * (1 + band)), key=lambda r: simpler_key(r[2]))
-        out.append("%.0f%%%s %+.1f%% (%s)" % (100 * band, " (the planner's)" if band == 0.05
-                                              else "", 100 * (c[1] / lo_m - 1), named(c[2])))
+        out.append("%.0f%%%s %+.1f%% (%s)" % (100 * band, " (the planner's)" if band ==
+                                              round(planner_band, 4) else "",
+                                              100 * (c[1] / lo_m - 1), named(c[2])))
     print("the tie's band against these runs (the simplest layout predicted within it of the "
           "best, measured against the fastest):\n  " + "\n  ".join(out))
 
@@ -478,7 +488,7 @@ for rname, recipe in recipes:
               "%s measured %.4fs: %+.1f%% (%s), place %d of %d" %
               (auto[4], auto[1], auto[0], fastest[0], fastest[1][1], 100 * gap, verdict, place,
                len(table) - 1))
-    tie_bands(table)
+    tie_bands(table, tie.get("band", 0))
     if DUEL and auto and fastest:
         duel(recipe, rname, table, runs)
     if plans:

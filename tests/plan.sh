@@ -269,6 +269,16 @@ TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" run tests/recipes_good/pp_gpt.lua --set 
 TR_PLAN_MEMORY=off HOME="$tmp/home" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m5.json" 2>&1 &&
     [ "$(mfield "$tmp/m5.json")" = "" ] && [ ! -e "$tmp/home" ] &&
     ok "plan memory: TR_PLAN_MEMORY=off keeps none" || bad "plan memory: off: $(mfield "$tmp/m5.json" 2>&1)"
+# ranks whose variable differs follow rank 0's (only it reads and writes): no rank waits alone
+rm -rf "$tmp/mem0"
+timeout 120 mpirun -np 1 env TR_PLAN_MEMORY="$tmp/mem0" "$T" plan tests/recipes_good/pp_gpt.lua --json : \
+    -np 1 env TR_PLAN_MEMORY=off "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m6.json" 2>"$tmp/m6.err" &&
+    [[ "$(mfield "$tmp/m6.json")" == "nothing remembered yet ($tmp/mem0/"* ]] && ls "$tmp/mem0"/pp_gpt-*.plan >/dev/null &&
+    timeout 120 mpirun -np 1 env TR_PLAN_MEMORY=off "$T" plan tests/recipes_good/pp_gpt.lua --json : \
+        -np 1 env TR_PLAN_MEMORY="$tmp/mem0" "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m7.json" 2>>"$tmp/m6.err" &&
+    [ "$(mfield "$tmp/m7.json")" = "" ] &&
+    ok "plan memory: ranks with different TR_PLAN_MEMORY follow rank 0's" ||
+    { bad "plan memory: mixed TR_PLAN_MEMORY"; cat "$tmp/m6.err"; }
 TR_PLAN_MEMORY="$f" expect 2 "^trainer plan: TR_PLAN_MEMORY must be off or a folder, got '$f'$" -- \
     plan tests/recipes_good/pp_gpt.lua
 TR_PLAN_MEMORY="$f" expect 1 "^trainer run: TR_PLAN_MEMORY must be off or a folder, got '$f'$" -- \

@@ -431,11 +431,11 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
 static void remember(tr_comm *world, const char *dir, const tr_recipe *r, const tr_cluster *c,
                      const tr_options *o, const tr_plan_opts *po, tr_plan_result *res) {
     char path[TR_PATH_MAX], err[TR_PATH_MAX + 128];
-    if (po->objective != TR_PLAN_TIME || po->deadline_h > 0 || tr_layout_flags_given(&po->fixed) ||
-        !tr_plan_memory_path(dir, r, c, o->memory_mib, path, sizeof path))
+    if (po->objective != TR_PLAN_TIME || po->deadline_h > 0 || tr_layout_flags_given(&po->fixed))
         return;
-    tr_plan_memory_keep(world, path, r, c, po, res);
-    if (res->fits && tr_comm_rank(world) == 0 &&
+    tr_plan_memory_path(dir, r, c, o->memory_mib, path, sizeof path);
+    tr_plan_memory_keep(world, path, r, c, po, res); /* every rank: rank 0 reads */
+    if (res->fits && tr_comm_rank(world) == 0 && path[0] &&
         tr_plan_memory_save(path, &res->best, err, sizeof err))
         fprintf(stderr, "trainer plan: plan memory not kept: %s\n", err);
 }

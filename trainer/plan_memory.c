@@ -250,7 +250,9 @@ static void put_first(tr_plan_result *res, const tr_plan *kept) {
 int tr_plan_memory_keep(tr_comm *w, const char *path, const tr_recipe *r, const tr_cluster *c,
                         const tr_plan_opts *po, tr_plan_result *res) {
     res->memory[0] = 0;
-    if (!path[0] || !res->fits) return 0;
+    int on = path[0] != 0; /* rank 0's say: another rank's environment may differ */
+    if (w && tr_comm_size(w) > 1) tr_comm_broadcast(w, &on, 1, TR_COMM_I32, 0);
+    if (!on || !res->fits) return 0;
     char *text = read_shared(w, path);
     if (!text) {
         snprintf(res->memory, sizeof res->memory, "nothing remembered yet (%s)", path);

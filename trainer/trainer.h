@@ -66,10 +66,10 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
  * recipe r on cluster c with --memory-mib mem_mib (0: none); 1 with path set, 0 (path "")
  * when dir is "" or c is not a detected job's. tr_plan_memory_keep: every
  * rank of w (NULL: one process) at once, after tr_plan_search with opts po gave res: rank 0
- * reads path; when the layout there, priced on c (pinned, as the search prices a layout the
- * flags fix), is tied with res->best (tr_plan_tied), it becomes res->best and the search's
- * best the first runner-up; res->memory says what happened. 1 when kept, else 0.
- * tr_plan_memory_save: p's layout into path, atomically (the folders made); 0, or -1 with
+ * reads path (its path decides, "" on rank 0: nothing); when the layout there, priced on c (pinned,
+ * as the search prices a layout the flags fix), is tied with res->best (tr_plan_tied), it becomes
+ * res->best and the search's best the first runner-up; res->memory says what happened. 1 when kept,
+ * else 0. tr_plan_memory_save: p's layout into path, atomically (the folders made); 0, or -1 with
  * err. tr_plan_pin: the flags and recipe fields that make l the resolved layout (f's
  * pad_vocab kept), as a planned run applies a plan. */
 int tr_plan_memory_dir(char *dir, size_t n, char *msg, size_t msglen);

@@ -293,10 +293,11 @@ int run_plan(run_ctx *x) {
         free(res);
         return -1;
     }
-    if (!x->o.resume && !tr_layout_flags_given(&po.fixed) &&
+    if (!x->o.resume && !tr_layout_flags_given(&po.fixed)) { /* every rank: rank 0 reads */
         tr_plan_memory_path(x->memory_dir, &x->r, &x->cluster, x->o.memory_mib, x->memory,
-                            sizeof x->memory))
+                            sizeof x->memory);
         tr_plan_memory_keep(x->world, x->memory, &x->r, &x->cluster, &po, res);
+    }
     x->plan = res->best;
     x->planned = 1;
     size_t len = 0; /* OUT/plan.json: written with the run's other files (open_outputs) */
