@@ -273,18 +273,19 @@ def stability(recipe, table):
             chosen[w][k] = chosen[w].get(k, 0) + 1
     print("the choices of %d `trainer plan`s, one after another:" % plans)
     for w, _, _ in who:
-        worst = 0
+        worst = None
         print("  %s: %d different" % (w, len(chosen[w])))
         for k, n in sorted(chosen[w].items(), key=lambda kn: -kn[1]):
             m = runs.get(k) if isinstance(k, tuple) else None
             if m and fastest:
-                worst = max(worst, m / fastest - 1)
+                worst = max(worst or 0, m / fastest - 1)
             print("    %2d x %s%s" % (n, named(k) if isinstance(k, tuple) else k,
                                       ": measured %.4fs, %+.1f%% of the fastest" %
                                       (m, 100 * (m / fastest - 1)) if m and fastest else
                                       (" (not run)" if runs else "")))
         if runs:
-            print("    the slowest choice measured: %+.1f%% of the fastest layout" % (100 * worst))
+            print("    the slowest choice measured: %s" % ("%+.1f%% of the fastest layout" %
+                  (100 * worst) if worst is not None else "none of them was run"))
 
 
 def ranks(v):

@@ -41,7 +41,9 @@ static const char *plan_help =
     "Without --cluster or --gpus: this job, as `trainer run` would see it (one process, or\n"
     "`mpirun -np N trainer plan ...` for N), on the device run would choose (--device,\n"
     "--precision, --peak-gflops, --memory-mib and --timeout apply to this job only). Run's\n"
-    "output flags (--out, --resume, ...) are refused: plan writes nothing.\n";
+    "output flags (--out, --resume, ...) are refused: plan writes no run folder. This job's\n"
+    "plan, as run's, keeps the layout the recipe got here before while it ties with the best,\n"
+    "and remembers the one chosen (the plan memory: TR_PLAN_MEMORY=off for none).\n";
 
 typedef struct {
     const char *cluster, *gpu;

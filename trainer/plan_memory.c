@@ -2,7 +2,7 @@
  * `trainer run` or `trainer plan` of that recipe on that cluster while it stays tied with the
  * best on the new start-up's probes (parallel/plan.h: tr_plan_tied, the cost model's 5% and
  * what the probes' noise could reorder). Each start-up measures the machine again, and the
- * simplest plan within the tie is chosen: a plan priced near the tie's edge (4.1-4.9% behind
+ * simplest plan within the tie is chosen: a plan priced near the tie's edge (3.5-4.9% behind
  * the best in five plans of bench/tp_gpt.lua on 4 ranks sharing 2 cores) fell inside it in some
  * start-ups and outside in others, so the same recipe ran different layouts from run to run
  * with no measured difference between them. With the memory, the layout changes only when
