@@ -283,4 +283,6 @@ TR_PLAN_MEMORY="$f" expect 2 "^trainer plan: TR_PLAN_MEMORY must be off or a fol
     plan tests/recipes_good/pp_gpt.lua
 TR_PLAN_MEMORY="$f" expect 1 "^trainer run: TR_PLAN_MEMORY must be off or a folder, got '$f'$" -- \
     run tests/recipes_good/pp_gpt.lua --set steps=2 --out "$tmp/mbad"
+TR_PLAN_MEMORY="$f/plans" expect 2 "^trainer plan: TR_PLAN_MEMORY must be off or a folder, got '$f/plans'$" -- \
+    plan tests/recipes_good/pp_gpt.lua
 exit $fail

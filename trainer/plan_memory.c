@@ -16,6 +16,7 @@
 #include "parallel/comm/env.h"
 #include "trainer/report/provenance.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,8 @@ int tr_plan_memory_dir(char *dir, size_t n, char *msg, size_t msglen) {
     dir[0] = 0;
     if (env && !strcmp(env, "off")) return 0;
     if (env && env[0]) {
-        if (strlen(env) >= n - 64 || strchr(env, '\n') || (!stat(env, &st) && !S_ISDIR(st.st_mode)))
+        int is_dir = !stat(env, &st) ? S_ISDIR(st.st_mode) : errno != ENOTDIR; /* or to be */
+        if (strlen(env) >= n - 64 || strchr(env, '\n') || !is_dir)
             return tr_env_bad("TR_PLAN_MEMORY", "off or a folder", env, msg, msglen);
         snprintf(dir, n, "%s", env);
     } else if (xdg && xdg[0] && strlen(xdg) < n - 96) {
