@@ -219,10 +219,13 @@ expect 2 "^trainer plan: --memory-mib is a flag of .trainer run. that plan does 
     plan tests/recipes_good/pp_gpt.lua --gpus 8 --gpu H100-80GB --memory-mib 100
 # 7. the plan memory (trainer/plan_memory.c): the first plan of a recipe on this job finds
 # nothing and remembers its layout; the next one keeps that layout (the best again, or tied
-# with the best); a remembered layout clearly worse (the same with full recompute: a third
-# more compute, past the 5% and past what 25% noise in the compute rate could reorder) is
-# planned anew and replaced; a file that is not one is replaced; a run keeps the remembered
-# layout and says so, --tp 2 leaves the memory alone, TR_PLAN_MEMORY=off keeps none.
+# with the best); a remembered layout clearly worse (the same with full recompute, 1F1B for
+# a zero-bubble schedule: a third more compute, past the 5% and past what 25% noise in the
+# compute rate could reorder), one that no longer resolves, one whose private gradients the
+# plan does not ask for, and a file that is not one are planned anew and replaced; a run
+# keeps the remembered layout and says so, --tp 2 leaves the memory alone,
+# TR_PLAN_MEMORY=off keeps none, ranks whose variable differs follow rank 0's, and a
+# variable that names no folder is one line.
 mem="$tmp/mem"
 mfield() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['memory'])" "$1"; }
 mlayout() { python3 -c "
@@ -241,7 +244,7 @@ TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --jso
     mfield "$tmp/m2.json" | grep -Eq "^(the layout chosen before \($f\), the best again|kept the layout chosen before \($f\): the best on these probes, .*, is 0\.[0-9]+x its step, a tie)$" &&
     ok "plan memory: the next plan keeps it: $(mfield "$tmp/m2.json")" ||
     { bad "plan memory: the next plan: $(mfield "$tmp/m2.json" 2>&1)"; cat "$tmp/m2.err"; }
-full=$(head -1 "$f" | awk '{ $12 = 2; $13 = 0; print }')
+full=$(head -1 "$f" | awk '{ $12 = 2; if ($8 >= 3) $8 = 1; print }') # zero-bubble: 1F1B (no full recompute)
 if [ "$(head -1 "$f" | awk '{ print $13 }')" = 0 ]; then
     printf '%s\n' "$full" >"$f"
     TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m3.json" 2>"$tmp/m3.err"
@@ -252,6 +255,20 @@ if [ "$(head -1 "$f" | awk '{ print $13 }')" = 0 ]; then
 else
     bad "plan memory: the first plan chose levels per stage: $(head -1 "$f")"
 fi
+# a memory whose private gradients differ from what the plan asks for is never kept
+head -1 "$f" | awk '{ $11 = 1; print }' >"$tmp/priv" && cp "$tmp/priv" "$f"
+TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/mp.json" 2>"$tmp/mp.err"
+[ "$(mfield "$tmp/mp.json")" = "planned anew: $f is for another setting of private gradients" ] &&
+    [ "$(head -1 "$f" | awk '{ print $11 }')" = 0 ] &&
+    ok "plan memory: private gradients the plan does not ask for are not kept" ||
+    { bad "plan memory: private gradients: $(mfield "$tmp/mp.json" 2>&1)"; cat "$tmp/mp.err"; }
+# one that no longer resolves (ZB-H1 keeps what full recompute would drop): planned anew
+echo "layout 2 1 1 2 0 0 3 1 1 0 2 0 0 stages 0" >"$f"
+TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/mr.json" 2>"$tmp/mr.err"
+[ "$(mfield "$tmp/mr.json")" = "planned anew: the layout chosen before ($f) no longer resolves" ] &&
+    head -1 "$f" | grep -qv "^layout 2 1 1 2 0 0 3 1 1 0 2 " &&
+    ok "plan memory: a layout that no longer resolves is planned anew" ||
+    { bad "plan memory: zb-h1 with full recompute: $(mfield "$tmp/mr.json" 2>&1)"; cat "$tmp/mr.err"; }
 echo "dp 2 please" >"$f"
 TR_PLAN_MEMORY="$mem" mpirun -np 2 "$T" plan tests/recipes_good/pp_gpt.lua --json >"$tmp/m4.json" 2>"$tmp/m4.err"
 [ "$(mfield "$tmp/m4.json")" = "planned anew: $f is not a plan memory (it is replaced)" ] &&

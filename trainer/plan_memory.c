@@ -87,8 +87,10 @@ int tr_plan_memory_path(const char *dir, const tr_recipe *r, const tr_cluster *c
     for (int i = 0; i < c->hosts.n_hosts; i++) /* each host and how many ranks it runs */
         h = tr_fnv1a(h, c->hosts.name[i], strlen(c->hosts.name[i]) + 1);
     h = tr_fnv1a(h, c->hosts.host_of, (size_t)c->hosts.n_ranks * sizeof c->hosts.host_of[0]);
-    for (int g = 0; g < c->n_groups; g++)
-        h = tr_fnv1a(h, c->g[g].name, strlen(c->g[g].name));
+    for (int g = 0; g < c->n_groups; g++) { /* and what they compute on */
+        h = tr_fnv1a(h, c->g[g].name, strlen(c->g[g].name) + 1);
+        h = tr_fnv1a(h, c->g[g].device, strlen(c->g[g].device) + 1);
+    }
     const char *base = strrchr(r->path, '/');
     base = base ? base + 1 : r->path;
     int stem = (int)strcspn(base, ".");
@@ -264,9 +266,14 @@ int tr_plan_memory_keep(tr_comm *w, const char *path, const tr_recipe *r, const 
     char kept_line[4096], best_line[4096], d[256];
     int bad = layout_parse(text, &l);
     free(text);
-    if (bad || l.world != res->best.l.world) {
+    /* private gradients are what the run asks for (the search's best has them as asked), never
+       the memory's to drop or add */
+    if (bad || l.world != res->best.l.world ||
+        l.private_gradients != res->best.l.private_gradients) {
         snprintf(res->memory, sizeof res->memory, "planned anew: %s is %s", path,
-                 bad ? "not a plan memory (it is replaced)" : "for another number of processes");
+                 bad                            ? "not a plan memory (it is replaced)"
+                 : l.world != res->best.l.world ? "for another number of processes"
+                                                : "for another setting of private gradients");
         return 0;
     }
     layout_text(&l, kept_line, sizeof kept_line);
