@@ -726,6 +726,7 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
     search_all(s, c, o);
     out->evaluated = s->evaluated;
     out->feasible = s->feasible;
+    if (s->n_keep) out->fastest = s->keep[0];
     prefer_simple(s);
     pl_devices dv;
     tr_cluster *sub = malloc(sizeof *sub);

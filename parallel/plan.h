@@ -90,6 +90,7 @@ typedef struct {
     double tie;         /* plans within this share of the best were a tie (PL_TIE) */
     double noise;       /* ... and so were plans this much noise in each figure could reorder
                            (tr_plan_noise) */
+    tr_plan fastest;    /* the plan predicted fastest, which the tie is measured from */
     char memory[900];   /* what the plan memory did (trainer/plan_memory.c), "" when off */
 } tr_plan_result;
 

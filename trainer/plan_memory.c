@@ -242,8 +242,8 @@ static void put_first(tr_plan_result *res, const tr_plan *kept) {
     if (n == TR_PLAN_MAX_ALTS) n--;
     memmove(&res->alts[1], &res->alts[0], (size_t)n * sizeof best);
     snprintf(best.why, sizeof best.why,
-             "step %.2fx, the best on these probes but a tie with the layout chosen before "
-             "(the plan memory keeps it)",
+             "step %.2fx, the search's choice on these probes; the layout chosen before ties "
+             "with the fastest, and the plan memory keeps it",
              kept->step_s > 0 ? best.step_s / kept->step_s : 0);
     res->alts[0] = best;
     res->n_alts = n + 1;
@@ -279,14 +279,20 @@ int tr_plan_memory_keep(tr_comm *w, const char *path, const tr_recipe *r, const 
     layout_text(&l, kept_line, sizeof kept_line);
     layout_text(&res->best.l, best_line, sizeof best_line);
     if (!strcmp(kept_line, best_line)) {
-        snprintf(res->memory, sizeof res->memory, "the layout chosen before (%s), the best again",
+        snprintf(res->memory, sizeof res->memory, "the layout chosen before (%s), chosen again",
                  path);
         return 0;
     }
     tr_recipe *pinned = malloc(sizeof *pinned);
     tr_plan_result *again = calloc(1, sizeof *again);
+    if (!pinned || !again) {
+        free(pinned);
+        free(again);
+        snprintf(res->memory, sizeof res->memory, "planned anew: out of memory to price %s", path);
+        return 0;
+    }
     int rc = -1;
-    if (pinned && again) {
+    {
         *pinned = *r; /* a shallow copy: only read by the search */
         tr_plan_opts o = *po;
         o.alternatives = 0;
@@ -294,26 +300,28 @@ int tr_plan_memory_keep(tr_comm *w, const char *path, const tr_recipe *r, const 
         char err[512];
         rc = tr_plan_search(pinned, c, &o, again, err, sizeof err);
     }
-    const tr_plan *k = &again->best, *b = &res->best;
+    /* the tie is measured from the fastest plan, as the search's own (the plan it chose is the
+       simplest within it, and a tie with that one could be past the fastest's) */
+    const tr_plan *k = &again->best, *b = res->fastest.step_s > 0 ? &res->fastest : &res->best;
     if (!rc && again->fits) layout_text(&k->l, kept_line, sizeof kept_line); /* as resolved */
     int same = !rc && again->fits && !strcmp(kept_line, best_line);
     int keep = !same && !rc && again->fits &&
                tr_plan_tied(b, k, b->step_s, k->step_s, res->tie, res->noise);
     if (same) {
-        snprintf(res->memory, sizeof res->memory, "the layout chosen before (%s), the best again",
+        snprintf(res->memory, sizeof res->memory, "the layout chosen before (%s), chosen again",
                  path);
     } else if (keep) {
         tr_plan_describe(b, d, sizeof d);
         snprintf(res->memory, sizeof res->memory,
-                 "kept the layout chosen before (%s): the best on these probes, %.200s, is %.2fx "
-                 "its step, a tie",
+                 "kept the layout chosen before (%s): the fastest on these probes, %.200s, is "
+                 "%.2fx its step, a tie",
                  path, d, k->step_s > 0 ? b->step_s / k->step_s : 0);
         put_first(res, k);
     } else if (!rc && again->fits) {
         tr_plan_describe(k, d, sizeof d);
         snprintf(res->memory, sizeof res->memory,
-                 "planned anew: the layout chosen before (%s), %.200s, is %.2fx the best on "
-                 "these probes, more than the tie",
+                 "planned anew: the layout chosen before (%s), %.200s, is %.2fx the fastest "
+                 "on these probes, more than the tie",
                  path, d, b->step_s > 0 ? k->step_s / b->step_s : 0);
     } else {
         snprintf(res->memory, sizeof res->memory, "planned anew: the layout chosen before (%s) %s",
