@@ -427,16 +427,14 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
     fprintf(f, "]}\n");
 }
 
-/* A job's plan of its time (no deadline, no field a flag fixes) through the plan memory:
- * kept when the layout chosen before is still tied with the best, and remembered (by rank 0;
- * a memory that cannot be written is said on stderr and ends nothing). */
-static void remember(tr_comm *world, const char *dir, const tr_recipe *r, const tr_cluster *c,
-                     const tr_options *o, const tr_plan_opts *po, tr_plan_result *res) {
-    char path[TR_PATH_MAX], err[TR_PATH_MAX + 128];
-    if (po->objective != TR_PLAN_TIME || po->deadline_h > 0 || tr_layout_flags_given(&po->fixed))
-        return;
-    tr_plan_memory_path(dir, r, c, o->memory_mib, path, sizeof path);
-    tr_plan_memory_keep(world, path, r, c, po, res); /* every rank: rank 0 reads */
+/* A job's plan of its time (no deadline, no field a flag fixes) through the plan memory: mem
+ * (tr_plan_memory_read's, read at path) kept when the layout chosen before still ties with
+ * the fastest, and the plan remembered (by rank 0; a memory that cannot be written is said on
+ * stderr and ends nothing). */
+static void remember(tr_comm *world, const char *path, const char *mem, int on, const tr_recipe *r,
+                     const tr_cluster *c, const tr_plan_opts *po, tr_plan_result *res) {
+    char err[TR_PATH_MAX + 128];
+    tr_plan_memory_keep(mem, on, path, r, c, po, res);
     if (res->fits && tr_comm_rank(world) == 0 && path[0] &&
         tr_plan_memory_save(path, &res->best, err, sizeof err))
         fprintf(stderr, "trainer plan: plan memory not kept: %s\n", err);
@@ -489,9 +487,16 @@ int tr_cmd_plan(int argc, char **argv) {
                        .alternatives = a.alternatives,
                        .all_devices = world != NULL}; /* a job plans for its processes */
     po.fixed = tr_options_layout(&o, c->cpu ? 0 : TR_CUDA_PAD_VOCAB); /* the cluster's backend */
+    /* this job's plan memory, read on every rank whatever each plans */
+    char path[TR_PATH_MAX] = "", *mem = NULL;
+    int on = 0, want = world && po.objective == TR_PLAN_TIME && !(po.deadline_h > 0) &&
+                       !tr_layout_flags_given(&po.fixed);
+    if (want) tr_plan_memory_path(dir, &r, c, o.memory_mib, path, sizeof path);
+    if (world) mem = tr_plan_memory_read(world, path, &on);
     tr_plan_result *res = calloc(1, sizeof(*res));
     rc = !res || tr_plan_search(&r, c, &po, res, err, sizeof err);
-    if (!rc && world) remember(world, dir, &r, c, &o, &po, res);
+    if (!rc && want) remember(world, path, mem, on, &r, c, &po, res);
+    free(mem);
     if (rc)
         fprintf(stderr, "trainer plan: %s\n", res ? err : "out of memory");
     else if (!res->fits && !a.json)

@@ -200,19 +200,22 @@ int tr_plan_memory_save(const char *path, const tr_plan *p, char *err, size_t er
     return tr_atomic_commit(&a, err, errlen);
 }
 
-/* Rank 0's copy of the file at path, on every rank (NULL: none, or not readable). */
-static char *read_shared(tr_comm *w, const char *path) {
+char *tr_plan_memory_read(tr_comm *w, const char *path, int *on) {
     char *text = NULL;
     size_t len = 0;
     long long n = -1;
-    if (!w || tr_comm_rank(w) == 0) {
+    int root = !w || tr_comm_rank(w) == 0;
+    *on = path[0] != 0; /* rank 0's say: another rank's environment or flags may differ */
+    if (root && *on) {
         FILE *f = fopen(path, "r");
         if (f && !tr_read_all(f, MEMORY_MAX, &text, &len)) n = (long long)len;
         if (f) fclose(f);
     }
     if (w && tr_comm_size(w) > 1) {
-        tr_comm_broadcast(w, &n, 1, TR_COMM_I64, 0);
-        if (n >= 0 && tr_comm_rank(w) != 0) text = calloc((size_t)n + 1, 1);
+        long long v[2] = {*on, n};
+        tr_comm_broadcast(w, v, 2, TR_COMM_I64, 0);
+        *on = (int)v[0], n = v[1];
+        if (n >= 0 && !root) text = calloc((size_t)n + 1, 1);
         int bad = n >= 0 && !text;
         tr_comm_all_reduce(w, &bad, 1, TR_COMM_I32);
         if (bad)
@@ -251,13 +254,10 @@ static void put_first(tr_plan_result *res, const tr_plan *kept) {
     res->best.why[0] = 0;
 }
 
-int tr_plan_memory_keep(tr_comm *w, const char *path, const tr_recipe *r, const tr_cluster *c,
-                        const tr_plan_opts *po, tr_plan_result *res) {
+int tr_plan_memory_keep(const char *text, int on, const char *path, const tr_recipe *r,
+                        const tr_cluster *c, const tr_plan_opts *po, tr_plan_result *res) {
     res->memory[0] = 0;
-    int on = path[0] != 0; /* rank 0's say: another rank's environment may differ */
-    if (w && tr_comm_size(w) > 1) tr_comm_broadcast(w, &on, 1, TR_COMM_I32, 0);
     if (!on || !res->fits) return 0;
-    char *text = read_shared(w, path);
     if (!text) {
         snprintf(res->memory, sizeof res->memory, "nothing remembered yet (%s)", path);
         return 0;
@@ -265,7 +265,6 @@ int tr_plan_memory_keep(tr_comm *w, const char *path, const tr_recipe *r, const 
     tr_layout l;
     char kept_line[4096], best_line[4096], d[256];
     int bad = layout_parse(text, &l);
-    free(text);
     /* private gradients are what the run asks for (the search's best has them as asked), never
        the memory's to drop or add */
     if (bad || l.world != res->best.l.world ||

@@ -59,24 +59,28 @@ int tr_cmd_plan(int argc, char **argv);
  * rate and the alternatives; `trainer run` keeps the same in OUT/plan.json. */
 void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f);
 /* The plan memory (trainer/plan_memory.c): the layout a recipe last got on a detected cluster,
- * kept while it stays tied with the best on the new start-up's probes. tr_plan_memory_dir:
- * its folder, read and checked once at start: TR_PLAN_MEMORY's ("off": none, dir ""), else
- * $XDG_CACHE_HOME/trainer/plans or $HOME/.cache/trainer/plans; -1 with the line in msg when
- * TR_PLAN_MEMORY is neither "off" nor a folder. tr_plan_memory_path: the file in dir for
- * recipe r on cluster c with --memory-mib mem_mib (0: none); 1 with path set, 0 (path "")
- * when dir is "" or c is not a detected job's. tr_plan_memory_keep: every
- * rank of w (NULL: one process) at once, after tr_plan_search with opts po gave res: rank 0
- * reads path (its path decides, "" on rank 0: nothing); when the layout there, priced on c (pinned,
- * as the search prices a layout the flags fix), is tied with res->best (tr_plan_tied), it becomes
- * res->best and the search's best the first runner-up; res->memory says what happened. 1 when kept,
- * else 0. tr_plan_memory_save: p's layout into path, atomically (the folders made); 0, or -1 with
+ * kept while it stays tied with the fastest plan on the new start-up's probes.
+ * tr_plan_memory_dir: its folder, read and checked once at start: TR_PLAN_MEMORY's ("off":
+ * none, dir ""), else $XDG_CACHE_HOME/trainer/plans or $HOME/.cache/trainer/plans; -1 with the
+ * line in msg when TR_PLAN_MEMORY is neither "off" nor a folder. tr_plan_memory_path: the file
+ * in dir for recipe r on cluster c with --memory-mib mem_mib (0: none); 1 with path set, 0
+ * (path "") when dir is "" or c is not a detected job's. tr_plan_memory_read: every rank of w
+ * (NULL: one process) at once, whatever it plans, so that ranks whose flags or environment
+ * differ meet in it: rank 0's path decides (*on: not ""), rank 0 reads it, and every rank gets
+ * its text (NULL: none yet, or not readable; free it). tr_plan_memory_keep, after
+ * tr_plan_search with opts po gave res, on that text: when the layout there, priced on c
+ * (pinned, as the search prices a layout the flags fix), ties with the fastest plan
+ * (tr_plan_tied), it becomes res->best and the search's choice the first runner-up;
+ * res->memory says what happened (path names the file in it). 1 when kept, else 0.
+ * tr_plan_memory_save: p's layout into path, atomically (the folders made); 0, or -1 with
  * err. tr_plan_pin: the flags and recipe fields that make l the resolved layout (f's
  * pad_vocab kept), as a planned run applies a plan. */
 int tr_plan_memory_dir(char *dir, size_t n, char *msg, size_t msglen);
 int tr_plan_memory_path(const char *dir, const tr_recipe *r, const tr_cluster *c, double mem_mib,
                         char *path, size_t n);
-int tr_plan_memory_keep(tr_comm *w, const char *path, const tr_recipe *r, const tr_cluster *c,
-                        const tr_plan_opts *po, tr_plan_result *res);
+char *tr_plan_memory_read(tr_comm *w, const char *path, int *on);
+int tr_plan_memory_keep(const char *text, int on, const char *path, const tr_recipe *r,
+                        const tr_cluster *c, const tr_plan_opts *po, tr_plan_result *res);
 int tr_plan_memory_save(const char *path, const tr_plan *p, char *err, size_t errlen);
 void tr_plan_pin(const tr_layout *l, tr_layout_flags *f, tr_recipe *r);
 int tr_cmd_tokenize(int argc, char **argv);

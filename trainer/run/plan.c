@@ -264,22 +264,15 @@ static void keep_layout(run_ctx *x) {
     tr_recipe_free(&s);
 }
 
-int run_plan(run_ctx *x) {
-    keep_layout(x);
-    if (tr_detect_cluster(x->world, x->be, x->peak * 1e9, x->o.memory_mib * 1048576.0, &x->r,
-                          &x->cluster, x->err, sizeof x->err)) {
-        snprintf(x->msg, sizeof x->msg, "trainer run: %s", x->err);
-        return -1;
-    }
-    run_private_cluster(x, &x->cluster); /* the organisations the plan keeps tp x pp inside */
-    tr_plan_opts po = plan_opts(x);
-    if (!tr_plan_open(&x->r, &po)) return 0; /* priced once resolved (run_price) */
+/* The search for the plan, the plan memory's text (mem, on: tr_plan_memory_read) kept when
+ * `want` and it still ties, and the plan applied; OUT/plan.json and the banner's line. */
+static int search(run_ctx *x, const tr_plan_opts *po, int want, const char *mem, int on) {
     tr_plan_result *res = calloc(1, sizeof(*res));
     if (!res) {
         snprintf(x->msg, sizeof x->msg, "trainer run: out of memory");
         return -1;
     }
-    if (tr_plan_search(&x->r, &x->cluster, &po, res, x->err, sizeof x->err)) {
+    if (tr_plan_search(&x->r, &x->cluster, po, res, x->err, sizeof x->err)) {
         free(res); /* the fixed fields cannot run here: tr_layout_resolve says why */
         return 0;
     }
@@ -293,11 +286,7 @@ int run_plan(run_ctx *x) {
         free(res);
         return -1;
     }
-    if (!x->o.resume && !tr_layout_flags_given(&po.fixed)) { /* every rank: rank 0 reads */
-        tr_plan_memory_path(x->memory_dir, &x->r, &x->cluster, x->o.memory_mib, x->memory,
-                            sizeof x->memory);
-        tr_plan_memory_keep(x->world, x->memory, &x->r, &x->cluster, &po, res);
-    }
+    if (want) tr_plan_memory_keep(mem, on, x->memory, &x->r, &x->cluster, po, res);
     x->plan = res->best;
     x->planned = 1;
     size_t len = 0; /* OUT/plan.json: written with the run's other files (open_outputs) */
@@ -318,6 +307,29 @@ int run_plan(run_ctx *x) {
              x->replanned, res->memory[0] ? "; plan memory: " : "", res->memory);
     free(res);
     return 0;
+}
+
+int run_plan(run_ctx *x) {
+    keep_layout(x);
+    if (tr_detect_cluster(x->world, x->be, x->peak * 1e9, x->o.memory_mib * 1048576.0, &x->r,
+                          &x->cluster, x->err, sizeof x->err)) {
+        snprintf(x->msg, sizeof x->msg, "trainer run: %s", x->err);
+        return -1;
+    }
+    run_private_cluster(x, &x->cluster); /* the organisations the plan keeps tp x pp inside */
+    tr_plan_opts po = plan_opts(x);
+    /* the plan memory: read on every rank here, before anything a rank's own flags decide (a
+       rank launched with other flags is refused later, by the setup's agreement) */
+    int want = !x->o.resume && !tr_layout_flags_given(&po.fixed), on;
+    x->memory[0] = 0;
+    if (want)
+        tr_plan_memory_path(x->memory_dir, &x->r, &x->cluster, x->o.memory_mib, x->memory,
+                            sizeof x->memory);
+    char *mem = tr_plan_memory_read(x->world, x->memory, &on);
+    /* a layout the flags and recipe fix whole is priced once resolved (run_price) */
+    int rc = tr_plan_open(&x->r, &po) ? search(x, &po, want, mem, on) : 0;
+    free(mem);
+    return rc;
 }
 
 int run_price(run_ctx *x) {
