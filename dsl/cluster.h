@@ -140,6 +140,11 @@ typedef struct {
        rank at once (the slowest; trainer/run/plan.c); 0 where not measured (the planner then
        prices the update at the memory bandwidth) */
     double optim_rate;
+    /* A detected CPU job planning a recipe: seconds per matrix product that do not shrink with
+       its size (its call, the fork and join of the operations around it), every rank at once
+       (trainer/run/plan.c times the recipe's model shrunk to nothing); 0 where not measured
+       (the planner's assumed PL_CPU_OP_COST then) */
+    double op_cost;
 } tr_cluster;
 
 /* g's matrix efficiency from the device d's (NULL: an unknown device's, assumed), unless

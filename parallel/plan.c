@@ -664,17 +664,20 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
             c->n_groups > 1 ? g->device : "", own.efficiency.v, tr_origin_name(own.efficiency.from),
             own.efficiency_source[0] ? ": " : "", own.efficiency_source);
     }
+    const char *op_from =
+        c->op_cost > 0 ? "measured: the recipe's model shrunk to nothing" : "assumed";
+    double op = c->op_cost > 0 ? c->op_cost : PL_CPU_OP_COST;
     if (c->cpu && !(c->model_eff[0] > 0))
         add(buf, n, &used,
-            "%.0f us per operation (assumed), the weights' %.0f passes a "
+            "%.1f us per operation (%s), the weights' %.0f passes a "
             "micro-batch (counted) at the memory bandwidth",
-            1e6 * PL_CPU_OP_COST, PL_CPU_WEIGHT_PASSES);
+            1e6 * op, op_from, PL_CPU_WEIGHT_PASSES);
     else if (c->cpu) /* the level measured; how it moves with the micro-batch, the model's */
         add(buf, n, &used,
             "the model's own rate (measured), its change with the micro-batch "
-            "at %.0f us per operation (assumed) and the weights' %.0f passes through memory "
+            "at %.1f us per operation (%s) and the weights' %.0f passes through memory "
             "(counted)",
-            1e6 * PL_CPU_OP_COST, PL_CPU_WEIGHT_PASSES);
+            1e6 * op, op_from, PL_CPU_WEIGHT_PASSES);
     else
         add(buf, n, &used, "%.0f us per matrix product's launch and tail (assumed)",
             1e6 * PL_GPU_OP_COST);

@@ -140,8 +140,9 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
         if (g->cores > 0 && want > g->cores) d->share = mind(d->share, g->cores / want);
     }
     /* an operation's own cost is work on the cores, as the products' is: ranks that share
-       them pay it at their share, as the rate (measured with every rank at once) does */
-    d->op_cost = c->cpu ? PL_CPU_OP_COST / d->share : PL_GPU_OP_COST;
+       them pay it at their share. The probe's figure was timed with every rank at once, so
+       it has paid that already, as the rate has */
+    d->op_cost = !c->cpu ? PL_GPU_OP_COST : c->op_cost > 0 ? c->op_cost : PL_CPU_OP_COST / d->share;
     d->weight_passes = c->cpu ? PL_CPU_WEIGHT_PASSES : 0;
     for (int i = first; !c->cpu && i >= 0 && i <= last; i++) /* the largest of those used */
         d->reserve = fmax(d->reserve, tr_plan_runtime_reserve(c->g[i].device, NULL));

@@ -12,10 +12,11 @@
    published runs (dsl/cluster.c). */
 #define PL_GPU_OP_COST 6e-6     /* s per kernel launch and tail, per matrix product */
 /* s per matrix product on the CPU backend, with the operations around it (threads' fork and
-   join): `trainer run` of bench/pp_gpt.lua and bench/tp_gpt.lua on one process, micro-batch 1
-   against 8, took 2.9 and 6.6 ms more per extra micro-batch on 1 thread, 3.2 and 5.6 ms on 2;
-   with PL_CPU_WEIGHT_PASSES that leaves 0 and 6 us a product (50 and 14 a micro-batch, x3
-   for the backward) */
+   join), where it was not measured (tr_cluster.op_cost: a detected job planning a recipe
+   times it, 1.0 us here on one thread): `trainer run` of bench/pp_gpt.lua and bench/tp_gpt.lua on
+   one process, micro-batch 1 against 8, took 2.9 and 6.6 ms more per extra micro-batch on 1
+   thread, 3.2 and 5.6 ms on 2; with PL_CPU_WEIGHT_PASSES that leaves 0 and 6 us a product (50 and
+   14 a micro-batch, x3 for the backward) */
 #define PL_CPU_OP_COST 5e-6
 #define PL_OVERLAP 0.8          /* share of a backward's time a bucketed reduction can hide in
                                    on a GPU (its own streams and copy engines) */

@@ -591,7 +591,8 @@ static double mb1_less_mb2(const tr_recipe *r, const tr_cluster *c, long M[2]) {
  * compute at micro-batch 1 less that at 2 moves by the extra micro-batches' weight passes, and
  * by nothing else that depends on the bandwidth (the activations' passes are per token). A GPU
  * prices none. Two threads on one core (share 1/2): each operation's own cost doubles, as the
- * products' rate (measured with every rank at once) already has. */
+ * products' rate (measured with every rank at once) already has; a measured one
+ * (tr_cluster.op_cost, every rank at once too) is taken as it is, alone or shared. */
 static void weights_per_microbatch(void) {
     tr_recipe r;
     load(&r, "recipes_good/tp_gpt.lua", NULL, 0);
@@ -624,6 +625,21 @@ static void weights_per_microbatch(void) {
           "on a shared core the %ld extra micro-batches' %.0f operations (x3: the backward's "
           "two) cost %.0f us each more: %.6f s, want %.6f s",
           M[0] - M[1], ops, 1e6 * PL_CPU_OP_COST, got, want);
+    /* measured (tr_cluster.op_cost, every rank at once: the share paid already): that figure,
+       on shared cores as alone */
+    for (int shared = 0; shared < 2; shared++) {
+        cpu_cluster(&c, 1);
+        if (shared) c.g[0].cores = 1, c.g[0].threads = 2;
+        double assumed = mb1_less_mb2(&r, &c, M);
+        c.op_cost = 1.5e-6;
+        got = mb1_less_mb2(&r, &c, M) - assumed;
+        want = (double)(M[0] - M[1]) * 3 * ops * (1.5e-6 - PL_CPU_OP_COST / (shared ? 0.5 : 1));
+        check(fabs(got / want - 1) < 1e-9,
+              "%s: the measured 1.5 us per operation in place of the assumed %.0f us moves the "
+              "%ld extra micro-batches' %.0f operations (x3) by %.6f s, want %.6f s",
+              shared ? "on a shared core" : "alone", 1e6 * PL_CPU_OP_COST / (shared ? 0.5 : 1),
+              M[0] - M[1], ops, got, want);
+    }
     tr_recipe_free(&r);
 }
 

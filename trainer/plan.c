@@ -416,6 +416,8 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
     fprintf(f, "}");
     fprintf(f, ",\n \"optim_rate\": ");
     tr_json_write_num(f, c->optim_rate, -4);
+    fprintf(f, ",\n \"op_cost\": ");
+    tr_json_write_num(f, c->op_cost, 4);
     fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": ",
             res->evaluated, res->feasible);
     tr_json_write_num(f, res->seconds, -4);

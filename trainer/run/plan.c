@@ -145,6 +145,88 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
     return rc;
 }
 
+/* The recipe's model shrunk until its products cost nothing beside their call: one block per
+ * stack, 2 columns per head of the widest attention, MLPs of 8, a vocabulary of 16 and 4
+ * positions. A copy of the tree in nodes[] (at most n of them); the number of nodes, -1 when
+ * they do not fit. */
+enum { TINY_NODES = 256 };
+static int tiny_tree(const tr_node *src, tr_node *dst, tr_node *nodes, int *used, int n) {
+    *dst = *src;
+    if (dst->kind == TR_NODE_STACK) dst->repeat = 1;
+    if (dst->kind == TR_NODE_MLP) dst->hidden = 8;
+    if (!src->n_children) return 0;
+    if (*used + src->n_children > n) return -1;
+    dst->children = nodes + *used;
+    *used += src->n_children;
+    for (int i = 0; i < src->n_children; i++)
+        if (tiny_tree(&src->children[i], &dst->children[i], nodes, used, n)) return -1;
+    return 0;
+}
+
+static int widest_heads(const tr_node *n) {
+    int h = n->kind == TR_NODE_ATTENTION ? n->heads : 1;
+    for (int i = 0; i < n->n_children; i++) {
+        int k = widest_heads(&n->children[i]);
+        h = k > h ? k : h;
+    }
+    return h;
+}
+
+typedef struct {
+    model_step s;
+    int reps;
+} ops_step;
+
+static void run_ops(void *ctx) {
+    ops_step *o = ctx;
+    for (int i = 0; i < o->reps; i++)
+        run_model(&o->s);
+}
+
+/* The CPU: seconds per matrix product that do not shrink with its size (c->op_cost): the
+ * call, the threads' fork and join of every operation around it, which the cost model
+ * charges once per product and micro-batch. Timed on the tiny copy above, every rank at once,
+ * OPS_PRODUCTS / its products forward and backward passes a call (about 30 ms at 1 us a
+ * product: shorter calls let ranks that share cores take turns unseen, which read 4 ranks on
+ * 2 cores at 1 rank's figure), over the passes' 3 x its products (a backward runs two per
+ * forward's one). What the copy's products still compute
+ * at the sgemm rate is taken off. Its spread joins the probes' noise. Unmeasured (0) where
+ * the copy cannot be built (all heads must divide the width: a recipe whose attentions
+ * differ in heads keeps the assumed figure). */
+enum { OPS_PRODUCTS = 10000 };
+static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
+    tr_node nodes[TINY_NODES];
+    int used = 0;
+    tr_model_desc d = r->model;
+    int ok = !tiny_tree(&r->model.root, &d.root, nodes, &used, TINY_NODES);
+    d.dim = 2 * widest_heads(&r->model.root), d.vocab = 16, d.seq_len = 4;
+    int T = d.seq_len;
+    tr_cost blk[TR_MAX_CHUNKS];
+    int nb = ok ? tr_cost_blocks(&d, T, blk, TR_MAX_CHUNKS) : 0;
+    double ops = 0;
+    for (int i = 0; i < nb && i < TR_MAX_CHUNKS; i++)
+        ops += blk[i].matrix_ops;
+    int tok[4] = {1, 2, 3, 4};
+    tr_model *m = NULL;
+    char e[256];
+    int failed = !ok || !(ops > 0) || tr_model_init(&m, &d, be, 1, T, e, sizeof e);
+    if (tr_comm_all_reduce(w, &failed, 1, TR_COMM_I32)) failed = -1;
+    double t = -1;
+    if (!failed) {
+        tr_model_init_params(m, 1);
+        ops_step o = {{m, tok, 1, T}, (int)(OPS_PRODUCTS / ops) + 1};
+        t = time_together(w, run_ops, &o, PROBE_REPS, &c->noise.v);
+        double rate = c->g[0].peak_flops.v;
+        if (t > 0) {
+            double each =
+                t / o.reps - (rate > 0 ? tr_cost_train_flops_per_token(&d, T) * T / rate : 0);
+            c->op_cost = each > 0 ? each / (3 * ops) : 0;
+        }
+    }
+    if (m) tr_model_free(m);
+    return failed < 0 || (!failed && t < 0) ? -1 : 0;
+}
+
 /* The CPU: parameters the backend's own AdamW updates per second on a rank (c->optim_rate),
  * over OPTIM_PROBE_N of them (master weights, gradient and moments: 64 MiB, beyond the caches,
  * as a model's are), every rank at once (ranks sharing a machine share its memory:
@@ -210,6 +292,10 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, double 
     if (cpu && r && out->g[0].peak_flops.from == TR_ORIGIN_MEASURED &&
         probe_model(world, be, r, out)) {
         snprintf(err, errlen, "topology: a collective of the model's probe failed");
+        return -1;
+    }
+    if (cpu && r && probe_ops(world, be, r, out)) {
+        snprintf(err, errlen, "topology: a collective of the operations' probe failed");
         return -1;
     }
     if (cpu && probe_optimizer(world, be, out)) {
