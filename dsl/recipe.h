@@ -262,6 +262,9 @@ void tr_recipe_abs_path(const char *path, char *out, size_t len);
 
 /* Write the fully resolved recipe as a Lua recipe that loads back to the same structs. */
 int tr_recipe_write_lua(const tr_recipe *r, FILE *f);
+/* The same into a malloc'ed, NUL-terminated string of *len bytes (len may be NULL); NULL when
+ * memory runs out. */
+char *tr_recipe_text(const tr_recipe *r, size_t *len);
 
 /* Free the node tree. tr_recipe_free(NULL) is a no-op. */
 void tr_recipe_free(tr_recipe *r);

@@ -294,3 +294,17 @@ int tr_recipe_write_lua(const tr_recipe *r, FILE *f) {
     put_parallel(f, &r->parallel);
     return ferror(f) ? -1 : 0;
 }
+
+char *tr_recipe_text(const tr_recipe *r, size_t *len) {
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) return NULL;
+    int bad = tr_recipe_write_lua(r, f);
+    if (fclose(f) || bad) {
+        free(text);
+        return NULL;
+    }
+    if (len) *len = n;
+    return text;
+}

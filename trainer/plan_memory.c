@@ -62,13 +62,8 @@ static unsigned long long recipe_hash(const tr_recipe *r) {
     c->train.seed = 0;
     c->train.guard = (tr_guard_desc){0};
     c->eval = (tr_eval_desc){0};
-    char *text = NULL;
     size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    if (m) {
-        tr_recipe_write_lua(c, m);
-        fclose(m);
-    }
+    char *text = tr_recipe_text(c, &len);
     unsigned long long h = tr_fnv1a(TR_FNV1A_START, text, text ? len : 0);
     free(text);
     free(c);

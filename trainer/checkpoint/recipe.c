@@ -21,11 +21,7 @@ static int same_node(const tr_node *a, const tr_node *b) {
 /* The text of one top-level section ("data {" ...) of a recipe as tr_recipe_write_lua writes
  * it: its first line and the indented lines after it. malloc'ed; "" when absent. */
 static char *section_text(const tr_recipe *r, const char *head) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    tr_recipe_write_lua(r, f);
-    fclose(f);
+    char *buf = tr_recipe_text(r, NULL);
     size_t hl = strlen(head);
     char *s = buf, *res = NULL;
     while (s && *s) {
@@ -38,8 +34,10 @@ static char *section_text(const tr_recipe *r, const char *head) {
             } while (*e == ' ' || *e == '}');
             size_t n = e ? (size_t)(e - s) : strlen(s);
             res = malloc(n + 1);
-            memcpy(res, s, n);
-            res[n] = 0;
+            if (res) {
+                memcpy(res, s, n);
+                res[n] = 0;
+            }
             break;
         }
         s = strchr(s, '\n');
@@ -92,7 +90,7 @@ int tr_ckpt_compare_recipes(const tr_recipe *saved, const tr_recipe *now, FILE *
                  l ? ", " : "");
     }
     char *da = section_text(saved, "data"), *db = section_text(now, "data");
-    if (strcmp(da, db)) {
+    if (da && db && strcmp(da, db)) {
         size_t l = strlen(bad);
         snprintf(bad + l, sizeof(bad) - l, "%sdata", l ? ", " : "");
     }

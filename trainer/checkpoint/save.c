@@ -472,9 +472,11 @@ int tr_ckpt_writer_init(tr_ckpt_writer **out, tr_model *m, const tr_recipe *reci
         }
         closedir(d);
     }
-    FILE *mf = open_memstream(&w->recipe_text, &w->recipe_len);
-    tr_recipe_write_lua(recipe, mf);
-    fclose(mf);
+    w->recipe_text = tr_recipe_text(recipe, &w->recipe_len);
+    if (!w->recipe_text) {
+        tr_errf(err, errlen, "checkpoints: cannot allocate the recipe's text");
+        return init_failed(w);
+    }
     tr_sha256_hex(w->recipe_text, w->recipe_len, w->sha);
     if (plan_blocks(w, opts, err, errlen)) return init_failed(w);
     w->o.ranges = NULL; /* the caller's, used only here */

@@ -255,13 +255,8 @@ static void write_recipe(FILE *f, const run_ctx *x) {
                                     .zero = -1,
                                     .sequence_parallel = -1,
                                     .schedule = -1};
-    char *text = NULL;
     size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    if (m) {
-        tr_recipe_write_lua(&c, m);
-        fclose(m);
-    }
+    char *text = tr_recipe_text(&c, &len);
     snprintf(training, sizeof(training), "%016llx", tr_fnv1a(TR_FNV1A_START, text, text ? len : 0));
     free(text);
     fprintf(f, "  \"recipe\": {\"file\": \"%s\", \"training\": \"%s\"},\n", file, training);
