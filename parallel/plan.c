@@ -436,8 +436,15 @@ static void gb(double b, char *buf, size_t n) { /* as tr_fmt_bytes: binary units
         snprintf(buf, n, "%.1f MiB", b / 1048576.0);
 }
 
+/* What a loser's line reads: the objective, the tie and the devices of a node. */
+typedef struct {
+    tr_plan_objective objective;
+    double tie, noise;
+    int per_node;
+} pl_why;
+
 /* Why alternative a lost to the best plan b: its largest excess, then the ratio. */
-static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b, tr_plan *a) {
+static void why_lost(const pl_why *s, const tr_plan *b, tr_plan *a) {
     char x[64], y[64];
     if (a->why[0]) return;
     if (a->mem_bytes > a->mem_cap) {
@@ -460,8 +467,8 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
     int w = 0;
     for (int i = 1; i < 6; i++)
         if (part[i].a - part[i].b > part[w].a - part[w].b) w = i;
-    double ratio = s->o->objective == TR_PLAN_COST ? a->cost / b->cost : a->step_s / b->step_s;
-    const char *unit = s->o->objective == TR_PLAN_COST ? "cost" : "step";
+    double ratio = s->objective == TR_PLAN_COST ? a->cost / b->cost : a->step_s / b->step_s;
+    const char *unit = s->objective == TR_PLAN_COST ? "cost" : "step";
     if (ratio < 1) { /* a tie the simpler plan won (prefer_simple) */
         snprintf(a->why, sizeof a->why,
                  "%s %.2fx, a tie (within %.0f%%, or the probes' %.0f%% could reorder them): "
@@ -469,7 +476,7 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
                  100 * s->noise);
         return;
     }
-    if (w == 0 && a->l.tp > dv->per_node)
+    if (w == 0 && a->l.tp > s->per_node)
         snprintf(a->why, sizeof a->why, "tp %d crosses nodes: %s %.3g s vs %.3g s; %s %.2fx",
                  a->l.tp, part[w].what, part[w].a, part[w].b, unit, ratio);
     else if (part[w].a - part[w].b <= 0)
@@ -477,6 +484,15 @@ static void why_lost(const pl_search *s, const pl_devices *dv, const tr_plan *b,
     else
         snprintf(a->why, sizeof a->why, "%s %.3g s vs %.3g s; %s %.2fx", part[w].what, part[w].a,
                  part[w].b, unit, ratio);
+}
+
+void tr_plan_why(const tr_cluster *c, const tr_plan_opts *o, const tr_plan_result *res,
+                 const tr_plan *b, tr_plan *a) {
+    pl_devices dv;
+    pl_devices_of(c, b->l.world, &dv);
+    pl_why w = {o->objective, res->tie, res->noise, dv.per_node};
+    a->why[0] = 0;
+    why_lost(&w, b, a);
 }
 
 /* Recompute levels over the pipeline ranks: less is simpler (first rank only, before all). */
@@ -570,6 +586,7 @@ static int shape_in(const tr_plan *list, int n, const tr_plan *p) {
  * first refused variant of each, with why), and the fastest plans over memory by ZeRO stage
  * below the chosen one. At most o->alternatives in all. */
 static void finish(pl_search *s, const pl_devices *dv, tr_plan_result *out) {
+    pl_why w = {s->o->objective, s->tie, s->noise, dv->per_node};
     int want = s->o->alternatives < TR_PLAN_MAX_ALTS ? s->o->alternatives : TR_PLAN_MAX_ALTS;
     tr_plan *good = calloc(KEEP, sizeof *good), *bad = calloc(KEEP, sizeof *bad);
     int n_good = 0, n_bad = 0;
@@ -588,18 +605,19 @@ static void finish(pl_search *s, const pl_devices *dv, tr_plan_result *out) {
     for (int i = 1; i < n_good && out->n_alts < want; i++) out->alts[out->n_alts++] = good[i];
     for (int i = 0; i < n_bad && out->n_alts < want; i++) {
         if (shape_in(good, n_good, &bad[i])) continue;
-        if (!bad[i].why[0]) why_lost(s, dv, &bad[i], &bad[i]);
+        if (!bad[i].why[0]) why_lost(&w, &bad[i], &bad[i]);
         out->alts[out->n_alts++] = bad[i];
     }
     for (int z = 0; z < 4 && out->n_alts < want; z++)
         if (s->have_over[z] && (!out->fits || z < out->best.l.zero)) {
             tr_plan p = s->over[z];
             p.why[0] = 0;
-            why_lost(s, dv, &p, &p);
+            why_lost(&w, &p, &p);
             out->alts[out->n_alts++] = p;
         }
     if (out->fits)
-        for (int i = 0; i < out->n_alts; i++) why_lost(s, dv, &out->best, &out->alts[i]);
+        for (int i = 0; i < out->n_alts; i++)
+            why_lost(&w, &out->best, &out->alts[i]);
     free(good);
     free(bad);
 }

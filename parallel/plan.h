@@ -152,6 +152,11 @@ int tr_plan_open(const tr_recipe *r, const tr_plan_opts *o);
 void tr_plan_price(const tr_recipe *r, const tr_cluster *c, const tr_layout *l, tr_dtype dtype,
                    tr_plan *p);
 
+/* a->why anew: why it loses to b, a plan of the search that gave res for cluster c under
+ * options o (the plan memory's kept layout in place of the search's choice). */
+void tr_plan_why(const tr_cluster *c, const tr_plan_opts *o, const tr_plan_result *res,
+                 const tr_plan *b, tr_plan *a);
+
 /* One line: "dp 8 x tp 8 x pp 2, 1f1b, 16 micro-batches of 1, ZeRO-1, sequence parallel,
  * recompute selective". */
 void tr_plan_describe(const tr_plan *p, char *buf, size_t len);

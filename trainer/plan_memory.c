@@ -228,14 +228,28 @@ char *tr_plan_memory_read(tr_comm *w, const char *path, int *on) {
 
 /* The kept plan first, the best of the search next with why it is not the one run; the kept
  * layout's own place in the runners-up (when it had one) dropped. */
-static void put_first(tr_plan_result *res, const tr_plan *kept) {
+static void put_first(tr_plan_result *res, const tr_plan *kept, const tr_cluster *c,
+                      const tr_plan_opts *po) {
     tr_plan best = res->best;
     char line[4096], kept_line[4096];
     layout_text(&kept->l, kept_line, sizeof kept_line);
     int n = 0;
     for (int i = 0; i < res->n_alts; i++) {
-        layout_text(&res->alts[i].l, line, sizeof line);
-        if (strcmp(line, kept_line)) res->alts[n++] = res->alts[i];
+        tr_plan *a = &res->alts[i];
+        layout_text(&a->l, line, sizeof line);
+        if (!strcmp(line, kept_line)) continue;
+        /* the others against the kept layout: those that fit and ran the price */
+        if (a->mem_bytes <= a->mem_cap && strncmp(a->why, "refused", 7)) {
+            if (a->step_s < kept->step_s)
+                snprintf(a->why, sizeof a->why,
+                         "step %.2fx, ties with the layout chosen before, which the plan "
+                         "memory keeps",
+                         a->step_s / kept->step_s);
+            else
+                tr_plan_why(c, po, res, kept, a);
+        }
+        if (n != i) res->alts[n] = *a;
+        n++;
     }
     if (n == TR_PLAN_MAX_ALTS) n--;
     memmove(&res->alts[1], &res->alts[0], (size_t)n * sizeof best);
@@ -310,7 +324,7 @@ int tr_plan_memory_keep(const char *text, int on, const char *path, const tr_rec
                  "kept the layout chosen before (%s): the fastest on these probes, %.200s, is "
                  "%.2fx its step, a tie",
                  path, d, k->step_s > 0 ? b->step_s / k->step_s : 0);
-        put_first(res, k);
+        put_first(res, k, c, po);
     } else if (!rc && again->fits) {
         tr_plan_describe(k, d, sizeof d);
         snprintf(res->memory, sizeof res->memory,
