@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "parallel/comm/base.h"
+#include "parallel/comm/env.h"
 /* What each rank tells the others about where it runs, gathered as bytes. */
 typedef struct {
     char name[256]; /* the host's name, NUL-padded */
@@ -547,7 +548,7 @@ static double node_rate(const hosts *h, int k, double *noise) {
 
 /* "detected: 2 nodes (a, b) x 2 ranks, CPU, 2 cores" or, with groups, "(a x 3, b x 1)". */
 static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts *o, int by_speed,
-                     char *s, size_t n) {
+                     int speeds, char *s, size_t n) {
     enum { SHOWN = 8 };
     snprintf(s, n, "detected: %d node%s (", h->n_nodes, h->n_nodes > 1 ? "s" : "");
     for (int k = 0; k < h->n_nodes && k < SHOWN; k++) {
@@ -568,13 +569,21 @@ static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts
         for (int b = a + 1; b < h->n_nodes; b++)
             shared |= same_kernel(h, h->first[a], h->first[b]);
     if (shared && o->cpu) cat(s, n, "; nodes on one machine share its cores and memory");
-    if (by_speed) { /* what the split by speed read: each node's rate and its probe's noise */
+    /* what the split by speed read: each node's rate and its probe's noise; without it, where
+       it would have split, that too, and how to ask for it */
+    int unsplit = !by_speed && speeds > h->n_groups;
+    if (by_speed || unsplit) {
         cat(s, n, "; sgemm by node");
         for (int k = 0; k < h->n_nodes && k < SHOWN; k++) {
             double noise, v = node_rate(h, k, &noise);
             cat(s, n, "%s %.1f GFLOP/s +-%.0f%%", k ? "," : "", v / 1e9, 100 * noise);
         }
     }
+    if (unsplit)
+        cat(s, n,
+            ": %d speeds, each group planned at its slowest node's (TR_SPEED_GROUPS=1 "
+            "plans each speed at its own)",
+            speeds);
 }
 
 /* Each host by name and the ranks on it, when the record holds them all. */
@@ -602,17 +611,17 @@ int tr_topology_speed_groups(const double *rate, const double *noise, const int 
     return groups;
 }
 
-/* The groups by counts and speeds (tr_topology_speed_groups); with more than
- * TR_CLUSTER_MAX_GROUPS the grouping by counts alone stays (each group at its slowest node's
- * rate). */
-static void split_by_speed(hosts *h) {
+/* The groups by counts and speeds (tr_topology_speed_groups): how many, and with `apply` the
+ * hosts' groups made of them; with more than TR_CLUSTER_MAX_GROUPS the grouping by counts
+ * alone stays (each group at its slowest node's rate). 0 when out of memory. */
+static int split_by_speed(hosts *h, int apply) {
     size_t n = (size_t)h->n_nodes;
-    int *g = malloc(n * sizeof(int));
+    int *g = malloc(n * sizeof(int)), groups = 0;
     double *rate = malloc(n * sizeof(double)), *noise = malloc(n * sizeof(double));
     if (g && rate && noise) {
         for (int k = 0; k < h->n_nodes; k++) rate[k] = node_rate(h, k, &noise[k]);
-        int groups = tr_topology_speed_groups(rate, noise, h->count, h->n_nodes, g);
-        if (groups <= TR_CLUSTER_MAX_GROUPS) {
+        groups = tr_topology_speed_groups(rate, noise, h->count, h->n_nodes, g);
+        if (apply && groups <= TR_CLUSTER_MAX_GROUPS) {
             memcpy(h->group, g, n * sizeof(int));
             h->n_groups = groups;
         }
@@ -620,15 +629,12 @@ static void split_by_speed(hosts *h) {
     free(g);
     free(rate);
     free(noise);
+    return groups;
 }
 
-static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
+static void build(hosts *h, const tr_topology_opts *o, int by_speed, tr_cluster *c) {
     memset(c, 0, sizeof *c);
-    /* off unless asked: under load (ctest -j2 on 2 cores) equal hosts' rates differed 1.5x with
-       quiet probes, and a split by speed changed a plan that should not change */
-    const char *split = getenv("TR_SPEED_GROUPS");
-    int by_speed = split && !strcmp(split, "1");
-    if (by_speed) split_by_speed(h);
+    int speeds = by_speed || (o->cpu && h->n_nodes > 1) ? split_by_speed(h, by_speed) : h->n_groups;
     c->cpu = o->cpu;
     c->n_groups = h->n_groups;
     int *want = h->want;
@@ -651,7 +657,7 @@ static void build(hosts *h, const tr_topology_opts *o, tr_cluster *c) {
         if (h->figs[(size_t)r * F_N + F_NOISE] > noise) noise = h->figs[(size_t)r * F_N + F_NOISE];
     c->noise = fig(noise, o->cpu || o->measure_links ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED);
     name_hosts(h, &c->hosts);
-    describe(h, c, o, by_speed, c->source, sizeof c->source);
+    describe(h, c, o, by_speed, speeds, c->source, sizeof c->source);
 }
 
 int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *out, char *err,
@@ -660,6 +666,15 @@ int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *ou
     scratch s = {0};
     double mine[F_N] = {0};
     int links = o->measure_links && tr_comm_size(world) > 1;
+    /* the split by speed: off unless asked (TR_SPEED_GROUPS=1), rank 0's setting. Under load
+       (ctest -j2 on 2 cores) equal hosts' rates differed 1.5x with quiet probes, and a split
+       by speed changed a plan that should not change; where it would split, the detection
+       line says so. A malformed value on any rank ends every rank. */
+    int by_speed = 0, bad = tr_env_bool("TR_SPEED_GROUPS", &by_speed, err, errlen) < 0, any = bad;
+    if (tr_comm_all_reduce(world, &any, 1, TR_COMM_I32) || any) {
+        if (!bad) snprintf(err, errlen, "topology: TR_SPEED_GROUPS is malformed on another rank");
+        return -1;
+    }
     int rc = gather_hosts(world, o, &h, err, errlen);
     if (!rc) rc = map_nodes(&h, err, errlen);
     if (!rc) rc = scratch_init(world, o, links, &s, err, errlen);
@@ -669,7 +684,7 @@ int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *ou
         snprintf(err, errlen, "topology: gathering the ranks' figures failed");
         rc = -1;
     }
-    if (!rc && tr_comm_rank(world) == 0) build(&h, o, out);
+    if (!rc && tr_comm_rank(world) == 0) build(&h, o, by_speed, out);
     if (!rc && tr_comm_broadcast(world, out, sizeof *out, TR_COMM_BYTE, 0)) {
         snprintf(err, errlen, "topology: broadcasting the cluster failed");
         rc = -1;

@@ -333,4 +333,15 @@ TR_PLAN_MEMORY="$f" expect 1 "^trainer run: TR_PLAN_MEMORY must be off or a fold
     run tests/recipes_good/pp_gpt.lua --set steps=2 --out "$tmp/mbad"
 TR_PLAN_MEMORY="$f/plans" expect 2 "^trainer plan: TR_PLAN_MEMORY must be off or a folder, got '$f/plans'$" -- \
     plan tests/recipes_good/pp_gpt.lua
+# TR_SPEED_GROUPS (parallel/topology.c): 0 or 1, one line otherwise; on one rank of two, that
+# rank says it and the other says where, and neither waits
+TR_SPEED_GROUPS=yes expect 2 "^trainer plan: TR_SPEED_GROUPS must be 0 or 1, got 'yes'$" -- \
+    plan tests/recipes_good/pp_gpt.lua
+timeout 60 mpirun -np 1 "$T" plan tests/recipes_good/pp_gpt.lua : \
+    -np 1 env TR_SPEED_GROUPS=2 "$T" plan tests/recipes_good/pp_gpt.lua >/dev/null 2>"$tmp/sg.err"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^trainer plan: TR_SPEED_GROUPS must be 0 or 1, got '2'$" "$tmp/sg.err" &&
+    grep -q "^trainer plan: topology: TR_SPEED_GROUPS is malformed on another rank$" "$tmp/sg.err" &&
+    ok "TR_SPEED_GROUPS malformed on one rank of two: both end (exit $rc)" ||
+    { bad "TR_SPEED_GROUPS on one rank: exit $rc"; cat "$tmp/sg.err"; }
 exit $fail

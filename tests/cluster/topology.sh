@@ -7,7 +7,9 @@
 # kernel): each is said to hold half the machine's cores, as its 2 ranks get of them beside
 # the other host's 2, and the description says why. A bandwidth bound is a measurement on a machine
 # that other tests load: each rate is measured up to 3 times before a miss counts. Then, with
-# TR_SPEED_GROUPS=1, the hosts' groups follow the sgemm figures the detection line shows. ~20 s.
+# TR_SPEED_GROUPS=1, the hosts' groups follow the sgemm figures the detection line shows;
+# without it the same hosts are one group, and the line shows the figures, with how to split
+# them, exactly where the rule would split them. ~25 s.
 set -u
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/lib.sh"
@@ -78,28 +80,43 @@ done
 trap 'kill $busy 2>/dev/null; cluster_end' EXIT # the loops are outside the cluster's namespaces
 "$CL" run "$cname" -- mpirun -np 4 --bind-to none -x TR_SPEED_GROUPS=1 "$T" plan "$R" --json \
     >"$tmp/speed.json" 2>"$tmp/speed.err"
+"$CL" run "$cname" -- mpirun -np 4 --bind-to none "$T" plan "$R" --json \
+    >"$tmp/unsplit.json" 2>"$tmp/unsplit.err"
 kill $busy
 trap cluster_end EXIT
-e=$(python3 - "$tmp/speed.json" <<'PY'
+split_rule() { python3 - "$1" "$2" <<'PY'
 import json, re, sys
 try:
     c = json.load(open(sys.argv[1]))["cluster"]
 except (OSError, ValueError) as x:
     print("no plan: %s" % x); sys.exit(1)
-m = re.search(r"sgemm by node ([^;]*)", c["source"])
+if sys.argv[2] == "off": # one group; the figures and the hint only where they would split
+    m = re.search(r"sgemm by node ([^:;]*)(: 2 speeds, each group planned at its slowest node's \(TR_SPEED_GROUPS=1 plans each speed at its own\))?$", c["source"])
+    if len(c["groups"]) != 1 or ("sgemm" in c["source"]) != bool(m and m.group(2)):
+        print("without TR_SPEED_GROUPS: %d group(s), %s" % (len(c["groups"]), c["source"])); sys.exit(1)
+    if not m:
+        print("without TR_SPEED_GROUPS: no figures shown, one group"); sys.exit(0)
+else:
+    m = re.search(r"sgemm by node ([^;]*)", c["source"])
 figs = re.findall(r"([0-9.]+) GFLOP/s \+-([0-9]+)%", m.group(1)) if m else []
 if len(figs) != 2:
     print("the line does not show both hosts' sgemm figures: %s" % c["source"]); sys.exit(1)
 (a, na), (b, nb) = [(float(v), float(n) / 100) for v, n in figs]
 apart, bar = max(a, b) / min(a, b), 1 + 2 * max(na, nb)
-groups = len(c["groups"])
+groups = len(c["groups"]) if sys.argv[2] == "on" else 2 # off: shown only where it would split
 say = "%s; %d group(s): %.2fx apart, the bar %.2fx" % (m.group(0), groups, apart, bar)
 close = abs(apart / 1.5 - 1) < 0.03 or abs(apart / bar - 1) < 0.03
 want = 2 if apart >= 1.5 and apart > bar else 1
 print(say + (" (too close to judge)" if close else ""))
 sys.exit(0 if close or groups == want else 1)
 PY
-) && ok "the split by speed follows the figures it shows: $e" || bad "the split by speed: $e"
-grep -q '"source"' "$tmp/plan.json" && ! grep -q "sgemm by node" "$tmp/plan.json" ||
-    bad "without TR_SPEED_GROUPS the detection line shows the sgemm figures (or there is no plan)"
+}
+e=$(split_rule "$tmp/speed.json" on) && ok "the split by speed follows the figures it shows: $e" ||
+    bad "the split by speed: $e"
+# without TR_SPEED_GROUPS, the same hosts: one group; the figures, and how to split, where the
+# rule would split them
+e=$(split_rule "$tmp/unsplit.json" off) &&
+    ok "without TR_SPEED_GROUPS one group, the figures shown where they would split: $e" ||
+    bad "the split by speed off: $e"
+grep -q '"source"' "$tmp/plan.json" || bad "no plan on equal hosts"
 exit $fail
