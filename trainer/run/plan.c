@@ -147,8 +147,8 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
 
 /* The recipe's model shrunk until its products cost nothing beside their call: one block per
  * stack, 2 columns per head of the widest attention, MLPs of 8, a vocabulary of 16 and 4
- * positions. A copy of the tree in nodes[] (at most n of them); the number of nodes, -1 when
- * they do not fit. */
+ * positions. A copy of the tree in nodes[] (at most n of them): 0, or -1 when they do not
+ * fit. */
 enum { TINY_NODES = 256 };
 static int tiny_tree(const tr_node *src, tr_node *dst, tr_node *nodes, int *used, int n) {
     *dst = *src;
@@ -172,6 +172,15 @@ static int widest_heads(const tr_node *n) {
     return h;
 }
 
+/* Whether every attention's heads divide dim in heads of an even size (what the recipe's
+ * checks ask of the model, rotary or not). */
+static int heads_fit(const tr_node *n, int dim) {
+    if (n->kind == TR_NODE_ATTENTION && (dim % n->heads || (dim / n->heads) % 2)) return 0;
+    for (int i = 0; i < n->n_children; i++)
+        if (!heads_fit(&n->children[i], dim)) return 0;
+    return 1;
+}
+
 typedef struct {
     model_step s;
     int reps;
@@ -189,10 +198,10 @@ static void run_ops(void *ctx) {
  * OPS_PRODUCTS / its products forward and backward passes a call (about 30 ms at 1 us a
  * product: shorter calls let ranks that share cores take turns unseen, which read 4 ranks on
  * 2 cores at 1 rank's figure), over the passes' 3 x its products (a backward runs two per
- * forward's one). What the copy's products still compute
- * at the sgemm rate is taken off. Its spread joins the probes' noise. Unmeasured (0) where
- * the copy cannot be built (all heads must divide the width: a recipe whose attentions
- * differ in heads keeps the assumed figure). */
+ * forward's one). What the copy's products still compute at the sgemm rate is taken off.
+ * Its spread joins the probes' noise. Unmeasured (0) where the copy cannot be built: a
+ * recipe whose attentions differ in heads so that some do not divide the width in even
+ * heads keeps the assumed figure. */
 enum { OPS_PRODUCTS = 10000 };
 static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
     tr_node nodes[TINY_NODES];
@@ -200,6 +209,7 @@ static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cl
     tr_model_desc d = r->model;
     int ok = !tiny_tree(&r->model.root, &d.root, nodes, &used, TINY_NODES);
     d.dim = 2 * widest_heads(&r->model.root), d.vocab = 16, d.seq_len = 4;
+    ok = ok && heads_fit(&d.root, d.dim);
     int T = d.seq_len;
     tr_cost blk[TR_MAX_CHUNKS];
     int nb = ok ? tr_cost_blocks(&d, T, blk, TR_MAX_CHUNKS) : 0;
