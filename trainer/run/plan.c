@@ -195,13 +195,17 @@ static void run_ops(void *ctx) {
 /* The CPU: seconds per matrix product that do not shrink with its size (c->op_cost): the
  * call, the threads' fork and join of every operation around it, which the cost model
  * charges once per product and micro-batch. Timed on the tiny copy above, every rank at once,
- * OPS_PRODUCTS / its products forward and backward passes a call (about 30 ms at 1 us a
- * product: shorter calls let ranks that share cores take turns unseen, which read 4 ranks on
- * 2 cores at 1 rank's figure), over the passes' 3 x its products (a backward runs two per
- * forward's one). What the copy's products still compute at the sgemm rate is taken off.
- * Its spread joins the probes' noise. Unmeasured (0) where the copy cannot be built: a
- * recipe whose attentions differ in heads so that some do not divide the width in even
- * heads keeps the assumed figure. */
+ * over the passes' 3 x its products (a backward runs two per forward's one). A call runs
+ * as many forward and backward passes as fill OPS_SECONDS on the slowest rank (one pass timed
+ * first, every rank at once), at most OPS_PRODUCTS products' worth: shorter calls let ranks
+ * that share cores take turns unseen, which read 4 ranks on 2 cores at 1 rank's figure. A
+ * fixed 10,000 products a call took 12 s instead of 0.1 s on a machine whose cores another
+ * process kept busy (each fork and join then waits for the scheduler), and one CI run's
+ * `trainer run`s past a test's 300 s. What the copy's products still compute at the sgemm
+ * rate is taken off. Its spread joins the probes' noise. Unmeasured (0) where the copy
+ * cannot be built: a recipe whose attentions differ in heads so that some do not divide the
+ * width in even heads keeps the assumed figure. */
+#define OPS_SECONDS 0.03
 enum { OPS_PRODUCTS = 10000 };
 static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
     tr_node nodes[TINY_NODES];
@@ -224,8 +228,11 @@ static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cl
     double t = -1;
     if (!failed) {
         tr_model_init_params(m, 1);
-        ops_step o = {{m, tok, 1, T}, (int)(OPS_PRODUCTS / ops) + 1};
-        t = time_together(w, run_ops, &o, PROBE_REPS, &c->noise.v);
+        ops_step o = {{m, tok, 1, T}, 1};
+        double unused = 0, one = time_together(w, run_ops, &o, 1, &unused);
+        double most = OPS_PRODUCTS / ops + 1, fill = one > 0 ? OPS_SECONDS / one : -1;
+        o.reps = fill < 1 ? 1 : (int)(fill < most ? fill : most);
+        t = one < 0 ? -1 : time_together(w, run_ops, &o, PROBE_REPS, &c->noise.v);
         double rate = c->g[0].peak_flops.v;
         if (t > 0) {
             double each =
