@@ -491,8 +491,7 @@ int tr_cmd_plan(int argc, char **argv) {
     po.fixed = tr_options_layout(&o, c->cpu ? 0 : TR_CUDA_PAD_VOCAB); /* the cluster's backend */
     /* this job's plan memory, read on every rank whatever each plans */
     char path[TR_PATH_MAX] = "", *mem = NULL;
-    int on = 0, want = world && po.objective == TR_PLAN_TIME && !(po.deadline_h > 0) &&
-                       !tr_layout_flags_given(&po.fixed);
+    int on = 0, want = tr_plan_memory_wanted(&po, world != NULL, 0);
     if (want) tr_plan_memory_path(dir, &r, c, o.memory_mib, path, sizeof path);
     if (world) mem = tr_plan_memory_read(world, path, &on);
     tr_plan_result *res = calloc(1, sizeof(*res));

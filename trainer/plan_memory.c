@@ -70,6 +70,11 @@ static unsigned long long recipe_hash(const tr_recipe *r) {
     return h;
 }
 
+int tr_plan_memory_wanted(const tr_plan_opts *po, int job, int resume) {
+    return job && !resume && po->objective == TR_PLAN_TIME && !(po->deadline_h > 0) &&
+           !tr_layout_flags_given(&po->fixed);
+}
+
 int tr_plan_memory_path(const char *dir, const tr_recipe *r, const tr_cluster *c, double mem_mib,
                         char *path, size_t n) {
     path[0] = 0;

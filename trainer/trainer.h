@@ -62,7 +62,10 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
  * kept while it stays tied with the fastest plan on the new start-up's probes.
  * tr_plan_memory_dir: its folder, read and checked once at start: TR_PLAN_MEMORY's ("off":
  * none, dir ""), else $XDG_CACHE_HOME/trainer/plans or $HOME/.cache/trainer/plans; -1 with the
- * line in msg when TR_PLAN_MEMORY is neither "off" nor a folder. tr_plan_memory_path: the file
+ * line in msg when TR_PLAN_MEMORY is neither "off" nor a folder. tr_plan_memory_wanted: whether
+ * a plan with opts po goes through the memory: a job's (job: its processes plan for themselves,
+ * not a --cluster's or --gpus'), not resumed (resume: a resumed run keeps its own layout), for
+ * its time with no deadline, no layout field fixed by a flag. tr_plan_memory_path: the file
  * in dir for recipe r on cluster c with --memory-mib mem_mib (0: none); 1 with path set, 0
  * (path "") when dir is "" or c is not a detected job's. tr_plan_memory_read: every rank of w
  * (NULL: one process) at once, whatever it plans, so that ranks whose flags or environment
@@ -76,6 +79,7 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
  * err. tr_plan_pin: the flags and recipe fields that make l the resolved layout (f's
  * pad_vocab kept), as a planned run applies a plan. */
 int tr_plan_memory_dir(char *dir, size_t n, char *msg, size_t msglen);
+int tr_plan_memory_wanted(const tr_plan_opts *po, int job, int resume);
 int tr_plan_memory_path(const char *dir, const tr_recipe *r, const tr_cluster *c, double mem_mib,
                         char *path, size_t n);
 char *tr_plan_memory_read(tr_comm *w, const char *path, int *on);

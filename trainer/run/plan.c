@@ -34,17 +34,32 @@ static void apply(run_ctx *x, const tr_plan *p) {
     o->layout = f;
 }
 
-/* The recipe's model with one block per stack: what the probe below times. */
-static tr_node *one_block(const tr_recipe *r, tr_model_desc *d) {
+static int count_nodes(const tr_node *n) {
+    int k = 1;
+    for (int i = 0; i < n->n_children; i++)
+        k += count_nodes(&n->children[i]);
+    return k;
+}
+
+static void shrink_into(const tr_node *src, tr_node *dst, tr_node **next, int mlp_hidden) {
+    *dst = *src;
+    if (dst->kind == TR_NODE_STACK) dst->repeat = 1;
+    if (dst->kind == TR_NODE_MLP && mlp_hidden) dst->hidden = mlp_hidden;
+    if (!src->n_children) return;
+    dst->children = *next;
+    *next += src->n_children;
+    for (int i = 0; i < src->n_children; i++)
+        shrink_into(&src->children[i], &dst->children[i], next, mlp_hidden);
+}
+
+/* The recipe's model with one block per stack, and MLPs of mlp_hidden when not 0, into *d:
+ * what the probes below time. Returns the copy's nodes (the caller frees them), NULL when
+ * memory runs out. */
+static tr_node *shrunk_model(const tr_recipe *r, int mlp_hidden, tr_model_desc *d) {
     *d = r->model;
-    tr_node *kids = malloc((size_t)d->root.n_children * sizeof *kids);
-    if (!kids) return NULL;
-    for (int i = 0; i < d->root.n_children; i++) {
-        kids[i] = d->root.children[i];
-        if (kids[i].kind == TR_NODE_STACK) kids[i].repeat = 1;
-    }
-    d->root.children = kids;
-    return kids;
+    tr_node *nodes = malloc((size_t)count_nodes(&r->model.root) * sizeof *nodes), *next = nodes;
+    if (nodes) shrink_into(&r->model.root, &d->root, &next, mlp_hidden);
+    return nodes;
 }
 
 /* The seconds one call of run(ctx) takes with every rank calling it at once (ranks sharing
@@ -113,7 +128,7 @@ static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, 
 #define PROBE_FIRST 2.0 /* one sequence: always, unless it would take longer than this */
 static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
     tr_model_desc d;
-    tr_node *kids = one_block(r, &d);
+    tr_node *kids = shrunk_model(r, 0, &d);
     int T = d.seq_len, ok = kids != NULL;
     double rate = c->g[0].peak_flops.v, ftok = ok ? tr_cost_train_flops_per_token(&d, T) : 0;
     for (int i = 1; i < c->n_groups; i++)
@@ -143,24 +158,6 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
     }
     free(kids);
     return rc;
-}
-
-/* The recipe's model shrunk until its products cost nothing beside their call: one block per
- * stack, 2 columns per head of the widest attention, MLPs of 8, a vocabulary of 16 and 4
- * positions. A copy of the tree in nodes[] (at most n of them): 0, or -1 when they do not
- * fit. */
-enum { TINY_NODES = 256 };
-static int tiny_tree(const tr_node *src, tr_node *dst, tr_node *nodes, int *used, int n) {
-    *dst = *src;
-    if (dst->kind == TR_NODE_STACK) dst->repeat = 1;
-    if (dst->kind == TR_NODE_MLP) dst->hidden = 8;
-    if (!src->n_children) return 0;
-    if (*used + src->n_children > n) return -1;
-    dst->children = nodes + *used;
-    *used += src->n_children;
-    for (int i = 0; i < src->n_children; i++)
-        if (tiny_tree(&src->children[i], &dst->children[i], nodes, used, n)) return -1;
-    return 0;
 }
 
 static int widest_heads(const tr_node *n) {
@@ -194,8 +191,10 @@ static void run_ops(void *ctx) {
 
 /* The CPU: seconds per matrix product that do not shrink with its size (c->op_cost): the
  * call, the threads' fork and join of every operation around it, which the cost model
- * charges once per product and micro-batch. Timed on the tiny copy above, every rank at once,
- * over the passes' 3 x its products (a backward runs two per forward's one). A call runs
+ * charges once per product and micro-batch. Timed on the recipe's model shrunk until its
+ * products cost nothing beside their call (one block per stack, 2 columns per head of the
+ * widest attention, MLPs of 8, a vocabulary of 16, 4 positions), every rank at once, over the
+ * passes' 3 x its products (a backward runs two per forward's one). A call runs
  * as many forward and backward passes as fill OPS_SECONDS on the slowest rank (one pass timed
  * first, every rank at once), at most OPS_PRODUCTS products' worth: shorter calls let ranks
  * that share cores take turns unseen, which read 4 ranks on 2 cores at 1 rank's figure. A
@@ -208,12 +207,10 @@ static void run_ops(void *ctx) {
 #define OPS_SECONDS 0.03
 enum { OPS_PRODUCTS = 10000 };
 static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
-    tr_node nodes[TINY_NODES];
-    int used = 0;
-    tr_model_desc d = r->model;
-    int ok = !tiny_tree(&r->model.root, &d.root, nodes, &used, TINY_NODES);
+    tr_model_desc d;
+    tr_node *nodes = shrunk_model(r, 8, &d);
     d.dim = 2 * widest_heads(&r->model.root), d.vocab = 16, d.seq_len = 4;
-    ok = ok && heads_fit(&d.root, d.dim);
+    int ok = nodes && heads_fit(&d.root, d.dim);
     int T = d.seq_len;
     tr_cost blk[TR_MAX_CHUNKS];
     int nb = ok ? tr_cost_blocks(&d, T, blk, TR_MAX_CHUNKS) : 0;
@@ -241,6 +238,7 @@ static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cl
         }
     }
     if (m) tr_model_free(m);
+    free(nodes);
     return failed < 0 || (!failed && t < 0) ? -1 : 0;
 }
 
@@ -423,7 +421,7 @@ int run_plan(run_ctx *x) {
     tr_plan_opts po = plan_opts(x);
     /* the plan memory: read on every rank here, before anything a rank's own flags decide (a
        rank launched with other flags is refused later, by the setup's agreement) */
-    int want = !x->o.resume && !tr_layout_flags_given(&po.fixed), on;
+    int want = tr_plan_memory_wanted(&po, 1, x->o.resume), on;
     x->memory[0] = 0;
     if (want)
         tr_plan_memory_path(x->memory_dir, &x->r, &x->cluster, x->o.memory_mib, x->memory,
