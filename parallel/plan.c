@@ -713,6 +713,11 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
         add(buf, n, &used, "%s (%s)", f[i].name, tr_origin_name(f[i].o));
     add(buf, n, &used, "communication hidden behind compute %.0f%% (assumed)",
         100 * (c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP));
+    if (c->cpu && c->g[0].nodes * c->n_groups > 1)
+        add(buf, n, &used,
+            "ZeRO-2's reduce-scatters between hosts %.0f%%, while the next "
+            "micro-batch computes (assumed: the network carries them)",
+            100 * PL_CPU_WIRE_OVERLAP);
     if (!c->cpu) {
         const char *from;
         char rb[32];

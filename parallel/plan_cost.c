@@ -636,6 +636,9 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     tr_link dlink =
         crossing(dv, link_of(dv, stride, d), stride < dv->per_node ? stride : dv->per_node);
     const tr_link *dl = &dlink;
+    /* the CPU backend's collectives between hosts: their bytes cross the network while the
+       cores compute */
+    int wire = dv->mpi_coll && link_of(dv, stride, d) == &dv->inter;
     double G = params * m->es, Pb = params * m->es, comm = 0, window = 0, after = 0;
     double bk = m->bucket;
     /* ZeRO-1/2's refresh of the updated parameters overlaps the next forward (its first
@@ -649,6 +652,14 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     if (sh.params) { /* gathers in every forward and backward, beside the compute */
         comm = M * (t_bucketed(dv, COLL_RS, dl, G, d, k, bk) + 2 * ag);
         window = M * worst_c;
+    } else if (sh.grads && wire) {
+        /* a reduce-scatter in every backward, over the wire: micro-batch m's stay in flight
+           while m + 1 computes (dp.c finishes a bucket's when the next micro-step places it),
+           so each but the last micro-batch's hides behind one micro-batch's compute */
+        double rs = t_bucketed(dv, COLL_RS, dl, G, d, k, bk);
+        comm = rs + (M - 1) * maxd(0, rs - PL_CPU_WIRE_OVERLAP * worst_c);
+        window = bwd_last;
+        after = ag;
     } else if (sh.grads) { /* a reduce-scatter in every backward, the same refresh as ZeRO-1 */
         comm = M * t_bucketed(dv, COLL_RS, dl, G, d, k, bk);
         window = M * bwd_last;

@@ -25,6 +25,10 @@
    at 100 Mbit/s, where dp 4's all-reduce is most of the step, dp 4 at ZeRO-0 measured 0.97x
    its price with none of it hidden, 2026-12-05) */
 #define PL_CPU_OVERLAP 0.0
+/* ... but between hosts, the bytes cross the network (the kernel's socket buffers, the NIC)
+   while the cores compute: a reduction in flight hides behind all of the compute beside it,
+   where the wire is free for it */
+#define PL_CPU_WIRE_OVERLAP 1.0
 #define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */
 #define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */

@@ -830,19 +830,21 @@ static void node_link_shared(void) {
  * an all-gather each piece straight to every other rank (1/2 of it at p 2). On 2 nodes of 2,
  * dp 2 x tp 2 (one rank of each dp group a node, both groups crossing at once), a network
  * whose one-way rate equals the all-reduce's bus bandwidth and no latency: the gradients'
- * exposed time at ZeRO 0, 1, 2, 3 is 2 : 3 : 3M + 1 : 5M of G / bw (M micro-batches a step,
- * each reduce-scattered; the refresh after the update an all-gather; ZeRO-3 gathers twice a
- * micro-batch), where NCCL's rings would price 2 : 3 : M + 1 : 3M. */
-static void mpi_collectives(void) {
+ * exposed time at ZeRO 0, 1, 2, 3 is 2 : 3 : 3 + 3 (M - 1) + 1 : 5M of G / bw (M
+ * micro-batches a step, each reduce-scattered; the refresh after the update an all-gather;
+ * ZeRO-3 gathers twice a micro-batch), where NCCL's rings would price 2 : 3 : M + 1 : 3M. But
+ * ZeRO-2's reduce-scatters cross the wire while the next micro-batch computes: each but the
+ * last shows only what it takes beyond one micro-batch's compute c, 3 + (M - 1) max(0, 3 - c)
+ * + 1. At 100 Mbit/s the wire takes longer than the compute; at 100 Gbit/s it hides whole. */
+static void mpi_collectives_at(double bw, int wire_longer) {
     tr_recipe r;
     load(&r, "../bench/pp_gpt.lua", NULL, 0);
     tr_cluster c;
     cpu_cluster(&c, 2);
     c.g[0].nodes = 2;
-    double bw = 12.5e6;
     c.g[0].inter =
         (tr_link){{bw, TR_ORIGIN_MEASURED}, {0, TR_ORIGIN_MEASURED}, {bw, TR_ORIGIN_MEASURED}};
-    double dp_s[4] = {0}, M = 0;
+    double dp_s[4] = {0}, M = 0, compute = 0;
     for (int z = 0; z < 4; z++) {
         tr_layout_flags f = {.dp = 2,
                              .tp = 2,
@@ -860,14 +862,25 @@ static void mpi_collectives(void) {
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
         dp_s[z] = p.dp_s;
         M = l.accum;
+        compute = p.compute_s / M; /* one micro-batch's */
     }
-    double unit = dp_s[0] / 2, want[4] = {2, 3, 3 * M + 1, 5 * M};
+    double unit = dp_s[0] / 2, c1 = compute / unit;
+    double want[4] = {2, 3, 3 + (M - 1) * (c1 < 3 ? 3 - c1 : 0) + 1, 5 * M};
+    check((c1 < 3) == wire_longer,
+          "at %g bytes/s a micro-batch's compute is %.3g x G / bw, a reduce-scatter's 3: the "
+          "case wants the wire %s",
+          bw, c1, wire_longer ? "longer" : "shorter");
     for (int z = 1; z < 4; z++)
         check(M > 1 && unit > 0 && fabs(dp_s[z] - want[z] * unit) <= 1e-9 * dp_s[z],
-              "dp 2 x tp 2 over 2 nodes of 2, %g micro-batches, ZeRO-%d: the gradients' %.6f s "
-              "= %g x G / bw (ZeRO-0's %.6f s = 2 x G / bw)",
-              M, z, dp_s[z], want[z], dp_s[0]);
+              "dp 2 x tp 2 over 2 nodes of %g bytes/s, %g micro-batches of %.2f x G / bw, "
+              "ZeRO-%d: the gradients' %.6f s = %g x G / bw (ZeRO-0's %.6f s = 2 x G / bw)",
+              bw, M, c1, z, dp_s[z], want[z], dp_s[0]);
     tr_recipe_free(&r);
+}
+
+static void mpi_collectives(void) {
+    mpi_collectives_at(12.5e6, 1); /* the wire takes longer than a micro-batch's compute */
+    mpi_collectives_at(12.5e9, 0); /* the compute hides all but the last */
 }
 
 /* Pipeline sends are one transfer in one direction: priced at the link's own rate where a job
