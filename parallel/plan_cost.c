@@ -654,8 +654,11 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
         window = M * worst_c;
     } else if (sh.grads && wire) {
         /* a reduce-scatter in every backward, over the wire: micro-batch m's stay in flight
-           while m + 1 computes (dp.c finishes a bucket's when the next micro-step places it),
-           so each but the last micro-batch's hides behind one micro-batch's compute */
+           while m + 1 computes (dp.c finishes a bucket's when the next micro-step places it,
+           or once two newer ones are in flight), so each but the last micro-batch's hides
+           behind one micro-batch's compute. Exact while a micro-step has few buckets (the
+           box's models: 2 to 6 of 4 MiB); with many, the older ones finish inside their own
+           backward, and this prices them too low by up to the forward (a third of the compute) */
         double rs = t_bucketed(dv, COLL_RS, dl, G, d, k, bk);
         comm = rs + (M - 1) * maxd(0, rs - PL_CPU_WIRE_OVERLAP * worst_c);
         window = bwd_last;
