@@ -63,16 +63,18 @@ static tr_node *shrunk_model(const tr_recipe *r, int mlp_hidden, tr_model_desc *
 }
 
 /* The seconds one call of run(ctx) takes with every rank calling it at once (ranks sharing
- * cores see each other): after one untimed, from a barrier to the last rank's end of n more,
+ * cores see each other): after one untimed (unless `warm`: the caller's last call was one),
+ * from a barrier to the last rank's end of n more,
  * over n. Each rank's own median of its calls mixed the turns the scheduler gives ranks that
  * share cores (one that finishes first leaves the others its core): on 4 ranks of 2 cores the
  * slowest rank's median read tp_gpt's step at 1.1-1.8x, a different figure each run. *noise:
  * the larger of itself and the largest tr_topology_spread of a rank's calls. -1 when a
  * collective fails. */
 enum { TIMED_MAX = 8 };
-static double time_together(tr_comm *w, void (*run)(void *), void *ctx, int n, double *noise) {
+static double time_together(tr_comm *w, void (*run)(void *), void *ctx, int n, int warm,
+                            double *noise) {
     double t[TIMED_MAX], mine[2];
-    run(ctx);
+    if (!warm) run(ctx);
     if (n > TIMED_MAX || tr_comm_barrier(w)) return -1;
     double start = tr_now();
     for (int i = 0; i < n; i++) {
@@ -111,7 +113,7 @@ static void run_model(void *ctx) {
 enum { PROBE_REPS = 3 };
 static double time_model(tr_comm *w, tr_model *m, int B, int T, const int *tok, double *noise) {
     model_step s = {m, tok, B, T};
-    return time_together(w, run_model, &s, PROBE_REPS, noise);
+    return time_together(w, run_model, &s, PROBE_REPS, 0, noise);
 }
 
 /* The CPU: the share of the measured sgemm rate the recipe's own model reaches at
@@ -160,22 +162,24 @@ static int probe_model(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_
     return rc;
 }
 
-static int widest_heads(const tr_node *n) {
-    int h = n->kind == TR_NODE_ATTENTION ? n->heads : 1;
-    for (int i = 0; i < n->n_children; i++) {
-        int k = widest_heads(&n->children[i]);
-        h = k > h ? k : h;
+static int gcd(int a, int b) {
+    while (b) {
+        int t = a % b;
+        a = b, b = t;
     }
-    return h;
+    return a;
 }
 
-/* Whether every attention's heads divide dim in heads of an even size (what the recipe's
- * checks ask of the model, rotary or not). */
-static int heads_fit(const tr_node *n, int dim) {
-    if (n->kind == TR_NODE_ATTENTION && (dim % n->heads || (dim / n->heads) % 2)) return 0;
-    for (int i = 0; i < n->n_children; i++)
-        if (!heads_fit(&n->children[i], dim)) return 0;
-    return 1;
+/* The least common multiple of every attention's heads: it divides the recipe's width (each
+ * attention's heads do, as the recipe's checks ask), so twice it is a width that every
+ * attention splits into heads of an even size, rotary or not. */
+static int heads_lcm(const tr_node *n) {
+    int h = n->kind == TR_NODE_ATTENTION ? n->heads : 1;
+    for (int i = 0; i < n->n_children; i++) {
+        int k = heads_lcm(&n->children[i]);
+        h = h / gcd(h, k) * k;
+    }
+    return h;
 }
 
 typedef struct {
@@ -192,9 +196,9 @@ static void run_ops(void *ctx) {
 /* The CPU: seconds per matrix product that do not shrink with its size (c->op_cost): the
  * call, the threads' fork and join of every operation around it, which the cost model
  * charges once per product and micro-batch. Timed on the recipe's model shrunk until its
- * products cost nothing beside their call (one block per stack, 2 columns per head of the
- * widest attention, MLPs of 8, a vocabulary of 16, 4 positions), every rank at once, over the
- * passes' 3 x its products (a backward runs two per forward's one). A call runs
+ * products cost nothing beside their call (one block per stack, a width of twice the least
+ * common multiple of the attentions' heads, MLPs of 8, a vocabulary of 16, 4 positions), every rank
+ * at once, over the passes' 3 x its products (a backward runs two per forward's one). A call runs
  * as many forward and backward passes as fill OPS_SECONDS on the slowest rank (one pass timed
  * first, every rank at once), at most OPS_PRODUCTS products' worth: shorter calls let ranks
  * that share cores take turns unseen, which read 4 ranks on 2 cores at 1 rank's figure. A
@@ -202,15 +206,14 @@ static void run_ops(void *ctx) {
  * process kept busy (each fork and join then waits for the scheduler), and one CI run's
  * `trainer run`s past a test's 300 s. What the copy's products still compute at the sgemm
  * rate is taken off. Its spread joins the probes' noise. Unmeasured (0) where the copy
- * cannot be built: a recipe whose attentions differ in heads so that some do not divide the
- * width in even heads keeps the assumed figure. */
+ * cannot be built (memory): the assumed figure stays. */
 #define OPS_SECONDS 0.03
 enum { OPS_PRODUCTS = 10000 };
 static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
     tr_model_desc d;
     tr_node *nodes = shrunk_model(r, 8, &d);
-    d.dim = 2 * widest_heads(&r->model.root), d.vocab = 16, d.seq_len = 4;
-    int ok = nodes && heads_fit(&d.root, d.dim);
+    d.dim = 2 * heads_lcm(&r->model.root), d.vocab = 16, d.seq_len = 4;
+    int ok = nodes != NULL;
     int T = d.seq_len;
     tr_cost blk[TR_MAX_CHUNKS];
     int nb = ok ? tr_cost_blocks(&d, T, blk, TR_MAX_CHUNKS) : 0;
@@ -226,10 +229,11 @@ static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cl
     if (!failed) {
         tr_model_init_params(m, 1);
         ops_step o = {{m, tok, 1, T}, 1};
-        double unused = 0, one = time_together(w, run_ops, &o, 1, &unused);
+        double unused = 0, one = time_together(w, run_ops, &o, 1, 0, &unused);
         double most = OPS_PRODUCTS / ops + 1, fill = one > 0 ? OPS_SECONDS / one : -1;
         o.reps = fill < 1 ? 1 : (int)(fill < most ? fill : most);
-        t = one < 0 ? -1 : time_together(w, run_ops, &o, PROBE_REPS, &c->noise.v);
+        /* warm from the sizing call */
+        t = one < 0 ? -1 : time_together(w, run_ops, &o, PROBE_REPS, 1, &c->noise.v);
         double rate = c->g[0].peak_flops.v;
         if (t > 0) {
             double each =
@@ -278,7 +282,7 @@ static int probe_optimizer(tr_comm *w, const tr_backend *be, tr_cluster *c) {
     for (size_t i = 0; i < n; i++)
         p[i] = 1e-3f * (float)(i % 1000), g[i] = 1e-4f * (float)(i % 7);
     optim_step st = {be, p, g, m, v, n};
-    double worst = time_together(w, run_optimizer, &st, OPTIM_REPS, &c->noise.v);
+    double worst = time_together(w, run_optimizer, &st, OPTIM_REPS, 0, &c->noise.v);
     free(buf);
     if (worst > 0) c->optim_rate = (double)n / worst;
     return worst < 0 ? -1 : 0;
