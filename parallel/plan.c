@@ -715,8 +715,8 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
         100 * (c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP));
     if (c->cpu && c->g[0].nodes * c->n_groups > 1)
         add(buf, n, &used,
-            "ZeRO-2's reduce-scatters between hosts %.0f%%, while the next "
-            "micro-batch computes (assumed: the network carries them)",
+            "ZeRO-2's reduce-scatters between hosts behind %.0f%% of the compute "
+            "beside them, bucket by bucket, 2 in flight (assumed: the network carries them)",
             100 * PL_CPU_WIRE_OVERLAP);
     if (!c->cpu) {
         const char *from;

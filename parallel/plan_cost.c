@@ -302,12 +302,39 @@ static double t_coll(const pl_devices *dv, int kind, const tr_link *l, double S,
         t += d < k ? t_moved(in, S) / idle_cores(dv, d) : t_moved(l, S);
     return t + maxd(t_moved(l, (p - k) * S / p), t_moved(in, (k - 1) * S / p) / idle_cores(dv, k));
 }
+
+/* How many buckets of at most bk bytes hold S bytes (t_bucketed's count). */
+static double bucket_count(double S, double bk) {
+    double n = ceil(S / bk);
+    return n < 1 ? 1 : n;
+}
+
 /* t_coll in collectives of `bucket` bytes at most (each pays the latency). */
 static double t_bucketed(const pl_devices *dv, int kind, const tr_link *l, double S, int p, int k,
                          double bucket) {
-    double n = ceil(S / bucket);
-    if (n < 1) n = 1;
+    double n = bucket_count(S, bucket);
     return n * t_coll(dv, kind, l, S / n, p, k);
+}
+
+/* ZeRO-2's reduce-scatters over the network on the CPU backend, in the seconds they add to a
+ * step of M micro-batches of forward f and backward b: the bytes cross the wire while the
+ * cores compute, in n buckets of rs / n each, which the backward makes ready one every b / n
+ * and the wire takes in turn. dp.c holds at most IN_FLIGHT (2) reductions in flight: bucket
+ * j must be done when bucket j + 2 starts (the next micro-batch's first two start b / n and
+ * 2 b / n into its backward, after its forward), and when the next micro-batch places its
+ * own bucket j, (j - 1) b / n into that backward. A micro-batch but the last waits for the
+ * latest of those (for j below n - 2 it is never later than at n - 2), and at least for
+ * what the wire carries beyond its compute; the last waits for what the wire has left after
+ * its backward, at least its last bucket. One bucket hides behind the next forward only;
+ * many behind most of both passes. */
+static double wire_reduce_scatters(double rs, double n, double f, double b, double M) {
+    double w = rs / n, cb = b / n, stall = maxd(0, rs - f - b);
+    for (double j = maxd(1, n - 2); j <= n; j++) {
+        double done = maxd(cb + j * w, j * cb + w); /* the wire's, from the first bucket on */
+        double next2 = j + 2 <= n ? (j + 2) * cb : b + f + (j + 2 - n) * cb;
+        stall = maxd(stall, done - mind(next2, b + f + (j - 1) * cb));
+    }
+    return maxd(w, rs - b + cb) + (M - 1) * stall;
 }
 
 /* The activations a micro-batch of B sequences leaves on a rank for its blocks [a, b), per
@@ -652,16 +679,10 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     if (sh.params) { /* gathers in every forward and backward, beside the compute */
         comm = M * (t_bucketed(dv, COLL_RS, dl, G, d, k, bk) + 2 * ag);
         window = M * worst_c;
-    } else if (sh.grads && wire) {
-        /* a reduce-scatter in every backward, over the wire: micro-batch m's stay in flight
-           while m + 1 computes (dp.c finishes a bucket's when the next micro-step places it,
-           or once two newer ones are in flight), so each but the last micro-batch's hides
-           behind one micro-batch's compute. Exact while a micro-step has few buckets (the
-           box's models: 2 to 6 of 4 MiB); with many, the older ones finish inside their own
-           backward, and this prices them too low by up to the forward (a third of the compute) */
+    } else if (sh.grads && wire) { /* each bucket's reduce-scatter behind the compute */
         double rs = t_bucketed(dv, COLL_RS, dl, G, d, k, bk);
-        comm = rs + (M - 1) * maxd(0, rs - PL_CPU_WIRE_OVERLAP * worst_c);
-        window = bwd_last;
+        comm = wire_reduce_scatters(rs, bucket_count(G, bk), PL_CPU_WIRE_OVERLAP * fwd_first,
+                                    PL_CPU_WIRE_OVERLAP * bwd_last, M);
         after = ag;
     } else if (sh.grads) { /* a reduce-scatter in every backward, the same refresh as ZeRO-1 */
         comm = M * t_bucketed(dv, COLL_RS, dl, G, d, k, bk);

@@ -830,12 +830,40 @@ static void node_link_shared(void) {
  * an all-gather each piece straight to every other rank (1/2 of it at p 2). On 2 nodes of 2,
  * dp 2 x tp 2 (one rank of each dp group a node, both groups crossing at once), a network
  * whose one-way rate equals the all-reduce's bus bandwidth and no latency: the gradients'
- * exposed time at ZeRO 0, 1, 2, 3 is 2 : 3 : 3 + 3 (M - 1) + 1 : 5M of G / bw (M
- * micro-batches a step, each reduce-scattered; the refresh after the update an all-gather;
- * ZeRO-3 gathers twice a micro-batch), where NCCL's rings would price 2 : 3 : M + 1 : 3M. But
- * ZeRO-2's reduce-scatters cross the wire while the next micro-batch computes: each but the
- * last shows only what it takes beyond one micro-batch's compute c, 3 + (M - 1) max(0, 3 - c)
- * + 1. At 100 Mbit/s the wire takes longer than the compute; at 100 Gbit/s it hides whole. */
+ * exposed time at ZeRO 0, 1 and 3 is 2 : 3 : 5M of G / bw (M micro-batches a step; the
+ * refresh after the update an all-gather, 1; ZeRO-3 gathers twice a micro-batch), where
+ * NCCL's rings would price 2 : 3 : 3M. */
+static double zero_dp_s(tr_recipe *r, const tr_cluster *c, int z, int bucket_kb, double *M,
+                        double *compute) {
+    tr_layout_flags f = {.dp = 2,
+                         .tp = 2,
+                         .pp = 1,
+                         .zero = z,
+                         .schedule = -1,
+                         .sequence_parallel = -1,
+                         .micro_batch = 2};
+    tr_layout l;
+    char err[1024];
+    r->parallel.bucket_kb = bucket_kb;
+    if (!check(!tr_layout_resolve(&l, r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
+               "dp 2 x tp 2, ZeRO-%d resolves (%s)", z, err))
+        return 0;
+    tr_plan p;
+    tr_plan_price(r, c, &l, TR_DTYPE_F32, &p);
+    *M = l.accum;
+    *compute = p.compute_s / *M; /* one micro-batch's */
+    return p.dp_s;
+}
+
+/* ZeRO-2's reduce-scatters (3 units each, and the refresh's all-gather, 1) cross the wire
+ * while the cores compute a micro-batch of c units, its forward c/3 and its backward 2c/3,
+ * in n buckets that the backward makes ready one by one. Where the wire takes longer than
+ * the compute, the step waits for all the wire carries less the compute beside it: with one
+ * bucket, only the next forward, 3 + (M - 1)(3 - c/3) + 1; with three, both passes of every
+ * micro-batch but the last and the last's backward after its first bucket,
+ * 3M - (M - 1) c - 2c/3 (1 - 1/n) + 1. Where the compute is much longer, a micro-batch's
+ * reduce-scatters hide whole but for the last bucket of the last: 3 + 1 with one bucket,
+ * 3/n + 1 with three. */
 static void mpi_collectives_at(double bw, int wire_longer) {
     tr_recipe r;
     load(&r, "../bench/pp_gpt.lua", NULL, 0);
@@ -845,42 +873,37 @@ static void mpi_collectives_at(double bw, int wire_longer) {
     c.g[0].inter =
         (tr_link){{bw, TR_ORIGIN_MEASURED}, {0, TR_ORIGIN_MEASURED}, {bw, TR_ORIGIN_MEASURED}};
     double dp_s[4] = {0}, M = 0, compute = 0;
-    for (int z = 0; z < 4; z++) {
-        tr_layout_flags f = {.dp = 2,
-                             .tp = 2,
-                             .pp = 1,
-                             .zero = z,
-                             .schedule = -1,
-                             .sequence_parallel = -1,
-                             .micro_batch = 2};
-        tr_layout l;
-        char err[1024];
-        if (!check(!tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
-                   "dp 2 x tp 2, ZeRO-%d resolves (%s)", z, err))
-            continue;
-        tr_plan p;
-        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p);
-        dp_s[z] = p.dp_s;
-        M = l.accum;
-        compute = p.compute_s / M; /* one micro-batch's */
-    }
-    double unit = dp_s[0] / 2, c1 = compute / unit;
-    double want[4] = {2, 3, 3 + (M - 1) * (c1 < 3 ? 3 - c1 : 0) + 1, 5 * M};
-    check((c1 < 3) == wire_longer,
+    for (int z = 0; z < 4; z += 1 + (z == 1))
+        dp_s[z] = zero_dp_s(&r, &c, z, 0, &M, &compute);
+    double unit = dp_s[0] / 2, c1 = compute / unit, G = unit * bw;
+    check((c1 < 3) == wire_longer && (wire_longer || c1 > 4.5),
           "at %g bytes/s a micro-batch's compute is %.3g x G / bw, a reduce-scatter's 3: the "
           "case wants the wire %s",
-          bw, c1, wire_longer ? "longer" : "shorter");
-    for (int z = 1; z < 4; z++)
-        check(M > 1 && unit > 0 && fabs(dp_s[z] - want[z] * unit) <= 1e-9 * dp_s[z],
-              "dp 2 x tp 2 over 2 nodes of %g bytes/s, %g micro-batches of %.2f x G / bw, "
-              "ZeRO-%d: the gradients' %.6f s = %g x G / bw (ZeRO-0's %.6f s = 2 x G / bw)",
-              bw, M, c1, z, dp_s[z], want[z], dp_s[0]);
+          bw, c1, wire_longer ? "longer" : "shorter by 1.5x at least");
+    check(M > 1 && unit > 0 && fabs(dp_s[1] - 3 * unit) <= 1e-9 * dp_s[1] &&
+              fabs(dp_s[3] - 5 * M * unit) <= 1e-9 * dp_s[3],
+          "dp 2 x tp 2 over 2 nodes of %g bytes/s, %g micro-batches: ZeRO-1 %.6f s = 3, "
+          "ZeRO-3 %.6f s = 5M x G / bw (ZeRO-0's %.6f s = 2 x G / bw)",
+          bw, M, dp_s[1], dp_s[3], dp_s[0]);
+    const int kbs[2] = {1 << 30, (int)ceil(G / 3 / 1024)}; /* one bucket, three */
+    for (int i = 0; i < 2; i++) {
+        double n = ceil(G / (kbs[i] * 1024.0)), m2 = 0, c2 = 0;
+        double z2 = zero_dp_s(&r, &c, 2, kbs[i], &m2, &c2), want;
+        if (n == 1)
+            want = wire_longer ? 3 + (M - 1) * (3 - c1 / 3) + 1 : 4;
+        else
+            want = wire_longer ? 3 * M - (M - 1) * c1 - 2 * c1 / 3 * (1 - 1 / n) + 1 : 3 / n + 1;
+        check((n == 1 || n == 3) && m2 == M && fabs(z2 - want * unit) <= 1e-9 * z2,
+              "ZeRO-2 over %g bytes/s in %g bucket%s, %g micro-batches of %.3g x G / bw: "
+              "%.6f s = %.4g x G / bw",
+              bw, n, n > 1 ? "s" : "", M, c1, z2, want);
+    }
     tr_recipe_free(&r);
 }
 
 static void mpi_collectives(void) {
     mpi_collectives_at(12.5e6, 1); /* the wire takes longer than a micro-batch's compute */
-    mpi_collectives_at(12.5e9, 0); /* the compute hides all but the last */
+    mpi_collectives_at(12.5e9, 0); /* the compute hides all but the last bucket */
 }
 
 /* Pipeline sends are one transfer in one direction: priced at the link's own rate where a job
