@@ -32,7 +32,8 @@
 # same ranks, which prices every layout it keeps with the same measured figures: the layout
 # the run resolved (its micro-batch, schedule, recompute) where it is among the plan's
 # alternatives (one variant per mesh, ZeRO stage and schedule), else "-".
-# Printed for each configuration and recipe: layout | predicted | one plan | measured | spread |
+# Printed for each configuration and recipe: layout | M x mb (the micro-batches a step and
+# their size, as the fastest run resolved them) | predicted | one plan | measured | spread |
 # measured / predicted | memory predicted and measured (the fullest rank); then Spearman's rank
 # correlation of predicted and measured step times over every layout, and over the meshes'
 # ZeRO stages alone; beside each the runs' own (each pass's measured times against the next
@@ -399,8 +400,8 @@ for rname, recipe in recipes:
           "`trainer plan` (ties within %.0f%%, or what the probes' %.0f%% could reorder)" %
           (conf, " ".join(recipe), world, steps, reps, 100 * tie.get("band", 0),
            100 * tie.get("reorder", 0)))
-    print("%-40s %10s %9s %10s %7s %7s %10s %10s" % ("layout", "predicted", "one plan",
-          "measured", "spread", "meas/pred", "mem pred", "mem meas"))
+    print("%-40s %6s %10s %9s %10s %7s %7s %10s %10s" % ("layout", "M x mb", "predicted",
+          "one plan", "measured", "spread", "meas/pred", "mem pred", "mem meas"))
     pred, meas, spreads, table, passes, spread_of, mesh, one = [], [], [], {}, [], [], [], []
     for label, _, key in layouts():
         got = runs[label]
@@ -421,8 +422,11 @@ for rname, recipe in recipes:
         table[label] = best
         if label == "auto":
             continue
-        print("%-40s %9.4fs %8s %9.4fs %7.2f %7.2f %9.1fM %9.1fM%s" %
-              (label, best[0], "%.4fs" % p[0] if p else "-", best[1], spread,
+        # the micro-batches a step and their size, as the run resolved them (its plan line)
+        mm = re.search(r"(\d+) micro-batch(?:es)? of (\d+)", best[4])
+        print("%-40s %6s %9.4fs %8s %9.4fs %7.2f %7.2f %9.1fM %9.1fM%s" %
+              (label, "%sx%s" % mm.groups() if mm else "-", best[0],
+               "%.4fs" % p[0] if p else "-", best[1], spread,
                best[1] / best[0] if best[0] == best[0] else 0,
                mib(best[2]), mib(best[3]), "  (stopped)" if stopped and not ok else ""))
         if best[0] == best[0]:
