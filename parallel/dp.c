@@ -295,9 +295,6 @@ static void z2_place(void *ctx, int param) {
                                tr_buf_at(d->be, s->buf, tr_model_param(d->m, i)->offset - b->lo));
 }
 
-/* At most this many reductions in flight: more would only hold more gradient memory. */
-#define IN_FLIGHT 2
-
 static void z2_start(tr_dp *d, bucket *b) {
     assert(b->slot >= 0 && !d->ring[b->slot].req); /* placed, not reduced yet */
     ring_slot *s = &d->ring[b->slot];
@@ -314,7 +311,7 @@ static void z2_start(tr_dp *d, bucket *b) {
                 n++;
                 if (oldest < 0 || d->ring[k].seq < d->ring[oldest].seq) oldest = k;
             }
-        if (n <= IN_FLIGHT) break;
+        if (n <= TR_DP_IN_FLIGHT) break;
         z2_finish(d, oldest);
     }
 }

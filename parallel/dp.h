@@ -15,6 +15,10 @@
 
 typedef struct tr_dp tr_dp;
 
+/* ZeRO-2's gradient reductions in flight at once (a third start finishes the oldest): more
+ * would only hold more gradient memory. The planner's price of them reads it too. */
+enum { TR_DP_IN_FLIGHT = 2 };
+
 /* What a ZeRO stage splits over the dp group: the one place that maps a stage number to what
  * it shards. The planner's cost model, the layout's model options, this module and the
  * trainer ask it (or tr_dp_zero for a running group), never compare stage numbers. */

@@ -319,20 +319,21 @@ static double t_bucketed(const pl_devices *dv, int kind, const tr_link *l, doubl
 /* ZeRO-2's reduce-scatters over the network on the CPU backend, in the seconds they add to a
  * step of M micro-batches of forward f and backward b: the bytes cross the wire while the
  * cores compute, in n buckets of rs / n each, which the backward makes ready one every b / n
- * and the wire takes in turn. dp.c holds at most IN_FLIGHT (2) reductions in flight: bucket
- * j must be done when bucket j + 2 starts (the next micro-batch's first two start b / n and
- * 2 b / n into its backward, after its forward), and when the next micro-batch places its
- * own bucket j, (j - 1) b / n into that backward. A micro-batch but the last waits for the
- * latest of those (for j below n - 2 it is never later than at n - 2), and at least for
+ * and the wire takes in turn. dp.c holds at most k = TR_DP_IN_FLIGHT (2) reductions in
+ * flight: bucket j must be done when bucket j + k starts (the next micro-batch's first k
+ * start b / n, 2 b / n, ... into its backward, after its forward), and when the next
+ * micro-batch places its own bucket j, (j - 1) b / n into that backward. A micro-batch but
+ * the last waits for the latest of those (for j below n - k it is never later than at
+ * n - k), and at least for
  * what the wire carries beyond its compute; the last waits for what the wire has left after
  * its backward, at least its last bucket. One bucket hides behind the next forward only;
  * many behind most of both passes. */
 static double wire_reduce_scatters(double rs, double n, double f, double b, double M) {
-    double w = rs / n, cb = b / n, stall = maxd(0, rs - f - b);
-    for (double j = maxd(1, n - 2); j <= n; j++) {
+    double w = rs / n, cb = b / n, stall = maxd(0, rs - f - b), k = TR_DP_IN_FLIGHT;
+    for (double j = maxd(1, n - k); j <= n; j++) {
         double done = maxd(cb + j * w, j * cb + w); /* the wire's, from the first bucket on */
-        double next2 = j + 2 <= n ? (j + 2) * cb : b + f + (j + 2 - n) * cb;
-        stall = maxd(stall, done - mind(next2, b + f + (j - 1) * cb));
+        double next_k = j + k <= n ? (j + k) * cb : b + f + (j + k - n) * cb;
+        stall = maxd(stall, done - mind(next_k, b + f + (j - 1) * cb));
     }
     return maxd(w, rs - b + cb) + (M - 1) * stall;
 }
