@@ -236,6 +236,11 @@ write_files() { # NAME HOSTS SLOTS
         echo "export OMPI_MCA_oob_tcp_if_include=$sub"
         echo "export OMPI_MCA_btl_tcp_if_include=$sub"
         echo "export OMPI_MCA_btl=self,vader,tcp"
+        # every host's daemon binds its own ranks, but the hosts share this machine's cores:
+        # a job of one rank a host (np <= 2, where Open MPI binds to a core) had each on core
+        # 0, so 2 ranks ran on one core and a 1 MiB all-reduce between them moved 55 MB/s at
+        # 1 Gbit/s against 90 unbound (2026-12-06). `cores` narrows a host's ranks instead
+        echo "export OMPI_MCA_hwloc_base_binding_policy=none"
         echo "export OMPI_MCA_orte_tmpdir_base=$d/tmp"
         # a host whose link is cut: its daemon's idle connection is found dead 8-10 s later
         # (the next probe within 2 s, then 4 unanswered 2 s apart; Open MPI's defaults, 300 +
