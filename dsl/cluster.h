@@ -69,10 +69,14 @@ typedef struct {
 
 /* A link: bandwidth (bytes/s per device, one direction, through a collective) and latency
  * (s); for a detected job also p2p, what one transfer between two of its devices moves in one
- * direction (bytes/s: the link's own rate; v 0 where not measured). */
+ * direction (bytes/s: the link's own rate; v 0 where not measured), and, between nodes of
+ * several ranks each, ring: the bus bandwidth of an all-reduce over every rank of the job at
+ * once (each node's link carries one flow each way while all of its ranks work; v 0 where
+ * not measured). */
 typedef struct {
     tr_figure bw, lat;
     tr_figure p2p;
+    tr_figure ring;
 } tr_link;
 
 /* Nodes of one kind at one provider. */

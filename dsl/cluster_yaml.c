@@ -259,7 +259,7 @@ static int get_link_entry(const reader *r, tr_cluster *c, const yaml_node_t *v, 
     if (need_mapping(r, v, where, "between, bandwidth_gb_s, latency_us or latency_ms")) return -1;
     unsigned seen = 0;
     int ab[2] = {-1, -1}, between_line = line_of(v);
-    tr_link l = {{0, TR_ORIGIN_ASSUMED}, {0, TR_ORIGIN_ASSUMED}, {0, TR_ORIGIN_ASSUMED}};
+    tr_link l = {.bw = {0, TR_ORIGIN_ASSUMED}, .lat = {0, TR_ORIGIN_ASSUMED}};
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         int k = key_index(r, p, where, link_keys, L_N, &seen);
         if (k < 0) return -1;

@@ -78,6 +78,7 @@ static void link_min(tr_link *a, const tr_link *b) {
     if (b->bw.v < a->bw.v) a->bw = b->bw;
     if (b->lat.v > a->lat.v) a->lat = b->lat;
     if (b->p2p.v > 0 && (!(a->p2p.v > 0) || b->p2p.v < a->p2p.v)) a->p2p = b->p2p;
+    if (b->ring.v > 0 && (!(a->ring.v > 0) || b->ring.v < a->ring.v)) a->ring = b->ring;
 }
 
 void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
@@ -234,14 +235,18 @@ static const tr_link *pp_link(const pl_devices *dv, const tr_layout *l, int ra, 
     return &dv->intra;
 }
 
-/* What each of `flows` transfers that leave a node at once gets of link l. A detected job's
- * network is a node's link, timed with one flow between node leaders (parallel/topology.c):
- * the ranks of a node that cross together share it (dp 2 x tp 2 over 2 nodes of 2: both dp
- * groups' rings leave each node at once, each at half the link). A table's or a file's figure
- * is each device's own share of its server's network (dsl/cluster.c: a GPU server's NICs, one
- * per device), which its flows do not divide. */
-static tr_link crossing(const pl_devices *dv, const tr_link *l, long flows) {
+/* What each of `flows` transfers that leave a node at once gets of link l, for a group with
+ * k of its ranks on each node. A detected job's network is a node's link, timed with one flow
+ * between node leaders (parallel/topology.c): the ranks of a node that cross together share
+ * it (dp 2 x tp 2 over 2 nodes of 2: both dp groups' rings leave each node at once, each at
+ * half the link). Where k > 1 every rank of the group works while the link carries its
+ * bytes, as in the job's ring through all of its ranks, whose figure it takes where one was
+ * measured (tr_link's ring; the leaders timed theirs with the other ranks idle). A table's or
+ * a file's figure is each device's own share of its server's network (dsl/cluster.c: a GPU
+ * server's NICs, one per device), which its flows do not divide. */
+static tr_link crossing(const pl_devices *dv, const tr_link *l, long flows, long k) {
     tr_link s = *l;
+    if (l == &dv->inter && k > 1 && l->ring.v > 0) s.bw = l->ring;
     if (l == &dv->inter && dv->node_link && flows > 1) {
         s.bw.v /= (double)flows;
         s.p2p.v /= (double)flows;
@@ -249,10 +254,16 @@ static tr_link crossing(const pl_devices *dv, const tr_link *l, long flows) {
     return s;
 }
 
+/* The link a tensor-parallel group of tp ranks crosses (one group leaves a node at once). */
+static tr_link tp_link(const pl_devices *dv, int tp) {
+    return crossing(dv, link_of(dv, 1, tp), 1, tp < dv->per_node ? tp : dv->per_node);
+}
+
 /* One transfer of S bytes over link l, one direction: at the link's own rate where a job
- * measured it (p2p: an MPI all-reduce between two hosts moves its bytes over the link twice,
- * so its bus bandwidth is about half of that), else at the collective's figure (a table's or
- * a file's: NCCL's bus bandwidth is the link's rate). */
+ * measured it (p2p: an MPI all-reduce also pays its sums and both directions at once, and
+ * between two hosts of the box at 1 Gbit/s reads 85-90 MB/s against p2p's 108, 2026-12-06),
+ * else at the collective's figure (a table's or a file's: NCCL's bus bandwidth is the link's
+ * rate). */
 static double t_send(const tr_link *l, double S) {
     return S / (l->p2p.v > 0 ? l->p2p.v : l->bw.v) + l->lat.v;
 }
@@ -543,10 +554,10 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
     /* one all-reduce (or reduce-scatter + all-gather) of the stream per residual branch in
        the forward, one in the backward, and the vocabulary-parallel embedding and head */
     double S = tok * m->C * m->es;
-    const tr_link *l = link_of(dv, 1, p->l.tp);
+    tr_link l = tp_link(dv, p->l.tp);
     double n_coll = 2 * resid + (a == 0) + (b == m->n);
     if (rc == TR_RECOMPUTE_FULL) n_coll += resid;
-    *tp_s = n_coll * t_allreduce(l, S, p->l.tp);
+    *tp_s = n_coll * t_allreduce(&l, S, p->l.tp);
 }
 
 static double zbv_ratio(int P, int M) {
@@ -612,9 +623,9 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     /* a boundary carries 1/tp of the stream per tp rank: its rows (sequence parallelism), or
        its slice, all-gathered over the tp group on arrival (scatter-gather, pipeline.c) */
     double full = tok * m->C * m->es, S = full / p->l.tp;
-    double gather = p->l.tp > 1 && !p->l.sequence_parallel
-                        ? 0.5 * t_allreduce(link_of(dv, 1, p->l.tp), full, p->l.tp)
-                        : 0;
+    tr_link tl = tp_link(dv, p->l.tp);
+    double gather =
+        p->l.tp > 1 && !p->l.sequence_parallel ? 0.5 * t_allreduce(&tl, full, p->l.tp) : 0;
     double bwd_last = 0;
     for (int r = 0; r < p->l.pp; r++) {
         double c = 0, t = 0, send = 0, rate = pl_stage_rate(dv, &p->l, r);
@@ -631,7 +642,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
                 if (j < 0 || j >= K || rank_of(p, j) == r) continue;
                 /* the stage's tp ranks send their parts at once */
                 tr_link pl = crossing(dv, pp_link(dv, &p->l, r, rank_of(p, j)),
-                                      p->l.tp < dv->per_node ? p->l.tp : dv->per_node);
+                                      p->l.tp < dv->per_node ? p->l.tp : dv->per_node, 1);
                 send += t_send(&pl, S) + gather;
             }
         }
@@ -661,8 +672,10 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     /* data parallelism: gradients and ZeRO's gathers over the dp group */
     int d = p->l.dp;
     long stride = (long)p->l.tp * p->l.pp; /* a node holds ranks of this many dp groups */
+    /* the members of a dp group on one node */
+    int k = stride < dv->per_node ? (int)mind(d, dv->per_node / stride) : 1;
     tr_link dlink =
-        crossing(dv, link_of(dv, stride, d), stride < dv->per_node ? stride : dv->per_node);
+        crossing(dv, link_of(dv, stride, d), stride < dv->per_node ? stride : dv->per_node, k);
     const tr_link *dl = &dlink;
     /* the CPU backend's collectives between hosts: their bytes cross the network while the
        cores compute */
@@ -674,8 +687,6 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     double fwd_first = worst_c / 3.0;
     /* each collective as the backend runs it (t_coll) */
     tr_zero sh = tr_zero_of(p->l.zero);
-    /* the members of a dp group on one node */
-    int k = stride < dv->per_node ? (int)mind(d, dv->per_node / stride) : 1;
     double ag = t_bucketed(dv, COLL_AG, dl, Pb, d, k, bk);
     if (sh.params) { /* gathers in every forward and backward, beside the compute */
         comm = M * (t_bucketed(dv, COLL_RS, dl, G, d, k, bk) + 2 * ag);

@@ -26,14 +26,31 @@ typedef struct {
 } host_rec;
 
 /* How long the measurements run (about 0.3 s with 4 ranks on 2 busy cores, most of it sgemm
- * and memcpy): SGEMM_REPS products of SGEMM_N cubed after one warm-up, timed together;
- * COPY_REPS memcpy of COPY_BYTES; LAT_REPS all-reduces of 8 bytes and BW_REPS of BW_BYTES
- * after one warm-up each, timed one by one for their median. */
-enum { SGEMM_N = 512, SGEMM_REPS = 4, COPY_REPS = 4, LAT_REPS = 21, BW_REPS = 9, MAX_REPS = 21 };
+ * and memcpy; between hosts about 1-2 s more, the link's and the ring's all-reduces):
+ * SGEMM_REPS products of SGEMM_N cubed after one warm-up, timed together; COPY_REPS memcpy
+ * of COPY_BYTES; LAT_REPS all-reduces of 8 bytes and BW_REPS of BW_BYTES after one warm-up
+ * each, timed one by one for their median; between hosts, where those took under BW_MIN_S,
+ * BIG_REPS of 4x the bytes, up to BIG_BYTES. */
+enum {
+    SGEMM_N = 512,
+    SGEMM_REPS = 4,
+    COPY_REPS = 4,
+    LAT_REPS = 21,
+    BW_REPS = 9,
+    BIG_REPS = 5,
+    MAX_REPS = 21
+};
 #define COPY_BYTES ((size_t)32 << 20)
-/* 1 MiB: with 4 ranks on 2 cores, 2 and 4 MiB all-reduces sometimes outlast the 20 ms that
- * comm/mpi.c's waits spin before they sleep, and then read 20 times slower */
+/* 1 MiB inside a host: with 4 ranks on 2 cores, 2 and 4 MiB all-reduces there sometimes
+ * outlast the 20 ms that comm/mpi.c's waits spin before they sleep, and then read 20 times
+ * slower (between hosts 4 MiB ones read steadily: below) */
 #define BW_BYTES ((size_t)1 << 20)
+/* Between hosts a 1 MiB all-reduce that takes a few ms is at the mercy of one rank's
+ * scheduling: on a box at 1 Gbit/s (4 ranks, 2 cores, 2026-12-06) six plans read the hosts'
+ * first ranks' at 47-101 MB/s and the ring through all 4 at 57-86 with 1 MiB, 66-81 and
+ * 71-81 with 4 MiB (a tp 4 run's own 4 MiB all-reduces moved 60-70) */
+#define BIG_BYTES ((size_t)4 << 20)
+#define BW_MIN_S 0.04
 
 /* One rank's measurements, gathered from every rank as doubles (0: not measured). */
 enum {
@@ -47,6 +64,7 @@ enum {
     F_INTER_BW,
     F_INTER_LAT,
     F_INTER_P2P,
+    F_INTER_RING, /* every rank's all-reduce at once, over nodes of several ranks each */
     F_NOISE,   /* the largest tr_topology_spread() of the probes this rank timed for the planner */
     F_THREADS, /* threads this rank computes on */
     F_FLOPS_NOISE, /* the sgemm probe's own tr_topology_spread(): what the split by speed reads */
@@ -71,7 +89,7 @@ typedef struct {
 typedef struct {
     float *a, *b, *c; /* (SGEMM_N, SGEMM_N) */
     char *src, *dst;  /* COPY_BYTES */
-    float *link;      /* BW_BYTES */
+    float *link;      /* BIG_BYTES */
 } scratch;
 
 static double now(void) {
@@ -309,7 +327,7 @@ static int scratch_init(tr_comm *w, const tr_topology_opts *o, int links, scratc
         ok = ok && s->src && s->dst;
     }
     if (links) {
-        s->link = calloc(BW_BYTES / sizeof(float), sizeof(float));
+        s->link = calloc(BIG_BYTES / sizeof(float), sizeof(float));
         ok = ok && s->link;
     }
     int failed = !ok;
@@ -321,7 +339,7 @@ static int scratch_init(tr_comm *w, const tr_topology_opts *o, int links, scratc
         snprintf(err, errlen,
                  "topology: %d rank%s (%s) out of memory for the measurements' %.0f MiB", failed,
                  failed > 1 ? "s" : "", ok ? "not this one" : "this one among them",
-                 (double)(3 * nn * sizeof(float) + 2 * COPY_BYTES + BW_BYTES) / (1 << 20));
+                 (double)(3 * nn * sizeof(float) + 2 * COPY_BYTES + BIG_BYTES) / (1 << 20));
         return -1;
     }
     return 0;
@@ -347,14 +365,25 @@ static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *media
 /* The link as the planner models a collective over p ranks (plan_cost.c's t_allreduce):
  * 2 log2(p) steps of latency, then the bytes at the bus bandwidth (NCCL's for all-reduce,
  * 2(p-1)/p x bytes / time). The latency is an 8-byte all-reduce's time over these p ranks,
- * per step; the bandwidth, a BW_BYTES one's less that time. So the plan prices both probes'
- * all-reduces at what they took. */
-static int time_link(tr_comm *g, float *buf, double *bw, double *lat, double *noise) {
-    double p = tr_comm_size(g), t = 0, small = 0;
+ * per step; the bandwidth, a BW_BYTES one's less that time, or, up to `most` bytes, of 4x
+ * the bytes while the larger took under BW_MIN_S on any rank (all of g decide together: they
+ * run the same all-reduces). So the plan prices the probes' all-reduces at what they took.
+ * *noise: the larger of itself and the kept bandwidth's spread. */
+static int time_link(tr_comm *g, float *buf, size_t most, double *bw, double *lat, double *noise) {
+    double p = tr_comm_size(g), t = 0, small = 0, spread = 0;
+    size_t bytes = BW_BYTES;
     int rc = median_time(g, buf, 2, LAT_REPS, &small, noise);
-    if (!rc) rc = median_time(g, buf, BW_BYTES / sizeof(float), BW_REPS, &t, noise);
+    if (!rc) rc = median_time(g, buf, bytes / sizeof(float), BW_REPS, &t, &spread);
+    while (!rc && bytes < most) {
+        buf[0] = t < BW_MIN_S, buf[1] = 0;
+        rc = tr_comm_all_reduce(g, buf, 2, TR_COMM_F32);
+        if (rc || buf[0] == 0) break;
+        bytes *= 4, spread = 0;
+        rc = median_time(g, buf, bytes / sizeof(float), BIG_REPS, &t, &spread);
+    }
+    if (spread > *noise) *noise = spread;
     if (t > 2 * small) t -= small;
-    *bw = t > 0 ? 2.0 * (p - 1) / p * (double)BW_BYTES / t : 0;
+    *bw = t > 0 ? 2.0 * (p - 1) / p * (double)bytes / t : 0;
     *lat = small / (2 * log2(p));
     return rc;
 }
@@ -414,14 +443,15 @@ static int time_p2p(tr_comm *g, float *buf, double *bw, double *noise) {
 }
 
 /* Split w by color and time the link of this rank's subgroup when `timed` (every rank
- * calls it; the others join a group they leave idle). bw_lat: bandwidth, latency, p2p. */
-static int time_split(tr_comm *w, int color, int timed, const char *name, float *buf,
+ * calls it; the others join a group they leave idle), its all-reduces up to `most` bytes
+ * (time_link). bw_lat: bandwidth, latency, p2p. */
+static int time_split(tr_comm *w, int color, int timed, const char *name, size_t most, float *buf,
                       double *bw_lat, double *noise, char *err, size_t errlen) {
     tr_comm *g;
     if (tr_comm_split(w, color, tr_comm_rank(w), name, &g, err, errlen)) return -1;
     int rc = 0;
     if (timed && tr_comm_size(g) > 1) {
-        rc = time_link(g, buf, &bw_lat[0], &bw_lat[1], noise);
+        rc = time_link(g, buf, most, &bw_lat[0], &bw_lat[1], noise);
         if (!rc) rc = time_p2p(g, buf, &bw_lat[2], noise); /* the planner's pipeline sends */
     }
     tr_comm_free(g);
@@ -452,13 +482,23 @@ static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int li
         if (v > f[F_NOISE]) f[F_NOISE] = v;
     }
     if (links && max_count(h) > 1 &&
-        time_split(w, node, 1, "intra", s->link, &f[F_INTRA_BW], &f[F_NOISE], err, errlen))
+        time_split(w, node, 1, "intra", BW_BYTES, s->link, &f[F_INTRA_BW], &f[F_NOISE], err,
+                   errlen))
         return -1;
     int leader = h->first[node] == rank;
     if (links && h->n_nodes > 1 &&
-        time_split(w, !leader, leader, "inter", s->link, &f[F_INTER_BW], &f[F_NOISE], err,
-                   errlen))
+        time_split(w, !leader, leader, "inter", BIG_BYTES, s->link, &f[F_INTER_BW], &f[F_NOISE],
+                   err, errlen))
         return -1;
+    /* the leaders' figure is the link with the nodes' other ranks idle; a group with several
+       ranks a node crosses it while all of them work (their copies and sums, and on shared
+       cores the network's own work, take the same cores): a ring through every rank */
+    double lat;
+    if (links && h->n_nodes > 1 && max_count(h) > 1 &&
+        time_link(w, s->link, BIG_BYTES, &f[F_INTER_RING], &lat, &f[F_NOISE])) {
+        snprintf(err, errlen, "topology: timing the ring through every rank failed");
+        return -1;
+    }
     return 0;
 fail:
     snprintf(err, errlen, "topology: barrier before the measurements failed");
@@ -490,10 +530,10 @@ static tr_figure fig(double v, tr_origin from) {
 /* A link from the figures at f (bw, lat, p2p), or the assumed ones when not measured. */
 static tr_link link_of(const double *f, double bw0, double lat0) {
     if (f[0] > 0 && f[1] > 0)
-        return (tr_link){fig(f[0], TR_ORIGIN_MEASURED), fig(f[1], TR_ORIGIN_MEASURED),
-                         fig(f[2], f[2] > 0 ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED)};
-    return (tr_link){fig(bw0, TR_ORIGIN_ASSUMED), fig(lat0, TR_ORIGIN_ASSUMED),
-                     fig(0, TR_ORIGIN_ASSUMED)};
+        return (tr_link){.bw = fig(f[0], TR_ORIGIN_MEASURED),
+                         .lat = fig(f[1], TR_ORIGIN_MEASURED),
+                         .p2p = fig(f[2], f[2] > 0 ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED)};
+    return (tr_link){.bw = fig(bw0, TR_ORIGIN_ASSUMED), .lat = fig(lat0, TR_ORIGIN_ASSUMED)};
 }
 
 static void fill_group(tr_node_group *g, const hosts *h, int gi, const double *agg,
@@ -643,6 +683,8 @@ static void build(hosts *h, const tr_topology_opts *o, int by_speed, tr_cluster 
         want[r] = h->first[h->node[r]] == r;
     slowest(h->figs, h->size, want, inter);
     tr_link link = link_of(&inter[F_INTER_BW], TR_TOPOLOGY_INTER_BW, TR_TOPOLOGY_INTER_LAT);
+    if (link.bw.from == TR_ORIGIN_MEASURED && inter[F_INTER_RING] > 0)
+        link.ring = fig(inter[F_INTER_RING], TR_ORIGIN_MEASURED);
     for (int gi = 0; gi < h->n_groups; gi++) {
         for (int r = 0; r < h->size; r++)
             want[r] = h->group[h->node[r]] == gi;

@@ -51,7 +51,8 @@ typedef struct {
  * - mem_bw: the CPU: memcpy, bytes read + written per second, all ranks at once; a GPU: 0;
  * - intra, inter: among the ranks of each node, and among one rank per node, the median time
  *   of an 8-byte all-reduce (latency) and the bus bandwidth of a 1 MiB one, 2(p-1)/p x bytes
- *   / (time - latency), as NCCL defines it for all-reduce;
+ *   / (time - latency), as NCCL defines it for all-reduce; between nodes of several ranks
+ *   each also inter.ring: that bus bandwidth for an all-reduce over every rank at once;
  * - price_hour, egress_per_gb: 0, assumed.
  * between[i][j] is the inter-node link. Rank 0's result is broadcast, so the struct is
  * bytewise identical on every rank.

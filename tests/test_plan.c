@@ -65,7 +65,7 @@ static void cpu_cluster(tr_cluster *c, int n) {
     g->mem_bytes.v = 64e9;
     g->peak_flops.v = 20e9;
     g->mem_bw.v = 5e9;
-    g->intra = (tr_link){{2e9, 0}, {20e-6, 0}, {0, 0}};
+    g->intra = (tr_link){.bw = {2e9, 0}, .lat = {20e-6, 0}, .p2p = {0, 0}};
     g->inter = g->intra;
     c->between[0][0] = g->intra;
     snprintf(c->source, sizeof c->source, "test: %d CPU ranks", n);
@@ -465,7 +465,7 @@ static void every_mesh_kept(tr_plan_result *res) {
     tr_cluster c;
     cpu_cluster(&c, 2); /* 2 nodes of 2, 100 Mbit/s between them (the cluster in a box) */
     c.g[0].nodes = 2;
-    c.g[0].inter = (tr_link){{12.5e6, 0}, {100e-6, 0}, {0, 0}};
+    c.g[0].inter = (tr_link){.bw = {12.5e6, 0}, .lat = {100e-6, 0}, .p2p = {0, 0}};
     tr_plan_opts o = opts(TR_DTYPE_F32);
     o.alternatives = TR_PLAN_MAX_ALTS;
     o.all_devices = 1;
@@ -770,7 +770,7 @@ static void pp_sends_per_boundary(void) {
     double bw = 12.5e6, lat = 100e-6;
     tr_plan p[2];
     for (int i = 0; i < 2; i++) {
-        c.g[0].inter = (tr_link){{bw / (1 + i), 0}, {lat, 0}, {0, 0}};
+        c.g[0].inter = (tr_link){.bw = {bw / (1 + i), 0}, .lat = {lat, 0}, .p2p = {0, 0}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &p[i]);
     }
     double S = (double)l.micro_batch * r.model.seq_len * r.model.dim * 4; /* fp32 stream */
@@ -805,10 +805,12 @@ static void node_link_shared(void) {
                    "dp %d x tp %d x pp %d resolves (%s)", f.dp, f.tp, f.pp, err))
             continue;
         tr_plan m, g;
-        c.g[0].inter = (tr_link){{bw, TR_ORIGIN_MEASURED}, {lat, TR_ORIGIN_MEASURED}, {0, 0}};
+        c.g[0].inter = (tr_link){
+            .bw = {bw, TR_ORIGIN_MEASURED}, .lat = {lat, TR_ORIGIN_MEASURED}, .p2p = {0, 0}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &m);
-        c.g[0].inter = (tr_link){{bw / cases[i].flows, TR_ORIGIN_GIVEN}, {lat, TR_ORIGIN_GIVEN},
-                                 {0, 0}};
+        c.g[0].inter = (tr_link){.bw = {bw / cases[i].flows, TR_ORIGIN_GIVEN},
+                                 .lat = {lat, TR_ORIGIN_GIVEN},
+                                 .p2p = {0, 0}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &g);
         double crossed = l.pp > 1 ? m.pp_s : m.dp_s, same = l.pp > 1 ? g.pp_s : g.dp_s;
         c.g[0].inter.bw.v = bw; /* a given link at the measured one's rate: faster when shared */
@@ -820,6 +822,54 @@ static void node_link_shared(void) {
               "= %.6f s on a device's own link of 1/%d of it (%.6f s at all of it)",
               l.dp, l.tp, l.pp, l.pp > 1 ? "sends" : "gradients", crossed, same,
               cases[i].flows, alone);
+    }
+    tr_recipe_free(&r);
+}
+
+/* A detected job's ring through every rank (tr_link's ring, timed with all of them working)
+ * is the figure of a group with several ranks on each node it crosses, unchanged: on 2 nodes
+ * of 2, dp 4's gradients and tp 4's collectives cost with the ring at R what they cost
+ * without it on a link of bus bandwidth R. A group of one rank a node (dp 2 x tp 2's dp) and
+ * a pipeline's sends (pp 4) keep the leaders' link, ring or not. */
+static void ring_where_ranks_share_nodes(void) {
+    tr_recipe r;
+    load(&r, "../bench/pp_gpt.lua", NULL, 0);
+    const struct {
+        int dp, tp, pp, ring;
+    } cases[] = {{4, 1, 1, 1}, {1, 4, 1, 1}, {2, 2, 1, 0}, {1, 1, 4, 0}};
+    tr_cluster c;
+    cpu_cluster(&c, 2);
+    c.g[0].nodes = 2;
+    tr_figure bw = {12.5e6, TR_ORIGIN_MEASURED}, lat = {100e-6, TR_ORIGIN_MEASURED};
+    tr_figure ring = {5e6, TR_ORIGIN_MEASURED};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tr_layout_flags f = {.dp = cases[i].dp,
+                             .tp = cases[i].tp,
+                             .pp = cases[i].pp,
+                             .zero = 0,
+                             .schedule = cases[i].pp > 1 ? TR_PP_1F1B : -1,
+                             .sequence_parallel = -1,
+                             .micro_batch = 2};
+        tr_layout l;
+        char err[1024];
+        if (!check(!tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
+                   "dp %d x tp %d x pp %d resolves (%s)", f.dp, f.tp, f.pp, err))
+            continue;
+        tr_plan with, at, without;
+        c.g[0].inter = (tr_link){.bw = bw, .lat = lat, .ring = ring};
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &with);
+        c.g[0].inter = (tr_link){.bw = cases[i].ring ? ring : bw, .lat = lat};
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &at);
+        c.g[0].inter = (tr_link){.bw = bw, .lat = lat};
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &without);
+        double comm[3] = {with.dp_s + with.tp_s + with.pp_s, at.dp_s + at.tp_s + at.pp_s,
+                          without.dp_s + without.tp_s + without.pp_s};
+        check(comm[0] > 0 && fabs(comm[0] - comm[1]) <= 1e-12 * comm[0] &&
+                  (cases[i].ring ? comm[0] > comm[2] : comm[0] == comm[2]),
+              "dp %d x tp %d x pp %d over 2 nodes of 2: communication %.6f s with a ring of "
+              "%.1f MB/s = %.6f s on a link of %.1f MB/s (%.6f s on the leaders' %.1f alone)",
+              l.dp, l.tp, l.pp, comm[0], ring.v / 1e6, comm[1],
+              (cases[i].ring ? ring.v : bw.v) / 1e6, comm[2], bw.v / 1e6);
     }
     tr_recipe_free(&r);
 }
@@ -870,8 +920,9 @@ static void mpi_collectives_at(double bw, int wire_longer) {
     tr_cluster c;
     cpu_cluster(&c, 2);
     c.g[0].nodes = 2;
-    c.g[0].inter =
-        (tr_link){{bw, TR_ORIGIN_MEASURED}, {0, TR_ORIGIN_MEASURED}, {bw, TR_ORIGIN_MEASURED}};
+    c.g[0].inter = (tr_link){.bw = {bw, TR_ORIGIN_MEASURED},
+                             .lat = {0, TR_ORIGIN_MEASURED},
+                             .p2p = {bw, TR_ORIGIN_MEASURED}};
     double dp_s[4] = {0}, M = 0, compute = 0;
     for (int z = 0; z < 4; z += 1 + (z == 1))
         dp_s[z] = zero_dp_s(&r, &c, z, 0, &M, &compute);
@@ -929,11 +980,11 @@ static void sends_at_p2p(void) {
             continue;
         tr_plan a, b, z;
         const tr_origin m = TR_ORIGIN_MEASURED;
-        c.g[0].inter = (tr_link){{bw, m}, {lat, m}, {2 * bw, m}};
+        c.g[0].inter = (tr_link){.bw = {bw, m}, .lat = {lat, m}, .p2p = {2 * bw, m}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &a);
-        c.g[0].inter = (tr_link){{2 * bw, m}, {lat, m}, {0, TR_ORIGIN_ASSUMED}};
+        c.g[0].inter = (tr_link){.bw = {2 * bw, m}, .lat = {lat, m}, .p2p = {0, TR_ORIGIN_ASSUMED}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &b);
-        c.g[0].inter = (tr_link){{bw, m}, {lat, m}, {0, TR_ORIGIN_ASSUMED}};
+        c.g[0].inter = (tr_link){.bw = {bw, m}, .lat = {lat, m}, .p2p = {0, TR_ORIGIN_ASSUMED}};
         tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &z);
         check(a.pp_s > 0 && fabs(a.pp_s - b.pp_s) <= 1e-12 * a.pp_s && z.pp_s > 1.5 * a.pp_s,
               "tp %d x pp %d over 2 nodes: sends %.6f s at a measured p2p of 2 bw = %.6f s at "
@@ -1247,6 +1298,7 @@ int main(void) {
     shared_cores();
     pp_sends_per_boundary();
     node_link_shared();
+    ring_where_ranks_share_nodes();
     sends_at_p2p();
     mpi_collectives();
     every_mesh_kept(res);

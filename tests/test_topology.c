@@ -112,6 +112,7 @@ static void real_hosts(tr_comm *w) {
     CHECK(g->inter.bw.from == TR_ORIGIN_ASSUMED && g->inter.bw.v == TR_TOPOLOGY_INTER_BW &&
               g->inter.lat.v == TR_TOPOLOGY_INTER_LAT,
           "one node: the inter link is assumed");
+    CHECK(g->inter.ring.v == 0, "one node: no ring between nodes");
     char want[64];
     snprintf(want, sizeof want, ") x %d rank%s, CPU, %d core%s", g_size, g_size > 1 ? "s" : "",
              g->cores, g->cores == 1 ? "" : "s");
@@ -132,6 +133,8 @@ static void two_by_two(tr_comm *w, int round_robin) {
           g->nodes, g->per_node);
     CHECK(measured(g->intra.bw) && measured(g->intra.lat), "intra measured");
     CHECK(measured(g->inter.bw) && measured(g->inter.lat), "inter measured");
+    CHECK(measured(g->inter.ring) && g->inter.ring.v > 0, "the ring through all 4 measured: %g",
+          g->inter.ring.v);
     CHECK(strstr(c.source, "detected: 2 nodes (host-0, host-1) x 2 ranks"), "source '%s'",
           c.source);
     CHECK(!strstr(c.source, "not contiguous") == !round_robin, "source '%s'", c.source);
@@ -153,6 +156,8 @@ static void three_and_one(tr_comm *w) {
     CHECK(measured(c.between[0][1].bw) && measured(c.between[1][0].lat) &&
               c.between[0][1].bw.v == c.g[0].inter.bw.v,
           "between the groups: the measured inter link");
+    CHECK(measured(c.g[0].inter.ring) && c.between[0][1].ring.v == c.g[0].inter.ring.v,
+          "a node of 3: the ring through all 4 measured, the same between the groups");
     CHECK(strstr(c.source, "detected: 2 nodes (big x 3, small x 1), CPU"), "source '%s'", c.source);
 }
 
@@ -169,6 +174,7 @@ static void one_per_node(tr_comm *w) {
     CHECK(g->intra.bw.from == TR_ORIGIN_ASSUMED && g->intra.bw.v == TR_TOPOLOGY_INTRA_BW,
           "intra assumed");
     CHECK(measured(g->inter.bw) && measured(g->inter.lat), "inter measured");
+    CHECK(g->inter.ring.v == 0, "one rank a node: no ring beside the leaders' link");
 }
 
 /* A GPU backend's figures come from the caller; without measure_links every link is assumed. */

@@ -355,6 +355,10 @@ static void json_link(FILE *f, const char *name, const tr_link *l) {
         fprintf(f, ", \"p2p_bw\": ");
         tr_json_write_num(f, l->p2p.v, 0);
     }
+    if (l->ring.v > 0) { /* measured: a ring through every rank of nodes of several */
+        fprintf(f, ", \"ring_bw\": ");
+        tr_json_write_num(f, l->ring.v, 0);
+    }
     fprintf(f, "}");
 }
 
