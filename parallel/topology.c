@@ -26,7 +26,8 @@ typedef struct {
 } host_rec;
 
 /* How long the measurements run (about 0.3 s with 4 ranks on 2 busy cores, most of it sgemm
- * and memcpy; between hosts about 1-2 s more, the link's and the ring's all-reduces):
+ * and memcpy; between hosts 1-3 s more, the link's and the ring's all-reduces: a plan on the
+ * box took 3.3-3.5 s at 1 Gbit/s before them, 4.0-4.7 s after; 9.7 s at 100 Mbit/s):
  * SGEMM_REPS products of SGEMM_N cubed after one warm-up, timed together; COPY_REPS memcpy
  * of COPY_BYTES; LAT_REPS all-reduces of 8 bytes and BW_REPS of BW_BYTES after one warm-up
  * each, timed one by one for their median; between hosts, where those took under BW_MIN_S,
@@ -48,7 +49,10 @@ enum {
 /* Between hosts a 1 MiB all-reduce that takes a few ms is at the mercy of one rank's
  * scheduling: on a box at 1 Gbit/s (4 ranks, 2 cores, 2026-12-06) six plans read the hosts'
  * first ranks' at 47-101 MB/s and the ring through all 4 at 57-86 with 1 MiB, 66-81 and
- * 71-81 with 4 MiB (a tp 4 run's own 4 MiB all-reduces moved 60-70) */
+ * 71-81 with 4 MiB (a tp 4 run's own 4 MiB all-reduces moved 60-70). The ring is timed at
+ * 4 MiB whatever the link, the size of the buckets and of tp's collectives there: at 100
+ * Mbit/s its 1 MiB one (4 steps of 256 KiB each way) read 10.0 MB/s, 4 MiB 10.9, the first
+ * ranks' 11.4, and dp 4's 4 MiB buckets ran as if at about 11-12 */
 #define BIG_BYTES ((size_t)4 << 20)
 #define BW_MIN_S 0.04
 
@@ -369,11 +373,14 @@ static int median_time(tr_comm *g, float *buf, size_t n, int reps, double *media
  * the bytes while the larger took under BW_MIN_S on any rank (all of g decide together: they
  * run the same all-reduces). So the plan prices the probes' all-reduces at what they took.
  * *noise: the larger of itself and the kept bandwidth's spread. */
-static int time_link(tr_comm *g, float *buf, size_t most, double *bw, double *lat, double *noise) {
+static int time_link(tr_comm *g, float *buf, size_t least, size_t most, double *bw, double *lat,
+                     double *noise) {
     double p = tr_comm_size(g), t = 0, small = 0, spread = 0;
-    size_t bytes = BW_BYTES;
+    size_t bytes = least;
     int rc = median_time(g, buf, 2, LAT_REPS, &small, noise);
-    if (!rc) rc = median_time(g, buf, bytes / sizeof(float), BW_REPS, &t, &spread);
+    if (!rc)
+        rc = median_time(g, buf, bytes / sizeof(float), bytes > BW_BYTES ? BIG_REPS : BW_REPS, &t,
+                         &spread);
     while (!rc && bytes < most) {
         buf[0] = t < BW_MIN_S, buf[1] = 0;
         rc = tr_comm_all_reduce(g, buf, 2, TR_COMM_F32);
@@ -451,7 +458,7 @@ static int time_split(tr_comm *w, int color, int timed, const char *name, size_t
     if (tr_comm_split(w, color, tr_comm_rank(w), name, &g, err, errlen)) return -1;
     int rc = 0;
     if (timed && tr_comm_size(g) > 1) {
-        rc = time_link(g, buf, most, &bw_lat[0], &bw_lat[1], noise);
+        rc = time_link(g, buf, BW_BYTES, most, &bw_lat[0], &bw_lat[1], noise);
         if (!rc) rc = time_p2p(g, buf, &bw_lat[2], noise); /* the planner's pipeline sends */
     }
     tr_comm_free(g);
@@ -495,7 +502,7 @@ static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int li
        cores the network's own work, take the same cores): a ring through every rank */
     double lat;
     if (links && h->n_nodes > 1 && max_count(h) > 1 &&
-        time_link(w, s->link, BIG_BYTES, &f[F_INTER_RING], &lat, &f[F_NOISE])) {
+        time_link(w, s->link, BIG_BYTES, BIG_BYTES, &f[F_INTER_RING], &lat, &f[F_NOISE])) {
         snprintf(err, errlen, "topology: timing the ring through every rank failed");
         return -1;
     }
