@@ -241,8 +241,11 @@ const tr_backend *tr_backend_cpu(void);
 const char *tr_backend_cpu_blas_threads(char *fix, size_t fixlen);
 
 /* The threads one rank's CPU kernels run on (OpenMP's team size: OMP_NUM_THREADS, else the
- * cores this process may use). */
+ * cores this process may use, until tr_backend_cpu_set_threads). */
 int tr_backend_cpu_threads(void);
+
+/* Run the CPU kernels and the BLAS on n threads from now on (n >= 1). */
+void tr_backend_cpu_set_threads(int n);
 
 /* The CUDA backend (model/cuda/) on the current GPU with storage dtype `dtype`, or NULL with
  * the reason in `why` (this build has no CUDA, no GPU is present, ...): it starts with

@@ -329,16 +329,37 @@ static void test_spare_core(tr_comm *w) {
         {1, 1, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        tr_node_cores c = {cases[i].online, cases[i].allowed, cases[i].threads, cases[i].ranks};
+        tr_node_cores c = {cases[i].online, cases[i].allowed, cases[i].threads, cases[i].ranks, 1};
         char why[96];
         int got = tr_spare_core(&c, why, sizeof why);
         CHECK(got == cases[i].spare, "%s: spare %d, expected %d", why, got, cases[i].spare);
     }
-    tr_node_cores c = {2, 2, 1, 4};
+    /* the threads where OMP_NUM_THREADS does not say: the node's cores over its ranks */
+    const struct {
+        long online, allowed;
+        int ranks;
+        long threads;
+    } share[] = {
+        {2, 2, 4, 1},   /* 4 ranks on this machine's 2 cores: OpenMP's default gave each 2 */
+        {2, 2, 2, 1},   /* 2 ranks of 1 */
+        {2, 2, 1, 2},   /* 1 rank: OpenMP's default */
+        {2, 1, 2, 1},   /* bound to a core each (Open MPI's default for 2 ranks) */
+        {64, 32, 8, 8}, /* 8 ranks bound to a socket of 32 cores each: 8, not 32 */
+        {64, 8, 4, 8},  /* bound to 8 cores each: at most the allowed */
+        {3, 3, 2, 1},   /* 1.5 cores each: whole threads */
+        {16, 16, 0, 16},
+    };
+    for (size_t i = 0; i < sizeof share / sizeof *share; i++) {
+        long got = tr_node_threads(share[i].online, share[i].allowed, share[i].ranks);
+        CHECK(got == share[i].threads,
+              "%d ranks on %ld cores, %ld allowed: %ld threads, expected %ld", share[i].ranks,
+              share[i].online, share[i].allowed, got, share[i].threads);
+    }
+    tr_node_cores c = {2, 2, 1, 4, 1};
     char why[96];
     tr_spare_core(&c, why, sizeof why);
     CHECK(!strcmp(why, "4 ranks x 1 thread on 2 cores"), "why: '%s'", why);
-    /* this process's view: OMP_NUM_THREADS's first number, else a thread per allowed core */
+    /* this process's view: OMP_NUM_THREADS's first number, else tr_node_threads */
     const char *omp = getenv("OMP_NUM_THREADS");
     char *saved = omp ? strdup(omp) : NULL;
     setenv("OMP_NUM_THREADS", "3,1", 1);
@@ -346,10 +367,15 @@ static void test_spare_core(tr_comm *w) {
     CHECK(c.threads == 3 && c.ranks == 2 && c.allowed >= 1 && c.allowed <= c.online,
           "OMP_NUM_THREADS=3,1: %ld threads, %d ranks, %ld of %ld cores", c.threads, c.ranks,
           c.allowed, c.online);
+    CHECK(c.given, "OMP_NUM_THREADS=3,1: not given");
     setenv("OMP_NUM_THREADS", "many", 1);
     c = tr_node_cores_here(0);
-    CHECK(c.threads == c.allowed && c.ranks == 1, "OMP_NUM_THREADS=many: %ld threads of %ld",
-          c.threads, c.allowed);
+    CHECK(c.threads == c.allowed && c.ranks == 1 && !c.given,
+          "OMP_NUM_THREADS=many: %ld threads of %ld", c.threads, c.allowed);
+    unsetenv("OMP_NUM_THREADS");
+    c = tr_node_cores_here(4);
+    CHECK(c.threads == tr_node_threads(c.online, c.allowed, 4) && !c.given,
+          "OMP_NUM_THREADS unset, 4 ranks: %ld threads of %ld cores", c.threads, c.online);
     if (saved)
         setenv("OMP_NUM_THREADS", saved, 1);
     else

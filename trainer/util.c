@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "parallel/comm/comm.h"
+#include "parallel/comm/cores.h"
 #include "parallel/comm/env.h"
 #include "parallel/topology.h"
 #include "trainer/trainer.h"
@@ -211,6 +213,21 @@ int tr_resolve_layout(tr_layout *l, const tr_recipe *r, const tr_options *o, int
     return -1;
 }
 
+/* The CPU backend's threads where OMP_NUM_THREADS does not set them: the node's cores shared
+ * among its processes (tr_node_threads); note: how many, where that is not OpenMP's default. */
+static void cpu_threads(char *note, size_t n) {
+    int local = 1;
+    tr_comm_local_rank(&local);
+    tr_node_cores c = tr_node_cores_here(local);
+    if (c.given) return;
+    tr_backend_cpu_set_threads((int)c.threads);
+    if (c.threads < c.allowed)
+        snprintf(note, n,
+                 ", %ld thread%s a process (%d processes share this node's %ld cores; "
+                 "OMP_NUM_THREADS sets it)",
+                 c.threads, c.threads == 1 ? "" : "s", c.ranks, c.online);
+}
+
 const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, double *peak,
                                     char *desc, size_t desclen, char *err, size_t errlen) {
     if (tr_backend_env(err, errlen)) return NULL; /* TR_CUDA_ATTENTION, whichever device */
@@ -248,14 +265,18 @@ const tr_backend *tr_choose_backend(const tr_options *o, const tr_recipe *r, dou
             return NULL;
         }
     }
+    char threads[160] = "";
+    cpu_threads(threads, sizeof threads); /* before the sgemm that measures the peak */
     if (*peak <= 0) *peak = tr_measure_peak_gflops() * 1e9;
     /* a machine without a GPU is no error to explain; a GPU that fails is */
     int none = !strncmp(why, TR_NO_GPU_FOUND, strlen(TR_NO_GPU_FOUND));
-    snprintf(desc, desclen, "cpu, fp32, peak %.1f GFLOP/s (%s)%s%s%s", *peak / 1e9,
-             given ? "given" : "measured sgemm",
+    snprintf(desc, desclen, "cpu, fp32, peak %.1f GFLOP/s (%s)%s%s%s%s", *peak / 1e9,
+             given ? "given" : "measured sgemm", threads,
              o->precision && dtype == TR_DTYPE_BF16 ? "; --precision bf16 applies to CUDA only"
                                                     : "",
-             none ? "; " TR_NO_GPU_FOUND ": running on the CPU" : why[0] ? "; no GPU: " : "",
+             none     ? "; " TR_NO_GPU_FOUND ": running on the CPU"
+             : why[0] ? "; no GPU: "
+                      : "",
              none ? "" : why);
     return tr_backend_cpu();
 }

@@ -962,6 +962,14 @@ const tr_backend *tr_backend_cpu(void) { return &cpu_backend; }
 
 int tr_backend_cpu_threads(void) { return omp_get_max_threads(); }
 
+void tr_backend_cpu_set_threads(int n) {
+    if (n < 1) return;
+    omp_set_num_threads(n); /* OpenBLAS's OpenMP build follows the team size */
+#ifdef OPENBLAS_VERSION
+    openblas_set_num_threads(n); /* its pthreads build keeps a pool of its own */
+#endif
+}
+
 const char *tr_backend_cpu_blas_threads(char *fix, size_t fixlen) {
     if (fixlen) fix[0] = 0;
 #ifdef OPENBLAS_VERSION

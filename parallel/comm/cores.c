@@ -17,8 +17,15 @@ tr_node_cores tr_node_cores_here(int ranks) {
     const char *v = getenv("OMP_NUM_THREADS");
     char *end = NULL;
     long t = v ? strtol(v, &end, 10) : 0;
-    c.threads = end && end != v && (*end == 0 || *end == ',') && t > 0 ? t : c.allowed;
+    c.given = end && end != v && (*end == 0 || *end == ',') && t > 0;
+    c.threads = c.given ? t : tr_node_threads(c.online, c.allowed, c.ranks);
     return c;
+}
+
+long tr_node_threads(long online, long allowed, int ranks) {
+    long share = online / (ranks > 0 ? ranks : 1);
+    if (share > allowed) share = allowed;
+    return share > 0 ? share : 1;
 }
 
 int tr_spare_core(const tr_node_cores *c, char *why, size_t n) {
