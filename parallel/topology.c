@@ -108,10 +108,13 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 double tr_topology_spread(double *t, int n) {
-    if (n < 2) return 0;
+    if (n < 2 || n > MAX_REPS) return 0;
     qsort(t, (size_t)n, sizeof t[0], cmp_double);
-    double iqr = t[(3 * n) / 4] - t[n / 4], med = t[n / 2];
-    return med > 0 ? 1.25 * iqr / 1.35 / sqrt((double)n) / med : 0;
+    double med = t[n / 2], dev[MAX_REPS];
+    for (int i = 0; i < n; i++)
+        dev[i] = fabs(t[i] - med);
+    qsort(dev, (size_t)n, sizeof dev[0], cmp_double);
+    return med > 0 ? 1.25 * 1.4826 * dev[n / 2] / sqrt((double)n) / med : 0;
 }
 
 /* Products of n-cubed after `warm` untimed ones: the best single rate, the rate of all `reps`

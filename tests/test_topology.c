@@ -6,6 +6,7 @@
 #include "parallel/topology.h"
 
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,24 @@ static void speed_groups_rule(void) {
     CHECK(n == 2 && g[2] == 1, "a host 4x faster than the first: its own group (%d)", n);
 }
 
+/* tr_topology_spread: the median's standard error from the median absolute deviation,
+ * relative to the median; one slow call among a few does not move it. */
+static void spread_rule(void) {
+    double even[5] = {1.2, 0.8, 1.0, 0.9, 1.1}; /* median 1, deviations 0.1 twice: MAD 0.1 */
+    double want = 1.25 * 1.4826 * 0.1 / sqrt(5.0);
+    CHECK(fabs(tr_topology_spread(even, 5) - want) < 1e-12, "5 timings: %g, expected %g",
+          tr_topology_spread(even, 5), want);
+    double one_slow[3] = {1.0, 100.0, 1.1}; /* a call descheduled: the range read 90x */
+    double v = tr_topology_spread(one_slow, 3), w3 = 1.25 * 1.4826 * 0.1 / sqrt(3.0) / 1.1;
+    CHECK(fabs(v - w3) < 1e-12, "3 timings, one 100x: %g, expected %g", v, w3);
+    double four[4] = {2.0, 2.0, 2.0, 50.0};
+    CHECK(tr_topology_spread(four, 4) == 0, "4 timings, 3 equal: 0 (%g)",
+          tr_topology_spread(four, 4));
+    double one[1] = {3.0}, zero[3] = {0, 0, 0};
+    CHECK(tr_topology_spread(one, 1) == 0 && tr_topology_spread(zero, 3) == 0,
+          "one timing, or all 0: 0");
+}
+
 /* tr_topology_host_rates on the ranks as hosts of their own: every pair timed, the matrix
  * the same on every rank. */
 static void host_rates(tr_comm *w) {
@@ -271,6 +290,7 @@ int main(int argc, char **argv) {
     if (g_size > 1) host_rates(w);
     if (g_rank == 0) slow_host_rule();
     if (g_rank == 0) speed_groups_rule();
+    if (g_rank == 0) spread_rule();
     if (g_size == 4) {
         two_by_two(w, 0);
         two_by_two(w, 1);
