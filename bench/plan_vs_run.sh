@@ -397,9 +397,10 @@ for rname, recipe in recipes:
             runs.setdefault(label, []).append(run(recipe, flags, name))
     price, tie = planned(recipe)
     print("\n== %s, %s (%d ranks), %d steps a run, the fastest of %d runs; predicted by one "
-          "`trainer plan` (ties within %.0f%%, or what the probes' %.0f%% could reorder)" %
+          "`trainer plan` (ties within %.0f%%, or what the probes' %.0f%% (compute) and "
+          "%.0f%% (links) could reorder)" %
           (conf, " ".join(recipe), world, steps, reps, 100 * tie.get("band", 0),
-           100 * tie.get("reorder", 0)))
+           100 * tie.get("reorder", 0), 100 * tie.get("link_reorder", 0)))
     print("%-40s %6s %10s %9s %10s %7s %7s %10s %10s" % ("layout", "M x mb", "predicted",
           "one plan", "measured", "spread", "meas/pred", "mem pred", "mem meas"))
     pred, meas, spreads, table, passes, spread_of, mesh, one = [], [], [], {}, [], [], [], []

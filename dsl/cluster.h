@@ -132,9 +132,11 @@ typedef struct {
        gets the slower of the two groups' inter links, assumed */
     tr_link between[TR_CLUSTER_MAX_GROUPS][TR_CLUSTER_MAX_GROUPS];
     tr_cluster_hosts hosts; /* a detected job's hosts and ranks */
-    tr_figure noise;        /* a detected job: how much its repeated probes varied on the
-                               noisiest rank, (upper - lower quartile) / median of their times;
+    tr_figure noise;        /* a detected job: how far its compute probes' figures (sgemm,
+                               memory, the model's and the optimizer's timings) would move if
+                               measured again, on the noisiest rank (tr_topology_spread);
                                0 (assumed) for a cluster from a file or flags */
+    tr_figure link_noise;   /* the same of its link probes (all-reduces and sends) */
     /* A detected CPU job planning a recipe: the share of the sgemm rate (g[].peak_flops) the
        recipe's own model reaches in a forward and backward at micro-batches of 2^i
        sequences, every op included (trainer/run/plan.c times a copy with one block on every

@@ -34,8 +34,7 @@ typedef struct {
     tr_plan over[4];              /* the fastest that do not fit, by ZeRO stage */
     int have_over[4];
     long evaluated, feasible;
-    double tie;                   /* PL_TIE: the cost model's own margin */
-    double noise;                 /* tr_plan_noise of the cluster */
+    tr_plan_tie tie;              /* tr_plan_tie_of the cluster */
     int g0;                       /* the group the devices being searched start at */
 } pl_search;
 
@@ -440,7 +439,7 @@ static void gb(double b, char *buf, size_t n) { /* as tr_fmt_bytes: binary units
 /* What a loser's line reads: the objective, the tie and the devices of a node. */
 typedef struct {
     tr_plan_objective objective;
-    double tie, noise;
+    tr_plan_tie tie;
     int per_node;
 } pl_why;
 
@@ -472,9 +471,9 @@ static void why_lost(const pl_why *s, const tr_plan *b, tr_plan *a) {
     const char *unit = s->objective == TR_PLAN_COST ? "cost" : "step";
     if (ratio < 1) { /* a tie the simpler plan won (prefer_simple) */
         snprintf(a->why, sizeof a->why,
-                 "%s %.2fx, a tie (within %.0f%%, or the probes' %.0f%% could reorder them): "
-                 "the chosen plan has less machinery", unit, ratio, 100 * s->tie,
-                 100 * s->noise);
+                 "%s %.2fx, a tie (within %.0f%%, or the probes' %.0f%% and %.0f%% could "
+                 "reorder them): the chosen plan has less machinery",
+                 unit, ratio, 100 * s->tie.band, 100 * s->tie.compute, 100 * s->tie.links);
         return;
     }
     if (w == 0 && a->l.tp > s->per_node)
@@ -491,7 +490,7 @@ void tr_plan_why(const tr_cluster *c, const tr_plan_opts *o, const tr_plan_resul
                  const tr_plan *b, tr_plan *a) {
     pl_devices dv;
     pl_devices_of(c, b->l.world, &dv);
-    pl_why w = {o->objective, res->tie, res->noise, dv.per_node};
+    pl_why w = {o->objective, res->tie, dv.per_node};
     a->why[0] = 0;
     why_lost(&w, b, a);
 }
@@ -532,25 +531,31 @@ double tr_plan_overlap(const tr_cluster *c) {
     return c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
 }
 
-double tr_plan_noise(const tr_cluster *c) {
-    return c->noise.v < PL_TIE_MAX ? c->noise.v : PL_TIE_MAX;
+static double capped(double noise) {
+    return noise < PL_TIE_MAX ? noise : PL_TIE_MAX;
 }
 
-int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, double tie,
-                 double noise) {
-    if (sp <= sb * (1 + tie)) return 1;
+tr_plan_tie tr_plan_tie_of(const tr_cluster *c) {
+    return (tr_plan_tie){PL_TIE, capped(c->noise.v), capped(c->link_noise.v)};
+}
+
+int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, const tr_plan_tie *t) {
+    if (sp <= sb * (1 + t->band)) return 1;
     double kb = b->step_s > 0 ? sb / b->step_s : 0, kp = p->step_s > 0 ? sp / p->step_s : 0;
-    double part[3][2] = {{b->compute_s + b->bubble_s + b->shared_s,
-                          p->compute_s + p->bubble_s + p->shared_s},
-                         {b->tp_s + b->pp_s + b->dp_s, p->tp_s + p->pp_s + p->dp_s},
-                         {b->optim_s, p->optim_s}};
+    struct {
+        double b, p, noise;
+    } part[] = {{b->compute_s + b->bubble_s + b->shared_s, p->compute_s + p->bubble_s + p->shared_s,
+                 t->compute},
+                {b->optim_s, p->optim_s, t->compute},
+                {b->tp_s + b->pp_s + b->dp_s, p->tp_s + p->pp_s + p->dp_s, t->links}};
     double moves = 0;
-    for (int i = 0; i < 3; i++) moves += fabs(kp * part[i][1] - kb * part[i][0]);
-    return sp - sb <= noise * moves;
+    for (int i = 0; i < 3; i++)
+        moves += part[i].noise * fabs(kp * part[i].p - kb * part[i].b);
+    return sp - sb <= moves;
 }
 
 static int tied(const pl_search *s, const tr_plan *b, const tr_plan *p) {
-    return tr_plan_tied(b, p, score(s, b), score(s, p), s->tie, s->noise);
+    return tr_plan_tied(b, p, score(s, b), score(s, p), &s->tie);
 }
 
 /* Plans the cost model and the probes cannot tell from the best (tied()) go first, the
@@ -587,7 +592,7 @@ static int shape_in(const tr_plan *list, int n, const tr_plan *p) {
  * first refused variant of each, with why), and the fastest plans over memory by ZeRO stage
  * below the chosen one. At most o->alternatives in all. */
 static void finish(pl_search *s, const pl_devices *dv, tr_plan_result *out) {
-    pl_why w = {s->o->objective, s->tie, s->noise, dv->per_node};
+    pl_why w = {s->o->objective, s->tie, dv->per_node};
     int want = s->o->alternatives < TR_PLAN_MAX_ALTS ? s->o->alternatives : TR_PLAN_MAX_ALTS;
     tr_plan *good = calloc(KEEP, sizeof *good), *bad = calloc(KEEP, sizeof *bad);
     int n_good = 0, n_bad = 0;
@@ -743,8 +748,7 @@ int tr_plan_search(const tr_recipe *r, const tr_cluster *c, const tr_plan_opts *
     }
     s->r = r;
     s->o = o;
-    s->tie = out->tie = PL_TIE;
-    s->noise = out->noise = tr_plan_noise(c);
+    s->tie = out->tie = tr_plan_tie_of(c);
     fixed_of(r, o, &s->fx);
     if (pl_model_init(&s->m, r, o->dtype, err, errlen)) {
         free(s);

@@ -74,6 +74,13 @@ typedef struct {
     char why[320];      /* an alternative: why it lost to the chosen plan */
 } tr_plan;
 
+/* The tie rule's margins (tr_plan_tie_of, tr_plan_tied). */
+typedef struct {
+    double band;    /* plans within this share of the best tie (PL_TIE) */
+    double compute; /* ... and so do plans this much noise in the compute figures, */
+    double links;   /* ... and this much in the links' could reorder */
+} tr_plan_tie;
+
 typedef struct {
     tr_plan best;
     int n_alts;
@@ -87,32 +94,32 @@ typedef struct {
     char need[300];     /* nothing fits: "needs 12 GPUs of 80 GB, or recompute = full on 8" */
     char figures[800];  /* every figure the cost model used and its origin (measured, given,
                            table, published or assumed) */
-    double tie;         /* plans within this share of the best were a tie (PL_TIE) */
-    double noise;       /* ... and so were plans this much noise in each figure could reorder
-                           (tr_plan_noise) */
+    tr_plan_tie tie;    /* the tie rule's margins (tr_plan_tie_of) */
     tr_plan fastest;    /* the plan predicted fastest, which the tie is measured from */
     char memory[900];   /* what the plan memory did (trainer/plan_memory.c), "" when off */
 } tr_plan_result;
 
-/* How much each figure the cost model uses may move when measured again: the cluster's probes'
- * noise (two measurements a minute apart differ by about that much, and the plan should not
- * follow them), at most PL_TIE_MAX (25%); 0 for a cluster from a file. Plans within the cost
- * model's own margin (PL_TIE, 5%) of the best are a tie, and so are those this noise could
- * reorder (parallel/plan.c: tied); the simplest wins. */
-double tr_plan_noise(const tr_cluster *c);
+/* The tie rule of a cluster: the cost model's own margin (PL_TIE, 5%), and how much the
+ * figures the cost model uses may move when measured again, each at most PL_TIE_MAX (25%):
+ * the compute probes' noise (tr_cluster.noise: the sgemm, memory, model and optimizer
+ * timings) and the link probes' (tr_cluster.link_noise). Two measurements a minute apart
+ * differ by about that much, and the plan should not follow them; 0 for a cluster from a
+ * file. Plans within the margin of the best are a tie, and so are those this noise could
+ * reorder (tr_plan_tied); the simplest wins. */
+tr_plan_tie tr_plan_tie_of(const tr_cluster *c);
 
 /* Whether plan p, scored sp (its step time, or its cost), ties with plan b scored sb <= sp:
- * within the cost model's margin (sp <= sb (1 + tie)), or so close that the probes could
- * order them the other way when measured again. Each figure may move by `noise`: the compute
- * rate moves the compute, the bubble and what shared cores give back; the links the
- * collectives and sends; the memory bandwidth the optimizer. The difference of two plans then
- * moves by at most noise times the sum, figure by figure, of their parts' differences (in
- * score units). Plans that differ in one kind of part only (ZeRO-2's optimizer against
- * ZeRO-0's: the memory bandwidth alone) keep their order under any noise; plans that trade one
- * for another (compute for communication) tie while the noise could turn the difference
- * around. */
-int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, double tie,
-                 double noise);
+ * within the cost model's margin (sp <= sb (1 + t->band)), or so close that the probes could
+ * order them the other way when measured again. The compute figures may move by t->compute:
+ * they move the compute, the bubble and what shared cores give back, and the optimizer; the
+ * links by t->links: the collectives and sends. The difference of two plans then moves by at
+ * most the sum, part by part, of each part's difference (in score units) times its figures'
+ * noise. Plans that differ in one kind of part only (ZeRO-2's optimizer against ZeRO-0's)
+ * keep their order under any noise; plans that trade one for another (compute for
+ * communication) tie while the noise could turn the difference around. Each part moves by
+ * its own probes' noise: one noisy probe (a memcpy timed 4 times on shared cores) no longer
+ * sets the margin of the others. */
+int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, const tr_plan_tie *t);
 
 /* Whether plan a has less machinery than b, the tie rule's order: fewer model-parallel ranks,
  * and of as many, fewer tensor-parallel ones (a pipeline's waiting ranks lend their cores,

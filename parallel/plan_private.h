@@ -32,7 +32,7 @@
 #define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */
 #define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */
-#define PL_TIE_MAX 0.25         /* the probes' noise the tie allows for, at most (tr_plan_noise) */
+#define PL_TIE_MAX 0.25         /* the probes' noise the tie allows for, at most (tr_plan_tie_of) */
 #define PL_ELEMENTWISE_PASSES 4.0 /* activation bytes moved per kept byte, forward + backward */
 /* The CPU backend's products read their weights through memory once a micro-batch, whatever its
    size (BLAS packs the weight into its own buffer: read and write; the forward, the backward's

@@ -68,9 +68,10 @@ enum {
     F_INTER_BW,
     F_INTER_LAT,
     F_INTER_P2P,
-    F_INTER_RING, /* every rank's all-reduce at once, over nodes of several ranks each */
-    F_NOISE,   /* the largest tr_topology_spread() of the probes this rank timed for the planner */
-    F_THREADS, /* threads this rank computes on */
+    F_INTER_RING,  /* every rank's all-reduce at once, over nodes of several ranks each */
+    F_NOISE,       /* the largest tr_topology_spread() of the compute probes this rank timed */
+    F_LINK_NOISE,  /* ... and of its link probes */
+    F_THREADS,     /* threads this rank computes on */
     F_FLOPS_NOISE, /* the sgemm probe's own tr_topology_spread(): what the split by speed reads */
     F_N
 };
@@ -492,20 +493,20 @@ static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int li
         if (v > f[F_NOISE]) f[F_NOISE] = v;
     }
     if (links && max_count(h) > 1 &&
-        time_split(w, node, 1, "intra", BW_BYTES, s->link, &f[F_INTRA_BW], &f[F_NOISE], err,
+        time_split(w, node, 1, "intra", BW_BYTES, s->link, &f[F_INTRA_BW], &f[F_LINK_NOISE], err,
                    errlen))
         return -1;
     int leader = h->first[node] == rank;
     if (links && h->n_nodes > 1 &&
-        time_split(w, !leader, leader, "inter", BIG_BYTES, s->link, &f[F_INTER_BW], &f[F_NOISE],
-                   err, errlen))
+        time_split(w, !leader, leader, "inter", BIG_BYTES, s->link, &f[F_INTER_BW],
+                   &f[F_LINK_NOISE], err, errlen))
         return -1;
     /* the leaders' figure is the link with the nodes' other ranks idle; a group with several
        ranks a node crosses it while all of them work (their copies and sums, and on shared
        cores the network's own work, take the same cores): a ring through every rank */
     double lat;
     if (links && h->n_nodes > 1 && max_count(h) > 1 &&
-        time_link(w, s->link, BIG_BYTES, BIG_BYTES, &f[F_INTER_RING], &lat, &f[F_NOISE])) {
+        time_link(w, s->link, BIG_BYTES, BIG_BYTES, &f[F_INTER_RING], &lat, &f[F_LINK_NOISE])) {
         snprintf(err, errlen, "topology: timing the ring through every rank failed");
         return -1;
     }
@@ -526,8 +527,8 @@ static void slowest(const double *all, int size, const int *want, double *agg) {
         if (!want[r]) continue;
         for (int i = 0; i < F_N; i++) {
             double v = all[(size_t)r * F_N + i];
-            int most = i == F_INTRA_LAT || i == F_INTER_LAT || i == F_NOISE || i == F_THREADS ||
-                       i == F_FLOPS_NOISE;
+            int most = i == F_INTRA_LAT || i == F_INTER_LAT || i == F_NOISE || i == F_LINK_NOISE ||
+                       i == F_THREADS || i == F_FLOPS_NOISE;
             if (v > 0 && (agg[i] == 0 || (most ? v > agg[i] : v < agg[i]))) agg[i] = v;
         }
     }
@@ -704,10 +705,12 @@ static void build(hosts *h, const tr_topology_opts *o, int by_speed, tr_cluster 
         for (int j = 0; j < h->n_groups; j++)
             c->between[gi][j] = link;
     }
-    double noise = 0;
     for (int r = 0; r < h->size; r++)
-        if (h->figs[(size_t)r * F_N + F_NOISE] > noise) noise = h->figs[(size_t)r * F_N + F_NOISE];
-    c->noise = fig(noise, o->cpu || o->measure_links ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED);
+        want[r] = 1;
+    slowest(h->figs, h->size, want, agg); /* the noisiest rank's */
+    tr_origin from = o->cpu || o->measure_links ? TR_ORIGIN_MEASURED : TR_ORIGIN_ASSUMED;
+    c->noise = fig(agg[F_NOISE], from);
+    c->link_noise = fig(agg[F_LINK_NOISE], from);
     name_hosts(h, &c->hosts);
     describe(h, c, o, by_speed, speeds, c->source, sizeof c->source);
 }

@@ -68,8 +68,9 @@ int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *ou
  * which one call delayed by the scheduler does not move. (The interquartile range did: of 3
  * or 4 timings it spans the slowest, and one descheduled call of a planner's model probe read
  * 2,321x its median.) Sorts t; n at most 21 (0 beyond). Two planners that measure the machine a
- * minute apart see figures that far apart, and parallel/plan.c ties plans that the largest of them
- * could reorder (tr_plan_noise, tr_cluster.noise). */
+ * minute apart see figures that far apart, and parallel/plan.c ties plans that the largest of
+ * the compute probes' and of the link probes' could reorder (tr_plan_tie_of;
+ * tr_cluster.noise, link_noise). */
 double tr_topology_spread(double *t, int n);
 
 /* Mid-run: the one-way rate (bytes/s) from each host to each other, rate[a * n_hosts + b]

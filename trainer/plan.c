@@ -184,12 +184,15 @@ static void print_model_eff(const tr_cluster *c, FILE *f) {
 /* The tie rule, with the figure that set it. */
 static void print_tie(const tr_plan_result *res, const tr_cluster *c, FILE *f) {
     fprintf(f, "ties: plans within %.0f%% of the best (the cost model's own margin)",
-            100 * res->tie);
+            100 * res->tie.band);
     if (c->noise.from == TR_ORIGIN_MEASURED)
-        fprintf(f, ", or that the probes' noise (they varied %.0f%%; %.0f%% taken, at most 25%%) "
-                   "could reorder: each figure moved by that much, compute against links "
-                   "against memory, would turn the difference around",
-                100 * c->noise.v, 100 * res->noise);
+        fprintf(f,
+                ", or that the probes' noise could reorder (the compute probes varied %.0f%%, "
+                "%.0f%% taken; the links' %.0f%%, %.0f%% taken; at most 25%% each): each "
+                "part moved by its figures' noise, compute against links, would turn the "
+                "difference around",
+                100 * c->noise.v, 100 * res->tie.compute, 100 * c->link_noise.v,
+                100 * res->tie.links);
     else
         fprintf(f, " (no probe was timed)");
     fprintf(f, "; the simplest of them wins\n");
@@ -403,11 +406,15 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
     fprintf(f, ", \"figures\": ");
     tr_json_write_string(f, res->figures);
     fprintf(f, ",\n \"tie\": {\"band\": ");
-    tr_json_write_num(f, res->tie, -4);
+    tr_json_write_num(f, res->tie.band, -4);
     fprintf(f, ", \"noise\": ");
     tr_json_write_num(f, c->noise.v, -4);
     fprintf(f, ", \"reorder\": ");
-    tr_json_write_num(f, res->noise, -4);
+    tr_json_write_num(f, res->tie.compute, -4);
+    fprintf(f, ", \"link_noise\": ");
+    tr_json_write_num(f, c->link_noise.v, -4);
+    fprintf(f, ", \"link_reorder\": ");
+    tr_json_write_num(f, res->tie.links, -4);
     fprintf(f, ", \"noise_origin\": \"%s\"}", tr_origin_name(c->noise.from));
     fprintf(f, ",\n \"memory\": ");
     tr_json_write_string(f, res->memory);

@@ -318,8 +318,7 @@ int tr_plan_memory_keep(const char *text, int on, const char *path, const tr_rec
     const tr_plan *k = &again->best, *b = res->fastest.step_s > 0 ? &res->fastest : &res->best;
     if (!rc && again->fits) layout_text(&k->l, kept_line, sizeof kept_line); /* as resolved */
     int same = !rc && again->fits && !strcmp(kept_line, best_line);
-    int keep = !same && !rc && again->fits &&
-               tr_plan_tied(b, k, b->step_s, k->step_s, res->tie, res->noise);
+    int keep = !same && !rc && again->fits && tr_plan_tied(b, k, b->step_s, k->step_s, &res->tie);
     if (same) {
         snprintf(res->memory, sizeof res->memory, "the layout chosen before (%s), chosen again",
                  path);
