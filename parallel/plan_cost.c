@@ -246,17 +246,26 @@ static const tr_link *pp_link(const pl_devices *dv, const tr_layout *l, int ra, 
  * server's NICs, one per device), which its flows do not divide. */
 static tr_link crossing(const pl_devices *dv, const tr_link *l, long flows, long k) {
     tr_link s = *l;
-    if (l == &dv->inter && k > 1 && l->ring.v > 0) s.bw = l->ring;
-    if (l == &dv->inter && dv->node_link && flows > 1) {
+    if (l != &dv->inter) return s;
+    if (k > 1 && l->ring.v > 0) s.bw = l->ring;
+    if (dv->node_link && flows > 1) {
         s.bw.v /= (double)flows;
         s.p2p.v /= (double)flows;
     }
     return s;
 }
 
-/* The link a tensor-parallel group of tp ranks crosses (one group leaves a node at once). */
-static tr_link tp_link(const pl_devices *dv, int tp) {
-    return crossing(dv, link_of(dv, 1, tp), 1, tp < dv->per_node ? tp : dv->per_node);
+/* The members of a group of `size` ranks `stride` apart (in world rank order) that share a
+ * node: a tensor-parallel group's stride is 1, a data-parallel one's tp x pp. */
+static int members_on_node(const pl_devices *dv, long stride, long size) {
+    return stride < dv->per_node ? (int)mind((double)size, (double)(dv->per_node / stride)) : 1;
+}
+
+/* The link such a group crosses, as crossing() prices it: a node holds ranks of `stride`
+ * such groups, at most its own ranks, and all of them leave it at once. */
+static tr_link group_link(const pl_devices *dv, long stride, long size) {
+    long flows = stride < dv->per_node ? stride : dv->per_node;
+    return crossing(dv, link_of(dv, stride, size), flows, members_on_node(dv, stride, size));
 }
 
 /* One transfer of S bytes over link l, one direction: at the link's own rate where a job
@@ -554,7 +563,7 @@ static void chunk_time(const pl_model *m, const pl_devices *dv, const tr_plan *p
     /* one all-reduce (or reduce-scatter + all-gather) of the stream per residual branch in
        the forward, one in the backward, and the vocabulary-parallel embedding and head */
     double S = tok * m->C * m->es;
-    tr_link l = tp_link(dv, p->l.tp);
+    tr_link l = group_link(dv, 1, p->l.tp);
     double n_coll = 2 * resid + (a == 0) + (b == m->n);
     if (rc == TR_RECOMPUTE_FULL) n_coll += resid;
     *tp_s = n_coll * t_allreduce(&l, S, p->l.tp);
@@ -623,7 +632,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     /* a boundary carries 1/tp of the stream per tp rank: its rows (sequence parallelism), or
        its slice, all-gathered over the tp group on arrival (scatter-gather, pipeline.c) */
     double full = tok * m->C * m->es, S = full / p->l.tp;
-    tr_link tl = tp_link(dv, p->l.tp);
+    tr_link tl = group_link(dv, 1, p->l.tp);
     double gather =
         p->l.tp > 1 && !p->l.sequence_parallel ? 0.5 * t_allreduce(&tl, full, p->l.tp) : 0;
     double bwd_last = 0;
@@ -672,10 +681,8 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     /* data parallelism: gradients and ZeRO's gathers over the dp group */
     int d = p->l.dp;
     long stride = (long)p->l.tp * p->l.pp; /* a node holds ranks of this many dp groups */
-    /* the members of a dp group on one node */
-    int k = stride < dv->per_node ? (int)mind(d, dv->per_node / stride) : 1;
-    tr_link dlink =
-        crossing(dv, link_of(dv, stride, d), stride < dv->per_node ? stride : dv->per_node, k);
+    int k = members_on_node(dv, stride, d);
+    tr_link dlink = group_link(dv, stride, d);
     const tr_link *dl = &dlink;
     /* the CPU backend's collectives between hosts: their bytes cross the network while the
        cores compute */

@@ -382,15 +382,15 @@ static int time_link(tr_comm *g, float *buf, size_t least, size_t most, double *
     double p = tr_comm_size(g), t = 0, small = 0, spread = 0;
     size_t bytes = least;
     int rc = median_time(g, buf, 2, LAT_REPS, &small, noise);
-    if (!rc)
+    while (!rc) {
+        spread = 0;
         rc = median_time(g, buf, bytes / sizeof(float), bytes > BW_BYTES ? BIG_REPS : BW_REPS, &t,
                          &spread);
-    while (!rc && bytes < most) {
-        buf[0] = t < BW_MIN_S, buf[1] = 0;
+        if (rc || bytes >= most) break;
+        buf[0] = t < BW_MIN_S, buf[1] = 0; /* grow: every rank of g decides together */
         rc = tr_comm_all_reduce(g, buf, 2, TR_COMM_F32);
         if (rc || buf[0] == 0) break;
-        bytes *= 4, spread = 0;
-        rc = median_time(g, buf, bytes / sizeof(float), BIG_REPS, &t, &spread);
+        bytes *= 4;
     }
     if (spread > *noise) *noise = spread;
     if (t > 2 * small) t -= small;
