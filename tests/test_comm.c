@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int g_fail, g_rank;
 
@@ -251,6 +252,29 @@ static void test_broadcast(tr_comm *w) {
 }
 
 /* Each rank sends to the next and receives from the previous; even ranks send first. */
+/* tr_comm_read_file: a file only rank 0 has (a name of its own pid) reaches every rank whole,
+ * NULs and all; one the root cannot read, or one over max, is 1 on every rank. */
+static void test_read_file(tr_comm *w) {
+    char path[64] = "";
+    long long pid = g_rank == 0 ? (long long)getpid() : 0;
+    CHECK(tr_comm_broadcast(w, &pid, 1, TR_COMM_I64, 0) == 0, "broadcast of the pid");
+    snprintf(path, sizeof path, "/tmp/tr_test_comm_read.%lld", pid);
+    const char want[] = "HOST ORG\n\0a NUL inside\n";
+    if (g_rank == 0) {
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(want, 1, sizeof want, f) == sizeof want && !fclose(f), "write %s", path);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int rc = tr_comm_read_file(w, 0, path, 1 << 10, &text, &len);
+    CHECK(rc == 0 && len == sizeof want && !memcmp(text, want, len) && text[len] == 0,
+          "read_file: rank %d has rank 0's %zu bytes (rc %d, %zu)", g_rank, sizeof want, rc, len);
+    free(text);
+    CHECK(tr_comm_read_file(w, 0, path, 8, &text, &len) == 1, "read_file: over max: 1");
+    if (g_rank == 0) unlink(path);
+    CHECK(tr_comm_read_file(w, 0, path, 1 << 10, &text, &len) == 1, "read_file: absent: 1");
+}
+
 static void test_ring(tr_comm *w) {
     int rank = tr_comm_rank(w), size = tr_comm_size(w);
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
@@ -512,6 +536,7 @@ int main(int argc, char **argv) {
 
     test_all_reduce(w, 0);
     test_all_reduce(w, 1);
+    test_read_file(w);
     test_reduce_scatter(w, 0);
     test_reduce_scatter(w, 1);
     test_all_gather(w, 0, 0);

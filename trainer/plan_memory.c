@@ -201,34 +201,12 @@ int tr_plan_memory_save(const char *path, const tr_plan *p, char *err, size_t er
 }
 
 char *tr_plan_memory_read(tr_comm *w, const char *path, int *on) {
+    long long say = path[0] != 0; /* rank 0's: another rank's environment or flags may differ */
+    if (w && tr_comm_size(w) > 1) tr_comm_broadcast(w, &say, 1, TR_COMM_I64, 0);
+    *on = (int)say;
     char *text = NULL;
     size_t len = 0;
-    long long n = -1;
-    int root = !w || tr_comm_rank(w) == 0;
-    *on = path[0] != 0; /* rank 0's say: another rank's environment or flags may differ */
-    if (root && *on) {
-        FILE *f = fopen(path, "r");
-        if (f && !tr_read_all(f, MEMORY_MAX, &text, &len)) n = (long long)len;
-        if (f) fclose(f);
-    }
-    if (w && tr_comm_size(w) > 1) {
-        long long v[2] = {*on, n};
-        tr_comm_broadcast(w, v, 2, TR_COMM_I64, 0);
-        *on = (int)v[0], n = v[1];
-        if (n >= 0 && !root) text = calloc((size_t)n + 1, 1);
-        int bad = n >= 0 && !text;
-        tr_comm_all_reduce(w, &bad, 1, TR_COMM_I32);
-        if (bad)
-            n = -1;
-        else if (n >= 0)
-            tr_comm_broadcast(w, text, (size_t)n, TR_COMM_BYTE, 0);
-    }
-    if (n < 0) {
-        free(text);
-        return NULL;
-    }
-    text[n] = 0;
-    return text;
+    return *on && !tr_comm_read_file(w, 0, path, MEMORY_MAX, &text, &len) ? text : NULL;
 }
 
 /* The kept plan first, the best of the search next with why it is not the one run; the kept

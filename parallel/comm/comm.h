@@ -77,6 +77,12 @@ int tr_comm_all_reduce(tr_comm *c, void *buf, size_t n, tr_comm_dtype t);
 int tr_comm_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t n, tr_comm_dtype t);
 int tr_comm_all_gather(tr_comm *c, const void *send, void *recv, size_t n, tr_comm_dtype t);
 int tr_comm_broadcast(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int root);
+/* The file at path as rank `root` of c reads it (at most max bytes), on every rank of c, so
+ * that it need be on root's host only: 0 with *text (malloc'd, a NUL after its *len bytes);
+ * 1 on every rank when root could not read it (absent, unreadable, over max: errno on root);
+ * -1 on every rank when one had no memory for it. Every rank of c calls it; c NULL: this
+ * process alone, as root. */
+int tr_comm_read_file(tr_comm *c, int root, const char *path, size_t max, char **text, size_t *len);
 int tr_comm_send(tr_comm *c, const void *buf, size_t n, tr_comm_dtype t, int peer, int tag);
 int tr_comm_recv(tr_comm *c, void *buf, size_t n, tr_comm_dtype t, int peer, int tag);
 int tr_comm_barrier(tr_comm *c);

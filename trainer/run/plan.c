@@ -407,7 +407,7 @@ static int search(run_ctx *x, const tr_plan_opts *po, int want, const char *mem,
     tr_plan_describe(&x->plan, d, sizeof d);
     snprintf(x->plan_line[0], sizeof x->plan_line[0],
              "plan: %s (chosen from %ld layouts in %.2f s for %s; ties within %.0f%%, or "
-             "the probes' %.0f%% (compute) and %.0f%% (links)%s%s%.470s)",
+             "the probes' %.0f%% (compute) and %.0f%% (links)%s%s%s)",
              d, res->evaluated, res->seconds, x->cluster.source, 100 * res->tie.band,
              100 * res->tie.compute, 100 * res->tie.links, x->replanned,
              res->memory[0] ? "; plan memory: " : "", res->memory);

@@ -15,31 +15,19 @@
 static int read_orgs(run_ctx *x, const char *host, char *org) {
     char *text = NULL;
     size_t len = 0;
-    double n = 0;
-    int bad = 0;
-    if (x->rank == 0) {
-        FILE *f = fopen(x->o.orgs, "r");
-        if (!f || tr_read_all(f, 1 << 20, &text, &len)) {
-            snprintf(x->msg, sizeof(x->msg), "trainer run: --orgs %s: cannot read it (a file of "
-                     "\"HOST ORG\" lines, at most 1 MiB)", x->o.orgs);
-            bad = 1;
-        }
-        if (f) fclose(f);
-        n = bad ? -1 : (double)len;
-    }
-    tr_comm_broadcast(x->world, &n, 1, TR_COMM_F64, 0);
-    if (n < 0) {
-        run_setup_failed(x->world, bad, x->msg); /* rank 0 says why */
+    int bad = 0, rc = tr_comm_read_file(x->world, 0, x->o.orgs, 1 << 20, &text, &len);
+    if (rc > 0) {
+        snprintf(x->msg, sizeof(x->msg),
+                 "trainer run: --orgs %s: cannot read it (a file of "
+                 "\"HOST ORG\" lines, at most 1 MiB)",
+                 x->o.orgs);
+        run_setup_failed(x->world, x->rank == 0, x->msg); /* rank 0 says why */
         return -1;
     }
-    len = (size_t)n;
-    if (x->rank != 0 && !(text = malloc(len + 1))) bad = 1;
-    if (run_setup_failed(x->world, bad, "trainer run: out of memory for --orgs")) {
-        free(text);
+    if (rc < 0) {
+        run_setup_failed(x->world, 1, "trainer run: out of memory for --orgs");
         return -1;
     }
-    tr_comm_broadcast(x->world, text, len, TR_COMM_BYTE, 0);
-    text[len] = 0;
     org[0] = 0;
     int line = 0;
     for (char *l = text, *end; l && *l && !bad; l = end ? end + 1 : NULL) {

@@ -79,7 +79,8 @@ typedef struct {
                                      for the layout that runs */
     double steps_s;      /* measured: seconds of the steps after each start's first */
     int steps_n;
-    char plan_line[2][1024]; /* the plan and its prediction, for the banner */
+    char plan_line[2][2048];      /* the plan and its prediction, for the banner: room for a
+                                     layout, the cluster's source, replanned and the memory's say */
     char memory_dir[TR_PATH_MAX]; /* TR_PLAN_MEMORY's folder (trainer/plan_memory.c), "": off */
     char memory[TR_PATH_MAX];     /* the plan memory's file for this run, "" when not used */
     char replanned[160];     /* --resume on another number of processes: why it was planned anew */
