@@ -103,6 +103,10 @@ typedef struct {
                                ranks); 0 when not known */
     int threads;            /* the CPU backend: threads each rank computes on (the most of
                                any rank); 0 when not known */
+    int pool;               /* the CPU backend: the ranks that run on a node's cores, its own
+                               and those of other nodes on the same machine whose cores they
+                               share (the cluster in a box's hosts); 0 when not known (then
+                               per_node: the node's cores are its own) */
     int line;               /* the group's line in the cluster file, 0 otherwise */
 } tr_node_group;
 

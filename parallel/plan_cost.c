@@ -135,10 +135,12 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     d->mpi_coll = c->cpu;
     d->reserve = 0;
     d->share = 1;
+    d->per_pool = d->per_node;
     for (int i = first; c->cpu && i >= 0 && i <= last; i++) {
         const tr_node_group *g = &c->g[i];
         double want = (double)g->per_node * g->threads; /* threads its ranks ask for */
         if (g->cores > 0 && want > g->cores) d->share = mind(d->share, g->cores / want);
+        if (g->pool > d->per_pool) d->per_pool = g->pool < world ? g->pool : (int)world;
     }
     /* an operation's own cost is work on the cores, as the products' is: ranks that share
        them pay it at their share. The probe's figure was timed with every rank at once, so
@@ -258,7 +260,8 @@ static tr_link crossing(const pl_devices *dv, const tr_link *l, long flows, long
 /* The members of a group of `size` ranks `stride` apart (in world rank order) that share a
  * node: a tensor-parallel group's stride is 1, a data-parallel one's tp x pp. */
 static int members_on_node(const pl_devices *dv, long stride, long size) {
-    return stride < dv->per_node ? (int)mind((double)size, (double)(dv->per_node / stride)) : 1;
+    long fit = stride < dv->per_node ? dv->per_node / stride : 1;
+    return (int)(size < fit ? size : fit);
 }
 
 /* The link such a group crosses, as crossing() prices it: a node holds ranks of `stride`
@@ -589,37 +592,39 @@ static double bubble_ratio(const tr_plan *p) {
 /* Ranks that share their node's cores (dv->share < 1): the rates were measured with every
  * rank computing at once, but a pipeline rank that waits (its bubble, a receive) yields its
  * core (comm/mpi.c's waits) and the ranks still computing then run faster, up to their own
- * speed. The schedule's lists are simulated with each node's load (tr_pp_span_shared: the
- * whole timeline slows wherever the ranks busy at once ask for more than the node's cores),
- * the busiest node's span over the span at a rank's own speed stretching the pipeline part,
- * `critical` (compute, sends and bubble, priced at the shared rate: share x it at a rank's own
- * speed). Returns what that takes off `critical`, 0 or less; the last answer is kept. */
+ * speed. The schedule's lists are simulated with each pool's load (tr_pp_span_shared: the
+ * whole timeline slows wherever the ranks busy at once ask for more than the pool's cores;
+ * a pool is a node's ranks, or several nodes' where they share one machine's cores),
+ * the busiest pool's span over the span at a rank's own speed stretching the pipeline part,
+ * `critical` (what of compute, sends and bubble the cores do, priced at the shared rate: share
+ * x it at a rank's own speed; not the time on the network between nodes). Returns what that takes
+ * off `critical`, 0 or less; the last answer is kept. */
 static double shared_cores(const pl_devices *dv, const tr_layout *l, double critical) {
     static tr_layout last;
     static double last_share, last_ratio = -1;
     static int last_per;
     int P = l->pp;
     if (dv->share >= 1 || P <= 1 || P > TR_PP_MAX_RANKS) return 0;
-    if (last_ratio < 0 || last_share != dv->share || last_per != dv->per_node ||
-        last.world != l->world ||
-        last.tp != l->tp || P != last.pp || last.virtual_stages != l->virtual_stages ||
-        last.microbatches != l->microbatches || last.schedule != l->schedule) {
+    if (last_ratio < 0 || last_share != dv->share || last_per != dv->per_pool ||
+        last.world != l->world || last.tp != l->tp || P != last.pp ||
+        last.virtual_stages != l->virtual_stages || last.microbatches != l->microbatches ||
+        last.schedule != l->schedule) {
         tr_pp_schedule s;
         double solo = -1, most = -1;
         if (!tr_pp_generate(&s, (tr_pp_kind)l->schedule, P, l->virtual_stages,
                             l->microbatches)) {
             double none[TR_PP_MAX_RANKS] = {0}, load[TR_PP_MAX_RANKS];
             solo = tr_pp_span_shared(&s, none);
-            long per = dv->per_node > 0 ? dv->per_node : l->world;
+            long per = dv->per_pool > 0 ? dv->per_pool : l->world;
             for (long first = 0; solo > 0 && first < l->world; first += per) {
-                memset(load, 0, sizeof load); /* each stage's ranks on this node, per core */
+                memset(load, 0, sizeof load); /* each stage's ranks in this pool, per core */
                 for (long w = first; w < first + per && w < l->world; w++)
                     load[(w / l->tp) % P] += 1.0 / (per * dv->share);
                 most = maxd(most, tr_pp_span_shared(&s, load));
             }
             tr_pp_free(&s);
         }
-        last = *l, last_share = dv->share, last_per = dv->per_node;
+        last = *l, last_share = dv->share, last_per = dv->per_pool;
         last_ratio = solo > 0 && most > 0 ? most / solo : 1 / dv->share;
     }
     return mind(0, dv->share * last_ratio * critical - critical);
@@ -627,7 +632,7 @@ static double shared_cores(const pl_devices *dv, const tr_layout *l, double crit
 
 static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     int K = p->l.pp * p->l.virtual_stages;
-    double worst = 0, worst_c = 0, worst_tp = 0, worst_pp = 0, params = 0;
+    double worst = 0, worst_c = 0, worst_tp = 0, worst_pp = 0, worst_wire = 0, params = 0;
     double tok = (double)p->l.micro_batch * m->T;
     /* a boundary carries 1/tp of the stream per tp rank: its rows (sequence parallelism), or
        its slice, all-gathered over the tp group on arrival (scatter-gather, pipeline.c) */
@@ -636,8 +641,9 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     double gather =
         p->l.tp > 1 && !p->l.sequence_parallel ? 0.5 * t_allreduce(&tl, full, p->l.tp) : 0;
     double bwd_last = 0;
+    int tp_wire = link_of(dv, 1, p->l.tp) == &dv->inter;
     for (int r = 0; r < p->l.pp; r++) {
-        double c = 0, t = 0, send = 0, rate = pl_stage_rate(dv, &p->l, r);
+        double c = 0, t = 0, send = 0, wire = 0, rate = pl_stage_rate(dv, &p->l, r);
         for (int k = 0; k < K; k++) {
             if (rank_of(p, k) != r) continue;
             double cc, tt;
@@ -650,9 +656,10 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
             for (int j = k - 1; j <= k + 1; j += 2) {
                 if (j < 0 || j >= K || rank_of(p, j) == r) continue;
                 /* the stage's tp ranks send their parts at once */
-                tr_link pl = crossing(dv, pp_link(dv, &p->l, r, rank_of(p, j)),
-                                      p->l.tp < dv->per_node ? p->l.tp : dv->per_node, 1);
+                const tr_link *over = pp_link(dv, &p->l, r, rank_of(p, j));
+                tr_link pl = crossing(dv, over, p->l.tp < dv->per_node ? p->l.tp : dv->per_node, 1);
                 send += t_send(&pl, S) + gather;
+                wire += over == &dv->inter ? t_send(&pl, S) : 0;
             }
         }
         if (c + t + send > worst) {
@@ -660,6 +667,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
             worst_c = c;
             worst_tp = t;
             worst_pp = send;
+            worst_wire = wire + (tp_wire ? t : 0);
             params = stage_params(m, p, r);
             bwd_last = c * 2.0 / 3.0;
         }
@@ -677,7 +685,10 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     p->tp_s = M * worst_tp;
     p->pp_s = M * worst_pp;
     p->bubble_s = M * worst * bubble_ratio(p);
-    p->shared_s = p->l.shares_uneven ? 0 : shared_cores(dv, &p->l, M * worst + p->bubble_s);
+    /* what waits on the network between nodes, not on the cores, is not sped up by them */
+    double on_cores = worst > 0 ? (worst - worst_wire) / worst : 1;
+    p->shared_s =
+        p->l.shares_uneven ? 0 : shared_cores(dv, &p->l, (M * worst + p->bubble_s) * on_cores);
     /* data parallelism: gradients and ZeRO's gathers over the dp group */
     int d = p->l.dp;
     long stride = (long)p->l.tp * p->l.pp; /* a node holds ranks of this many dp groups */

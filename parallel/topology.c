@@ -73,6 +73,7 @@ enum {
     F_LINK_NOISE,  /* ... and of its link probes */
     F_THREADS,     /* threads this rank computes on */
     F_FLOPS_NOISE, /* the sgemm probe's own tr_topology_spread(): what the split by speed reads */
+    F_POOL,        /* the ranks that run on this rank's node's cores, of every node */
     F_N
 };
 
@@ -109,13 +110,17 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 double tr_topology_spread(double *t, int n) {
-    if (n < 2 || n > MAX_REPS) return 0;
+    if (n < 2) return 0;
+    double mine[MAX_REPS], *dev = n <= MAX_REPS ? mine : malloc((size_t)n * sizeof *dev);
+    if (!dev) return 0; /* out of memory: not measured */
     qsort(t, (size_t)n, sizeof t[0], cmp_double);
-    double med = t[n / 2], dev[MAX_REPS];
+    double med = t[n / 2];
     for (int i = 0; i < n; i++)
         dev[i] = fabs(t[i] - med);
     qsort(dev, (size_t)n, sizeof dev[0], cmp_double);
-    return med > 0 ? 1.25 * 1.4826 * dev[n / 2] / sqrt((double)n) / med : 0;
+    double v = med > 0 ? 1.25 * 1.4826 * dev[n / 2] / sqrt((double)n) / med : 0;
+    if (dev != mine) free(dev);
+    return v;
 }
 
 /* Products of n-cubed after `warm` untimed ones: the best single rate, the rate of all `reps`
@@ -185,8 +190,10 @@ static int same_kernel(const hosts *h, int r, int q) {
  * may bind each rank to one core; a cgroup or taskset may allow fewer than the machine's),
  * less what ranks of other nodes on the same machine take of them: two containers (or the
  * cluster in a box's network namespaces) of 2 ranks each on one 2-core machine get 1 core
- * each, as the ranks of one host of 4 share its 2. */
-static int node_cores(const hosts *h, int node) {
+ * each, as the ranks of one host of 4 share its 2. *pool: the ranks, of this node and those
+ * others, that run on those cores together (4 there: a rank that waits lends its core to any
+ * of them, not only to its own node's). */
+static int node_cores(const hosts *h, int node, int *pool) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t all;
     CPU_ZERO(&all);
@@ -202,6 +209,7 @@ static int node_cores(const hosts *h, int node) {
                   (CPU_COUNT(&both) > 0 || allowed == 0);
     }
     long cores = online * mine / (mine + others);
+    *pool = mine + others;
     return online > 0 ? (int)(cores > 0 ? cores : 1) : 0;
 }
 
@@ -474,7 +482,9 @@ static int time_split(tr_comm *w, int color, int timed, const char *name, size_t
 static int measure(tr_comm *w, const tr_topology_opts *o, const hosts *h, int links, scratch *s,
                    double *f, char *err, size_t errlen) {
     int rank = tr_comm_rank(w), node = h->node[rank];
-    f[F_CORES] = node_cores(h, node);
+    int pool;
+    f[F_CORES] = node_cores(h, node, &pool);
+    f[F_POOL] = pool;
     f[F_THREADS] = o->cpu ? o->threads : 0;
     f[F_MEM] = o->cpu ? phys_mem(h, rank) : o->device_mem;
     if (o->mem_given > 0 && (f[F_MEM] <= 0 || o->mem_given < f[F_MEM])) f[F_MEM] = o->mem_given;
@@ -528,7 +538,7 @@ static void slowest(const double *all, int size, const int *want, double *agg) {
         for (int i = 0; i < F_N; i++) {
             double v = all[(size_t)r * F_N + i];
             int most = i == F_INTRA_LAT || i == F_INTER_LAT || i == F_NOISE || i == F_LINK_NOISE ||
-                       i == F_THREADS || i == F_FLOPS_NOISE;
+                       i == F_THREADS || i == F_FLOPS_NOISE || i == F_POOL;
             if (v > 0 && (agg[i] == 0 || (most ? v > agg[i] : v < agg[i]))) agg[i] = v;
         }
     }
@@ -570,6 +580,7 @@ static void fill_group(tr_node_group *g, const hosts *h, int gi, const double *a
     g->egress_per_gb = fig(0, TR_ORIGIN_ASSUMED);
     g->cores = (int)agg[F_CORES];
     g->threads = (int)agg[F_THREADS];
+    g->pool = (int)agg[F_POOL];
 }
 
 /* Append to s (of size n) what fmt makes, truncated. */
@@ -619,7 +630,9 @@ static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts
     for (int a = 0; a < h->n_nodes; a++)
         for (int b = a + 1; b < h->n_nodes; b++)
             shared |= same_kernel(h, h->first[a], h->first[b]);
-    if (shared && o->cpu) cat(s, n, "; nodes on one machine share its cores and memory");
+    if (shared && o->cpu)
+        cat(s, n, "; nodes on one machine share its %s",
+            c->g[0].pool > c->g[0].per_node ? "cores and memory" : "memory (their cores apart)");
     /* what the split by speed read: each node's rate and its probe's noise; without it, where
        it would have split, that too, and how to ask for it */
     int unsplit = !by_speed && speeds > h->n_groups;

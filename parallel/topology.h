@@ -67,9 +67,9 @@ int tr_topology_detect(tr_comm *world, const tr_topology_opts *o, tr_cluster *ou
  * 1.25 sigma / sqrt(n), with sigma estimated from the median absolute deviation (x 1.4826),
  * which one call delayed by the scheduler does not move. (The interquartile range did: of 3
  * or 4 timings it spans the slowest, and one descheduled call of a planner's model probe read
- * 2,321x its median.) Sorts t; n at most 21 (0 beyond). Two planners that measure the machine a
- * minute apart see figures that far apart, and parallel/plan.c ties plans that the largest of
- * the compute probes' and of the link probes' could reorder (tr_plan_tie_of;
+ * 2,321x its median.) Sorts t (its median is then t[n / 2]); 0 for fewer than 2. Two planners that
+ * measure the machine a minute apart see figures that far apart, and parallel/plan.c ties plans
+ * that the largest of the compute probes' and of the link probes' could reorder (tr_plan_tie_of;
  * tr_cluster.noise, link_noise). */
 double tr_topology_spread(double *t, int n);
 

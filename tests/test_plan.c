@@ -1053,6 +1053,79 @@ static void shared_cores(void) {
     tr_recipe_free(&r);
 }
 
+/* The cluster in a box's kind: 2 nodes of 2 ranks on one machine of 2 cores (1 each, as
+ * topology.c's node_cores gives them), 1 thread a rank. A pipeline's waiting rank lends its
+ * core to the pool that runs on those cores: its node's ranks (pool 0), or all 4 where the
+ * nodes share the machine's cores (pool 4). tp 2 x pp 2 puts a stage on each node: alone a
+ * node's stage runs at half its ranks' speed whatever the other does; pooled, a stage runs
+ * at full speed while the other waits. What waits on the network between the nodes is not
+ * sped up: the part taken off is the same over a link 8 times slower. */
+static void pooled_cores(void) {
+    tr_recipe r;
+    load(&r, "recipes_good/pp_gpt.lua", NULL, 0);
+    const struct {
+        int tp, pp;
+        tr_pp_kind sched;
+    } cases[] = {{2, 2, TR_PP_GPIPE}, {2, 2, TR_PP_1F1B}, {1, 4, TR_PP_ZBH1}, {1, 4, TR_PP_1F1B}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tr_layout_flags f = {.dp = 1,
+                             .tp = cases[i].tp,
+                             .pp = cases[i].pp,
+                             .zero = 0,
+                             .schedule = (int)cases[i].sched,
+                             .sequence_parallel = 0,
+                             .micro_batch = 1};
+        tr_layout l;
+        char err[1024];
+        if (!check(!tr_layout_resolve(&l, &r, &f, 4, TR_DTYPE_F32, 0, err, sizeof err),
+                   "pooled cores: tp %d x pp %d resolves (%s)", f.tp, f.pp, err))
+            continue;
+        tr_cluster c;
+        cpu_cluster(&c, 2);
+        c.g[0].nodes = 2, c.g[0].cores = 1, c.g[0].threads = 1;
+        c.g[0].inter = (tr_link){.bw = {12.5e6, 0}, .lat = {100e-6, 0}, .p2p = {12.5e6, 0}};
+        tr_plan own, pooled, slow;
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &own);
+        c.g[0].pool = 4;
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &pooled);
+        c.g[0].inter.bw.v /= 8, c.g[0].inter.p2p.v /= 8;
+        tr_plan_price(&r, &c, &l, TR_DTYPE_F32, &slow);
+        /* each stage's ranks per core: of its node's one, or of the machine's two */
+        double none[TR_PP_MAX_RANKS] = {0}, mine[2][TR_PP_MAX_RANKS] = {{0}},
+               all[TR_PP_MAX_RANKS] = {0};
+        for (int w = 0; w < 4; w++) {
+            mine[w / 2][(w / l.tp) % l.pp] += 1.0;
+            all[(w / l.tp) % l.pp] += 0.5;
+        }
+        tr_pp_schedule s;
+        if (!check(
+                !tr_pp_generate(&s, (tr_pp_kind)l.schedule, l.pp, l.virtual_stages, l.microbatches),
+                "pooled cores: schedule generated"))
+            continue;
+        double solo = tr_pp_span_shared(&s, none);
+        double node = fmax(tr_pp_span_shared(&s, mine[0]), tr_pp_span_shared(&s, mine[1])) / solo;
+        double pool = tr_pp_span_shared(&s, all) / solo;
+        tr_pp_free(&s);
+        /* the same part of the step is on the cores both ways: what each takes off, over its
+           stretch less 1, is that part */
+        double on_own = own.shared_s / (0.5 * node - 1),
+               on_pool = pooled.shared_s / (0.5 * pool - 1);
+        check(pooled.shared_s < own.shared_s && fabs(on_own - on_pool) <= 1e-9 * on_own &&
+                  on_own < own.compute_s + own.bubble_s + own.tp_s + own.pp_s,
+              "tp %d x pp %d (%s), 2 nodes sharing 2 cores: pooled takes off more (%.4f s "
+              "against %.4f s), of one part on the cores (%.4f s, %.4f s) short of the sends'",
+              l.tp, l.pp, tr_pp_kind_name((tr_pp_kind)l.schedule), -pooled.shared_s, -own.shared_s,
+              on_pool, on_own);
+        check(slow.pp_s > 2 * pooled.pp_s &&
+                  fabs(slow.shared_s - pooled.shared_s) <= 1e-9 * fabs(pooled.shared_s),
+              "tp %d x pp %d (%s): a link 8 times slower (sends %.4f s against %.4f s) takes "
+              "the same off for shared cores (%.9g s, %.9g s)",
+              l.tp, l.pp, tr_pp_kind_name((tr_pp_kind)l.schedule), slow.pp_s, pooled.pp_s,
+              slow.shared_s, pooled.shared_s);
+    }
+    tr_recipe_free(&r);
+}
+
 /* ---- the tie: the cost model's 5%, and what the probes' noise could reorder ------------- */
 
 /* A plan of 1 s: compute, links and optimizer parts as given. */
@@ -1307,6 +1380,7 @@ int main(void) {
     optimizer_rate_measured();
     recompute_full_branches();
     shared_cores();
+    pooled_cores();
     pp_sends_per_boundary();
     node_link_shared();
     ring_where_ranks_share_nodes();

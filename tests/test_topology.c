@@ -251,6 +251,13 @@ static void spread_rule(void) {
     double four[4] = {2.0, 2.0, 2.0, 50.0};
     CHECK(tr_topology_spread(four, 4) == 0, "4 timings, 3 equal: 0 (%g)",
           tr_topology_spread(four, 4));
+    double many[30]; /* more than the probes take: 1, 1.1, 0.9, 1, 1.1, 0.9, ...; MAD 0.1 */
+    for (int i = 0; i < 30; i++)
+        many[i] = 1.0 + 0.1 * ((i % 3 == 1) - (i % 3 == 2));
+    double w30 = 1.25 * 1.4826 * 0.1 / sqrt(30.0);
+    v = tr_topology_spread(many, 30);
+    CHECK(fabs(v - w30) < 1e-12 && many[0] == 0.9 && many[29] == 1.1,
+          "30 timings: %g, expected %g, sorted", v, w30);
     double one[1] = {3.0}, zero[3] = {0, 0, 0};
     CHECK(tr_topology_spread(one, 1) == 0 && tr_topology_spread(zero, 3) == 0,
           "one timing, or all 0: 0");

@@ -377,7 +377,8 @@ static void json_cluster(const tr_cluster *c, FILE *f) {
         tr_json_write_string(f, g->name);
         fprintf(f, ", \"device\": ");
         tr_json_write_string(f, g->device);
-        fprintf(f, ", \"nodes\": %d, \"per_node\": %d}", g->nodes, g->per_node);
+        fprintf(f, ", \"nodes\": %d, \"per_node\": %d, \"pool\": %d}", g->nodes, g->per_node,
+                g->pool);
     }
     fprintf(f, "],\n  \"nodes\": [");
     const tr_cluster_hosts *h = &c->hosts;

@@ -45,6 +45,9 @@ shared = "CPU, %d core%s," % (cores, "" if cores == 1 else "s")
 if shared not in c["source"] or "nodes on one machine share its cores" not in c["source"]:
     print("the hosts share one machine's cores, but the cluster says: %s" % c["source"])
     sys.exit(2)
+if [g["pool"] for g in c["groups"]] != [4]:  # a waiting rank's core goes to any of the 4
+    print("the hosts' ranks float over one machine's cores, but the pool is %s" % c["groups"])
+    sys.exit(2)
 if not ring > 0: sys.exit(2)  # nodes of 2 ranks: the ring through every rank is timed
 # a ring's bus bandwidth is what each link between hosts carries each way: not above its rate
 sys.exit(0 if abs(got / rate - 1) <= 0.3 and ring <= 1.3 * rate else 1)
@@ -122,5 +125,14 @@ e=$(split_rule "$tmp/speed.json" on) && ok "the split by speed follows the figur
 e=$(split_rule "$tmp/unsplit.json" off) &&
     ok "without TR_SPEED_GROUPS one group, the figures shown where they would split: $e" ||
     bad "the split by speed off: $e"
+# n0 on core 0, n1 on core 1: each host's ranks lend a core only to each other (a pool of 2)
+python3 - "$tmp/unsplit.json" <<'PY' && ok "hosts on cores apart: pools of their own 2 ranks" ||
+import json, sys
+c = json.load(open(sys.argv[1]))["cluster"]
+pools, said = [g["pool"] for g in c["groups"]], "share its memory (their cores apart)" in c["source"]
+print("pools %s; %s" % (pools, c["source"]))
+sys.exit(0 if pools and all(p == 2 for p in pools) and said else 1)
+PY
+    bad "hosts on cores apart: not pools of their own ranks"
 grep -q '"source"' "$tmp/plan.json" || bad "no plan on equal hosts"
 exit $fail
