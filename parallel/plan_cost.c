@@ -658,8 +658,9 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
                 /* the stage's tp ranks send their parts at once */
                 const tr_link *over = pp_link(dv, &p->l, r, rank_of(p, j));
                 tr_link pl = crossing(dv, over, p->l.tp < dv->per_node ? p->l.tp : dv->per_node, 1);
-                send += t_send(&pl, S) + gather;
-                wire += over == &dv->inter ? t_send(&pl, S) : 0;
+                double ts = t_send(&pl, S);
+                send += ts + gather;
+                wire += over == &dv->inter ? ts : 0;
             }
         }
         if (c + t + send > worst) {

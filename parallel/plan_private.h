@@ -83,7 +83,9 @@ typedef struct {
     double price_s; /* USD per second for all the devices used */
     int per_node;   /* the smallest node used (devices) */
     int per_pool;   /* CPU ranks that run on one node's cores together: per_node, or more
-                       where nodes of one machine share its cores (tr_node_group.pool) */
+                       where nodes of one machine share its cores (tr_node_group.pool, the
+                       largest group's); shared_cores takes a pool to be that many
+                       consecutive ranks, as mpirun places nodes' ranks in turn */
     int groups;     /* groups the world spans */
     tr_link intra, inter, between; /* slowest of each kind among those used */
     int mpi_coll;   /* collectives are Open MPI's libnbc (the CPU backend), not NCCL's rings:

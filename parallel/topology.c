@@ -111,16 +111,12 @@ static int cmp_double(const void *a, const void *b) {
 
 double tr_topology_spread(double *t, int n) {
     if (n < 2) return 0;
-    double mine[MAX_REPS], *dev = n <= MAX_REPS ? mine : malloc((size_t)n * sizeof *dev);
-    if (!dev) return 0; /* out of memory: not measured */
     qsort(t, (size_t)n, sizeof t[0], cmp_double);
-    double med = t[n / 2];
-    for (int i = 0; i < n; i++)
-        dev[i] = fabs(t[i] - med);
-    qsort(dev, (size_t)n, sizeof dev[0], cmp_double);
-    double v = med > 0 ? 1.25 * 1.4826 * dev[n / 2] / sqrt((double)n) / med : 0;
-    if (dev != mine) free(dev);
-    return v;
+    double med = t[n / 2], mad = 0;
+    /* the deviations rise both ways from the median: merge the two runs up to the middle one */
+    for (int k = 0, lo = n / 2 - 1, hi = n / 2; k <= n / 2; k++)
+        mad = lo >= 0 && (hi >= n || med - t[lo] < t[hi] - med) ? med - t[lo--] : t[hi++] - med;
+    return med > 0 ? 1.25 * 1.4826 * mad / sqrt((double)n) / med : 0;
 }
 
 /* Products of n-cubed after `warm` untimed ones: the best single rate, the rate of all `reps`
@@ -626,13 +622,22 @@ static void describe(const hosts *h, const tr_cluster *c, const tr_topology_opts
     else
         cat(s, n, ", %.63s", c->g[0].device);
     if (!h->contiguous) cat(s, n, "; ranks not contiguous per node");
-    int shared = 0;
-    for (int a = 0; a < h->n_nodes; a++)
-        for (int b = a + 1; b < h->n_nodes; b++)
-            shared |= same_kernel(h, h->first[a], h->first[b]);
-    if (shared && o->cpu)
+    /* the nodes that share a machine, and those of them whose cores overlap another's */
+    int on_one = 0, pooled = 0;
+    for (int a = 0; a < h->n_nodes; a++) {
+        int with = 0, pool;
+        for (int b = 0; b < h->n_nodes; b++)
+            with |= b != a && same_kernel(h, h->first[a], h->first[b]);
+        if (!with) continue;
+        on_one++;
+        node_cores(h, a, &pool);
+        pooled += pool > h->count[a];
+    }
+    if (on_one && o->cpu)
         cat(s, n, "; nodes on one machine share its %s",
-            c->g[0].pool > c->g[0].per_node ? "cores and memory" : "memory (their cores apart)");
+            pooled == on_one ? "cores and memory"
+            : pooled         ? "memory (some of them their cores too)"
+                             : "memory (their cores apart)");
     /* what the split by speed read: each node's rate and its probe's noise; without it, where
        it would have split, that too, and how to ask for it */
     int unsplit = !by_speed && speeds > h->n_groups;

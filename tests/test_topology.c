@@ -240,6 +240,11 @@ static void speed_groups_rule(void) {
 
 /* tr_topology_spread: the median's standard error from the median absolute deviation,
  * relative to the median; one slow call among a few does not move it. */
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static void spread_rule(void) {
     double even[5] = {1.2, 0.8, 1.0, 0.9, 1.1}; /* median 1, deviations 0.1 twice: MAD 0.1 */
     double want = 1.25 * 1.4826 * 0.1 / sqrt(5.0);
@@ -258,6 +263,23 @@ static void spread_rule(void) {
     v = tr_topology_spread(many, 30);
     CHECK(fabs(v - w30) < 1e-12 && many[0] == 0.9 && many[29] == 1.1,
           "30 timings: %g, expected %g, sorted", v, w30);
+    /* against the definition: the median of the sorted deviations, at every count to 40 */
+    unsigned seed = 7;
+    for (int n = 2; n <= 40; n++) {
+        double t[40], dev[40];
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            t[i] = 1.0 + (double)(seed >> 16 & 1023) / 256.0;
+        }
+        (void)tr_topology_spread(t, n); /* sorts t */
+        double med = t[n / 2];
+        for (int i = 0; i < n; i++)
+            dev[i] = fabs(t[i] - med);
+        qsort(dev, (size_t)n, sizeof dev[0], cmp_dbl);
+        double want_n = 1.25 * 1.4826 * dev[n / 2] / sqrt((double)n) / med;
+        CHECK(fabs(tr_topology_spread(t, n) - want_n) < 1e-12, "%d timings: %g, expected %g", n,
+              tr_topology_spread(t, n), want_n);
+    }
     double one[1] = {3.0}, zero[3] = {0, 0, 0};
     CHECK(tr_topology_spread(one, 1) == 0 && tr_topology_spread(zero, 3) == 0,
           "one timing, or all 0: 0");
