@@ -104,14 +104,9 @@ static double now(void) {
 
 /* ---- this process's figures ---------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 double tr_topology_spread(double *t, int n) {
     if (n < 2) return 0;
-    qsort(t, (size_t)n, sizeof t[0], cmp_double);
+    tr_sort_doubles(t, (size_t)n);
     double med = t[n / 2], mad = 0;
     /* the deviations rise both ways from the median: merge the two runs up to the middle one */
     for (int k = 0, lo = n / 2 - 1, hi = n / 2; k <= n / 2; k++)
@@ -420,7 +415,7 @@ static int round_trip(tr_comm *g, float *buf, size_t n, int from, int to, int re
                  tr_comm_send(g, buf, 2, TR_COMM_F32, from, 8);
         if (i > 0) t[i - 1] = now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    tr_sort_doubles(t, (size_t)reps);
     double v = me == from || me == to ? tr_topology_spread(t, reps) : 0;
     if (noise && v > *noise) *noise = v;
     *median = t[reps / 2];
@@ -805,7 +800,7 @@ int tr_topology_host_rates(tr_comm *w, const int *host_of, int n_hosts, double *
 }
 
 static double median_of(double *v, int n) {
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    tr_sort_doubles(v, (size_t)n);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 

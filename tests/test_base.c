@@ -1,5 +1,5 @@
-/* parallel/comm/base.h, the helpers every library calls: the error line, the clock, reading a
- * whole file, making folders. Files go under $TMPDIR (else /tmp). */
+/* parallel/comm/base.h, the helpers every library calls: the error line, the clock, sorting
+ * doubles, reading a whole file, making folders. Files go under $TMPDIR (else /tmp). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -46,6 +46,17 @@ static void test_now(void) {
         t = u;
     }
     check(t0 > 0 && !back, "tr_now: positive and never goes back");
+}
+
+/* Rising order, repeats and negatives kept, against the order counted by hand; one value. */
+static void test_sort(void) {
+    double v[9] = {3.5, -1, 2, 2, 1e300, -0.25, 0, 7, 2},
+           want[9] = {-1, -0.25, 0, 2, 2, 2, 3.5, 7, 1e300};
+    tr_sort_doubles(v, 9);
+    check(!memcmp(v, want, sizeof v), "tr_sort_doubles: 9 values in rising order");
+    double one = 4;
+    tr_sort_doubles(&one, 1);
+    check(one == 4, "tr_sort_doubles: one value left as it is");
 }
 
 /* A file of n bytes (byte i is i % 251, so there are NULs) under $TMPDIR, opened to read. */
@@ -158,6 +169,7 @@ static void test_mkdirs(void) {
 int main(void) {
     test_errf();
     test_now();
+    test_sort();
     test_read_all();
     test_mkdirs();
     printf("%d ok, %d failed\n", n_ok, n_fail);

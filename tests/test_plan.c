@@ -38,11 +38,6 @@ static void load(tr_recipe *r, const char *path, const char *const *sets, int n)
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static tr_plan_opts opts(tr_dtype dtype) {
     tr_plan_opts o = {.objective = TR_PLAN_TIME, .recompute = -1, .dtype = dtype,
                       .alternatives = 5};
@@ -363,7 +358,7 @@ static void published(tr_plan_result *res) {
                   "         planner's own: %s: %.0f (%+.0f%%)", d, own,
                   100 * (own / r->value - 1));
         }
-        qsort(err, (size_t)m, sizeof err[0], cmp_double);
+        tr_sort_doubles(err, (size_t)m);
         printf("     the %s set: %d runs, median error %.0f%%, largest %.0f%% (bound %.0f%%)\n",
                name, m, m ? 100 * err[m / 2] : 0.0, m ? 100 * err[m - 1] : 0.0, 100 * bound);
     }

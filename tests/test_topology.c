@@ -240,11 +240,6 @@ static void speed_groups_rule(void) {
 
 /* tr_topology_spread: the median's standard error from the median absolute deviation,
  * relative to the median; one slow call among a few does not move it. */
-static int cmp_dbl(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void spread_rule(void) {
     double even[5] = {1.2, 0.8, 1.0, 0.9, 1.1}; /* median 1, deviations 0.1 twice: MAD 0.1 */
     double want = 1.25 * 1.4826 * 0.1 / sqrt(5.0);
@@ -275,7 +270,7 @@ static void spread_rule(void) {
         double med = t[n / 2];
         for (int i = 0; i < n; i++)
             dev[i] = fabs(t[i] - med);
-        qsort(dev, (size_t)n, sizeof dev[0], cmp_dbl);
+        tr_sort_doubles(dev, (size_t)n);
         double want_n = 1.25 * 1.4826 * dev[n / 2] / sqrt((double)n) / med;
         CHECK(fabs(tr_topology_spread(t, n) - want_n) < 1e-12, "%d timings: %g, expected %g", n,
               tr_topology_spread(t, n), want_n);

@@ -1,4 +1,4 @@
-/* The small helpers every library calls (base.h): the error line, the clock,
+/* The small helpers every library calls (base.h): the error line, the clock, sorting doubles,
  * reading a whole file, making folders. */
 #include <errno.h>
 #include <stdarg.h>
@@ -29,6 +29,15 @@ double tr_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void tr_sort_doubles(double *v, size_t n) {
+    qsort(v, n, sizeof v[0], cmp_double);
 }
 
 int tr_read_all(FILE *f, size_t max, char **text, size_t *len) {

@@ -127,15 +127,10 @@ void run_guard_restore(run_ctx *x, const tr_ckpt *c) {
     fflush(stdout);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The median of the n values of ring, sorted in tmp (n doubles of scratch; may be ring). */
 static double median(const double *ring, int n, double *tmp) {
     if (tmp != ring) memcpy(tmp, ring, (size_t)n * sizeof(double));
-    qsort(tmp, (size_t)n, sizeof(double), cmp_double);
+    tr_sort_doubles(tmp, (size_t)n);
     return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
 }
 
