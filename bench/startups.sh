@@ -7,10 +7,9 @@
 # found the machine slow from its first probe on).
 #
 # Printed: one row per start-up (predicted, measured, their ratio, the probe's largest
-# micro-batch, the probes' noise that the tie follows, and the sgemm rate measured again once
-# the other probes were done over the first one: above 1, the machine ran faster at the end of
-# the start-up than at its beginning), then the medians and ranges of the predicted and the
-# measured steps, and the start-ups priced more than 25% off their own measured step. The measured step is the reference: each run's median step (trainer's own
+# micro-batch, the probes' noise that the tie follows), then the medians and ranges of the
+# predicted and the measured steps, and the start-ups priced more than 25% off their own
+# measured step. The measured step is the reference: each run's median step (trainer's own
 # `plan vs run`), on the same machine a few seconds later.
 #
 # Usage: [TRAINER=binary] bench/startups.sh [n] [ranks] [recipe] [steps]
@@ -49,18 +48,17 @@ if not m:
 eff = d.get("model_eff") or {}
 print(json.dumps({"pred": float(m.group(1)), "meas": float(m.group(2)),
                   "probe": max((int(k) for k in eff), default=0),
-                  "noise": d.get("tie", {}).get("noise", 0),
-                  "again": d["sgemm"]["again"] / d["sgemm"]["first"] if d["sgemm"]["first"] else 0}))
+                  "noise": d.get("tie", {}).get("noise", 0)}))
 PY
 done
 python3 - "$tmp/rows" <<'PY'
 import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("%-9s %10s %10s %10s %8s %7s %12s" % ("start-up", "predicted", "measured", "pred/meas",
-                                             "probe mb", "noise", "sgemm again"))
+print("%-9s %10s %10s %10s %8s %7s" % ("start-up", "predicted", "measured", "pred/meas",
+                                        "probe mb", "noise"))
 for i, r in enumerate(rows, 1):
-    print("%-9d %9.4fs %9.4fs %10.2f %8d %6.1f%% %11.2fx" % (i, r["pred"], r["meas"],
-          r["pred"] / r["meas"], r["probe"], 100 * r["noise"], r["again"]))
+    print("%-9d %9.4fs %9.4fs %10.2f %8d %6.1f%%" % (i, r["pred"], r["meas"], r["pred"] / r["meas"],
+                                                     r["probe"], 100 * r["noise"]))
 def span(k):
     v = [r[k] for r in rows]
     return "median %.4f s, %.4f-%.4f s (largest / smallest %.2fx)" % (st.median(v), min(v), max(v),

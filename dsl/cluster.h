@@ -155,11 +155,6 @@ typedef struct {
        (trainer/run/plan.c times the recipe's model shrunk to nothing); 0 where not measured
        (the planner's assumed PL_CPU_OP_COST then) */
     double op_cost;
-    /* A detected CPU job: the sgemm probe again once the others are done (the slowest rank's
-       FLOP/s, tr_topology_sgemm_again; 0 where not measured). Nothing prices with it: beside
-       g[].peak_flops it says whether the machine's speed held through the probes (`trainer
-       plan --json`: "sgemm"; bench/startups.sh) */
-    double rate_again;
 } tr_cluster;
 
 /* g's matrix efficiency from the device d's (NULL: an unknown device's, assumed), unless

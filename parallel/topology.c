@@ -156,29 +156,6 @@ double tr_topology_sgemm_rate(int n, int warm, int reps) {
     return rate;
 }
 
-double tr_topology_sgemm_again(tr_comm *w) {
-    size_t nn = (size_t)SGEMM_N * SGEMM_N;
-    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float));
-    float *c = malloc(nn * sizeof(float));
-    double mine = 0, best, slowest = -1;
-    if (a && b && c) sgemm_fill(a, b, nn);
-    int size = tr_comm_size(w);
-    double *all = calloc((size_t)size, sizeof *all);
-    if (!tr_comm_barrier(w)) {
-        if (a && b && c) sgemm_rates(a, b, c, SGEMM_N, 1, SGEMM_REPS, &best, &mine, NULL);
-        if (all && !tr_comm_all_gather(w, &mine, all, 1, TR_COMM_F64)) {
-            slowest = all[0];
-            for (int r = 1; r < size; r++)
-                slowest = all[r] < slowest ? all[r] : slowest;
-        }
-    }
-    free(a);
-    free(b);
-    free(c);
-    free(all);
-    return slowest;
-}
-
 /* Bytes read + written per second by COPY_REPS memcpy of COPY_BYTES; *noise: their tr_topology_spread(). */
 static double copy_rate(char *src, char *dst, double *noise) {
     double t[COPY_REPS];

@@ -105,9 +105,4 @@ int tr_topology_speed_groups(const double *rate, const double *noise, const int 
  * ones: what BLAS reaches on this process's threads. 0 when out of memory. */
 double tr_topology_sgemm_rate(int n, int warm, int reps);
 
-/* tr_topology_detect's sgemm probe again, on every rank of w at once (after a barrier; the
- * rate of its products together, as g[].peak_flops is): the slowest rank's FLOP/s, 0 when a
- * rank lacks the memory, -1 when a collective fails. */
-double tr_topology_sgemm_again(tr_comm *w);
-
 #endif

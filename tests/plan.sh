@@ -181,13 +181,6 @@ json "$tmp/job.json" "d['tie']['noise_origin'] == 'measured' and d['tie']['noise
 json "$tmp/job.json" "len(d['model_eff']) > 0 and '1' in d['model_eff'] and all(v > 0 for v in d['model_eff'].values())" >/dev/null &&
     ok "the model's rate measured under mpirun: $(json "$tmp/job.json" "d['model_eff']")" ||
     bad "the model's rate under mpirun: $(json "$tmp/job.json" "d.get('model_eff')")"
-# the sgemm probe again once the others are done, beside the first (the slowest rank's, both);
-# a cluster file has neither
-json "$tmp/job.json" "d['sgemm']['first'] > 0 and d['sgemm']['again'] > 0" >/dev/null &&
-    "$T" plan bench/megatron_gpt.lua --cluster recipes/clusters/h100x8.yaml --json >"$tmp/s.json" 2>&1 &&
-    json "$tmp/s.json" "d['sgemm'] == {'first': 0, 'again': 0}" >/dev/null &&
-    ok "the sgemm rate measured again after the probes: $(json "$tmp/job.json" "d['sgemm']")" ||
-    bad "the second sgemm probe: $(json "$tmp/job.json" "d.get('sgemm')"), a cluster file's $(json "$tmp/s.json" "d.get('sgemm')")"
 "$T" plan bench/megatron_gpt.lua --cluster recipes/clusters/mixed_pool.yaml --json >"$tmp/c.json" 2>&1 &&
     json "$tmp/c.json" "d['cluster']['nodes'] == [] and len(d['cluster']['groups']) > 1 and d['cluster']['links']['inter']['bw'] > 0 and d['tie'] == {'band': 0.05, 'noise': 0, 'noise_origin': 'assumed', 'reorder': 0, 'link_noise': 0, 'link_reorder': 0} and d['model_eff'] == {}" >/dev/null &&
     ok "plan --json for a cluster file: its groups, no hosts" ||

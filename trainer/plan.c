@@ -430,16 +430,6 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
     tr_json_write_num(f, c->optim_rate, -4);
     fprintf(f, ",\n \"op_cost\": ");
     tr_json_write_num(f, c->op_cost, 4);
-    double first = 0; /* the slowest group's, as the model probe reads it */
-    for (int i = 0; i < c->n_groups; i++)
-        if (c->g[i].peak_flops.from == TR_ORIGIN_MEASURED &&
-            (first == 0 || c->g[i].peak_flops.v < first))
-            first = c->g[i].peak_flops.v;
-    fprintf(f, ",\n \"sgemm\": {\"first\": ");
-    tr_json_write_num(f, first, -4);
-    fprintf(f, ", \"again\": ");
-    tr_json_write_num(f, c->rate_again, -4);
-    fprintf(f, "}");
     fprintf(f, ",\n \"search\": {\"evaluated\": %ld, \"feasible\": %ld, \"seconds\": ",
             res->evaluated, res->feasible);
     tr_json_write_num(f, res->seconds, -4);

@@ -321,11 +321,6 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, double 
         snprintf(err, errlen, "topology: a collective of the optimizer's probe failed");
         return -1;
     }
-    if (cpu && out->g[0].peak_flops.from == TR_ORIGIN_MEASURED &&
-        (out->rate_again = tr_topology_sgemm_again(world)) < 0) {
-        snprintf(err, errlen, "topology: a collective of the second sgemm probe failed");
-        return -1;
-    }
     return 0;
 }
 
