@@ -13,9 +13,9 @@
 # and the Hugging Face export equal one process's; bad layouts are refused in one line before
 # training; a stage killed mid-run ends the job instead of hanging its neighbour; zb-h1 allocates
 # 1f1b's activation memory on every rank (pp 2 x M 4, pp 4 x M 8), zb-v peaks at it but for its
-# chunks' own input streams (and runs untied, at ZeRO 0-3 tied and 0, 2, 3 untied, dp 2 x tp 2 x
-# pp 2 at ZeRO-2, and resumes to and from other layouts); recompute by stage (full on the first rank, none on the
-# last) equals one process and shrinks rank 0 only.
+# chunks' own input streams (and runs untied, at every ZeRO stage (untied: 0, 2 and 3), dp 2 x
+# tp 2 x pp 2 at ZeRO-2, and resumes to and from other layouts); recompute by stage (full on the
+# first rank, none on the last) equals one process and shrinks rank 0 only.
 # TR_TEST_QUICK=1 (the sanitizer build in CI, where every run is a few times slower): each
 # layout with one schedule, every schedule at least once, two checkpoint pairs, one sample.
 set -u
