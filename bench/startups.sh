@@ -4,10 +4,11 @@
 # `plan vs run` shows a user) beside the step it then measured, and the largest micro-batch its
 # model probe timed (trainer/run/plan.c: probe_model; the sizes stop once one would take over
 # 0.1 s at the sgemm rate the same start-up measured, so a smaller one says that start-up
-# found the machine slow from its first probe on).
+# found the machine slow from its first probe on), and the second look's rate over the first at
+# that size (probe: look_again; above 1, the second look set the level).
 #
 # Printed: one row per start-up (predicted, measured, their ratio, the probe's largest
-# micro-batch, the probes' noise that the tie follows), then the medians and ranges of the
+# micro-batch, the second look over the first, the probes' noise that the tie follows), then the medians and ranges of the
 # predicted and the measured steps, and the start-ups priced more than 25% off their own
 # measured step. The measured step is the reference: each run's median step (trainer's own
 # `plan vs run`), on the same machine a few seconds later.
@@ -48,17 +49,18 @@ if not m:
 eff = d.get("model_eff") or {}
 print(json.dumps({"pred": float(m.group(1)), "meas": float(m.group(2)),
                   "probe": max((int(k) for k in eff), default=0),
+                  "look": d.get("model_look", 0),
                   "noise": d.get("tie", {}).get("noise", 0)}))
 PY
 done
 python3 - "$tmp/rows" <<'PY'
 import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("%-9s %10s %10s %10s %8s %7s" % ("start-up", "predicted", "measured", "pred/meas",
-                                        "probe mb", "noise"))
+print("%-9s %10s %10s %10s %8s %7s %7s" % ("start-up", "predicted", "measured", "pred/meas",
+                                            "probe mb", "look 2", "noise"))
 for i, r in enumerate(rows, 1):
-    print("%-9d %9.4fs %9.4fs %10.2f %8d %6.1f%%" % (i, r["pred"], r["meas"], r["pred"] / r["meas"],
-                                                     r["probe"], 100 * r["noise"]))
+    print("%-9d %9.4fs %9.4fs %10.2f %8d %6.2fx %6.1f%%" % (i, r["pred"], r["meas"],
+          r["pred"] / r["meas"], r["probe"], r["look"], 100 * r["noise"]))
 def span(k):
     v = [r[k] for r in rows]
     return "median %.4f s, %.4f-%.4f s (largest / smallest %.2fx)" % (st.median(v), min(v), max(v),
@@ -73,4 +75,9 @@ print("predicted / measured: median %.2f, %.2f-%.2f; beyond 25%%: %d of %d (star
       % (st.median(ratio), min(ratio), max(ratio), len(off), len(rows),
          ", ".join(map(str, off)) or "none"))
 print("model probe stopped below micro-batch %d: start-ups %s" % (top, ", ".join(map(str, small)) or "none"))
+looks = [r["look"] for r in rows if r["look"] > 0]
+if looks:
+    print("second look over the first: median %.2fx, %.2f-%.2fx; faster by over 10%%: start-ups %s"
+          % (st.median(looks), min(looks), max(looks),
+             ", ".join(str(i + 1) for i, r in enumerate(rows) if r["look"] > 1.1) or "none"))
 PY

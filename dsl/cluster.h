@@ -146,6 +146,9 @@ typedef struct {
        sequences, every op included (trainer/run/plan.c times a copy with one block on every
        rank at once); 0 where not measured (the planner's assumed rates then) */
     double model_eff[TR_CLUSTER_EFF];
+    /* The second look's rate over the first at the largest size measured (0: not looked
+       again); above 1, model_eff is the second look's (tr_topology_faster_look) */
+    double model_look;
     /* A detected CPU job: parameters the backend's AdamW updates per second on a rank, every
        rank at once (the slowest; trainer/run/plan.c); 0 where not measured (the planner then
        prices the update at the memory bandwidth) */

@@ -140,6 +140,15 @@ static void sgemm_fill(float *a, float *b, size_t nn) {
     }
 }
 
+void tr_topology_faster_look(tr_cluster *c, int top, double again) {
+    double first = top >= 0 && top < TR_CLUSTER_EFF ? c->model_eff[top] : 0;
+    if (!(first > 0) || !(again > 0)) return;
+    c->model_look = again / first;
+    if (c->model_look <= 1) return;
+    for (int i = 0; i < TR_CLUSTER_EFF; i++)
+        c->model_eff[i] *= c->model_look;
+}
+
 double tr_topology_sgemm_rate(int n, int warm, int reps) {
     size_t nn = (size_t)n * (size_t)n;
     float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float));

@@ -101,6 +101,12 @@ int tr_topology_slow_host(const double *rate, int n_hosts, double *mine, double 
 int tr_topology_speed_groups(const double *rate, const double *noise, const int *count, int n,
                              int *group);
 
+/* A second look of the model's probe at its largest measured micro-batch, 2^top sequences:
+ * `again`, a share of the same sgemm rate as c->model_eff[top]. c->model_look becomes again
+ * over the first look; where it is above 1 (the first look ran slow), every size's figure is
+ * scaled by it, so the faster look sets the level and the sizes keep their measured shape. */
+void tr_topology_faster_look(tr_cluster *c, int top, double again);
+
 /* The best rate (FLOP/s) of `reps` single-precision n x n x n products after `warm` untimed
  * ones: what BLAS reaches on this process's threads. 0 when out of memory. */
 double tr_topology_sgemm_rate(int n, int warm, int reps);

@@ -280,6 +280,31 @@ static void spread_rule(void) {
           "one timing, or all 0: 0");
 }
 
+/* tr_topology_faster_look: a second look faster than the first scales every size by their
+ * ratio; a slower or missing one leaves the figures as measured and records the ratio. */
+static void faster_look_rule(void) {
+    tr_cluster c;
+    memset(&c, 0, sizeof c);
+    double first[3] = {0.4, 0.5, 0.6}; /* micro-batches of 1, 2, 4 */
+    memcpy(c.model_eff, first, sizeof first);
+    tr_topology_faster_look(&c, 2, 0.9); /* the second look 1.5x the first */
+    CHECK(fabs(c.model_look - 1.5) < 1e-12, "faster look: ratio %g, expected 1.5", c.model_look);
+    int scaled = 1;
+    for (int i = 0; i < 3; i++)
+        scaled &= fabs(c.model_eff[i] - 1.5 * first[i]) < 1e-12;
+    CHECK(scaled && c.model_eff[3] == 0, "faster look: %g %g %g %g, expected 1.5x the first",
+          c.model_eff[0], c.model_eff[1], c.model_eff[2], c.model_eff[3]);
+    memcpy(c.model_eff, first, sizeof first);
+    tr_topology_faster_look(&c, 2, 0.3); /* slower: the first look stays */
+    CHECK(fabs(c.model_look - 0.5) < 1e-12 && !memcmp(c.model_eff, first, sizeof first),
+          "slower look: ratio %g (0.5), figures kept", c.model_look);
+    c.model_look = 0;
+    tr_topology_faster_look(&c, 3, 0.9); /* a size not measured: nothing */
+    tr_topology_faster_look(&c, 1, 0);   /* a look that failed: nothing */
+    CHECK(c.model_look == 0 && !memcmp(c.model_eff, first, sizeof first),
+          "no first look or no second: nothing changes (ratio %g)", c.model_look);
+}
+
 /* tr_topology_host_rates on the ranks as hosts of their own: every pair timed, the matrix
  * the same on every rank. */
 static void host_rates(tr_comm *w) {
@@ -315,6 +340,7 @@ int main(int argc, char **argv) {
     if (g_rank == 0) slow_host_rule();
     if (g_rank == 0) speed_groups_rule();
     if (g_rank == 0) spread_rule();
+    if (g_rank == 0) faster_look_rule();
     if (g_size == 4) {
         two_by_two(w, 0);
         two_by_two(w, 1);

@@ -178,7 +178,12 @@ static void print_model_eff(const tr_cluster *c, FILE *f) {
                 1 << i, 100 * c->model_eff[i]);
         any = 1;
     }
-    if (any) fprintf(f, " (measured: one block forward and backward, on every rank at once)\n");
+    if (!any) return;
+    fprintf(f, " (measured: one block forward and backward, on every rank at once");
+    if (c->model_look > 0)
+        fprintf(f, "; the largest timed twice, the second look at %.3fx the first's rate%s",
+                c->model_look, c->model_look > 1 ? ", which sets the level" : "");
+    fprintf(f, ")\n");
 }
 
 /* The tie rule, with the figure that set it. */
@@ -426,6 +431,8 @@ void tr_plan_write_json(const tr_plan_result *res, const tr_cluster *c, FILE *f)
             tr_json_write_num(f, c->model_eff[i], -4);
         }
     fprintf(f, "}");
+    fprintf(f, ",\n \"model_look\": ");
+    tr_json_write_num(f, c->model_look, -4);
     fprintf(f, ",\n \"optim_rate\": ");
     tr_json_write_num(f, c->optim_rate, -4);
     fprintf(f, ",\n \"op_cost\": ");
