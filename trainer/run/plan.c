@@ -286,27 +286,37 @@ static int probe_ops(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cl
 }
 
 /* The CPU: parameters the backend's own AdamW updates per second on a rank (c->optim_rate),
- * over OPTIM_PROBE_N of them (master weights, gradient and moments: 64 MiB, beyond the caches,
- * as a model's are), every rank at once (ranks sharing a machine share its memory:
- * time_together, OPTIM_REPS updates of a few ms each). A memcpy's rate
- * (mem_bw) had priced the scalar update 3.4x too fast; the probe follows whatever the kernel
- * is. Its spread joins the probes' noise. Unmeasured (0) when a rank lacks the memory. -1
- * when a collective fails. */
-enum { OPTIM_PROBE_N = 1 << 22, OPTIM_REPS = 7 };
+ * over as many as the recipe's model has, at most OPTIM_PROBE_N (master weights, gradient and
+ * moments: 64 MiB, beyond the caches, as a large model's are; without a recipe, that many),
+ * every rank at once (ranks sharing a machine share its memory: time_together, OPTIM_REPS
+ * calls). A call updates them as often as makes OPTIM_CALL parameters, so that a small
+ * model's calls last a few ms, not a few us that one descheduling would dwarf. A memcpy's
+ * rate (mem_bw) had priced the scalar update 3.4x too fast; the probe follows whatever the
+ * kernel is. The full 64 MiB for every recipe was a third of a start-up's probes on 4 ranks
+ * (0.29 of 0.89 s), and each test run pays them. Its spread joins the probes' noise.
+ * Unmeasured (0) when a rank lacks the memory. -1 when a collective fails. */
+enum { OPTIM_PROBE_N = 1 << 22, OPTIM_CALL = 1 << 20, OPTIM_REPS = 7 };
 typedef struct {
     const tr_backend *be;
     float *p, *g, *m, *v;
     size_t n;
+    int times;
 } optim_step;
 
 static void run_optimizer(void *ctx) {
     optim_step *s = ctx;
-    s->be->adamw(s->p, s->p, s->g, s->m, s->v, s->n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f,
-                 1.0f);
+    for (int i = 0; i < s->times; i++)
+        s->be->adamw(s->p, s->p, s->g, s->m, s->v, s->n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f,
+                     0.05f, 1.0f);
 }
 
-static int probe_optimizer(tr_comm *w, const tr_backend *be, tr_cluster *c) {
+static int probe_optimizer(tr_comm *w, const tr_backend *be, const tr_recipe *r, tr_cluster *c) {
     size_t n = OPTIM_PROBE_N;
+    if (r) {
+        tr_cost all;
+        tr_cost_model(&r->model, r->model.seq_len, &all);
+        if (all.params >= 1 && all.params < (double)n) n = (size_t)all.params;
+    }
     float *buf = calloc(4 * n, sizeof *buf); /* master, gradient, m, v */
     int failed = !buf || !be->adamw;
     if (tr_comm_all_reduce(w, &failed, 1, TR_COMM_I32)) {
@@ -320,10 +330,10 @@ static int probe_optimizer(tr_comm *w, const tr_backend *be, tr_cluster *c) {
     float *p = buf, *g = buf + n, *m = buf + 2 * n, *v = buf + 3 * n;
     for (size_t i = 0; i < n; i++)
         p[i] = 1e-3f * (float)(i % 1000), g[i] = 1e-4f * (float)(i % 7);
-    optim_step st = {be, p, g, m, v, n};
+    optim_step st = {be, p, g, m, v, n, (int)((OPTIM_CALL + n - 1) / n)};
     double worst = time_together(w, run_optimizer, &st, OPTIM_REPS, 0, &c->noise.v);
     free(buf);
-    if (worst > 0) c->optim_rate = (double)n / worst;
+    if (worst > 0) c->optim_rate = (double)n * st.times / worst;
     return worst < 0 ? -1 : 0;
 }
 
@@ -356,7 +366,7 @@ int tr_detect_cluster(tr_comm *world, const tr_backend *be, double peak, double 
         snprintf(err, errlen, "topology: a collective of the operations' probe failed");
         return -1;
     }
-    if (cpu && probe_optimizer(world, be, out)) {
+    if (cpu && probe_optimizer(world, be, r, out)) {
         snprintf(err, errlen, "topology: a collective of the optimizer's probe failed");
         return -1;
     }
