@@ -808,11 +808,6 @@ int tr_topology_host_rates(tr_comm *w, const int *host_of, int n_hosts, double *
     return rc;
 }
 
-static double median_of(double *v, int n) {
-    tr_sort_doubles(v, (size_t)n);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int tr_topology_slow_host(const double *rate, int n_hosts, double *mine, double *others) {
     int blamed = -1, n = n_hosts;
     double *out = malloc((size_t)(3 * n * n + 1) * sizeof(double)), *in = out + n * n,
@@ -836,7 +831,8 @@ int tr_topology_slow_host(const double *rate, int n_hosts, double *mine, double 
             }
         if (!no || !ni || !nw) continue;
         /* its slower direction: a link can be slow one way (what a host sends, say) */
-        double w = fmin(median_of(out, no), median_of(in, ni)), o = median_of(without, nw);
+        double w = fmin(tr_median_doubles(out, (size_t)no), tr_median_doubles(in, (size_t)ni)),
+               o = tr_median_doubles(without, (size_t)nw);
         /* the slowest host whose own links run at less than half the others' */
         if (w < 0.5 * o && (blamed < 0 || w < *mine)) blamed = h, *mine = w, *others = o;
     }

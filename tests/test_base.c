@@ -57,6 +57,11 @@ static void test_sort(void) {
     double one = 4;
     tr_sort_doubles(&one, 1);
     check(one == 4, "tr_sort_doubles: one value left as it is");
+    double odd[5] = {9, -3, 4, 4, 1}, even[4] = {10, -2, 3, 1}, none[1] = {5};
+    check(tr_median_doubles(odd, 5) == 4 && odd[0] == -3 && odd[4] == 9,
+          "tr_median_doubles: 5 values: the middle one (4), sorted in place");
+    check(tr_median_doubles(even, 4) == 2, "tr_median_doubles: 4 values: the middle two's mean");
+    check(tr_median_doubles(none, 0) == 0 && none[0] == 5, "tr_median_doubles: none: 0");
 }
 
 /* A file of n bytes (byte i is i % 251, so there are NULs) under $TMPDIR, opened to read. */

@@ -40,6 +40,12 @@ void tr_sort_doubles(double *v, size_t n) {
     qsort(v, n, sizeof v[0], cmp_double);
 }
 
+double tr_median_doubles(double *v, size_t n) {
+    if (!n) return 0;
+    tr_sort_doubles(v, n);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 int tr_read_all(FILE *f, size_t max, char **text, size_t *len) {
     size_t cap = max < (1u << 16) ? max + 1 : 1u << 16, n = 0; /* room for max + 1: too many */
     char *buf = malloc(cap + 1);

@@ -28,6 +28,10 @@ double tr_now(void);
 /* v's n values in rising order (qsort, NaN-free values). */
 void tr_sort_doubles(double *v, size_t n);
 
+/* The median of v's n values (the mean of the middle two when n is even; 0 when n is 0),
+ * sorting v in place. */
+double tr_median_doubles(double *v, size_t n);
+
 /* The rest of stream f, to its end, in *text (malloc'd, a NUL after its *len bytes, which may
  * hold NULs of their own; f stays open). 0, or -1 with errno: the read's, ENOMEM, or EFBIG
  * when there are more than max bytes (then no more than max + 1 were read). */

@@ -377,15 +377,6 @@ static void split_waits(tr_ledger *L) {
     }
 }
 
-static double median(double *v, int n) { /* n small: insertion sort in place */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1], v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Rank 0: a rank whose median pace over the last RING steps is 1.5x the median of the other
  * ranks' (and at least 20 ms more: below that, a shared machine's scheduling noise) for four
  * steps in a row is named once, with what it costs. Its own history: its best pace so far. */
@@ -400,14 +391,14 @@ static void watch_stragglers(tr_ledger *L, int step) {
     for (int k = 0; k < n; k++) {
         double v[RING];
         memcpy(v, L->ring + (size_t)k * RING, sizeof(v));
-        pace[k] = median(v, RING);
+        pace[k] = tr_median_doubles(v, RING);
         if (L->base[k] == 0 || pace[k] < L->base[k]) L->base[k] = pace[k];
     }
     for (int k = 0; k < n; k++) {
         int m = 0;
         for (int j = 0; j < n; j++)
             if (j != k) others[m++] = pace[j];
-        double typical = median(others, m), excess = pace[k] - typical;
+        double typical = tr_median_doubles(others, (size_t)m), excess = pace[k] - typical;
         int slow = pace[k] > 1.5 * typical && excess > 0.02;
         if (!slow) {
             L->streak[k] = 0;

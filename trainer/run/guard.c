@@ -130,8 +130,7 @@ void run_guard_restore(run_ctx *x, const tr_ckpt *c) {
 /* The median of the n values of ring, sorted in tmp (n doubles of scratch; may be ring). */
 static double median(const double *ring, int n, double *tmp) {
     if (tmp != ring) memcpy(tmp, ring, (size_t)n * sizeof(double));
-    tr_sort_doubles(tmp, (size_t)n);
-    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+    return tr_median_doubles(tmp, (size_t)n);
 }
 
 /* How many robust deviations v lies above the median m of the ring's n values: the deviation
