@@ -89,9 +89,13 @@ struct fiber {
     const char *op;
 };
 
+/* Two buffers a warp: the lanes hand in to buf[in]; its release makes that buffer `out` and
+ * the other one the next exchange's, which no lane writes before every lane has read `out`
+ * (each reads it as it resumes, before its next warp operation). */
 struct warp {
-    unsigned char slots[32][XCHG_MAX]; /* what each lane handed in */
-    unsigned char out[32][XCHG_MAX];   /* the completed exchange, read after release */
+    unsigned char buf[2][32][XCHG_MAX];
+    const unsigned char (*out)[XCHG_MAX]; /* the completed exchange, read after release */
+    int in;
     size_t bytes;
 };
 
@@ -113,6 +117,7 @@ static struct {
     void *fake_stack;
     const void *sched_bottom; /* the scheduler's (the launching thread's) stack, for switches */
     size_t sched_size;        /* back to it */
+    int by_fiber;             /* the last switch was a fiber's hand-over, not the scheduler's */
 #endif
 } E;
 
@@ -124,13 +129,69 @@ static struct {
 #define SWITCH_TO_FIBER(f) swapcontext(&E.sched, &(f)->uc)
 #endif
 
+int emu_thread_now;
+int emu_lane_now;
+
+/* The fiber that runs now: what run_fiber and a hand-over set before switching to it. */
+static void set_current(int i) {
+    E.cur = i;
+    emu_thread_now = i;
+    emu_lane_now = i % 32;
+    emu_tid = &E.th[i].tid;
+}
+
+#ifdef EMU_FAST_SWITCH
+/* The lane that run_block would run next in the running warp's pass (its order, forward or
+ * reverse), or -1: a fiber that stops hands over to it directly, one switch instead of two
+ * through the scheduler, which then finds no lane of the pass left to run. */
+static int next_in_pass(void) {
+    int lo = E.cur / 32 * 32, hi = lo + 32 < E.n ? lo + 32 : E.n;
+    if (E.reverse) {
+        for (int i = E.cur - 1; i >= lo; i--)
+            if (E.th[i].state == RUNNING) return i;
+    } else {
+        for (int i = E.cur + 1; i < hi; i++)
+            if (E.th[i].state == RUNNING) return i;
+    }
+    return -1;
+}
+#endif
+
+#ifdef EMU_ASAN
+/* A fiber resumes, by the scheduler or by another fiber's hand-over: only the scheduler's
+ * stack is the one to_scheduler returns to. */
+static void resumed(void *fake_stack) {
+    int sched = !E.by_fiber;
+    __sanitizer_finish_switch_fiber(fake_stack, sched ? &E.sched_bottom : NULL,
+                                    sched ? &E.sched_size : NULL);
+}
+#endif
+
 static void to_scheduler(void) {
     fiber *f = &E.th[E.cur];
 #ifdef EMU_ASAN
     void *fs = NULL;
+#endif
+#ifdef EMU_FAST_SWITCH
+    int next = next_in_pass();
+    if (next >= 0) {
+        set_current(next);
+#ifdef EMU_ASAN
+        __sanitizer_start_switch_fiber(f->state == DONE ? NULL : &fs, E.th[next].stack,
+                                       STACK_BYTES);
+        E.by_fiber = 1;
+        emu_switch(&f->sp, E.th[next].sp);
+        resumed(fs);
+#else
+        emu_switch(&f->sp, E.th[next].sp);
+#endif
+        return;
+    }
+#endif
+#ifdef EMU_ASAN
     __sanitizer_start_switch_fiber(f->state == DONE ? NULL : &fs, E.sched_bottom, E.sched_size);
     SWITCH_TO_SCHED(f);
-    __sanitizer_finish_switch_fiber(fs, &E.sched_bottom, &E.sched_size);
+    resumed(fs);
 #else
     SWITCH_TO_SCHED(f);
 #endif
@@ -138,7 +199,7 @@ static void to_scheduler(void) {
 
 static void trampoline(void) {
 #ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(NULL, &E.sched_bottom, &E.sched_size);
+    resumed(NULL);
 #endif
     E.body(E.ctx);
     E.th[E.cur].state = DONE;
@@ -146,24 +207,19 @@ static void trampoline(void) {
     die("%s: a finished thread was resumed", E.kernel);
 }
 
-int emu_thread_now;
 int emu_block_now(void) { return (int)(emu_bid.x + emu_gdim.x * (emu_bid.y + emu_gdim.y * emu_bid.z)); }
 
 static void run_fiber(int i) {
-    E.cur = i;
-    emu_thread_now = i;
-    emu_lane_now = i % 32;
-    emu_tid = &E.th[i].tid;
+    set_current(i);
 #ifdef EMU_ASAN
     __sanitizer_start_switch_fiber(&E.fake_stack, E.th[i].stack, STACK_BYTES);
+    E.by_fiber = 0;
     SWITCH_TO_FIBER(&E.th[i]);
     __sanitizer_finish_switch_fiber(E.fake_stack, NULL, NULL);
 #else
     SWITCH_TO_FIBER(&E.th[i]);
 #endif
 }
-
-int emu_lane_now;
 
 void emu_syncthreads(void) {
     E.th[E.cur].state = AT_BLOCK;
@@ -177,7 +233,7 @@ const void *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes, con
     f->state = AT_WARP;
     f->mask = mask;
     f->op = op;
-    memcpy(E.wp[w].slots[lane], mine, bytes);
+    memcpy(E.wp[w].buf[E.wp[w].in][lane], mine, bytes);
     E.wp[w].bytes = bytes;
     to_scheduler();
     return E.wp[w].out; /* unchanged until this lane's next warp operation */
@@ -201,16 +257,14 @@ static int release_warp(int w) {
         if ((f->mask & live_lanes) != live_lanes)
             die("%s: %s with a mask that leaves out live lanes of the warp (the emulator "
                 "supports only whole-warp operations)", E.kernel, f->op);
-        if (strcmp(f->op, E.th[first].op))
+        if (f->op != E.th[first].op && strcmp(f->op, E.th[first].op))
             die("%s: lanes of one warp are at different warp operations (%s)", E.kernel, f->op);
     }
     warp *wp = &E.wp[w];
-    for (int i = lo; i < lo + 32; i++) {
-        if (i < hi && E.th[i].state == AT_WARP)
-            memcpy(wp->out[i - lo], wp->slots[i - lo], wp->bytes);
-        else
-            memset(wp->out[i - lo], 0, wp->bytes);
-    }
+    for (int i = lo; i < lo + 32; i++)
+        if (i >= hi || E.th[i].state != AT_WARP) memset(wp->buf[wp->in][i - lo], 0, wp->bytes);
+    wp->out = wp->buf[wp->in];
+    wp->in ^= 1;
     emu_prof_flush_warp(w, E.n);
     for (int i = lo; i < hi; i++)
         if (E.th[i].state == AT_WARP) E.th[i].state = RUNNING;
