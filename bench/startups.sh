@@ -8,9 +8,9 @@
 # that size (probe: look_again; above 1, the second look set the level).
 #
 # Printed: one row per start-up (predicted, measured, their ratio, the probe's largest
-# micro-batch, the second look over the first, the probes' noise that the tie follows), then the medians and ranges of the
-# predicted and the measured steps, and the start-ups priced more than 25% off their own
-# measured step. The measured step is the reference: each run's median step (trainer's own
+# micro-batch, the second look over the first, the probes' noise that the tie follows), then
+# the medians and ranges of the predicted and the measured steps, and the start-ups priced more
+# than 25% off their own measured step. The measured step is the reference: each run's median step (trainer's own
 # `plan vs run`), on the same machine a few seconds later.
 #
 # Usage: [TRAINER=binary] bench/startups.sh [n] [ranks] [recipe] [steps]
