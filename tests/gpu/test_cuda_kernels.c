@@ -3,10 +3,11 @@
  * multiples of 8, so both the 128-bit and the scalar paths run), outputs poisoned with NaN first
  * so that an unwritten element fails, accumulate-vs-overwrite semantics, and bitwise
  * reproducibility of the reductions. Exits 77 (ctest: skipped) when no GPU is present.
- * TR_TEST_QUICK=1 (the sanitizer build, where the emulator is slowest) leaves out the
- * tensor-core attention at T = 1024 (16 full tiles, a third of the test's time): its tile
- * loops and grid are those of T = 257 (5 tiles, a ragged end), which the sanitizers do see;
- * the plain build runs it.
+ * TR_TEST_QUICK=1 (the sanitizer build, where the emulator is slowest, and the plain build's
+ * runs again in reverse thread order and under the race check) leaves out the tensor-core
+ * attention at T = 1024 (16 full tiles, a third of the test's time): its tile loops, grid and
+ * barriers are those of T = 257 (5 tiles, a ragged end), which those runs do see; the plain
+ * build's own run has it.
  *
  * Tolerances: ||cuda - cpu||_2 / ||cpu||_2 over each output. fp32 storage: 1e-5 (different
  * summation orders only). bf16 storage: 1e-2 (inputs are rounded to bf16 before both backends
