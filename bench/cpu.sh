@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU training throughput: trainer against plain PyTorch (Debian's python3-torch, same model,
-# same shapes, 2 threads), side by side in one run. Prints tokens/s, GFLOP/s, the ratio, and
-# the fraction of the machine's sgemm peak each reaches.
+# same shapes, 2 threads, the same OpenBLAS kernels), side by side in one run. Prints
+# tokens/s, GFLOP/s, the ratio, and the fraction of the machine's sgemm peak each reaches.
 # Usage: bench/cpu.sh [steps]     (needs build/trainer and /usr/bin/python3 with torch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ T=build/trainer
     echo "bench: needs Debian's python3-torch: apt-get install python3-torch"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+cores=()
 
 # median tokens/s and GFLOP/s of a run's steps, skipping the first two (warm-up)
 median() { # file key
@@ -30,8 +31,15 @@ row() { # name recipe torch-args trainer-args...
     ours=$(median "$tmp/$name/metrics.jsonl" tokens_per_s)
     gf=$(median "$tmp/$name/metrics.jsonl" gflops)
     peak=$(grep -o "peak [0-9.]* GFLOP/s" "$tmp/$name.log" | awk '{print $2}')
-    theirs=$(/usr/bin/python3 bench/torch_cpu.py $targs --steps "$steps" --warmup 2 \
-        --threads $threads | grep -o '"tokens_per_s": [0-9.]*' | awk '{print $2}')
+    # PyTorch (Debian's links OpenBLAS too) on the kernels our run had: OpenBLAS's own choice,
+    # or those the trainer named where that choice fell short (model/cpu/blas_core.c)
+    core=$(/usr/bin/python3 -c 'import json, sys
+print(json.load(open(sys.argv[1]))["libraries"]["blas"].split(" MAX_THREADS")[0].split()[-1])' \
+        "$tmp/$name/provenance.json")
+    theirs=$(OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$core}" /usr/bin/python3 bench/torch_cpu.py \
+        $targs --steps "$steps" --warmup 2 --threads $threads |
+        grep -o '"tokens_per_s": [0-9.]*' | awk '{print $2}')
+    cores+=("$core")
     awk -v n="$name" -v o="$ours" -v g="$gf" -v t="$theirs" -v p="$peak" 'BEGIN {
         tg = g * t / o
         printf "%-22s %10.0f %10.0f %8.2fx %9.1f %9.1f %8.1f%% %8.1f%%\n",
@@ -47,4 +55,5 @@ row "gpt2-124M (T256, B4)" recipes/gpt2_124m.lua \
     "--flavour gpt --vocab 50257 --dim 768 --layers 12 --heads 12 --hidden 3072 --seq 256 --batch 4" \
     --set seq=256 --set batch_tokens=1024 --set checkpoint_every=0
 echo "peak = the best sgemm rate measured by trainer at start-up ($(grep -o 'peak [0-9.]* GFLOP/s' "$tmp"/*.log | head -1 | cut -d: -f2));"
+echo "OpenBLAS's kernels, trainer's and PyTorch's alike: ${cores[*]} (OPENBLAS_CORETYPE names others);"
 echo "FLOPs: matrix products, attention causal half, training = 3x forward (same count for both)."

@@ -153,6 +153,7 @@ static const char *show_help =
     "the pipeline (schedule, virtual stages, micro-batches, each stage's blocks).\n";
 
 int main(int argc, char **argv) {
+    tr_backend_cpu_blas_core(argv); /* before anything: it may start the program again */
     if (argc < 2) {
         usage(stderr);
         return 2;
