@@ -417,7 +417,7 @@ for rname, recipe in recipes:
             spread = max(g[1] for g in ok) / best[1] if len(ok) > 1 else float("nan")
             if len(ok) > 1:
                 spreads.append(spread)
-        else:  # every run stopped: as slow as the limit, predicted as the plan said
+        else:  # every run stopped: as slow as the limit, with no prediction of its own
             best, spread = (float("nan"), float(limit), 0, 0, ""), float("nan")
         p = price.get(best[5]) if len(best) > 5 else None  # one plan's price of that layout
         table[label] = best
@@ -425,11 +425,16 @@ for rname, recipe in recipes:
             continue
         # the micro-batches a step and their size, as the run resolved them (its plan line)
         mm = re.search(r"(\d+) micro-batch(?:es)? of (\d+)", best[4])
-        print("%-40s %6s %9.4fs %8s %9.4fs %7.2f %7.2f %9.1fM %9.1fM%s" %
-              (label, "%sx%s" % mm.groups() if mm else "-", best[0],
-               "%.4fs" % p[0] if p else "-", best[1], spread,
-               best[1] / best[0] if best[0] == best[0] else 0,
-               mib(best[2]), mib(best[3]), "  (stopped)" if stopped and not ok else ""))
+        if ok:
+            print("%-40s %6s %9.4fs %8s %9.4fs %7s %7.2f %9.1fM %9.1fM" %
+                  (label, "%sx%s" % mm.groups() if mm else "-", best[0],
+                   "%.4fs" % p[0] if p else "-", best[1],
+                   "%.2f" % spread if spread == spread else "-",
+                   best[1] / best[0] if best[0] == best[0] else 0,
+                   mib(best[2]), mib(best[3])))
+        else:  # "-" for what a stopped run did not say
+            print("%-40s %6s %10s %8s %9.4fs %7s %7s %10s %10s  (stopped)" %
+                  (label, "-", "-", "-", best[1], "-", "-", "-", "-"))
         if best[0] == best[0]:
             pred.append(best[0])
             meas.append(best[1])
@@ -463,7 +468,8 @@ for rname, recipe in recipes:
         print("Spearman's rank correlation of one plan's prices and measured, where it priced the "
               "layout: %.3f over %d layouts" % (spearman([one[i] for i in idx],
                                                          [meas[i] for i in idx]), len(idx)))
-    print("the noise (median spread of a layout's runs): %.2fx" % noise)
+    print("the noise (median spread of a layout's runs): %s" %
+          ("%.2fx" % noise if noise == noise else "- (no layout has two runs that finished)"))
     # the pairs the runs tell apart: measured further apart than either layout's spread
     apart = right = 0
     for i in range(len(meas)):
@@ -485,6 +491,9 @@ for rname, recipe in recipes:
     auto = table.get("auto")
     fastest = min(((l, t) for l, t in table.items() if l != "auto"), key=lambda lt: lt[1][1],
                   default=None)
+    if auto and not auto[4]:  # its runs stopped: no layout resolved, nothing to compare
+        print("the planner's choice (parallel \"auto\"): every run stopped after %d s" % limit)
+        auto = None
     if auto and fastest:
         place = 1 + sum(1 for l, t in table.items() if l != "auto" and t[1] < auto[1])
         gap = auto[1] / fastest[1][1] - 1

@@ -240,11 +240,8 @@ const tr_backend *tr_backend_cpu(void);
  * line naming the library file and the remedy, else "". */
 const char *tr_backend_cpu_blas_threads(char *fix, size_t fixlen);
 
-/* Whether core (openblas_get_corename) is one of OpenBLAS's x86 kernel sets older than AVX2,
- * what it falls back to for a CPU whose model it does not know (model/cpu/blas_core.c). */
-int tr_backend_cpu_blas_fallback(const char *core);
-
-/* Called first in main: where OpenBLAS fell back to such kernels on a CPU with AVX2 and FMA or
+/* Called first in main: where OpenBLAS fell back to kernels older than AVX2 (what it takes
+ * for a CPU model it does not know; model/cpu/blas_core.c) on a CPU with AVX2 and FMA or
  * AVX-512, and OPENBLAS_CORETYPE is not set, sets it to the kernels the CPU's features run
  * (Haswell's, SkylakeX's) and executes the program again with the same arguments; returns
  * where nothing is to change, or the exec failed (then on the kernels OpenBLAS chose). Set

@@ -27,9 +27,10 @@ static const char *core_for_features(void) {
     return NULL;
 }
 
-int tr_backend_cpu_blas_fallback(const char *core) {
-    /* OpenBLAS's x86 kernel sets older than AVX2: what it falls back to for a CPU it does not
-       know (Zen, Haswell and newer are its own choices, kept) */
+/* Whether core (openblas_get_corename) is one of OpenBLAS's x86 kernel sets older than AVX2:
+ * what it falls back to for a CPU it does not know (Zen, Haswell and newer are its own
+ * choices, kept). */
+static int blas_fallback(const char *core) {
     static const char *old[] = {"Unknown",  "Katmai",      "Coppermine", "Northwood",
                                 "Prescott", "Core2",       "Penryn",     "Dunnington",
                                 "Nehalem",  "Sandybridge", "Atom",       "Nano"};
@@ -42,7 +43,7 @@ void tr_backend_cpu_blas_core(char **argv) {
 #ifdef OPENBLAS_VERSION
     if (getenv("OPENBLAS_CORETYPE")) return; /* the user's choice, or ours after the exec */
     const char *want = core_for_features(), *core = openblas_get_corename();
-    if (!want || !tr_backend_cpu_blas_fallback(core)) return;
+    if (!want || !blas_fallback(core)) return;
     if (setenv("OPENBLAS_CORETYPE", want, 1)) return;
     execv("/proc/self/exe", argv); /* the same program, arguments and environment, and this */
     unsetenv("OPENBLAS_CORETYPE"); /* no exec: the kernels it chose */
