@@ -20,7 +20,9 @@
  *          traffic at the memory bandwidth, tensor-parallel collectives and pipeline sends
  *          with an alpha-beta model on the link they cross (inside a node or between nodes,
  *          between groups), the schedule's bubble, and the data-parallel reduction (by ZeRO
- *          stage) less what overlaps the backward.
+ *          stage) less what hides behind the compute beside it, bucket by bucket (a GPU's;
+ *          the CPU backend's collectives use its cores and hide nothing), plus the slowdown
+ *          of the compute it hides behind (published).
  *  cost    the devices used times their price per hour times the run's hours, plus the bytes
  *          that leave a provider times its egress price. */
 #ifndef TR_PLAN_H
@@ -67,6 +69,7 @@ typedef struct {
     double tp_s;        /* tensor-parallel collectives (not overlapped) */
     double pp_s;        /* pipeline sends and receives (exposed) */
     double dp_s;        /* data-parallel reduction and ZeRO gathers (exposed part) */
+    double dp_comm_s;   /* ... all of it, hidden and exposed */
     double optim_s;     /* the optimizer step */
     double tokens_s, mfu, hours; /* tokens per second, model FLOPs utilization, the run */
     double cost, cost_per_mtok;  /* USD for the recipe's steps, per million tokens */
@@ -134,9 +137,9 @@ int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, const
  * ZB-H1, priced alike, took turns from one `trainer plan` to the next). */
 int tr_plan_simpler(const tr_plan *a, const tr_plan *b);
 
-/* The share of the data-parallel reduction the cost model assumes hidden behind the backward
- * on this cluster's backend (assumed; each run prints what it measured beside it). */
-double tr_plan_overlap(const tr_cluster *c);
+/* The share of plan p's data-parallel communication its price hides behind compute (1 where
+ * it has none); each run prints what it measured beside it. */
+double tr_plan_hidden(const tr_plan *p);
 
 /* The device memory the runtime takes on one GPU of this kind (tr_device_info's name, or an
  * unknown one), outside what the trainer allocates: the CUDA context and NCCL's buffers of one

@@ -131,7 +131,7 @@ void pl_devices_of(const tr_cluster *c, long world, pl_devices *d) {
     d->node_link = d->inter.bw.from == TR_ORIGIN_MEASURED;
     memcpy(d->eff, c->model_eff, sizeof d->eff);
     d->optim_rate = c->optim_rate;
-    d->overlap = c->cpu ? PL_CPU_OVERLAP : PL_OVERLAP;
+    d->beside = !c->cpu;
     d->mpi_coll = c->cpu;
     d->reserve = 0;
     d->share = 1;
@@ -339,26 +339,45 @@ static double t_bucketed(const pl_devices *dv, int kind, const tr_link *l, doubl
     return n * t_coll(dv, kind, l, S / n, p, k);
 }
 
-/* ZeRO-2's reduce-scatters over the network on the CPU backend, in the seconds they add to a
- * step of M micro-batches of forward f and backward b: the bytes cross the wire while the
- * cores compute, in n buckets of rs / n each, which the backward makes ready one every b / n
- * and the wire takes in turn. dp.c holds at most k = TR_DP_IN_FLIGHT (2) reductions in
+/* Of the communication of one pass beside its window seconds of compute, run in turn on a
+ * link of its own, what is left: gathers of ga seconds in na buckets, needed by the pass's ops one
+ * every c = window / n, and reductions of re seconds in nr buckets, which its ops make ready
+ * one every c (n: the buckets of both). Reductions alone, w = re / nr each: bucket j (from 1)
+ * is done at the latest of c + j w and j c + w, the last at the latest of c + re and
+ * window + w, so what stays after the window is the larger of one bucket and
+ * re - (n - 1) c. Gathers alone wait the same: bucket j is done at j w and needed at
+ * (j - 1) c. Both: at least the first gather and the last reduction, and what the link
+ * carries beyond the window but one bucket's share of it. */
+static double link_left(double ga, double na, double re, double nr, double window) {
+    double n = (ga > 0 ? na : 0) + (re > 0 ? nr : 0);
+    if (!(n > 0)) return 0;
+    return maxd((ga > 0 ? ga / na : 0) + (re > 0 ? re / nr : 0), ga + re - (n - 1) * window / n);
+}
+
+double pl_exposed(const pl_devices *dv, double ga, double na, double re, double nr, double window) {
+    return dv->beside ? link_left(ga, na, re, nr, window) : ga + re; /* the cores' own */
+}
+
+/* ZeRO-2's reduce-scatters beside the compute (a GPU's, or the CPU backend's over the
+ * network), in the seconds they add to a step of M micro-batches of forward f and backward b:
+ * in n buckets of rs / n each, which the backward makes ready one every b / n and the link
+ * takes in turn. dp.c holds at most k = TR_DP_IN_FLIGHT (2) reductions in
  * flight: bucket j must be done when bucket j + k starts (the next micro-batch's first k
  * start b / n, 2 b / n, ... into its backward, after its forward), and when the next
  * micro-batch places its own bucket j, (j - 1) b / n into that backward. A micro-batch but
  * the last waits for the latest of those (for j below n - k it is never later than at
  * n - k), and at least for
- * what the wire carries beyond its compute; the last waits for what the wire has left after
- * its backward, at least its last bucket. One bucket hides behind the next forward only;
+ * what the link carries beyond its compute; the last waits for what the link has left after
+ * its backward (link_left). One bucket hides behind the next forward only;
  * many behind most of both passes. */
 static double wire_reduce_scatters(double rs, double n, double f, double b, double M) {
     double w = rs / n, cb = b / n, stall = maxd(0, rs - f - b), k = TR_DP_IN_FLIGHT;
     for (double j = maxd(1, n - k); j <= n; j++) {
-        double done = maxd(cb + j * w, j * cb + w); /* the wire's, from the first bucket on */
+        double done = maxd(cb + j * w, j * cb + w); /* the link's, from the first bucket on */
         double next_k = j + k <= n ? (j + k) * cb : b + f + (j + k - n) * cb;
         stall = maxd(stall, done - mind(next_k, b + f + (j - 1) * cb));
     }
-    return maxd(w, rs - b + cb) + (M - 1) * stall;
+    return link_left(0, 0, rs, n, b) + (M - 1) * stall;
 }
 
 /* The activations a micro-batch of B sequences leaves on a rank for its blocks [a, b), per
@@ -699,34 +718,38 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     /* the CPU backend's collectives between hosts: their bytes cross the network while the
        cores compute */
     int wire = dv->mpi_coll && link_of(dv, stride, d) == &dv->inter;
-    double G = params * m->es, Pb = params * m->es, comm = 0, window = 0, after = 0;
-    double bk = m->bucket;
+    double G = params * m->es, Pb = params * m->es, bk = m->bucket;
+    double ng = bucket_count(G, bk), np = bucket_count(Pb, bk);
     /* ZeRO-1/2's refresh of the updated parameters overlaps the next forward (its first
        micro-batch's: a third of its compute) */
-    double fwd_first = worst_c / 3.0;
+    double fwd_first = worst_c / 3.0, after = 0;
     /* each collective as the backend runs it (t_coll) */
     tr_zero sh = tr_zero_of(p->l.zero);
     double ag = t_bucketed(dv, COLL_AG, dl, Pb, d, k, bk);
-    if (sh.params) { /* gathers in every forward and backward, beside the compute */
-        comm = M * (t_bucketed(dv, COLL_RS, dl, G, d, k, bk) + 2 * ag);
-        window = M * worst_c;
-    } else if (sh.grads && wire) { /* each bucket's reduce-scatter behind the compute */
+    if (sh.params) { /* gathers ahead of the ops of every forward and backward */
         double rs = t_bucketed(dv, COLL_RS, dl, G, d, k, bk);
-        comm = wire_reduce_scatters(rs, bucket_count(G, bk), PL_CPU_WIRE_OVERLAP * fwd_first,
-                                    PL_CPU_WIRE_OVERLAP * bwd_last, M);
+        p->dp_comm_s = M * (rs + 2 * ag);
+        p->dp_s = M * (pl_exposed(dv, ag, np, 0, 0, fwd_first) +
+                       pl_exposed(dv, ag, np, rs, ng, worst_c - fwd_first));
+    } else if (sh.grads && (wire || dv->beside)) { /* each bucket's reduce-scatter beside */
+        double rs = t_bucketed(dv, COLL_RS, dl, G, d, k, bk);
+        p->dp_comm_s = M * rs;
+        p->dp_s = wire_reduce_scatters(rs, ng, PL_CPU_WIRE_OVERLAP * fwd_first,
+                                       PL_CPU_WIRE_OVERLAP * bwd_last, M);
         after = ag;
     } else if (sh.grads) { /* a reduce-scatter in every backward, the same refresh as ZeRO-1 */
-        comm = M * t_bucketed(dv, COLL_RS, dl, G, d, k, bk);
-        window = M * bwd_last;
+        p->dp_comm_s = p->dp_s = M * t_bucketed(dv, COLL_RS, dl, G, d, k, bk);
         after = ag;
     } else { /* the gradients' all-reduce in the last backward; ZeRO-1 then gathers the
                 updated parameters during the next forward */
-        comm = t_bucketed(dv, COLL_AR, dl, G, d, k, bk);
-        window = bwd_last;
+        p->dp_comm_s = t_bucketed(dv, COLL_AR, dl, G, d, k, bk);
+        p->dp_s = pl_exposed(dv, 0, 0, p->dp_comm_s, ng, bwd_last);
         after = sh.optimizer ? ag : 0;
     }
-    after = maxd(0, after - dv->overlap * fwd_first);
-    p->dp_s = maxd(0, comm - dv->overlap * window) + after;
+    p->dp_comm_s += after;
+    p->dp_s += pl_exposed(dv, after, np, 0, 0, fwd_first);
+    if (dv->beside) /* what hides slows the compute beside it */
+        p->dp_s += PL_GPU_CONTENTION * (p->dp_comm_s - p->dp_s);
     double shards = sh.optimizer ? d : 1;
     /* AdamW reads the master weights, moments and gradient and writes three back: at the
        rate measured for this backend's own update where it was (the CPU: its square roots and

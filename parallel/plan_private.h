@@ -18,17 +18,22 @@
    thread, 3.2 and 5.6 ms on 2; with PL_CPU_WEIGHT_PASSES that leaves 0 and 6 us a product (50 and
    14 a micro-batch, x3 for the backward) */
 #define PL_CPU_OP_COST 5e-6
-#define PL_OVERLAP 0.8          /* share of a backward's time a bucketed reduction can hide in
-                                   on a GPU (its own streams and copy engines) */
-/* On the CPU backend: its collectives move data with the cores the compute uses
+/* How much data-parallel communication hides behind compute is counted, bucket by bucket
+   (plan_cost.c, pl_exposed): on a GPU the collectives run on NCCL's own stream beside the
+   compute, at the link's full speed, and the compute beside them slows: by PL_GPU_CONTENTION
+   of the time they hide (published: Lee et al. 2025, "Characterizing Compute-Communication
+   Overlap in GPU-Accelerated Distributed Deep Learning", arXiv:2507.03114: GPT and LLaMA
+   models on 4 A100s, H100s, MI250s and MI210s, compute beside collectives 18.9% slower on
+   average than alone, 40.0% at most). On the
+   CPU backend its collectives move data with the cores the compute uses, so nothing hides
    (bench/plan_vs_run.sh: ZeRO-3's gathers cost their full time there; on the cluster in a box
    at 100 Mbit/s, where dp 4's all-reduce is most of the step, dp 4 at ZeRO-0 measured 0.97x
-   its price with none of it hidden, 2026-12-05) */
-#define PL_CPU_OVERLAP 0.0
+   its price with none of it hidden, 2026-12-05) ... */
 /* ... but between hosts, the bytes cross the network (the kernel's socket buffers, the NIC)
    while the cores compute: a reduction in flight hides behind all of the compute beside it,
    where the wire is free for it */
 #define PL_CPU_WIRE_OVERLAP 1.0
+#define PL_GPU_CONTENTION 0.189
 #define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */
 #define PL_TIE 0.05             /* plans predicted this close are a tie: the simplest wins */
@@ -75,7 +80,8 @@ typedef struct {
     double mem_cap; /* smallest device memory */
     double op_cost; /* per operation */
     double weight_passes; /* the weights' bytes moved through memory per micro-batch */
-    double overlap; /* share of a reduction the compute beside it hides */
+    int beside;           /* data-parallel collectives run beside the compute (a GPU's NCCL stream),
+                             not on the cores it uses (the CPU backend) */
     double reserve; /* memory the runtime keeps */
     double share;   /* CPU ranks that share cores: the part of a rank's own speed it gets
                        while every rank of its node computes (cores / (ranks x threads), the
@@ -108,6 +114,11 @@ double pl_replica_rate(const pl_devices *dv, const tr_layout *l, int d);
 
 /* The memory pipeline rank r of plan p holds (the quick estimate, with the reserve). */
 double pl_stage_memory(const pl_model *m, const pl_devices *dv, const tr_plan *p, int r);
+
+/* Of one pass's gathers (ga seconds in na buckets, ahead of the ops that read them) and
+ * reductions (re in nr, after the ops that make them), what stays exposed beside its window
+ * seconds of compute, the buckets run in turn beside it (pl_devices.beside). */
+double pl_exposed(const pl_devices *dv, double ga, double na, double re, double nr, double window);
 
 /* One layout to price: the fields of tr_plan's first part. */
 void pl_price(const pl_model *m, const pl_devices *dv, tr_plan *p);

@@ -77,6 +77,7 @@ typedef struct {
                             OUT/plan.json (malloc'ed) */
     double plan_step_s, plan_mem; /* the cost model's step time and fullest process's bytes
                                      for the layout that runs */
+    double plan_hidden;           /* ... and the share of its data-parallel communication hidden */
     double steps_s;      /* measured: seconds of the steps after each start's first */
     int steps_n;
     char plan_line[2][2048];      /* the plan and its prediction, for the banner: room for a
