@@ -214,9 +214,14 @@ static int z2_unmask(tr_dp *d, ring_slot *s, size_t piece) {
     return 0;
 }
 
+/* The wait is exposed wherever it falls: after the backward (dp_sync), and within it where
+ * more than TR_DP_IN_FLIGHT reductions are in flight or a slot is needed (z2_start,
+ * z2_acquire, z2_place): the compute stops for it there too. */
 static void z2_finish(tr_dp *d, int k) {
     ring_slot *s = &d->ring[k];
+    double t0 = tr_now();
     TR_WAIT("dp.z2_finish", tr_comm_wait(s->req));
+    d->st.exposed_s += tr_now() - t0;
     s->req = NULL;
     bucket *b = &d->b[s->bucket];
     if (d->mask && z2_unmask(d, s, b->piece)) d->mask_failed = 1;
@@ -755,8 +760,7 @@ int tr_dp_sync_grads(tr_dp *d) {
 }
 
 static void dp_sync(tr_dp *d) {
-    if (d->sh.grads) {
-        double t0 = tr_now();
+    if (d->sh.grads) { /* the waits are exposed time: z2_finish counts them */
         /* a bucket written but not complete (a model whose tensors complete out of order):
            reduced now, correctness first; every rank has the same ones */
         for (int i = 0; i < d->n_buckets; i++)
@@ -764,9 +768,7 @@ static void dp_sync(tr_dp *d) {
         for (int k = 0; k < RING; k++)
             if (d->ring[k].req) z2_finish(d, k);
         reset_pending(d);
-        double t1 = tr_now();
         d->st.steps++;
-        d->st.exposed_s += t1 - t0;
         if (d->first_start > 0) d->st.span_s += d->last_done - d->first_start;
         return;
     }

@@ -36,7 +36,8 @@ typedef struct {
     long steps;         /* synchronised steps */
     long buckets;       /* gradient reductions started */
     double span_s;      /* first bucket started .. last bucket complete, summed over steps */
-    double exposed_s;   /* of which the training waited for after its backward */
+    double exposed_s;   /* of which the training waited for after its backward (ZeRO-2: also
+                           within it, for a reduction to finish before the next could start) */
     double mask_s;      /* private gradients: putting buckets in fixed point, masking them (in
                            the backward) and unmasking the sums; the blocking sum of their
                            magnitudes is communication (tr_comm_wait_seconds) */

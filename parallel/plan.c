@@ -672,7 +672,8 @@ TR_PRINTF(4, 5) static void add(char *buf, size_t n, size_t *used, const char *f
 }
 
 /* Every figure the cost model uses and where it came from: measured, given, the table's,
- * published (fitted to published runs of that device), or assumed. */
+ * published (fitted to published runs of that device, or a published measurement), counted (from
+ * the layout itself), or assumed. */
 static void figures(const tr_cluster *c, char *buf, size_t n) {
     size_t used = 0;
     buf[0] = 0;
