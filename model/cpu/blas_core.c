@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#ifdef OPENBLAS_VERSION
 /* The kernel set of OpenBLAS's x86 ones that this CPU's features run: SkylakeX's with AVX-512
  * (F, BW, DQ and VL, and the system saving their registers: __builtin_cpu_supports asks
  * both), Haswell's with AVX2 and FMA, else none to name. */
@@ -38,6 +39,7 @@ static int blas_fallback(const char *core) {
         if (!strcasecmp(core, old[i])) return 1;
     return 0;
 }
+#endif
 
 void tr_backend_cpu_blas_core(char **argv) {
 #ifdef OPENBLAS_VERSION
