@@ -527,10 +527,6 @@ int tr_plan_simpler(const tr_plan *a, const tr_plan *b) {
     return c < 0;
 }
 
-double tr_plan_hidden(const tr_plan *p) {
-    return p->dp_comm_s > 0 ? 1.0 - p->dp_s / p->dp_comm_s : 1.0;
-}
-
 static double capped(double noise) {
     return noise < PL_TIE_MAX ? noise : PL_TIE_MAX;
 }

@@ -70,6 +70,8 @@ typedef struct {
     double pp_s;        /* pipeline sends and receives (exposed) */
     double dp_s;        /* data-parallel reduction and ZeRO gathers (exposed part) */
     double dp_comm_s;   /* ... all of it, hidden and exposed */
+    double dp_hidden;   /* the share of dp_comm_s hidden behind compute (1 where there is
+                           none); dp_s has the slowdown of the compute beside it */
     double optim_s;     /* the optimizer step */
     double tokens_s, mfu, hours; /* tokens per second, model FLOPs utilization, the run */
     double cost, cost_per_mtok;  /* USD for the recipe's steps, per million tokens */
@@ -136,10 +138,6 @@ int tr_plan_tied(const tr_plan *b, const tr_plan *p, double sb, double sp, const
  * two tied plans wins does not follow the order the probes' noise gave their scores (1F1B and
  * ZB-H1, priced alike, took turns from one `trainer plan` to the next). */
 int tr_plan_simpler(const tr_plan *a, const tr_plan *b);
-
-/* The share of plan p's data-parallel communication its price hides behind compute (1 where
- * it has none); each run prints what it measured beside it. */
-double tr_plan_hidden(const tr_plan *p);
 
 /* The device memory the runtime takes on one GPU of this kind (tr_device_info's name, or an
  * unknown one), outside what the trainer allocates: the CUDA context and NCCL's buffers of one

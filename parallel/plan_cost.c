@@ -748,6 +748,7 @@ static void price_time(const pl_model *m, const pl_devices *dv, tr_plan *p) {
     }
     p->dp_comm_s += after;
     p->dp_s += pl_exposed(dv, after, np, 0, 0, fwd_first);
+    p->dp_hidden = p->dp_comm_s > 0 ? 1.0 - p->dp_s / p->dp_comm_s : 1.0;
     if (dv->beside) /* what hides slows the compute beside it */
         p->dp_s += PL_GPU_CONTENTION * (p->dp_comm_s - p->dp_s);
     double shards = sh.optimizer ? d : 1;

@@ -961,7 +961,13 @@ static void counted_overlap(void) {
                 continue;
             tr_plan p;
             tr_plan_price(&r, &c, &l, TR_DTYPE_BF16, &p);
-            double C = p.dp_comm_s, lo = PL_GPU_CONTENTION * C;
+            double C = p.dp_comm_s, lo = PL_GPU_CONTENTION * C, h = p.dp_hidden;
+            /* the exposed part and the slowdown beside the hidden one, nothing else */
+            check(fabs(p.dp_s - ((1 - h) * C + PL_GPU_CONTENTION * h * C)) <= 1e-12 * C,
+                  "ZeRO-%d in %s on 8 H100s: %.4g s priced = %.0f%% of %.4g s exposed + %.1f%% "
+                  "of the %.0f%% hidden",
+                  z, big ? "one bucket" : "1 MiB buckets", p.dp_s, 100 * (1 - h), C,
+                  100 * PL_GPU_CONTENTION, 100 * h);
             if (big)
                 check(C > 0 && p.dp_s == C,
                       "ZeRO-%d in one bucket on 8 H100s: %.4g s exposed of %.4g s, all of it", z,

@@ -503,7 +503,7 @@ int run_price(run_ctx *x) {
     p.mem_exact = 1;
     x->plan_step_s = p.step_s;
     x->plan_mem = p.mem_bytes;
-    x->plan_hidden = tr_plan_hidden(&p);
+    x->plan_hidden = p.dp_hidden;
     char d[256] = "", m[32];
     if (!x->planned) tr_plan_describe(&p, d, sizeof d);
     tr_fmt_bytes(p.mem_bytes, m, sizeof m);
