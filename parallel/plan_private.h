@@ -32,7 +32,7 @@
 /* ... but between hosts, the bytes cross the network (the kernel's socket buffers, the NIC)
    while the cores compute: a reduction in flight hides behind all of the compute beside it,
    where the wire is free for it */
-#define PL_CPU_WIRE_OVERLAP 1.0
+#define PL_CPU_WIRE_OVERLAP 1.0 /* and a refresh's gathers, ahead of the next forward */
 #define PL_GPU_CONTENTION 0.189
 #define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */
