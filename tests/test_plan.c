@@ -869,6 +869,13 @@ static void ring_where_ranks_share_nodes(void) {
     tr_recipe_free(&r);
 }
 
+/* What stays of the refresh (1 x G / bw in n buckets) beside the next forward (a third of a
+ * micro-batch's c units): the larger of one bucket and all but the forward's share of n - 1
+ * of them (the first waits whole; the others arrive while the ops before theirs compute). */
+static double refreshed(double n, double c) {
+    return fmax(1 / n, 1 - (n - 1) / n * c / 3);
+}
+
 /* The CPU backend's collectives are Open MPI's libnbc's, priced as it schedules them: the
  * all-reduce a ring (comm/mpi.c asks for it), moving 2 (p - 1) / p of the buffer each way; a
  * reduce-scatter the whole buffer to rank 0 and its pieces back out (1 + 1/2 of it at p 2);
@@ -880,13 +887,6 @@ static void ring_where_ranks_share_nodes(void) {
  * refresh after the update, an all-gather of 1 in n buckets (refreshed()), all started at
  * once and each waited for by the op of the next forward that reads it: gathers ahead of
  * the forward, which cross the wire while the cores compute it. */
-/* What stays of the refresh (1 x G / bw in n buckets) beside the next forward (a third of a
- * micro-batch's c units): the larger of one bucket and all but the forward's share of n - 1
- * of them (the first waits whole; the others arrive while the ops before theirs compute). */
-static double refreshed(double n, double c) {
-    return fmax(1 / n, 1 - (n - 1) / n * c / 3);
-}
-
 static double zero_dp_s(tr_recipe *r, const tr_cluster *c, int z, int bucket_kb, double *M,
                         double *compute) {
     tr_layout_flags f = {.dp = 2,
