@@ -164,6 +164,14 @@ static void start_allreduce(tr_dp *d, bucket *b) {
     b->req = d->mask ? start_masked(d, b, g)
                      : dp_coll(d, TR_COMM_OP_ALL_REDUCE, NULL, g, b->hi - b->lo, -1);
     d->st.buckets++;
+    if (d->sync_reduce) { /* the baseline: completed here, nothing beside the compute */
+        double t0 = tr_now();
+        TR_WAIT("dp.allreduce", tr_comm_wait(b->req));
+        d->st.exposed_s += tr_now() - t0;
+        b->req = NULL;
+        b->done = 1;
+        d->last_done = tr_now();
+    }
 }
 
 
@@ -309,6 +317,10 @@ static void z2_start(tr_dp *d, bucket *b) {
     s->req = d->mask ? z2_start_masked(d, s, b->piece)
                      : dp_coll(d, TR_COMM_OP_REDUCE_SCATTER, s->buf, s->recv, b->piece, -1);
     d->st.buckets++;
+    if (d->sync_reduce) { /* the baseline: completed here, nothing beside the compute */
+        z2_finish(d, b->slot);
+        return;
+    }
     for (;;) {
         int n = 0, oldest = -1;
         for (int k = 0; k < RING; k++)
@@ -783,7 +795,7 @@ static void dp_sync(tr_dp *d) {
             TR_WAIT("dp.allreduce", tr_comm_wait(d->b[i].req));
             d->b[i].done = 1;
             d->last_done = tr_now();
-        } else {
+        } else if (d->b[i].req) {
             tr_comm_wait(d->b[i].req); /* completed earlier: frees the handle */
         }
         if (d->mask && finish_masked(d, &d->b[i])) d->mask_failed = 1;
@@ -824,8 +836,9 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt) {
     }
 }
 
-void tr_dp_set_sync_refresh(tr_dp *d, int on) {
-    d->sync_refresh = on;
+void tr_dp_set_sync(tr_dp *d, int refresh, int reduce) {
+    d->sync_refresh = refresh;
+    d->sync_reduce = reduce;
 }
 
 void tr_dp_drop_grads(tr_dp *d) {

@@ -110,9 +110,11 @@ void tr_dp_step(tr_dp *d, const tr_adamw *opt);
  * (every parameter: a dump, tr_model_get_param) or writes them (loading a checkpoint). No
  * communication starts: a rank may call it alone. A no-op otherwise. */
 void tr_dp_settle(tr_dp *d);
-/* Benchmarks: with on = 1, ZeRO-1/2's refresh completes right after the update (the blocking
- * baseline of bench/dp.sh) instead of during the next forward. */
-void tr_dp_set_sync_refresh(tr_dp *d, int on);
+/* Benchmarks, the blocking baselines: with refresh = 1, ZeRO-1/2's refresh completes right
+ * after the update (bench/dp.sh) instead of during the next forward; with reduce = 1, each
+ * gradient bucket's reduction (all-reduce, or ZeRO-2's reduce-scatter) completes as soon as it
+ * starts (bench/wire_overlap.sh) instead of beside the rest of the backward. */
+void tr_dp_set_sync(tr_dp *d, int refresh, int reduce);
 /* A step whose update is skipped (trainer/run/guard.c) instead of tr_dp_step: its summed gradient
  * is dropped (ZeRO-2, 3: this rank's pieces zeroed; the model's own gradients are zeroed at the
  * next step's start), the parameters and optimizer state stay as they were. */

@@ -86,7 +86,8 @@ struct tr_dp {
     int rnext, rnext_j; /* the oldest refresh request that may still be in flight: request
                            rnext_j of bucket rnext (they start from the last bucket down);
                            rnext -1 when none is */
-    int sync_refresh; /* tr_dp_set_sync_refresh */
+    int sync_refresh;   /* tr_dp_set_sync */
+    int sync_reduce;    /* tr_dp_set_sync */
     size_t pbuf_bytes, pbuf_high; /* gathered parameter buffers now and their high-water mark */
     tr_buf *rbuf; /* ZeRO-2: the refresh buffers of the buckets that need one (bucket.roff) */
     int hold;                     /* keep gathered buckets (tr_dp_hold_params) */

@@ -30,9 +30,17 @@
    at 100 Mbit/s, where dp 4's all-reduce is most of the step, dp 4 at ZeRO-0 measured 0.97x
    its price with none of it hidden, 2026-12-05) ... */
 /* ... but between hosts, the bytes cross the network (the kernel's socket buffers, the NIC)
-   while the cores compute: a reduction in flight hides behind all of the compute beside it,
-   where the wire is free for it */
-#define PL_CPU_WIRE_OVERLAP 1.0 /* and a refresh's gathers, ahead of the next forward */
+   while the cores compute: ZeRO-2's reduce-scatters, bucket by bucket, hide behind this share
+   of the compute beside them, where the wire is free for them. Measured (bench/wire_overlap.sh:
+   2 hosts of one rank, a core each, dp 2 of bench/pp_gpt.lua in a micro-batch of 32, the
+   gradient's 12.8 MB each way about twice the backward at 100 Mbit/s): what the runs with
+   every reduction blocking added against what the plan priced hidden at 1.0, 0.90 (medians
+   of 2 runs each, 2026-12-07, an Intel Xeon of 2 cores). At 1 Gbit/s on the same box,
+   whose links are the cores' (about 50 MB/s), 0.37: there the transfers take the cores the
+   compute needs. ZeRO-1/2's refresh hid nothing measurable (its buckets start at once and
+   share the link) and is priced so; ZeRO-0/1's all-reduces hid as much as the reduce-scatters
+   at 100 Mbit/s but little at 1 Gbit/s, and stay priced exposed (README, How plans are chosen) */
+#define PL_CPU_WIRE_OVERLAP 0.9
 #define PL_GPU_CONTENTION 0.189
 #define PL_UNKNOWN_PEAK 100e12  /* FLOP/s of a device whose peak is not known */
 #define PL_UNKNOWN_MEM_BW 1e12  /* bytes/s of a device whose memory bandwidth is not known */

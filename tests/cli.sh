@@ -125,6 +125,8 @@ TR_LEDGER=of expect 1 "^trainer run: TR_LEDGER must be on or off, got 'of'$" -- 
     run recipes/shakespeare_char.lua --out "$tmp/led"
 TR_DP_SYNC_REFRESH=yes expect 1 "^trainer run: TR_DP_SYNC_REFRESH must be 0 or 1, got 'yes'$" -- \
     run recipes/shakespeare_char.lua --out "$tmp/dpsync"
+TR_DP_SYNC_REDUCE=2 expect 1 "^trainer run: TR_DP_SYNC_REDUCE must be 0 or 1, got '2'$" -- \
+    run recipes/shakespeare_char.lua --out "$tmp/dpsync2"
 TR_FAULT_NAN_STEP=3,x expect 1 "^trainer run: TR_FAULT_NAN_STEP must be a list of steps" -- \
     run recipes/shakespeare_char.lua --out "$tmp/nan"
 # every variable is checked once, at start, by one helper (parallel/comm/env.h): an integer in a

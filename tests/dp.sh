@@ -8,7 +8,8 @@
 # of the parameters (as allocated, measured); checkpoints saved in one layout resume in
 # another; ZeRO-1 and 2 bring the updated parameters back during the next forward, each bucket
 # waited for by the op that reads it; a rank that dies makes the job end within the timeout
-# with a line naming a rank. TR_TEST_QUICK=1 (the sanitizer build in CI): fewer resumes.
+# with a line naming a rank; the benchmarks' blocking baselines compute the same.
+# TR_TEST_QUICK=1 (the sanitizer build in CI): fewer resumes.
 set -u
 . "$(dirname "$0")/lib.sh"
 T="$1"
@@ -78,6 +79,20 @@ for z in 2 3; do
     TR_PAD_VOCAB=384 run "$name" 2 "$z" 0 --set bucket=16 || continue
     if e=$(cmp_run "$tmp/$name" "$tmp/single"); then
         echo "ok   $name: equal to one process: $e"
+    else
+        echo "FAIL $name: $e"; fail=1
+    fi
+done
+
+# the benchmarks' blocking baselines (TR_DP_SYNC_REDUCE, TR_DP_SYNC_REFRESH: each reduction
+# completed as it starts, the refresh right after the update) compute the same: ZeRO-0's
+# all-reduces and ZeRO-2's reduce-scatters, with accumulation (a reduction every micro-step)
+for cfg in "0 0" "1 1" "2 1"; do
+    set -- $cfg
+    name="np2_zero$1_micro$2_sync"
+    TR_DP_SYNC_REDUCE=1 TR_DP_SYNC_REFRESH=1 run "$name" 2 "$1" "$2" --set bucket=16 || continue
+    if e=$(cmp_run "$tmp/$name" "$tmp/single"); then
+        echo "ok   $name: every reduction and refresh blocking, equal to one process: $e"
     else
         echo "FAIL $name: $e"; fail=1
     fi

@@ -330,13 +330,22 @@ static void json_plan(const tr_plan *p, const tr_cluster *c, FILE *f) {
         const char *key;
         double v;
         int digits;
-    } num[] = {{"memory_bytes", p->mem_bytes, 0}, {"memory_capacity", p->mem_cap, 0},
-               {"step_s", p->step_s, 6}, {"compute_s", p->compute_s, 6},
-               {"bubble_s", p->bubble_s, 6}, {"shared_cores_s", p->shared_s, 6},
-               {"tp_s", p->tp_s, 6}, {"pp_s", p->pp_s, 6},
-               {"dp_s", p->dp_s, 6}, {"optimizer_s", p->optim_s, 6},
-               {"tokens_per_s", p->tokens_s, 6}, {"mfu", p->mfu, -4}, {"hours", p->hours, 6},
-               {"cost_usd", p->cost, 6}, {"cost_per_million_tokens", p->cost_per_mtok, 6},
+    } num[] = {{"memory_bytes", p->mem_bytes, 0},
+               {"memory_capacity", p->mem_cap, 0},
+               {"step_s", p->step_s, 6},
+               {"compute_s", p->compute_s, 6},
+               {"bubble_s", p->bubble_s, 6},
+               {"shared_cores_s", p->shared_s, 6},
+               {"tp_s", p->tp_s, 6},
+               {"pp_s", p->pp_s, 6},
+               {"dp_s", p->dp_s, 6},
+               {"dp_comm_s", p->dp_comm_s, 6},
+               {"optimizer_s", p->optim_s, 6},
+               {"tokens_per_s", p->tokens_s, 6},
+               {"mfu", p->mfu, -4},
+               {"hours", p->hours, 6},
+               {"cost_usd", p->cost, 6},
+               {"cost_per_million_tokens", p->cost_per_mtok, 6},
                {"egress_gb_per_step", p->egress_gb, 6}};
     fprintf(f, "], \"predicted\": {\"memory_exact\": %s", p->mem_exact ? "true" : "false");
     for (size_t i = 0; i < sizeof num / sizeof *num; i++) {

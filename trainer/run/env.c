@@ -1,8 +1,8 @@
 /* `trainer run`'s environment switches, each read and checked once, right after the ranks
  * connect, by parallel/comm/env.h's helpers, then only read from x: the tests' fault injection
- * (TR_FAULT_*), TR_LEDGER, TR_DP_SYNC_REFRESH, TR_CKPT_SYNC and TR_DUMP_PARAMS (and
- * TR_HOSTNAME, kept by trainer/util.c, and TR_PLAN_MEMORY, by trainer/plan_memory.c). A malformed
- * value is one line naming the variable and what it must be, never silently ignored. */
+ * (TR_FAULT_*), TR_LEDGER, TR_DP_SYNC_REFRESH, TR_DP_SYNC_REDUCE, TR_CKPT_SYNC and TR_DUMP_PARAMS
+ * (and TR_HOSTNAME, kept by trainer/util.c, and TR_PLAN_MEMORY, by trainer/plan_memory.c). A
+ * malformed value is one line naming the variable and what it must be, never silently ignored. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -109,13 +109,15 @@ int run_env_settings(run_ctx *x) {
     size_t ml = sizeof m;
     static const char *const on_off[] = {"on", "off", NULL};
     int ledger = 0;
-    x->fault_save_hang = x->dp_sync_refresh = x->ckpt_sync = 0;
+    x->fault_save_hang = x->dp_sync_refresh = x->dp_sync_reduce = x->ckpt_sync = 0;
     /* TR_LEDGER=off (benchmarks: the baseline) writes no ledger files; TR_DP_SYNC_REFRESH=1
        (benchmarks: the baseline) completes ZeRO-1/2's parameter refresh right after the
-       update instead of during the next forward; TR_CKPT_SYNC=1 (benchmarks) saves
-       synchronously */
+       update instead of during the next forward; TR_DP_SYNC_REDUCE=1 (the baseline of
+       bench/wire_overlap.sh) completes each gradient bucket's reduction as it starts;
+       TR_CKPT_SYNC=1 (benchmarks) saves synchronously */
     if (fault_settings(x, m, ml) || tr_env_word("TR_LEDGER", on_off, &ledger, m, ml) < 0 ||
         tr_env_bool("TR_DP_SYNC_REFRESH", &x->dp_sync_refresh, m, ml) < 0 ||
+        tr_env_bool("TR_DP_SYNC_REDUCE", &x->dp_sync_reduce, m, ml) < 0 ||
         tr_env_bool("TR_CKPT_SYNC", &x->ckpt_sync, m, ml) < 0 || dump_params_path(x, m, ml) ||
         tr_hostname_init(m, ml) || tr_plan_memory_dir(x->memory_dir, sizeof x->memory_dir, m, ml)) {
         snprintf(x->msg, sizeof(x->msg), "trainer run: %s", m);

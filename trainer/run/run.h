@@ -112,6 +112,7 @@ typedef struct {
     int kill_alone;          /* TR_FAULT_KILL_RANK: only this rank dies, abruptly */
     int ledger_off;          /* TR_LEDGER=off: no ledger files */
     int dp_sync_refresh;     /* TR_DP_SYNC_REFRESH=1 */
+    int dp_sync_reduce;      /* TR_DP_SYNC_REDUCE=1 */
     int ckpt_sync;           /* TR_CKPT_SYNC=1: synchronous checkpoint saves */
     long fault_save_bytes;   /* TR_FAULT_SAVE_BYTES, 0: none */
     int fault_save_hang;     /* TR_FAULT_SAVE_HANG=1 */
@@ -205,8 +206,8 @@ int run_folder_check(run_ctx *x);
 int run_folder_clear(run_ctx *x);
 
 /* The environment switches (trainer/run/env.c), read once after the ranks connect: the tests'
- * TR_FAULT_*, TR_LEDGER, TR_DP_SYNC_REFRESH, TR_CKPT_SYNC and TR_DUMP_PARAMS (whose folder
- * rank 0 checks now) into x's fields; 0, or -1 with the line in x->msg. */
+ * TR_FAULT_*, TR_LEDGER, TR_DP_SYNC_REFRESH, TR_DP_SYNC_REDUCE, TR_CKPT_SYNC and TR_DUMP_PARAMS
+ * (whose folder rank 0 checks now) into x's fields; 0, or -1 with the line in x->msg. */
 int run_env_settings(run_ctx *x);
 
 /* The guard (trainer/run/guard.c). run_guard_init allocates the window (-1 when out of memory).

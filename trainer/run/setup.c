@@ -473,7 +473,7 @@ static int setup_outputs(run_ctx *x) {
     int bad = !x->inputs || !x->targets || !x->all_steps || !x->all_compute;
     snprintf(x->msg, sizeof(x->msg), "trainer run: out of memory for the batches");
     if (run_setup_failed(x->world, bad, x->msg)) return -1;
-    if (x->dp) tr_dp_set_sync_refresh(x->dp, x->dp_sync_refresh);
+    if (x->dp) tr_dp_set_sync(x->dp, x->dp_sync_refresh, x->dp_sync_reduce);
     return 0;
 }
 
