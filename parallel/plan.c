@@ -700,8 +700,10 @@ static void figures(const tr_cluster *c, char *buf, size_t n) {
             "(counted)",
             1e6 * op, op_from, PL_CPU_WEIGHT_PASSES);
     else
-        add(buf, n, &used, "%.0f us per matrix product's launch and tail (assumed)",
-            1e6 * PL_GPU_OP_COST);
+        add(buf, n, &used,
+            "%.1f us per matrix product: %.1f kernels each (counted: the CUDA backend's) at "
+            "%.1f us a launch (published: cuLaunchKernel on a GB200, tritonbench 2026)",
+            1e6 * PL_GPU_OP_COST, PL_GPU_KERNELS_PER_PRODUCT, 1e6 * PL_GPU_LAUNCH_S);
     if (c->optim_rate > 0)
         add(buf, n, &used, "optimizer %.0fM parameters/s a process (measured: the backend's AdamW)",
             c->optim_rate / 1e6);

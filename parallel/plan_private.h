@@ -10,7 +10,17 @@
 /* A GPU's matrix efficiency (the share of its dense bf16 peak a training step's matrix
    products reach) is its group's, tr_node_group.efficiency: per device generation, fitted to
    published runs (dsl/cluster.c). */
-#define PL_GPU_OP_COST 6e-6     /* s per kernel launch and tail, per matrix product */
+/* A GPU's fixed cost per matrix product: the kernels a product brings with it (its own, and the
+   norms, activations, residual adds and bias sums around it), each at one launch's cost on the
+   host, which sets the pace where kernels are short. The count is the CUDA backend's (counted
+   on the emulator, tests/emu_kernels.sh: a block of the GPT-2-shaped recipe runs 38 kernels for
+   the cost model's 18 products, of the Llama-shaped 34, a cuDNN graph counted as one kernel).
+   The launch: 3.0 us for cuLaunchKernel of a kernel without arguments, 3.3 us with 19, on a
+   GB200 (published: meta-pytorch/tritonbench pull request 1017, 2026); 2.2 us back to back
+   on a P100 (published: CSCS's ReFrame kernel_latency check, its reference for Piz Daint). */
+#define PL_GPU_KERNELS_PER_PRODUCT 2.0
+#define PL_GPU_LAUNCH_S 3.0e-6
+#define PL_GPU_OP_COST (PL_GPU_KERNELS_PER_PRODUCT * PL_GPU_LAUNCH_S)
 /* s per matrix product on the CPU backend, with the operations around it (threads' fork and
    join), where it was not measured (tr_cluster.op_cost: a detected job planning a recipe
    times it, 1.0 us here on one thread): `trainer run` of bench/pp_gpt.lua and bench/tp_gpt.lua on

@@ -360,9 +360,9 @@ __attribute__((destructor)) static void print_stats(void) {
     fprintf(stderr,
             "cuda emulator stats: %lu launches, %lu cudaMalloc (%llu bytes), %lu cudaFree, "
             "%lu synchronizations, %lu host-to-device copies (%llu bytes), %lu device-to-host "
-            "copies (%llu bytes)\n",
+            "copies (%llu bytes), %lu library calls (cuBLASLt products, cuDNN graphs)\n",
             stats.launches, stats.mallocs, stats.malloc_bytes, stats.frees, stats.syncs, stats.h2d,
-            stats.h2d_bytes, stats.d2h, stats.d2h_bytes);
+            stats.h2d_bytes, stats.d2h, stats.d2h_bytes, stats.library);
 }
 static std::map<const void *, int> max_dyn_smem; /* cudaFuncSetAttribute's opt-ins */
 

@@ -383,6 +383,8 @@ void exec_on(cudaStream_t s, const char *what, void (*run)(void *), void *ctx,
 } // namespace emu_rt
 
 void emu_stream_exec(cudaStream_t s, const char *what, void (*run)(void *), void *ctx) {
+    if (!strcmp(what, "cublasLtMatmul") || !strcmp(what, "cudnnBackendExecute"))
+        stats.library++; /* a kernel, or a few, on a GPU */
     exec_on(s, what, run, ctx, 1);
 }
 
