@@ -21,13 +21,9 @@ steps="${1:-8}"
 reps="${2:-3}"
 mode="${3:-pp}"
 [ "$mode" = pp ] || [ "$mode" = dp ] || { echo "bench: mode '$mode': pp or dp"; exit 2; }
-[[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 4 ] || { echo "bench: steps '$steps': 4 or more (2 are warm-up)"; exit 2; }
-[[ $reps =~ ^[0-9]+$ ]] && [ "$reps" -ge 1 ] || { echo "bench: reps '$reps': 1 or more"; exit 2; }
-T=$(realpath "${TRAINER:-build/trainer}")
-[ -x "$T" ] || { echo "bench: no trainer at $T (build it, or set TRAINER)"; exit 1; }
-[ "$(id -u)" = 0 ] || { echo "bench: a cluster in a box needs root"; exit 1; }
-for c in mpirun taskset ip; do command -v $c >/dev/null || { echo "bench: needs $c"; exit 1; }; done
-[ "$(nproc)" -ge 2 ] || { echo "bench: needs 2 cores"; exit 1; }
+. bench/box_lib.sh
+box_args "$steps" "$reps"
+box_machine 2 mpirun taskset ip python3
 CL=$PWD/tests/cluster/cluster.sh
 name=bmx$$
 tmp=$(mktemp -d)

@@ -16,12 +16,9 @@ cd "$(dirname "$0")/.." || exit 1
 steps="${1:-12}"
 reps="${2:-3}"
 rate="${3:-1gbit}"
-[[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 4 ] || { echo "bench: steps '$steps': 4 or more (2 are warm-up)"; exit 2; }
-[[ $reps =~ ^[0-9]+$ ]] && [ "$reps" -ge 1 ] || { echo "bench: reps '$reps': 1 or more"; exit 2; }
-T=$(realpath "${TRAINER:-build/trainer}")
-[ -x "$T" ] || { echo "bench: no trainer at $T (build it, or set TRAINER)"; exit 1; }
-[ "$(id -u)" = 0 ] || { echo "bench: a cluster in a box needs root"; exit 1; }
-for c in mpirun ip; do command -v $c >/dev/null || { echo "bench: needs $c"; exit 1; }; done
+. bench/box_lib.sh
+box_args "$steps" "$reps"
+box_machine 1 mpirun ip python3
 CL=$PWD/tests/cluster/cluster.sh
 name=bp$$
 name=${name:0:12}
