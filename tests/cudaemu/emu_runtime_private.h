@@ -76,7 +76,8 @@ namespace emu_rt {
  * (emu_runtime.cc) */
 struct run_stats {
     unsigned long launches, mallocs, frees, syncs, h2d, d2h;
-    unsigned long library; /* cuBLASLt products and cuDNN graphs run: a kernel each on a GPU */
+    unsigned long
+        library; /* cuBLASLt products and cuDNN graphs run: a kernel, or a few, on a GPU */
     unsigned long long malloc_bytes, h2d_bytes, d2h_bytes;
 };
 extern run_stats stats;
